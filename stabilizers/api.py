@@ -1,0 +1,172 @@
+"""The stabilizer contract: PolicyBatch in, LossOutput out, looked up by name.
+
+A stabilizer is a pure torch function over [B, L] tensors (responses x response tokens),
+registered with ``@register("name")`` and called as ``get("name")(batch, **params)``.
+Every module of this package is imported on first lookup, so adding a stabilizer is one
+new file here; nothing else changes.
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+from dataclasses import dataclass, field, replace
+from typing import Callable, Protocol
+
+import torch
+
+_BATCH_TENSORS = ("logp", "old_logp", "rollout_logp", "advantages", "mask")
+
+
+class Reduce(Protocol):
+    """Collectives across data-parallel ranks. ``None`` in a PolicyBatch means one process."""
+
+    def all_gather(self, values: torch.Tensor) -> list[torch.Tensor]:
+        """Every rank's 1-D tensor (sizes may differ), in rank order; no gradient."""
+
+
+@dataclass(frozen=True)
+class PolicyBatch:
+    """One micro-batch of sampled responses, all tensors of shape [B, L].
+
+    logp: current policy log-prob of each sampled token (carries the gradient).
+    old_logp: the trainer's recompute at the start of the update (no gradient).
+    rollout_logp: log mu, recorded by the inference engine when it sampled the token.
+    advantages: per-token advantage (a response's tokens share it).
+    mask: 1 for an active response token, 0 for padding.
+    token_weight: optional per-token weight applied before aggregation (TIS sets it).
+    reduce: collectives across data-parallel ranks, or None for one process.
+    """
+
+    logp: torch.Tensor
+    old_logp: torch.Tensor
+    rollout_logp: torch.Tensor
+    advantages: torch.Tensor
+    mask: torch.Tensor
+    token_weight: torch.Tensor | None = None
+    reduce: Reduce | None = None
+
+    def with_token_weight(self, weight: torch.Tensor) -> "PolicyBatch":
+        return replace(self, token_weight=weight)
+
+    @property
+    def active(self) -> torch.Tensor:
+        return self.mask.bool()
+
+
+@dataclass
+class LossOutput:
+    """A scalar loss and namespaced diagnostics (``sat/q``, ``clip/frac_upper``...), detached 0-d tensors."""
+
+    loss: torch.Tensor
+    metrics: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+Stabilizer = Callable[..., LossOutput]
+_REGISTRY: dict[str, Stabilizer] = {}
+_discovered = False
+
+
+def _where_defined(fn: Callable) -> str:
+    try:
+        return f"{fn.__module__}.{fn.__qualname__} ({inspect.getsourcefile(fn)}:{inspect.getsourcelines(fn)[1]})"
+    except (OSError, TypeError):
+        return f"{fn.__module__}.{fn.__qualname__}"
+
+
+def register(name: str) -> Callable[[Stabilizer], Stabilizer]:
+    """Register a stabilizer under ``name``; a second definition of the same name raises."""
+
+    def decorator(fn: Stabilizer) -> Stabilizer:
+        if name in _REGISTRY and _where_defined(_REGISTRY[name]) != _where_defined(fn):
+            raise ValueError(
+                f"stabilizer {name!r} is defined twice: {_where_defined(_REGISTRY[name])} "
+                f"and {_where_defined(fn)}"
+            )
+        _REGISTRY[name] = fn
+        return fn
+
+    return decorator
+
+
+def _discover() -> None:
+    """Import every module of this package so their @register calls run."""
+    global _discovered
+    package = importlib.import_module(__package__)
+    for module in pkgutil.iter_modules(package.__path__):
+        importlib.import_module(f"{__package__}.{module.name}")
+    _discovered = True
+
+
+def available() -> list[str]:
+    if not _discovered:
+        _discover()
+    return sorted(_REGISTRY)
+
+
+def parameters(name: str) -> dict[str, object]:
+    """The stabilizer's keyword parameters with their (paper) defaults."""
+    fn = _lookup(name)
+    return {
+        p.name: p.default
+        for p in inspect.signature(fn).parameters.values()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY
+    }
+
+
+def check_params(name: str, params: dict) -> None:
+    unknown = sorted(set(params) - set(parameters(name)))
+    if unknown:
+        raise ValueError(
+            f"stabilizer {name!r} has no parameter(s) {unknown}; it accepts {sorted(parameters(name))}"
+        )
+
+
+def _lookup(name: str) -> Stabilizer:
+    if name not in _REGISTRY:
+        _discover()  # a module may have been added since the last scan
+    if name not in _REGISTRY:
+        raise KeyError(f"unknown stabilizer {name!r}; available: {', '.join(sorted(_REGISTRY))}")
+    return _REGISTRY[name]
+
+
+def get(name: str) -> Stabilizer:
+    """The stabilizer ``name``, wrapped to validate its batch and parameters before running."""
+    fn = _lookup(name)
+
+    def checked(batch: PolicyBatch, **params) -> LossOutput:
+        check_params(name, params)
+        validate_batch(batch)
+        return fn(batch, **params)
+
+    checked.__name__ = name
+    checked.__doc__ = fn.__doc__
+    return checked
+
+
+def validate_batch(batch: PolicyBatch) -> None:
+    shape = batch.logp.shape
+    if batch.logp.dim() != 2:
+        raise ValueError(f"PolicyBatch.logp must have shape [B, L], got {tuple(shape)}")
+    tensors = {name: getattr(batch, name) for name in _BATCH_TENSORS}
+    if batch.token_weight is not None:
+        tensors["token_weight"] = batch.token_weight
+    for name, tensor in tensors.items():
+        if tensor.shape != shape:
+            raise ValueError(
+                f"PolicyBatch.{name} has shape {tuple(tensor.shape)}, expected {tuple(shape)} like logp"
+            )
+        if name != "mask" and not torch.isfinite(tensor).all():
+            bad = (~torch.isfinite(tensor)).nonzero()
+            raise ValueError(
+                f"PolicyBatch.{name} has {len(bad)} NaN/inf value(s), first at {tuple(bad[0].tolist())}"
+            )
+
+
+def check_range(name: str, value: float, low: float, high: float, *, low_open=False, high_open=False) -> None:
+    """Raise a ValueError naming ``name`` when ``value`` is outside [low, high] (or open ends)."""
+    too_low = value <= low if low_open else value < low
+    too_high = value >= high if high_open else value > high
+    if too_low or too_high:
+        lo, hi = "(" if low_open else "[", ")" if high_open else "]"
+        raise ValueError(f"{name} = {value} is outside {lo}{low}, {high}{hi}")

@@ -1,0 +1,39 @@
+"""DPPO-TV: mask tokens whose probability moved more than delta away from mu (Qi et al. 2026;
+SAT paper's DPPO baseline; methods.md "DPPO").
+
+r = exp(logp - log mu), M = 1[sign(A (r - 1)) <= 0  or  |pi - mu| <= delta] (detached), and the
+loss is the GRPO clipped surrogate times M. The paper used delta = 1e-3; public references use
+far looser values (0.15), so delta stays a parameter.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .api import LossOutput, PolicyBatch, check_range, register
+from .surrogate import aggregate, check_clip, clip_metrics, clipped_objective, log_ratio, masked_mean
+
+
+@register("dppo")
+def dppo(
+    batch: PolicyBatch,
+    *,
+    delta: float = 1e-3,
+    eps_low: float = 0.2,
+    eps_high: float = 0.2,
+    ratio_against: str = "rollout",
+    aggregation: str = "token_mean",
+) -> LossOutput:
+    check_clip(eps_low, eps_high)
+    check_range("delta", delta, 0.0, math.inf, low_open=True, high_open=True)
+    log_r = log_ratio(batch, ratio_against)
+    ratio = torch.exp(log_r)
+    reference_logp = batch.logp.detach() - log_r.detach()
+    inward = batch.advantages * (ratio.detach() - 1) <= 0
+    close = (batch.logp.detach().exp() - reference_logp.exp()).abs() <= delta
+    keep = (inward | close).to(ratio.dtype)
+    objective = clipped_objective(ratio, batch.advantages, eps_low, eps_high) * keep
+    metrics = clip_metrics(ratio, batch, eps_low, eps_high)
+    metrics["dppo/mask_rate"] = 1 - masked_mean(keep, batch.mask)
+    return LossOutput(aggregate(objective, batch, aggregation), metrics)

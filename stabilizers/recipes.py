@@ -1,0 +1,86 @@
+"""Recipes: a named loss + params + engine switches, the rows of a grid (Table 1's names and controls)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from .api import LossOutput, PolicyBatch, check_params, get, parameters
+from .tis import with_tis
+
+DEFAULT_RECIPES = Path(__file__).with_name("recipes.yaml")
+_RECIPE_KEYS = {"loss", "params", "routing_replay", "tis", "table1"}
+_TIS_KEYS = {"cap", "floor"}
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    loss: str
+    params: dict = field(default_factory=dict)
+    routing_replay: bool = False
+    tis: dict | None = None  # {"cap": C, "floor": F or absent}; None = no TIS
+    table1: str | None = None  # the method column of Table 1 this recipe reproduces
+
+    def compute_loss(self, batch: PolicyBatch, *, step_seed: int | None = None) -> LossOutput:
+        """The recipe's loss on ``batch``: TIS weight first (if any), then the stabilizer.
+        A stabilizer with a ``seed`` parameter gets ``step_seed`` so its draws differ per step."""
+        metrics = {}
+        if self.tis is not None:
+            batch, metrics = with_tis(batch, **self.tis)
+        params = dict(self.params)
+        if step_seed is not None and "seed" in parameters(self.loss):
+            params["seed"] = step_seed
+        out = get(self.loss)(batch, **params)
+        out.metrics.update(metrics)
+        return out
+
+    def as_dict(self) -> dict:
+        return {"loss": self.loss, "params": dict(self.params), "routing_replay": self.routing_replay,
+                "tis": None if self.tis is None else dict(self.tis), "table1": self.table1}
+
+
+def recipe_from_dict(name: str, spec: dict, source: str = "<dict>") -> Recipe:
+    """Build and check one recipe; errors name the recipe and where it was defined."""
+    where = f"recipe {name!r} ({source})"
+    if not isinstance(spec, dict):
+        raise ValueError(f"{where}: expected a mapping, got {type(spec).__name__}")
+    unknown = set(spec) - _RECIPE_KEYS
+    if unknown:
+        raise ValueError(f"{where}: unknown key(s) {sorted(unknown)}; allowed {sorted(_RECIPE_KEYS)}")
+    if "loss" not in spec:
+        raise ValueError(f"{where}: missing 'loss'")
+    tis = spec.get("tis")
+    if tis is not None and (not isinstance(tis, dict) or set(tis) - _TIS_KEYS):
+        raise ValueError(f"{where}: tis must be null or a mapping with keys {sorted(_TIS_KEYS)}, got {tis!r}")
+    try:
+        check_params(spec["loss"], spec.get("params") or {})
+    except (KeyError, ValueError) as error:
+        raise ValueError(f"{where}: {error.args[0]}") from None
+    return Recipe(name=name, loss=spec["loss"], params=dict(spec.get("params") or {}),
+                  routing_replay=bool(spec.get("routing_replay", False)),
+                  tis=None if tis is None else dict(tis), table1=spec.get("table1"))
+
+
+def load_recipes(path: str | Path = DEFAULT_RECIPES, extra: dict | None = None) -> dict[str, Recipe]:
+    """The recipes of a YAML file, plus ``extra`` ones (a config's own recipes, which may not
+    redefine a name from the file)."""
+    path = Path(path)
+    try:
+        specs = yaml.safe_load(path.read_text()) or {}
+    except FileNotFoundError:
+        raise FileNotFoundError(f"recipe file not found: {path}") from None
+    recipes = {name: recipe_from_dict(name, spec, str(path)) for name, spec in specs.items()}
+    for name, spec in (extra or {}).items():
+        if name in recipes:
+            raise ValueError(f"recipe {name!r} is defined in {path} and again in the config")
+        recipes[name] = recipe_from_dict(name, spec, "config")
+    return recipes
+
+
+def get_recipe(name: str, recipes: dict[str, Recipe] | None = None) -> Recipe:
+    recipes = load_recipes() if recipes is None else recipes
+    if name not in recipes:
+        raise KeyError(f"unknown recipe {name!r}; available: {', '.join(sorted(recipes))}")
+    return recipes[name]

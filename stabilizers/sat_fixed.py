@@ -1,0 +1,33 @@
+"""SAT with a fixed absolute threshold: a control the SAT paper lacked.
+
+Identical to SAT-GRPO (paper Eq. 16-20) except that q is the constant `threshold` instead of the
+batch's alpha-quantile of |d|. It asks whether SAT's adaptivity matters or only where its gate
+sits. threshold = 0 disables the gate (the fixed-clip loss bit for bit).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .api import LossOutput, PolicyBatch, check_range, register
+from .surrogate import check_clip, contracted_clip_loss, log_ratio, sat_contraction
+
+
+@register("sat_fixed")
+def sat_fixed(
+    batch: PolicyBatch,
+    *,
+    threshold: float = 0.05,
+    eps_low: float = 0.2,
+    eps_high: float = 0.2,
+    ratio_against: str = "rollout",
+    aggregation: str = "token_mean",
+) -> LossOutput:
+    check_clip(eps_low, eps_high)
+    check_range("threshold", threshold, 0.0, math.inf, high_open=True)
+    log_r = log_ratio(batch, ratio_against)
+    q = torch.tensor(threshold, dtype=log_r.dtype, device=log_r.device)
+    gate, c_plus, c_minus = sat_contraction(log_r, batch.mask, q)
+    return contracted_clip_loss(batch, log_r, gate, c_plus, c_minus, q,
+                                eps_low=eps_low, eps_high=eps_high, aggregation=aggregation)
