@@ -1,0 +1,218 @@
+"""Per-run numbers from a run's evaluation curve(s) and training log (shared/DESIGN.md, "Metrics").
+
+One function, :func:`summarize_run`, turns one run into the numbers the aggregation stage
+averages over seeds. Every rule below is declared here, before any result is seen:
+
+- fixed-step score: the test score at ``fixed_step`` (default: the last evaluated step).
+- best-checkpoint score: the max over evaluated steps (the paper's Table 1 number; optimistic,
+  because the test set picks the checkpoint). Ties go to the earliest step.
+- selected-checkpoint score: the test score at the step that is best on the selection task
+  (ties: earliest step); ``None`` when the config names no selection task.
+- AUC: trapezoidal area under the score curve divided by the length of the window. The window
+  starts at the first evaluated checkpoint (step 0 counts only if the base model was scored:
+  nothing is extrapolated before the first point) and ends at the step budget; a completed run
+  whose last evaluation falls before the budget holds its last score to the budget.
+- diverged runs (train/status.json "diverged": non-finite loss or weights) score 0 from the step
+  they diverged at through the budget: a run that produced no usable model counts as no score,
+  not as a missing seed (dropping it would flatter the recipe). So its fixed-step score at a step
+  it never reached is 0, and its AUC includes the zeros. Its best-checkpoint score is the max over
+  the checkpoints it did produce.
+- collapse (config ``collapse.fraction`` = f, default 0.5): diverged, or after its peak the score
+  falls below f x peak and stays below through the last evaluation. A run whose peak is 0 never
+  collapses (nothing to fall from).
+- d-bar: the mean of the per-step "d/mean_abs" (mean |log pi/mu| over active tokens) over the
+  last 10% of optimizer steps (at least one step), and the tail: the mean of "d/p99" over the same
+  steps. Steps are weighted equally (the per-step token counts are not logged); non-finite values
+  (a diverging step) are left out.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from engines.io import read_jsonl
+
+TAIL_FRACTION = 0.1  # d-bar window: the last 10% of optimizer steps
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    status: str
+    fixed_step: int
+    fixed: float
+    best_step: int
+    best: float
+    selected_step: int | None
+    selected: float | None
+    auc: float
+    peak: float
+    collapsed: bool
+    collapse_step: int | None  # first step of the final below-threshold stretch (or the divergence step)
+    dbar: float
+    dtail: float
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def load_curve(path: str | Path) -> list[tuple[int, float]]:
+    """(step, score) pairs of an ``eval/<task>.jsonl`` file, sorted by step. A step scored twice
+    is an error (the scoring command never rescores a checkpoint)."""
+    rows = read_jsonl(path)
+    if not rows:
+        raise FileNotFoundError(f"no evaluations in {path} (missing or empty)")
+    curve: dict[int, float] = {}
+    for row in rows:
+        try:
+            step, score = int(row["step"]), float(row["score"])
+        except (KeyError, TypeError, ValueError) as error:
+            raise ValueError(f"{path}: each line needs numeric 'step' and 'score' ({error})") from None
+        if step in curve:
+            raise ValueError(f"{path}: step {step} evaluated twice")
+        if not math.isfinite(score):
+            raise ValueError(f"{path}: non-finite score at step {step}")
+        curve[step] = score
+    return sorted(curve.items())
+
+
+def summarize_run(test: list[tuple[int, float]], *, budget: int, status: str = "completed",
+                  status_step: int | None = None, fixed_step: int | None = None,
+                  selection: list[tuple[int, float]] | None = None, collapse_fraction: float = 0.5,
+                  train_metrics: list[dict] | None = None) -> RunSummary:
+    """All per-run numbers (module docstring) from the test curve and, optionally, the selection
+    curve and the training log. ``status``/``status_step`` come from train/status.json."""
+    if status not in ("completed", "diverged"):
+        raise ValueError(f"run status {status!r} cannot be scored (only completed or diverged runs)")
+    if not 0 < collapse_fraction < 1:
+        raise ValueError(f"collapse.fraction must be in (0, 1), got {collapse_fraction}")
+    if not test:
+        raise ValueError("empty test curve")
+    diverged = status == "diverged"
+    steps = [s for s, _ in test]
+    scores = np.array([v for _, v in test], dtype=float)
+
+    if fixed_step is None:
+        fixed_step = budget if diverged else steps[-1]
+    fixed = _score_at(test, fixed_step, diverged)
+
+    best_i = int(np.argmax(scores))  # argmax returns the first maximum: ties go to the earliest step
+    selected_step = selected = None
+    if selection:
+        selected_step = selection[int(np.argmax([v for _, v in selection]))][0]
+        selected = _score_at(test, selected_step, diverged)
+
+    collapse_step = _collapse_step(test, collapse_fraction)
+    if diverged:
+        collapse_step = status_step if status_step is not None else steps[-1]
+    dbar, dtail = mismatch_tail(train_metrics or [])
+    return RunSummary(status=status, fixed_step=int(fixed_step), fixed=fixed,
+                      best_step=int(steps[best_i]), best=float(scores[best_i]),
+                      selected_step=selected_step, selected=selected,
+                      auc=auc(test, budget, diverged=diverged, diverged_at=status_step),
+                      peak=float(scores.max()), collapsed=diverged or collapse_step is not None,
+                      collapse_step=collapse_step, dbar=dbar, dtail=dtail)
+
+
+def _score_at(curve: list[tuple[int, float]], step: int, diverged: bool) -> float:
+    for s, v in curve:
+        if s == step:
+            return float(v)
+    if diverged and step > curve[-1][0]:
+        return 0.0
+    raise ValueError(f"step {step} was not evaluated (evaluated: {[s for s, _ in curve]}); "
+                     "eval.fixed_step must be a checkpoint step (a multiple of eval_every)")
+
+
+def budget_curve(curve: list[tuple[int, float]], budget: int, *, diverged: bool = False,
+                 diverged_at: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The curve over the AUC window [first evaluated step, budget] (module docstring): a
+    completed run holds its last score to the budget; a diverged run drops to 0 at the step it
+    diverged at (or right after its last checkpoint when that step is unknown) and stays 0."""
+    steps = [float(s) for s, _ in curve]
+    scores = [float(v) for _, v in curve]
+    if steps[-1] > budget:
+        raise ValueError(f"curve has step {int(steps[-1])} beyond the step budget {budget}")
+    if diverged:
+        # a vertical drop to 0 at the divergence step (np.trapezoid accepts repeated x), then 0
+        drop = float(diverged_at) if diverged_at is not None else steps[-1]
+        drop = min(max(drop, steps[-1]), float(budget))
+        steps += [drop, float(budget)]
+        scores += [0.0, 0.0]
+    elif steps[-1] < budget:
+        steps.append(float(budget))
+        scores.append(scores[-1])
+    return np.array(steps), np.array(scores)
+
+
+def auc(curve: list[tuple[int, float]], budget: int, *, diverged: bool = False,
+        diverged_at: int | None = None) -> float:
+    """Trapezoidal area under the score curve over [first evaluated step, budget], divided by the
+    window's length (so a constant curve at c has AUC c). A single point at the budget: its score."""
+    x, y = budget_curve(curve, budget, diverged=diverged, diverged_at=diverged_at)
+    width = x[-1] - x[0]
+    if width == 0:
+        return float(y[-1])
+    return float(np.trapezoid(y, x) / width)
+
+
+def _collapse_step(curve: list[tuple[int, float]], fraction: float) -> int | None:
+    """First step of the stretch, after the peak, that stays below fraction x peak through the
+    last evaluation; None if the last evaluation is not below (then no such stretch exists)."""
+    scores = [v for _, v in curve]
+    peak_i = int(np.argmax(scores))
+    threshold = fraction * scores[peak_i]
+    if not scores[-1] < threshold:
+        return None
+    first = len(scores) - 1
+    while first - 1 > peak_i and scores[first - 1] < threshold:
+        first -= 1
+    return int(curve[first][0])
+
+
+def mismatch_tail(train_metrics: list[dict]) -> tuple[float, float]:
+    """(d-bar, tail): means of "d/mean_abs" and "d/p99" over the last 10% of steps (NaN if absent)."""
+    if not train_metrics:
+        return math.nan, math.nan
+    rows = sorted(train_metrics, key=lambda row: row["step"])
+    window = rows[-max(1, math.ceil(TAIL_FRACTION * len(rows))):]
+
+    def tail_mean(key: str) -> float:
+        values = [float(row[key]) for row in window if row.get(key) is not None]
+        finite = [v for v in values if math.isfinite(v)]
+        return float(np.mean(finite)) if finite else math.nan
+
+    return tail_mean("d/mean_abs"), tail_mean("d/p99")
+
+
+def test_task(eval_settings: dict) -> str:
+    """The task the scores are reported on: the first of eval.tasks that is not the selection task."""
+    selection = eval_settings.get("selection_task")
+    tasks = [t for t in eval_settings.get("tasks") or [] if t != selection]
+    if not tasks:
+        raise ValueError(f"eval.tasks must name a test task besides the selection task {selection!r}")
+    return tasks[0]
+
+
+def read_run(run_dir: str | Path, config: dict) -> tuple[RunSummary, dict]:
+    """Summarize one run directory (layout in shared/DESIGN.md) under the workflow ``config``;
+    returns the summary and the run's config.json. Errors name the file that is missing or bad."""
+    run_dir = Path(run_dir)
+    for name in ("config.json", "train/status.json"):
+        if not (run_dir / name).exists():
+            raise FileNotFoundError(f"run output missing: {run_dir / name}")
+    run_config = json.loads((run_dir / "config.json").read_text())
+    status = json.loads((run_dir / "train/status.json").read_text())
+    settings = config.get("eval") or {}
+    selection_task = settings.get("selection_task")
+    summary = summarize_run(
+        load_curve(run_dir / "eval" / f"{test_task(settings)}.jsonl"),
+        budget=int(config["steps"]), status=status.get("status"), status_step=status.get("step"),
+        fixed_step=settings.get("fixed_step"),
+        selection=load_curve(run_dir / "eval" / f"{selection_task}.jsonl") if selection_task else None,
+        collapse_fraction=float((config.get("collapse") or {}).get("fraction", 0.5)),
+        train_metrics=read_jsonl(run_dir / "train" / "metrics.jsonl"))
+    return summary, run_config
