@@ -1,0 +1,93 @@
+"""Model checkpoints on disk: a directory holding model.safetensors and config.json.
+
+Writes are atomic (a temp directory beside the target, renamed into place), so a reader
+sees the old checkpoint or the new one, never half of one.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from .model import ModelConfig, TinyMoELM, TinyPolicy
+
+WEIGHTS, CONFIG = "model.safetensors", "config.json"
+
+
+def replace_dir_atomic(directory: str | Path, fill) -> Path:
+    """Build a directory with ``fill(tmp_path)`` in a temp dir beside ``directory``, then swap it in."""
+    directory = Path(directory)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}.tmp-"))
+    try:
+        fill(tmp)
+        if directory.exists():
+            old = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}.old-"))
+            os.replace(directory, old / "x")
+            os.replace(tmp, directory)
+            shutil.rmtree(old)
+        else:
+            os.replace(tmp, directory)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return directory
+
+
+def save_checkpoint(model: TinyMoELM, directory: str | Path, extra: dict | None = None) -> Path:
+    """Write model.safetensors (float32) + config.json (model config, plus ``extra`` keys)."""
+    state = {k: v.detach().float().contiguous() for k, v in model.state_dict().items()}
+    config = {"model": asdict(model.config), "format": "stalebench-tiny", **(extra or {})}
+
+    def fill(tmp: Path) -> None:
+        save_file(state, str(tmp / WEIGHTS))
+        (tmp / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+
+    return replace_dir_atomic(directory, fill)
+
+
+def read_config(directory: str | Path) -> dict:
+    path = Path(directory) / CONFIG
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint config not found: {path}")
+    try:
+        config = json.loads(path.read_text())
+        ModelConfig(**config["model"])
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as error:
+        raise ValueError(f"corrupt checkpoint config {path}: {error}") from None
+    return config
+
+
+def load_state(path: Path) -> dict[str, torch.Tensor]:
+    """A safetensors file, with a clear error naming it when missing or unreadable."""
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint file not found: {path}")
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as error:
+        raise ValueError(f"corrupt checkpoint file {path}: {error}") from None
+
+
+def load_model(directory: str | Path) -> TinyMoELM:
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise FileNotFoundError(f"checkpoint directory not found: {directory}")
+    config = read_config(directory)
+    model = TinyMoELM(ModelConfig(**config["model"]))
+    try:
+        model.load_state_dict(load_state(directory / WEIGHTS))
+    except RuntimeError as error:  # missing/unexpected keys or wrong shapes
+        raise ValueError(f"corrupt checkpoint file {directory / WEIGHTS}: {error}") from None
+    return model
+
+
+def load_policy(directory: str | Path) -> TinyPolicy:
+    """The float32 policy of a checkpoint directory (safetensors only)."""
+    return TinyPolicy(load_model(directory))

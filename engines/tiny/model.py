@@ -1,0 +1,274 @@
+"""A tiny decoder-only language model whose feed-forward block is a mixture of experts.
+
+Pre-LayerNorm transformer: token + position embeddings, ``layers`` blocks of causal
+self-attention and an MoE FFN (``experts`` GELU MLPs, a linear router picking ``top_k`` of
+them per token), a final LayerNorm and an untied output head. The vocabulary is the ten
+digits plus ``<bos>``, ``=`` (end of prompt) and ``<eos>`` (end of answer).
+
+Routing can be replayed (R3, Ma et al. 2025 "rollout routing replay"): the forward then uses
+the given experts instead of its own top-k, with gates = softmax of its own router logits over
+the replayed experts, so gradients still reach the router.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+VOCAB = [str(d) for d in range(10)] + ["<bos>", "=", "<eos>"]
+TOKEN_ID = {token: i for i, token in enumerate(VOCAB)}
+BOS, SEP, EOS = TOKEN_ID["<bos>"], TOKEN_ID["="], TOKEN_ID["<eos>"]
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    width: int = 64
+    layers: int = 2
+    heads: int = 4
+    experts: int = 4
+    top_k: int = 1
+    expert_hidden: int = 128
+    max_positions: int = 32
+    vocab: int = len(VOCAB)
+
+    def __post_init__(self):
+        for name, value in asdict(self).items():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"model config {name} must be a positive integer, got {value!r}")
+        if self.width % self.heads:
+            raise ValueError(f"width ({self.width}) must be divisible by heads ({self.heads})")
+        if self.top_k > self.experts:
+            raise ValueError(f"top_k ({self.top_k}) must be <= experts ({self.experts})")
+        if self.vocab != len(VOCAB):
+            raise ValueError(f"vocab must be {len(VOCAB)} (the digit-sort vocabulary), got {self.vocab}")
+
+
+def encode_prompt(prompt: str) -> list[int]:
+    """"3 1 4" -> [<bos>, 3, 1, 4, =]; anything but space-separated digits is refused."""
+    digits = prompt.split()
+    bad = [d for d in digits if d not in TOKEN_ID or not d.isdigit()]
+    if bad or not digits:
+        raise ValueError(f"prompt must be space-separated digits, got {prompt!r}")
+    return [BOS] + [TOKEN_ID[d] for d in digits] + [SEP]
+
+
+def decode_response(tokens: list[int]) -> str:
+    """Digits up to the first <eos>, space-separated; other special tokens are kept as text
+    so a malformed response never matches an answer."""
+    out = []
+    for token in tokens:
+        if token == EOS:
+            break
+        out.append(VOCAB[token])
+    return " ".join(out)
+
+
+class KVCache:
+    """Per-layer keys and values of the positions processed so far (incremental decoding)."""
+
+    def __init__(self, layers: int):
+        self.keys: list[torch.Tensor | None] = [None] * layers
+        self.values: list[torch.Tensor | None] = [None] * layers
+        self.length = 0
+
+    def extend(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.keys[layer] is not None:
+            k = torch.cat([self.keys[layer], k], dim=2)
+            v = torch.cat([self.values[layer], v], dim=2)
+        self.keys[layer], self.values[layer] = k, v
+        return k, v
+
+
+class Attention(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.heads = config.heads
+        self.qkv = nn.Linear(config.width, 3 * config.width)
+        self.out = nn.Linear(config.width, config.width)
+
+    def forward(self, x: torch.Tensor, cache: KVCache | None, layer: int) -> torch.Tensor:
+        b, t, w = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.heads, w // self.heads).permute(2, 0, 3, 1, 4)
+        # With a cache, the new positions attend to every cached one plus themselves causally;
+        # the engine feeds either a whole prompt into an empty cache or one token at a time.
+        causal = cache is None or cache.length == 0
+        if cache is not None:
+            k, v = cache.extend(layer, k, v)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=causal and t > 1)
+        return self.out(y.transpose(1, 2).reshape(b, t, w))
+
+
+class MoE(nn.Module):
+    """``experts`` GELU MLPs; a linear router picks ``top_k`` per token.
+
+    Gates: top_k = 1 uses the chosen expert's full-softmax probability (Switch Transformer,
+    Fedus et al. 2022) so the router gets a gradient; top_k > 1 uses the softmax of the router
+    logits over the chosen experts (Mixtral). Under replay the chosen experts are the given ones.
+    """
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        e, w, h = config.experts, config.width, config.expert_hidden
+        self.top_k = config.top_k
+        self.router = nn.Linear(w, e, bias=False)
+        self.w1 = nn.Parameter(torch.randn(e, w, h) * w ** -0.5)
+        self.b1 = nn.Parameter(torch.zeros(e, h))
+        self.w2 = nn.Parameter(torch.randn(e, h, w) * h ** -0.5)
+        self.b2 = nn.Parameter(torch.zeros(e, w))
+
+    def forward(self, x: torch.Tensor, replay: torch.Tensor | None):
+        """x [B, T, W]; replay [B, T, k] expert ids or None.
+        Returns (output, used experts [B, T, k], own top-k [B, T, k], load-balancing loss)."""
+        b, t, w = x.shape
+        flat = x.reshape(-1, w)
+        logits = self.router(flat)
+        own = logits.topk(self.top_k, dim=-1).indices
+        chosen = own if replay is None else replay.reshape(-1, self.top_k)
+        if self.top_k == 1:
+            gates = logits.softmax(-1).gather(-1, chosen)
+        else:
+            gates = logits.gather(-1, chosen).softmax(-1)
+        out = torch.zeros_like(flat)
+        for expert in range(self.w1.shape[0]):
+            weight = (gates * (chosen == expert)).sum(-1)
+            rows = (chosen == expert).any(-1).nonzero().squeeze(1)
+            if rows.numel() == 0:
+                continue
+            hidden = F.gelu(flat[rows] @ self.w1[expert] + self.b1[expert])
+            out.index_add_(0, rows, weight[rows, None] * (hidden @ self.w2[expert] + self.b2[expert]))
+        # Switch load-balancing loss: experts x sum_e (fraction routed to e) x (mean router prob of e).
+        fraction = F.one_hot(own[:, 0], self.w1.shape[0]).to(flat.dtype).mean(0)
+        balance = self.w1.shape[0] * (fraction * logits.softmax(-1).mean(0)).sum()
+        return (out.view(b, t, w), chosen.view(b, t, self.top_k), own.view(b, t, self.top_k), balance)
+
+
+class Block(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(config.width)
+        self.attn = Attention(config)
+        self.ln2 = nn.LayerNorm(config.width)
+        self.moe = MoE(config)
+
+
+@dataclass
+class ForwardOutput:
+    logits: torch.Tensor  # [B, T, V]
+    routing: torch.Tensor  # experts used, [B, T, layers, k]
+    own_routing: torch.Tensor  # the model's own top-k, [B, T, layers, k] (== routing without replay)
+    balance_loss: torch.Tensor  # mean over layers of the Switch load-balancing loss
+
+
+class TinyMoELM(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        self.embed = nn.Embedding(config.vocab, config.width)
+        self.position = nn.Embedding(config.max_positions, config.width)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.layers))
+        self.ln_f = nn.LayerNorm(config.width)
+        self.head = nn.Linear(config.width, config.vocab)
+
+    def forward(self, tokens: torch.Tensor, *, cache: KVCache | None = None,
+                replay: torch.Tensor | None = None) -> ForwardOutput:
+        """tokens [B, T]; cache for incremental decoding; replay [B, T, layers, k] routing (R3)."""
+        start = 0 if cache is None else cache.length
+        if start + tokens.shape[1] > self.config.max_positions:
+            raise ValueError(f"sequence of {start + tokens.shape[1]} tokens exceeds max_positions "
+                             f"{self.config.max_positions}")
+        positions = torch.arange(start, start + tokens.shape[1])
+        x = self.embed(tokens) + self.position(positions)
+        used, own, balance = [], [], []
+        for layer, block in enumerate(self.blocks):
+            x = x + block.attn(block.ln1(x), cache, layer)
+            moe_out, chosen, top, bal = block.moe(block.ln2(x), None if replay is None else replay[:, :, layer])
+            x = x + moe_out
+            used.append(chosen)
+            own.append(top)
+            balance.append(bal)
+        if cache is not None:
+            cache.length += tokens.shape[1]
+        return ForwardOutput(self.head(self.ln_f(x)), torch.stack(used, 2), torch.stack(own, 2),
+                             torch.stack(balance).mean())
+
+
+def nucleus(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """Sampling probabilities: softmax(logits / T) restricted to the smallest top-p set, renormalised."""
+    probs = (logits.float() / temperature).softmax(-1)
+    if top_p >= 1.0:
+        return probs
+    sorted_probs, order = probs.sort(-1, descending=True)
+    keep = sorted_probs.cumsum(-1) - sorted_probs < top_p  # the top token is always kept
+    sorted_probs = sorted_probs * keep
+    kept = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
+    return kept / kept.sum(-1, keepdim=True)
+
+
+@dataclass
+class Samples:
+    """What a generation call produced for a batch of prompts of equal length."""
+
+    tokens: torch.Tensor  # [B, P + N] prompt then generated tokens
+    logp_full: torch.Tensor  # [B, N, V] float32 log-probs of the sampling distribution per step
+    routing: torch.Tensor  # [B, P + N - 1, layers, k] experts used at every position fed forward
+
+
+@torch.no_grad()
+def generate(model: TinyMoELM, prompts: torch.Tensor, new_tokens: int, *, temperature: float,
+             top_p: float, generator: torch.Generator, stop_at_eos: bool = False) -> Samples:
+    """Sample ``new_tokens`` tokens after ``prompts`` [B, P] with a KV cache (each position is
+    computed once, so the recorded routing is the routing that produced each sampled token).
+    temperature == 0 is greedy. With ``stop_at_eos`` generation ends early once every row has
+    produced <eos> (what follows an <eos> is never read)."""
+    if temperature < 0 or not 0 < top_p <= 1:
+        raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
+    cache = KVCache(model.config.layers)
+    out = model(prompts, cache=cache)
+    tokens, logps, routing = [prompts], [], [out.routing]
+    done = torch.zeros(prompts.shape[0], dtype=torch.bool)
+    for step in range(new_tokens):
+        last = out.logits[:, -1].float()
+        logps.append(last.log_softmax(-1) if temperature == 0 else
+                     nucleus(last, temperature, top_p).log())
+        if temperature == 0:
+            token = last.argmax(-1, keepdim=True)
+        else:
+            token = torch.multinomial(logps[-1].exp(), 1, generator=generator)
+        tokens.append(token)
+        done |= token[:, 0] == EOS
+        if step == new_tokens - 1 or (stop_at_eos and bool(done.all())):
+            break
+        out = model(token, cache=cache)
+        routing.append(out.routing)
+    return Samples(torch.cat(tokens, 1), torch.stack(logps, 1), torch.cat(routing, 1))
+
+
+class TinyPolicy:
+    """A loaded tiny model that answers digit-sort prompts (the evaluation interface)."""
+
+    def __init__(self, model: TinyMoELM):
+        self.model = model.eval()
+        self.config = model.config
+
+    def generate_text(self, prompts: list[str], *, temperature: float = 1.0, top_p: float = 1.0,
+                      max_new_tokens: int, seed: int) -> list[str]:
+        """Batched completions, deterministic for a seed, greedy when temperature == 0.
+        Generation stops at <eos> or when the model's context (max_positions) is full."""
+        if not prompts:
+            return []
+        encoded = [encode_prompt(p) for p in prompts]
+        out: list[str] = [""] * len(prompts)
+        generator = torch.Generator().manual_seed(int(seed))
+        # Prompts of equal length are generated together (no padding is ever needed).
+        for length in sorted({len(e) for e in encoded}):
+            rows = [i for i, e in enumerate(encoded) if len(e) == length]
+            budget = min(int(max_new_tokens), self.config.max_positions - length)
+            if budget < 1:
+                continue
+            samples = generate(self.model, torch.tensor([encoded[i] for i in rows]), budget,
+                               temperature=temperature, top_p=top_p, generator=generator, stop_at_eos=True)
+            for row, i in enumerate(rows):
+                out[i] = decode_response(samples.tokens[row, length:].tolist())
+        return out
