@@ -1,0 +1,72 @@
+"""Fabricate a small finished grid on disk in the documented run layout (shared/DESIGN.md), with
+known cases: a collapse, a diverged run, a cell whose seeds are all equal, a selection task."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from engines.grid import expand, resolve_run_config, run_dir
+from engines.io import append_jsonl_atomic, write_json_atomic
+
+STEPS, EVAL_EVERY = 20, 5
+COLLAPSED = ("grpo", 8, 0)  # peaks then falls below half its peak and stays there
+DIVERGED = ("grpo", 8, 1)  # non-finite at step 12: training stops, status "diverged"
+DIVERGE_STEP = 12
+EQUAL_CELL = ("sat_grpo", 1)  # every seed has the same curve: degenerate bootstrap
+
+
+def make_config(results_dir, grid: str = "demo", seeds=(0, 1, 2)) -> dict:
+    return {"grid": grid, "results_dir": str(results_dir), "engine": "tiny",
+            "recipes": ["grpo", "sat_grpo", "grpo_r3"], "extra_recipes": {}, "lags": [1, 8],
+            "lag_mode": "interval", "seeds": list(seeds), "steps": STEPS, "eval_every": EVAL_EVERY,
+            "engine_params": {"preset": "demo"},
+            "eval": {"tasks": ["tiny_val", "tiny_test"], "selection_task": "tiny_val", "k": 8,
+                     "temperature": 1.0, "top_p": 1.0, "max_gen_toks": 16, "fixed_step": None,
+                     "seed": 0, "backend": "tiny"},
+            "collapse": {"fraction": 0.5}, "baseline": "grpo"}
+
+
+def scores_of(recipe: str, lag: int, seed: int) -> list[float]:
+    """Scores at steps 5, 10, 15, 20 (before any divergence cut)."""
+    if (recipe, lag, seed) == COLLAPSED:
+        return [0.40, 0.50, 0.20, 0.10]
+    if (recipe, lag) == EQUAL_CELL:
+        return [0.30, 0.35, 0.40, 0.45]
+    rng = np.random.default_rng([len(recipe), lag, seed])
+    base = {"grpo": 0.30, "sat_grpo": 0.30, "grpo_r3": 0.35}[recipe]
+    return [round(float(base + 0.02 * i + rng.uniform(0, 0.05)), 4) for i in range(4)]
+
+
+def make_grid(results_dir, **kwargs) -> dict:
+    """Write every run of the grid; returns the workflow config."""
+    config = make_config(results_dir, **kwargs)
+    for recipe, lag, seed in expand(config):
+        directory = run_dir(config, recipe, lag, seed)
+        write_json_atomic(directory / "config.json", resolve_run_config(config, recipe, lag, seed))
+        diverged = (recipe, lag, seed) == DIVERGED
+        last = DIVERGE_STEP if diverged else STEPS
+        rng = np.random.default_rng([lag, seed, 7])
+        rows = []
+        for step in range(1, last + 1):
+            d = 0.01 * lag * (1 + 0.1 * rng.uniform())
+            nan = diverged and step == last
+            rows.append({"step": step, "realized_lag": 1 + (step - 1) % lag, "policy_version": step - 1,
+                         "reward": math.nan if nan else 0.1 + 0.01 * step, "entropy": 1.0,
+                         "grad_norm": math.nan if nan else 1.0, "loss": math.nan if nan else -0.1,
+                         "d/mean_abs": math.nan if nan else d, "d/p50": d / 2, "d/p90": 2 * d,
+                         "d/p99": math.nan if nan else 4 * d, "d/max": 8 * d})
+        append_jsonl_atomic(directory / "train" / "metrics.jsonl", rows)
+        write_json_atomic(directory / "train" / "status.json",
+                          {"status": "diverged" if diverged else "completed", "step": last,
+                           "message": "non-finite loss" if diverged else ""})
+        scores = scores_of(recipe, lag, seed)
+        eval_steps = [s for s in range(EVAL_EVERY, STEPS + 1, EVAL_EVERY) if s < last or not diverged]
+        for task, shift in (("tiny_test", 0.0), ("tiny_val", 0.01)):
+            # the validation curve peaks one checkpoint earlier than the test curve on purpose
+            val = scores[1:] + scores[-1:] if task == "tiny_val" else scores
+            append_jsonl_atomic(directory / "eval" / f"{task}.jsonl", [
+                {"step": s, "score": round(v + shift, 4), "k": 8, "per_problem": [], "n_problems": 0,
+                 "pass_at_k": v, "maj_at_k": v, "seed": 0, "task": task, "task_version": 1}
+                for s, v in zip(eval_steps, val)])
+    return config
