@@ -1,0 +1,199 @@
+"""Score every not-yet-scored checkpoint of a run on one lm-eval task, in one process.
+
+    python -m eval.score --run-dir DIR --task NAME --settings-json JSON
+
+JSON is the config's eval section: k, temperature, top_p, max_gen_toks, seed, backend
+(tiny|server), server {url, model, ...}, optional data {aime24: path} and problems {task: n}.
+Appends one line per checkpoint to DIR/eval/<task>.jsonl (atomically, in step order):
+{"step", "score" (avg@k), "k", "per_problem" (correct counts out of k, problem order),
+ "n_problems", "pass_at_k", "maj_at_k", "seed", "task", "task_version"}.
+A checkpoint already in the file is never scored again, so a killed run resumes where it stopped.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+# lm-eval and datasets must never reach for the Hub unasked (the cluster nodes are offline too).
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from lm_eval.evaluator import evaluate  # noqa: E402
+from lm_eval.tasks import TaskManager  # noqa: E402
+from lm_eval.tasks._yaml_loader import load_yaml  # noqa: E402
+
+from engines.io import append_jsonl_atomic, read_jsonl  # noqa: E402
+
+TASKS_DIR = Path(__file__).parent / "tasks"
+BACKENDS = ("tiny", "server")
+FILTER = "all_k"  # the filter name in every task YAML
+# Files a checkpoint directory must hold before scoring starts, per back end.
+REQUIRED_FILES = {"tiny": ("model.safetensors", "config.json"), "server": ("config.json",)}
+_STEP_DIR = re.compile(r"^step_(\d+)$")
+
+
+class ScoreError(ValueError):
+    """Bad input to the scorer: reported before any checkpoint is scored."""
+
+
+def check_settings(settings: dict) -> dict:
+    """The eval section with defaults filled in; a clear error naming the key otherwise."""
+    if not isinstance(settings, dict):
+        raise ScoreError(f"eval settings must be a JSON object, got {type(settings).__name__}")
+    out = {"k": 8, "temperature": 1.0, "top_p": 1.0, "max_gen_toks": None, "seed": 0,
+           "backend": "tiny", **settings}
+
+    def need(key, ok, what):
+        value = out[key]
+        if isinstance(value, bool) or not ok(value):
+            raise ScoreError(f"eval.{key} must be {what}, got {value!r}")
+
+    need("k", lambda v: isinstance(v, int) and v >= 1, "an integer >= 1")
+    need("seed", lambda v: isinstance(v, int), "an integer")
+    need("temperature", lambda v: isinstance(v, (int, float)) and v >= 0, "a number >= 0")
+    need("top_p", lambda v: isinstance(v, (int, float)) and 0 < v <= 1, "a number in (0, 1]")
+    need("max_gen_toks", lambda v: v is None or (isinstance(v, int) and v >= 1), "null or an integer >= 1")
+    if out["backend"] not in BACKENDS:
+        raise ScoreError(f"eval.backend must be one of {list(BACKENDS)}, got {out['backend']!r}")
+    if out["backend"] == "server":
+        from eval.server import base_url
+        try:
+            base_url(out.get("server") or {})
+        except ValueError as error:
+            raise ScoreError(str(error)) from None
+    return out
+
+
+def load_task(name: str, settings: dict):
+    """The lm-eval task `name` from eval/tasks/, with k, sampling and data from the settings.
+
+    Loads the dataset, so a missing or empty data file fails here, before any scoring.
+    Returns lm-eval's task dict ({"tasks": {name: Task}, ...}) ready for `evaluate`.
+    """
+    settings = check_settings(settings)
+    metadata = {"data": settings.get("data") or {}, "problems": settings.get("problems") or {}}
+    manager = TaskManager(include_path=str(TASKS_DIR), include_defaults=False, metadata=metadata)
+    if name not in manager.all_subtasks:
+        raise ScoreError(f"unknown eval task {name!r}; tasks in {TASKS_DIR}: {manager.all_subtasks}")
+    config = load_yaml(manager.task_index[name].yaml_path, resolve_func=True)
+    k = settings["k"]
+    generation = dict(config["generation_kwargs"], temperature=float(settings["temperature"]),
+                      top_p=float(settings["top_p"]), do_sample=settings["temperature"] > 0)
+    if settings["max_gen_toks"] is not None:
+        generation["max_gen_toks"] = settings["max_gen_toks"]
+    config.update(repeats=k, generation_kwargs=generation,
+                  filter_list=[{"name": FILTER, "filter": [{"function": "take_first_k", "k": k}]}])
+    return manager.load(config)
+
+
+def checkpoints(run_dir: Path) -> dict[int, Path]:
+    root = Path(run_dir) / "train" / "checkpoints"
+    if not root.is_dir():
+        raise ScoreError(f"no checkpoint directory: {root}")
+    found = {int(m.group(1)): p for p in root.iterdir() if (m := _STEP_DIR.match(p.name)) and p.is_dir()}
+    if not found:
+        raise ScoreError(f"no checkpoints (step_<N>/) under {root}")
+    return dict(sorted(found.items()))
+
+
+def _done_steps(path: Path, task, settings: dict) -> set[int]:
+    """Steps already in the eval file; refuses a file written with other settings."""
+    rows = read_jsonl(path)
+    for row in rows:
+        mine = {"k": settings["k"], "seed": settings["seed"], "task_version": task.VERSION}
+        theirs = {key: row.get(key) for key in mine}
+        if theirs != mine:
+            raise ScoreError(f"{path} was scored with {theirs}, these settings give {mine}: "
+                             "move the file away to rescore")
+    return {int(row["step"]) for row in rows}
+
+
+def _model(settings: dict, checkpoint: Path, server_lm):
+    if settings["backend"] == "tiny":
+        from eval.lm_model import TinyCheckpointLM
+        return TinyCheckpointLM(checkpoint=str(checkpoint), seed=settings["seed"],
+                                batch_size=settings.get("batch_size", 512))
+    from eval.server import load_checkpoint
+    server = settings["server"]
+    if server.get("swap_weights", True):
+        load_checkpoint(server, str(checkpoint), attempts=int(server.get("max_retries", 3)))
+    return server_lm
+
+
+def _server_lm(settings: dict):
+    from eval.server import SeededCompletionsLM, base_url
+    server = settings["server"]
+    return SeededCompletionsLM(
+        base_url=base_url(server) + "/v1/completions", model=server.get("model") or "policy",
+        seed=settings["seed"], num_concurrent=int(server.get("concurrency", 1)),
+        max_retries=int(server.get("max_retries", 3)), timeout=int(server.get("timeout", 3600)),
+        max_length=int(server.get("max_length", 40960)))
+
+
+def score_checkpoint(lm, task_dict: dict, name: str, step: int, settings: dict) -> dict:
+    """One eval line: lm-eval's aggregated metrics and per-problem correct counts."""
+    out = evaluate(lm=lm, task_dict=task_dict, bootstrap_iters=0, log_samples=True, verbosity="WARNING")
+    metrics = out["results"][name]
+    samples = sorted(out["samples"][name], key=lambda s: s["doc_id"])
+    task = task_dict["tasks"][name]
+    return {"step": step, "score": metrics[f"avg_at_k,{FILTER}"], "k": settings["k"],
+            "per_problem": [int(s["n_correct"]) for s in samples], "n_problems": len(samples),
+            "pass_at_k": metrics[f"pass_at_k,{FILTER}"], "maj_at_k": metrics[f"maj_at_k,{FILTER}"],
+            "seed": settings["seed"], "task": name, "task_version": task.VERSION}
+
+
+def score_run(run_dir: str | Path, task_name: str, settings: dict, *, log=None) -> list[dict]:
+    """Score the run's unscored checkpoints on `task_name`; returns the new lines (step order)."""
+    settings = check_settings(settings)
+    run_dir = Path(run_dir)
+    found = checkpoints(run_dir)
+    task_dict = load_task(task_name, settings)
+    out_path = run_dir / "eval" / f"{task_name}.jsonl"
+    done = _done_steps(out_path, task_dict["tasks"][task_name], settings)
+    pending = {step: path for step, path in found.items() if step not in done}
+    for path in pending.values():  # every checkpoint is checked before the first is scored
+        for name in REQUIRED_FILES[settings["backend"]]:
+            if not (path / name).is_file():
+                raise ScoreError(f"incomplete checkpoint: {path / name} is missing")
+    server_lm = _server_lm(settings) if settings["backend"] == "server" and pending else None
+    rows = []
+    for step, path in pending.items():
+        start = time.perf_counter()
+        row = score_checkpoint(_model(settings, path, server_lm), task_dict, task_name, step, settings)
+        append_jsonl_atomic(out_path, [row])
+        rows.append(row)
+        if log:
+            log(f"{task_name} step {step}: avg@{row['k']} {row['score']:.4f} "
+                f"({time.perf_counter() - start:.2f} s)")
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m eval.score", description=__doc__.split("\n")[0])
+    parser.add_argument("--run-dir", required=True)
+    parser.add_argument("--task", required=True)
+    parser.add_argument("--settings-json", required=True, help="the config's eval section, as JSON")
+    args = parser.parse_args(argv)
+    try:
+        settings = json.loads(args.settings_json)
+    except json.JSONDecodeError as error:
+        parser.error(f"--settings-json is not valid JSON: {error}")
+    from eval.server import ServerError
+    start = time.perf_counter()
+    try:
+        rows = score_run(args.run_dir, args.task, settings, log=lambda m: print(m, file=sys.stderr))
+    except (ValueError, OSError, ServerError) as error:  # bad input: one clear line, no traceback
+        print(f"eval.score: error: {error}", file=sys.stderr)
+        return 2
+    print(f"eval.score: {len(rows)} checkpoint(s) of {args.run_dir} scored on {args.task} "
+          f"in {time.perf_counter() - start:.2f} s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

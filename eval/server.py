@@ -1,0 +1,114 @@
+"""Cluster back end: checkpoints served by SGLang, scored through lm-eval's OpenAI-completions client.
+
+- `launch_command(server, checkpoint)`: the SGLang launch command, generated from the config's
+  eval.server section.
+- `SeededCompletionsLM` (`--model stalebench-completions`): lm-eval's `local-completions` with a
+  DIFFERENT seed for every sample. Stock local-completions sends one fixed seed with every
+  request, so the k repeats of a problem against a seed-honouring server would be identical
+  and avg@k would silently become avg@1.
+- `load_checkpoint(server, checkpoint)`: swap the served weights (SGLang /update_weights_from_disk),
+  so one server scores every checkpoint of a run.
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import shlex
+import time
+from collections import Counter
+from urllib.parse import urlsplit
+
+import aiohttp
+import numpy as np
+import requests
+from lm_eval.api.registry import register_model
+from lm_eval.models.openai_completions import LocalCompletionsAPI
+
+# Errors that mean "the server did not answer" (sync path: requests; concurrent path: aiohttp).
+NETWORK_ERRORS = (requests.exceptions.RequestException, aiohttp.ClientError, asyncio.TimeoutError)
+
+
+class ServerError(RuntimeError):
+    """The evaluation server could not be reached or refused a request."""
+
+
+def base_url(server: dict) -> str:
+    url = server.get("url")
+    if not url:
+        raise ValueError("eval.server.url is required for backend 'server'")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"eval.server.url must look like http://host:port, got {url!r}")
+    return url.rstrip("/").removesuffix("/v1/completions").removesuffix("/v1")
+
+
+def launch_command(server: dict, checkpoint: str) -> list[str]:
+    """`python -m sglang.launch_server ...` serving `checkpoint` at eval.server.url.
+
+    Keys of eval.server: url, model (served name), tp (tensor parallel, default 1),
+    mem_fraction (optional), random_seed (optional), extra_args (list of further flags).
+    """
+    parts = urlsplit(base_url(server))
+    command = ["python3", "-m", "sglang.launch_server",
+               "--model-path", str(checkpoint),
+               "--served-model-name", str(server.get("model") or "policy"),
+               "--host", parts.hostname, "--port", str(parts.port or 80),
+               "--tp-size", str(int(server.get("tp", 1)))]
+    if server.get("mem_fraction") is not None:
+        command += ["--mem-fraction-static", str(float(server["mem_fraction"]))]
+    if server.get("random_seed") is not None:
+        command += ["--random-seed", str(int(server["random_seed"]))]
+    return command + [str(arg) for arg in server.get("extra_args", [])]
+
+
+def launch_command_text(server: dict, checkpoint: str) -> str:
+    return shlex.join(launch_command(server, checkpoint))
+
+
+def load_checkpoint(server: dict, checkpoint: str, *, attempts: int = 3, timeout: float = 600.0) -> None:
+    """Ask the running SGLang server to serve `checkpoint` (POST /update_weights_from_disk).
+
+    Retries `attempts` times with a growing pause (1, 2, 4... s), then raises naming the URL."""
+    url = base_url(server) + "/update_weights_from_disk"
+    for attempt in range(1, attempts + 1):
+        try:
+            response = requests.post(url, json={"model_path": str(checkpoint)}, timeout=timeout)
+            break
+        except NETWORK_ERRORS as error:
+            if attempt == attempts:
+                raise ServerError(f"evaluation server unreachable at {url} after {attempts} "
+                                  f"attempts: {error!r}") from error
+            time.sleep(2 ** (attempt - 1))
+    if not response.ok or response.json().get("success") is False:
+        raise ServerError(f"{url} refused to load {checkpoint}: HTTP {response.status_code} {response.text[:300]}")
+
+
+def sample_seed(seed: int, doc_id: int, repeat: int) -> int:
+    """The seed of sample `repeat` of problem `doc_id`: distinct per sample, fixed by the config seed."""
+    return int(np.random.SeedSequence([seed, doc_id, repeat]).generate_state(1)[0])
+
+
+@register_model("stalebench-completions")
+class SeededCompletionsLM(LocalCompletionsAPI):
+    """local-completions, one seed per sample; a dead server raises ServerError naming its URL."""
+
+    def __init__(self, base_url=None, tokenizer_backend="none", tokenized_requests=False, **kwargs):
+        super().__init__(base_url=base_url, tokenizer_backend=tokenizer_backend,
+                         tokenized_requests=tokenized_requests, **kwargs)
+
+    def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
+        # lm-eval passes the k repeats of a problem as the same Instance k times in a row.
+        repeat_of: Counter = Counter()
+        seeded = []
+        for request in requests:
+            repeat = repeat_of[id(request)]
+            repeat_of[id(request)] += 1
+            context, gen_kwargs = request.args[:2]
+            # A seed inside gen_kwargs overrides the fixed one in the request payload.
+            gen_kwargs = {**gen_kwargs, "seed": sample_seed(self._seed, request.doc_id, repeat)}
+            seeded.append(dataclasses.replace(request, arguments=(context, gen_kwargs, *request.args[2:])))
+        try:
+            return super().generate_until(seeded, disable_tqdm=disable_tqdm)
+        except NETWORK_ERRORS as error:
+            raise ServerError(f"evaluation server unreachable at {self.base_url} after "
+                              f"{self.max_retries} attempts: {error!r}") from error
