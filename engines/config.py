@@ -1,0 +1,187 @@
+"""Load and check a workflow config before any job runs.
+
+Two layers: the JSON schema (workflow/schemas/config.schema.yaml: types, ranges, required keys,
+defaults) and the checks a schema cannot express (recipe and eval-task names exist, the baseline
+is in the grid, the fixed step is an evaluated step). Every error names the config key, e.g.
+``config key 'lags[1]': 0 is less than the minimum of 1``.
+"""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+from stabilizers import load_recipes
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
+TASKS_DIR = ROOT / "eval" / "tasks"
+RULES = ("warmstart", "train", "evaluate", "aggregate", "track")
+
+# Job resources per engine and rule; config `resources` overrides them key by key. Tiny jobs are
+# single-threaded CPU work; slime jobs are GPU jobs on a SLURM partition (the paper trained on
+# 8 x H200 per run: shared/reference/methods.md), evaluation serves one checkpoint on one node.
+DEFAULT_RESOURCES = {
+    "tiny": {
+        "warmstart": {"threads": 1, "mem_mb": 1000},
+        "train": {"threads": 1, "mem_mb": 1000},
+        "evaluate": {"threads": 1, "mem_mb": 1000},
+        "aggregate": {"threads": 1, "mem_mb": 2000},
+        "track": {"threads": 1, "mem_mb": 2000},
+    },
+    "slime": {
+        "warmstart": {"threads": 1, "mem_mb": 1000},
+        "train": {"threads": 32, "mem_mb": 512000, "gpu": 8, "runtime": 4320},
+        "evaluate": {"threads": 16, "mem_mb": 256000, "gpu": 8, "runtime": 240},
+        "aggregate": {"threads": 1, "mem_mb": 4000, "runtime": 60},
+        "track": {"threads": 1, "mem_mb": 4000, "runtime": 60},
+    },
+}
+
+
+class ConfigError(ValueError):
+    """A workflow config that must not run; the message names every offending key."""
+
+
+def key_path(path) -> str:
+    """['lags', 1] -> 'lags[1]'; ['eval', 'k'] -> 'eval.k'."""
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def _with_defaults(validator_class):
+    """A validator that also fills schema defaults into the instance (jsonschema's documented recipe)."""
+    validate_properties = validator_class.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for name, subschema in properties.items():
+                if "default" in subschema:
+                    instance.setdefault(name, copy.deepcopy(subschema["default"]))
+        yield from validate_properties(validator, properties, instance, schema)
+
+    return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
+
+
+_Validator = _with_defaults(jsonschema.Draft202012Validator)
+
+
+def _schema_errors(config: dict) -> list[str]:
+    schema = yaml.safe_load(SCHEMA.read_text())
+    messages = []
+    for error in sorted(_Validator(schema).iter_errors(config), key=lambda e: list(map(str, e.absolute_path))):
+        path = list(error.absolute_path)
+        if error.validator == "required":
+            missing = [name for name in error.validator_value if name not in error.instance]
+            messages += [f"config key {key_path(path + [name])!r}: missing (required)" for name in missing]
+            continue
+        if error.validator == "additionalProperties":
+            allowed = sorted(error.schema.get("properties", {}))
+            for name in sorted(set(error.instance) - set(allowed)):
+                messages.append(f"config key {key_path(path + [name])!r}: unknown key"
+                                + (f"; allowed: {', '.join(allowed)}" if allowed else ""))
+            continue
+        messages.append(f"config key {key_path(path) or '<root>'!r}: {error.message}")
+    return messages
+
+
+class _TaskYamlLoader(yaml.SafeLoader):
+    """Safe YAML that tolerates lm-eval's `!function` tag (irrelevant to a task's name)."""
+
+
+_TaskYamlLoader.add_constructor("!function", lambda loader, node: None)
+
+
+def available_tasks(tasks_dir: str | Path = TASKS_DIR) -> set[str]:
+    """Task names declared by the lm-eval task YAMLs under ``tasks_dir`` (their ``task:`` key).
+    Read directly rather than through lm-eval's TaskManager: the same answer in milliseconds,
+    and the workflow need not import lm-eval to start."""
+    names = set()
+    for path in sorted(Path(tasks_dir).glob("**/*.yaml")):
+        spec = yaml.load(path.read_text(), Loader=_TaskYamlLoader)  # noqa: S506 - a SafeLoader subclass
+        if isinstance(spec, dict) and isinstance(spec.get("task"), str):
+            names.add(spec["task"])
+    return names
+
+
+def _semantic_errors(config: dict, tasks_dir: Path) -> list[str]:
+    messages = []
+    try:
+        recipes = load_recipes(extra=config.get("extra_recipes") or {})
+    except (KeyError, ValueError, FileNotFoundError) as error:
+        return [f"config key 'extra_recipes': {error.args[0]}"]
+    for i, name in enumerate(config["recipes"]):
+        if name not in recipes:
+            messages.append(f"config key 'recipes[{i}]': unknown recipe {name!r}; "
+                            f"available: {', '.join(sorted(recipes))}")
+    if config["baseline"] not in config["recipes"]:
+        messages.append(f"config key 'baseline': {config['baseline']!r} is not one of the grid's recipes "
+                        f"{config['recipes']}")
+    tasks = available_tasks(tasks_dir)
+    wanted = [(f"eval.tasks[{i}]", name) for i, name in enumerate(config["eval"]["tasks"])]
+    if config["eval"].get("selection_task") is not None:
+        wanted.append(("eval.selection_task", config["eval"]["selection_task"]))
+    for key, name in wanted:
+        if name not in tasks:
+            messages.append(f"config key {key!r}: unknown eval task {name!r}; "
+                            f"tasks in {tasks_dir}: {', '.join(sorted(tasks)) or 'none'}")
+    fixed = config["eval"].get("fixed_step")
+    if fixed is not None and (fixed > config["steps"] or (fixed % config["eval_every"] and fixed != config["steps"])):
+        messages.append(f"config key 'eval.fixed_step': {fixed} is not an evaluated step "
+                        f"(a multiple of eval_every={config['eval_every']} up to steps={config['steps']}, or steps)")
+    return messages
+
+
+def validate(config: dict, *, tasks_dir: str | Path = TASKS_DIR) -> dict:
+    """A checked copy of ``config`` with the schema's defaults filled in; raises ConfigError
+    listing every problem, each naming its key."""
+    config = copy.deepcopy(dict(config))
+    messages = _schema_errors(config)
+    if not messages:  # the semantic checks assume the shapes the schema guarantees
+        messages = _semantic_errors(config, Path(tasks_dir))
+    if messages:
+        raise ConfigError("invalid workflow config:\n  " + "\n  ".join(messages))
+    return config
+
+
+def retype_cli_values(value):
+    """Snakemake reads a list or mapping given with ``-C`` (``lags=[1,8]``) through YAML's
+    BaseLoader, which leaves every leaf a string ('1', 'null'); read each leaf string as a YAML
+    scalar again so that ``-C lags=[1,8]`` means integers, as it would in a config file."""
+    if isinstance(value, dict):
+        return {key: retype_cli_values(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [retype_cli_values(item) for item in value]
+    if isinstance(value, str):
+        try:
+            return yaml.safe_load(value) if value else value
+        except yaml.YAMLError:
+            return value
+    return value
+
+
+def load(path: str | Path, overrides: dict | None = None, **kwargs) -> dict:
+    """Read a YAML config, apply top-level ``overrides``, validate (see ``validate``)."""
+    path = Path(path)
+    try:
+        config = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    if not isinstance(config, dict):
+        raise ConfigError(f"config file {path}: expected a mapping at the top level")
+    return validate({**config, **(overrides or {})}, **kwargs)
+
+
+def rule_resources(config: dict, rule: str) -> dict:
+    """Resources of ``rule``'s jobs, threads included: the engine's defaults updated by
+    config['resources'][rule]."""
+    return {**DEFAULT_RESOURCES[config["engine"]][rule], **(config.get("resources") or {}).get(rule, {})}
+
+
+def job_resources(config: dict, rule: str) -> dict:
+    """``rule_resources`` without threads, for a rule's ``resources:`` (threads go to ``threads:``)."""
+    return {key: value for key, value in rule_resources(config, rule).items() if key != "threads"}

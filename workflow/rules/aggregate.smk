@@ -1,0 +1,28 @@
+# Aggregation: statistics over seeds per cell (recipe x lag), tables and plots (eval.aggregate).
+# They are in Snakemake's HTML report too: snakemake --report results/<grid>/report.html
+
+
+rule aggregate:
+    input:
+        status=expand(f"{RUN}/train/status.json", zip, **RUN_WILDCARDS),
+        scores=[path for task in TASKS for path in expand(f"{RUN}/eval/{task}.jsonl", zip, **RUN_WILDCARDS)],
+    output:
+        table=report(f"{GRID}/table.md", category="Tables"),
+        csv=report(f"{GRID}/table.csv", category="Tables"),
+        tex=f"{GRID}/table.tex",
+        summary=f"{GRID}/summary.json",
+        curves=report(f"{GRID}/curves.png", category="Plots"),
+        mismatch=report(f"{GRID}/mismatch.png", category="Plots"),
+        collapse=report(f"{GRID}/collapse.png", category="Plots"),
+    params:
+        config=CONFIG_JSON,
+        out=lambda wildcards, output: os.path.dirname(output.table),
+    log:
+        f"{LOGS}/aggregate.log",
+    conda:
+        "../../envs/stalebench-cpu.yaml"
+    threads: rule_resources(CONFIG, "aggregate")["threads"]
+    resources:
+        **job_resources(CONFIG, "aggregate"),
+    shell:
+        "python -m eval.aggregate --config-json {params.config:q} --out {params.out:q} > {log:q} 2>&1"

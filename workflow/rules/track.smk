@@ -1,0 +1,21 @@
+# MLflow: the single writer, last. Files are the source of truth; running it again updates the
+# experiment's runs (keyed by run key) and never duplicates them.
+
+
+rule track:
+    input:
+        rules.aggregate.output,
+    output:
+        f"{GRID}/mlflow.json",
+    params:
+        config=CONFIG_JSON,
+        grid_dir=lambda wildcards, output: os.path.dirname(output[0]),
+    log:
+        f"{LOGS}/track.log",
+    conda:
+        "../../envs/stalebench-cpu.yaml"
+    threads: rule_resources(CONFIG, "track")["threads"]
+    resources:
+        **job_resources(CONFIG, "track"),
+    shell:
+        "python -m eval.track --config-json {params.config:q} --grid-dir {params.grid_dir:q} > {log:q} 2>&1"
