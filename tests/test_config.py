@@ -1,0 +1,160 @@
+"""engines.config: the workflow config is checked against the schema and the names it refers to."""
+from __future__ import annotations
+
+import copy
+
+import jsonschema
+import pytest
+import yaml
+
+from engines.config import (DEFAULT_RESOURCES, RULES, SCHEMA, TASKS_DIR, ConfigError, available_tasks, job_resources,
+                            key_path, load, retype_cli_values, rule_resources, validate)
+from stabilizers import load_recipes
+
+DEMO = yaml.safe_load(open("config.yaml"))
+
+
+def demo(**changes) -> dict:
+    config = copy.deepcopy(DEMO)
+    config.update(changes)
+    return config
+
+
+def rejected(config: dict) -> str:
+    with pytest.raises(ConfigError) as info:
+        validate(config)
+    return str(info.value)
+
+
+def test_schema_is_a_valid_json_schema():
+    jsonschema.Draft202012Validator.check_schema(yaml.safe_load(SCHEMA.read_text()))
+
+
+def test_demo_config_is_valid_and_has_the_required_grid():
+    config = load("config.yaml")
+    assert config["engine"] == "tiny"
+    assert {"grpo", "gspo", "dppo", "sat_grpo", "sat_gspo", "grpo_mu", "grpo_dualclip"} <= set(config["recipes"])
+    recipes = load_recipes()
+    assert any(recipes[name].routing_replay for name in config["recipes"]), "an R3 recipe"
+    assert config["lags"] == [1, 8] and len(config["seeds"]) >= 3
+    assert config["baseline"] in config["recipes"]
+
+
+def test_defaults_are_filled_and_the_input_is_not_changed():
+    config = demo()
+    del config["results_dir"], config["lag_mode"], config["collapse"]
+    config["eval"] = {"tasks": ["tiny_test"]}
+    before = copy.deepcopy(config)
+    out = validate(config)
+    assert config == before
+    assert out["results_dir"] == "results" and out["lag_mode"] == "interval"
+    assert out["collapse"] == {"fraction": 0.5}
+    assert out["eval"]["k"] == 8 and out["eval"]["selection_task"] is None and out["eval"]["fixed_step"] is None
+    assert out["extra_recipes"] == {} and out["resources"] == {}
+
+
+@pytest.mark.parametrize(("change", "key", "words"), [
+    ({"recipes": ["grpo", "no_such_recipe"]}, "recipes[1]", "unknown recipe 'no_such_recipe'"),
+    ({"lags": [1, 0]}, "lags[1]", "less than the minimum of 1"),
+    ({"lags": [1, 2.5]}, "lags[1]", "not of type 'integer'"),
+    ({"lags": [1, "8"]}, "lags[1]", "not of type 'integer'"),
+    ({"lags": []}, "lags", "non-empty"),
+    ({"seeds": []}, "seeds", "non-empty"),
+    ({"seeds": [0, 0]}, "seeds", "non-unique"),
+    ({"collapse": {"fraction": 0}}, "collapse.fraction", "less than or equal to the minimum of 0"),
+    ({"collapse": {"fraction": 1}}, "collapse.fraction", "greater than or equal to the maximum of 1"),
+    ({"collapse": {"fraction": 1.5}}, "collapse.fraction", "greater than or equal to the maximum of 1"),
+    ({"eval": {"tasks": ["tiny_test", "no_such_task"]}}, "eval.tasks[1]", "unknown eval task 'no_such_task'"),
+    ({"eval": {"tasks": ["tiny_test"], "selection_task": "nope"}}, "eval.selection_task", "unknown eval task"),
+    ({"eval": {"tasks": []}}, "eval.tasks", "non-empty"),
+    ({"baseline": "gspo_tis"}, "baseline", "not one of the grid's recipes"),
+    ({"engine": "verl"}, "engine", "is not one of"),
+    ({"lag_mode": "sometimes"}, "lag_mode", "is not one of"),
+    ({"steps": 0}, "steps", "less than the minimum of 1"),
+    ({"grid": "a/b"}, "grid", "does not match"),
+    ({"typo_key": 1}, "typo_key", "unknown key"),
+    ({"eval": {"tasks": ["tiny_test"], "kk": 8}}, "eval.kk", "unknown key"),
+    ({"eval": {"tasks": ["tiny_test"], "fixed_step": 30}}, "eval.fixed_step", "not an evaluated step"),
+    ({"eval": {"tasks": ["tiny_test"], "fixed_step": 400}}, "eval.fixed_step", "not an evaluated step"),
+    ({"resources": {"train": {"gpus": 8}}}, "resources.train.gpus", "unknown key"),
+    ({"resources": {"trian": {"gpu": 8}}}, "resources.trian", "unknown key"),
+    ({"extra_recipes": {"mine": {"loss": "no_such_loss"}}}, "extra_recipes", "no_such_loss"),
+    ({"extra_recipes": {"grpo": {"loss": "grpo"}}}, "extra_recipes", "again in the config"),
+])
+def test_bad_config_is_rejected_naming_the_key(change, key, words):
+    message = rejected(demo(**change))
+    assert f"config key {key!r}" in message
+    assert words in message
+
+
+def test_missing_required_keys_are_named():
+    config = demo()
+    del config["seeds"], config["baseline"]
+    message = rejected(config)
+    assert "config key 'seeds': missing" in message and "config key 'baseline': missing" in message
+
+
+def test_every_problem_is_reported_at_once():
+    message = rejected(demo(lags=[0], seeds=[], collapse={"fraction": 2}))
+    assert all(f"config key {key!r}" in message for key in ("lags[0]", "seeds", "collapse.fraction"))
+
+
+def test_a_config_recipe_can_join_the_grid():
+    extra = {"grpo_wide": {"loss": "grpo", "params": {"eps_low": 0.3, "eps_high": 0.3}}}
+    config = validate(demo(recipes=["grpo", "grpo_wide"], extra_recipes=extra))
+    assert config["extra_recipes"] == extra
+
+
+def test_fixed_step_on_an_evaluated_step_is_accepted():
+    for step in (25, 300):
+        assert validate(demo(eval={**DEMO["eval"], "fixed_step": step}))["eval"]["fixed_step"] == step
+
+
+def test_task_names_agree_with_lm_eval():
+    from lm_eval.tasks import TaskManager
+
+    manager = TaskManager(include_path=str(TASKS_DIR), include_defaults=False)
+    assert available_tasks() == set(manager.all_subtasks)
+    assert {"aime24_avg8", "tiny_val", "tiny_test"} <= available_tasks()
+
+
+def test_task_names_come_from_the_yaml_task_key(tmp_path):
+    (tmp_path / "a.yaml").write_text("task: alpha\nprocess_results: !function utils.f\n")
+    (tmp_path / "_template.yaml").write_text("output_type: generate_until\n")
+    assert available_tasks(tmp_path) == {"alpha"}
+    with pytest.raises(ConfigError, match="config key 'eval.tasks\\[0\\]': unknown eval task 'tiny_test'"):
+        validate(demo(), tasks_dir=tmp_path)
+
+
+def test_key_path():
+    assert key_path(["lags", 1]) == "lags[1]"
+    assert key_path(["eval", "tasks", 0]) == "eval.tasks[0]"
+    assert key_path([]) == ""
+
+
+def test_cli_values_get_their_yaml_types_back():
+    # What snakemake's -C gives for `lags=[1,8]`, `eval={selection_task: null, k: 4}`, `grid=demo`.
+    given = {"lags": ["1", "8"], "eval": {"selection_task": "null", "k": "4", "top_p": "0.9"}, "grid": "demo",
+             "recipes": ["grpo", "sat_gspo"], "steps": 20}
+    assert retype_cli_values(given) == {"lags": [1, 8], "eval": {"selection_task": None, "k": 4, "top_p": 0.9},
+                                        "grid": "demo", "recipes": ["grpo", "sat_gspo"], "steps": 20}
+
+
+def test_load_applies_overrides_and_names_a_missing_file(tmp_path):
+    assert load("config.yaml", {"seeds": [7]})["seeds"] == [7]
+    with pytest.raises(ConfigError, match="config file not found"):
+        load(tmp_path / "absent.yaml")
+    (tmp_path / "list.yaml").write_text("- 1\n")
+    with pytest.raises(ConfigError, match="expected a mapping"):
+        load(tmp_path / "list.yaml")
+
+
+def test_resources_per_engine_and_overrides():
+    tiny, slime = validate(demo()), validate(demo(engine="slime"))
+    assert set(DEFAULT_RESOURCES["tiny"]) == set(DEFAULT_RESOURCES["slime"]) == set(RULES)
+    assert "gpu" not in rule_resources(tiny, "train")
+    assert rule_resources(slime, "train")["gpu"] >= 1 and "threads" not in job_resources(slime, "train")
+    custom = validate(demo(engine="slime", resources={"train": {"gpu": 4, "slurm_partition": "h200"}}))
+    assert job_resources(custom, "train")["gpu"] == 4
+    assert job_resources(custom, "train")["slurm_partition"] == "h200"
+    assert job_resources(custom, "train")["runtime"] == DEFAULT_RESOURCES["slime"]["train"]["runtime"]
