@@ -1,0 +1,84 @@
+"""Engine parameters of the tiny engine: two presets and their overrides.
+
+``engine_params = {"preset": "demo" | "llm-regime", <knob>: value, ...}``; any knob below may be
+overridden, an unknown key is an error. Measured behaviour of each preset: engines/tiny/README.md.
+
+demo        the prototype's regime (shared/notes/embedded-prototype.md): lr 5e-4, 16 prompts x 8
+            samples, 2 Adam minibatches per step. |d| grows fast with lag, so fixed-clip GRPO
+            degrades at lag 8. SAT's quantile q sits above log(1 + eps_high): SAT ~ PPO here.
+llm-regime  a lower-entropy policy (longer warm start) and a smaller learning rate, so that mean
+            |d| at lag 1 is ~0.005-0.02 with a heavy tail, like the paper's d-bar column, and
+            SAT's gate binds (q below log(1 + eps_high)).
+"""
+from __future__ import annotations
+
+MODEL_KNOBS = ("width", "layers", "heads", "experts", "top_k", "expert_hidden")
+WARMSTART_KNOBS = ("warmstart_steps", "warmstart_lr", "warmstart_batch", "warmstart_seed")
+
+DEMO = {
+    # model (the prototype's size, FFN as 4 experts)
+    "width": 64, "layers": 2, "heads": 4, "experts": 4, "top_k": 1, "expert_hidden": 128,
+    # supervised warm start that makes the base model
+    "warmstart_steps": 100, "warmstart_lr": 1e-3, "warmstart_batch": 128, "warmstart_seed": 0,
+    # RL
+    "lr": 5e-4, "prompts_per_step": 16, "samples_per_step": 8, "minibatches": 2,
+    "adam_betas": [0.9, 0.999], "max_grad_norm": None, "kl_coef": 0.0,
+    "reward": "partial", "temperature": 1.0, "rollout_dtype": "bfloat16",
+    "progress_every": 50,
+}
+
+PRESETS = {
+    "demo": DEMO,
+    "llm-regime": {**DEMO, "warmstart_steps": 300, "lr": 1e-4, "temperature": 0.7},
+}
+
+
+def resolve_engine_params(engine_params: dict | None) -> dict:
+    """The preset's knobs updated by the overrides; unknown keys or bad values raise ValueError."""
+    params = dict(engine_params or {})
+    preset = params.pop("preset", "demo")
+    if preset not in PRESETS:
+        raise ValueError(f"engine_params.preset = {preset!r}; expected one of {sorted(PRESETS)}")
+    unknown = sorted(set(params) - set(PRESETS[preset]))
+    if unknown:
+        raise ValueError(f"engine_params has unknown key(s) {unknown}; known: {sorted(PRESETS[preset])}")
+    resolved = {"preset": preset, **PRESETS[preset], **params}
+    _check(resolved)
+    return resolved
+
+
+def _check(p: dict) -> None:
+    positive_ints = MODEL_KNOBS + ("warmstart_steps", "warmstart_batch", "prompts_per_step",
+                                   "samples_per_step", "minibatches", "progress_every")
+    for key in positive_ints:
+        if isinstance(p[key], bool) or not isinstance(p[key], int) or p[key] < 1:
+            raise ValueError(f"engine_params.{key} must be a positive integer, got {p[key]!r}")
+    for key in ("lr", "warmstart_lr", "temperature"):
+        if not isinstance(p[key], (int, float)) or not p[key] > 0:
+            raise ValueError(f"engine_params.{key} must be a positive number, got {p[key]!r}")
+    if not isinstance(p["kl_coef"], (int, float)) or p["kl_coef"] < 0:
+        raise ValueError(f"engine_params.kl_coef must be a number >= 0, got {p['kl_coef']!r}")
+    if p["max_grad_norm"] is not None and not (isinstance(p["max_grad_norm"], (int, float)) and p["max_grad_norm"] > 0):
+        raise ValueError(f"engine_params.max_grad_norm must be null or > 0, got {p['max_grad_norm']!r}")
+    if p["reward"] not in ("exact", "partial"):
+        raise ValueError(f"engine_params.reward must be 'exact' or 'partial', got {p['reward']!r}")
+    if p["rollout_dtype"] not in ("bfloat16", "float32"):
+        raise ValueError(f"engine_params.rollout_dtype must be 'bfloat16' or 'float32', got {p['rollout_dtype']!r}")
+    if p["top_k"] > p["experts"]:
+        raise ValueError(f"engine_params.top_k ({p['top_k']}) must be <= experts ({p['experts']})")
+    betas = p["adam_betas"]
+    if not (isinstance(betas, (list, tuple)) and len(betas) == 2 and all(0 <= b < 1 for b in betas)):
+        raise ValueError(f"engine_params.adam_betas must be two numbers in [0, 1), got {betas!r}")
+    if p["samples_per_step"] < 2:
+        raise ValueError("engine_params.samples_per_step must be >= 2 (group-normalised advantages)")
+    if (p["prompts_per_step"] * p["samples_per_step"]) % p["minibatches"]:
+        raise ValueError("engine_params.minibatches must divide prompts_per_step x samples_per_step")
+
+
+def model_knobs(params: dict) -> dict:
+    return {k: params[k] for k in MODEL_KNOBS}
+
+
+def warmstart_knobs(params: dict) -> dict:
+    """What determines the base model: a base is reused only when these are equal."""
+    return {k: params[k] for k in MODEL_KNOBS + WARMSTART_KNOBS}

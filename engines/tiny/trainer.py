@@ -1,0 +1,323 @@
+"""The tiny engine's RL loop: lagged bf16 rollouts, an fp32 trainer, resumable bit for bit.
+
+One trainer step s (1-based), as in an asynchronous system with one batch in flight:
+  1. the rollout engine generates the batch of step s + 1 (with the weights it was last
+     broadcast; see rollout.sampling_version),
+  2. the trainer recomputes old_logp on the batch of step s (float32, replaying the engine's
+     routing when the recipe asks for R3), builds group-normalised advantages (GRPO, Shao et al.
+     2024), calls the recipe's stabilizer on ``minibatches`` PolicyBatches and steps Adam after
+     each; optional KL to the base model with the k3 estimator (Schulman 2020):
+     k3 = exp(ref - logp) - (ref - logp) - 1,
+  3. appends one metrics row (keys in shared/DESIGN.md), and every ``eval_every`` steps writes
+     a checkpoint and the resume state.
+
+Every random draw comes from a generator seeded by (seed, step), so the state to resume is
+just tensors: trainer weights, Adam moments, the weight snapshots the engine may still be
+broadcast, and the batch in flight. A run killed at any point ends with the same metrics.jsonl
+as an uninterrupted one.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from engines.io import append_jsonl_atomic, read_jsonl, write_json_atomic, write_text_atomic
+from stabilizers import PolicyBatch, Recipe, recipe_from_dict
+
+from . import task
+from .checkpoint import load_model, load_state, read_config, replace_dir_atomic, save_checkpoint
+from .params import resolve_engine_params, warmstart_knobs
+from .rollout import Rollout, RolloutEngine, sampling_version
+
+RESUME_TENSORS, RESUME_META = "state.safetensors", "state.json"
+
+
+def step_seed(seed: int, step: int, stream: int) -> int:
+    """A distinct, stable seed per (run seed, step, purpose)."""
+    return (seed * 1_000_003 + step) * 8 + stream
+
+
+def check_run_config(run_config: dict) -> tuple[Recipe, dict]:
+    """Validate everything before any work: recipe, lag, steps, engine params."""
+    from engines.grid import check_lag
+
+    for key in ("recipe", "lag", "lag_mode", "seed", "steps", "eval_every", "base_model"):
+        if key not in run_config:
+            raise ValueError(f"run config is missing {key!r}")
+    spec = run_config["recipe"]
+    if not isinstance(spec, dict) or "name" not in spec:
+        raise ValueError(f"run config 'recipe' must be a mapping with a 'name', got {spec!r}")
+    body = {k: v for k, v in spec.items() if k != "name"}
+    recipe = recipe_from_dict(spec["name"], body, "run config")  # unknown loss/params -> ValueError
+    check_lag(run_config["lag"], run_config["lag_mode"])
+    for key in ("steps", "eval_every", "seed"):
+        value = run_config[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < (0 if key == "seed" else 1):
+            raise ValueError(f"run config {key!r} must be an integer >= {0 if key == 'seed' else 1}, got {value!r}")
+    return recipe, resolve_engine_params(run_config.get("engine_params"))
+
+
+def group_advantages(rewards: torch.Tensor, samples: int) -> torch.Tensor:
+    """GRPO advantages: reward minus its prompt group's mean, over the group's std (+1e-6)."""
+    groups = rewards.view(-1, samples)
+    adv = (groups - groups.mean(1, keepdim=True)) / (groups.std(1, unbiased=False, keepdim=True) + 1e-6)
+    return adv.reshape(-1)
+
+
+def masked_quantiles(values: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    active = values[mask.bool()].double()
+    q = torch.quantile(active, torch.tensor([0.5, 0.9, 0.99], dtype=torch.float64))
+    return {"mean_abs": float(active.mean()), "p50": float(q[0]), "p90": float(q[1]),
+            "p99": float(q[2]), "max": float(active.max())}
+
+
+def routing_mismatch(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Fraction of (position, layer) whose expert sets differ; [B, T, layers, k] each."""
+    return float((a.sort(-1).values != b.sort(-1).values).any(-1).float().mean())
+
+
+class Trainer:
+    def __init__(self, run_config: dict, run_dir: str | Path, progress=sys.stderr):
+        self.recipe, self.params = check_run_config(run_config)
+        self.config = run_config
+        self.lag, self.mode, self.seed = run_config["lag"], run_config["lag_mode"], run_config["seed"]
+        self.steps, self.eval_every = run_config["steps"], run_config["eval_every"]
+        self.train_dir = Path(run_dir) / "train"
+        self.metrics_path = self.train_dir / "metrics.jsonl"
+        self.resume_dir = self.train_dir / "resume"
+        self.progress = progress
+        self.seconds = {"generate": 0.0, "train": 0.0}
+
+        base_dir = Path(run_config["base_model"])
+        if not (base_dir / "config.json").exists():
+            raise FileNotFoundError(f"base model not found at {base_dir}; make it with "
+                                    f"python -m engines.tiny.warmstart --engine-params-json ... --out {base_dir}")
+        if read_config(base_dir).get("warmstart") != warmstart_knobs(self.params):
+            raise ValueError(f"base model {base_dir} was made with other engine_params "
+                             f"({read_config(base_dir).get('warmstart')}); rebuild it with engines.tiny.warmstart")
+        self.base = load_model(base_dir).eval()
+        for p in self.base.parameters():
+            p.requires_grad_(False)
+        self.model = load_model(base_dir)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=self.params["lr"],
+                                          betas=tuple(self.params["adam_betas"]))
+        self.engine = RolloutEngine(self.model.config, self.params["rollout_dtype"], self.params["temperature"])
+        self.snapshots: dict[int, dict[str, torch.Tensor]] = {0: self.state_copy()}
+        self.step = 0
+        self.in_flight: Rollout | None = None
+
+    # ---------------------------------------------------------------- rollout side
+    def state_copy(self) -> dict[str, torch.Tensor]:
+        return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+
+    def generate(self, step: int) -> Rollout:
+        """The batch of ``step``, sampled by the engine after any broadcast the schedule calls for."""
+        version = sampling_version(step, self.lag, self.mode)
+        if self.engine.version != version:
+            self.engine.broadcast(self.snapshots[version], version)
+        problems = task.problems("train", self.params["prompts_per_step"], seed=step_seed(self.seed, step, 0))
+        return self.engine.rollout(step, problems, self.params["samples_per_step"], self.params["reward"],
+                                   seed=step_seed(self.seed, step, 1))
+
+    # ---------------------------------------------------------------- trainer side
+    def train_on(self, batch: Rollout) -> dict:
+        temperature = self.params["temperature"]
+        plen = batch.tokens.shape[1] - batch.mask.shape[1]
+        inputs, response = batch.tokens[:, :-1], batch.tokens[:, plen:]
+        replay = batch.routing if self.recipe.routing_replay else None
+        mask = batch.mask
+        logmu = batch.logmu_full.gather(-1, response[..., None])[..., 0]
+
+        with torch.no_grad():
+            out = self.model(inputs, replay=replay)
+            logp_full = (out.logits[:, plen - 1:] / temperature).log_softmax(-1)
+            old_logp = logp_full.gather(-1, response[..., None])[..., 0]
+            ref_logp = None
+            if self.params["kl_coef"] > 0:
+                ref_logits = self.base(inputs, replay=replay).logits[:, plen - 1:] / temperature
+                ref_logp = ref_logits.log_softmax(-1).gather(-1, response[..., None])[..., 0]
+        if not torch.isfinite(old_logp).all():
+            return {"diverged": "non-finite log-probabilities"}
+
+        advantages = group_advantages(batch.rewards, self.params["samples_per_step"])[:, None].expand_as(old_logp)
+        rows = torch.arange(inputs.shape[0]).chunk(self.params["minibatches"])
+        losses, grad_norms, kls, stab = [], [], [], {}
+        max_norm = self.params["max_grad_norm"] or math.inf
+        for index, idx in enumerate(rows):
+            mb_out = self.model(inputs[idx], replay=None if replay is None else replay[idx])
+            logp = (mb_out.logits[:, plen - 1:] / temperature).log_softmax(-1)
+            logp = logp.gather(-1, response[idx][..., None])[..., 0]
+            policy_batch = PolicyBatch(logp=logp, old_logp=old_logp[idx], rollout_logp=logmu[idx],
+                                       advantages=advantages[idx], mask=mask[idx])
+            result = self.recipe.compute_loss(policy_batch, step_seed=step_seed(self.seed, self.step + 1, 2 + index))
+            loss = result.loss
+            if ref_logp is not None:
+                delta = ref_logp[idx] - logp
+                k3 = ((delta.exp() - delta - 1) * mask[idx]).sum() / mask[idx].sum().clamp(min=1)
+                loss = loss + self.params["kl_coef"] * k3
+                kls.append(float(k3.detach()))
+            if not torch.isfinite(loss):
+                return {"diverged": "non-finite loss"}
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norms.append(float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)))
+            self.optimizer.step()
+            losses.append(float(loss.detach()))
+            for key, value in result.metrics.items():
+                stab.setdefault(key, []).append(float(value))
+        if not all(torch.isfinite(p).all() for p in self.model.parameters()):
+            return {"diverged": "non-finite weights"}
+
+        d = old_logp - logmu
+        tv = 0.5 * (logp_full.exp() - batch.logmu_full.exp()).abs().sum(-1)
+        row = {
+            "reward": float(batch.rewards.mean()),
+            "reward/exact": float(batch.exact.mean()),
+            "entropy": float(-(logp_full.exp() * logp_full).sum(-1)[mask.bool()].mean()),
+            "grad_norm": sum(grad_norms) / len(grad_norms),
+            "loss": sum(losses) / len(losses),
+            **{f"d/{k}": v for k, v in masked_quantiles(d.abs(), mask).items()},
+            "d/mean": float(d[mask.bool()].mean()),
+            "d/lag_mean_abs": float((old_logp - batch.logp_sampler)[mask.bool()].abs().mean()),
+            "d/impl_mean_abs": float((batch.logp_sampler - logmu)[mask.bool()].abs().mean()),
+            "tv/mean": float(tv[mask.bool()].mean()),
+            "tv/p90": float(torch.quantile(tv[mask.bool()].double(), 0.9)),
+            # E_mu[|pi/mu - 1|] / 2 = TV(mu, pi): the estimate a cluster can make from sampled tokens only
+            "tv/sampled_estimate": float(0.5 * (d.exp() - 1).abs()[mask.bool()].mean()),
+            "routing/mismatch_rate": routing_mismatch(out.routing, batch.routing),
+            "routing/own_mismatch_rate": routing_mismatch(out.own_routing, batch.routing),
+            **{k: sum(v) / len(v) for k, v in stab.items()},
+        }
+        if kls:
+            row["kl/k3"] = sum(kls) / len(kls)
+        return row
+
+    # ---------------------------------------------------------------- persistence
+    def save(self, pending_rows: list[dict]) -> None:
+        """Metrics rows, then the checkpoint, then the resume state (each atomic; a kill between
+        them leaves an older resume state, from which the same files are rewritten identically)."""
+        append_jsonl_atomic(self.metrics_path, pending_rows)
+        save_checkpoint(self.model, self.train_dir / "checkpoints" / f"step_{self.step}",
+                        extra={"step": self.step, "run_key": self.config.get("run_key")})
+        tensors = {f"model.{k}": v for k, v in self.model.state_dict().items()}
+        for index, state in self.optimizer.state_dict()["state"].items():
+            for name, value in state.items():
+                tensors[f"optim.{index}.{name}"] = value
+        for version, state in self.snapshots.items():
+            tensors.update({f"snap.{version}.{k}": v for k, v in state.items()})
+        tensors.update({f"batch.{k}": v for k, v in self.in_flight.tensors().items()})
+        meta = {"step": self.step, "snapshots": sorted(self.snapshots), "engine_version": self.engine.version,
+                "batch": {"step": self.in_flight.step, "version": self.in_flight.version},
+                "run_key": self.config.get("run_key")}
+
+        def fill(tmp: Path) -> None:
+            from safetensors.torch import save_file
+            save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp / RESUME_TENSORS))
+            (tmp / RESUME_META).write_text(json.dumps(meta, indent=2) + "\n")
+
+        replace_dir_atomic(self.resume_dir, fill)
+
+    def restore(self) -> None:
+        """Load the resume state (errors name the broken file) and cut metrics back to its step."""
+        meta_path = self.resume_dir / RESUME_META
+        if not meta_path.is_file():
+            raise FileNotFoundError(f"resume state incomplete: {meta_path} is missing")
+        try:
+            meta = json.loads(meta_path.read_text())
+            step, versions = int(meta["step"]), [int(v) for v in meta["snapshots"]]
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as error:
+            raise ValueError(f"corrupt resume state {meta_path}: {error}") from None
+        tensors = load_state(self.resume_dir / RESUME_TENSORS)
+
+        def part(prefix: str) -> dict[str, torch.Tensor]:
+            return {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
+
+        try:
+            self.model.load_state_dict(part("model."))
+            optim = self.optimizer.state_dict()
+            for index in range(len(optim["param_groups"][0]["params"])):
+                optim["state"][index] = part(f"optim.{index}.")
+            self.optimizer.load_state_dict(optim)
+            self.snapshots = {v: part(f"snap.{v}.") for v in versions}
+            batch = part("batch.")
+            self.in_flight = Rollout(step=meta["batch"]["step"], version=meta["batch"]["version"],
+                                     **{k: batch[k] for k in Rollout.TENSORS})
+            if meta["engine_version"] is not None:
+                self.engine.broadcast(self.snapshots[meta["engine_version"]], meta["engine_version"])
+        except (KeyError, RuntimeError, ValueError, TypeError) as error:
+            raise ValueError(f"corrupt resume state in {self.resume_dir}: {error!r}") from None
+        self.step = step
+        rows = [r for r in read_jsonl(self.metrics_path) if r["step"] <= step]
+        write_text_atomic(self.metrics_path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+
+    def write_status(self, status: str, message: str) -> None:
+        write_json_atomic(self.train_dir / "status.json", {
+            "status": status, "step": self.step, "message": message,
+            "seconds": {k: round(v, 3) for k, v in self.seconds.items()}})
+
+    # ---------------------------------------------------------------- the loop
+    def run(self) -> str:
+        status_path = self.train_dir / "status.json"
+        if status_path.exists():
+            previous = json.loads(status_path.read_text())
+            if previous.get("status") in ("completed", "diverged"):
+                return previous["status"]  # finished runs are not redone
+        torch.set_num_threads(1)
+        if self.resume_dir.exists():
+            self.restore()
+        else:
+            if (self.train_dir / "checkpoints").exists() and any((self.train_dir / "checkpoints").iterdir()):
+                raise FileNotFoundError(f"{self.train_dir / 'checkpoints'} holds checkpoints but the resume "
+                                        f"state {self.resume_dir} is missing; delete the run directory to restart")
+            write_text_atomic(self.metrics_path, "")  # metrics of a run killed before its first checkpoint
+            start = time.perf_counter()
+            self.in_flight = self.generate(1)
+            self.seconds["generate"] += time.perf_counter() - start
+        try:
+            return self.loop()
+        except Exception as error:
+            self.write_status("failed", f"{type(error).__name__}: {error}")
+            raise
+
+    def loop(self) -> str:
+        pending: list[dict] = []
+        wall = time.perf_counter()
+        while self.step < self.steps:
+            step = self.step + 1
+            batch = self.in_flight
+            start = time.perf_counter()
+            next_batch = self.generate(step + 1) if step < self.steps else batch
+            self.seconds["generate"] += time.perf_counter() - start
+            start = time.perf_counter()
+            row = self.train_on(batch)
+            self.seconds["train"] += time.perf_counter() - start
+            self.step, self.in_flight = step, next_batch
+            head = {"step": step, "policy_version": batch.version, "realized_lag": step - 1 - batch.version}
+            if "diverged" in row:
+                append_jsonl_atomic(self.metrics_path, pending + [{**head, "loss": float("nan")}])
+                self.write_status("diverged", f"diverged at step {step}: {row['diverged']}")
+                return "diverged"
+            pending.append({**head, **row})
+            # keep only the snapshots a later batch may still be sampled by
+            self.snapshots[step] = self.state_copy()
+            oldest = sampling_version(step + 2, self.lag, self.mode)
+            self.snapshots = {v: s for v, s in self.snapshots.items() if v >= oldest}
+            if step % self.eval_every == 0 or step == self.steps:
+                self.save(pending)
+                pending = []
+            if step % self.params["progress_every"] == 0 or step == self.steps:
+                print(f"[tiny] step {step}/{self.steps} reward {row['reward']:.3f} exact {row['reward/exact']:.3f} "
+                      f"|d| {row['d/mean_abs']:.4f} lag {head['realized_lag']} "
+                      f"({time.perf_counter() - wall:.1f}s)", file=self.progress, flush=True)
+        self.write_status("completed", f"completed {self.steps} steps")
+        return "completed"
+
+
+def run(run_config: dict, run_dir: str | Path) -> str:
+    """Train (or resume) one run; returns its final status."""
+    return Trainer(run_config, run_dir).run()
