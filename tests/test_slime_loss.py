@@ -1,0 +1,179 @@
+"""engines.slime.loss driven through slime's calling convention (tests/fakes/slime_standin.py):
+the loss and the logits' gradient equal those of the recipe called directly on the same [B, L] batch."""
+from __future__ import annotations
+
+import pytest
+import torch
+from fakes import slime_standin
+from fakes.slime_standin import get_log_probs_and_entropy, slime_args, slime_loss_function
+
+from engines.slime import loss as slime_loss
+from stabilizers import PolicyBatch, Recipe, load_recipes
+
+slime_standin.install()
+torch.set_num_threads(1)
+
+RECIPES = load_recipes()
+TABLE1 = [name for name, recipe in RECIPES.items() if recipe.table1] + ["grpo_mu"]
+VOCAB = 11
+
+
+def make_sample_batch(seed=0, prompt_lengths=(3, 5, 2, 4, 6), response_lengths=(4, 7, 1, 5, 3)):
+    """A slime micro-batch: packed logits [1, T, V] (the leaf we differentiate) and the per-sample lists."""
+    g = torch.Generator().manual_seed(seed)
+    totals = [p + r for p, r in zip(prompt_lengths, response_lengths)]
+    logits = (2 * torch.randn(1, sum(totals), VOCAB, generator=g)).requires_grad_()
+    tokens = [torch.randint(0, VOCAB, (t,), generator=g) for t in totals]
+    current = [lp.detach() for lp in get_log_probs_and_entropy(
+        logits, args=slime_args(), unconcat_tokens=tokens, total_lengths=totals,
+        response_lengths=list(response_lengths))[1]["log_probs"]]
+    masks = []
+    for r in response_lengths:
+        mask = (torch.rand(r, generator=g) > 0.2).int()
+        mask[0] = 1  # every response keeps an active token (see engines/slime/loss.py on normalisers)
+        masks.append(mask)
+    batch = {
+        "unconcat_tokens": tokens, "total_lengths": totals, "response_lengths": list(response_lengths),
+        "loss_masks": masks,
+        # old_logp: the trainer's recompute; made to differ from the current policy so that a ratio
+        # against it is not 1 (as after earlier optimizer steps on the same rollout)
+        "log_probs": [lp + 0.05 * torch.randn(lp.shape, generator=g) for lp in current],
+        "rollout_log_probs": [lp + 0.1 * torch.randn(lp.shape, generator=g) for lp in current],
+        "advantages": [torch.full((r,), float(torch.randn((), generator=g))) for r in response_lengths],
+        "ref_log_probs": [lp + 0.02 * torch.randn(lp.shape, generator=g) for lp in current],
+    }
+    return logits, batch
+
+
+def padded(tensors, length):
+    """[B, L] by explicit copying (independent of the adapter's pad_sequence)."""
+    out = torch.zeros(len(tensors), length)
+    for i, t in enumerate(tensors):
+        out[i, :len(t)] = t
+    return out
+
+
+def direct_loss(logits, batch, recipe):
+    """The stabilizer called directly on the equivalent PolicyBatch."""
+    _, current = get_log_probs_and_entropy(
+        logits, args=slime_args(), unconcat_tokens=batch["unconcat_tokens"],
+        total_lengths=batch["total_lengths"], response_lengths=batch["response_lengths"])
+    length = max(batch["response_lengths"])
+    logp = torch.stack([torch.nn.functional.pad(lp, (0, length - len(lp))) for lp in current["log_probs"]])
+    policy_batch = PolicyBatch(logp=logp, old_logp=padded(batch["log_probs"], length),
+                               rollout_logp=padded(batch["rollout_log_probs"], length),
+                               advantages=padded(batch["advantages"], length),
+                               mask=padded([m.float() for m in batch["loss_masks"]], length))
+    return recipe.compute_loss(policy_batch)
+
+
+def args_for(recipe, **overrides):
+    spec = {"name": recipe.name, **recipe.as_dict()}
+    return slime_args(stalebench_recipe=spec, use_rollout_routing_replay=recipe.routing_replay,
+                      calculate_per_token_loss=slime_loss.per_token_loss_flag(recipe), **overrides)
+
+
+def grad_of(loss, logits):
+    (grad,) = torch.autograd.grad(loss, logits)
+    return grad
+
+
+@pytest.mark.parametrize("name", TABLE1)
+def test_loss_and_gradient_match_the_stabilizer(name):
+    recipe = RECIPES[name]
+    logits, batch = make_sample_batch(seed=len(name))
+    loss, logged = slime_loss_function(args_for(recipe), batch, logits, slime_loss.policy_loss)
+    expected = direct_loss(logits, batch, recipe)
+
+    torch.testing.assert_close(loss, expected.loss, rtol=1e-6, atol=1e-7)
+    expected_grad = grad_of(expected.loss, logits)
+    torch.testing.assert_close(grad_of(loss, logits), expected_grad, rtol=1e-5, atol=1e-7)
+    assert expected_grad.abs().sum() > 0  # a real gradient, not two zeros
+    # the stabilizer's diagnostics come out of slime's metric reduction unchanged (one micro-batch)
+    for key, value in expected.metrics.items():
+        torch.testing.assert_close(logged[key], value.to(logged[key].dtype), rtol=1e-6, atol=1e-7)
+
+
+def test_sample_mean_aggregation_uses_slimes_per_sample_normalisation():
+    recipe = slime_loss.recipe_from_dict("sat_gspo_sm", {"loss": "sat_gspo",
+                                                         "params": {"aggregation": "sample_mean"}})
+    assert slime_loss.per_token_loss_flag(recipe) is False
+    logits, batch = make_sample_batch(seed=3)
+    loss, _ = slime_loss_function(args_for(recipe), batch, logits, slime_loss.policy_loss)
+    expected = direct_loss(logits, batch, recipe)
+    torch.testing.assert_close(loss, expected.loss, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(grad_of(loss, logits), grad_of(expected.loss, logits), rtol=1e-5, atol=1e-7)
+
+
+def test_tis_is_the_formula_of_methods_md():
+    """w = min(exp(old_logp - log mu), C), C = 2; per-token objective times sg(w), token mean."""
+    recipe = RECIPES["grpo_tis"]
+    logits, batch = make_sample_batch(seed=7)
+    batch["rollout_log_probs"] = [lp - 0.9 * (i % 2) for i, lp in enumerate(batch["log_probs"])]  # some w > C
+    loss, logged = slime_loss_function(args_for(recipe), batch, logits, slime_loss.policy_loss)
+
+    _, current = get_log_probs_and_entropy(
+        logits, args=slime_args(), unconcat_tokens=batch["unconcat_tokens"],
+        total_lengths=batch["total_lengths"], response_lengths=batch["response_lengths"])
+    total, count, capped = 0.0, 0, 0
+    for logp, old, mu, adv, mask in zip(current["log_probs"], batch["log_probs"], batch["rollout_log_probs"],
+                                        batch["advantages"], batch["loss_masks"]):
+        ratio = torch.exp(logp - old)
+        surrogate = torch.minimum(ratio * adv, ratio.clamp(0.8, 1.2) * adv)
+        weight = torch.exp(old - mu).clamp(max=2.0)
+        total = total + (surrogate * weight * mask).sum()
+        count += int(mask.sum())
+        capped += int(((torch.exp(old - mu) > 2.0) & mask.bool()).sum())
+    torch.testing.assert_close(loss, -total / count, rtol=1e-6, atol=1e-7)
+    assert capped > 0
+    torch.testing.assert_close(logged["tis/frac_capped"], torch.tensor(capped / count), rtol=1e-6, atol=1e-7)
+
+
+def test_kl_and_entropy_terms_follow_slimes_flags():
+    recipe = RECIPES["sat_grpo"]
+    logits, batch = make_sample_batch(seed=11)
+    args = args_for(recipe, use_kl_loss=True, kl_loss_coef=1e-3, entropy_coef=0.01)
+    loss, logged = slime_loss_function(args, batch, logits, slime_loss.policy_loss)
+
+    _, current = get_log_probs_and_entropy(
+        logits, args=slime_args(), unconcat_tokens=batch["unconcat_tokens"],
+        total_lengths=batch["total_lengths"], response_lengths=batch["response_lengths"], with_entropy=True)
+    masks = torch.cat(batch["loss_masks"]).float()
+    tokens = masks.sum()
+    kl = slime_standin.compute_approx_kl(torch.cat(current["log_probs"]), torch.cat(batch["ref_log_probs"]),
+                                         "low_var_kl")
+    entropy = torch.cat(current["entropy"])
+    expected = (direct_loss(logits, batch, recipe).loss + 1e-3 * (kl * masks).sum() / tokens
+                - 0.01 * (entropy * masks).sum() / tokens)
+    torch.testing.assert_close(loss, expected, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(logged["entropy_loss"], (entropy * masks).sum() / tokens, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(logged["kl_loss"], (kl * masks).sum() / tokens, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"calculate_per_token_loss": False}, "--calculate-per-token-loss"),
+    ({"use_rollout_routing_replay": True}, "routing_replay"),
+    ({"use_tis": True}, "--use-tis"),
+    ({"rollout_top_p": 0.9}, "top_p"),
+    ({"stalebench_recipe": None}, "stalebench_recipe"),
+    ({"stalebench_recipe": {"name": "x", "loss": "no_such_loss"}}, "no_such_loss"),
+])
+def test_inconsistent_slime_args_are_refused(overrides, message):
+    logits, batch = make_sample_batch()
+    args = args_for(RECIPES["grpo"])
+    vars(args).update(overrides)
+    with pytest.raises((ValueError, KeyError), match=message):
+        slime_loss_function(args, batch, logits, slime_loss.policy_loss)
+
+
+def test_missing_rollout_log_probs_is_refused():
+    logits, batch = make_sample_batch()
+    del batch["rollout_log_probs"]
+    with pytest.raises(ValueError, match="rollout_log_probs"):
+        slime_loss_function(args_for(RECIPES["grpo"]), batch, logits, slime_loss.policy_loss)
+
+
+def test_a_stabilizer_without_a_slime_normalisation_is_refused():
+    recipe = Recipe(name="odd", loss="grpo", params={"aggregation": "seq_sum"})
+    with pytest.raises(ValueError, match="no slime normalisation"):
+        slime_loss.aggregation_of(recipe)
