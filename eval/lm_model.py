@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 import numpy as np
+import torch
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 
@@ -27,8 +28,11 @@ def cut_at_stop(text: str, until: list[str]) -> str:
 
 @register_model("stalebench-tiny")
 class TinyCheckpointLM(LM):
-    def __init__(self, checkpoint: str, batch_size: int | str = 512, seed: int = 0, **_ignored) -> None:
+    def __init__(self, checkpoint: str, batch_size: int | str = 512, seed: int = 0,
+                 threads: int | None = 1, **_ignored) -> None:
         super().__init__()
+        if threads:  # one thread: on a shared CPU, more threads slow the small matmuls down
+            torch.set_num_threads(int(threads))
         self.policy = load_policy(checkpoint)
         self.checkpoint = str(checkpoint)
         self.batch_size = int(batch_size)

@@ -3,7 +3,8 @@
     python -m eval.score --run-dir DIR --task NAME --settings-json JSON
 
 JSON is the config's eval section: k, temperature, top_p, max_gen_toks, seed, backend
-(tiny|server), server {url, model, ...}, optional data {aime24: path} and problems {task: n}.
+(tiny|server), server {url, model, ...}, optional data {aime24: path}, problems {task: n}
+(tiny tasks, default 256), batch_size and threads (tiny back end).
 Appends one line per checkpoint to DIR/eval/<task>.jsonl (atomically, in step order):
 {"step", "score" (avg@k), "k", "per_problem" (correct counts out of k, problem order),
  "n_problems", "pass_at_k", "maj_at_k", "seed", "task", "task_version"}.
@@ -117,7 +118,8 @@ def _model(settings: dict, checkpoint: Path, server_lm):
     if settings["backend"] == "tiny":
         from eval.lm_model import TinyCheckpointLM
         return TinyCheckpointLM(checkpoint=str(checkpoint), seed=settings["seed"],
-                                batch_size=settings.get("batch_size", 512))
+                                batch_size=settings.get("batch_size", 512),
+                                threads=settings.get("threads", 1))
     from eval.server import load_checkpoint
     server = settings["server"]
     if server.get("swap_weights", True):

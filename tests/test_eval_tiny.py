@@ -1,0 +1,124 @@
+"""Real tiny-engine checkpoints scored through lm-eval: end to end, determinism, kill + resume."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from engines.io import read_jsonl
+from engines.tiny.checkpoint import save_checkpoint
+from engines.tiny.model import ModelConfig, TinyMoELM
+from engines.tiny.params import resolve_engine_params
+from engines.tiny.warmstart import exact_match, train_base
+from eval.score import score_run
+
+ROOT = Path(__file__).resolve().parents[1]
+N = 64  # problems per tiny task in these tests
+SETTINGS = {"k": 8, "seed": 11, "temperature": 1.0, "top_p": 1.0, "max_gen_toks": 7,
+            "backend": "tiny", "problems": {"tiny_val": N, "tiny_test": N}}
+
+
+@pytest.fixture(scope="module")
+def models():
+    """An untrained model and a briefly warm-started one (greedy exact match well above 0)."""
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    untrained = TinyMoELM(ModelConfig())
+    trained = train_base(resolve_engine_params({"warmstart_steps": 60}))
+    return untrained, trained
+
+
+def make_run(root: Path, models, steps=(1, 2)) -> Path:
+    untrained, trained = models
+    for step in steps:
+        save_checkpoint(untrained if step == 1 else trained, root / "train" / "checkpoints" / f"step_{step}")
+    return root
+
+
+def test_real_checkpoints_end_to_end_through_lm_eval(tmp_path, models):
+    run = make_run(tmp_path / "run", models)
+    rows = score_run(run, "tiny_val", SETTINGS)
+    assert [r["step"] for r in rows] == [1, 2]
+    assert read_jsonl(run / "eval" / "tiny_val.jsonl") == rows
+    for row in rows:
+        assert set(row) == {"step", "score", "k", "per_problem", "n_problems", "pass_at_k",
+                            "maj_at_k", "seed", "task", "task_version"}
+        assert row["n_problems"] == len(row["per_problem"]) == N
+        assert all(0 <= c <= 8 for c in row["per_problem"])
+        assert row["score"] == pytest.approx(sum(row["per_problem"]) / (8 * N), abs=1e-12)
+        assert row["pass_at_k"] == pytest.approx(sum(c > 0 for c in row["per_problem"]) / N, abs=1e-12)
+        assert row["maj_at_k"] <= row["pass_at_k"]
+    assert rows[0]["score"] < rows[1]["score"]  # the trained weights were really loaded
+    assert 0 < rows[1]["score"] < 1 and rows[1]["pass_at_k"] > rows[1]["score"]  # samples differ
+    # Same config + seed -> same numbers; scoring again appends nothing.
+    again = make_run(tmp_path / "again", models)
+    assert score_run(again, "tiny_val", SETTINGS) == rows
+    assert score_run(run, "tiny_val", SETTINGS) == []
+
+
+def test_greedy_score_matches_the_engines_own_exact_match(tmp_path, models):
+    run = make_run(tmp_path / "run", models, steps=(2,))
+    row = score_run(run, "tiny_val", {**SETTINGS, "temperature": 0.0, "problems": {"tiny_val": 256}})[0]
+    assert set(row["per_problem"]) <= {0, 8}  # greedy: all k samples agree
+    assert row["score"] == pytest.approx(exact_match(models[1], "validation", 256), abs=1e-12)
+    assert row["score"] == row["pass_at_k"] == row["maj_at_k"]
+
+
+def test_val_and_test_tasks_use_disjoint_problems():
+    from eval.score import load_task
+    val = load_task("tiny_val", SETTINGS)["tasks"]["tiny_val"]
+    test = load_task("tiny_test", SETTINGS)["tasks"]["tiny_test"]
+    prompts = [{d["prompt"] for d in task.test_docs()} for task in (val, test)]
+    assert len(prompts[0]) == len(prompts[1]) == N and not prompts[0] & prompts[1]
+
+
+def cli(run: Path, settings: dict) -> list[str]:
+    return [sys.executable, "-m", "eval.score", "--run-dir", str(run), "--task", "tiny_test",
+            "--settings-json", json.dumps(settings)]
+
+
+def test_killed_scoring_resumes_without_rescoring(tmp_path, models):
+    steps = (1, 2, 3, 4, 5, 6)
+    settings = {**SETTINGS, "problems": {"tiny_test": 512}}
+    reference = make_run(tmp_path / "reference", models, steps)
+    score_run(reference, "tiny_test", settings)
+
+    run = make_run(tmp_path / "killed", models, steps)
+    out = run / "eval" / "tiny_test.jsonl"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(cli(run, settings), cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not (out.exists() and out.read_text().strip()) and time.monotonic() < deadline:
+        assert proc.poll() is None, "scoring ended before writing its first line"
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)  # half way: after the first checkpoint line
+    proc.wait()
+    partial = read_jsonl(out)
+    assert 1 <= len(partial) < len(steps), f"kill came too late: {len(partial)} lines"
+    assert not [p for p in out.parent.iterdir() if p.name.startswith(".")]  # no temp file left visible
+
+    done = subprocess.run(cli(run, settings), cwd=ROOT, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert f"{len(steps) - len(partial)} checkpoint(s)" in done.stderr  # only the rest was scored
+    assert out.read_text() == (reference / "eval" / "tiny_test.jsonl").read_text()
+    assert [r["step"] for r in read_jsonl(out)] == list(steps)
+
+
+def test_missing_checkpoint_files_fail_before_any_line(tmp_path, models):
+    run = make_run(tmp_path / "run", models, steps=(1, 2))
+    (run / "train" / "checkpoints" / "step_2" / "model.safetensors").unlink()
+    with pytest.raises(ValueError, match=r"step_2/model\.safetensors"):
+        score_run(run, "tiny_val", SETTINGS)
+    assert not (run / "eval").exists()
+    shutil.rmtree(run / "train" / "checkpoints")
+    with pytest.raises(ValueError, match="no checkpoint directory"):
+        score_run(run, "tiny_val", SETTINGS)
