@@ -110,5 +110,5 @@ class SeededCompletionsLM(LocalCompletionsAPI):
         try:
             return super().generate_until(seeded, disable_tqdm=disable_tqdm)
         except NETWORK_ERRORS as error:
-            raise ServerError(f"evaluation server unreachable at {self.base_url} after "
+            raise ServerError(f"evaluation server unreachable or failing at {self.base_url} after "
                               f"{self.max_retries} attempts: {error!r}") from error

@@ -43,7 +43,13 @@ def load_dataset(data: dict | None = None, **_metadata) -> datasets.DatasetDict:
         rows = datasets.load_dataset(kind, data_files=str(path), split="train")
         source = str(path)
     else:
-        rows = datasets.load_dataset(HUB_DATASET, split="train")
+        try:
+            rows = datasets.load_dataset(HUB_DATASET, split="train")
+        except ConnectionError as error:  # offline (eval.score defaults HF_*_OFFLINE=1) and not cached
+            raise ConnectionError(
+                f"could not load {HUB_DATASET} from the Hub or its cache ({error}); set eval.data.aime24 "
+                "to a local JSONL/parquet file, or run once with HF_DATASETS_OFFLINE=0 HF_HUB_OFFLINE=0 "
+                "to download it") from error
         source = HUB_DATASET
     return datasets.DatasetDict({"test": _normalise(rows, source)})
 

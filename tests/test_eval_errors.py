@@ -1,0 +1,88 @@
+"""Bad input to the scorer: a clear error naming the key or file, before any line is written."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from eval.score import ScoreError, check_settings, main, score_run
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture
+def run(tmp_path) -> Path:
+    path = tmp_path / "run" / "train" / "checkpoints" / "step_1"
+    path.mkdir(parents=True)
+    (path / "config.json").write_text("{}")
+    return tmp_path / "run"
+
+
+def server_settings(**extra) -> dict:
+    return {"backend": "server", "server": {"url": "http://127.0.0.1:9"}, **extra}
+
+
+def test_unknown_task_lists_the_known_ones(run, capsys):
+    with pytest.raises(ScoreError, match=r"unknown eval task 'aime25'.*aime24_avg8.*tiny_test.*tiny_val"):
+        score_run(run, "aime25", server_settings())
+    assert main(["--run-dir", str(run), "--task", "aime25", "--settings-json", "{}"]) == 2
+    assert "unknown eval task 'aime25'" in capsys.readouterr().err
+    assert not (run / "eval").exists()
+
+
+@pytest.mark.parametrize("data, message", [
+    (FIXTURES / "aime_empty.jsonl", "empty"),
+    (FIXTURES / "does_not_exist.jsonl", "aime24 data file not found"),
+])
+def test_empty_or_missing_dataset(run, data, message):
+    with pytest.raises((ValueError, FileNotFoundError), match=message) as caught:
+        score_run(run, "aime24_avg8", server_settings(data={"aime24": str(data)}))
+    assert data.name in str(caught.value)
+    assert not (run / "eval").exists()
+
+
+def test_dataset_without_an_answer_column(run, tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"ID": "1", "Problem": "1+1?"}) + "\n")
+    with pytest.raises(ValueError, match=r"bad.jsonl: no 'answer' column"):
+        score_run(run, "aime24_avg8", server_settings(data={"aime24": str(bad)}))
+
+
+@pytest.mark.parametrize("key, value", [
+    ("k", 0), ("k", 2.5), ("k", True), ("temperature", -1), ("top_p", 0), ("top_p", 1.5),
+    ("max_gen_toks", 0), ("seed", "1"), ("backend", "vllm"),
+])
+def test_bad_settings_name_the_key(key, value):
+    with pytest.raises(ScoreError, match=f"eval.{key}"):
+        check_settings({key: value})
+
+
+def test_server_backend_needs_a_url():
+    with pytest.raises(ScoreError, match="eval.server.url"):
+        check_settings({"backend": "server", "server": {}})
+
+
+def test_missing_checkpoints(tmp_path, run):
+    with pytest.raises(ScoreError, match="no checkpoint directory"):
+        score_run(tmp_path / "nowhere", "aime24_avg8", server_settings())
+    (run / "train" / "checkpoints" / "step_1" / "config.json").unlink()
+    with pytest.raises(ScoreError, match=r"step_1/config\.json is missing"):
+        score_run(run, "aime24_avg8", server_settings(data={"aime24": str(FIXTURES / "aime_mini.jsonl")}))
+    assert not (run / "eval").exists()
+
+
+def test_eval_file_from_other_settings_is_refused(run):
+    out = run / "eval" / "aime24_avg8.jsonl"
+    out.parent.mkdir()
+    out.write_text(json.dumps({"step": 1, "k": 4, "seed": 0, "task_version": 1.0}) + "\n")
+    with pytest.raises(ScoreError, match=r"aime24_avg8.jsonl was scored with .*'k': 4"):
+        score_run(run, "aime24_avg8", server_settings(data={"aime24": str(FIXTURES / "aime_mini.jsonl")}))
+    assert len(out.read_text().splitlines()) == 1
+
+
+def test_hub_dataset_offline_says_how_to_fix(run):
+    # eval.score turns the HF offline switches on before datasets is imported; nothing is cached here.
+    with pytest.raises(ConnectionError, match=r"Maxwell-Jia/AIME_2024.*eval\.data\.aime24"):
+        score_run(run, "aime24_avg8", server_settings())
+    assert not (run / "eval").exists()

@@ -1,0 +1,153 @@
+"""The cluster path against a fake OpenAI-compatible SGLang server on 127.0.0.1."""
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections import defaultdict
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from engines.io import read_jsonl
+from eval.server import ServerError, launch_command, sample_seed
+from eval.score import main, score_run
+
+FIXTURE = Path(__file__).parent / "fixtures" / "aime_mini.jsonl"
+GOLD = {json.loads(line)["Problem"]: json.loads(line)["Answer"] for line in FIXTURE.read_text().splitlines()}
+
+
+class FakeSGLang(ThreadingHTTPServer):
+    """Serves /update_weights_from_disk and /v1/completions like SGLang, logging every request.
+
+    With step_1 loaded every answer is wrong; with step_2 a sample is right exactly when its seed
+    is even (written \\boxed{0<gold>}), so the right score follows from the seeds received."""
+
+    def __init__(self):
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.loaded = None
+        self.log = []  # (checkpoint, problem, payload)
+        self.lock = threading.Lock()
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class Handler(BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def reply(self, body: dict):
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_POST(self):
+        payload = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        server = self.server
+        if self.path == "/update_weights_from_disk":
+            server.loaded = Path(payload["model_path"]).name
+            return self.reply({"success": True, "message": "loaded"})
+        assert self.path == "/v1/completions", self.path
+        prompt = payload["prompt"][0] if isinstance(payload["prompt"], list) else payload["prompt"]
+        problem = next(p for p in GOLD if p in prompt)
+        with server.lock:
+            server.log.append((server.loaded, problem, payload))
+        right = server.loaded == "step_2" and payload["seed"] % 2 == 0
+        text = f"... so the answer is \\boxed{{0{GOLD[problem]}}}" if right else "\\boxed{999}"
+        self.reply({"id": "x", "object": "text_completion", "model": payload["model"],
+                    "choices": [{"index": 0, "text": text, "finish_reason": "stop"}]})
+
+
+@pytest.fixture
+def fake_server():
+    server = FakeSGLang()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def make_run(root: Path) -> Path:
+    for step in (1, 2):  # HF-format checkpoints as slime saves them (the fake server ignores weights)
+        path = root / "train" / "checkpoints" / f"step_{step}"
+        path.mkdir(parents=True)
+        (path / "config.json").write_text("{}")
+    return root
+
+
+def settings(url: str, **server) -> dict:
+    return {"k": 8, "seed": 5, "temperature": 0.6, "top_p": 0.95, "max_gen_toks": 64, "backend": "server",
+            "server": {"url": url, "model": "policy", "max_retries": 2, **server},
+            "data": {"aime24": str(FIXTURE)}}
+
+
+@pytest.mark.parametrize("concurrency", [1, 3])
+def test_k_distinct_seeds_per_problem_and_right_scores(tmp_path, fake_server, concurrency):
+    run = make_run(tmp_path / "run")
+    rows = score_run(run, "aime24_avg8", settings(fake_server.url, concurrency=concurrency))
+    by_step = defaultdict(lambda: defaultdict(list))
+    for checkpoint, problem, payload in fake_server.log:
+        by_step[checkpoint][problem].append(payload)
+        assert (payload["temperature"], payload["top_p"], payload["max_tokens"], payload["model"]) == \
+            (0.6, 0.95, 64, "policy")
+    assert set(by_step) == {"step_1", "step_2"}
+    problems = list(GOLD)
+    for step, row in zip(("step_1", "step_2"), rows, strict=True):
+        seeds = {p: [q["seed"] for q in by_step[step][p]] for p in problems}
+        assert all(len(s) == 8 and len(set(s)) == 8 for s in seeds.values())  # k requests, k seeds
+        assert {frozenset(s) for s in seeds.values()} == {
+            frozenset(sample_seed(5, d, r) for r in range(8)) for d in range(len(problems))}
+        expected = [0] * 3 if step == "step_1" else [sum(s % 2 == 0 for s in seeds[p]) for p in problems]
+        assert row["per_problem"] == expected
+        assert row["score"] == pytest.approx(sum(expected) / 24, abs=1e-12)
+        assert row["pass_at_k"] == pytest.approx(sum(c > 0 for c in expected) / 3, abs=1e-12)
+    assert sum(rows[1]["per_problem"]) > 0  # seeds are spread: some even, some odd
+    assert read_jsonl(run / "eval" / "aime24_avg8.jsonl") == rows
+    # Seeds are a function of the config seed: the same settings send the same seeds again.
+    first = [p["seed"] for _, _, p in fake_server.log]
+    fake_server.log.clear()
+    score_run(make_run(tmp_path / "again"), "aime24_avg8", settings(fake_server.url, concurrency=concurrency))
+    assert sorted(p["seed"] for _, _, p in fake_server.log) == sorted(first)
+
+
+def test_launch_command_from_config():
+    server = {"url": "http://10.0.0.7:30000/v1", "model": "policy", "tp": 2, "mem_fraction": 0.8,
+              "random_seed": 1, "extra_args": ["--context-length", 32768]}
+    assert launch_command(server, "/ckpt/step_100") == [
+        "python3", "-m", "sglang.launch_server", "--model-path", "/ckpt/step_100",
+        "--served-model-name", "policy", "--host", "10.0.0.7", "--port", "30000", "--tp-size", "2",
+        "--mem-fraction-static", "0.8", "--random-seed", "1", "--context-length", "32768"]
+    with pytest.raises(ValueError, match="eval.server.url"):
+        launch_command({"url": "10.0.0.7:30000"}, "/ckpt")
+
+
+def closed_port_url() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+@pytest.mark.parametrize("swap_weights", [True, False])
+def test_unreachable_server_retries_then_names_the_url(tmp_path, swap_weights):
+    url = closed_port_url()
+    run = make_run(tmp_path / "run")
+    with pytest.raises(ServerError, match=f"unreachable (or failing )?at {url}/.* after 2 attempts"):
+        score_run(run, "aime24_avg8", settings(url, swap_weights=swap_weights))
+    assert not (run / "eval").exists()
+
+
+def test_cli_reports_unreachable_server_in_one_line(tmp_path, capsys):
+    url = closed_port_url()
+    run = make_run(tmp_path / "run")
+    code = main(["--run-dir", str(run), "--task", "aime24_avg8",
+                 "--settings-json", json.dumps(settings(url, max_retries=1))])
+    assert code == 2 and f"unreachable at {url}" in capsys.readouterr().err
+    assert not (run / "eval").exists()
