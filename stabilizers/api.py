@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import numbers
 import pkgutil
 from dataclasses import dataclass, field, replace
 from typing import Callable, Protocol
@@ -64,7 +65,6 @@ class LossOutput:
 
 Stabilizer = Callable[..., LossOutput]
 _REGISTRY: dict[str, Stabilizer] = {}
-_discovered = False
 
 
 def _where_defined(fn: Callable) -> str:
@@ -90,17 +90,17 @@ def register(name: str) -> Callable[[Stabilizer], Stabilizer]:
 
 
 def _discover() -> None:
-    """Import every module of this package so their @register calls run."""
-    global _discovered
+    """Import every module of this package so their @register calls run (already imported ones
+    are cached; a file added since the last scan is found because the finder caches are dropped)."""
+    importlib.invalidate_caches()
     package = importlib.import_module(__package__)
     for module in pkgutil.iter_modules(package.__path__):
         importlib.import_module(f"{__package__}.{module.name}")
-    _discovered = True
 
 
 def available() -> list[str]:
-    if not _discovered:
-        _discover()
+    """The names of every stabilizer module in this package."""
+    _discover()
     return sorted(_REGISTRY)
 
 
@@ -156,7 +156,8 @@ def validate_batch(batch: PolicyBatch) -> None:
             raise ValueError(
                 f"PolicyBatch.{name} has shape {tuple(tensor.shape)}, expected {tuple(shape)} like logp"
             )
-        if name != "mask" and not torch.isfinite(tensor).all():
+        # a finite sum proves every value finite (one cheap pass); an overflowing sum is rechecked
+        if name != "mask" and not torch.isfinite(tensor.detach().sum()) and not torch.isfinite(tensor).all():
             bad = (~torch.isfinite(tensor)).nonzero()
             raise ValueError(
                 f"PolicyBatch.{name} has {len(bad)} NaN/inf value(s), first at {tuple(bad[0].tolist())}"
@@ -164,7 +165,9 @@ def validate_batch(batch: PolicyBatch) -> None:
 
 
 def check_range(name: str, value: float, low: float, high: float, *, low_open=False, high_open=False) -> None:
-    """Raise a ValueError naming ``name`` when ``value`` is outside [low, high] (or open ends)."""
+    """Raise a ValueError naming ``name`` when ``value`` is not a number in [low, high] (or open ends)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} = {value!r} is not a number")
     too_low = value <= low if low_open else value < low
     too_high = value >= high if high_open else value > high
     if too_low or too_high:

@@ -12,7 +12,7 @@ import math
 import torch
 
 from .api import LossOutput, PolicyBatch, check_range, register
-from .surrogate import aggregate, check_clip, clip_metrics, clipped_objective, log_ratio, masked_mean
+from .surrogate import aggregate, check_clip, clip_metrics, clipped_objective, masked_mean, reference_logp
 
 
 @register("dppo")
@@ -27,11 +27,10 @@ def dppo(
 ) -> LossOutput:
     check_clip(eps_low, eps_high)
     check_range("delta", delta, 0.0, math.inf, low_open=True, high_open=True)
-    log_r = log_ratio(batch, ratio_against)
-    ratio = torch.exp(log_r)
-    reference_logp = batch.logp.detach() - log_r.detach()
+    reference = reference_logp(batch, ratio_against)
+    ratio = torch.exp(batch.logp - reference)
     inward = batch.advantages * (ratio.detach() - 1) <= 0
-    close = (batch.logp.detach().exp() - reference_logp.exp()).abs() <= delta
+    close = (batch.logp.detach().exp() - reference.exp()).abs() <= delta
     keep = (inward | close).to(ratio.dtype)
     objective = clipped_objective(ratio, batch.advantages, eps_low, eps_high) * keep
     metrics = clip_metrics(ratio, batch, eps_low, eps_high)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from .api import LossOutput, PolicyBatch, register
-from .surrogate import active_abs_values, check_clip, contracted_clip_loss, log_ratio, lower_quantile, sat_contraction
+from .surrogate import abs_log_ratio_quantile, check_clip, contracted_clip_loss, log_ratio, sat_contraction
 
 
 @register("sat_grpo")
@@ -28,11 +28,11 @@ def sat_grpo(
 ) -> LossOutput:
     check_clip(eps_low, eps_high)
     log_r = log_ratio(batch, ratio_against)
-    q = lower_quantile(active_abs_values(log_r, batch, quantile_scope), alpha)
+    q = abs_log_ratio_quantile(log_r, batch, alpha, quantile_scope)
     if not enabled:
         q = torch.zeros_like(q)
-    gate, c_plus, c_minus = sat_contraction(log_r, batch.mask, q)
-    out = contracted_clip_loss(batch, log_r, gate, c_plus, c_minus, q,
+    index, c_plus, c_minus = sat_contraction(log_r, batch.mask, q)
+    out = contracted_clip_loss(batch, log_r, q, index, c_plus, c_minus,
                                eps_low=eps_low, eps_high=eps_high, aggregation=aggregation)
     out.metrics["sat/scope_global"] = torch.tensor(float(quantile_scope == "global"))
     return out

@@ -9,8 +9,8 @@ from __future__ import annotations
 import torch
 
 from .api import LossOutput, PolicyBatch, register
-from .surrogate import (active_abs_values, check_clip, contracted_clip_loss, log_ratio, lower_quantile,
-                        sat_contraction, sequence_log_ratio)
+from .surrogate import (abs_log_ratio_quantile, check_clip, contracted_clip_loss, log_ratio, sat_contraction,
+                        sequence_log_ratio)
 
 
 @register("sat_gspo")
@@ -27,11 +27,11 @@ def sat_gspo(
 ) -> LossOutput:
     check_clip(eps_low, eps_high)
     log_rho = sequence_log_ratio(log_ratio(batch, ratio_against), batch.mask)
-    q = lower_quantile(active_abs_values(log_rho, batch, quantile_scope), alpha)
+    q = abs_log_ratio_quantile(log_rho, batch, alpha, quantile_scope)
     if not enabled:
         q = torch.zeros_like(q)
-    gate, c_plus, c_minus = sat_contraction(log_rho, batch.mask, q)
-    out = contracted_clip_loss(batch, log_rho, gate, c_plus, c_minus, q,
+    index, c_plus, c_minus = sat_contraction(log_rho, batch.mask, q)
+    out = contracted_clip_loss(batch, log_rho, q, index, c_plus, c_minus,
                                eps_low=eps_low, eps_high=eps_high, aggregation=aggregation)
     out.metrics["sat/scope_global"] = torch.tensor(float(quantile_scope == "global"))
     return out

@@ -11,8 +11,7 @@ from __future__ import annotations
 import torch
 
 from .api import LossOutput, PolicyBatch, register
-from .surrogate import (active_abs_values, check_clip, contracted_clip_loss, log_ratio, lower_quantile,
-                        sat_contraction)
+from .surrogate import abs_log_ratio_quantile, check_clip, contracted_clip_loss, log_ratio, sat_contraction
 
 
 @register("sat_random")
@@ -23,26 +22,17 @@ def sat_random(
     eps_high: float = 0.2,
     alpha: float = 0.9,
     seed: int = 0,
+    quantile_scope: str = "microbatch",
     ratio_against: str = "rollout",
     aggregation: str = "token_mean",
 ) -> LossOutput:
     check_clip(eps_low, eps_high)
     log_r = log_ratio(batch, ratio_against)
-    q = lower_quantile(active_abs_values(log_r, batch, "microbatch"), alpha)
-    sat_gate, sat_plus, sat_minus = sat_contraction(log_r, batch.mask, q)
-
-    active_index = batch.mask.bool().flatten().nonzero().squeeze(-1)
+    q = abs_log_ratio_quantile(log_r, batch, alpha, quantile_scope)
+    sat_index, c_plus, c_minus = sat_contraction(log_r, batch.mask, q)
+    active_index = batch.mask.reshape(-1).bool().nonzero().squeeze(-1)
     generator = torch.Generator().manual_seed(seed)
-    n_gated = int(sat_gate.sum())
-    order = torch.randperm(len(active_index), generator=generator).to(active_index.device)
-    chosen = active_index[order[:n_gated]]
-    gate = torch.zeros(batch.mask.numel(), dtype=torch.bool, device=log_r.device)
-    c_plus = torch.ones(batch.mask.numel(), dtype=log_r.dtype, device=log_r.device)
-    c_minus = torch.ones_like(c_plus)
-    gate[chosen] = True
-    c_plus[chosen] = sat_plus.flatten()[sat_gate.flatten()]
-    c_minus[chosen] = sat_minus.flatten()[sat_gate.flatten()]
-    shape = batch.mask.shape
-    return contracted_clip_loss(batch, log_r, gate.view(shape), c_plus.view(shape), c_minus.view(shape), q,
-                                eps_low=eps_low, eps_high=eps_high, aggregation=aggregation,
-                                namespace="sat_random")
+    order = torch.randperm(active_index.numel(), generator=generator)[: sat_index.numel()]
+    index = active_index[order.to(active_index.device)]
+    return contracted_clip_loss(batch, log_r, q, index, c_plus, c_minus, eps_low=eps_low, eps_high=eps_high,
+                                aggregation=aggregation, namespace="sat_random")

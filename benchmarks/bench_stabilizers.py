@@ -1,0 +1,67 @@
+"""SAT vs GRPO: forward + backward time of the loss on CPU, at 1M and 8M tokens.
+
+    .venv/bin/python -m benchmarks.bench_stabilizers [--tokens 1000000 8000000] [--repeats 5]
+
+Both losses run through the public entry point (get(name)(batch), input validation included) on
+the same batch, one after the other in the same process, so the printed ratio SAT / GRPO is
+measured under the same machine load. Target (issue 2): SAT <= 1.10x GRPO. Timings on a shared
+machine are noisy: the median of the repeats is reported.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from stabilizers import PolicyBatch, get
+
+RESPONSE_LENGTH = 1000
+
+
+def make_batch(n_tokens: int, seed: int = 0) -> PolicyBatch:
+    """A batch shaped like an LLM's: mean |d| ~ 0.01 with a heavy tail, 10% padding, group advantages."""
+    generator = torch.Generator().manual_seed(seed)
+    shape = (n_tokens // RESPONSE_LENGTH, RESPONSE_LENGTH)
+    rollout_logp = -torch.rand(shape, generator=generator) * 3
+    d = 0.01 * torch.randn(shape, generator=generator) ** 3
+    logp = (rollout_logp + d).requires_grad_(True)
+    advantages = torch.randn(shape[0], 1, generator=generator).expand(shape).contiguous()
+    mask = (torch.rand(shape, generator=generator) > 0.1).float()
+    return PolicyBatch(logp=logp, old_logp=logp.detach().clone(), rollout_logp=rollout_logp,
+                       advantages=advantages, mask=mask)
+
+
+def time_loss(name: str, batch: PolicyBatch) -> float:
+    loss_fn = get(name)
+    start = time.perf_counter()
+    loss = loss_fn(batch).loss
+    loss.backward()
+    elapsed = time.perf_counter() - start
+    batch.logp.grad = None
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=int, nargs="+", default=[1_000_000, 8_000_000])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, {args.threads} thread(s), median of {args.repeats} repeats (noisy shared machine)")
+    print(f"{'tokens':>10} {'grpo s':>9} {'sat_grpo s':>11} {'ratio':>7}")
+    for n_tokens in args.tokens:
+        batch = make_batch(n_tokens)
+        time_loss("grpo", batch), time_loss("sat_grpo", batch)  # warm-up
+        grpo, sat = [], []
+        for _ in range(args.repeats):  # interleaved, so load changes hit both alike
+            grpo.append(time_loss("grpo", batch))
+            sat.append(time_loss("sat_grpo", batch))
+        g, s = statistics.median(grpo), statistics.median(sat)
+        print(f"{n_tokens:>10} {g:>9.4f} {s:>11.4f} {s / g:>6.2f}x")
+
+
+if __name__ == "__main__":
+    main()
