@@ -13,7 +13,8 @@ One trainer step s (1-based), as in an asynchronous system with one batch in fli
 
 Every random draw comes from a generator seeded by (seed, step), so the state to resume is
 just tensors: trainer weights, Adam moments, the weight snapshots the engine may still be
-broadcast, and the batch in flight. A run killed at any point ends with the same metrics.jsonl
+broadcast, and the batch in flight. The engine's own weights are the bf16 cast of the snapshot
+of its version, so a resumed run re-broadcasts them before its first rollout (same bits). A run killed at any point ends with the same metrics.jsonl
 as an uninterrupted one.
 """
 from __future__ import annotations
@@ -152,6 +153,8 @@ class Trainer:
             mb_out = self.model(inputs[idx], replay=None if replay is None else replay[idx])
             logp = (mb_out.logits[:, plen - 1:] / temperature).log_softmax(-1)
             logp = logp.gather(-1, response[idx][..., None])[..., 0]
+            if not torch.isfinite(logp.detach()).all():
+                return {"diverged": "non-finite log-probabilities"}
             policy_batch = PolicyBatch(logp=logp, old_logp=old_logp[idx], rollout_logp=logmu[idx],
                                        advantages=advantages[idx], mask=mask[idx])
             result = self.recipe.compute_loss(policy_batch, step_seed=step_seed(self.seed, self.step + 1, 2 + index))
@@ -247,8 +250,6 @@ class Trainer:
             batch = part("batch.")
             self.in_flight = Rollout(step=meta["batch"]["step"], version=meta["batch"]["version"],
                                      **{k: batch[k] for k in Rollout.TENSORS})
-            if meta["engine_version"] is not None:
-                self.engine.broadcast(self.snapshots[meta["engine_version"]], meta["engine_version"])
         except (KeyError, RuntimeError, ValueError, TypeError) as error:
             raise ValueError(f"corrupt resume state in {self.resume_dir}: {error!r}") from None
         self.step = step

@@ -1,0 +1,182 @@
+"""The tiny engine's RL loop: determinism, resume after kill -9, lag, R3, bad input."""
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from engines.grid import resolve_run_config
+from engines.io import read_jsonl
+from engines.run import run
+from engines.tiny import task
+from engines.tiny.checkpoint import load_model
+from engines.tiny.rollout import RolloutEngine, sampling_version
+from engines.tiny.trainer import Trainer, step_seed
+from engines.tiny.warmstart import build_base
+
+SMALL = {"preset": "demo", "width": 32, "heads": 2, "expert_hidden": 32, "top_k": 2, "warmstart_steps": 30,
+         "warmstart_batch": 64, "prompts_per_step": 4, "samples_per_step": 4, "progress_every": 1000}
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    out = tmp_path_factory.mktemp("grid") / "base"
+    build_base(SMALL, out)
+    return out
+
+
+def config(base, recipe="grpo", lag=2, mode="interval", steps=6, eval_every=2, seed=0, **params):
+    grid = {"grid": "test", "engine": "tiny", "lag_mode": mode, "steps": steps, "eval_every": eval_every,
+            "recipes": [recipe], "lags": [lag], "seeds": [seed], "engine_params": {**SMALL, **params}}
+    run_config = resolve_run_config(grid, recipe, lag, seed)
+    run_config["base_model"] = str(base)
+    return run_config
+
+
+def test_warm_start_is_cached(base):
+    stamp = (base / "model.safetensors").stat().st_mtime_ns
+    build_base(SMALL, base)
+    assert (base / "model.safetensors").stat().st_mtime_ns == stamp
+
+
+def test_same_config_twice_gives_identical_metrics(base, tmp_path):
+    cfg = config(base, recipe="sat_grpo", kl_coef=0.1)
+    assert run(cfg, tmp_path / "a") == "completed" and run(cfg, tmp_path / "b") == "completed"
+    first = (tmp_path / "a" / "train" / "metrics.jsonl").read_text()
+    assert first == (tmp_path / "b" / "train" / "metrics.jsonl").read_text()
+    rows = read_jsonl(tmp_path / "a" / "train" / "metrics.jsonl")
+    assert [r["step"] for r in rows] == list(range(1, 7))
+    for key in ("realized_lag", "policy_version", "reward", "entropy", "grad_norm", "loss", "sat/q", "kl/k3",
+                "d/mean_abs", "d/p50", "d/p90", "d/p99", "d/max", "d/lag_mean_abs", "d/impl_mean_abs",
+                "tv/mean", "tv/p90", "routing/mismatch_rate"):
+        assert all(key in r for r in rows), key
+    assert all(r["d/mean_abs"] > 0 for r in rows)  # bf16 engine: mu != pi even where the lag is 0
+    assert sorted(p.name for p in (tmp_path / "a" / "train" / "checkpoints").iterdir()) == \
+        ["step_2", "step_4", "step_6"]
+    assert json.loads((tmp_path / "a" / "train" / "status.json").read_text())["status"] == "completed"
+    assert run(cfg, tmp_path / "a") == "completed"  # a finished run is not redone
+    assert (tmp_path / "a" / "train" / "metrics.jsonl").read_text() == first
+
+
+def test_kill_9_at_a_random_step_then_resume_is_bit_identical(base, tmp_path):
+    cfg = config(base, recipe="grpo_r3", lag=3, steps=14, eval_every=3)
+    run(cfg, tmp_path / "reference")
+    kill_after = random.Random().choice([3, 6, 9])
+    process = subprocess.Popen([sys.executable, "-m", "engines.run", "--run-dir", str(tmp_path / "killed"),
+                                "--config-json", json.dumps(cfg)], stderr=subprocess.PIPE)
+    target = tmp_path / "killed" / "train" / "checkpoints" / f"step_{kill_after}"
+    deadline = time.time() + 120
+    while not target.exists() and process.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    time.sleep(random.Random().uniform(0, 0.05))  # anywhere inside the next steps, writes included
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    status = tmp_path / "killed" / "train" / "status.json"
+    assert not status.exists() or json.loads(status.read_text())["status"] != "completed" or process.returncode == 0
+    subprocess.run([sys.executable, "-m", "engines.run", "--run-dir", str(tmp_path / "killed"),
+                    "--config-json", json.dumps(cfg)], check=True, capture_output=True)
+    reference = (tmp_path / "reference" / "train" / "metrics.jsonl").read_text()
+    assert (tmp_path / "killed" / "train" / "metrics.jsonl").read_text() == reference, f"killed after step {kill_after}"
+    for step in (3, 6, 9, 12, 14):
+        name = f"checkpoints/step_{step}/model.safetensors"
+        assert (tmp_path / "killed" / "train" / name).read_bytes() == (tmp_path / "reference" / "train" / name).read_bytes()
+
+
+@pytest.mark.parametrize("mode", ["interval", "constant"])
+def test_each_batch_is_sampled_by_the_scheduled_policy_version(base, tmp_path, mode):
+    lag, steps = 3, 8
+    cfg = config(base, lag=lag, mode=mode, steps=steps, eval_every=1)
+    trainer = Trainer(cfg, tmp_path)
+    batches = {}
+    generate = trainer.generate
+
+    def recording(step):
+        batches[step] = generate(step)
+        return batches[step]
+
+    trainer.generate = recording
+    trainer.run()
+    rows = read_jsonl(tmp_path / "train" / "metrics.jsonl")
+    expected = {"interval": [0, 0, 0, 0, 3, 3, 3, 6], "constant": [0, 0, 0, 0, 1, 2, 3, 4]}[mode]
+    assert [r["policy_version"] for r in rows] == expected
+    assert [r["realized_lag"] for r in rows] == [s - 1 - v for s, v in zip(range(1, steps + 1), expected)]
+    assert max(r["realized_lag"] for r in rows) == lag
+    params = trainer.params
+    for step in range(1, steps + 1):
+        # Re-sample step's batch from the saved checkpoint of its scheduled version: it must be
+        # bit-identical, and the next version's weights must give a different mu.
+        def resample(version):
+            source = base if version == 0 else tmp_path / "train" / "checkpoints" / f"step_{version}"
+            engine = RolloutEngine(trainer.model.config, "bfloat16", params["temperature"])
+            engine.broadcast(load_model(source).state_dict(), version)
+            problems = task.problems("train", params["prompts_per_step"], seed=step_seed(0, step, 0))
+            return engine.rollout(step, problems, params["samples_per_step"], params["reward"],
+                                  seed=step_seed(0, step, 1))
+
+        version = sampling_version(step, lag, mode)
+        assert batches[step].version == version
+        again = resample(version)
+        assert torch.equal(again.tokens, batches[step].tokens) and torch.equal(again.logmu_full, batches[step].logmu_full)
+        assert not torch.equal(resample(version + 1).logmu_full, batches[step].logmu_full)
+
+
+def test_routing_replay_makes_the_trainer_route_like_the_engine(base, tmp_path):
+    run(config(base, recipe="grpo", lag=2, steps=6), tmp_path / "plain")
+    run(config(base, recipe="grpo_r3", lag=2, steps=6), tmp_path / "r3")
+    plain = read_jsonl(tmp_path / "plain" / "train" / "metrics.jsonl")
+    replayed = read_jsonl(tmp_path / "r3" / "train" / "metrics.jsonl")
+    assert all(r["routing/mismatch_rate"] == 0.0 for r in replayed)
+    assert any(r["routing/own_mismatch_rate"] > 0 for r in replayed)
+    assert any(r["routing/mismatch_rate"] > 0 for r in plain)
+    assert all(r["routing/mismatch_rate"] == r["routing/own_mismatch_rate"] for r in plain)
+
+
+def test_bad_inputs_fail_before_anything_is_written(base, tmp_path):
+    cfg = config(base)
+    bad_recipe = {**cfg, "recipe": {"name": "mystery", "loss": "no_such_loss", "params": {}}}
+    with pytest.raises(ValueError, match="no_such_loss"):
+        run(bad_recipe, tmp_path / "r")
+    for lag in (0, 1.5, "2"):
+        with pytest.raises(ValueError, match="lag must be an integer >= 1"):
+            run({**cfg, "lag": lag}, tmp_path / "r")
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \['learning_rate'\]"):
+        run({**cfg, "engine_params": {**SMALL, "learning_rate": 1.0}}, tmp_path / "r")
+    with pytest.raises(FileNotFoundError, match="base model not found"):
+        run({**cfg, "base_model": str(tmp_path / "nobase")}, tmp_path / "r")
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_directory_holding_another_config_is_refused(base, tmp_path):
+    run(config(base, steps=2), tmp_path / "r")
+    before = {p: p.read_bytes() for p in (tmp_path / "r").rglob("*") if p.is_file()}
+    with pytest.raises(ValueError, match="different config"):
+        run(config(base, steps=2, seed=1), tmp_path / "r")
+    assert {p: p.read_bytes() for p in (tmp_path / "r").rglob("*") if p.is_file()} == before
+
+
+def test_corrupt_or_missing_resume_state_is_an_error(base, tmp_path):
+    cfg = config(base, steps=4)
+    trainer = Trainer(cfg, tmp_path)
+    trainer.steps = 2  # stop part way, as a killed run would
+    trainer.run()
+    (tmp_path / "train" / "status.json").unlink()
+    state = tmp_path / "train" / "resume" / "state.safetensors"
+    state.write_bytes(state.read_bytes()[:100])
+    metrics = (tmp_path / "train" / "metrics.jsonl").read_text()
+    with pytest.raises(ValueError, match="corrupt checkpoint file .*state.safetensors"):
+        Trainer(cfg, tmp_path).run()
+    state.unlink()
+    with pytest.raises(FileNotFoundError, match="state.safetensors"):
+        Trainer(cfg, tmp_path).run()
+    assert (tmp_path / "train" / "metrics.jsonl").read_text() == metrics
+
+
+def test_non_finite_training_is_reported_as_diverged(base, tmp_path):
+    assert run(config(base, steps=5, lr=1e30), tmp_path) == "diverged"
+    status = json.loads((tmp_path / "train" / "status.json").read_text())
+    assert status["status"] == "diverged" and "diverged at step" in status["message"]
