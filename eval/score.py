@@ -13,6 +13,7 @@ A checkpoint already in the file is never scored again, so a killed run resumes 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -162,17 +163,26 @@ def score_run(run_dir: str | Path, task_name: str, settings: dict, *, log=None) 
         for name in REQUIRED_FILES[settings["backend"]]:
             if not (path / name).is_file():
                 raise ScoreError(f"incomplete checkpoint: {path / name} is missing")
-    server_lm = _server_lm(settings) if settings["backend"] == "server" and pending else None
-    rows = []
-    for step, path in pending.items():
-        start = time.perf_counter()
-        row = score_checkpoint(_model(settings, path, server_lm), task_dict, task_name, step, settings)
-        append_jsonl_atomic(out_path, [row])
-        rows.append(row)
-        if log:
-            log(f"{task_name} step {step}: avg@{row['k']} {row['score']:.4f} "
-                f"({time.perf_counter() - start:.2f} s)")
+    with _server_running(settings, pending):
+        server_lm = _server_lm(settings) if settings["backend"] == "server" and pending else None
+        rows = []
+        for step, path in pending.items():
+            start = time.perf_counter()
+            row = score_checkpoint(_model(settings, path, server_lm), task_dict, task_name, step, settings)
+            append_jsonl_atomic(out_path, [row])
+            rows.append(row)
+            if log:
+                log(f"{task_name} step {step}: avg@{row['k']} {row['score']:.4f} "
+                    f"({time.perf_counter() - start:.2f} s)")
     return rows
+
+
+def _server_running(settings: dict, pending: dict[int, Path]):
+    """With eval.server.launch, an SGLang server started here (first pending checkpoint) for the loop."""
+    if settings["backend"] != "server" or not pending or not settings["server"].get("launch"):
+        return contextlib.nullcontext()
+    from eval.server import serve
+    return serve(settings["server"], str(next(iter(pending.values()))))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,14 +8,18 @@
   and avg@k would silently become avg@1.
 - `load_checkpoint(server, checkpoint)`: swap the served weights (SGLang /update_weights_from_disk),
   so one server scores every checkpoint of a run.
+- `serve(server, checkpoint)`: start that server, wait until /health answers, stop it on exit
+  (used by eval.score when eval.server.launch is true; otherwise the server is already running).
 """
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 import shlex
+import subprocess
 import time
 from collections import Counter
+from contextlib import contextmanager
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -63,6 +67,41 @@ def launch_command(server: dict, checkpoint: str) -> list[str]:
 
 def launch_command_text(server: dict, checkpoint: str) -> str:
     return shlex.join(launch_command(server, checkpoint))
+
+
+@contextmanager
+def serve(server: dict, checkpoint: str):
+    """Run `launch_command(server, checkpoint)` for the duration of the block.
+
+    Waits up to eval.server.ready_timeout seconds (default 900) for GET /health to answer 200;
+    a server that exits early or never gets ready raises ServerError naming the URL."""
+    command = launch_command(server, checkpoint)
+    url = base_url(server) + "/health"
+    timeout = float(server.get("ready_timeout", 900))
+    process = subprocess.Popen(command)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if process.poll() is not None:
+                raise ServerError(f"evaluation server for {url} exited with code {process.returncode} "
+                                  f"before it was ready: {shlex.join(command)}")
+            try:
+                if requests.get(url, timeout=5).ok:
+                    break
+            except NETWORK_ERRORS:
+                pass
+            if time.monotonic() > deadline:
+                raise ServerError(f"evaluation server not ready at {url} after {timeout:.0f} s: "
+                                  f"{shlex.join(command)}")
+            time.sleep(0.5)
+        yield process
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def load_checkpoint(server: dict, checkpoint: str, *, attempts: int = 3, timeout: float = 600.0) -> None:

@@ -3,65 +3,21 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 import threading
 from collections import defaultdict
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from engines.io import read_jsonl
+import eval.server
 from eval.server import ServerError, launch_command, sample_seed
 from eval.score import main, score_run
+from tests.fixtures.fake_sglang import GOLD, FakeSGLang
 
 FIXTURE = Path(__file__).parent / "fixtures" / "aime_mini.jsonl"
-GOLD = {json.loads(line)["Problem"]: json.loads(line)["Answer"] for line in FIXTURE.read_text().splitlines()}
-
-
-class FakeSGLang(ThreadingHTTPServer):
-    """Serves /update_weights_from_disk and /v1/completions like SGLang, logging every request.
-
-    With step_1 loaded every answer is wrong; with step_2 a sample is right exactly when its seed
-    is even (written \\boxed{0<gold>}), so the right score follows from the seeds received."""
-
-    def __init__(self):
-        super().__init__(("127.0.0.1", 0), Handler)
-        self.loaded = None
-        self.log = []  # (checkpoint, problem, payload)
-        self.lock = threading.Lock()
-
-    @property
-    def url(self):
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-
-class Handler(BaseHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-    def reply(self, body: dict):
-        data = json.dumps(body).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def do_POST(self):
-        payload = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        server = self.server
-        if self.path == "/update_weights_from_disk":
-            server.loaded = Path(payload["model_path"]).name
-            return self.reply({"success": True, "message": "loaded"})
-        assert self.path == "/v1/completions", self.path
-        prompt = payload["prompt"][0] if isinstance(payload["prompt"], list) else payload["prompt"]
-        problem = next(p for p in GOLD if p in prompt)
-        with server.lock:
-            server.log.append((server.loaded, problem, payload))
-        right = server.loaded == "step_2" and payload["seed"] % 2 == 0
-        text = f"... so the answer is \\boxed{{0{GOLD[problem]}}}" if right else "\\boxed{999}"
-        self.reply({"id": "x", "object": "text_completion", "model": payload["model"],
-                    "choices": [{"index": 0, "text": text, "finish_reason": "stop"}]})
+FAKE = Path(__file__).parent / "fixtures" / "fake_sglang.py"
 
 
 @pytest.fixture
@@ -150,4 +106,30 @@ def test_cli_reports_unreachable_server_in_one_line(tmp_path, capsys):
     code = main(["--run-dir", str(run), "--task", "aime24_avg8",
                  "--settings-json", json.dumps(settings(url, max_retries=1))])
     assert code == 2 and f"unreachable at {url}" in capsys.readouterr().err
+    assert not (run / "eval").exists()
+
+
+def test_launched_server_scores_every_checkpoint(tmp_path, monkeypatch):
+    """eval.server.launch: the scorer starts the server from the generated command, waits for
+    /health, swaps in each checkpoint, and stops the server. Only the program is replaced by the
+    fake; the generated SGLang flags are passed to it unchanged."""
+    generated = launch_command
+
+    def fake_program(server, checkpoint):
+        return [sys.executable, str(FAKE)] + generated(server, checkpoint)[3:]
+
+    monkeypatch.setattr(eval.server, "launch_command", fake_program)
+    url = closed_port_url()
+    rows = score_run(make_run(tmp_path / "run"), "aime24_avg8", settings(url, launch=True, ready_timeout=60))
+    even = [sum(sample_seed(5, d, r) % 2 == 0 for r in range(8)) for d in range(len(GOLD))]
+    assert [r["per_problem"] for r in rows] == [[0, 0, 0], even]
+    with pytest.raises(ServerError, match="unreachable"):  # the server was stopped
+        eval.server.load_checkpoint({"url": url}, "x", attempts=1, timeout=2)
+
+
+def test_launched_server_that_dies_is_reported(tmp_path, monkeypatch):
+    monkeypatch.setattr(eval.server, "launch_command", lambda server, ckpt: [sys.executable, "-c", "exit(3)"])
+    run = make_run(tmp_path / "run")
+    with pytest.raises(ServerError, match="exited with code 3 before it was ready"):
+        score_run(run, "aime24_avg8", settings(closed_port_url(), launch=True))
     assert not (run / "eval").exists()
