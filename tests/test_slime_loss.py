@@ -5,72 +5,17 @@ from __future__ import annotations
 import pytest
 import torch
 from fakes import slime_standin
+from fakes.slime_batches import args_for, direct_loss, make_sample_batch
 from fakes.slime_standin import get_log_probs_and_entropy, slime_args, slime_loss_function
 
 from engines.slime import loss as slime_loss
-from stabilizers import PolicyBatch, Recipe, load_recipes
+from stabilizers import Recipe, load_recipes
 
 slime_standin.install()
 torch.set_num_threads(1)
 
 RECIPES = load_recipes()
 TABLE1 = [name for name, recipe in RECIPES.items() if recipe.table1] + ["grpo_mu"]
-VOCAB = 11
-
-
-def make_sample_batch(seed=0, prompt_lengths=(3, 5, 2, 4, 6), response_lengths=(4, 7, 1, 5, 3)):
-    """A slime micro-batch: packed logits [1, T, V] (the leaf we differentiate) and the per-sample lists."""
-    g = torch.Generator().manual_seed(seed)
-    totals = [p + r for p, r in zip(prompt_lengths, response_lengths)]
-    logits = (2 * torch.randn(1, sum(totals), VOCAB, generator=g)).requires_grad_()
-    tokens = [torch.randint(0, VOCAB, (t,), generator=g) for t in totals]
-    current = [lp.detach() for lp in get_log_probs_and_entropy(
-        logits, args=slime_args(), unconcat_tokens=tokens, total_lengths=totals,
-        response_lengths=list(response_lengths))[1]["log_probs"]]
-    masks = []
-    for r in response_lengths:
-        mask = (torch.rand(r, generator=g) > 0.2).int()
-        mask[0] = 1  # every response keeps an active token (see engines/slime/loss.py on normalisers)
-        masks.append(mask)
-    batch = {
-        "unconcat_tokens": tokens, "total_lengths": totals, "response_lengths": list(response_lengths),
-        "loss_masks": masks,
-        # old_logp: the trainer's recompute; made to differ from the current policy so that a ratio
-        # against it is not 1 (as after earlier optimizer steps on the same rollout)
-        "log_probs": [lp + 0.05 * torch.randn(lp.shape, generator=g) for lp in current],
-        "rollout_log_probs": [lp + 0.1 * torch.randn(lp.shape, generator=g) for lp in current],
-        "advantages": [torch.full((r,), float(torch.randn((), generator=g))) for r in response_lengths],
-        "ref_log_probs": [lp + 0.02 * torch.randn(lp.shape, generator=g) for lp in current],
-    }
-    return logits, batch
-
-
-def padded(tensors, length):
-    """[B, L] by explicit copying (independent of the adapter's pad_sequence)."""
-    out = torch.zeros(len(tensors), length)
-    for i, t in enumerate(tensors):
-        out[i, :len(t)] = t
-    return out
-
-
-def direct_loss(logits, batch, recipe):
-    """The stabilizer called directly on the equivalent PolicyBatch."""
-    _, current = get_log_probs_and_entropy(
-        logits, args=slime_args(), unconcat_tokens=batch["unconcat_tokens"],
-        total_lengths=batch["total_lengths"], response_lengths=batch["response_lengths"])
-    length = max(batch["response_lengths"])
-    logp = torch.stack([torch.nn.functional.pad(lp, (0, length - len(lp))) for lp in current["log_probs"]])
-    policy_batch = PolicyBatch(logp=logp, old_logp=padded(batch["log_probs"], length),
-                               rollout_logp=padded(batch["rollout_log_probs"], length),
-                               advantages=padded(batch["advantages"], length),
-                               mask=padded([m.float() for m in batch["loss_masks"]], length))
-    return recipe.compute_loss(policy_batch)
-
-
-def args_for(recipe, **overrides):
-    spec = {"name": recipe.name, **recipe.as_dict()}
-    return slime_args(stalebench_recipe=spec, use_rollout_routing_replay=recipe.routing_replay,
-                      calculate_per_token_loss=slime_loss.per_token_loss_flag(recipe), **overrides)
 
 
 def grad_of(loss, logits):

@@ -9,6 +9,7 @@ from reading that source (not copied):
 - ``slime_loss_function``: what slime's ``loss_function`` + Megatron do with a custom loss: build
   ``sum_of_sample_mean`` (or the per-token sum), call the function, rescale the loss, and the
   gradient normalisation of one step (per-token: / step tokens; else / step samples).
+- ``log(args, metrics, step_key)``: slime.observability.logging_utils.log, recording its calls;
 - ``install()`` puts these under their slime module names in sys.modules.
 """
 from __future__ import annotations
@@ -98,8 +99,18 @@ def slime_args(**overrides) -> Namespace:
     return Namespace(**values)
 
 
+LOGGED: list[tuple[dict, str]] = []  # what slime.observability.logging_utils.log received
+
+
+def log(args, metrics, step_key):
+    """slime.observability.logging_utils.log (wandb / tensorboard in slime): recorded here."""
+    LOGGED.append((dict(metrics), step_key))
+
+
 def install() -> None:
     """Register the stand-in under slime's module names (idempotent)."""
+    logging_module = types.ModuleType("slime.observability.logging_utils")
+    logging_module.log = log
     loss_module = types.ModuleType("slime.backends.megatron_utils.loss")
     loss_module.get_log_probs_and_entropy = get_log_probs_and_entropy
     ppo_module = types.ModuleType("slime.utils.ppo_utils")
@@ -107,6 +118,9 @@ def install() -> None:
     modules = {"slime": types.ModuleType("slime"), "slime.backends": types.ModuleType("slime.backends"),
                "slime.backends.megatron_utils": types.ModuleType("slime.backends.megatron_utils"),
                "slime.backends.megatron_utils.loss": loss_module,
-               "slime.utils": types.ModuleType("slime.utils"), "slime.utils.ppo_utils": ppo_module}
+               "slime.utils": types.ModuleType("slime.utils"), "slime.utils.ppo_utils": ppo_module,
+               "slime.observability": types.ModuleType("slime.observability"),
+               "slime.observability.logging_utils": logging_module}
     for name, module in modules.items():
         sys.modules.setdefault(name, module)
+    sys.modules["slime.observability"].logging_utils = sys.modules["slime.observability.logging_utils"]

@@ -1,0 +1,77 @@
+"""Slime micro-batches for the adapter's tests, and the stabilizer called directly on the same data."""
+from __future__ import annotations
+
+import torch
+
+from engines.slime import loss as slime_loss
+from stabilizers import PolicyBatch
+
+from .slime_standin import get_log_probs_and_entropy, slime_args
+
+VOCAB = 11
+
+
+def make_sample_batch(seed=0, prompt_lengths=(3, 5, 2, 4, 6), response_lengths=(4, 7, 1, 5, 3)):
+    """A slime micro-batch: packed logits [1, T, V] (the leaf we differentiate) and the per-sample lists."""
+    g = torch.Generator().manual_seed(seed)
+    totals = [p + r for p, r in zip(prompt_lengths, response_lengths)]
+    logits = (2 * torch.randn(1, sum(totals), VOCAB, generator=g)).requires_grad_()
+    tokens = [torch.randint(0, VOCAB, (t,), generator=g) for t in totals]
+    current = [lp.detach() for lp in get_log_probs_and_entropy(
+        logits, args=slime_args(), unconcat_tokens=tokens, total_lengths=totals,
+        response_lengths=list(response_lengths))[1]["log_probs"]]
+    masks = []
+    for r in response_lengths:
+        mask = (torch.rand(r, generator=g) > 0.2).int()
+        mask[0] = 1  # every response keeps an active token (see engines/slime/loss.py on normalisers)
+        masks.append(mask)
+    batch = {
+        "unconcat_tokens": tokens, "total_lengths": totals, "response_lengths": list(response_lengths),
+        "loss_masks": masks,
+        # old_logp: the trainer's recompute; made to differ from the current policy so that a ratio
+        # against it is not 1 (as after earlier optimizer steps on the same rollout)
+        "log_probs": [lp + 0.05 * torch.randn(lp.shape, generator=g) for lp in current],
+        "rollout_log_probs": [lp + 0.1 * torch.randn(lp.shape, generator=g) for lp in current],
+        "advantages": [torch.full((r,), float(torch.randn((), generator=g))) for r in response_lengths],
+        "ref_log_probs": [lp + 0.02 * torch.randn(lp.shape, generator=g) for lp in current],
+    }
+    return logits, batch
+
+
+def padded(tensors, length):
+    """[B, L] by explicit copying (independent of the adapter's pad_sequence)."""
+    out = torch.zeros(len(tensors), length)
+    for i, t in enumerate(tensors):
+        out[i, :len(t)] = t
+    return out
+
+
+def direct_loss(logits, batch, recipe):
+    """The stabilizer called directly on the equivalent PolicyBatch."""
+    return direct_loss_of_many([(logits, batch)], recipe)
+
+
+def direct_loss_of_many(micro_batches, recipe):
+    """The stabilizer on one PolicyBatch holding the samples of several (logits, batch) micro-batches."""
+    log_probs, keys = [], ("log_probs", "rollout_log_probs", "advantages", "loss_masks")
+    lists = {key: [] for key in keys}
+    for logits, batch in micro_batches:
+        _, current = get_log_probs_and_entropy(
+            logits, args=slime_args(), unconcat_tokens=batch["unconcat_tokens"],
+            total_lengths=batch["total_lengths"], response_lengths=batch["response_lengths"])
+        log_probs += current["log_probs"]
+        for key in keys:
+            lists[key] += list(batch[key])
+    length = max(len(lp) for lp in log_probs)
+    logp = torch.stack([torch.nn.functional.pad(lp, (0, length - len(lp))) for lp in log_probs])
+    policy_batch = PolicyBatch(logp=logp, old_logp=padded(lists["log_probs"], length),
+                               rollout_logp=padded(lists["rollout_log_probs"], length),
+                               advantages=padded(lists["advantages"], length),
+                               mask=padded([m.float() for m in lists["loss_masks"]], length))
+    return recipe.compute_loss(policy_batch)
+
+
+def args_for(recipe, **overrides):
+    spec = {"name": recipe.name, **recipe.as_dict()}
+    return slime_args(stalebench_recipe=spec, use_rollout_routing_replay=recipe.routing_replay,
+                      calculate_per_token_loss=slime_loss.per_token_loss_flag(recipe), **overrides)
