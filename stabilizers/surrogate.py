@@ -132,22 +132,20 @@ def aggregate(objective: torch.Tensor, batch: PolicyBatch, aggregation: str) -> 
     return -(total * world) / count.clamp(min=1)
 
 
-SELECT_SAMPLE = 65536  # sample size of the pre-selection in kth_smallest; inputs under 4x this skip it
-
-
-def kth_smallest(values: torch.Tensor, k: int, active: torch.Tensor | None = None) -> torch.Tensor:
+def kth_smallest(values: torch.Tensor, k: int, active: torch.Tensor | None = None, *,
+                 sample_size: int = 65536) -> torch.Tensor:
     """The exact k-th smallest (1-based) of ``values[active]`` (of all values when active is None).
 
     Large inputs are first narrowed: a strided sample gives a bound ``lo`` that, with high
     probability, has fewer than k values below it; only the values >= lo (about 1 - k/n of them,
     plus 1%) then go through kthvalue, at rank k minus the count below. That is exact whatever
     the sample; when it misleads (k values below lo), the plain selection over all values runs.
-    Selection, never a full sort."""
+    Inputs under 4 x sample_size skip the narrowing. Selection, never a full sort."""
     values = values.reshape(-1)
     active = None if active is None else active.reshape(-1)
     n = values.numel() if active is None else int(active.count_nonzero())
-    if values.numel() >= 4 * SELECT_SAMPLE:
-        stride = values.numel() // SELECT_SAMPLE
+    if values.numel() >= 4 * sample_size:
+        stride = values.numel() // sample_size
         sample = values[::stride] if active is None else values[::stride][active[::stride]]
         rank = (k * sample.numel()) // n - 2 * math.isqrt(sample.numel())  # ~4 binomial sd below
         if rank >= 1:

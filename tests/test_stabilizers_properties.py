@@ -1,0 +1,221 @@
+"""Prop. 4.1 of the SAT paper and the quantile's definition, as hypothesis properties.
+
+Batches are random, with heavy-tailed d = log(pi / mu) (|d| up to 15), many exact ties, zeros,
+padding and empty responses. "PPO" is the fixed-clip loss on the same ratio (against mu):
+grpo / gspo with ratio_against="rollout".
+"""
+import math
+from fractions import Fraction
+
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from stabilizers import PolicyBatch, available, get, get_recipe, load_recipes
+from stabilizers.surrogate import kth_smallest, lower_quantile, sat_contraction
+
+D_VALUES = st.one_of(
+    st.floats(-0.05, 0.05),                                    # the LLM regime (mean |d| ~ 0.01)
+    st.sampled_from([0.0, 0.01, -0.01, 0.02, 0.1, -0.1, 0.3]),  # ties
+    st.floats(-15.0, 15.0),                                     # heavy tail
+)
+ALPHAS = st.integers(1, 100).map(lambda i: i / 100)
+EPS = st.sampled_from([(0.2, 0.2), (0.2, 0.28), (0.1, 0.5), (0.0, 0.0)])
+
+
+@st.composite
+def batches(draw, d_values=D_VALUES, dtype=None):
+    b, length = draw(st.integers(1, 4)), draw(st.integers(1, 8))
+    n = b * length
+    dtype = dtype or draw(st.sampled_from([torch.float32, torch.float64]))
+    d = torch.tensor(draw(st.lists(d_values, min_size=n, max_size=n)), dtype=torch.float64).view(b, length)
+    rollout = torch.tensor(draw(st.lists(st.floats(-8.0, 0.0), min_size=n, max_size=n)), dtype=torch.float64).view(b, length)
+    adv = draw(st.lists(st.one_of(st.just(0.0), st.floats(-3.0, 3.0)), min_size=b, max_size=b))
+    advantages = torch.tensor(adv, dtype=torch.float64)[:, None].expand(b, length)
+    if draw(st.booleans()):  # token-level advantages too
+        advantages = advantages + torch.tensor(draw(st.lists(st.floats(-1, 1), min_size=n, max_size=n)),
+                                               dtype=torch.float64).view(b, length)
+    mask = torch.tensor(draw(st.lists(st.booleans(), min_size=n, max_size=n)), dtype=torch.float64).view(b, length)
+    return make_batch(rollout + d, rollout, advantages, mask, dtype)
+
+
+def make_batch(logp, rollout, advantages, mask, dtype):
+    logp = logp.to(dtype).requires_grad_(True)
+    return PolicyBatch(logp=logp, old_logp=(logp.detach() - 0.1), rollout_logp=rollout.to(dtype),
+                       advantages=advantages.to(dtype).contiguous(), mask=mask.to(dtype))
+
+
+def fresh(batch):
+    """The same batch with a new leaf logp (for a second backward)."""
+    logp = batch.logp.detach().clone().requires_grad_(True)
+    return PolicyBatch(logp=logp, old_logp=batch.old_logp, rollout_logp=batch.rollout_logp,
+                       advantages=batch.advantages, mask=batch.mask)
+
+
+def loss_and_grad(name, batch, **params):
+    batch = fresh(batch)
+    out = get(name)(batch, **params)
+    out.loss.backward()
+    return out, batch.logp.grad
+
+
+def brute_quantile(values, alpha):
+    """inf{x : (1/n) #{v <= x} >= alpha}, by trying every value (exact rational comparison)."""
+    n = len(values)
+    return min(x for x in values if Fraction(sum(v <= x for v in values), n) >= Fraction(repr(alpha)))
+
+
+def sat_bounds(d, mask, q, eps_low, eps_high):
+    """Per-token SAT interval [1 - eps_low c-, 1 + eps_high c+], c = 1 off the gate."""
+    index, c_plus, c_minus = sat_contraction(d, mask, q)
+    full_plus, full_minus = torch.ones(d.numel(), dtype=d.dtype), torch.ones(d.numel(), dtype=d.dtype)
+    full_plus[index], full_minus[index] = c_plus, c_minus
+    return index, (1 - eps_low * full_minus).view_as(d), (1 + eps_high * full_plus).view_as(d)
+
+
+@given(st.lists(st.one_of(D_VALUES.map(abs), st.just(0.0)), min_size=1, max_size=60), ALPHAS)
+def test_quantile_is_the_lower_inverse_cdf(values, alpha):
+    q = lower_quantile(torch.tensor(values, dtype=torch.float64), alpha)
+    assert q.item() == brute_quantile(values, alpha)
+
+
+@given(st.integers(0, 2**31 - 1), st.integers(300, 3000), st.sampled_from([0.0, 0.3, 0.9]), st.data())
+def test_preselected_kth_smallest_is_exact(seed, n, padding, data):
+    """kth_smallest's sampled pre-selection (on with a small sample) equals the sorted list's k-th
+    value for every k, masked or not, with heavy tails and ties."""
+    generator = torch.Generator().manual_seed(seed)
+    heavy = torch.distributions.Cauchy(0.0, 0.01).sample((n,)).clamp(-15, 15).double()
+    tied = torch.randint(0, 5, (n,), generator=generator).double() / 100
+    values = torch.where(torch.rand(n, generator=generator) < 0.5, heavy.abs(), tied)
+    active = torch.rand(n, generator=generator) >= padding
+    for mask in (None, active):
+        chosen = sorted(values.tolist() if mask is None else values[active].tolist())
+        k = data.draw(st.integers(1, len(chosen)))
+        assert kth_smallest(values, k, mask, sample_size=64).item() == chosen[k - 1]
+
+
+def test_kth_smallest_falls_back_when_the_sample_misleads():
+    """Every sampled position (stride 4) holds a large value, so the bound is too high; still exact."""
+    values = torch.arange(1024, dtype=torch.float64)
+    values[::4] += 10_000
+    chosen = sorted(values.tolist())
+    for k in (1, 512, 700, 1024):
+        assert kth_smallest(values, k, sample_size=256).item() == chosen[k - 1]
+
+
+@given(batches(), ALPHAS, EPS)
+def test_sat_interval_inside_ppo_interval(batch, alpha, eps):
+    eps_low, eps_high = eps
+    d = (batch.logp - batch.rollout_logp).detach()
+    q = lower_quantile(d.abs(), alpha, batch.mask)
+    active = batch.mask.bool()
+    assert q.item() == (brute_quantile(d.abs()[active].tolist(), alpha) if active.any() else 0.0)
+    index, low, high = sat_bounds(d, batch.mask, q, eps_low, eps_high)
+    one = torch.ones((), dtype=d.dtype)
+    assert torch.all(low >= 1 - torch.as_tensor(eps_low, dtype=d.dtype)) and torch.all(low <= one)
+    assert torch.all(high <= 1 + torch.as_tensor(eps_high, dtype=d.dtype)) and torch.all(high >= one)
+    # the gate is exactly {active, q > 0, |d| > q}; on it only the side d points to shrinks, by psi < 1/2
+    gate = active & (q > 0) & (d.abs() > q)
+    assert sorted(index.tolist()) == gate.flatten().nonzero().flatten().tolist()
+    _, c_plus, c_minus = sat_contraction(d, batch.mask, q)
+    dg = d.flatten()[index]
+    psi = 1 / (1 + (dg.abs() / q) ** 2)
+    assert torch.equal(torch.where(dg > 0, c_plus, c_minus), psi) and torch.all(psi < 0.5)
+    assert torch.all(torch.where(dg > 0, c_minus, c_plus) == 1)
+
+
+@given(batches(), ALPHAS, EPS, st.sampled_from(["token_mean", "sample_mean"]))
+def test_sat_objective_and_gradient_against_ppo(batch, alpha, eps, aggregation):
+    eps_low, eps_high = eps
+    params = dict(eps_low=eps_low, eps_high=eps_high, aggregation=aggregation)
+    sat, sat_grad = loss_and_grad("sat_grpo", batch, alpha=alpha, **params)
+    ppo, ppo_grad = loss_and_grad("grpo", batch, ratio_against="rollout", **params)
+    # S_SAT <= S_PPO on every token, so the (negated, same-order) mean satisfies loss_SAT >= loss_PPO
+    assert sat.loss.item() >= ppo.loss.item()
+
+    d = (batch.logp - batch.rollout_logp).detach()
+    r, adv, dtype = d.exp(), batch.advantages, d.dtype
+    q = sat.metrics["sat/q"]
+    _, low, high = sat_bounds(d, batch.mask, q, eps_low, eps_high)
+    lo_ppo, hi_ppo = 1 - torch.as_tensor(eps_low, dtype=dtype), 1 + torch.as_tensor(eps_high, dtype=dtype)
+    s_sat = torch.minimum(r * adv, r.clamp(low, high) * adv)
+    s_ppo = torch.minimum(r * adv, r.clamp(lo_ppo, hi_ppo) * adv)
+    assert torch.all(s_sat <= s_ppo)
+    # the public loss is the mean of this pointwise S_SAT (an independent re-derivation of Eq. 19-20)
+    active = batch.mask.bool()
+    s = torch.where(active, s_sat, 0.0)
+    if aggregation == "token_mean":
+        expected = -s.sum() / active.sum().clamp(min=1)
+    else:
+        lengths = active.sum(-1)
+        expected = -(s.sum(-1) / lengths.clamp(min=1)).sum() / (lengths > 0).sum().clamp(min=1)
+    torch.testing.assert_close(sat.loss.detach(), expected.to(dtype))
+
+    # gradients equal PPO's except on tokens newly clipped on the outward side (A (r - 1) > 0)
+    # whose ratio lies between the SAT and the PPO bound; there SAT's gradient is 0
+    differ = sat_grad != ppo_grad
+    outward = adv * (r - 1) > 0
+    between = torch.where(r > 1, (r >= high) & (r <= hi_ppo), (r <= low) & (r >= lo_ppo))
+    assert torch.all(outward[differ] & between[differ])
+    assert torch.all(sat_grad[differ] == 0)
+
+
+@given(batches(), ALPHAS, st.sampled_from(["token_mean", "sample_mean"]))
+def test_disabled_sat_is_the_fixed_clip_bit_for_bit(batch, alpha, aggregation):
+    for sat_name, fixed_name in (("sat_grpo", "grpo"), ("sat_gspo", "gspo")):
+        fixed, fixed_grad = loss_and_grad(fixed_name, batch, ratio_against="rollout", aggregation=aggregation)
+        off, off_grad = loss_and_grad(sat_name, batch, alpha=alpha, enabled=False, aggregation=aggregation)
+        assert torch.equal(off.loss, fixed.loss) and torch.equal(off_grad, fixed_grad)
+    # sat_fixed with threshold 0 is the fixed clip too
+    zero, zero_grad = loss_and_grad("sat_fixed", batch, threshold=0.0, aggregation=aggregation)
+    fixed, fixed_grad = loss_and_grad("grpo", batch, ratio_against="rollout", aggregation=aggregation)
+    assert torch.equal(zero.loss, fixed.loss) and torch.equal(zero_grad, fixed_grad)
+
+
+@given(batches(d_values=st.one_of(st.just(0.0), st.just(0.0), st.floats(-1, 1))),
+       st.sampled_from([0.5, 0.9, 0.95]), st.sampled_from(["token_mean", "sample_mean"]))
+def test_q_zero_is_the_fixed_clip_bit_for_bit(batch, alpha, aggregation):
+    """When at least alpha of the active |d| are 0, q = 0 and nothing is gated."""
+    for sat_name, fixed_name in (("sat_grpo", "grpo"), ("sat_gspo", "gspo"), ("sat_random", "grpo")):
+        out, grad = loss_and_grad(sat_name, batch, alpha=alpha, aggregation=aggregation)
+        prefix = "sat_random" if sat_name == "sat_random" else "sat"
+        if out.metrics[f"{prefix}/q"].item() != 0.0:
+            continue
+        fixed, fixed_grad = loss_and_grad(fixed_name, batch, ratio_against="rollout", aggregation=aggregation)
+        assert out.metrics[f"{prefix}/gate_rate"].item() == 0.0
+        assert torch.equal(out.loss, fixed.loss) and torch.equal(grad, fixed_grad)
+
+
+def test_q_zero_case_is_reached():
+    """The property above is not vacuous: a batch with 90% of |d| = 0 has q = 0 and equals GRPO."""
+    logp = torch.tensor([[-1.0] * 9 + [-0.5]])
+    batch = make_batch(logp, torch.full_like(logp, -1.0), torch.ones_like(logp), torch.ones_like(logp), torch.float32)
+    out, grad = loss_and_grad("sat_grpo", batch)
+    fixed, fixed_grad = loss_and_grad("grpo", batch, ratio_against="rollout")
+    assert out.metrics["sat/q"].item() == 0.0
+    assert torch.equal(out.loss, fixed.loss) and torch.equal(grad, fixed_grad)
+
+
+@given(batches(), st.sampled_from(["token_mean", "sample_mean"]))
+def test_no_active_token_gives_zero_loss_and_zero_gradient(batch, aggregation):
+    empty = PolicyBatch(logp=batch.logp, old_logp=batch.old_logp, rollout_logp=batch.rollout_logp,
+                        advantages=batch.advantages, mask=torch.zeros_like(batch.mask))
+    for name in available():
+        out, grad = loss_and_grad(name, empty, aggregation=aggregation)
+        assert out.loss.item() == 0.0 and torch.equal(grad, torch.zeros_like(grad)), name
+        assert all(torch.isfinite(v).all() for v in out.metrics.values()), name
+    for recipe in load_recipes().values():
+        b = fresh(empty)
+        out = recipe.compute_loss(b, step_seed=1)
+        out.loss.backward()
+        assert out.loss.item() == 0.0 and not b.logp.grad.any(), recipe.name
+
+
+@given(batches(dtype=torch.float64))
+def test_tis_recipe_is_the_weighted_loss(batch):
+    """TIS composes with any loss: grpo_tis equals grpo on the same batch with min(old/mu, 2) weights."""
+    b = fresh(batch)
+    weight = (b.old_logp - b.rollout_logp).exp().clamp(max=2.0)
+    expected = get("grpo")(b.with_token_weight(weight)).loss
+    assert torch.equal(get_recipe("grpo_tis").compute_loss(b).loss, expected)
+    assert math.isfinite(expected.item())
