@@ -134,8 +134,7 @@ def _server_lm(settings: dict):
     return SeededCompletionsLM(
         base_url=base_url(server) + "/v1/completions", model=server.get("model") or "policy",
         seed=settings["seed"], num_concurrent=int(server.get("concurrency", 1)),
-        max_retries=int(server.get("max_retries", 3)), timeout=int(server.get("timeout", 3600)),
-        max_length=int(server.get("max_length", 40960)))
+        max_retries=int(server.get("max_retries", 3)), timeout=int(server.get("timeout", 3600)))
 
 
 def score_checkpoint(lm, task_dict: dict, name: str, step: int, settings: dict) -> dict:
