@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 import yaml
 
 from .api import LossOutput, PolicyBatch, check_params, get, parameters
@@ -54,13 +55,29 @@ def recipe_from_dict(name: str, spec: dict, source: str = "<dict>") -> Recipe:
     tis = spec.get("tis")
     if tis is not None and (not isinstance(tis, dict) or set(tis) - _TIS_KEYS):
         raise ValueError(f"{where}: tis must be null or a mapping with keys {sorted(_TIS_KEYS)}, got {tis!r}")
+    if not isinstance(spec.get("routing_replay", False), bool):
+        raise ValueError(f"{where}: routing_replay must be true or false, got {spec['routing_replay']!r}")
+    if not isinstance(spec.get("params") or {}, dict):
+        raise ValueError(f"{where}: params must be a mapping, got {spec['params']!r}")
     try:
         check_params(spec["loss"], spec.get("params") or {})
     except (KeyError, ValueError) as error:
         raise ValueError(f"{where}: {error.args[0]}") from None
-    return Recipe(name=name, loss=spec["loss"], params=dict(spec.get("params") or {}),
-                  routing_replay=bool(spec.get("routing_replay", False)),
-                  tis=None if tis is None else dict(tis), table1=spec.get("table1"))
+    recipe = Recipe(name=name, loss=spec["loss"], params=dict(spec.get("params") or {}),
+                    routing_replay=spec.get("routing_replay", False),
+                    tis=None if tis is None else dict(tis), table1=spec.get("table1"))
+    _check_values(recipe, where)
+    return recipe
+
+
+def _check_values(recipe: Recipe, where: str) -> None:
+    """Run the recipe once on a one-token batch, so that a value out of range (eps, alpha, a TIS
+    cap...) fails when the recipe is read, naming it, rather than at the first training step."""
+    zero, one = torch.zeros(1, 1), torch.ones(1, 1)
+    try:
+        recipe.compute_loss(PolicyBatch(logp=zero, old_logp=zero, rollout_logp=zero, advantages=one, mask=one))
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{where}: {error}") from None
 
 
 def load_recipes(path: str | Path = DEFAULT_RECIPES, extra: dict | None = None) -> dict[str, Recipe]:
@@ -71,6 +88,8 @@ def load_recipes(path: str | Path = DEFAULT_RECIPES, extra: dict | None = None) 
         specs = yaml.safe_load(path.read_text()) or {}
     except FileNotFoundError:
         raise FileNotFoundError(f"recipe file not found: {path}") from None
+    if not isinstance(specs, dict):
+        raise ValueError(f"{path}: expected a mapping of recipe name -> recipe, got {type(specs).__name__}")
     recipes = {name: recipe_from_dict(name, spec, str(path)) for name, spec in specs.items()}
     for name, spec in (extra or {}).items():
         if name in recipes:

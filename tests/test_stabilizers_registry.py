@@ -1,0 +1,209 @@
+"""The registry (a new stabilizer is one new file), recipes, and clear errors on bad input."""
+import math
+import os
+import re
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import stabilizers
+from stabilizers import PolicyBatch, api, available, get, get_recipe, load_recipes, parameters, recipe_from_dict, register
+
+TABLE1 = ["grpo", "gspo", "grpo_r3", "gspo_r3", "grpo_tis", "gspo_tis", "grpo_tis_r3", "gspo_tis_r3",
+          "dppo", "sat_grpo", "sat_gspo", "sat_grpo_r3", "sat_gspo_r3"]
+
+
+def batch(b=2, length=3, **overrides):
+    generator = torch.Generator().manual_seed(0)
+    tensors = {name: torch.randn(b, length, generator=generator) for name in ("logp", "old_logp", "rollout_logp", "advantages")}
+    tensors["mask"] = torch.ones(b, length)
+    tensors.update(overrides)
+    return PolicyBatch(**tensors)
+
+
+@pytest.fixture
+def plugin_module():
+    """A stabilizer module written into stabilizers/ at run time (a unique name: the checkout is shared)."""
+    name = f"_plugin_test_{os.getpid()}"
+    path = Path(stabilizers.__file__).with_name(f"{name}.py")
+    path.write_text(textwrap.dedent(f'''
+        """A test stabilizer: GRPO's surrogate with a scaled advantage."""
+        from .api import LossOutput, register
+        from .surrogate import aggregate, clipped_objective, log_ratio
+
+        @register("{name}")
+        def scaled(batch, *, scale: float = 2.0, eps_low: float = 0.2, eps_high: float = 0.2):
+            ratio = log_ratio(batch, "old").exp()
+            objective = clipped_objective(ratio, scale * batch.advantages, eps_low, eps_high)
+            return LossOutput(aggregate(objective, batch, "token_mean"), {{"{name}/scale": ratio.new_tensor(scale)}})
+    '''))
+    try:
+        yield name
+    finally:
+        path.unlink()
+        api._REGISTRY.pop(name, None)
+        sys.modules.pop(f"stabilizers.{name}", None)
+        for cached in path.parent.joinpath("__pycache__").glob(f"{name}.*"):
+            cached.unlink()
+
+
+def test_a_new_stabilizer_is_one_new_file(plugin_module):
+    b = batch()
+    out = get(plugin_module)(b)  # found by name, no other change
+    assert plugin_module in available()
+    assert parameters(plugin_module) == {"scale": 2.0, "eps_low": 0.2, "eps_high": 0.2}
+    torch.testing.assert_close(out.loss, 2 * get("grpo")(b).loss)
+    recipe = recipe_from_dict("scaled3", {"loss": plugin_module, "params": {"scale": 3.0}, "tis": {"cap": 2.0}})
+    assert recipe.compute_loss(b).metrics[f"{plugin_module}/scale"].item() == 3.0
+    with pytest.raises(ValueError, match=r"no parameter\(s\) \['bogus'\]"):
+        get(plugin_module)(b, bogus=1)
+
+
+def test_duplicate_name_raises_naming_both_definitions():
+    def another_grpo(batch):
+        raise AssertionError("never called")
+
+    with pytest.raises(ValueError) as error:
+        register("grpo")(another_grpo)
+    message = str(error.value)
+    assert "stabilizer 'grpo' is defined twice" in message
+    assert "stabilizers.grpo.grpo" in message and "grpo.py" in message  # the first definition, with its file
+    assert "another_grpo" in message and "test_stabilizers_registry.py" in message  # the second
+    assert get("grpo").__doc__ == api._REGISTRY["grpo"].__doc__  # the original survives
+
+
+def test_unknown_name_lists_the_available_ones():
+    with pytest.raises(KeyError) as error:
+        get("sat_grop")
+    assert "unknown stabilizer 'sat_grop'" in str(error.value)
+    for name in ("grpo", "gspo", "sat_grpo", "sat_gspo", "dppo", "sat_fixed", "sat_random"):
+        assert name in str(error.value)
+    with pytest.raises(KeyError, match="unknown recipe 'sat'; available: .*sat_grpo"):
+        get_recipe("sat")
+
+
+def test_every_param_has_a_default_and_unknown_params_raise():
+    assert parameters("sat_grpo") == {"eps_low": 0.2, "eps_high": 0.2, "alpha": 0.9, "quantile_scope": "microbatch",
+                                      "ratio_against": "rollout", "enabled": True, "aggregation": "token_mean"}
+    assert parameters("dppo")["delta"] == 1e-3
+    assert parameters("grpo") == {"eps_low": 0.2, "eps_high": 0.2, "dual_clip_c": None, "ratio_against": "old",
+                                  "aggregation": "token_mean"}
+    with pytest.raises(ValueError, match=r"'sat_grpo' has no parameter\(s\) \['alpah'\]; it accepts .*'alpha'"):
+        get("sat_grpo")(batch(), alpah=0.9)
+
+
+@pytest.mark.parametrize("field", ["old_logp", "rollout_logp", "advantages", "mask"])
+def test_mismatched_shapes_name_the_tensor(field):
+    for name in ("grpo", "sat_gspo"):
+        with pytest.raises(ValueError, match=rf"PolicyBatch.{field} has shape \(2, 4\), expected \(2, 3\) like logp"):
+            get(name)(batch(**{field: torch.ones(2, 4)}))
+    with pytest.raises(ValueError, match=r"PolicyBatch.logp must have shape \[B, L\], got \(6,\)"):
+        get("grpo")(PolicyBatch(*(torch.ones(6) for _ in range(5))))
+    weighted = batch().with_token_weight(torch.ones(3, 2))
+    with pytest.raises(ValueError, match=r"PolicyBatch.token_weight has shape \(3, 2\)"):
+        get("grpo")(weighted)
+
+
+@pytest.mark.parametrize("field", ["logp", "old_logp", "rollout_logp", "advantages"])
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_nan_and_inf_inputs_name_the_tensor_and_position(field, bad):
+    values = torch.zeros(2, 3)
+    values[1, 2] = bad
+    for name in ("grpo", "sat_grpo"):
+        with pytest.raises(ValueError, match=rf"PolicyBatch.{field} has 1 NaN/inf value\(s\), first at \(1, 2\)"):
+            get(name)(batch(**{field: values}))
+
+
+def test_a_finite_batch_whose_sum_overflows_is_accepted():
+    big = torch.full((2, 3), 3e38)  # the sum is inf in float32, every value is finite
+    assert math.isfinite(get("grpo")(batch(advantages=big * 0 + 1, old_logp=big, logp=big)).loss.item())
+
+
+@pytest.mark.parametrize("name,params,message", [
+    ("grpo", {"eps_low": 1.0}, r"eps_low = 1.0 is outside \[0.0, 1.0\)"),
+    ("grpo", {"eps_low": -0.1}, r"eps_low = -0.1 is outside"),
+    ("sat_grpo", {"eps_high": -0.2}, r"eps_high = -0.2 is outside \[0.0, inf\)"),
+    ("sat_grpo", {"alpha": 0.0}, r"alpha = 0.0 is outside \(0.0, 1.0\]"),
+    ("sat_gspo", {"alpha": 1.5}, r"alpha = 1.5 is outside \(0.0, 1.0\]"),
+    ("sat_random", {"alpha": -1}, r"alpha = -1 is outside"),
+    ("sat_grpo", {"alpha": "0.9"}, r"alpha = '0.9' is not a number"),
+    ("dppo", {"delta": 0.0}, r"delta = 0.0 is outside \(0.0, inf\)"),
+    ("grpo", {"dual_clip_c": 1.0}, r"dual_clip_c = 1.0 is outside \(1.0, inf\)"),
+    ("sat_fixed", {"threshold": -0.01}, r"threshold = -0.01 is outside"),
+    ("grpo", {"ratio_against": "mu"}, r"ratio_against = 'mu'; expected one of \['old', 'rollout'\]"),
+    ("gspo", {"aggregation": "seq_mean"}, r"aggregation = 'seq_mean'; expected one of \['token_mean', 'sample_mean'\]"),
+    ("sat_grpo", {"quantile_scope": "rank"}, r"quantile_scope = 'rank'; expected one of \['microbatch', 'global'\]"),
+])
+def test_params_out_of_range(name, params, message):
+    with pytest.raises(ValueError, match=message):
+        get(name)(batch(), **params)
+
+
+def test_recipes_are_the_papers():
+    recipes = load_recipes()
+    assert set(TABLE1) | {"grpo_mu", "grpo_dualclip", "sat_fixed", "sat_random"} == set(recipes)
+    for name in TABLE1:
+        recipe = recipes[name]
+        assert recipe.table1 == name.replace("_tis", "").replace("_r3", "")
+        assert recipe.routing_replay == name.endswith("_r3")
+        assert recipe.tis == ({"cap": 2.0} if "_tis" in name else None)
+        params = {**parameters(recipe.loss), **recipe.params}
+        assert (params["eps_low"], params["eps_high"]) == (0.2, 0.2)
+    assert recipes["dppo"].params["delta"] == 1e-3
+    assert recipes["sat_grpo"].params["alpha"] == 0.9 and recipes["sat_gspo"].params["alpha"] == 0.9
+    assert recipes["grpo_mu"].params["ratio_against"] == "rollout" and recipes["grpo"].params.get("ratio_against", "old") == "old"
+    assert recipes["grpo_dualclip"].params["dual_clip_c"] == 3.0
+    for recipe in recipes.values():  # each one runs and gives a finite loss
+        b = batch()
+        b = PolicyBatch(logp=b.logp.requires_grad_(True), old_logp=b.old_logp, rollout_logp=b.rollout_logp,
+                        advantages=b.advantages, mask=b.mask)
+        out = recipe.compute_loss(b, step_seed=3)
+        out.loss.backward()
+        assert math.isfinite(out.loss.item()) and torch.isfinite(b.logp.grad).all(), recipe.name
+
+
+def test_sat_random_recipe_draws_per_step():
+    recipe = get_recipe("sat_random")
+    d = torch.tensor([[0.05] * 9 + [0.5]] * 2)
+    b = batch(b=2, length=10, logp=d - 1, rollout_logp=torch.full_like(d, -1.0), advantages=torch.ones_like(d),
+              mask=torch.ones_like(d))
+    losses = {recipe.compute_loss(b, step_seed=s).loss.item() for s in range(20)}
+    assert len(losses) > 1  # the step seed reaches the draw
+    assert recipe.compute_loss(b, step_seed=5).loss.item() == recipe.compute_loss(b, step_seed=5).loss.item()
+
+
+@pytest.mark.parametrize("spec,message", [
+    ({"loss": "grpo", "eps": 0.2}, r"recipe 'bad' \(<dict>\): unknown key\(s\) \['eps'\]"),
+    ({"params": {}}, r"recipe 'bad' \(<dict>\): missing 'loss'"),
+    ({"loss": "grpo", "params": {"alpha": 0.9}}, r"recipe 'bad' \(<dict>\): stabilizer 'grpo' has no parameter\(s\) \['alpha'\]"),
+    ({"loss": "grpoo"}, r"recipe 'bad' \(<dict>\): unknown stabilizer 'grpoo'; available: "),
+    ({"loss": "grpo", "tis": {"cap": 2.0, "lower": 0.5}}, r"tis must be null or a mapping with keys \['cap', 'floor'\]"),
+    ({"loss": "grpo", "tis": {"cap": 0.0}}, r"recipe 'bad' \(<dict>\): tis cap = 0.0 is outside"),
+    ({"loss": "sat_grpo", "params": {"alpha": 1.2}}, r"recipe 'bad' \(<dict>\): alpha = 1.2 is outside"),
+    ({"loss": "grpo", "routing_replay": "yes"}, r"routing_replay must be true or false"),
+    ("grpo", r"recipe 'bad' \(<dict>\): expected a mapping, got str"),
+])
+def test_bad_recipes_are_rejected_when_read(spec, message):
+    with pytest.raises(ValueError, match=message):
+        recipe_from_dict("bad", spec)
+
+
+def test_recipe_files_and_config_recipes(tmp_path):
+    path = tmp_path / "recipes.yaml"
+    path.write_text("mine: {loss: sat_grpo, params: {alpha: 0.95}}\nother: {loss: grpo, params: {eps_hi: 0.3}}\n")
+    with pytest.raises(ValueError, match=re.escape(f"recipe 'other' ({path}): stabilizer 'grpo' has no parameter(s) ['eps_hi']")):
+        load_recipes(path)
+    path.write_text("mine: {loss: sat_grpo, params: {alpha: 0.95}}\n")
+    assert load_recipes(path, extra={"theirs": {"loss": "dppo", "params": {"delta": 0.15}}})["theirs"].params == {"delta": 0.15}
+    with pytest.raises(ValueError, match=re.escape(f"recipe 'mine' is defined in {path} and again in the config")):
+        load_recipes(path, extra={"mine": {"loss": "grpo"}})
+    with pytest.raises(ValueError, match=r"recipe 'x' \(config\): unknown key\(s\) \['lr'\]"):
+        load_recipes(path, extra={"x": {"loss": "grpo", "lr": 1e-6}})
+    with pytest.raises(FileNotFoundError, match="recipe file not found"):
+        load_recipes(tmp_path / "missing.yaml")
+    path.write_text("- grpo\n")
+    with pytest.raises(ValueError, match="expected a mapping of recipe name"):
+        load_recipes(path)
