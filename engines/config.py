@@ -129,6 +129,12 @@ def _semantic_errors(config: dict, tasks_dir: Path) -> list[str]:
         if name not in tasks:
             messages.append(f"config key {key!r}: unknown eval task {name!r}; "
                             f"tasks in {tasks_dir}: {', '.join(sorted(tasks)) or 'none'}")
+    if config["engine"] == "tiny":  # the cluster engine checks its own settings when it builds a job
+        from engines.tiny.params import resolve_engine_params
+        try:
+            resolve_engine_params(config["engine_params"])
+        except ValueError as error:
+            messages.append(f"config key 'engine_params': {error}")
     fixed = config["eval"].get("fixed_step")
     if fixed is not None and (fixed > config["steps"] or (fixed % config["eval_every"] and fixed != config["steps"])):
         messages.append(f"config key 'eval.fixed_step': {fixed} is not an evaluated step "

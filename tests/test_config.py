@@ -80,6 +80,8 @@ def test_defaults_are_filled_and_the_input_is_not_changed():
     ({"resources": {"trian": {"gpu": 8}}}, "resources.trian", "unknown key"),
     ({"extra_recipes": {"mine": {"loss": "no_such_loss"}}}, "extra_recipes", "no_such_loss"),
     ({"extra_recipes": {"grpo": {"loss": "grpo"}}}, "extra_recipes", "again in the config"),
+    ({"engine_params": {"preset": "huge"}}, "engine_params", "preset"),
+    ({"engine_params": {"preset": "demo", "lr": -1}}, "engine_params", "engine_params.lr"),
 ])
 def test_bad_config_is_rejected_naming_the_key(change, key, words):
     message = rejected(demo(**change))

@@ -1,0 +1,28 @@
+"""Drive the real `snakemake` CLI of the project's environment from tests (repo root as workdir)."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+_JOB = re.compile(r"^(?:local)?rule (\w+):\n(?:    .*\n)*?    output: (.*)$", re.MULTILINE)
+
+
+def snakemake(*args: str, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([SNAKEMAKE, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def planned_jobs(output: str) -> list[tuple[str, str]]:
+    """(rule, first output) of every job a `snakemake -n` printed."""
+    return [(rule, outputs.split(", ")[0]) for rule, outputs in _JOB.findall(output)]
+
+
+def job_counts(output: str) -> Counter:
+    """Jobs per rule from the 'Job stats' table of a `snakemake` run or dry run."""
+    table = output.split("Job stats:", 1)[1]
+    return Counter({name: int(count) for name, count in re.findall(r"^(\w+)\s+(\d+)$", table, re.MULTILINE)
+                    if name != "total"})
