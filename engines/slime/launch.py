@@ -1,0 +1,418 @@
+"""Launch one run on slime: a resolved run config -> one self-contained job script -> train/ on disk.
+
+    run(run_config, run_dir)              write the job script, execute it, publish checkpoints, status
+    write_job_script(run_config, run_dir) the dry run: check everything, write train/job.sh, return it
+    python -m engines.slime.launch --run-dir DIR --config-json JSON [--dry-run]
+
+The script (train/job.sh) re-executes itself inside the pinned slime container (apptainer or
+docker; ``container_runtime: none`` when already inside), checks slime's commit, starts a
+private Ray head, submits ``train_async.py`` (interval lag: ``--update-weights-interval lag``) or
+the harness's constant-lag driver (``python3 -m engines.slime.driver``) with every slime and
+Megatron flag of the run, and stops its own Ray on exit. It never kills other processes (slime's
+example scripts run ``pkill -9 python``). The recipe reaches the trainer through
+``--custom-config-path train/slime_custom.yaml`` (keys land on slime's args).
+
+Checkpoints: Megatron's (for resuming) in train/megatron/, HF ones written by slime's
+``--save-hf train/hf/iter_{rollout_id}`` every ``eval_every`` steps and renamed to
+train/checkpoints/step_<rollout_id + 1>/ when the job ends, where the evaluation stage finds them.
+
+Everything is checked before the script is written: a recipe slime cannot express, a missing
+model or data path, an unpinned container, inconsistent batch or parallel sizes.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from engines.grid import check_lag
+from engines.io import read_jsonl, write_json_atomic, write_text_atomic
+from engines.slime import loss as slime_loss
+from stabilizers import recipe_from_dict
+
+REPO = Path(__file__).resolve().parents[2]
+CONTAINER_PIN = REPO / "envs" / "slime-container.yaml"
+RUNTIMES = ("apptainer", "docker", "none")
+MUTABLE_TAGS = re.compile(r"^(latest.*|main|master|dev|nightly|stable)$")
+
+# engine_params of the slime engine, with their defaults (None = required). The paper's values
+# (shared/reference/methods.md) are set in workflow/presets/table1.yaml.
+DEFAULTS = {
+    # software
+    "container": None,               # image; default: envs/slime-container.yaml "image"
+    "container_runtime": "apptainer",
+    "slime_commit_check": "strict",  # strict | warn: slime_dir must be at the pinned commit
+    "slime_dir": None,               # slime in the image; default: envs/slime-container.yaml paths_in_image
+    "megatron_dir": None,            # Megatron-LM in the image; default: as slime_dir
+    "binds": [],                     # host paths to mount in the container (model, data)
+    "env": {},                       # extra environment of the job (NCCL_SOCKET_IFNAME, ...)
+    # model and data
+    "model_type": None,              # slime's scripts/models/<model_type>.sh gives MODEL_ARGS
+    "hf_checkpoint": None,           # HF weights: SGLang's start weights and the tokenizer
+    "ref_load": None,                # Megatron torch_dist conversion: start + KL reference
+    "prompt_data": None,             # training prompts (JSONL)
+    "input_key": "prompt",
+    "label_key": "label",
+    "apply_chat_template": False,
+    "rm_type": "deepscaler",
+    # rollout
+    "rollout_batch_size": None,      # prompts per step
+    "n_samples_per_prompt": None,
+    "global_batch_size": None,       # must be rollout_batch_size x n_samples_per_prompt (one step per rollout)
+    "rollout_max_response_len": None,
+    "rollout_temperature": 1.0,
+    "rollout_top_p": 1.0,
+    "rollout_top_k": -1,
+    # resources and parallelism (one node)
+    "gpus_per_node": 8,
+    "actor_gpus": 4,
+    "rollout_gpus": 4,
+    "rollout_gpus_per_engine": 4,
+    "tensor_parallel": 1,
+    "pipeline_parallel": 1,
+    "context_parallel": 1,
+    "expert_parallel": 1,
+    "expert_tensor_parallel": 1,
+    "sequence_parallel": True,
+    "max_tokens_per_gpu": 16384,
+    "sglang_mem_fraction": 0.7,
+    # optimisation
+    "lr": 1.0e-6,
+    "adam_beta1": 0.9,
+    "adam_beta2": 0.98,
+    "weight_decay": 0.1,
+    "clip_grad": 1.0,
+    "kl_loss_coef": 0.0,
+    "kl_loss_type": "low_var_kl",
+    "entropy_coef": 0.0,
+    "save_optimizer": True,          # False: smaller Megatron checkpoints, but a resume restarts Adam
+    "extra_args": [],                # further slime / Megatron flags, appended verbatim
+}
+
+
+def pinned_container() -> dict:
+    return yaml.safe_load(CONTAINER_PIN.read_text())
+
+
+def check_container(image: str) -> None:
+    """An image reference is pinned when it names a digest, or a tag that is not a moving one."""
+    if not isinstance(image, str) or not image or any(c.isspace() for c in image):
+        raise ValueError(f"engine_params.container must be an image reference, got {image!r}")
+    name, _, digest = image.partition("@")
+    if digest:
+        if not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
+            raise ValueError(f"engine_params.container {image!r}: the digest must be sha256:<64 hex digits>")
+        return
+    last = name.rsplit("/", 1)[-1]
+    tag = last.partition(":")[2]
+    if not tag:
+        raise ValueError(f"engine_params.container {image!r} is not pinned: give a version tag or an "
+                         "@sha256 digest (an untagged image means 'latest', which moves)")
+    if MUTABLE_TAGS.match(tag):
+        raise ValueError(f"engine_params.container {image!r} is not pinned: tag {tag!r} moves; give a "
+                         "version tag or an @sha256 digest (see envs/slime-container.yaml)")
+
+
+def resolve_params(engine_params: dict) -> dict:
+    unknown = sorted(set(engine_params) - set(DEFAULTS))
+    if unknown:
+        raise ValueError(f"unknown slime engine_params {unknown}; known: {sorted(DEFAULTS)}")
+    params = {**DEFAULTS, **engine_params}
+    pin = pinned_container()
+    for key, default in (("container", pin["image"]), ("slime_dir", pin["paths_in_image"]["slime"]),
+                         ("megatron_dir", pin["paths_in_image"]["megatron_lm"])):
+        if params[key] is None:
+            params[key] = default
+    missing = sorted(key for key, value in params.items() if value is None)
+    if missing:
+        raise ValueError(f"slime engine_params missing required key(s) {missing}")
+    check_container(params["container"])
+    if params["container_runtime"] not in RUNTIMES:
+        raise ValueError(f"engine_params.container_runtime = {params['container_runtime']!r}; "
+                         f"expected one of {list(RUNTIMES)}")
+    if params["slime_commit_check"] not in ("strict", "warn"):
+        raise ValueError("engine_params.slime_commit_check must be 'strict' or 'warn'")
+    for key in ("rollout_batch_size", "n_samples_per_prompt", "global_batch_size", "rollout_max_response_len",
+                "gpus_per_node", "actor_gpus", "rollout_gpus", "rollout_gpus_per_engine", "tensor_parallel",
+                "pipeline_parallel", "context_parallel", "expert_parallel", "expert_tensor_parallel",
+                "max_tokens_per_gpu"):
+        value = params[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"engine_params.{key} must be an integer >= 1, got {value!r}")
+    per_step = params["rollout_batch_size"] * params["n_samples_per_prompt"]
+    if params["global_batch_size"] != per_step:
+        raise ValueError(f"engine_params.global_batch_size = {params['global_batch_size']} but one rollout holds "
+                         f"rollout_batch_size x n_samples_per_prompt = {per_step} samples: the harness takes one "
+                         "optimizer step per rollout (the paper's setting; step N = rollout N - 1)")
+    if params["context_parallel"] != 1:
+        raise ValueError("engine_params.context_parallel must be 1: the loss adapter needs each response whole on "
+                         "one rank (GSPO's sequence ratio, the |d| statistics)")
+    model_parallel = params["tensor_parallel"] * params["pipeline_parallel"] * params["context_parallel"]
+    if params["actor_gpus"] % model_parallel:
+        raise ValueError(f"engine_params.actor_gpus = {params['actor_gpus']} is not a multiple of "
+                         f"tensor x pipeline x context parallel = {model_parallel}")
+    if params["actor_gpus"] + params["rollout_gpus"] > params["gpus_per_node"]:
+        raise ValueError(f"actor_gpus + rollout_gpus = {params['actor_gpus'] + params['rollout_gpus']} exceeds "
+                         f"gpus_per_node = {params['gpus_per_node']} (the job runs on one node)")
+    if params["rollout_gpus"] % params["rollout_gpus_per_engine"]:
+        raise ValueError("engine_params.rollout_gpus must be a multiple of rollout_gpus_per_engine")
+    if params["rollout_top_p"] != 1.0:
+        raise ValueError("engine_params.rollout_top_p must be 1.0 (the paper's; slime's top-p log-prob replay "
+                         "is not wired into the loss adapter)")
+    if not isinstance(params["extra_args"], list) or not isinstance(params["binds"], list):
+        raise ValueError("engine_params.extra_args and engine_params.binds must be lists")
+    if not isinstance(params["env"], dict):
+        raise ValueError("engine_params.env must be a mapping")
+    return params
+
+
+def check_paths(params: dict) -> None:
+    """The model and data the job reads must exist (on the machine that writes the job: the job node)."""
+    for key in ("hf_checkpoint", "ref_load", "prompt_data"):
+        if not Path(params[key]).exists():
+            raise FileNotFoundError(f"engine_params.{key}: {params[key]} does not exist")
+
+
+def recipe_of(run_config: dict):
+    spec = {key: value for key, value in run_config["recipe"].items() if key != "name"}
+    recipe = recipe_from_dict(run_config["recipe"]["name"], spec, "run config")
+    slime_loss.aggregation_of(recipe)  # raises for a loss slime has no normalisation for
+    return recipe
+
+
+def custom_config(run_config: dict, run_dir: Path) -> dict:
+    """The --custom-config-path YAML: its keys land on slime's args (see engines.slime.loss / metrics)."""
+    return {"stalebench_recipe": dict(run_config["recipe"]), "stalebench_run_dir": str(run_dir),
+            "stalebench_lag_mode": run_config["lag_mode"], "stalebench_lag": run_config["lag"],
+            "stalebench_run_key": run_config.get("run_key")}
+
+
+def slime_flags(run_config: dict, params: dict, run_dir: Path) -> list[tuple[str, ...]]:
+    """Every slime / Megatron flag of the run, one tuple per flag (flag, *values); MODEL_ARGS come
+    from the model's script in the container."""
+    recipe = recipe_of(run_config)
+    train = run_dir / "train"
+    eps_low, eps_high = recipe.params.get("eps_low", 0.2), recipe.params.get("eps_high", 0.2)
+    flags = [
+        # model, checkpoints, resume
+        ("--hf-checkpoint", params["hf_checkpoint"]), ("--ref-load", params["ref_load"]),
+        ("--load", str(train / "megatron")), ("--save", str(train / "megatron")),
+        ("--save-interval", str(run_config["eval_every"])),
+        ("--save-hf", str(train / "hf" / "iter_{rollout_id}")),
+        *([] if params["save_optimizer"] else [("--no-save-optim",)]),
+        ("--seed", str(run_config["seed"])), ("--rollout-seed", str(run_config["seed"])),
+        # data and rollout
+        ("--prompt-data", params["prompt_data"]), ("--input-key", params["input_key"]),
+        ("--label-key", params["label_key"]), *([("--apply-chat-template",)] if params["apply_chat_template"] else []),
+        ("--rollout-shuffle",), ("--rm-type", params["rm_type"]),
+        ("--num-rollout", str(run_config["steps"])),
+        ("--rollout-batch-size", str(params["rollout_batch_size"])),
+        ("--n-samples-per-prompt", str(params["n_samples_per_prompt"])),
+        ("--global-batch-size", str(params["global_batch_size"])),
+        ("--rollout-max-response-len", str(params["rollout_max_response_len"])),
+        ("--rollout-temperature", str(params["rollout_temperature"])),
+        ("--rollout-top-p", str(params["rollout_top_p"])), ("--rollout-top-k", str(params["rollout_top_k"])),
+        # resources and parallelism (asynchronous: trainer and SGLang on separate GPUs)
+        ("--actor-num-nodes", "1"), ("--actor-num-gpus-per-node", str(params["actor_gpus"])),
+        ("--rollout-num-gpus", str(params["rollout_gpus"])),
+        ("--rollout-num-gpus-per-engine", str(params["rollout_gpus_per_engine"])),
+        ("--sglang-mem-fraction-static", str(params["sglang_mem_fraction"])),
+        ("--tensor-model-parallel-size", str(params["tensor_parallel"])),
+        *([("--sequence-parallel",)] if params["sequence_parallel"] else []),
+        ("--pipeline-model-parallel-size", str(params["pipeline_parallel"])),
+        ("--context-parallel-size", str(params["context_parallel"])),
+        ("--expert-model-parallel-size", str(params["expert_parallel"])),
+        ("--expert-tensor-parallel-size", str(params["expert_tensor_parallel"])),
+        ("--use-dynamic-batch-size",), ("--max-tokens-per-gpu", str(params["max_tokens_per_gpu"])),
+        ("--recompute-granularity", "full"), ("--recompute-method", "uniform"), ("--recompute-num-layers", "1"),
+        # optimisation
+        ("--optimizer", "adam"), ("--lr", str(params["lr"])), ("--lr-decay-style", "constant"),
+        ("--weight-decay", str(params["weight_decay"])), ("--adam-beta1", str(params["adam_beta1"])),
+        ("--adam-beta2", str(params["adam_beta2"])), ("--clip-grad", str(params["clip_grad"])),
+        # the policy loss: the recipe's stabilizer (TIS inside it), slime's group-normalised advantages
+        ("--advantage-estimator", "grpo"), ("--loss-type", "custom_loss"),
+        ("--custom-loss-function-path", "engines.slime.loss.policy_loss"),
+        *([("--calculate-per-token-loss",)] if slime_loss.per_token_loss_flag(recipe) else []),
+        # slime's built-in clip, unused by the custom loss: set to the recipe's for the record
+        ("--eps-clip", str(eps_low)), ("--eps-clip-high", str(eps_high)),
+        *([("--use-rollout-routing-replay",)] if recipe.routing_replay else []),
+        *([("--use-kl-loss",), ("--kl-loss-coef", str(params["kl_loss_coef"])),
+           ("--kl-loss-type", params["kl_loss_type"])] if params["kl_loss_coef"] else []),
+        ("--kl-coef", "0.0"), ("--entropy-coef", str(params["entropy_coef"])),
+        # the lag
+        *([("--update-weights-interval", str(run_config["lag"]))] if run_config["lag_mode"] == "interval" else []),
+        # the harness's hooks
+        ("--custom-config-path", str(train / "slime_custom.yaml")),
+        ("--rollout-data-postprocess-path", "engines.slime.metrics.postprocess"),
+        ("--custom-rollout-log-function-path", "engines.slime.metrics.log_rollout"),
+        # numerics (slime's recommended settings for Qwen3 MoE)
+        ("--attention-dropout", "0.0"), ("--hidden-dropout", "0.0"),
+        ("--accumulate-allreduce-grads-in-fp32",), ("--attention-softmax-in-fp32",),
+        ("--attention-backend", "flash"),
+    ]
+    if params["extra_args"]:
+        flags.append(tuple(str(arg) for arg in params["extra_args"]))
+    return flags
+
+
+def entrypoint(run_config: dict) -> list[str]:
+    if run_config["lag_mode"] == "interval":
+        return ["python3", "$SLIME_DIR/train_async.py"]
+    return ["python3", "-m", "engines.slime.driver"]
+
+
+def container_prefix(params: dict, binds: list[str]) -> str:
+    """How the script re-executes itself inside the container."""
+    image = params["container"]
+    if params["container_runtime"] == "apptainer":
+        mounts = " ".join(f"--bind {shlex.quote(b)}" for b in binds)
+        return f"apptainer exec --nv --cleanenv --env STALEBENCH_IN_CONTAINER=1 {mounts} docker://{image}"
+    mounts = " ".join(f"-v {shlex.quote(b)}:{shlex.quote(b)}" for b in binds)
+    return (f"docker run --rm --gpus all --ipc=host --shm-size=32g --network=host -e STALEBENCH_IN_CONTAINER=1 "
+            f"{mounts} {image}")
+
+
+def job_script_text(run_config: dict, run_dir: str | Path, *, check_files: bool = True) -> str:
+    """The job script of one run (validates the config first; see the module docstring)."""
+    run_dir = Path(run_dir).resolve()
+    if run_config.get("engine") != "slime":
+        raise ValueError(f"run config engine = {run_config.get('engine')!r}, not 'slime'")
+    check_lag(run_config["lag"], run_config["lag_mode"])
+    for key in ("steps", "eval_every"):
+        if isinstance(run_config.get(key), bool) or not isinstance(run_config.get(key), int) or run_config[key] < 1:
+            raise ValueError(f"run config {key!r} must be an integer >= 1, got {run_config.get(key)!r}")
+    params = resolve_params(run_config.get("engine_params") or {})
+    if check_files:
+        check_paths(params)
+    pin = pinned_container()
+    flags = slime_flags(run_config, params, run_dir)
+    # mount the harness, the run and what the job reads at the same paths inside the container
+    data = [params["hf_checkpoint"], params["ref_load"], str(Path(params["prompt_data"]).parent), *params["binds"]]
+    binds = sorted({str(REPO), str(run_dir), *(str(Path(p).resolve()) for p in data)})
+    runtime_env = json.dumps({"env_vars": {"PYTHONPATH": f"{params['megatron_dir']}:{REPO}", "PYTHONUNBUFFERED": "1",
+                                           "CUDA_DEVICE_MAX_CONNECTIONS": "1",
+                                           **{str(k): str(v) for k, v in params["env"].items()}}})
+    recipe = run_config["recipe"]["name"]
+    lines = [
+        "#!/usr/bin/env bash",
+        f"# stalebench slime job: recipe {recipe}, lag {run_config['lag']} ({run_config['lag_mode']}), "
+        f"seed {run_config['seed']}, run key {run_config.get('run_key')}",
+        "# Generated by engines.slime.launch from the run's config.json; regenerate rather than edit.",
+        "set -euo pipefail",
+        f"RUN_DIR={shlex.quote(str(run_dir))}",
+        f"SLIME_DIR={shlex.quote(params['slime_dir'])}",
+        f"SLIME_COMMIT={pin['slime']['commit']}",
+    ]
+    if params["container_runtime"] != "none":
+        lines += ['if [ -z "${STALEBENCH_IN_CONTAINER:-}" ]; then',
+                  f'  exec {container_prefix(params, binds)} bash "$0"', "fi"]
+    check = ('  echo "slime at $SLIME_DIR is at commit $found, not the pinned $SLIME_COMMIT '
+             '(envs/slime-container.yaml)" >&2')
+    lines += [
+        'found=$(git -C "$SLIME_DIR" rev-parse HEAD 2>/dev/null || echo unknown)',
+        'if [ "$found" != "$SLIME_COMMIT" ]; then',
+        check,
+        *(["  exit 3"] if params["slime_commit_check"] == "strict" else []),
+        "fi",
+        'echo "$found" > "$RUN_DIR/train/slime_commit.txt"',
+        f"source \"$SLIME_DIR/scripts/models/{params['model_type']}.sh\"  # defines MODEL_ARGS",
+        *[f"export {k}={shlex.quote(str(v))}" for k, v in sorted(params["env"].items())],
+        "export PYTHONUNBUFFERED=1",
+        'export MASTER_ADDR="${MASTER_ADDR:-127.0.0.1}"',
+        "# a private Ray head for this job; stopped on exit (no pkill of other processes)",
+        f'ray start --head --node-ip-address "$MASTER_ADDR" --num-gpus {params["gpus_per_node"]} '
+        "--disable-usage-stats --dashboard-host=127.0.0.1 --dashboard-port=8265",
+        "trap 'ray stop' EXIT",
+        f"RUNTIME_ENV={shlex.quote(runtime_env)}",
+        'ray job submit --address="http://127.0.0.1:8265" --runtime-env-json="$RUNTIME_ENV" \\',
+        f"  -- {' '.join(entrypoint(run_config))} \\",
+    ]
+    lines += [f"  {' '.join(shlex.quote(part) for part in flag)} \\" for flag in flags]
+    lines.append('  "${MODEL_ARGS[@]}"')
+    return "\n".join(lines) + "\n"
+
+
+def write_job_script(run_config: dict, run_dir: str | Path, *, check_files: bool = True) -> Path:
+    """The dry run: check everything, write train/job.sh and train/slime_custom.yaml; return the script."""
+    run_dir = Path(run_dir).resolve()
+    text = job_script_text(run_config, run_dir, check_files=check_files)
+    train = run_dir / "train"
+    write_text_atomic(train / "slime_custom.yaml", yaml.safe_dump(custom_config(run_config, run_dir), sort_keys=True))
+    write_text_atomic(train / "job.sh", text)
+    (train / "job.sh").chmod(0o755)
+    return train / "job.sh"
+
+
+def publish_hf_checkpoints(run_dir: str | Path) -> list[Path]:
+    """Rename slime's HF saves train/hf/iter_<r>/ to train/checkpoints/step_<r + 1>/ (the layout the
+    evaluation stage reads). An incomplete save (no config.json) is left where it is."""
+    train = Path(run_dir) / "train"
+    published = []
+    for source in sorted((train / "hf").glob("iter_*")):
+        match = re.fullmatch(r"iter_(\d+)", source.name)
+        if not match or not (source / "config.json").exists():
+            continue
+        target = train / "checkpoints" / f"step_{int(match.group(1)) + 1}"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.exists():  # saved again by a resumed job: the newer save wins
+            old = target.with_name(target.name + ".replaced")
+            target.rename(old)
+            source.rename(target)
+            shutil.rmtree(old)
+        else:
+            source.rename(target)
+        published.append(target)
+    return published
+
+
+def final_status(run_config: dict, run_dir: Path, returncode: int) -> dict:
+    rows = read_jsonl(run_dir / "train" / "metrics.jsonl")
+    last = rows[-1]["step"] if rows else 0
+    for row in rows:
+        if not all(math.isfinite(row.get(key, 0.0)) for key in ("loss", "grad_norm")):
+            return {"status": "diverged", "step": row["step"], "message": f"non-finite loss or grad norm at step {row['step']}"}
+    if returncode == 0 and last == run_config["steps"]:
+        return {"status": "completed", "step": last, "message": f"completed {last} steps"}
+    return {"status": "failed", "step": last, "message": f"slime job exited with code {returncode} after step {last}"}
+
+
+def run(run_config: dict, run_dir: str | Path) -> str:
+    """Train (or resume) one run on slime; returns its final status (failed raises after writing it)."""
+    run_dir = Path(run_dir).resolve()
+    script = write_job_script(run_config, run_dir)
+    returncode = subprocess.run(["bash", str(script)], cwd=run_dir).returncode
+    publish_hf_checkpoints(run_dir)
+    status = final_status(run_config, run_dir, returncode)
+    write_json_atomic(run_dir / "train" / "status.json", status)
+    if status["status"] == "failed":
+        raise RuntimeError(f"{run_dir}: {status['message']} (log: the job's output above)")
+    return status["status"]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Write (and run) the slime job of one run.")
+    parser.add_argument("--run-dir", required=True)
+    parser.add_argument("--config-json", required=True, help="resolved run config, inline JSON or a file path")
+    parser.add_argument("--dry-run", action="store_true", help="write train/job.sh and print it; run nothing")
+    args = parser.parse_args(argv)
+    text = args.config_json
+    run_config = json.loads(Path(text).read_text() if not text.lstrip().startswith("{") else text)
+    try:
+        if args.dry_run:
+            print(write_job_script(run_config, args.run_dir).read_text())
+        else:
+            print(f"engines.slime.launch: {run(run_config, args.run_dir)}", file=sys.stderr)
+    except (ValueError, FileNotFoundError, KeyError) as error:
+        raise SystemExit(f"engines.slime.launch: {error}") from None
+
+
+if __name__ == "__main__":
+    main()
