@@ -9,6 +9,7 @@ Appends one line per checkpoint to DIR/eval/<task>.jsonl (atomically, in step or
 {"step", "score" (avg@k), "k", "per_problem" (correct counts out of k, problem order),
  "n_problems", "pass_at_k", "maj_at_k", "seed", "task", "task_version"}.
 A checkpoint already in the file is never scored again, so a killed run resumes where it stopped.
+A run that diverged before its first checkpoint gets an empty file; bad input fails before any write.
 """
 from __future__ import annotations
 
@@ -94,13 +95,22 @@ def load_task(name: str, settings: dict):
 
 
 def checkpoints(run_dir: Path) -> dict[int, Path]:
+    """step -> checkpoint directory, in step order.
+
+    A run that diverged before its first checkpoint has none, and that is a result, not an
+    error (train/status.json says "diverged"); any other run without checkpoints is an error."""
     root = Path(run_dir) / "train" / "checkpoints"
-    if not root.is_dir():
-        raise ScoreError(f"no checkpoint directory: {root}")
-    found = {int(m.group(1)): p for p in root.iterdir() if (m := _STEP_DIR.match(p.name)) and p.is_dir()}
+    found = {int(m.group(1)): p for p in root.iterdir()
+             if (m := _STEP_DIR.match(p.name)) and p.is_dir()} if root.is_dir() else {}
     if not found:
-        raise ScoreError(f"no checkpoints (step_<N>/) under {root}")
+        status = read_json_or_none(Path(run_dir) / "train" / "status.json")
+        if (status or {}).get("status") != "diverged":
+            raise ScoreError(f"no checkpoints (step_<N>/) under {root}")
     return dict(sorted(found.items()))
+
+
+def read_json_or_none(path: Path) -> dict | None:
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def _done_steps(path: Path, task, settings: dict) -> set[int]:
@@ -156,6 +166,8 @@ def score_run(run_dir: str | Path, task_name: str, settings: dict, *, log=None) 
     found = checkpoints(run_dir)
     task_dict = load_task(task_name, settings)
     out_path = run_dir / "eval" / f"{task_name}.jsonl"
+    if not found and not out_path.exists():  # diverged before any checkpoint: an empty curve
+        append_jsonl_atomic(out_path, [])
     done = _done_steps(out_path, task_dict["tasks"][task_name], settings)
     pending = {step: path for step, path in found.items() if step not in done}
     for path in pending.values():  # every checkpoint is checked before the first is scored

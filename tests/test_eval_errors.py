@@ -64,7 +64,7 @@ def test_server_backend_needs_a_url():
 
 
 def test_missing_checkpoints(tmp_path, run):
-    with pytest.raises(ScoreError, match="no checkpoint directory"):
+    with pytest.raises(ScoreError, match=r"no checkpoints \(step_<N>/\) under .*nowhere/train/checkpoints"):
         score_run(tmp_path / "nowhere", "aime24_avg8", server_settings())
     (run / "train" / "checkpoints" / "step_1" / "config.json").unlink()
     with pytest.raises(ScoreError, match=r"step_1/config\.json is missing"):
@@ -86,3 +86,15 @@ def test_hub_dataset_offline_says_how_to_fix(run):
     with pytest.raises(ConnectionError, match=r"Maxwell-Jia/AIME_2024.*eval\.data\.aime24"):
         score_run(run, "aime24_avg8", server_settings())
     assert not (run / "eval").exists()
+
+
+def test_run_diverged_before_its_first_checkpoint_gets_an_empty_curve(tmp_path):
+    run = tmp_path / "run"
+    (run / "train").mkdir(parents=True)
+    (run / "train" / "status.json").write_text(json.dumps({"status": "diverged", "step": 3, "message": "nan"}))
+    settings = server_settings(data={"aime24": str(FIXTURES / "aime_mini.jsonl")})
+    assert score_run(run, "aime24_avg8", settings) == []
+    assert (run / "eval" / "aime24_avg8.jsonl").read_text() == ""
+    (run / "train" / "status.json").write_text(json.dumps({"status": "completed", "step": 3, "message": ""}))
+    with pytest.raises(ScoreError, match="no checkpoints"):
+        score_run(run, "aime24_avg8", settings)

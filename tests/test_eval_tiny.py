@@ -120,5 +120,5 @@ def test_missing_checkpoint_files_fail_before_any_line(tmp_path, models):
         score_run(run, "tiny_val", SETTINGS)
     assert not (run / "eval").exists()
     shutil.rmtree(run / "train" / "checkpoints")
-    with pytest.raises(ValueError, match="no checkpoint directory"):
+    with pytest.raises(ValueError, match="no checkpoints"):
         score_run(run, "tiny_val", SETTINGS)
