@@ -31,7 +31,7 @@ def main() -> None:
         run = Path(tmp)
         for i in range(args.checkpoints):
             save_checkpoint(TinyMoELM(ModelConfig()), run / "train" / "checkpoints" / f"step_{25 * (i + 1)}")
-        settings = {"k": args.k, "seed": 0, "max_gen_toks": 7, "problems": {"tiny_val": args.problems}}
+        settings = {"k": args.k, "seed": 1234, "problems": {"tiny_val": args.problems}}  # config.yaml's eval
         start = time.perf_counter()
         rows = score_run(run, "tiny_val", settings)
         seconds = time.perf_counter() - start

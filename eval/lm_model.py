@@ -6,6 +6,7 @@ pickle). Generation is batched: all requests with the same generation settings g
 """
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 
 import numpy as np
@@ -29,10 +30,11 @@ def cut_at_stop(text: str, until: list[str]) -> str:
 @register_model("stalebench-tiny")
 class TinyCheckpointLM(LM):
     def __init__(self, checkpoint: str, batch_size: int | str = 512, seed: int = 0,
-                 threads: int | None = 1, **_ignored) -> None:
+                 threads: int | None = None, **_ignored) -> None:
         super().__init__()
-        if threads:  # one thread: on a shared CPU, more threads slow the small matmuls down
-            torch.set_num_threads(int(threads))
+        # The job's thread budget (OMP_NUM_THREADS, set by the workflow rule), else one thread:
+        # torch's default (every core) is many times slower for these small matmuls on a shared CPU.
+        torch.set_num_threads(int(threads or os.environ.get("OMP_NUM_THREADS") or 1))
         self.policy = load_policy(checkpoint)
         self.checkpoint = str(checkpoint)
         self.batch_size = int(batch_size)

@@ -4,7 +4,7 @@
 
 JSON is the config's eval section: k, temperature, top_p, max_gen_toks, seed, backend
 (tiny|server), server {url, model, ...}, optional data {aime24: path}, problems {task: n}
-(tiny tasks, default 256), batch_size and threads (tiny back end).
+(a prefix of the task's problems; tiny tasks default to 256), batch_size (tiny back end).
 Appends one line per checkpoint to DIR/eval/<task>.jsonl (atomically, in step order):
 {"step", "score" (avg@k), "k", "per_problem" (correct counts out of k, problem order),
  "n_problems", "pass_at_k", "maj_at_k", "seed", "task", "task_version"}.
@@ -129,8 +129,7 @@ def _model(settings: dict, checkpoint: Path, server_lm):
     if settings["backend"] == "tiny":
         from eval.lm_model import TinyCheckpointLM
         return TinyCheckpointLM(checkpoint=str(checkpoint), seed=settings["seed"],
-                                batch_size=settings.get("batch_size", 512),
-                                threads=settings.get("threads", 1))
+                                batch_size=settings.get("batch_size", 512))
     from eval.server import load_checkpoint
     server = settings["server"]
     if server.get("swap_weights", True):

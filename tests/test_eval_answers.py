@@ -101,3 +101,9 @@ def test_real_aime24_file_loads_through_the_local_path_loader():
     assert len(docs) == (30 if shared.name == "aime24.jsonl" else 3)
     assert all(doc["answer"].strip().isdigit() for doc in docs)
     assert "\\boxed{}" in task.doc_to_text(docs[0]) and docs[0]["problem"] in task.doc_to_text(docs[0])
+
+
+def test_problems_setting_takes_a_prefix():
+    task = load_task("aime24_avg8", {"data": {"aime24": str(FIXTURE)}, "problems": {"aime24_avg8": 2}})
+    docs = list(task["tasks"]["aime24_avg8"].test_docs())
+    assert [d["answer"] for d in docs] == ["42", "7"]

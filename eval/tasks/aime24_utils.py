@@ -28,10 +28,10 @@ def _normalise(rows: datasets.Dataset, source: str) -> datasets.Dataset:
     return datasets.Dataset.from_dict(picked)
 
 
-def load_dataset(data: dict | None = None, **_metadata) -> datasets.DatasetDict:
+def load_dataset(data: dict | None = None, problems: dict | None = None, **_metadata) -> datasets.DatasetDict:
     """The AIME 2024 problems: from data["aime24"] (a local JSONL or parquet file) when given,
-    else from the Hub (Maxwell-Jia/AIME_2024). `data` comes from the config's eval section
-    through lm-eval's task metadata."""
+    else from the Hub (Maxwell-Jia/AIME_2024); the first problems["aime24_avg8"] of them when
+    given. Both come from the config's eval section through lm-eval's task metadata."""
     path = (data or {}).get("aime24")
     if path:
         path = Path(path).resolve()
@@ -51,7 +51,9 @@ def load_dataset(data: dict | None = None, **_metadata) -> datasets.DatasetDict:
                 "to a local JSONL/parquet file, or run once with HF_DATASETS_OFFLINE=0 HF_HUB_OFFLINE=0 "
                 "to download it") from error
         source = HUB_DATASET
-    return datasets.DatasetDict({"test": _normalise(rows, source)})
+    rows = _normalise(rows, source)
+    n = (problems or {}).get("aime24_avg8")
+    return datasets.DatasetDict({"test": rows.select(range(min(int(n), len(rows)))) if n else rows})
 
 
 def doc_to_text(doc: dict) -> str:
