@@ -327,7 +327,7 @@ def job_script_text(run_config: dict, run_dir: str | Path, *, check_files: bool 
         *[f"export {k}={shlex.quote(str(v))}" for k, v in sorted(params["env"].items())],
         "export PYTHONUNBUFFERED=1",
         'export MASTER_ADDR="${MASTER_ADDR:-127.0.0.1}"',
-        "# a private Ray head for this job; stopped on exit (no pkill of other processes)",
+        "# a private Ray head for this job, stopped on exit; nothing else on the node is touched",
         f'ray start --head --node-ip-address "$MASTER_ADDR" --num-gpus {params["gpus_per_node"]} '
         "--disable-usage-stats --dashboard-host=127.0.0.1 --dashboard-port=8265",
         "trap 'ray stop' EXIT",

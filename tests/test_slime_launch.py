@@ -1,0 +1,251 @@
+"""engines.slime.launch: golden job scripts (every flag that matters, with its value), bad input
+refused before anything is written, and run() executing its script against a fake `ray`."""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from engines.config import load
+from engines.grid import resolve_run_config, run_dir
+from engines.slime import launch
+import stabilizers.api
+from stabilizers import LossOutput
+
+PRESET = Path(__file__).resolve().parents[1] / "workflow" / "presets" / "table1.yaml"
+PIN = yaml.safe_load((Path(launch.REPO) / "envs" / "slime-container.yaml").read_text())
+
+
+@pytest.fixture
+def table1(tmp_path):
+    """The Table-1 preset with its model and data paths pointing at existing local files."""
+    config = load(PRESET)
+    data = tmp_path / "data"
+    for name in ("Qwen3-30B-A3B-Base", "Qwen3-30B-A3B-Base_torch_dist"):
+        (data / name).mkdir(parents=True)
+    (data / "prompts.jsonl").write_text('{"prompt": "1+1?", "label": "2"}\n')
+    config["results_dir"] = str(tmp_path / "results")
+    config["engine_params"].update(hf_checkpoint=str(data / "Qwen3-30B-A3B-Base"),
+                                   ref_load=str(data / "Qwen3-30B-A3B-Base_torch_dist"),
+                                   prompt_data=str(data / "prompts.jsonl"))
+    return config
+
+
+def parse_submit(script: str) -> tuple[list[str], dict[str, list[str]]]:
+    """The entry point and flags of the script's `ray job submit ... -- <entry> <flags>`."""
+    command = script[script.index("ray job submit"):].replace("\\\n", " ")
+    tokens = shlex.split(command)
+    tokens = tokens[tokens.index("--") + 1:]
+    first_flag = next(i for i, t in enumerate(tokens) if t.startswith("--"))
+    entry, flags, current = tokens[:first_flag], {}, None
+    for token in tokens[first_flag:]:
+        if token.startswith("--"):
+            current = token
+            assert current not in flags, f"flag {current} given twice"
+            flags[current] = []
+        else:
+            flags[current].append(token)
+    return entry, flags
+
+
+def job(config, recipe, lag, seed):
+    run_config = resolve_run_config(config, recipe, lag, seed)
+    directory = run_dir(config, recipe, lag, seed)
+    script = launch.write_job_script(run_config, directory)
+    text = script.read_text()
+    subprocess.run(["bash", "-n", str(script)], check=True)  # valid shell
+    custom = yaml.safe_load((script.parent / "slime_custom.yaml").read_text())
+    return text, *parse_submit(text), custom, directory.resolve()
+
+
+def assert_paper_settings(flags, train, seed, config):
+    engine = config["engine_params"]
+    expected = {
+        "--hf-checkpoint": [engine["hf_checkpoint"]], "--ref-load": [engine["ref_load"]],
+        "--prompt-data": [engine["prompt_data"]], "--load": [f"{train}/megatron"], "--save": [f"{train}/megatron"],
+        "--save-interval": ["16"], "--save-hf": [f"{train}/hf/iter_{{rollout_id}}"],
+        "--seed": [str(seed)], "--rollout-seed": [str(seed)], "--num-rollout": ["544"],
+        "--rollout-batch-size": ["256"], "--n-samples-per-prompt": ["16"], "--global-batch-size": ["4096"],
+        "--rollout-max-response-len": ["32768"], "--rollout-temperature": ["1.0"], "--rollout-top-p": ["1.0"],
+        "--rollout-top-k": ["-1"], "--actor-num-nodes": ["1"], "--actor-num-gpus-per-node": ["4"],
+        "--rollout-num-gpus": ["4"], "--tensor-model-parallel-size": ["4"], "--sequence-parallel": [],
+        "--expert-model-parallel-size": ["4"], "--pipeline-model-parallel-size": ["1"],
+        "--context-parallel-size": ["1"], "--optimizer": ["adam"], "--lr": ["1e-06"],
+        "--lr-decay-style": ["constant"], "--adam-beta1": ["0.9"], "--adam-beta2": ["0.98"],
+        "--loss-type": ["custom_loss"], "--custom-loss-function-path": ["engines.slime.loss.policy_loss"],
+        "--calculate-per-token-loss": [], "--advantage-estimator": ["grpo"],
+        "--use-kl-loss": [], "--kl-loss-coef": ["0.001"], "--kl-loss-type": ["low_var_kl"],
+        "--kl-coef": ["0.0"], "--entropy-coef": ["0.0"],
+        "--custom-config-path": [f"{train}/slime_custom.yaml"],
+        "--rollout-data-postprocess-path": ["engines.slime.metrics.postprocess"],
+        "--custom-rollout-log-function-path": ["engines.slime.metrics.log_rollout"],
+    }
+    for flag, values in expected.items():
+        assert flags.get(flag) == values, f"{flag}: {flags.get(flag)} != {values}"
+    for absent in ("--colocate", "--use-tis", "--no-save-optim", "--eval-interval"):
+        assert absent not in flags  # TIS is the recipe's; evaluation is the workflow's
+
+
+def assert_harness_script(text):
+    assert f"SLIME_COMMIT={PIN['slime']['commit']}" in text
+    assert "exit 3" in text  # strict commit check
+    assert "apptainer exec --nv" in text and "docker://slimerl/slime:nightly-dev-20260810a-cu129" in text
+    assert 'source "$SLIME_DIR/scripts/models/qwen3-30B-A3B.sh"' in text
+    assert "ray start --head" in text and "trap 'ray stop' EXIT" in text
+    assert "pkill" not in text and "--force" not in text
+    assert f"{launch.REPO}" in text.split("RUNTIME_ENV=")[1].splitlines()[0]  # the harness on PYTHONPATH
+
+
+def test_golden_grpo_lag1(table1):
+    text, entry, flags, custom, directory = job(table1, "grpo", 1, 0)
+    assert entry == ["python3", "$SLIME_DIR/train_async.py"]
+    assert flags["--update-weights-interval"] == ["1"]
+    assert flags["--eps-clip"] == ["0.2"] and flags["--eps-clip-high"] == ["0.2"]
+    assert "--use-rollout-routing-replay" not in flags
+    assert_paper_settings(flags, directory / "train", 0, table1)
+    assert_harness_script(text)
+    assert text.rstrip().endswith('"${MODEL_ARGS[@]}"')  # the model's architecture flags, from slime
+    assert custom == {"stalebench_recipe": {"name": "grpo", "loss": "grpo", "params": {"eps_low": 0.2, "eps_high": 0.2},
+                                            "routing_replay": False, "tis": None, "table1": "grpo"},
+                      "stalebench_run_dir": str(directory), "stalebench_lag_mode": "interval", "stalebench_lag": 1,
+                      "stalebench_run_key": resolve_run_config(table1, "grpo", 1, 0)["run_key"]}
+
+
+def test_golden_sat_gspo_r3_lag8_interval(table1):
+    text, entry, flags, custom, directory = job(table1, "sat_gspo_r3", 8, 1)
+    assert entry == ["python3", "$SLIME_DIR/train_async.py"]
+    assert flags["--update-weights-interval"] == ["8"]
+    assert flags["--use-rollout-routing-replay"] == []
+    assert_paper_settings(flags, directory / "train", 1, table1)
+    assert_harness_script(text)
+    assert custom["stalebench_recipe"]["loss"] == "sat_gspo"
+    assert custom["stalebench_recipe"]["params"] == {"eps_low": 0.2, "eps_high": 0.2, "alpha": 0.9}
+    assert custom["stalebench_recipe"]["routing_replay"] is True
+    assert (custom["stalebench_lag_mode"], custom["stalebench_lag"]) == ("interval", 8)
+
+
+def test_golden_constant_lag_runs_the_harness_driver(table1):
+    table1["lag_mode"] = "constant"
+    text, entry, flags, custom, directory = job(table1, "grpo_tis", 4, 2)
+    assert entry == ["python3", "-m", "engines.slime.driver"]
+    assert "--update-weights-interval" not in flags  # the driver pushes weights itself
+    assert_paper_settings(flags, directory / "train", 2, table1)
+    assert_harness_script(text)
+    assert custom["stalebench_recipe"]["tis"] == {"cap": 2.0}
+    assert (custom["stalebench_lag_mode"], custom["stalebench_lag"]) == ("constant", 4)
+
+
+@pytest.mark.parametrize("change, error, message", [
+    (lambda c: c["engine_params"].update(ref_load="/nonexistent/torch_dist"), FileNotFoundError,
+     "engine_params.ref_load: /nonexistent/torch_dist does not exist"),
+    (lambda c: c["engine_params"].update(hf_checkpoint="/nonexistent/hf"), FileNotFoundError, "hf_checkpoint"),
+    (lambda c: c["engine_params"].update(container="slimerl/slime:latest"), ValueError, "not pinned: tag 'latest'"),
+    (lambda c: c["engine_params"].update(container="slimerl/slime"), ValueError, "not pinned"),
+    (lambda c: c["engine_params"].update(container="slimerl/slime@sha256:abc"), ValueError, "64 hex"),
+    (lambda c: c["engine_params"].update(global_batch_size=1024), ValueError, "one optimizer step per rollout"),
+    (lambda c: c["engine_params"].update(context_parallel=2), ValueError, "context_parallel must be 1"),
+    (lambda c: c["engine_params"].update(actor_gpus=8), ValueError, "exceeds gpus_per_node"),
+    (lambda c: c["engine_params"].update(tensor_paralel=4), ValueError, "unknown slime engine_params"),
+    (lambda c: c["engine_params"].pop("model_type"), ValueError, "missing required key"),
+    (lambda c: c.update(extra_recipes={"summed": {"loss": "summed_loss"}}, recipes=["summed"]), ValueError,
+     "no 'aggregation' parameter"),
+])
+def test_bad_input_is_refused_before_anything_is_written(table1, change, error, message, monkeypatch):
+    # a stabilizer slime cannot express: a loss with no aggregation slime has a normaliser for
+    def summed_loss(batch, *, eps_low: float = 0.2):
+        return LossOutput(-(batch.logp * batch.mask).sum())
+    monkeypatch.setitem(stabilizers.api._REGISTRY, "summed_loss", summed_loss)
+    change(table1)
+    recipe = table1["recipes"][0]
+    run_config = resolve_run_config(table1, recipe, 8, 0)
+    directory = run_dir(table1, recipe, 8, 0)
+    with pytest.raises(error, match=message):
+        launch.write_job_script(run_config, directory)
+    assert not directory.exists()
+
+
+def test_pinned_references_are_accepted():
+    for image in ("slimerl/slime:nightly-dev-20260810a-cu129", "registry:5000/slime:v0.3",
+                  "slimerl/slime:latest@sha256:" + "a" * 64):
+        launch.check_container(image)
+
+
+def test_publish_renames_complete_hf_saves_to_step_directories(tmp_path):
+    hf = tmp_path / "train" / "hf"
+    for rollout_id, complete in ((15, True), (31, True), (47, False)):
+        (hf / f"iter_{rollout_id}").mkdir(parents=True)
+        if complete:
+            (hf / f"iter_{rollout_id}" / "config.json").write_text("{}")
+    (tmp_path / "train" / "checkpoints" / "step_16").mkdir(parents=True)  # from an earlier attempt
+    published = launch.publish_hf_checkpoints(tmp_path)
+    assert [p.name for p in published] == ["step_16", "step_32"]
+    assert (tmp_path / "train" / "checkpoints" / "step_16" / "config.json").exists()
+    assert (hf / "iter_47").exists() and not (hf / "iter_15").exists()
+
+
+FAKE_RAY = r'''#!{python}
+"""A fake `ray`: records its calls; `job submit` plays a slime job writing what slime + the hooks write."""
+import json, os, sys
+calls = os.environ["FAKE_RAY_CALLS"]
+with open(calls, "a") as f:
+    f.write(json.dumps(sys.argv[1:]) + "\n")
+if sys.argv[1:3] == ["job", "submit"]:
+    args = sys.argv[sys.argv.index("--") + 1:]
+    def value(flag):
+        return args[args.index(flag) + 1]
+    steps, every = int(value("--num-rollout")), int(value("--save-interval"))
+    train = os.path.dirname(value("--custom-config-path"))
+    fail_after = int(os.environ.get("FAKE_RAY_FAIL_AFTER", steps))
+    with open(os.path.join(train, "metrics.jsonl"), "a") as f:
+        for rollout_id in range(min(steps, fail_after)):
+            f.write(json.dumps({{"step": rollout_id + 1, "loss": -0.1, "grad_norm": 1.0}}) + "\n")
+            if (rollout_id + 1) % every == 0 or rollout_id == steps - 1:
+                out = value("--save-hf").format(rollout_id=rollout_id)
+                os.makedirs(out)
+                open(os.path.join(out, "config.json"), "w").write("{{}}")
+    sys.exit(1 if fail_after < steps else 0)
+'''
+
+
+@pytest.mark.parametrize("fail_after", [None, 3])
+def test_run_executes_the_script_and_writes_status(table1, tmp_path, monkeypatch, fail_after):
+    slime = tmp_path / "fake_slime"
+    (slime / "scripts" / "models").mkdir(parents=True)
+    (slime / "scripts" / "models" / "tiny.sh").write_text("MODEL_ARGS=(--num-layers 2 --hidden-size 8)\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ray").write_text(FAKE_RAY.format(python=sys.executable))
+    (bin_dir / "ray").chmod(0o755)
+    calls = tmp_path / "ray_calls.jsonl"
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_RAY_CALLS", str(calls))
+    if fail_after:
+        monkeypatch.setenv("FAKE_RAY_FAIL_AFTER", str(fail_after))
+    table1.update(steps=8, eval_every=4)
+    table1["engine_params"].update(container_runtime="none", slime_dir=str(slime), slime_commit_check="warn",
+                                   model_type="tiny")
+    run_config = resolve_run_config(table1, "sat_grpo", 8, 0)
+    directory = run_dir(table1, "sat_grpo", 8, 0)
+
+    if fail_after:
+        with pytest.raises(RuntimeError, match="exited with code 1 after step 3"):
+            launch.run(run_config, directory)
+        status = json.loads((directory / "train" / "status.json").read_text())
+        assert (status["status"], status["step"]) == ("failed", 3)
+        return
+    assert launch.run(run_config, directory) == "completed"
+    status = json.loads((directory / "train" / "status.json").read_text())
+    assert (status["status"], status["step"]) == ("completed", 8)
+    assert sorted(p.name for p in (directory / "train" / "checkpoints").iterdir()) == ["step_4", "step_8"]
+    recorded = [json.loads(line) for line in calls.read_text().splitlines()]
+    assert [c[:2] for c in recorded] == [["start", "--head"], ["job", "submit"], ["stop"]]
+    submit = recorded[1]
+    assert submit[-4:] == ["--num-layers", "2", "--hidden-size", "8"]  # MODEL_ARGS expanded last
+    assert submit[submit.index("--update-weights-interval") + 1] == "8"
+    assert (directory / "train" / "slime_commit.txt").read_text().strip() == "unknown"
