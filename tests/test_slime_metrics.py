@@ -1,0 +1,82 @@
+"""engines.slime.metrics on one process: realized lag from weight versions, resumed metrics files,
+the train-log tap, and clear errors when a hook is missing."""
+from __future__ import annotations
+
+import json
+import math
+from argparse import Namespace
+
+import numpy as np
+import pytest
+from fakes import slime_standin
+
+from engines.io import append_jsonl_atomic, read_jsonl
+from engines.slime import metrics
+
+slime_standin.install()
+
+
+def run_args(tmp_path, mode="interval", lag=8):
+    return Namespace(stalebench_run_dir=str(tmp_path), stalebench_lag_mode=mode, stalebench_lag=lag)
+
+
+def test_rollout_records_follow_train_async_interval_schedule(tmp_path, monkeypatch):
+    monkeypatch.setattr(metrics, "_first_rollout_id", None)
+    args = run_args(tmp_path, lag=4)
+    # train_async, interval 4: push 1 before training; push v >= 2 after rollout 4(v-1) - 1; rollout r + 1
+    # is generated while r trains, so it carries the push made before r's training
+    pushes = {0: 1, 1: 1, 2: 1, 3: 1, 4: 1, 5: 2, 6: 2, 7: 2, 8: 2, 9: 3}
+    for rollout_id, push in pushes.items():
+        samples = [Namespace(weight_versions=[str(push)]) for _ in range(3)]
+        assert metrics.log_rollout(rollout_id, args, samples, None, 0.0) is False
+    records = read_jsonl(tmp_path / "train" / "rollouts.jsonl")
+    assert [r["realized_lag"] for r in records] == [0, 1, 2, 3, 4, 1, 2, 3, 4, 1]
+    assert [r["policy_version"] for r in records] == [0, 0, 0, 0, 0, 4, 4, 4, 4, 8]
+
+
+def test_mixed_versions_report_the_oldest(tmp_path):
+    record = metrics.sampling_version(run_args(tmp_path, mode="constant", lag=2), 7, [["5"], ["6"], ["5", "6"]],
+                                      start=0)
+    assert (record["policy_version"], record["policy_version_newest"], record["realized_lag"]) == (4, 5, 3)
+    with pytest.raises(ValueError, match="weight version"):
+        metrics.sampling_version(run_args(tmp_path), 0, [[], []], start=0)
+
+
+def test_statistics_are_numpys_linear_quantiles():
+    values = np.random.default_rng(0).exponential(0.01, size=10_001)
+    stats = metrics.mismatch_stats(values)
+    assert stats["d/p99"] == pytest.approx(float(np.quantile(values, 0.99)))
+    assert stats["d/max"] == values.max() and stats["d/mean_abs"] == pytest.approx(values.mean())
+    assert all(math.isnan(v) for v in metrics.mismatch_stats(np.zeros(0)).values())
+
+
+def test_a_resumed_job_drops_rows_it_will_recompute_and_rows_need_the_train_log(tmp_path, monkeypatch):
+    args = run_args(tmp_path)
+    path = tmp_path / "train" / "metrics.jsonl"
+    append_jsonl_atomic(path, [{"step": s, "loss": 0.0} for s in range(1, 8)])  # killed after step 7
+    recorder = metrics.MetricsRecorder(args)
+    monkeypatch.setattr(slime_standin.sys.modules["slime.observability.logging_utils"], "log", slime_standin.log)
+    metrics.tap_slime_train_log(recorder)
+    metrics.tap_slime_train_log(recorder)  # installed once
+    import slime.observability.logging_utils as logging_utils
+    assert logging_utils.log.stalebench_tap and logging_utils.log is not slime_standin.log
+
+    recorder.begin_step(5, {"step": 6, "realized_lag": 6})  # the job resumed at rollout 5 (step 6)
+    assert [r["step"] for r in read_jsonl(path)] == [1, 2, 3, 4, 5]
+    logging_utils.log(args, {"rollout/step": 5, "rollout/reward": 1.0}, "rollout/step")  # not a train log
+    assert len(read_jsonl(path)) == 5
+    before = len(slime_standin.LOGGED)
+    logging_utils.log(args, {"train/step": 5, "train/loss": 0.25, "train/grad_norm": 3.0,
+                             "train/entropy_loss": 0.5, "train/clip/frac_upper": 0.01}, "train/step")
+    assert len(slime_standin.LOGGED) == before + 1  # slime's own logging still happens
+    row = read_jsonl(path)[-1]
+    assert row == {"step": 6, "realized_lag": 6, "loss": 0.25, "grad_norm": 3.0, "entropy": 0.5,
+                   "entropy_loss": 0.5, "clip/frac_upper": 0.01}
+    assert json.loads(path.read_text().splitlines()[-1]) == row
+
+
+def test_missing_hooks_are_named(tmp_path):
+    with pytest.raises(ValueError, match="custom-rollout-log-function-path"):
+        metrics.rollout_record(run_args(tmp_path), 3)
+    with pytest.raises(ValueError, match="stalebench_run_dir"):
+        metrics.train_dir(Namespace())
