@@ -12,6 +12,7 @@ import inspect
 import numbers
 import pkgutil
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Callable, Protocol
 
 import torch
@@ -50,8 +51,9 @@ class PolicyBatch:
     def with_token_weight(self, weight: torch.Tensor) -> "PolicyBatch":
         return replace(self, token_weight=weight)
 
-    @property
+    @cached_property
     def active(self) -> torch.Tensor:
+        """mask as booleans, computed once per batch (every loss reads it several times)."""
         return self.mask.bool()
 
 

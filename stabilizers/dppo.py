@@ -12,7 +12,8 @@ import math
 import torch
 
 from .api import LossOutput, PolicyBatch, check_range, register
-from .surrogate import aggregate, check_clip, clip_metrics, clipped_objective, masked_mean, reference_logp
+from .surrogate import (aggregate, check_clip, clip_bounds, clip_metrics, clipped_objective, masked_mean,
+                        reference_logp)
 
 
 @register("dppo")
@@ -29,10 +30,11 @@ def dppo(
     check_range("delta", delta, 0.0, math.inf, low_open=True, high_open=True)
     reference = reference_logp(batch, ratio_against)
     ratio = torch.exp(batch.logp - reference)
+    low, high = clip_bounds(eps_low, eps_high, ratio.dtype)
     inward = batch.advantages * (ratio.detach() - 1) <= 0
     close = (batch.logp.detach().exp() - reference.exp()).abs() <= delta
     keep = (inward | close).to(ratio.dtype)
-    objective = clipped_objective(ratio, batch.advantages, eps_low, eps_high) * keep
-    metrics = clip_metrics(ratio, batch, eps_low, eps_high)
-    metrics["dppo/mask_rate"] = 1 - masked_mean(keep, batch.mask)
+    objective = clipped_objective(ratio, batch.advantages, low, high) * keep
+    metrics = clip_metrics(ratio, batch, low, high)
+    metrics["dppo/mask_rate"] = 1 - masked_mean(keep, batch.active)
     return LossOutput(aggregate(objective, batch, aggregation), metrics)

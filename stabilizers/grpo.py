@@ -10,7 +10,8 @@ from __future__ import annotations
 import torch
 
 from .api import LossOutput, PolicyBatch, register
-from .surrogate import aggregate, check_clip, clip_metrics, clipped_objective, dual_clip, log_ratio, masked_mean
+from .surrogate import (aggregate, check_clip, clip_bounds, clip_metrics, clipped_objective, dual_clip, log_ratio,
+                        masked_fraction)
 
 
 @register("grpo")
@@ -25,8 +26,9 @@ def grpo(
 ) -> LossOutput:
     check_clip(eps_low, eps_high)
     ratio = torch.exp(log_ratio(batch, ratio_against))
-    clipped = clipped_objective(ratio, batch.advantages, eps_low, eps_high)
+    low, high = clip_bounds(eps_low, eps_high, ratio.dtype)
+    clipped = clipped_objective(ratio, batch.advantages, low, high)
     objective = dual_clip(clipped, batch.advantages, dual_clip_c)
-    metrics = clip_metrics(ratio, batch, eps_low, eps_high)
-    metrics["clip/frac_dual"] = masked_mean((objective != clipped).to(ratio.dtype), batch.mask)
+    metrics = clip_metrics(ratio, batch, low, high)
+    metrics["clip/frac_dual"] = masked_fraction(objective != clipped, batch.active, ratio.dtype)
     return LossOutput(aggregate(objective, batch, aggregation), metrics)

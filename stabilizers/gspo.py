@@ -10,7 +10,8 @@ from __future__ import annotations
 import torch
 
 from .api import LossOutput, PolicyBatch, register
-from .surrogate import aggregate, check_clip, clip_metrics, clipped_objective, log_ratio, sequence_log_ratio
+from .surrogate import (aggregate, check_clip, clip_bounds, clip_metrics, clipped_objective, log_ratio,
+                        sequence_log_ratio)
 
 
 @register("gspo")
@@ -24,5 +25,6 @@ def gspo(
 ) -> LossOutput:
     check_clip(eps_low, eps_high)
     ratio = torch.exp(sequence_log_ratio(log_ratio(batch, ratio_against), batch.mask))
-    objective = clipped_objective(ratio, batch.advantages, eps_low, eps_high)
-    return LossOutput(aggregate(objective, batch, aggregation), clip_metrics(ratio, batch, eps_low, eps_high))
+    low, high = clip_bounds(eps_low, eps_high, ratio.dtype)
+    objective = clipped_objective(ratio, batch.advantages, low, high)
+    return LossOutput(aggregate(objective, batch, aggregation), clip_metrics(ratio, batch, low, high))

@@ -28,6 +28,6 @@ def sat_fixed(
     check_range("threshold", threshold, 0.0, math.inf, high_open=True)
     log_r = log_ratio(batch, ratio_against)
     q = torch.tensor(threshold, dtype=log_r.dtype, device=log_r.device)
-    index, c_plus, c_minus = sat_contraction(log_r, batch.mask, q)
+    index, c_plus, c_minus = sat_contraction(log_r, batch.active, q)
     return contracted_clip_loss(batch, log_r, q, index, c_plus, c_minus,
                                 eps_low=eps_low, eps_high=eps_high, aggregation=aggregation)

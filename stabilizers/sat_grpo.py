@@ -28,10 +28,11 @@ def sat_grpo(
 ) -> LossOutput:
     check_clip(eps_low, eps_high)
     log_r = log_ratio(batch, ratio_against)
-    q = abs_log_ratio_quantile(log_r, batch, alpha, quantile_scope)
+    magnitude = log_r.detach().abs()
+    q = abs_log_ratio_quantile(magnitude, batch, alpha, quantile_scope)
     if not enabled:
         q = torch.zeros_like(q)
-    index, c_plus, c_minus = sat_contraction(log_r, batch.mask, q)
+    index, c_plus, c_minus = sat_contraction(log_r, batch.active, q, magnitude)
     out = contracted_clip_loss(batch, log_r, q, index, c_plus, c_minus,
                                eps_low=eps_low, eps_high=eps_high, aggregation=aggregation)
     out.metrics["sat/scope_global"] = torch.tensor(float(quantile_scope == "global"))

@@ -27,10 +27,11 @@ def sat_gspo(
 ) -> LossOutput:
     check_clip(eps_low, eps_high)
     log_rho = sequence_log_ratio(log_ratio(batch, ratio_against), batch.mask)
-    q = abs_log_ratio_quantile(log_rho, batch, alpha, quantile_scope)
+    magnitude = log_rho.detach().abs()
+    q = abs_log_ratio_quantile(magnitude, batch, alpha, quantile_scope)
     if not enabled:
         q = torch.zeros_like(q)
-    index, c_plus, c_minus = sat_contraction(log_rho, batch.mask, q)
+    index, c_plus, c_minus = sat_contraction(log_rho, batch.active, q, magnitude)
     out = contracted_clip_loss(batch, log_rho, q, index, c_plus, c_minus,
                                eps_low=eps_low, eps_high=eps_high, aggregation=aggregation)
     out.metrics["sat/scope_global"] = torch.tensor(float(quantile_scope == "global"))

@@ -28,9 +28,10 @@ def sat_random(
 ) -> LossOutput:
     check_clip(eps_low, eps_high)
     log_r = log_ratio(batch, ratio_against)
-    q = abs_log_ratio_quantile(log_r, batch, alpha, quantile_scope)
-    sat_index, c_plus, c_minus = sat_contraction(log_r, batch.mask, q)
-    active_index = batch.mask.reshape(-1).bool().nonzero().squeeze(-1)
+    magnitude = log_r.detach().abs()
+    q = abs_log_ratio_quantile(magnitude, batch, alpha, quantile_scope)
+    sat_index, c_plus, c_minus = sat_contraction(log_r, batch.active, q, magnitude)
+    active_index = batch.active.reshape(-1).nonzero().squeeze(-1)
     generator = torch.Generator().manual_seed(seed)
     order = torch.randperm(active_index.numel(), generator=generator)[: sat_index.numel()]
     index = active_index[order.to(active_index.device)]

@@ -47,21 +47,15 @@ def sequence_log_ratio(token_log_ratio: torch.Tensor, mask: torch.Tensor) -> tor
     return (total / length).expand_as(token_log_ratio)
 
 
-def clipped_objective(
-    ratio: torch.Tensor,
-    advantages: torch.Tensor,
-    eps_low: torch.Tensor | float,
-    eps_high: torch.Tensor | float,
-) -> torch.Tensor:
-    """S = min(r A, clip(r, 1 - eps_low, 1 + eps_high) A), per token; eps may vary per token."""
-    eps_low = torch.as_tensor(eps_low, dtype=ratio.dtype)
-    eps_high = torch.as_tensor(eps_high, dtype=ratio.dtype)
-    clipped = torch.clamp(ratio, min=1 - eps_low, max=1 + eps_high)
+def clip_bounds(eps_low: float, eps_high: float, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """The PPO interval [1 - eps_low, 1 + eps_high], as 0-d tensors of ``dtype``."""
+    return 1 - torch.tensor(eps_low, dtype=dtype), 1 + torch.tensor(eps_high, dtype=dtype)
+
+
+def clipped_objective(ratio: torch.Tensor, advantages: torch.Tensor, low: torch.Tensor, high: torch.Tensor) -> torch.Tensor:
+    """S = min(r A, clip(r, low, high) A), per token; the bounds may be 0-d or per token."""
+    clipped = torch.clamp(ratio, min=low, max=high)
     return torch.minimum(ratio * advantages, clipped * advantages)
-
-
-def active_count(mask: torch.Tensor) -> torch.Tensor:
-    return mask.bool().count_nonzero()
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -84,14 +78,14 @@ def masked_max(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.where(active, values, -math.inf).amax()
 
 
-def clip_metrics(ratio: torch.Tensor, batch: PolicyBatch, eps_low: float, eps_high: float) -> dict[str, torch.Tensor]:
-    """Fraction of active tokens whose gradient the fixed clip removes, on each side; ratio mean and max."""
+def clip_metrics(ratio: torch.Tensor, batch: PolicyBatch, low: torch.Tensor, high: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Fraction of active tokens whose gradient the clip [low, high] removes, on each side; ratio mean and max."""
     ratio = ratio.detach()
     return {
-        "clip/frac_upper": masked_fraction((ratio > 1 + eps_high) & (batch.advantages > 0), batch.mask, ratio.dtype),
-        "clip/frac_lower": masked_fraction((ratio < 1 - eps_low) & (batch.advantages < 0), batch.mask, ratio.dtype),
-        "ratio/mean": masked_mean(ratio, batch.mask),
-        "ratio/max": masked_max(ratio, batch.mask),
+        "clip/frac_upper": masked_fraction((ratio > high) & (batch.advantages > 0), batch.active, ratio.dtype),
+        "clip/frac_lower": masked_fraction((ratio < low) & (batch.advantages < 0), batch.active, ratio.dtype),
+        "ratio/mean": masked_mean(ratio, batch.active),
+        "ratio/max": masked_max(ratio, batch.active),
     }
 
 
@@ -117,7 +111,7 @@ def aggregate(objective: torch.Tensor, batch: PolicyBatch, aggregation: str) -> 
     world size, so that the ranks' average equals the loss of the concatenated batch (and DDP's
     gradient average its gradient). A batch with no active token gives 0 with zero gradient."""
     check_choice("aggregation", aggregation, AGGREGATIONS)
-    active = batch.mask.bool()
+    active = batch.active
     if batch.token_weight is not None:
         objective = objective * batch.token_weight.detach()
     objective = torch.where(active, objective, 0.0)  # where, not a product: padding may hold inf
@@ -172,14 +166,13 @@ def lower_quantile(values: torch.Tensor, alpha: float, mask: torch.Tensor | None
     return kth_smallest(values, max(1, math.ceil(Fraction(repr(float(alpha))) * n)), active)
 
 
-def abs_log_ratio_quantile(d: torch.Tensor, batch: PolicyBatch, alpha: float, scope: str) -> torch.Tensor:
-    """SAT's q: the alpha-quantile of |d| over the active tokens of this micro-batch ("microbatch",
-    the paper's) or of every data-parallel rank ("global", through batch.reduce)."""
+def abs_log_ratio_quantile(magnitude: torch.Tensor, batch: PolicyBatch, alpha: float, scope: str) -> torch.Tensor:
+    """SAT's q: the alpha-quantile of |d| (``magnitude``) over the active tokens of this micro-batch
+    ("microbatch", the paper's) or of every data-parallel rank ("global", through batch.reduce)."""
     check_choice("quantile_scope", scope, QUANTILE_SCOPES)
-    magnitude = d.detach().abs()
     if scope == "microbatch" or batch.reduce is None:
-        return lower_quantile(magnitude, alpha, batch.mask)
-    return lower_quantile(torch.cat(batch.reduce.all_gather(magnitude[batch.mask.bool()])), alpha)
+        return lower_quantile(magnitude, alpha, batch.active)
+    return lower_quantile(torch.cat(batch.reduce.all_gather(magnitude[batch.active])), alpha)
 
 
 def hill(u: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -187,14 +180,17 @@ def hill(u: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return 1.0 / (1.0 + (u / q) ** 2)
 
 
-def sat_contraction(d: torch.Tensor, mask: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def sat_contraction(d: torch.Tensor, mask: torch.Tensor, q: torch.Tensor,
+                    magnitude: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Paper Eq. 16-18 on the gated tokens: gate = active & q > 0 & |d| > q.
 
     Returns the gated tokens' flat indices into [B, L] and their c_plus = psi(max(d, 0); q),
     c_minus = psi(max(-d, 0); q): only the side d points to shrinks (the other is psi(0) = 1).
-    Every other token has c_plus = c_minus = 1."""
+    Every other token has c_plus = c_minus = 1. ``magnitude`` = |d| if already computed."""
     d = d.detach().reshape(-1)
-    index = ((d.abs() > q) & (q > 0) & mask.reshape(-1).bool()).nonzero().squeeze(-1)
+    magnitude = d.abs() if magnitude is None else magnitude.reshape(-1)
+    threshold = torch.where(q > 0, q, math.inf)  # q = 0 gates nothing
+    index = ((magnitude > threshold) & mask.reshape(-1).bool()).nonzero().squeeze(-1)
     d_gated = d[index]
     shrink = hill(d_gated.abs(), q)
     c_plus = torch.where(d_gated > 0, shrink, 1.0)
@@ -215,34 +211,28 @@ def contracted_clip_loss(
     aggregation: str,
     namespace: str = "sat",
 ) -> LossOutput:
-    """The clipped surrogate with bounds eps_low c_minus, eps_high c_plus on the tokens at the flat
-    positions ``index`` and the fixed eps elsewhere (paper Eq. 19-20), plus SAT's diagnostics.
+    """The clipped surrogate with bounds 1 - eps_low c_minus, 1 + eps_high c_plus on the tokens at the
+    flat positions ``index`` and the fixed ones elsewhere (paper Eq. 19-20), plus SAT's diagnostics.
 
-    The fixed-clip objective is computed everywhere and overwritten on the contracted tokens only,
-    which gives the same numbers as per-token bounds with c = 1 elsewhere (1 * eps is exact), so
-    with no contracted token it is the fixed-clip loss bit for bit."""
+    The per-token bounds are the fixed bounds with the contracted tokens written in (1 * eps is exact),
+    so with no contracted token this is the fixed-clip loss bit for bit."""
     ratio = torch.exp(log_r)
-    advantages = batch.advantages
-    objective = clipped_objective(ratio, advantages, eps_low, eps_high)
-    ratio_c = ratio.reshape(-1)[index]
-    advantages_c = advantages.reshape(-1)[index]
+    low, high = clip_bounds(eps_low, eps_high, ratio.dtype)
     eps_low_c, eps_high_c = eps_low * c_minus, eps_high * c_plus
-    contracted = clipped_objective(ratio_c, advantages_c, eps_low_c, eps_high_c)
-    objective = objective.reshape(-1).index_put((index,), contracted).view_as(ratio)
+    if index.numel():
+        low = torch.full_like(ratio, low.item())  # .item() of a 0-d tensor is exact
+        high = torch.full_like(ratio, high.item())
+        low.view(-1)[index] = 1 - eps_low_c
+        high.view(-1)[index] = 1 + eps_high_c
+    objective = clipped_objective(ratio, batch.advantages, low, high)
 
-    metrics = clip_metrics(ratio, batch, eps_low, eps_high)
-    n = active_count(batch.mask).clamp(min=1).to(ratio.dtype)
-    ratio_c, dtype = ratio_c.detach(), ratio.dtype
-    # the clip fractions, corrected on the contracted tokens (fixed bound -> contracted bound)
-    upper_gain = ((ratio_c > 1 + eps_high_c) & ~(ratio_c > 1 + eps_high) & (advantages_c > 0)).count_nonzero()
-    lower_gain = ((ratio_c < 1 - eps_low_c) & ~(ratio_c < 1 - eps_low) & (advantages_c < 0)).count_nonzero()
-    metrics["clip/frac_upper"] = metrics["clip/frac_upper"] + upper_gain.to(dtype) / n
-    metrics["clip/frac_lower"] = metrics["clip/frac_lower"] + lower_gain.to(dtype) / n
+    metrics = clip_metrics(ratio, batch, low, high)
+    n = batch.active.count_nonzero().clamp(min=1).to(ratio.dtype)
     metrics.update({
         f"{namespace}/q": q.detach().clone(),
         f"{namespace}/gate_rate": index.numel() / n,
-        f"{namespace}/eps_low_mean": eps_low - (eps_low * (1 - c_minus)).sum() / n,
-        f"{namespace}/eps_high_mean": eps_high - (eps_high * (1 - c_plus)).sum() / n,
+        f"{namespace}/eps_low_mean": eps_low - (eps_low - eps_low_c).sum() / n,
+        f"{namespace}/eps_high_mean": eps_high - (eps_high - eps_high_c).sum() / n,
         f"{namespace}/c_min": torch.minimum(c_plus, c_minus).min() if index.numel() else ratio.new_ones(()),
     })
     return LossOutput(aggregate(objective, batch, aggregation), metrics)

@@ -29,17 +29,19 @@ def plugin_module():
     """A stabilizer module written into stabilizers/ at run time (a unique name: the checkout is shared)."""
     name = f"_plugin_test_{os.getpid()}"
     path = Path(stabilizers.__file__).with_name(f"{name}.py")
-    path.write_text(textwrap.dedent(f'''
+    staging = path.with_suffix(".staging")  # written aside, then renamed: another process may be scanning
+    staging.write_text(textwrap.dedent(f'''
         """A test stabilizer: GRPO's surrogate with a scaled advantage."""
         from .api import LossOutput, register
-        from .surrogate import aggregate, clipped_objective, log_ratio
+        from .surrogate import aggregate, clip_bounds, clipped_objective, log_ratio
 
         @register("{name}")
         def scaled(batch, *, scale: float = 2.0, eps_low: float = 0.2, eps_high: float = 0.2):
             ratio = log_ratio(batch, "old").exp()
-            objective = clipped_objective(ratio, scale * batch.advantages, eps_low, eps_high)
+            objective = clipped_objective(ratio, scale * batch.advantages, *clip_bounds(eps_low, eps_high, ratio.dtype))
             return LossOutput(aggregate(objective, batch, "token_mean"), {{"{name}/scale": ratio.new_tensor(scale)}})
     '''))
+    staging.replace(path)
     try:
         yield name
     finally:
