@@ -54,7 +54,8 @@ def clip_bounds(eps_low: float, eps_high: float, dtype: torch.dtype) -> tuple[to
 
 def clipped_objective(ratio: torch.Tensor, advantages: torch.Tensor, low: torch.Tensor, high: torch.Tensor) -> torch.Tensor:
     """S = min(r A, clip(r, low, high) A), per token; the bounds may be 0-d or per token."""
-    clipped = torch.clamp(ratio, min=low, max=high)
+    # clamp needs its bounds on ratio's device (0-d CPU bounds fail on CUDA); a no-op on CPU
+    clipped = torch.clamp(ratio, min=low.to(ratio.device), max=high.to(ratio.device))
     return torch.minimum(ratio * advantages, clipped * advantages)
 
 
@@ -126,53 +127,90 @@ def aggregate(objective: torch.Tensor, batch: PolicyBatch, aggregation: str) -> 
     return -(total * world) / count.clamp(min=1)
 
 
+def _narrow(values: torch.Tensor, k: int, n: int, active: torch.Tensor | None,
+            sample_size: int) -> tuple[torch.Tensor, int] | None:
+    """Flat indices of the values that can hold the k-th smallest of the n chosen ones, and how many
+    chosen values lie below them; None when the input is small or the sample misleads.
+
+    A strided sample gives a bound ``lo`` that, with high probability, has fewer than k values
+    below it; the candidates are the chosen values >= lo (about 1 - k/n of them, plus 1%)."""
+    if values.numel() < 4 * sample_size:
+        return None
+    stride = values.numel() // sample_size
+    sample = values[::stride] if active is None else values[::stride][active[::stride]]
+    rank = (k * sample.numel()) // n - 2 * math.isqrt(sample.numel())  # ~4 binomial sd below
+    if rank < 1:
+        return None
+    lo = sample.kthvalue(rank).values
+    keep = values >= lo if active is None else (values >= lo) & active
+    index = keep.nonzero().squeeze(-1)
+    below = n - index.numel()
+    return (index, below) if below < k else None
+
+
 def kth_smallest(values: torch.Tensor, k: int, active: torch.Tensor | None = None, *,
                  sample_size: int = 65536) -> torch.Tensor:
     """The exact k-th smallest (1-based) of ``values[active]`` (of all values when active is None).
 
-    Large inputs are first narrowed: a strided sample gives a bound ``lo`` that, with high
-    probability, has fewer than k values below it; only the values >= lo (about 1 - k/n of them,
-    plus 1%) then go through kthvalue, at rank k minus the count below. That is exact whatever
-    the sample; when it misleads (k values below lo), the plain selection over all values runs.
-    Inputs under 4 x sample_size skip the narrowing. Selection, never a full sort."""
+    Large inputs are first narrowed (_narrow) to the candidates >= a sampled bound, and the k-th
+    is selected among them at rank k minus the count below: exact whatever the sample; when the
+    sample misleads, the plain selection over all values runs. Inputs under 4 x sample_size skip
+    the narrowing. Selection (kthvalue), never a full sort."""
     values = values.reshape(-1)
     active = None if active is None else active.reshape(-1)
     n = values.numel() if active is None else int(active.count_nonzero())
-    if values.numel() >= 4 * sample_size:
-        stride = values.numel() // sample_size
-        sample = values[::stride] if active is None else values[::stride][active[::stride]]
-        rank = (k * sample.numel()) // n - 2 * math.isqrt(sample.numel())  # ~4 binomial sd below
-        if rank >= 1:
-            lo = sample.kthvalue(rank).values
-            keep = values >= lo if active is None else (values >= lo) & active
-            candidates = values[keep]
-            below = n - candidates.numel()
-            if below < k:
-                return candidates.kthvalue(k - below).values
+    narrowed = _narrow(values, k, n, active, sample_size)
+    if narrowed is not None:
+        index, below = narrowed
+        return values[index].kthvalue(k - below).values
     return (values if active is None else values[active]).kthvalue(k).values
+
+
+def quantile_rank(alpha: float, n: int) -> int:
+    """k = ceil(alpha n), with alpha read as the decimal it was written as (0.9 x 10 gives 9, not 10)."""
+    check_range("alpha", alpha, 0.0, 1.0, low_open=True)
+    return max(1, math.ceil(Fraction(repr(float(alpha))) * n))
 
 
 def lower_quantile(values: torch.Tensor, alpha: float, mask: torch.Tensor | None = None) -> torch.Tensor:
     """q = inf{x : (1/n) #{v <= x} >= alpha} = the k-th smallest value, k = ceil(alpha n) (methods.md SAT 2).
 
-    Over ``values[mask]`` when a mask is given. alpha is read as the decimal it was written as, so
-    that alpha = 0.9 and n = 10 give k = 9, not 10. No value gives 0."""
+    Over ``values[mask]`` when a mask is given. No value gives 0."""
     check_range("alpha", alpha, 0.0, 1.0, low_open=True)
     values = values.detach()
     active = None if mask is None else mask.bool()
     n = values.numel() if active is None else int(active.count_nonzero())
     if n == 0:
         return values.new_zeros(())
-    return kth_smallest(values, max(1, math.ceil(Fraction(repr(float(alpha))) * n)), active)
+    return kth_smallest(values, quantile_rank(alpha, n), active)
 
 
-def abs_log_ratio_quantile(magnitude: torch.Tensor, batch: PolicyBatch, alpha: float, scope: str) -> torch.Tensor:
-    """SAT's q: the alpha-quantile of |d| (``magnitude``) over the active tokens of this micro-batch
-    ("microbatch", the paper's) or of every data-parallel rank ("global", through batch.reduce)."""
+def tail_index(magnitude: torch.Tensor, active: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """SAT's gate (paper Eq. 16): flat indices of the active tokens with |d| > q, none when q = 0."""
+    threshold = torch.where(q > 0, q, math.inf)
+    return ((magnitude.reshape(-1) > threshold) & active.reshape(-1)).nonzero().squeeze(-1)
+
+
+def sat_gate(magnitude: torch.Tensor, batch: PolicyBatch, alpha: float, scope: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """SAT's q = the alpha-quantile of |d| (``magnitude``) over the active tokens of this micro-batch
+    ("microbatch", the paper's) or of every data-parallel rank ("global", through batch.reduce), and
+    the gated tokens (tail_index). On one micro-batch both come from one narrowing pass: the
+    gated tokens are among the candidates of the quantile's selection."""
     check_choice("quantile_scope", scope, QUANTILE_SCOPES)
-    if scope == "microbatch" or batch.reduce is None:
-        return lower_quantile(magnitude, alpha, batch.active)
-    return lower_quantile(torch.cat(batch.reduce.all_gather(magnitude[batch.active])), alpha)
+    if scope == "global" and batch.reduce is not None:
+        q = lower_quantile(torch.cat(batch.reduce.all_gather(magnitude[batch.active])), alpha)
+        return q, tail_index(magnitude, batch.active, q)
+    values, active = magnitude.detach().reshape(-1), batch.active.reshape(-1)
+    n = int(active.count_nonzero())
+    k = quantile_rank(alpha, n)
+    narrowed = _narrow(values, k, n, active, 65536) if n else None
+    if narrowed is None:
+        q = lower_quantile(values, alpha, active)
+        return q, tail_index(values, active, q)
+    candidates, below = narrowed
+    candidate_values = values[candidates]
+    q = candidate_values.kthvalue(k - below).values
+    return q, candidates[candidate_values > q] if q > 0 else candidates[:0]
 
 
 def hill(u: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -180,22 +218,13 @@ def hill(u: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return 1.0 / (1.0 + (u / q) ** 2)
 
 
-def sat_contraction(d: torch.Tensor, mask: torch.Tensor, q: torch.Tensor,
-                    magnitude: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Paper Eq. 16-18 on the gated tokens: gate = active & q > 0 & |d| > q.
-
-    Returns the gated tokens' flat indices into [B, L] and their c_plus = psi(max(d, 0); q),
-    c_minus = psi(max(-d, 0); q): only the side d points to shrinks (the other is psi(0) = 1).
-    Every other token has c_plus = c_minus = 1. ``magnitude`` = |d| if already computed."""
-    d = d.detach().reshape(-1)
-    magnitude = d.abs() if magnitude is None else magnitude.reshape(-1)
-    threshold = torch.where(q > 0, q, math.inf)  # q = 0 gates nothing
-    index = ((magnitude > threshold) & mask.reshape(-1).bool()).nonzero().squeeze(-1)
-    d_gated = d[index]
+def sat_contraction(d: torch.Tensor, q: torch.Tensor, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Paper Eq. 17-18 on the gated tokens (flat ``index``): c_plus = psi(max(d, 0); q) and
+    c_minus = psi(max(-d, 0); q), so only the side d points to shrinks (the other is psi(0) = 1).
+    Every other token has c_plus = c_minus = 1."""
+    d_gated = d.detach().reshape(-1)[index]
     shrink = hill(d_gated.abs(), q)
-    c_plus = torch.where(d_gated > 0, shrink, 1.0)
-    c_minus = torch.where(d_gated < 0, shrink, 1.0)
-    return index, c_plus, c_minus
+    return torch.where(d_gated > 0, shrink, 1.0), torch.where(d_gated < 0, shrink, 1.0)
 
 
 def contracted_clip_loss(
