@@ -54,9 +54,19 @@ def run(run_config: dict, run_dir: str | Path) -> str:
     return launch.run(run_config, run_dir)
 
 
-def main(argv: list[str] | None = None) -> None:
-    from engines.tiny.warmstart import parse_json_arg
+def parse_json_arg(value: str, flag: str) -> dict:
+    """A JSON object given inline or as a path to a file holding one."""
+    text = Path(value).read_text() if not value.lstrip().startswith("{") and Path(value).is_file() else value
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise SystemExit(f"{flag}: not valid JSON ({error})") from None
+    if not isinstance(obj, dict):
+        raise SystemExit(f"{flag}: expected a JSON object, got {type(obj).__name__}")
+    return obj
 
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Train one run of the grid (resumes if interrupted).")
     parser.add_argument("--run-dir", required=True)
     parser.add_argument("--config-json", required=True, help="resolved run config, inline JSON or a file path")

@@ -180,3 +180,11 @@ def test_non_finite_training_is_reported_as_diverged(base, tmp_path):
     assert run(config(base, steps=5, lr=1e30), tmp_path) == "diverged"
     status = json.loads((tmp_path / "train" / "status.json").read_text())
     assert status["status"] == "diverged" and "diverged at step" in status["message"]
+
+
+def test_clis_report_bad_input_without_a_traceback(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "engines.tiny.warmstart", "--engine-params-json",
+                             '{"preset": "demo", "widht": 8}', "--out", str(tmp_path / "base")],
+                            capture_output=True, text=True)
+    assert result.returncode != 0 and "unknown key(s) ['widht']" in result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "base").exists()

@@ -8,7 +8,6 @@ is done. The base is shared by every RL run of a grid (its path is the run confi
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -17,6 +16,8 @@ import torch
 import torch.nn.functional as F
 
 from . import task
+from engines.run import parse_json_arg
+
 from .checkpoint import read_config, save_checkpoint
 from .model import EOS, TOKEN_ID, ModelConfig, TinyMoELM, TinyPolicy, encode_prompt
 from .params import model_knobs, resolve_engine_params, warmstart_knobs
@@ -89,19 +90,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--engine-params-json", required=True, help="engine_params as JSON (or a path to a JSON file)")
     parser.add_argument("--out", required=True, help="directory for model.safetensors + config.json")
     args = parser.parse_args(argv)
-    build_base(parse_json_arg(args.engine_params_json, "--engine-params-json"), args.out)
-
-
-def parse_json_arg(value: str, flag: str) -> dict:
-    """A JSON object given inline or as a path to a file holding one."""
-    text = Path(value).read_text() if not value.lstrip().startswith("{") and Path(value).is_file() else value
     try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise SystemExit(f"{flag}: not valid JSON ({error})") from None
-    if not isinstance(obj, dict):
-        raise SystemExit(f"{flag}: expected a JSON object, got {type(obj).__name__}")
-    return obj
+        build_base(parse_json_arg(args.engine_params_json, "--engine-params-json"), args.out)
+    except ValueError as error:
+        raise SystemExit(f"engines.tiny.warmstart: {error}") from None
 
 
 if __name__ == "__main__":
