@@ -1,0 +1,103 @@
+"""Workflow scale figures (issue: the harness). Prints each figure; no assertion.
+
+    .venv/bin/python benchmarks/bench_workflow_scale.py [--runs 1000] [--steps 500] [--train-keys 1]
+
+Part "mlflow": fabricate a finished grid of --runs runs x --steps training steps on disk (the
+documented run layout; --train-keys numeric keys per training line, evaluation every
+--eval-every steps on two tasks), aggregate it (not timed), then time eval.track's sync into a
+fresh sqlite store, and a second, no-op sync. Target: 1,000 runs x 500 steps within 60 s.
+Hook: the workflow's `snakemake -n` figure is a second part; add it to PARTS.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from engines.grid import expand, resolve_run_config, run_dir  # noqa: E402
+from stabilizers import load_recipes  # noqa: E402
+
+TRAIN_KEYS = ["reward", "entropy", "grad_norm", "loss", "realized_lag", "d/mean_abs", "d/p50", "d/p90",
+              "d/p99", "d/max", "d/lag_mean_abs", "d/impl_mean_abs", "tv/mean", "tv/p90",
+              "routing/mismatch_rate", "clip/frac_upper", "clip/frac_lower", "sat/q", "sat/gate_rate",
+              "policy_version"]
+
+
+def fabricate(results: Path, runs: int, steps: int, eval_every: int, train_keys: int) -> dict:
+    recipes, lags = list(load_recipes())[:10], [1, 8]
+    seeds = list(range(max(1, runs // 20)))  # 10 recipes x 2 lags x runs/20 seeds
+    config = {"grid": "scale", "results_dir": str(results), "engine": "tiny", "recipes": recipes,
+              "extra_recipes": {}, "lags": lags, "lag_mode": "interval", "seeds": seeds, "steps": steps,
+              "eval_every": eval_every, "engine_params": {},
+              "eval": {"tasks": ["tiny_val", "tiny_test"], "selection_task": "tiny_val", "fixed_step": None},
+              "collapse": {"fraction": 0.5}, "baseline": "grpo"}
+    keys = TRAIN_KEYS[:train_keys]
+    for i, (recipe, lag, seed) in enumerate(expand(config)):
+        directory = run_dir(config, recipe, lag, seed)
+        (directory / "train").mkdir(parents=True)
+        (directory / "eval").mkdir()
+        # plain writes: fabrication speed is not what is measured
+        (directory / "config.json").write_text(json.dumps(resolve_run_config(config, recipe, lag, seed)))
+        (directory / "train" / "status.json").write_text(json.dumps({"status": "completed", "step": steps}))
+        (directory / "train" / "metrics.jsonl").write_text("".join(
+            json.dumps({"step": s, **{k: (i + s + j) * 1e-3 for j, k in enumerate(keys)}}) + "\n"
+            for s in range(1, steps + 1)))
+        for task in config["eval"]["tasks"]:
+            (directory / "eval" / f"{task}.jsonl").write_text("".join(
+                json.dumps({"step": s, "score": ((i * 7 + s) % 97) / 97, "k": 8, "pass_at_k": 0.5,
+                            "maj_at_k": 0.5}) + "\n" for s in range(eval_every, steps + 1, eval_every)))
+    return config
+
+
+def bench_mlflow(args) -> None:
+    from eval.report import collect, summarize
+    from eval.track import sync
+    from engines.io import write_json_atomic
+    os.environ.pop("MLFLOW_TRACKING_URI", None)
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    with tempfile.TemporaryDirectory(prefix="bench_scale_") as tmp:
+        start = time.perf_counter()
+        config = fabricate(Path(tmp), args.runs, args.steps, args.eval_every, args.train_keys)
+        n_runs = len(expand(config))
+        print(f"fabricated {n_runs} runs x {args.steps} steps ({args.train_keys} training key(s)/step) "
+              f"in {time.perf_counter() - start:.1f} s", flush=True)
+        start = time.perf_counter()
+        grid = Path(tmp) / config["grid"]
+        write_json_atomic(grid / "summary.json", summarize(config, collect(config, progress=False)))
+        print(f"aggregated (statistics only) in {time.perf_counter() - start:.1f} s", flush=True)
+        n_metrics = n_runs * (args.steps * args.train_keys + 2 * 3 * (args.steps // args.eval_every))
+        start = time.perf_counter()
+        sync(config, grid, progress=True)
+        first = time.perf_counter() - start
+        start = time.perf_counter()
+        sync(config, grid, progress=False)
+        second = time.perf_counter() - start
+    print(f"mlflow sync: {n_runs} runs x {args.steps} steps, {n_metrics:,} step metrics: {first:.1f} s "
+          f"(target 60 s; {n_metrics / first:,.0f} metrics/s); re-sync (nothing new): {second:.1f} s")
+
+
+PARTS = {"mlflow": bench_mlflow}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--part", choices=sorted(PARTS), action="append")
+    parser.add_argument("--runs", type=int, default=1000)
+    parser.add_argument("--steps", type=int, default=500)
+    parser.add_argument("--eval-every", type=int, default=50)
+    parser.add_argument("--train-keys", type=int, default=1, choices=range(1, len(TRAIN_KEYS) + 1),
+                        metavar=f"1..{len(TRAIN_KEYS)}")
+    args = parser.parse_args()
+    print("timings on a shared machine are noisy", flush=True)
+    for part in args.part or sorted(PARTS):
+        PARTS[part](args)
+
+
+if __name__ == "__main__":
+    main()
