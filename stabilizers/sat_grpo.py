@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from .api import LossOutput, PolicyBatch, register
-from .surrogate import abs_log_ratio_quantile, check_clip, contracted_clip_loss, log_ratio, sat_contraction
+from .surrogate import check_clip, contracted_clip_loss, log_ratio, sat_contraction, sat_gate, tail_index
 
 
 @register("sat_grpo")
@@ -29,10 +29,11 @@ def sat_grpo(
     check_clip(eps_low, eps_high)
     log_r = log_ratio(batch, ratio_against)
     magnitude = log_r.detach().abs()
-    q = abs_log_ratio_quantile(magnitude, batch, alpha, quantile_scope)
+    q, index = sat_gate(magnitude, batch, alpha, quantile_scope)
     if not enabled:
         q = torch.zeros_like(q)
-    index, c_plus, c_minus = sat_contraction(log_r, batch.active, q, magnitude)
+        index = tail_index(magnitude, batch.active, q)  # none
+    c_plus, c_minus = sat_contraction(log_r, q, index)
     out = contracted_clip_loss(batch, log_r, q, index, c_plus, c_minus,
                                eps_low=eps_low, eps_high=eps_high, aggregation=aggregation)
     out.metrics["sat/scope_global"] = torch.tensor(float(quantile_scope == "global"))

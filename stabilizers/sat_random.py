@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from .api import LossOutput, PolicyBatch, register
-from .surrogate import abs_log_ratio_quantile, check_clip, contracted_clip_loss, log_ratio, sat_contraction
+from .surrogate import check_clip, contracted_clip_loss, log_ratio, sat_contraction, sat_gate
 
 
 @register("sat_random")
@@ -29,8 +29,8 @@ def sat_random(
     check_clip(eps_low, eps_high)
     log_r = log_ratio(batch, ratio_against)
     magnitude = log_r.detach().abs()
-    q = abs_log_ratio_quantile(magnitude, batch, alpha, quantile_scope)
-    sat_index, c_plus, c_minus = sat_contraction(log_r, batch.active, q, magnitude)
+    q, sat_index = sat_gate(magnitude, batch, alpha, quantile_scope)
+    c_plus, c_minus = sat_contraction(log_r, q, sat_index)
     active_index = batch.active.reshape(-1).nonzero().squeeze(-1)
     generator = torch.Generator().manual_seed(seed)
     order = torch.randperm(active_index.numel(), generator=generator)[: sat_index.numel()]

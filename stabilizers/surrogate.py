@@ -127,6 +127,9 @@ def aggregate(objective: torch.Tensor, batch: PolicyBatch, aggregation: str) -> 
     return -(total * world) / count.clamp(min=1)
 
 
+SELECT_SAMPLE = 65536  # the sample of the quantile's pre-selection; inputs under 4x this select directly
+
+
 def _narrow(values: torch.Tensor, k: int, n: int, active: torch.Tensor | None,
             sample_size: int) -> tuple[torch.Tensor, int] | None:
     """Flat indices of the values that can hold the k-th smallest of the n chosen ones, and how many
@@ -149,7 +152,7 @@ def _narrow(values: torch.Tensor, k: int, n: int, active: torch.Tensor | None,
 
 
 def kth_smallest(values: torch.Tensor, k: int, active: torch.Tensor | None = None, *,
-                 sample_size: int = 65536) -> torch.Tensor:
+                 sample_size: int = SELECT_SAMPLE) -> torch.Tensor:
     """The exact k-th smallest (1-based) of ``values[active]`` (of all values when active is None).
 
     Large inputs are first narrowed (_narrow) to the candidates >= a sampled bound, and the k-th
@@ -191,7 +194,8 @@ def tail_index(magnitude: torch.Tensor, active: torch.Tensor, q: torch.Tensor) -
     return ((magnitude.reshape(-1) > threshold) & active.reshape(-1)).nonzero().squeeze(-1)
 
 
-def sat_gate(magnitude: torch.Tensor, batch: PolicyBatch, alpha: float, scope: str) -> tuple[torch.Tensor, torch.Tensor]:
+def sat_gate(magnitude: torch.Tensor, batch: PolicyBatch, alpha: float, scope: str, *,
+             sample_size: int = SELECT_SAMPLE) -> tuple[torch.Tensor, torch.Tensor]:
     """SAT's q = the alpha-quantile of |d| (``magnitude``) over the active tokens of this micro-batch
     ("microbatch", the paper's) or of every data-parallel rank ("global", through batch.reduce), and
     the gated tokens (tail_index). On one micro-batch both come from one narrowing pass: the
@@ -203,7 +207,7 @@ def sat_gate(magnitude: torch.Tensor, batch: PolicyBatch, alpha: float, scope: s
     values, active = magnitude.detach().reshape(-1), batch.active.reshape(-1)
     n = int(active.count_nonzero())
     k = quantile_rank(alpha, n)
-    narrowed = _narrow(values, k, n, active, 65536) if n else None
+    narrowed = _narrow(values, k, n, active, sample_size) if n else None
     if narrowed is None:
         q = lower_quantile(values, alpha, active)
         return q, tail_index(values, active, q)

@@ -4,6 +4,7 @@ Batches are random, with heavy-tailed d = log(pi / mu) (|d| up to 15), many exac
 padding and empty responses. "PPO" is the fixed-clip loss on the same ratio (against mu):
 grpo / gspo with ratio_against="rollout".
 """
+import bisect
 import math
 from fractions import Fraction
 
@@ -12,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from stabilizers import PolicyBatch, available, get, get_recipe, load_recipes
-from stabilizers.surrogate import kth_smallest, lower_quantile, sat_contraction
+from stabilizers.surrogate import kth_smallest, lower_quantile, sat_contraction, sat_gate, tail_index
 
 D_VALUES = st.one_of(
     st.floats(-0.05, 0.05),                                    # the LLM regime (mean |d| ~ 0.01)
@@ -61,13 +62,14 @@ def loss_and_grad(name, batch, **params):
 
 def brute_quantile(values, alpha):
     """inf{x : (1/n) #{v <= x} >= alpha}, by trying every value (exact rational comparison)."""
-    n = len(values)
-    return min(x for x in values if Fraction(sum(v <= x for v in values), n) >= Fraction(repr(alpha)))
+    n, ordered = len(values), sorted(values)
+    return min(x for x in values if Fraction(bisect.bisect_right(ordered, x), n) >= Fraction(repr(alpha)))
 
 
 def sat_bounds(d, mask, q, eps_low, eps_high):
     """Per-token SAT interval [1 - eps_low c-, 1 + eps_high c+], c = 1 off the gate."""
-    index, c_plus, c_minus = sat_contraction(d, mask, q)
+    index = tail_index(d.abs(), mask.bool(), q)
+    c_plus, c_minus = sat_contraction(d, q, index)
     full_plus, full_minus = torch.ones(d.numel(), dtype=d.dtype), torch.ones(d.numel(), dtype=d.dtype)
     full_plus[index], full_minus[index] = c_plus, c_minus
     return index, (1 - eps_low * full_minus).view_as(d), (1 + eps_high * full_plus).view_as(d)
@@ -94,6 +96,21 @@ def test_preselected_kth_smallest_is_exact(seed, n, padding, data):
         assert kth_smallest(values, k, mask, sample_size=64).item() == chosen[k - 1]
 
 
+@given(st.integers(0, 2**31 - 1), st.integers(300, 3000), st.sampled_from([0.0, 0.3]), ALPHAS)
+def test_sat_gate_finds_q_and_the_tail_in_one_pass(seed, n, padding, alpha):
+    """sat_gate's narrowed path (a small sample) gives the brute-force q and exactly {active, |d| > q}."""
+    generator = torch.Generator().manual_seed(seed)
+    tied = torch.randint(-3, 4, (1, n), generator=generator).double() / 100
+    d = torch.where(torch.rand(1, n, generator=generator) < 0.5, tied, 0.05 * torch.randn(1, n, generator=generator) ** 3)
+    batch = make_batch(d, torch.zeros_like(d), torch.ones_like(d), (torch.rand(1, n, generator=generator) >= padding),
+                       torch.float64)
+    magnitude = d.abs()
+    q, index = sat_gate(magnitude, batch, alpha, "microbatch", sample_size=64)
+    active = batch.mask.bool()
+    assert q.item() == brute_quantile(magnitude[active].tolist(), alpha)
+    assert index.tolist() == (active & (magnitude > q) & (q > 0)).flatten().nonzero().flatten().tolist()
+
+
 def test_kth_smallest_falls_back_when_the_sample_misleads():
     """Every sampled position (stride 4) holds a large value, so the bound is too high; still exact."""
     values = torch.arange(1024, dtype=torch.float64)
@@ -117,7 +134,7 @@ def test_sat_interval_inside_ppo_interval(batch, alpha, eps):
     # the gate is exactly {active, q > 0, |d| > q}; on it only the side d points to shrinks, by psi < 1/2
     gate = active & (q > 0) & (d.abs() > q)
     assert sorted(index.tolist()) == gate.flatten().nonzero().flatten().tolist()
-    _, c_plus, c_minus = sat_contraction(d, batch.mask, q)
+    c_plus, c_minus = sat_contraction(d, q, index)
     dg = d.flatten()[index]
     psi = 1 / (1 + (dg.abs() / q) ** 2)
     assert torch.equal(torch.where(dg > 0, c_plus, c_minus), psi) and torch.all(psi < 0.5)
