@@ -2,7 +2,7 @@
 
     run(run_config, run_dir)              write the job script, execute it, publish checkpoints, status
     write_job_script(run_config, run_dir) the dry run: check everything, write train/job.sh, return it
-    python -m engines.slime.launch --run-dir DIR --config-json JSON [--dry-run]
+    python -m engines.slime.launch --run-dir DIR --config-json JSON [--dry-run [--no-path-check]]
 
 The script (train/job.sh) re-executes itself inside the pinned slime container (apptainer or
 docker; ``container_runtime: none`` when already inside), checks slime's commit, starts a
@@ -402,12 +402,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--run-dir", required=True)
     parser.add_argument("--config-json", required=True, help="resolved run config, inline JSON or a file path")
     parser.add_argument("--dry-run", action="store_true", help="write train/job.sh and print it; run nothing")
+    parser.add_argument("--no-path-check", action="store_true",
+                        help="with --dry-run: do not require the model and data paths to exist here")
     args = parser.parse_args(argv)
     text = args.config_json
     run_config = json.loads(Path(text).read_text() if not text.lstrip().startswith("{") else text)
     try:
         if args.dry_run:
-            print(write_job_script(run_config, args.run_dir).read_text())
+            print(write_job_script(run_config, args.run_dir, check_files=not args.no_path_check).read_text())
         else:
             print(f"engines.slime.launch: {run(run_config, args.run_dir)}", file=sys.stderr)
     except (ValueError, FileNotFoundError, KeyError) as error:
