@@ -22,6 +22,19 @@ def parse_config(parser: argparse.ArgumentParser, text: str) -> dict:
         parser.error(str(error))
 
 
+def run_stage(prog: str, work, describe) -> int:
+    """Run ``work()``; bad input or a missing/malformed file (ValueError, OSError) is one clear
+    line and exit status 2, success one line ``describe(result, seconds)``."""
+    start = time.perf_counter()
+    try:
+        result = work()
+    except (ValueError, OSError) as error:
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        return 2
+    print(f"{prog}: {describe(result, time.perf_counter() - start)}", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m eval.aggregate", description=__doc__.split("\n")[0])
     parser.add_argument("--config-json", required=True, help="the workflow config, as JSON")
@@ -29,16 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     config = parse_config(parser, args.config_json)
     from eval.report import write_reports  # after validation: matplotlib/scipy load only for real work
-    start = time.perf_counter()
-    try:
-        summary = write_reports(config, args.out)
-    except (ValueError, OSError) as error:  # a missing or malformed run output: one clear line
-        print(f"eval.aggregate: error: {error}", file=sys.stderr)
-        return 2
-    print(f"eval.aggregate: {len(summary['cells'])} cells from "
-          f"{sum(len(c['seeds']) for c in summary['cells'])} runs -> {args.out} "
-          f"in {time.perf_counter() - start:.1f} s", file=sys.stderr)
-    return 0
+    return run_stage("eval.aggregate", lambda: write_reports(config, args.out), lambda summary, seconds: (
+        f"{len(summary['cells'])} cells from {sum(len(c['seeds']) for c in summary['cells'])} runs "
+        f"-> {args.out} in {seconds:.1f} s"))
 
 
 if __name__ == "__main__":

@@ -273,23 +273,16 @@ def sync(config: dict, grid_path: str | Path, progress: bool = True) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from eval.aggregate import parse_config
+    from eval.aggregate import parse_config, run_stage
     parser = argparse.ArgumentParser(prog="python -m eval.track", description=__doc__.split("\n")[0])
     parser.add_argument("--config-json", required=True, help="the workflow config, as JSON")
     parser.add_argument("--grid-dir", required=True, help="<results_dir>/<grid>, already aggregated")
     args = parser.parse_args(argv)
     config = parse_config(parser, args.config_json)
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # no network calls from a batch job
-    start = time.perf_counter()
-    try:
-        marker = sync(config, args.grid_dir)
-    except (ValueError, OSError) as error:
-        print(f"eval.track: error: {error}", file=sys.stderr)
-        return 2
-    print(f"eval.track: {marker['runs']} runs + {marker['cells']} cells -> {marker['tracking_uri']} "
-          f"(experiment {marker['experiment_id']}; {marker['created']} created, {marker['updated']} updated) "
-          f"in {time.perf_counter() - start:.1f} s", file=sys.stderr)
-    return 0
+    return run_stage("eval.track", lambda: sync(config, args.grid_dir), lambda marker, seconds: (
+        f"{marker['runs']} runs + {marker['cells']} cells -> {marker['tracking_uri']} (experiment "
+        f"{marker['experiment_id']}; {marker['created']} created, {marker['updated']} updated) in {seconds:.1f} s"))
 
 
 if __name__ == "__main__":
