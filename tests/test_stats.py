@@ -57,7 +57,7 @@ def test_probability_of_improvement():
     ref = stats.bootstrap((np.array(x), np.array(y)),
                           lambda a, b, axis: ((a[..., :, None] > b[..., None, :])
                                               + 0.5 * (a[..., :, None] == b[..., None, :])).mean((-2, -1)),
-                          method="percentile", rng=np.random.default_rng(0)).confidence_interval
+                          method=pi.method, rng=np.random.default_rng(0)).confidence_interval
     assert (pi.low, pi.high) == (pytest.approx(ref.low), pytest.approx(ref.high))
     assert prob_improvement(x, x).estimate == pytest.approx(0.5)
     assert prob_improvement([0.2, 0.2], [0.2, 0.2]).method == "degenerate"
