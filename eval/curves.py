@@ -16,7 +16,8 @@ averages over seeds. Every rule below is declared here, before any result is see
   they diverged at through the budget: a run that produced no usable model counts as no score,
   not as a missing seed (dropping it would flatter the recipe). So its fixed-step score at a step
   it never reached is 0, and its AUC includes the zeros. Its best-checkpoint score is the max over
-  the checkpoints it did produce.
+  the checkpoints it did produce; one that diverged before its first checkpoint scores 0 on every
+  metric (best_step and selected_step None).
 - collapse (config ``collapse.fraction`` = f, default 0.5): diverged, or after its peak the score
   falls below f x peak and stays below through the last evaluation. A run whose peak is 0 never
   collapses (nothing to fall from).
@@ -44,7 +45,7 @@ class RunSummary:
     status: str
     fixed_step: int
     fixed: float
-    best_step: int
+    best_step: int | None  # None: diverged before the first checkpoint
     best: float
     selected_step: int | None
     selected: float | None
@@ -59,11 +60,12 @@ class RunSummary:
         return asdict(self)
 
 
-def load_curve(path: str | Path) -> list[tuple[int, float]]:
+def load_curve(path: str | Path, allow_empty: bool = False) -> list[tuple[int, float]]:
     """(step, score) pairs of an ``eval/<task>.jsonl`` file, sorted by step. A step scored twice
-    is an error (the scoring command never rescores a checkpoint)."""
+    is an error (the scoring command never rescores a checkpoint). A missing or empty file is an
+    error unless ``allow_empty`` (a run that diverged before its first checkpoint has no scores)."""
     rows = read_jsonl(path)
-    if not rows:
+    if not rows and not allow_empty:
         raise FileNotFoundError(f"no evaluations in {path} (missing or empty)")
     curve: dict[int, float] = {}
     for row in rows:
@@ -89,9 +91,15 @@ def summarize_run(test: list[tuple[int, float]], *, budget: int, status: str = "
         raise ValueError(f"run status {status!r} cannot be scored (only completed or diverged runs)")
     if not 0 < collapse_fraction < 1:
         raise ValueError(f"collapse.fraction must be in (0, 1), got {collapse_fraction}")
-    if not test:
-        raise ValueError("empty test curve")
     diverged = status == "diverged"
+    dbar, dtail = mismatch_tail(train_metrics or [])
+    if not test:
+        if not diverged:
+            raise ValueError("empty test curve of a run that did not diverge")
+        return RunSummary(status=status, fixed_step=int(fixed_step or budget), fixed=0.0, best_step=None,
+                          best=0.0, selected_step=None, selected=0.0 if selection is not None else None,
+                          auc=0.0, peak=0.0, collapsed=True, collapse_step=status_step,
+                          dbar=dbar, dtail=dtail)
     steps = [s for s, _ in test]
     scores = np.array([v for _, v in test], dtype=float)
 
@@ -101,14 +109,15 @@ def summarize_run(test: list[tuple[int, float]], *, budget: int, status: str = "
 
     best_i = int(np.argmax(scores))  # argmax returns the first maximum: ties go to the earliest step
     selected_step = selected = None
-    if selection:
+    if selection is not None:
+        if not selection:
+            raise ValueError("the selection task has no scores while the test task has")
         selected_step = selection[int(np.argmax([v for _, v in selection]))][0]
         selected = _score_at(test, selected_step, diverged)
 
     collapse_step = _collapse_step(test, collapse_fraction)
     if diverged:
         collapse_step = status_step if status_step is not None else steps[-1]
-    dbar, dtail = mismatch_tail(train_metrics or [])
     return RunSummary(status=status, fixed_step=int(fixed_step), fixed=fixed,
                       best_step=int(steps[best_i]), best=float(scores[best_i]),
                       selected_step=selected_step, selected=selected,
@@ -197,9 +206,9 @@ def test_task(eval_settings: dict) -> str:
     return tasks[0]
 
 
-def read_run(run_dir: str | Path, config: dict) -> tuple[RunSummary, dict]:
+def read_run(run_dir: str | Path, config: dict) -> tuple[RunSummary, dict, list[tuple[int, float]]]:
     """Summarize one run directory (layout in shared/DESIGN.md) under the workflow ``config``;
-    returns the summary and the run's config.json. Errors name the file that is missing or bad."""
+    returns the summary, the run's config.json and its test curve. Errors name the bad file."""
     run_dir = Path(run_dir)
     for name in ("config.json", "train/status.json"):
         if not (run_dir / name).exists():
@@ -208,11 +217,13 @@ def read_run(run_dir: str | Path, config: dict) -> tuple[RunSummary, dict]:
     status = json.loads((run_dir / "train/status.json").read_text())
     settings = config.get("eval") or {}
     selection_task = settings.get("selection_task")
+    diverged = status.get("status") == "diverged"
+    test = load_curve(run_dir / "eval" / f"{test_task(settings)}.jsonl", allow_empty=diverged)
     summary = summarize_run(
-        load_curve(run_dir / "eval" / f"{test_task(settings)}.jsonl"),
-        budget=int(config["steps"]), status=status.get("status"), status_step=status.get("step"),
+        test, budget=int(config["steps"]), status=status.get("status"), status_step=status.get("step"),
         fixed_step=settings.get("fixed_step"),
-        selection=load_curve(run_dir / "eval" / f"{selection_task}.jsonl") if selection_task else None,
+        selection=(load_curve(run_dir / "eval" / f"{selection_task}.jsonl", allow_empty=diverged)
+                   if selection_task else None),
         collapse_fraction=float((config.get("collapse") or {}).get("fraction", 0.5)),
         train_metrics=read_jsonl(run_dir / "train" / "metrics.jsonl"))
-    return summary, run_config
+    return summary, run_config, test

@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from engines.grid import expand, run_dir
 from engines.io import read_jsonl, write_json_atomic, write_text_atomic
-from eval.curves import RunSummary, load_curve, read_run, test_task
+from eval.curves import RunSummary, read_run, test_task
 from eval.stats import Interval, collapse_rate, mean_ci, prob_improvement
 from stabilizers import load_recipes
 
@@ -48,14 +48,12 @@ class Run:
 
 def collect(config: dict, progress: bool = True) -> list[Run]:
     """Every run of the grid, read and summarized; a missing or bad file fails with its path."""
-    task = test_task(config.get("eval") or {})
     runs = []
     for recipe, lag, seed in tqdm(expand(config), desc="aggregate: reading runs", unit="run",
                                   disable=not progress, file=sys.stderr):
         directory = run_dir(config, recipe, lag, seed)
-        summary, run_config = read_run(directory, config)
-        runs.append(Run(recipe, lag, seed, run_config.get("run_key", ""), summary,
-                        load_curve(directory / "eval" / f"{task}.jsonl"),
+        summary, run_config, curve = read_run(directory, config)
+        runs.append(Run(recipe, lag, seed, run_config.get("run_key", ""), summary, curve,
                         read_jsonl(directory / "train" / "metrics.jsonl")))
     return runs
 
@@ -265,7 +263,7 @@ def render_csv(summary: dict) -> str:
 def _score_at_steps(run: Run, steps: list[int]) -> list[float]:
     """The run's test score at each step (0 after a divergence, NaN where not evaluated)."""
     scores = dict(run.curve)
-    last = run.curve[-1][0]
+    last = run.curve[-1][0] if run.curve else 0
     diverged = run.summary.status == "diverged"
     return [scores.get(s, 0.0 if diverged and s > last else math.nan) for s in steps]
 

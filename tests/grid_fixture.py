@@ -13,6 +13,7 @@ STEPS, EVAL_EVERY = 20, 5
 COLLAPSED = ("grpo", 8, 0)  # peaks then falls below half its peak and stays there
 DIVERGED = ("grpo", 8, 1)  # non-finite at step 12: training stops, status "diverged"
 DIVERGE_STEP = 12
+EARLY_DIVERGED = ("grpo_r3", 8, 0)  # non-finite at step 3, before its first checkpoint: empty eval files
 EQUAL_CELL = ("sat_grpo", 1)  # every seed has the same curve: degenerate bootstrap
 
 
@@ -44,8 +45,8 @@ def make_grid(results_dir, **kwargs) -> dict:
     for recipe, lag, seed in expand(config):
         directory = run_dir(config, recipe, lag, seed)
         write_json_atomic(directory / "config.json", resolve_run_config(config, recipe, lag, seed))
-        diverged = (recipe, lag, seed) == DIVERGED
-        last = DIVERGE_STEP if diverged else STEPS
+        diverged = (recipe, lag, seed) in (DIVERGED, EARLY_DIVERGED)
+        last = {DIVERGED: DIVERGE_STEP, EARLY_DIVERGED: 3}.get((recipe, lag, seed), STEPS)
         rng = np.random.default_rng([lag, seed, 7])
         rows = []
         for step in range(1, last + 1):

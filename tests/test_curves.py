@@ -68,6 +68,8 @@ def test_diverged_run_scores_zero_after_divergence():
     assert s.collapsed and s.collapse_step == 12
     assert (s.fixed_step, s.fixed) == (20, 0.0)
     assert s.best == 0.5
+    with pytest.raises(ValueError, match="did not diverge"):
+        summarize_run([], budget=20)
     with pytest.raises(ValueError, match="cannot be scored"):
         summarize_run(CURVE, budget=20, status="failed")
 
@@ -82,10 +84,11 @@ def test_mismatch_tail_uses_last_ten_percent_and_skips_nan():
 
 def test_read_run_on_fabricated_grid(tmp_path):
     config = make_grid(tmp_path)
-    s, run_config = read_run(run_dir(config, *COLLAPSED), config)
+    s, run_config, curve = read_run(run_dir(config, *COLLAPSED), config)
     assert s.collapsed and s.collapse_step == 15 and run_config["recipe"]["name"] == "grpo"
+    assert [v for _, v in curve] == [0.40, 0.50, 0.20, 0.10]
     assert s.selected_step == 5  # validation is best one checkpoint before the test peak (10)
-    d, _ = read_run(run_dir(config, *DIVERGED), config)
+    d, _, _ = read_run(run_dir(config, *DIVERGED), config)
     assert d.status == "diverged" and d.collapse_step == DIVERGE_STEP and d.fixed == 0.0
     assert math.isfinite(d.dbar)  # the NaN at the diverging step is left out
 
@@ -97,3 +100,10 @@ def test_bad_eval_file_is_named(tmp_path):
     append_jsonl_atomic(path, [{"step": 5, "score": 0.1}, {"step": 5, "score": 0.2}])
     with pytest.raises(ValueError, match="evaluated twice"):
         load_curve(path)
+
+
+def test_diverged_before_first_checkpoint_scores_zero():
+    s = summarize_run([], budget=20, status="diverged", status_step=3, selection=[],
+                      train_metrics=[{"step": 1, "d/mean_abs": 0.2, "d/p99": 0.9}])
+    assert (s.fixed, s.best, s.selected, s.auc, s.best_step) == (0.0, 0.0, 0.0, 0.0, None)
+    assert s.collapsed and s.collapse_step == 3 and s.dbar == 0.2

@@ -9,7 +9,7 @@ import pytest
 from engines.grid import run_dir
 from eval.aggregate import main
 from eval.report import REFERENCE, REPORT_FILES, collect, summarize
-from grid_fixture import COLLAPSED, DIVERGED, EQUAL_CELL, make_grid
+from grid_fixture import COLLAPSED, DIVERGED, EARLY_DIVERGED, EQUAL_CELL, make_grid
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +59,10 @@ def test_known_cases(grid):
     equal = cells[EQUAL_CELL]["stats"]["fixed"]
     assert equal["method"] == "degenerate" and equal["low"] == equal["high"] == equal["estimate"] == 0.45
     assert cells["grpo", 1]["improvement"]["fixed"]["estimate"] == 0.5  # the baseline against itself
+    early = cells[EARLY_DIVERGED[:2]]
+    i = config["seeds"].index(EARLY_DIVERGED[2])
+    assert early["per_seed"]["best_step"][i] is None and early["per_seed"]["best"][i] == 0.0
+    assert early["collapse"]["k"] == 1
     mean = sum(grpo8["per_seed"]["auc"]) / 3
     assert grpo8["stats"]["auc"]["estimate"] == pytest.approx(mean)
 
@@ -103,7 +107,7 @@ def test_bad_config_and_missing_run_are_named(grid, tmp_path, capsys):
         main(["--config-json", json.dumps({**config, "recipes": ["nope"]}), "--out", str(tmp_path)])
     assert "recipes[0]" in capsys.readouterr().err
     broken = make_grid(tmp_path)
-    victim = run_dir(broken, "grpo_r3", 8, 2)
+    victim = run_dir(broken, "grpo_r3", 1, 2)
     shutil.rmtree(victim / "train")
     assert main(["--config-json", json.dumps(broken), "--out", str(tmp_path / "out")]) == 2
     assert str(victim / "train" / "status.json") in capsys.readouterr().err
