@@ -169,3 +169,22 @@ def test_grid_through_mlflow_server_rest_api(synced, tmp_path):
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)
+
+
+def test_store_location(monkeypatch, tmp_path):
+    config = {"grid": "g", "results_dir": str(tmp_path / "res")}
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    uri, artifacts = tracking_uri(config)
+    assert uri == f"sqlite:///{tmp_path}/res/mlflow.db" and artifacts == f"file://{tmp_path}/res/mlartifacts/g"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5999")
+    assert tracking_uri(config) == ("http://127.0.0.1:5999", None)
+
+
+def test_bad_grid_dir_or_unaggregated_grid_is_named(tmp_path, capsys):
+    config = make_grid(tmp_path)
+    args = ["--config-json", json.dumps(config), "--grid-dir"]
+    assert main(args + [str(tmp_path / "elsewhere")]) == 2
+    assert "is not the config's <results_dir>/<grid>" in capsys.readouterr().err
+    assert main(args + [str(tmp_path / config["grid"])]) == 2
+    assert "summary.json missing: run eval.aggregate first" in capsys.readouterr().err
+    assert not (tmp_path / "mlflow.db").exists()  # refused before any store was opened
