@@ -9,7 +9,7 @@ import math
 from fractions import Fraction
 
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stabilizers import PolicyBatch, available, get, get_recipe, load_recipes
@@ -20,6 +20,7 @@ D_VALUES = st.one_of(
     st.sampled_from([0.0, 0.01, -0.01, 0.02, 0.1, -0.1, 0.3]),  # ties
     st.floats(-15.0, 15.0),                                     # heavy tail
 )
+SMALL_D = st.one_of(st.floats(-0.15, 0.15), st.sampled_from([0.0, 0.01, -0.01, 0.05]))  # where SAT binds
 ALPHAS = st.integers(1, 100).map(lambda i: i / 100)
 EPS = st.sampled_from([(0.2, 0.2), (0.2, 0.28), (0.1, 0.5), (0.0, 0.0)])
 
@@ -120,7 +121,8 @@ def test_kth_smallest_falls_back_when_the_sample_misleads():
         assert kth_smallest(values, k, sample_size=256).item() == chosen[k - 1]
 
 
-@given(batches(), ALPHAS, EPS)
+@settings(max_examples=100)
+@given(st.one_of(batches(), batches(d_values=SMALL_D)), ALPHAS, EPS)
 def test_sat_interval_inside_ppo_interval(batch, alpha, eps):
     eps_low, eps_high = eps
     d = (batch.logp - batch.rollout_logp).detach()
@@ -141,7 +143,8 @@ def test_sat_interval_inside_ppo_interval(batch, alpha, eps):
     assert torch.all(torch.where(dg > 0, c_minus, c_plus) == 1)
 
 
-@given(batches(), ALPHAS, EPS, st.sampled_from(["token_mean", "sample_mean"]))
+@settings(max_examples=100)
+@given(st.one_of(batches(), batches(d_values=SMALL_D)), ALPHAS, EPS, st.sampled_from(["token_mean", "sample_mean"]))
 def test_sat_objective_and_gradient_against_ppo(batch, alpha, eps, aggregation):
     eps_low, eps_high = eps
     params = dict(eps_low=eps_low, eps_high=eps_high, aggregation=aggregation)
@@ -168,13 +171,35 @@ def test_sat_objective_and_gradient_against_ppo(batch, alpha, eps, aggregation):
         expected = -(s.sum(-1) / lengths.clamp(min=1)).sum() / (lengths > 0).sum().clamp(min=1)
     torch.testing.assert_close(sat.loss.detach(), expected.to(dtype))
 
-    # gradients equal PPO's except on tokens newly clipped on the outward side (A (r - 1) > 0)
-    # whose ratio lies between the SAT and the PPO bound; there SAT's gradient is 0
+    check_gradients_differ_only_where_newly_clipped(batch, sat_grad, ppo_grad, low, high, lo_ppo, hi_ppo)
+
+
+def check_gradients_differ_only_where_newly_clipped(batch, sat_grad, ppo_grad, low, high, lo_ppo, hi_ppo):
+    """Gradients equal PPO's except on tokens newly clipped on the outward side (A (r - 1) > 0)
+    whose ratio lies between the SAT and the PPO bound; there SAT's gradient is 0. Returns how many differ."""
+    r = (batch.logp - batch.rollout_logp).detach().exp()
     differ = sat_grad != ppo_grad
-    outward = adv * (r - 1) > 0
+    outward = batch.advantages * (r - 1) > 0
     between = torch.where(r > 1, (r >= high) & (r <= hi_ppo), (r <= low) & (r >= lo_ppo))
     assert torch.all(outward[differ] & between[differ])
     assert torch.all(sat_grad[differ] == 0)
+    return int(differ.sum())
+
+
+def test_gradients_on_an_llm_like_batch():
+    """The same property on 4000 tokens with mean |d| ~ 0.01 and a heavy tail, where it is not vacuous."""
+    generator = torch.Generator().manual_seed(7)
+    rollout = -4 * torch.rand(8, 500, generator=generator, dtype=torch.float64)
+    d = 0.02 * torch.randn(8, 500, generator=generator, dtype=torch.float64) ** 3
+    advantages = torch.randn(8, 1, generator=generator, dtype=torch.float64).expand(8, 500)
+    mask = (torch.rand(8, 500, generator=generator) > 0.2).double()
+    batch = make_batch(rollout + d, rollout, advantages, mask, torch.float64)
+    sat, sat_grad = loss_and_grad("sat_grpo", batch)
+    _, ppo_grad = loss_and_grad("grpo", batch, ratio_against="rollout")
+    d = (batch.logp - batch.rollout_logp).detach()
+    _, low, high = sat_bounds(d, batch.mask, sat.metrics["sat/q"], 0.2, 0.2)
+    lo_ppo, hi_ppo = torch.tensor(0.8, dtype=torch.float64), torch.tensor(1.2, dtype=torch.float64)
+    assert check_gradients_differ_only_where_newly_clipped(batch, sat_grad, ppo_grad, low, high, lo_ppo, hi_ppo) > 10
 
 
 @given(batches(), ALPHAS, st.sampled_from(["token_mean", "sample_mean"]))
