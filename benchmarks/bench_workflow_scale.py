@@ -21,6 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engines.grid import expand, resolve_run_config, run_dir  # noqa: E402
+from eval.track import TRAIN_POINTS  # noqa: E402
 from stabilizers import load_recipes  # noqa: E402
 
 TRAIN_KEYS = ["reward", "entropy", "grad_norm", "loss", "realized_lag", "d/mean_abs", "d/p50", "d/p90",
@@ -71,14 +72,16 @@ def bench_mlflow(args) -> None:
         grid = Path(tmp) / config["grid"]
         write_json_atomic(grid / "summary.json", summarize(config, collect(config, progress=False)))
         print(f"aggregated (statistics only) in {time.perf_counter() - start:.1f} s", flush=True)
-        n_metrics = n_runs * (args.steps * args.train_keys + 2 * 3 * (args.steps // args.eval_every))
+        logged_steps = min(args.steps, args.max_train_points or args.steps)
+        n_metrics = n_runs * (logged_steps * args.train_keys + 2 * 3 * (args.steps // args.eval_every))
         start = time.perf_counter()
-        sync(config, grid, progress=True)
+        sync(config, grid, progress=True, max_train_points=args.max_train_points)
         first = time.perf_counter() - start
         start = time.perf_counter()
-        sync(config, grid, progress=False)
+        sync(config, grid, progress=False, max_train_points=args.max_train_points)
         second = time.perf_counter() - start
-    print(f"mlflow sync: {n_runs} runs x {args.steps} steps, {n_metrics:,} step metrics: {first:.1f} s "
+    print(f"mlflow sync: {n_runs} runs x {args.steps} steps (training curves at ~{logged_steps} steps: "
+          f"--max-train-points), {n_metrics:,} step metrics: {first:.1f} s "
           f"(target 60 s; {n_metrics / first:,.0f} metrics/s); re-sync (nothing new): {second:.1f} s")
 
 
@@ -91,6 +94,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--steps", type=int, default=500)
     parser.add_argument("--eval-every", type=int, default=50)
+    parser.add_argument("--max-train-points", type=int, default=TRAIN_POINTS, help="as eval.track's (0 = all)")
     parser.add_argument("--train-keys", type=int, default=1, choices=range(1, len(TRAIN_KEYS) + 1),
                         metavar=f"1..{len(TRAIN_KEYS)}")
     args = parser.parse_args()

@@ -7,12 +7,19 @@ Layout: an experiment per grid; a parent run (the grid, with the tables and plot
 a child run per (recipe, lag, seed) with the run config as params, tags (engine, run_key, git
 commit, mlflow.parentRunId) and step metrics for the training curve (every numeric key of
 train/metrics.jsonl, as train/<key>) and the evaluation curves (eval/<task>/score, pass_at_k,
-maj_at_k), plus its per-run numbers (run/fixed, run/best, ...); a summary run per cell
+maj_at_k, selection task included), plus its per-run numbers (run/fixed, run/best, ...); a summary run per cell
 (recipe x lag) with the aggregates of summary.json. Every run carries a ``run_key`` tag (the run
 key of engines.grid for runs, ``grid:<grid>`` / ``cell:<grid>:<recipe>:lag<lag>`` otherwise):
 a second sync finds runs by that tag and updates them, never duplicates them. Step metrics are
 synced incrementally (a tag remembers the last step sent per file), so a re-sync sends only
 new steps; summary numbers are re-sent only when they changed.
+
+Training curves are logged at every stride-th step, stride = ceil(steps / max_train_points)
+(default 100 points; ``--max-train-points 0`` = every step), plus the first and the last step of
+the file (the last: where a diverged run stopped); the whole train/metrics.jsonl is attached to
+the run as an artifact. Why: MLflow's SQL store costs ~0.1-0.2 ms per metric point on 2 CPU
+cores, and a run logs ~20 keys per step (300 steps x 48 runs of the demo grid = ~300k points,
+a minute or more); the UI samples long histories for its plots anyway.
 
 Store: $MLFLOW_TRACKING_URI when set (e.g. a server), else sqlite:///<abs results_dir>/mlflow.db
 with artifacts under file://<abs results_dir>/mlartifacts. On that sqlite store the connection
@@ -42,6 +49,7 @@ KEY = "run_key"
 KIND = "stalebench.kind"  # parent | run | cell
 SYNCED = "stalebench.synced_step."  # + "train" or "eval.<task>": last step already logged
 RUN_NUMBERS = ("fixed", "best", "selected", "auc", "dbar", "dtail", "collapsed", "best_step", "selected_step")
+TRAIN_POINTS = 100  # training metrics logged at up to ~this many steps per run (0 = every step)
 MAX_METRICS, MAX_PARAMS, MAX_TAGS = 1000, 100, 100  # MLflow's log_batch limits
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -103,7 +111,7 @@ def _number(value) -> float | None:
 class Tracker:
     """One sync of one grid into one MLflow store (see the module docstring)."""
 
-    def __init__(self, config: dict, client=None):
+    def __init__(self, config: dict, client=None, max_train_points: int = TRAIN_POINTS):
         from mlflow.entities import ViewType
         from mlflow.tracking import MlflowClient
         self.config = config
@@ -129,6 +137,10 @@ class Tracker:
             if not token:
                 break
         self.now = int(time.time() * 1000)
+        self.stride = math.ceil(int(config["steps"]) / max_train_points) if max_train_points else 1
+        self.tasks = list(config["eval"]["tasks"])  # and the selection task, if it is not among them
+        if config["eval"].get("selection_task") not in (None, *self.tasks):
+            self.tasks.append(config["eval"]["selection_task"])
         self.commit = git_commit()
         self.created = self.updated = 0
 
@@ -199,12 +211,17 @@ class Tracker:
                                    "seed": seed}, start_ms)
         tags = found.data.tags if found is not None else {}
         metrics, new_tags = [], {"status": status.get("status")}
-        sources = [("train", directory / "train" / "metrics.jsonl", "train/", None)]
+        train_path = directory / "train" / "metrics.jsonl"
+        sources = [("train", train_path, "train/", None)]
         sources += [(f"eval.{task}", directory / "eval" / f"{task}.jsonl", f"eval/{task}/",
-                     ("score", "pass_at_k", "maj_at_k")) for task in self.config["eval"]["tasks"]]
+                     ("score", "pass_at_k", "maj_at_k")) for task in self.tasks]
         for source, path, prefix, keys in sources:
             done = int(tags.get(SYNCED + source, -1))
-            rows = [row for row in read_jsonl(path) if row["step"] > done]
+            every = read_jsonl(path)
+            rows = [row for row in every if row["step"] > done]
+            if source == "train":  # every stride-th step, the first and the last (module docstring)
+                rows = [row for row in rows if row["step"] % self.stride == 0 or row["step"] == 1
+                        or row is every[-1]]
             for row in rows:
                 for name in keys or row:
                     value = _number(row.get(name))
@@ -214,6 +231,8 @@ class Tracker:
                 new_tags[SYNCED + source] = max(row["step"] for row in rows)
         metrics += self._changed(found, {f"run/{k}": _number(numbers.get(k)) for k in RUN_NUMBERS})
         self._log(run_id, metrics, params=None if found is not None else flatten(run_config), tags=new_tags)
+        if "train" in {k.removeprefix(SYNCED) for k in new_tags} and train_path.exists():
+            self.client.log_artifact(run_id, str(train_path), "train")  # every step, as written
         if found is None or found.info.status != "FINISHED":
             end_ms = int((directory / "train/status.json").stat().st_mtime * 1000)
             self.client.set_terminated(run_id, end_time=max(end_ms, start_ms))
@@ -243,7 +262,8 @@ class Tracker:
             self.client.set_terminated(run_id)
 
 
-def sync(config: dict, grid_path: str | Path, progress: bool = True) -> dict:
+def sync(config: dict, grid_path: str | Path, progress: bool = True,
+         max_train_points: int = TRAIN_POINTS) -> dict:
     """Sync the grid at ``grid_path`` (aggregated: summary.json present) and write mlflow.json."""
     grid_path = Path(grid_path)
     if grid_path.resolve() != grid_dir(config).resolve():
@@ -256,7 +276,7 @@ def sync(config: dict, grid_path: str | Path, progress: bool = True) -> dict:
     for cell in summary["cells"]:
         for i, seed in enumerate(cell["seeds"]):
             numbers[cell["recipe"], cell["lag"], seed] = {k: v[i] for k, v in cell["per_seed"].items()}
-    tracker = Tracker(config)
+    tracker = Tracker(config, max_train_points=max_train_points)
     parent_id = tracker.sync_parent(grid_path)
     runs = expand(config)
     for recipe, lag, seed in tqdm(runs, desc="track: runs", unit="run", disable=not progress,
@@ -277,10 +297,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m eval.track", description=__doc__.split("\n")[0])
     parser.add_argument("--config-json", required=True, help="the workflow config, as JSON")
     parser.add_argument("--grid-dir", required=True, help="<results_dir>/<grid>, already aggregated")
+    parser.add_argument("--max-train-points", type=int, default=TRAIN_POINTS,
+                        help=f"training steps logged per run, about (default {TRAIN_POINTS}; 0 = every step)")
     args = parser.parse_args(argv)
     config = parse_config(parser, args.config_json)
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # no network calls from a batch job
-    return run_stage("eval.track", lambda: sync(config, args.grid_dir), lambda marker, seconds: (
+    work = lambda: sync(config, args.grid_dir, max_train_points=args.max_train_points)  # noqa: E731
+    return run_stage("eval.track", work, lambda marker, seconds: (
         f"{marker['runs']} runs + {marker['cells']} cells -> {marker['tracking_uri']} (experiment "
         f"{marker['experiment_id']}; {marker['created']} created, {marker['updated']} updated) in {seconds:.1f} s"))
 

@@ -14,8 +14,8 @@ import pytest
 from engines.grid import expand, run_dir
 from engines.io import append_jsonl_atomic, read_jsonl, write_json_atomic
 from eval.report import REPORT_FILES, collect, summarize, write_reports
-from eval.track import KIND, main, tracking_uri
-from grid_fixture import DIVERGED, make_grid
+from eval.track import KIND, main, sync, tracking_uri
+from grid_fixture import DIVERGE_STEP, DIVERGED, EARLY_DIVERGED, make_grid
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 EXTRA_STEP_RUN = ("sat_grpo", 8, 2)  # gets one more training step between the two syncs
@@ -107,6 +107,23 @@ def test_second_track_adds_none_and_updates(synced):
     assert len(fixed) == 2 and fixed[0].value != fixed[1].value
     assert by_key[key].data.metrics["run/fixed"] == read_jsonl(
         run_dir(config, *EXTRA_STEP_RUN) / "eval" / "tiny_test.jsonl")[1]["score"]  # step 10
+
+
+def test_training_curves_strided_with_full_file_as_artifact(synced):
+    config, client, _, _, _ = synced
+    other = make_grid(config["results_dir"], grid="strided")  # same store, its own experiment
+    grid = run_dir(other, "x", 1, 0).parents[3]
+    write_json_atomic(grid / "summary.json", summarize(other, collect(other, progress=False)))
+    marker = sync(other, grid, progress=False, max_train_points=5)  # 20 steps -> every 4th
+    runs = {r.data.tags["run_key"]: r for r in all_runs(client, marker["experiment_id"])}
+    expected = {("grpo", 1, 0): [1, 4, 8, 12, 16, 20], DIVERGED: [1, 4, 8, DIVERGE_STEP], EARLY_DIVERGED: [1, 3]}
+    for run, steps in expected.items():
+        run_id = runs[json.loads((run_dir(other, *run) / "config.json").read_text())["run_key"]].info.run_id
+        assert [m.step for m in client.get_metric_history(run_id, "train/loss")] == steps
+        assert [a.path for a in client.list_artifacts(run_id, "train")] == ["train/metrics.jsonl"]
+        # the selection task's curve is logged too
+        assert len(client.get_metric_history(run_id, "eval/tiny_val/score")) == len(
+            read_jsonl(run_dir(other, *run) / "eval" / "tiny_val.jsonl"))
 
 
 def free_port() -> int:
