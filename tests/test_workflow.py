@@ -10,7 +10,7 @@ import yaml
 from engines.config import DEFAULT_RESOURCES, load
 from engines.grid import expand
 from eval.report import REPORT_FILES
-from tests.workflow_cli import ROOT, job_counts, planned_jobs, snakemake
+from tests.workflow_cli import ROOT, job_counts, planned_jobs, scratch, snakemake  # noqa: F401 - a fixture
 
 DEMO = load(ROOT / "config.yaml")
 
@@ -21,8 +21,8 @@ def test_lint_has_no_findings():
     assert "Lints for" not in result.stdout + result.stderr
 
 
-def test_dry_run_of_the_demo_grid_lists_every_job(tmp_path):
-    result = snakemake("-n", "-C", f"results_dir={tmp_path}")
+def test_dry_run_of_the_demo_grid_lists_every_job(scratch):
+    result = snakemake("-n", "-C", f"results_dir={scratch}")
     assert result.returncode == 0, result.stderr
     runs = len(expand(DEMO))
     tasks = {*DEMO["eval"]["tasks"], DEMO["eval"]["selection_task"]}
@@ -30,22 +30,22 @@ def test_dry_run_of_the_demo_grid_lists_every_job(tmp_path):
                                          "aggregate": 1, "track": 1, "all": 1}
     jobs = planned_jobs(result.stdout)
     trained = {path for rule, path in jobs if rule == "train"}
-    assert trained == {f"{tmp_path}/demo/runs/{r}/lag{lag}/seed{s}/train/status.json" for r, lag, s in expand(DEMO)}
+    assert trained == {f"{scratch}/demo/runs/{r}/lag{lag}/seed{s}/train/status.json" for r, lag, s in expand(DEMO)}
     scored = {path for rule, path in jobs if rule == "evaluate"}
-    assert f"{tmp_path}/demo/runs/grpo/lag8/seed2/eval/tiny_val.jsonl" in scored
+    assert f"{scratch}/demo/runs/grpo/lag8/seed2/eval/tiny_val.jsonl" in scored
     # The aggregate rule declares exactly the files eval.aggregate writes.
     aggregate = re.search(r"^(?:local)?rule aggregate:\n(?:    .*\n)*?    output: (.*)$", result.stdout, re.MULTILINE)
-    assert sorted(aggregate.group(1).split(", ")) == sorted(f"{tmp_path}/demo/{name}" for name in REPORT_FILES)
-    assert not tmp_path.joinpath("demo").exists(), "a dry run writes nothing"
+    assert sorted(aggregate.group(1).split(", ")) == sorted(f"{scratch}/demo/{name}" for name in REPORT_FILES)
+    assert not scratch.joinpath("demo").exists(), "a dry run writes nothing"
 
 
-def test_command_line_overrides_are_typed(tmp_path):
-    result = snakemake("-n", "-C", f"results_dir={tmp_path}", "grid=quick", "recipes=[gspo]", "baseline=gspo", "lags=[3]",
+def test_command_line_overrides_are_typed(scratch):
+    result = snakemake("-n", "-C", f"results_dir={scratch}", "grid=quick", "recipes=[gspo]", "baseline=gspo", "lags=[3]",
                        "seeds=[5,6]", "eval={tasks: [tiny_test], selection_task: null}")
     assert result.returncode == 0, result.stderr
     assert job_counts(result.stdout) == {"warmstart": 1, "train": 2, "evaluate": 2, "aggregate": 1, "track": 1,
                                          "all": 1}
-    assert ("evaluate", f"{tmp_path}/quick/runs/gspo/lag3/seed6/eval/tiny_test.jsonl") in planned_jobs(result.stdout)
+    assert ("evaluate", f"{scratch}/quick/runs/gspo/lag3/seed6/eval/tiny_test.jsonl") in planned_jobs(result.stdout)
 
 
 @pytest.mark.parametrize(("override", "key"), [
@@ -56,22 +56,22 @@ def test_command_line_overrides_are_typed(tmp_path):
     ("collapse={fraction: 0}", "collapse.fraction"),
     ("eval={tasks: [no_such_task]}", "eval.tasks[0]"),
 ])
-def test_bad_config_is_rejected_before_any_job_runs(tmp_path, override, key):
+def test_bad_config_is_rejected_before_any_job_runs(scratch, override, key):
     # A real run (not -n): nothing may be scheduled, nothing written.
-    result = snakemake("-c1", "-C", f"results_dir={tmp_path}", override, timeout=120)
+    result = snakemake("-c1", "-C", f"results_dir={scratch}", override, timeout=120)
     output = result.stdout + result.stderr
     assert result.returncode != 0
     assert f"config key {key!r}" in output, output
     assert "Building DAG of jobs" not in output
-    assert list(tmp_path.iterdir()) == []
+    assert list(scratch.iterdir()) == []
 
 
 def _resources(output: str, rule: str) -> list[str]:
     return re.findall(rf"^(?:local)?rule {rule}:\n(?:    .*\n)*?    resources: (.*)$", output, re.MULTILINE)
 
 
-def test_slurm_profile_gives_cluster_jobs_their_gpus(tmp_path):
-    result = snakemake("-n", "--profile", "workflow/profiles/slurm", "-C", f"results_dir={tmp_path}",
+def test_slurm_profile_gives_cluster_jobs_their_gpus(scratch):
+    result = snakemake("-n", "--profile", "workflow/profiles/slurm", "-C", f"results_dir={scratch}",
                        "engine=slime", "recipes=[grpo,sat_gspo_r3]", "seeds=[0]")
     assert result.returncode == 0, result.stderr
     counts = job_counts(result.stdout)
@@ -82,10 +82,10 @@ def test_slurm_profile_gives_cluster_jobs_their_gpus(tmp_path):
     assert all("gpu=" not in line and "slurm_partition=cpu" in line for line in _resources(result.stdout, "aggregate"))
 
 
-def test_table1_preset_runs_from_the_same_workflow(tmp_path):
+def test_table1_preset_runs_from_the_same_workflow(scratch):
     preset = yaml.safe_load((ROOT / "workflow/presets/table1.yaml").read_text())
     result = snakemake("-n", "--profile", "workflow/profiles/slurm", "--configfile", "workflow/presets/table1.yaml",
-                       "-C", f"results_dir={tmp_path}")
+                       "-C", f"results_dir={scratch}")
     assert result.returncode == 0, result.stdout + result.stderr
     counts = job_counts(result.stdout)
     assert counts["train"] == len(preset["recipes"]) * len(preset["lags"]) * len(preset["seeds"])

@@ -1,0 +1,60 @@
+"""How long `snakemake -n` takes to plan a 1,000-run grid (target: within 10 s).
+
+    .venv/bin/python benchmarks/bench_dryrun.py [--repeats 3] [--seeds 50]
+
+The grid is the demo config with 10 recipes x 2 lags x 50 seeds (config overrides), i.e. 1,000
+training jobs and 2,000 scoring jobs (test + selection task). Prints the wall time of each
+`snakemake -n` (process start to exit: Python and torch imports, config checks, resolving 1,000
+run configs, building the DAG) and the process's CPU time, which a busy machine inflates less.
+"""
+from __future__ import annotations
+
+import argparse
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPES = ["grpo", "gspo", "dppo", "sat_grpo", "sat_gspo", "grpo_mu", "grpo_dualclip", "grpo_r3", "gspo_r3",
+           "sat_gspo_r3"]
+
+
+def dry_run(results_dir: str, seeds: int) -> tuple[float, float, str]:
+    """(wall s, CPU s, stdout+stderr) of one `snakemake -n` on the large grid."""
+    command = [str(Path(sys.executable).with_name("snakemake")), "-n", "-C", f"results_dir={results_dir}",
+               f"recipes=[{','.join(RECIPES)}]", "lags=[1,8]", f"seeds=[{','.join(map(str, range(seeds)))}]"]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if result.returncode:
+        sys.exit(f"snakemake -n failed:\n{result.stderr[-2000:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, result.stdout + result.stderr
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--seeds", type=int, default=50)
+    args = parser.parse_args()
+    runs = len(RECIPES) * 2 * args.seeds
+    with tempfile.TemporaryDirectory() as results_dir:
+        timings = [dry_run(results_dir, args.seeds) for _ in range(args.repeats)]
+    output = timings[-1][2]
+    trains = output.count("\nrule train:")
+    jobs = output.split("Job stats:", 1)[1].split("total", 1)[1].split()[0]
+    print(f"snakemake -n, {runs}-run grid ({trains} training jobs, {jobs} jobs in all):")
+    for wall, cpu, _ in timings:
+        print(f"  wall {wall:5.2f} s   cpu {cpu:5.2f} s")
+    median = statistics.median(wall for wall, _, _ in timings)
+    print(f"median wall {median:.2f} s (target <= 10 s: {'ok' if median <= 10 else 'MISSED'})")
+
+
+if __name__ == "__main__":
+    main()
