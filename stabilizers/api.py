@@ -158,8 +158,10 @@ def validate_batch(batch: PolicyBatch) -> None:
             raise ValueError(
                 f"PolicyBatch.{name} has shape {tuple(tensor.shape)}, expected {tuple(shape)} like logp"
             )
-        # a finite sum proves every value finite (one cheap pass); an overflowing sum is rechecked
-        if name != "mask" and not torch.isfinite(tensor.detach().sum()) and not torch.isfinite(tensor).all():
+        # integers are finite; a finite sum proves every value finite (one cheap pass), an overflowing
+        # sum is rechecked value by value
+        if (tensor.is_floating_point() and not torch.isfinite(tensor.detach().sum())
+                and not torch.isfinite(tensor).all()):
             bad = (~torch.isfinite(tensor)).nonzero()
             raise ValueError(
                 f"PolicyBatch.{name} has {len(bad)} NaN/inf value(s), first at {tuple(bad[0].tolist())}"

@@ -109,7 +109,7 @@ def test_mismatched_shapes_name_the_tensor(field):
         get("grpo")(weighted)
 
 
-@pytest.mark.parametrize("field", ["logp", "old_logp", "rollout_logp", "advantages"])
+@pytest.mark.parametrize("field", ["logp", "old_logp", "rollout_logp", "advantages", "mask"])
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
 def test_nan_and_inf_inputs_name_the_tensor_and_position(field, bad):
     values = torch.zeros(2, 3)
