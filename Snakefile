@@ -49,6 +49,10 @@ TASKS = CONFIG["eval"]["tasks"] + ([SELECTION] if SELECTION and SELECTION not in
 RECIPES = load_recipes(extra=CONFIG["extra_recipes"])
 RUN_CONFIGS = {run: resolve_run_config(CONFIG, *run, recipes=RECIPES) for run in RUNS}
 CONFIG_JSON = json.dumps(CONFIG, sort_keys=True)
+# Every run's training status and scores. Also targets of `all`: Snakemake reruns no job whose
+# outputs exist because an input went missing, so a deleted run is redone only if it is a target.
+RUN_OUTPUTS = expand(f"{RUN}/train/status.json", zip, **RUN_WILDCARDS) + [
+    path for task in TASKS for path in expand(f"{RUN}/eval/{task}.jsonl", zip, **RUN_WILDCARDS)]
 
 
 wildcard_constraints:
@@ -67,5 +71,6 @@ include: "workflow/rules/track.smk"
 rule all:
     default_target: True
     input:
+        RUN_OUTPUTS,
         rules.aggregate.output,
         rules.track.output,

@@ -4,8 +4,7 @@
 
 rule aggregate:
     input:
-        status=expand(f"{RUN}/train/status.json", zip, **RUN_WILDCARDS),
-        scores=[path for task in TASKS for path in expand(f"{RUN}/eval/{task}.jsonl", zip, **RUN_WILDCARDS)],
+        RUN_OUTPUTS,
     output:
         table=report(f"{GRID}/table.md", category="Tables"),
         csv=report(f"{GRID}/table.csv", category="Tables"),
