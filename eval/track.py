@@ -16,8 +16,8 @@ new steps; summary numbers are re-sent only when they changed.
 
 Training curves are logged at every stride-th step, stride = ceil(steps / max_train_points)
 (default 100 points; ``--max-train-points 0`` = every step), plus the first and the last step of
-the file (the last: where a diverged run stopped); the whole train/metrics.jsonl is attached to
-the run as an artifact. Why: MLflow's SQL store costs ~0.1-0.2 ms per metric point on 2 CPU
+the file (the last: where a diverged run stopped); every step stays in the run's files, whose
+folder the ``run_dir`` tag names (not copied: three MLflow calls per run is the budget). Why: MLflow's SQL store costs ~0.1-0.2 ms per metric point on 2 CPU
 cores, and a run logs ~20 keys per step (300 steps x 48 runs of the demo grid = ~300k points,
 a minute or more); the UI samples long histories for its plots anyway.
 
@@ -101,24 +101,21 @@ def flatten(obj, prefix: str = "") -> dict[str, str]:
 
 
 def _number(value) -> float | None:
-    if isinstance(value, bool):
-        return float(value)
-    if isinstance(value, (int, float)):
-        return float(value)
-    return None
+    """A JSON number (or bool) as a float for MLflow; anything else None (not logged)."""
+    return float(value) if isinstance(value, (bool, int, float)) else None
 
 
 class Tracker:
     """One sync of one grid into one MLflow store (see the module docstring)."""
 
-    def __init__(self, config: dict, client=None, max_train_points: int = TRAIN_POINTS):
+    def __init__(self, config: dict, max_train_points: int = TRAIN_POINTS):
         from mlflow.entities import ViewType
         from mlflow.tracking import MlflowClient
         self.config = config
         self.uri, artifact_location = tracking_uri(config)
         if self.uri.startswith("sqlite:"):
             _fast_sqlite_commits()
-        self.client = client or MlflowClient(self.uri)
+        self.client = MlflowClient(self.uri)
         experiment = self.client.get_experiment_by_name(config["grid"])
         if experiment is None:
             self.experiment_id = self.client.create_experiment(config["grid"], artifact_location=artifact_location)
@@ -169,8 +166,8 @@ class Tracker:
             batch_metrics, metrics = metrics[:room], metrics[room:]
             self.client.log_batch(run_id, metrics=batch_metrics, params=batch_params, tags=batch_tags)
 
-    def _changed(self, found, values: dict[str, float | None], step: int = 0):
-        """Metrics whose value differs from the run's latest (all of them for a new run)."""
+    def _changed(self, found, values: dict[str, float | None]):
+        """Step-0 metrics whose value differs from the run's latest (all of them for a new run)."""
         from mlflow.entities import Metric
         latest = found.data.metrics if found is not None else {}
         out = []
@@ -179,7 +176,7 @@ class Tracker:
                 continue
             old = latest.get(key)
             if old is None or not (old == value or (math.isnan(old) and math.isnan(value))):
-                out.append(Metric(key, value, self.now, step))
+                out.append(Metric(key, value, self.now, 0))
         return out
 
     def sync_parent(self, grid_path: Path) -> str:
@@ -210,9 +207,8 @@ class Tracker:
                                    "mlflow.parentRunId": parent_id, "recipe": recipe, "lag": lag,
                                    "seed": seed}, start_ms)
         tags = found.data.tags if found is not None else {}
-        metrics, new_tags = [], {"status": status.get("status")}
-        train_path = directory / "train" / "metrics.jsonl"
-        sources = [("train", train_path, "train/", None)]
+        metrics, new_tags = [], {"status": status.get("status"), "run_dir": str(directory.resolve())}
+        sources = [("train", directory / "train" / "metrics.jsonl", "train/", None)]
         sources += [(f"eval.{task}", directory / "eval" / f"{task}.jsonl", f"eval/{task}/",
                      ("score", "pass_at_k", "maj_at_k")) for task in self.tasks]
         for source, path, prefix, keys in sources:
@@ -231,8 +227,6 @@ class Tracker:
                 new_tags[SYNCED + source] = max(row["step"] for row in rows)
         metrics += self._changed(found, {f"run/{k}": _number(numbers.get(k)) for k in RUN_NUMBERS})
         self._log(run_id, metrics, params=None if found is not None else flatten(run_config), tags=new_tags)
-        if "train" in {k.removeprefix(SYNCED) for k in new_tags} and train_path.exists():
-            self.client.log_artifact(run_id, str(train_path), "train")  # every step, as written
         if found is None or found.info.status != "FINISHED":
             end_ms = int((directory / "train/status.json").stat().st_mtime * 1000)
             self.client.set_terminated(run_id, end_time=max(end_ms, start_ms))
