@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -55,9 +55,6 @@ class RunSummary:
     collapse_step: int | None  # first step of the final below-threshold stretch (or the divergence step)
     dbar: float
     dtail: float
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def load_curve(path: str | Path, allow_empty: bool = False) -> list[tuple[int, float]]:

@@ -23,7 +23,7 @@ from tqdm import tqdm
 from engines.grid import expand, run_dir
 from engines.io import read_jsonl, write_json_atomic, write_text_atomic
 from eval.curves import RunSummary, read_run, test_task
-from eval.stats import Interval, collapse_rate, mean_ci, prob_improvement
+from eval.stats import collapse_rate, mean_ci, prob_improvement
 from stabilizers import load_recipes
 
 REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference" / "table1.csv"
