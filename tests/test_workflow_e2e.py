@@ -1,0 +1,222 @@
+"""A reduced grid end to end through the real `snakemake` (tiny engine, lm-eval scoring, statistics,
+MLflow): the outputs' content, a second sync that adds nothing, and resume after losing a run."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import pytest
+
+from engines.config import load
+from engines.grid import expand, grid_dir, run_dir
+from engines.io import read_jsonl
+from tests.workflow_cli import ROOT, SNAKEMAKE, job_counts, planned_jobs, scratch, snakemake  # noqa: F401 - a fixture
+
+RECIPES, LAGS, SEEDS = ["grpo", "grpo_dualclip"], [1, 4], [0, 1]
+OVERRIDES = {
+    "grid": "ci", "steps": 12, "eval_every": 4, "recipes": RECIPES, "lags": LAGS, "seeds": SEEDS,
+    "baseline": "grpo", "engine_params": {"preset": "demo", "warmstart_steps": 60},
+    # No selection task: it would double the scoring jobs (test_workflow.py checks they are planned).
+    "eval": {"tasks": ["tiny_test"], "selection_task": None, "k": 4, "problems": {"tiny_test": 48}},
+}
+METRICS = ("fixed", "best", "auc", "dbar", "dtail")
+
+
+def cli_overrides(results_dir: Path) -> list[str]:
+    return ["-C", f"results_dir={results_dir}", *(f"{key}={json.dumps(value)}" for key, value in OVERRIDES.items())]
+
+
+@pytest.fixture(scope="module")
+def grid():
+    """Run the reduced grid once; yields (config, env, snakemake arguments)."""
+    with tempfile.TemporaryDirectory(prefix="stalebench-e2e-") as folder:  # see workflow_cli.scratch
+        yield run_grid(Path(folder))
+
+
+def run_grid(results: Path):
+    """Run the reduced grid with snakemake -c2 into ``results``; returns (config, env, snakemake arguments)."""
+    env = {key: value for key, value in os.environ.items() if key != "MLFLOW_TRACKING_URI"}  # the default store
+    args = cli_overrides(results)
+    result = snakemake("-c2", *args, env=env, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    runs = len(RECIPES) * len(LAGS) * len(SEEDS)
+    assert job_counts(result.stdout + result.stderr) == {"warmstart": 1, "train": runs, "evaluate": runs,
+                                                         "aggregate": 1, "track": 1, "all": 1}
+    config = load(ROOT / "config.yaml", {"results_dir": str(results), **OVERRIDES})
+    return config, env, args
+
+
+def table_rows(config) -> dict[str, dict]:
+    with open(grid_dir(config) / "table.csv") as handle:
+        return {row["recipe"]: row for row in csv.DictReader(handle)}
+
+
+def test_every_cell_is_in_the_table_with_every_seed(grid):
+    config, _, _ = grid
+    rows = table_rows(config)
+    assert list(rows) == RECIPES
+    for recipe in RECIPES:
+        for lag in LAGS:
+            for metric in METRICS:
+                assert rows[recipe][f"{metric}_lag{lag}_estimate"] != ""
+                assert len(rows[recipe][f"{metric}_lag{lag}_per_seed"].split(";")) == len(SEEDS)
+            assert int(rows[recipe][f"collapse_lag{lag}_n"]) == len(SEEDS)
+    summary = json.loads((grid_dir(config) / "summary.json").read_text())
+    assert sorted((c["recipe"], c["lag"]) for c in summary["cells"]) == sorted((r, lag) for r in RECIPES for lag in LAGS)
+    markdown = (grid_dir(config) / "table.md").read_text()
+    assert all(f"| {recipe} |" in markdown for recipe in RECIPES)
+
+
+def test_per_seed_values_come_from_the_runs_files(grid):
+    """The table's per-seed scores are those of each run's eval file (fixed = last step, best = max)."""
+    config, _, _ = grid
+    summary = json.loads((grid_dir(config) / "summary.json").read_text())
+    for cell in summary["cells"]:
+        for i, seed in enumerate(cell["seeds"]):
+            folder = run_dir(config, cell["recipe"], cell["lag"], seed)
+            scores = {row["step"]: row["score"] for row in read_jsonl(folder / "eval" / "tiny_test.jsonl")}
+            assert sorted(scores) == list(range(4, 13, 4))
+            assert cell["per_seed"]["fixed"][i] == pytest.approx(scores[12])
+            assert cell["per_seed"]["best"][i] == pytest.approx(max(scores.values()))
+            assert json.loads((folder / "train" / "status.json").read_text())["status"] == "completed"
+            assert len(read_jsonl(folder / "train" / "metrics.jsonl")) == 12
+
+
+def test_intervals_contain_the_mean(grid):
+    config, _, _ = grid
+    summary = json.loads((grid_dir(config) / "summary.json").read_text())
+    for cell in summary["cells"]:
+        for metric in METRICS:
+            stat = cell["stats"][metric]
+            assert stat["estimate"] == pytest.approx(np.mean(cell["per_seed"][metric]))
+            assert stat["low"] - 1e-12 <= stat["estimate"] <= stat["high"] + 1e-12, (cell["recipe"], metric, stat)
+        collapse = cell["collapse"]
+        assert collapse["low"] <= collapse["k"] / collapse["n"] <= collapse["high"]
+        for metric in ("fixed", "best", "auc"):
+            stat = cell["improvement"][metric]
+            assert stat["low"] - 1e-12 <= stat["estimate"] <= stat["high"] + 1e-12
+    # Some score moved off zero, so the intervals above were not all trivially [0, 0].
+    assert any(max(cell["per_seed"]["best"]) > 0 for cell in summary["cells"])
+
+
+def _mlflow_runs(config):
+    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{Path(config['results_dir']).resolve()}/mlflow.db")
+    experiment = client.get_experiment_by_name(config["grid"])
+    return client, client.search_runs([experiment.experiment_id], max_results=1000)
+
+
+def test_mlflow_holds_each_run_once_under_the_parent(grid):
+    config, env, _ = grid
+    client, runs = _mlflow_runs(config)
+    by_kind = {}
+    for run in runs:
+        by_kind.setdefault(run.data.tags.get("stalebench.kind"), []).append(run)
+    assert {kind: len(found) for kind, found in by_kind.items()} == {
+        "parent": 1, "run": len(expand(config)), "cell": len(RECIPES) * len(LAGS)}
+    parent = by_kind["parent"][0].info.run_id
+    assert all(run.data.tags["mlflow.parentRunId"] == parent for run in by_kind["run"] + by_kind["cell"])
+    keys = {json.loads((run_dir(config, *r) / "config.json").read_text())["run_key"] for r in expand(config)}
+    assert {run.data.tags["run_key"] for run in by_kind["run"]} == keys
+    history = client.get_metric_history(by_kind["run"][0].info.run_id, "eval/tiny_test/score")
+    assert sorted(m.step for m in history) == [4, 8, 12]
+    artifacts = {item.path for item in client.list_artifacts(parent)}
+    assert {"table.md", "curves.png"} <= {Path(path).name for path in artifacts} | {
+        Path(item.path).name for folder in artifacts for item in client.list_artifacts(parent, folder)}
+
+    # A second sync (the track rule again) updates in place and adds no run.
+    second = subprocess.run([sys.executable, "-m", "eval.track", "--config-json", json.dumps(config),
+                             "--grid-dir", str(grid_dir(config))], cwd=ROOT, env=env, capture_output=True,
+                            text=True, timeout=300)
+    assert second.returncode == 0, second.stderr
+    assert json.loads((grid_dir(config) / "mlflow.json").read_text())["created"] == 0
+    assert sorted(run.info.run_id for run in _mlflow_runs(config)[1]) == sorted(run.info.run_id for run in runs)
+
+
+def test_a_finished_grid_has_nothing_to_do(grid):
+    _, env, args = grid
+    result = snakemake("-n", *args, env=env)
+    assert result.returncode == 0 and "Nothing to be done" in result.stdout + result.stderr
+
+
+def test_resume_redoes_only_the_lost_run_and_gives_the_same_table(grid):
+    config, env, args = grid
+    before = (grid_dir(config) / "table.csv").read_text()
+    lost = run_dir(config, "grpo_dualclip", 4, 1)
+    kept = run_dir(config, "grpo", 4, 1) / "train" / "status.json"
+    kept_mtime = kept.stat().st_mtime_ns
+    subprocess.run(["rm", "-r", str(lost)], check=True)
+
+    plan = snakemake("-n", *args, env=env)
+    assert plan.returncode == 0, plan.stderr
+    assert "train" in plan.stdout, plan.stdout + plan.stderr
+    grid_path = str(grid_dir(config))
+    assert sorted(planned_jobs(plan.stdout)) == sorted([
+        ("train", f"{lost}/train/status.json"),
+        ("evaluate", f"{lost}/eval/tiny_test.jsonl"),
+        ("aggregate", f"{grid_path}/table.md"),
+        ("track", f"{grid_path}/mlflow.json"),
+    ])
+    again = snakemake("-c2", *args, env=env, timeout=600)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert (grid_dir(config) / "table.csv").read_text() == before, "CPU runs are bit-reproducible"
+    assert kept.stat().st_mtime_ns == kept_mtime
+    assert json.loads((grid_dir(config) / "mlflow.json").read_text())["created"] == 0
+
+
+def test_snakemake_report_holds_the_tables_and_plots(grid):
+    config, env, args = grid
+    report = grid_dir(config) / "report.html"
+    result = snakemake("--report", str(report), *args, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    html = report.read_text(errors="replace")
+    assert all(name in html for name in ("table.md", "table.csv", "curves.png", "mismatch.png", "collapse.png"))
+
+
+def test_killed_workflow_resumes_where_it_stopped(scratch):
+    """snakemake and its jobs killed (SIGKILL: a crash, a lost node) mid-training, then run again:
+    the run continues from its checkpoint, and its metrics equal an uninterrupted
+    run's byte for byte."""
+    overrides = {"grid": "kill", "recipes": ["grpo"], "lags": [2], "seeds": [0], "baseline": "grpo", "steps": 40,
+                 "eval_every": 4, "engine_params": {"preset": "demo", "warmstart_steps": 20},
+                 "eval": {"tasks": ["tiny_test"], "selection_task": None, "k": 2, "problems": {"tiny_test": 16}}}
+    args = ["-c1", "-C", f"results_dir={scratch}", *(f"{key}={json.dumps(value)}" for key, value in overrides.items())]
+    config = load(ROOT / "config.yaml", {"results_dir": str(scratch), **overrides})
+    train = run_dir(config, "grpo", 2, 0) / "train"
+    # A session of its own: the kill reaches snakemake and the jobs it started, and nothing else.
+    process = subprocess.Popen([SNAKEMAKE, *args], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not (train / "checkpoints" / "step_8").exists():
+            assert process.poll() is None and time.monotonic() < deadline, "training never reached step 8"
+            time.sleep(0.1)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=60)
+    time.sleep(1)
+    assert not (train / "status.json").exists(), "killed before the run finished"
+    assert 8 <= len(read_jsonl(train / "metrics.jsonl")) < 40
+
+    # A killed snakemake leaves its lock: `--unlock` (the command its error message names), then run
+    # again as `make demo` would; no --rerun-incomplete needed, status.json is the engine's last write.
+    assert snakemake("--unlock", *args).returncode == 0
+    again = snakemake(*args, timeout=600)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert json.loads((train / "status.json").read_text())["status"] == "completed"
+    assert (grid_dir(config) / "mlflow.json").exists()
+
+    # The same run, uninterrupted, through the engine's CLI.
+    reference = scratch / "uninterrupted"
+    subprocess.run([sys.executable, "-m", "engines.run", "--run-dir", str(reference), "--config-json",
+                    (train.parent / "config.json").read_text()], cwd=ROOT, check=True, capture_output=True,
+                   timeout=600)
+    assert (train / "metrics.jsonl").read_bytes() == (reference / "train" / "metrics.jsonl").read_bytes()
