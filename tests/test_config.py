@@ -74,8 +74,8 @@ def test_defaults_are_filled_and_the_input_is_not_changed():
     ({"grid": "a/b"}, "grid", "does not match"),
     ({"typo_key": 1}, "typo_key", "unknown key"),
     ({"eval": {"tasks": ["tiny_test"], "kk": 8}}, "eval.kk", "unknown key"),
-    ({"eval": {"tasks": ["tiny_test"], "fixed_step": 30}}, "eval.fixed_step", "not an evaluated step"),
-    ({"eval": {"tasks": ["tiny_test"], "fixed_step": 400}}, "eval.fixed_step", "not an evaluated step"),
+    ({"eval": {"tasks": ["tiny_test"], "fixed_step": 31}}, "eval.fixed_step", "not an evaluated step"),
+    ({"eval": {"tasks": ["tiny_test"], "fixed_step": 4000}}, "eval.fixed_step", "not an evaluated step"),
     ({"resources": {"train": {"gpus": 8}}}, "resources.train.gpus", "unknown key"),
     ({"resources": {"trian": {"gpu": 8}}}, "resources.trian", "unknown key"),
     ({"extra_recipes": {"mine": {"loss": "no_such_loss"}}}, "extra_recipes", "no_such_loss"),
@@ -108,7 +108,7 @@ def test_a_config_recipe_can_join_the_grid():
 
 
 def test_fixed_step_on_an_evaluated_step_is_accepted():
-    for step in (25, 300):
+    for step in (DEMO["eval_every"], DEMO["steps"]):
         assert validate(demo(eval={**DEMO["eval"], "fixed_step": step}))["eval"]["fixed_step"] == step
 
 
