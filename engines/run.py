@@ -42,6 +42,7 @@ def run(run_config: dict, run_dir: str | Path) -> str:
     if engine not in ENGINES:
         raise ValueError(f"run config 'engine' = {engine!r}; expected one of {list(ENGINES)}")
     run_dir = Path(run_dir)
+    run_config = {**run_config, "run_key": run_key(run_config)}  # a stale or missing key is recomputed
     if engine == "tiny":
         from engines.tiny.trainer import Trainer
 
@@ -50,8 +51,7 @@ def run(run_config: dict, run_dir: str | Path) -> str:
         return trainer.run()
     from engines.slime import launch  # lazy: the cluster adapter needs slime only where it runs
 
-    pin_config(run_config, run_dir)
-    return launch.run(run_config, run_dir)
+    return launch.run(pin_config(run_config, run_dir), run_dir)
 
 
 def parse_json_arg(value: str, flag: str) -> dict:

@@ -188,3 +188,16 @@ def test_clis_report_bad_input_without_a_traceback(tmp_path):
                             capture_output=True, text=True)
     assert result.returncode != 0 and "unknown key(s) ['widht']" in result.stderr
     assert "Traceback" not in result.stderr and not (tmp_path / "base").exists()
+
+
+def test_dispatcher_routes_by_engine(base, tmp_path, monkeypatch):
+    import engines.slime.launch as launch
+
+    calls = []
+    monkeypatch.setattr(launch, "run", lambda cfg, directory: calls.append((cfg, directory)) or "completed")
+    cfg = {**config(base), "engine": "slime", "run_key": "stale"}
+    assert run(cfg, tmp_path / "s") == "completed"
+    pinned = json.loads((tmp_path / "s" / "config.json").read_text())
+    assert calls == [(pinned, tmp_path / "s")] and pinned["run_key"] != "stale"
+    with pytest.raises(ValueError, match="'engine' = 'vllm'"):
+        run({**cfg, "engine": "vllm"}, tmp_path / "v")
