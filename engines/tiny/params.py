@@ -6,8 +6,8 @@ overridden, an unknown key is an error. Measured behaviour of each preset: engin
 demo        close to the prototype (shared/notes/embedded-prototype.md): 16 prompts x 8 samples,
             2 Adam minibatches per step, but lr 3e-4 (at the prototype's 5e-4 GRPO collapsed
             here even at lag 1). Fixed-clip GRPO loses ~0.14 greedy exact match at lag 8 vs 1.
-llm-regime  a lower-entropy policy (150 warm-start steps instead of 100: greedy exact match ~0.93
-            instead of ~0.82) and lr 2e-4, aiming at mean |d| ~0.005-0.02 at lag 1 with a heavy
+llm-regime  a lower-entropy policy (150 warm-start steps instead of 100: greedy exact match 0.99
+            instead of 0.82) and lr 2e-4, aiming at mean |d| ~0.005-0.02 at lag 1 with a heavy
             tail, like the paper's d-bar column, with SAT's quantile q far below log(1 + eps_high)
             so that its gate binds at both lags.
 """
