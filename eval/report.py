@@ -181,7 +181,8 @@ def sections(summary: dict) -> list[tuple[str, list[str], list[list[str]]]]:
             title += f" (step {fixed})"
         table(f"{title}, % (mean [95% CI] (per seed))",
               lambda c, m=metric: _interval_text(c["stats"][m], c["per_seed"][m], 100, 1),
-              paper_value("aime24"), "paper best")
+              # the paper's number is a best observed score: no counterpart for an area
+              None if metric == "auc" else paper_value("aime24"), "paper best")
     table("Collapsed runs k/n [95% Wilson CI] (per seed: 1 = collapsed)",
           lambda c: (f"{c['collapse']['k']}/{c['collapse']['n']} [{_fmt(c['collapse']['low'], 1, 2)}, "
                      f"{_fmt(c['collapse']['high'], 1, 2)}] ({', '.join(str(int(v)) for v in c['per_seed']['collapsed'])})"),
