@@ -50,10 +50,13 @@ def launch_command(server: dict, checkpoint: str) -> list[str]:
     """`python -m sglang.launch_server ...` serving `checkpoint` at eval.server.url.
 
     Keys of eval.server: url, model (served name), tp (tensor parallel, default 1),
-    mem_fraction (optional), random_seed (optional), extra_args (list of further flags).
+    mem_fraction (optional), random_seed (optional), extra_args (list of further flags),
+    command_prefix (words put before it, e.g. `apptainer exec --nv <image>` so that SGLang runs
+    inside the slime container on a cluster).
     """
     parts = urlsplit(base_url(server))
-    command = ["python3", "-m", "sglang.launch_server",
+    command = [str(word) for word in server.get("command_prefix", [])]
+    command += ["python3", "-m", "sglang.launch_server",
                "--model-path", str(checkpoint),
                "--served-model-name", str(server.get("model") or "policy"),
                "--host", parts.hostname, "--port", str(parts.port or 80),

@@ -82,6 +82,8 @@ def test_launch_command_from_config():
         "--mem-fraction-static", "0.8", "--random-seed", "1", "--context-length", "32768"]
     with pytest.raises(ValueError, match="eval.server.url"):
         launch_command({"url": "10.0.0.7:30000"}, "/ckpt")
+    in_container = launch_command({**server, "command_prefix": ["apptainer", "exec", "--nv", "img.sif"]}, "/ckpt")
+    assert in_container[:5] == ["apptainer", "exec", "--nv", "img.sif", "python3"]
 
 
 def closed_port_url() -> str:
