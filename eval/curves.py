@@ -143,11 +143,12 @@ def budget_curve(curve: list[tuple[int, float]], budget: int, *, diverged: bool 
     if steps[-1] > budget:
         raise ValueError(f"curve has step {int(steps[-1])} beyond the step budget {budget}")
     if diverged:
-        # a vertical drop to 0 at the divergence step (np.trapezoid accepts repeated x), then 0
+        # the last score held to the divergence step, a vertical drop to 0 there (np.trapezoid
+        # accepts repeated x), then 0: the same step-wise reading as a completed run's held score
         drop = float(diverged_at) if diverged_at is not None else steps[-1]
         drop = min(max(drop, steps[-1]), float(budget))
-        steps += [drop, float(budget)]
-        scores += [0.0, 0.0]
+        steps += [drop, drop, float(budget)]
+        scores += [scores[-1], 0.0, 0.0]
     elif steps[-1] < budget:
         steps.append(float(budget))
         scores.append(scores[-1])

@@ -35,9 +35,11 @@ def test_auc_known_areas():
     assert auc(CURVE, 20) == pytest.approx(6.75 / 15)
     # last evaluation before the budget: its score is held to the budget
     assert auc([(5, 0.2), (10, 0.4)], 20) == pytest.approx((0.3 * 5 + 0.4 * 10) / 15)
-    # diverged at step 12 after a checkpoint at 10: ramp to 0 at 12, then 0 through 20
+    # diverged at step 12 after a checkpoint at 10: 0.4 held to 12, a drop to 0, then 0 through 20
     assert auc([(5, 0.2), (10, 0.4)], 20, diverged=True, diverged_at=12) == pytest.approx(
-        (0.3 * 5 + 0.2 * 2) / 15)
+        (0.3 * 5 + 0.4 * 2) / 15)
+    # divergence step unknown: the drop comes right after the last checkpoint
+    assert auc([(5, 0.2), (10, 0.4)], 20, diverged=True) == pytest.approx(0.3 * 5 / 15)
     with pytest.raises(ValueError, match="beyond the step budget"):
         auc([(5, 0.2), (30, 0.4)], 20)
 
