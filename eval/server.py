@@ -68,10 +68,6 @@ def launch_command(server: dict, checkpoint: str) -> list[str]:
     return command + [str(arg) for arg in server.get("extra_args", [])]
 
 
-def launch_command_text(server: dict, checkpoint: str) -> str:
-    return shlex.join(launch_command(server, checkpoint))
-
-
 @contextmanager
 def serve(server: dict, checkpoint: str):
     """Run `launch_command(server, checkpoint)` for the duration of the block.

@@ -12,7 +12,6 @@ import random
 
 DIGITS = 6
 SPLITS = ("train", "validation", "test")
-TASK_VERSION = 1
 
 
 def split_of(digits: str) -> str:
