@@ -13,8 +13,9 @@ import sys
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import update_config
 
-from engines.config import ConfigError, job_resources, retype_cli_values, rule_resources, validate
-from engines.grid import expand as grid_runs, grid_dir, resolve_run_config
+import engines
+from harness.config import ConfigError, job_resources, retype_cli_values, rule_resources, validate
+from harness.grid import expand as grid_runs, grid_dir, resolve_run_config
 from stabilizers import load_recipes
 
 
@@ -37,6 +38,7 @@ except ConfigError as error:
 VENV_BIN = os.path.dirname(sys.executable)
 os.environ["PATH"] = f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}"
 
+ENGINE = engines.get(CONFIG["engine"])
 GRID = str(grid_dir(CONFIG))
 RUN = f"{GRID}/runs/{{recipe}}/lag{{lag}}/seed{{seed}}"
 LOGS = f"{GRID}/logs"

@@ -4,7 +4,7 @@
 
 Part "mlflow": fabricate a finished grid of --runs runs x --steps training steps on disk (the
 documented run layout; --train-keys numeric keys per training line, evaluation every
---eval-every steps on two tasks), aggregate it (not timed), then time eval.track's sync into a
+--eval-every steps on two tasks), aggregate it (not timed), then time tracking.sync's sync into a
 fresh sqlite store, and a second, no-op sync. Target: 1,000 runs x 500 steps within 60 s.
 Hook: the workflow's `snakemake -n` figure is a second part; add it to PARTS.
 """
@@ -20,8 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engines.grid import expand, resolve_run_config, run_dir  # noqa: E402
-from eval.track import TRAIN_POINTS  # noqa: E402
+from harness.grid import expand, resolve_run_config, run_dir  # noqa: E402
+from tracking.sync import TRAIN_POINTS  # noqa: E402
 from stabilizers import load_recipes  # noqa: E402
 
 TRAIN_KEYS = ["reward", "entropy", "grad_norm", "loss", "realized_lag", "d/mean_abs", "d/p50", "d/p90",
@@ -57,9 +57,9 @@ def fabricate(results: Path, runs: int, steps: int, eval_every: int, train_keys:
 
 
 def bench_mlflow(args) -> None:
-    from eval.report import collect, summarize
-    from eval.track import sync
-    from engines.io import write_json_atomic
+    from analysis.report import collect, summarize
+    from tracking.sync import sync
+    from harness.io import write_json_atomic
     os.environ.pop("MLFLOW_TRACKING_URI", None)
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     with tempfile.TemporaryDirectory(prefix="bench_scale_") as tmp:
@@ -94,7 +94,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--steps", type=int, default=500)
     parser.add_argument("--eval-every", type=int, default=50)
-    parser.add_argument("--max-train-points", type=int, default=TRAIN_POINTS, help="as eval.track's (0 = all)")
+    parser.add_argument("--max-train-points", type=int, default=TRAIN_POINTS, help="as tracking.sync's (0 = all)")
     parser.add_argument("--train-keys", type=int, default=1, choices=range(1, len(TRAIN_KEYS) + 1),
                         metavar=f"1..{len(TRAIN_KEYS)}")
     args = parser.parse_args()

@@ -1,0 +1,98 @@
+"""Training engines, one package each, found by name in one registry.
+
+An engine provides everything the workflow needs to know about it (shared/DESIGN.md):
+
+    resolve_params(engine_params) -> dict   the config's engine_params checked and completed
+                                            (ValueError naming the key); no file access
+    resources[rule]                         default job resources per rule (config `resources` overrides)
+    train(run_config, run_dir) -> status    train or resume one run; writes train/status.json
+    eval_backend                            the eval/ model back end that scores its checkpoints
+    check_run(run_config)                   optional: what else a run needs before its directory is
+                                            written (the tiny engine: its warm-start model)
+    prepare(engine_params, out_dir)         optional: a grid-wide step every run depends on (the
+                                            tiny engine's warm-start model), writing prepare_outputs
+
+Adding an engine = a package under engines/ that calls ``register(Engine(...))`` in its
+``__init__``, or any importable module named in $STALEBENCH_ENGINES (comma separated) that does.
+Nothing in workflow/rules/ names an engine. Callables are imported lazily by the engine
+packages, so looking an engine up does not import torch.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import pkgutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+RULES = ("prepare", "train", "evaluate", "aggregate", "track")
+
+
+@dataclass(frozen=True)
+class Engine:
+    name: str
+    resolve_params: Callable[[dict], dict]
+    train: Callable[[dict, Path], str]
+    eval_backend: str
+    resources: dict[str, dict] = field(default_factory=dict)
+    check_run: Callable[[dict], None] | None = None
+    prepare: Callable[[dict, Path], object] | None = None
+    prepare_outputs: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.resources) - set(RULES))
+        if unknown:
+            raise ValueError(f"engine {self.name!r}: resources for unknown rule(s) {unknown}; rules: {list(RULES)}")
+        if (self.prepare is None) != (not self.prepare_outputs):
+            raise ValueError(f"engine {self.name!r}: prepare and prepare_outputs go together")
+
+
+class TrainingDiverged(Exception):
+    """Training met a non-finite loss, log-probability or weight; the message says which.
+    Engines raise it where they detect it and catch it in one place, which writes status "diverged"."""
+
+
+def merge_metrics(engine_metrics: dict, loss_metrics: dict) -> dict:
+    """One metrics row from the engine's keys and the loss's namespaced diagnostics; a loss key that
+    would overwrite an engine key raises instead of silently replacing a number."""
+    clash = sorted(set(engine_metrics) & set(loss_metrics))
+    if clash:
+        raise ValueError(f"loss metric(s) {clash} collide with the engine's metrics; namespace them ('<loss>/...')")
+    return {**engine_metrics, **loss_metrics}
+
+
+_REGISTRY: dict[str, Engine] = {}
+_DISCOVERED = False
+
+
+def register(engine: Engine) -> Engine:
+    """Add ``engine``; a second engine of the same name raises (nothing is silently replaced)."""
+    if engine.name in _REGISTRY and _REGISTRY[engine.name] is not engine:
+        raise ValueError(f"engine {engine.name!r} is registered twice")
+    _REGISTRY[engine.name] = engine
+    return engine
+
+
+def _discover() -> None:
+    global _DISCOVERED
+    if _DISCOVERED:
+        return
+    _DISCOVERED = True
+    for module in pkgutil.iter_modules(__path__):
+        if module.ispkg:
+            importlib.import_module(f"{__name__}.{module.name}")
+    for name in filter(None, (part.strip() for part in os.environ.get("STALEBENCH_ENGINES", "").split(","))):
+        importlib.import_module(name)
+
+
+def available() -> list[str]:
+    _discover()
+    return sorted(_REGISTRY)
+
+
+def get(name: str) -> Engine:
+    _discover()
+    if name not in _REGISTRY:
+        raise KeyError(f"unknown engine {name!r}; available: {', '.join(sorted(_REGISTRY))}")
+    return _REGISTRY[name]

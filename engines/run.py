@@ -1,69 +1,35 @@
 """Train one run of the grid: ``python -m engines.run --run-dir DIR --config-json JSON``.
 
-JSON is the resolved run config (engines.grid.resolve_run_config), inline or as a file path.
-The run directory's config.json pins it: a directory holding a different config is refused
-before anything is written; the same config resumes the run where it stopped.
-Dispatches on config["engine"]: "tiny" (engines.tiny.trainer) or "slime" (engines.slime.launch).
+JSON is the resolved run config (harness.grid.resolve_run_config), inline or as a file path.
+The run is checked (harness.grid.check_run, then the engine's own parameter checks) before
+anything is written; the run directory's config.json then pins it (harness.identity): a
+directory holding a different config is refused, the same config resumes where it stopped.
+The engine is looked up by config["engine"] in the registry (engines/__init__.py).
 """
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
-from engines.grid import run_key
-from engines.io import write_json_atomic
-
-ENGINES = ("tiny", "slime")
-
-
-def pin_config(run_config: dict, run_dir: Path) -> dict:
-    """Write run_dir/config.json, or check that the one there is this config."""
-    run_config = {**run_config, "run_key": run_key(run_config)}
-    path = run_dir / "config.json"
-    if path.exists():
-        try:
-            existing = json.loads(path.read_text())
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{path} is not valid JSON ({error}); refusing to overwrite it") from None
-        if run_key(existing) != run_config["run_key"]:
-            changed = sorted(k for k in set(existing) | set(run_config)
-                             if k != "run_key" and existing.get(k) != run_config.get(k))
-            raise ValueError(f"{run_dir} holds a run with a different config (keys differing: {changed}); "
-                             f"nothing was overwritten — use another directory or delete it")
-    else:
-        write_json_atomic(path, run_config)
-    return run_config
+import engines
+from harness.cli import parse_json_arg
+from harness.grid import check_run
+from harness.identity import pin_config, run_key
 
 
 def run(run_config: dict, run_dir: str | Path) -> str:
-    engine = run_config.get("engine")
-    if engine not in ENGINES:
-        raise ValueError(f"run config 'engine' = {engine!r}; expected one of {list(ENGINES)}")
+    try:
+        engine = engines.get(run_config.get("engine"))
+    except KeyError as error:
+        raise ValueError(f"run config 'engine': {error.args[0]}") from None
     run_dir = Path(run_dir)
     run_config = {**run_config, "run_key": run_key(run_config)}  # a stale or missing key is recomputed
-    if engine == "tiny":
-        from engines.tiny.trainer import Trainer
-
-        trainer = Trainer(run_config, run_dir)  # validates everything before the first write
-        pin_config(run_config, run_dir)
-        return trainer.run()
-    from engines.slime import launch  # lazy: the cluster adapter needs slime only where it runs
-
-    return launch.run(pin_config(run_config, run_dir), run_dir)
-
-
-def parse_json_arg(value: str, flag: str) -> dict:
-    """A JSON object given inline or as a path to a file holding one."""
-    text = Path(value).read_text() if not value.lstrip().startswith("{") and Path(value).is_file() else value
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise SystemExit(f"{flag}: not valid JSON ({error})") from None
-    if not isinstance(obj, dict):
-        raise SystemExit(f"{flag}: expected a JSON object, got {type(obj).__name__}")
-    return obj
+    check_run(run_config)
+    engine.resolve_params(run_config.get("engine_params") or {})
+    if engine.check_run is not None:
+        engine.check_run(run_config)
+    return engine.train(pin_config(run_config, run_dir), run_dir)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -3,7 +3,7 @@
     python -m eval.score --run-dir DIR --task NAME --settings-json JSON
 
 JSON is the config's eval section: k, temperature, top_p, max_gen_toks, seed, backend
-(tiny|server), server {url, model, ...}, optional data {aime24: path}, problems {task: n}
+(tiny|server; null = the back end of the run's engine, from the engine registry), server {url, model, ...}, optional data {aime24: path}, problems {task: n}
 (a prefix of the task's problems; tiny tasks default to 256), batch_size (tiny back end).
 Appends one line per checkpoint to DIR/eval/<task>.jsonl (atomically, in step order):
 {"step", "score" (avg@k), "k", "per_problem" (correct counts out of k, problem order),
@@ -30,7 +30,7 @@ from lm_eval.evaluator import evaluate  # noqa: E402
 from lm_eval.tasks import TaskManager  # noqa: E402
 from lm_eval.tasks._yaml_loader import load_yaml  # noqa: E402
 
-from engines.io import append_jsonl_atomic, read_jsonl  # noqa: E402
+from harness.io import append_jsonl_atomic, read_jsonl  # noqa: E402
 
 TASKS_DIR = Path(__file__).parent / "tasks"
 BACKENDS = ("tiny", "server")
@@ -49,7 +49,7 @@ def check_settings(settings: dict) -> dict:
     if not isinstance(settings, dict):
         raise ScoreError(f"eval settings must be a JSON object, got {type(settings).__name__}")
     out = {"k": 8, "temperature": 1.0, "top_p": 1.0, "max_gen_toks": None, "seed": 0,
-           "backend": "tiny", **settings}
+           "backend": None, **settings}
 
     def need(key, ok, what):
         value = out[key]
@@ -61,7 +61,7 @@ def check_settings(settings: dict) -> dict:
     need("temperature", lambda v: isinstance(v, (int, float)) and v >= 0, "a number >= 0")
     need("top_p", lambda v: isinstance(v, (int, float)) and 0 < v <= 1, "a number in (0, 1]")
     need("max_gen_toks", lambda v: v is None or (isinstance(v, int) and v >= 1), "null or an integer >= 1")
-    if out["backend"] not in BACKENDS:
+    if out["backend"] is not None and out["backend"] not in BACKENDS:
         raise ScoreError(f"eval.backend must be one of {list(BACKENDS)}, got {out['backend']!r}")
     if out["backend"] == "server":
         from eval.server import base_url
@@ -107,6 +107,19 @@ def checkpoints(run_dir: Path) -> dict[int, Path]:
         if (status or {}).get("status") != "diverged":
             raise ScoreError(f"no checkpoints (step_<N>/) under {root}")
     return dict(sorted(found.items()))
+
+
+def engine_backend(run_dir: Path) -> str:
+    """The eval back end of the engine that trained the run (its config.json names the engine)."""
+    import engines
+
+    config = read_json_or_none(run_dir / "config.json")
+    if config is None:
+        raise ScoreError(f"{run_dir / 'config.json'} is missing: not a run directory")
+    try:
+        return engines.get(config["engine"]).eval_backend
+    except KeyError as error:
+        raise ScoreError(f"{run_dir / 'config.json'}: {error.args[0]}") from None
 
 
 def read_json_or_none(path: Path) -> dict | None:
@@ -160,10 +173,11 @@ def score_checkpoint(lm, task_dict: dict, name: str, step: int, settings: dict) 
 
 def score_run(run_dir: str | Path, task_name: str, settings: dict, *, log=None) -> list[dict]:
     """Score the run's unscored checkpoints on `task_name`; returns the new lines (step order)."""
-    settings = check_settings(settings)
     run_dir = Path(run_dir)
+    settings = check_settings(settings)
     found = checkpoints(run_dir)
     task_dict = load_task(task_name, settings)
+    settings["backend"] = settings["backend"] or engine_backend(run_dir)
     out_path = run_dir / "eval" / f"{task_name}.jsonl"
     if not found and not out_path.exists():  # diverged before any checkpoint: an empty curve
         append_jsonl_atomic(out_path, [])

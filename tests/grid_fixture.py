@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 
-from engines.grid import expand, resolve_run_config, run_dir
-from engines.io import append_jsonl_atomic, write_json_atomic
+from harness.grid import expand, resolve_run_config, run_dir
+from harness.io import append_jsonl_atomic, write_json_atomic
 
 STEPS, EVAL_EVERY = 20, 5
 COLLAPSED = ("grpo", 8, 0)  # peaks then falls below half its peak and stays there

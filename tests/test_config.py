@@ -1,4 +1,4 @@
-"""engines.config: the workflow config is checked against the schema and the names it refers to."""
+"""harness.config: the workflow config is checked against the schema and the names it refers to."""
 from __future__ import annotations
 
 import copy
@@ -7,7 +7,8 @@ import jsonschema
 import pytest
 import yaml
 
-from engines.config import (DEFAULT_RESOURCES, RULES, SCHEMA, TASKS_DIR, ConfigError, available_tasks, job_resources,
+import engines
+from harness.config import (SCHEMA, TASKS_DIR, ConfigError, available_tasks, job_resources,
                             key_path, load, retype_cli_values, rule_resources, validate)
 from stabilizers import load_recipes
 
@@ -152,11 +153,12 @@ def test_load_applies_overrides_and_names_a_missing_file(tmp_path):
 
 
 def test_resources_per_engine_and_overrides():
-    tiny, slime = validate(demo()), validate(demo(engine="slime"))
-    assert set(DEFAULT_RESOURCES["tiny"]) == set(DEFAULT_RESOURCES["slime"]) == set(RULES)
+    table1 = yaml.safe_load(open("workflow/presets/table1.yaml"))
+    on_slime = {"engine": "slime", "engine_params": table1["engine_params"], "eval": table1["eval"]}
+    tiny, slime = validate(demo()), validate(demo(**on_slime))
     assert "gpu" not in rule_resources(tiny, "train")
     assert rule_resources(slime, "train")["gpu"] >= 1 and "threads" not in job_resources(slime, "train")
-    custom = validate(demo(engine="slime", resources={"train": {"gpu": 4, "slurm_partition": "h200"}}))
+    custom = validate(demo(**on_slime, resources={"train": {"gpu": 4, "slurm_partition": "h200"}}))
     assert job_resources(custom, "train")["gpu"] == 4
     assert job_resources(custom, "train")["slurm_partition"] == "h200"
-    assert job_resources(custom, "train")["runtime"] == DEFAULT_RESOURCES["slime"]["train"]["runtime"]
+    assert job_resources(custom, "train")["runtime"] == engines.get("slime").resources["train"]["runtime"]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from engines.io import read_jsonl
+from harness.io import read_jsonl
 import eval.server
 from eval.server import ServerError, launch_command, sample_seed
 from eval.score import main, score_run

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from engines.io import read_jsonl
+from harness.io import read_jsonl
 from engines.tiny.checkpoint import save_checkpoint
 from engines.tiny.model import ModelConfig, TinyMoELM
 from engines.tiny.params import resolve_engine_params

@@ -1,4 +1,4 @@
-"""eval.aggregate on a fabricated grid: content of summary.json, the tables and the plots."""
+"""analysis.aggregate on a fabricated grid: content of summary.json, the tables and the plots."""
 import csv
 import json
 import shutil
@@ -6,9 +6,9 @@ import shutil
 import matplotlib.image
 import pytest
 
-from engines.grid import run_dir
-from eval.aggregate import main
-from eval.report import REFERENCE, REPORT_FILES, collect, summarize
+from harness.grid import run_dir
+from analysis.aggregate import main
+from analysis.report import REFERENCE, REPORT_FILES, collect, summarize
 from grid_fixture import COLLAPSED, DIVERGED, EARLY_DIVERGED, EQUAL_CELL, make_grid
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from engines.config import load
-from engines.grid import resolve_run_config, run_dir
+from harness.config import load
+from harness.grid import resolve_run_config, run_dir
 from engines.slime import launch
 import stabilizers.api
 from stabilizers import LossOutput

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from fakes import slime_standin
 
-from engines.io import append_jsonl_atomic, read_jsonl
+from harness.io import append_jsonl_atomic, read_jsonl
 from engines.slime import metrics
 
 slime_standin.install()

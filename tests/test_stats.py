@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from eval.stats import collapse_rate, mean_ci, prob_improvement
+from analysis.stats import collapse_rate, mean_ci, prob_improvement
 
 X = [0.31, 0.27, 0.35, 0.30, 0.41]
 

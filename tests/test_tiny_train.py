@@ -9,9 +9,10 @@ import time
 
 import pytest
 import torch
+import yaml
 
-from engines.grid import resolve_run_config
-from engines.io import read_jsonl
+from harness.grid import resolve_run_config
+from harness.io import read_jsonl
 from engines.run import run
 from engines.tiny import task
 from engines.tiny.checkpoint import load_model
@@ -183,7 +184,7 @@ def test_non_finite_training_is_reported_as_diverged(base, tmp_path):
 
 
 def test_clis_report_bad_input_without_a_traceback(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "engines.tiny.warmstart", "--engine-params-json",
+    result = subprocess.run([sys.executable, "-m", "engines.prepare", "--engine", "tiny", "--engine-params-json",
                              '{"preset": "demo", "widht": 8}', "--out", str(tmp_path / "base")],
                             capture_output=True, text=True)
     assert result.returncode != 0 and "unknown key(s) ['widht']" in result.stderr
@@ -195,9 +196,10 @@ def test_dispatcher_routes_by_engine(base, tmp_path, monkeypatch):
 
     calls = []
     monkeypatch.setattr(launch, "run", lambda cfg, directory: calls.append((cfg, directory)) or "completed")
-    cfg = {**config(base), "engine": "slime", "run_key": "stale"}
+    table1 = yaml.safe_load(open("workflow/presets/table1.yaml"))
+    cfg = {**config(base), "engine": "slime", "engine_params": table1["engine_params"], "run_key": "stale"}
     assert run(cfg, tmp_path / "s") == "completed"
     pinned = json.loads((tmp_path / "s" / "config.json").read_text())
     assert calls == [(pinned, tmp_path / "s")] and pinned["run_key"] != "stale"
-    with pytest.raises(ValueError, match="'engine' = 'vllm'"):
+    with pytest.raises(ValueError, match="unknown engine 'vllm'"):
         run({**cfg, "engine": "vllm"}, tmp_path / "v")

@@ -1,4 +1,4 @@
-"""eval.track: the MLflow layout, idempotent re-sync, and the grid seen through a real mlflow server."""
+"""tracking.sync: the MLflow layout, idempotent re-sync, and the grid seen through a real mlflow server."""
 import json
 import os
 import signal
@@ -11,10 +11,10 @@ import urllib.request
 
 import pytest
 
-from engines.grid import expand, run_dir
-from engines.io import append_jsonl_atomic, read_jsonl, write_json_atomic
-from eval.report import REPORT_FILES, collect, summarize, write_reports
-from eval.track import KIND, main, sync, tracking_uri
+from harness.grid import expand, run_dir
+from harness.io import append_jsonl_atomic, read_jsonl, write_json_atomic
+from analysis.report import REPORT_FILES, collect, summarize, write_reports
+from tracking.sync import KIND, main, sync, tracking_uri
 from grid_fixture import DIVERGE_STEP, DIVERGED, EARLY_DIVERGED, make_grid
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
@@ -203,5 +203,5 @@ def test_bad_grid_dir_or_unaggregated_grid_is_named(tmp_path, capsys):
     assert main(args + [str(tmp_path / "elsewhere")]) == 2
     assert "is not the config's <results_dir>/<grid>" in capsys.readouterr().err
     assert main(args + [str(tmp_path / config["grid"])]) == 2
-    assert "summary.json missing: run eval.aggregate first" in capsys.readouterr().err
+    assert "summary.json missing: run analysis.aggregate first" in capsys.readouterr().err
     assert not (tmp_path / "mlflow.db").exists()  # refused before any store was opened

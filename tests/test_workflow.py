@@ -7,9 +7,9 @@ import re
 import pytest
 import yaml
 
-from engines.config import DEFAULT_RESOURCES, load
-from engines.grid import expand
-from eval.report import REPORT_FILES
+from harness.config import DEFAULT_RESOURCES, load
+from harness.grid import expand
+from analysis.report import REPORT_FILES
 from tests.workflow_cli import ROOT, job_counts, planned_jobs, scratch, snakemake  # noqa: F401 - a fixture
 
 DEMO = load(ROOT / "config.yaml")
@@ -26,14 +26,14 @@ def test_dry_run_of_the_demo_grid_lists_every_job(scratch):
     assert result.returncode == 0, result.stderr
     runs = len(expand(DEMO))
     tasks = {*DEMO["eval"]["tasks"], DEMO["eval"]["selection_task"]}
-    assert job_counts(result.stdout) == {"warmstart": 1, "train": runs, "evaluate": runs * len(tasks),
+    assert job_counts(result.stdout) == {"prepare": 1, "train": runs, "evaluate": runs * len(tasks),
                                          "aggregate": 1, "track": 1, "all": 1}
     jobs = planned_jobs(result.stdout)
     trained = {path for rule, path in jobs if rule == "train"}
     assert trained == {f"{scratch}/demo/runs/{r}/lag{lag}/seed{s}/train/status.json" for r, lag, s in expand(DEMO)}
     scored = {path for rule, path in jobs if rule == "evaluate"}
     assert f"{scratch}/demo/runs/grpo/lag8/seed2/eval/tiny_val.jsonl" in scored
-    # The aggregate rule declares exactly the files eval.aggregate writes.
+    # The aggregate rule declares exactly the files analysis.aggregate writes.
     aggregate = re.search(r"^(?:local)?rule aggregate:\n(?:    .*\n)*?    output: (.*)$", result.stdout, re.MULTILINE)
     assert sorted(aggregate.group(1).split(", ")) == sorted(f"{scratch}/demo/{name}" for name in REPORT_FILES)
     assert not scratch.joinpath("demo").exists(), "a dry run writes nothing"
@@ -43,7 +43,7 @@ def test_command_line_overrides_are_typed(scratch):
     result = snakemake("-n", "-C", f"results_dir={scratch}", "grid=quick", "recipes=[gspo]", "baseline=gspo", "lags=[3]",
                        "seeds=[5,6]", "eval={tasks: [tiny_test], selection_task: null}")
     assert result.returncode == 0, result.stderr
-    assert job_counts(result.stdout) == {"warmstart": 1, "train": 2, "evaluate": 2, "aggregate": 1, "track": 1,
+    assert job_counts(result.stdout) == {"prepare": 1, "train": 2, "evaluate": 2, "aggregate": 1, "track": 1,
                                          "all": 1}
     assert ("evaluate", f"{scratch}/quick/runs/gspo/lag3/seed6/eval/tiny_test.jsonl") in planned_jobs(result.stdout)
 
@@ -75,7 +75,7 @@ def test_slurm_profile_gives_cluster_jobs_their_gpus(scratch):
                        "engine=slime", "recipes=[grpo,sat_gspo_r3]", "seeds=[0]")
     assert result.returncode == 0, result.stderr
     counts = job_counts(result.stdout)
-    assert counts["train"] == 4 and counts["evaluate"] == 8 and "warmstart" not in counts
+    assert counts["train"] == 4 and counts["evaluate"] == 8 and "prepare" not in counts
     gpus = DEFAULT_RESOURCES["slime"]["train"]["gpu"]
     for line in _resources(result.stdout, "train"):
         assert f"gpu={gpus}" in line and "slurm_partition=gpu" in line and "runtime=" in line

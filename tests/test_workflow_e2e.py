@@ -16,9 +16,9 @@ import mlflow
 import numpy as np
 import pytest
 
-from engines.config import load
-from engines.grid import expand, grid_dir, run_dir
-from engines.io import read_jsonl
+from harness.config import load
+from harness.grid import expand, grid_dir, run_dir
+from harness.io import read_jsonl
 from tests.workflow_cli import ROOT, SNAKEMAKE, job_counts, planned_jobs, scratch, snakemake  # noqa: F401 - a fixture
 
 RECIPES, LAGS, SEEDS = ["grpo", "grpo_dualclip"], [1, 4], [0, 1]
@@ -49,7 +49,7 @@ def run_grid(results: Path):
     result = snakemake("-c2", *args, env=env, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     runs = len(RECIPES) * len(LAGS) * len(SEEDS)
-    assert job_counts(result.stdout + result.stderr) == {"warmstart": 1, "train": runs, "evaluate": runs,
+    assert job_counts(result.stdout + result.stderr) == {"prepare": 1, "train": runs, "evaluate": runs,
                                                          "aggregate": 1, "track": 1, "all": 1}
     config = load(ROOT / "config.yaml", {"results_dir": str(results), **OVERRIDES})
     return config, env, args
@@ -133,7 +133,7 @@ def test_mlflow_holds_each_run_once_under_the_parent(grid):
         Path(item.path).name for folder in artifacts for item in client.list_artifacts(parent, folder)}
 
     # A second sync (the track rule again) updates in place and adds no run.
-    second = subprocess.run([sys.executable, "-m", "eval.track", "--config-json", json.dumps(config),
+    second = subprocess.run([sys.executable, "-m", "tracking.sync", "--config-json", json.dumps(config),
                              "--grid-dir", str(grid_dir(config))], cwd=ROOT, env=env, capture_output=True,
                             text=True, timeout=300)
     assert second.returncode == 0, second.stderr

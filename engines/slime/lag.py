@@ -17,7 +17,7 @@ the same definition as the tiny engine: step - 1 - policy_version).
 """
 from __future__ import annotations
 
-from engines.grid import LAG_MODES
+from harness.grid import LAG_MODES
 
 
 def trainer_version(weight_version: int, *, mode: str, lag: int, start: int) -> int:

@@ -33,8 +33,9 @@ from pathlib import Path
 
 import yaml
 
-from engines.grid import check_lag
-from engines.io import read_jsonl, write_json_atomic, write_text_atomic
+from harness.grid import check_lag
+from harness.cli import parse_json_arg
+from harness.io import read_jsonl, write_json_atomic, write_text_atomic
 from engines.slime import loss as slime_loss
 from stabilizers import recipe_from_dict
 
@@ -405,8 +406,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-path-check", action="store_true",
                         help="with --dry-run: do not require the model and data paths to exist here")
     args = parser.parse_args(argv)
-    text = args.config_json
-    run_config = json.loads(Path(text).read_text() if not text.lstrip().startswith("{") else text)
+    run_config = parse_json_arg(args.config_json, "--config-json")
     try:
         if args.dry_run:
             print(write_job_script(run_config, args.run_dir, check_files=not args.no_path_check).read_text())

@@ -39,6 +39,7 @@ import itertools
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
+from engines import merge_metrics
 from stabilizers import PolicyBatch, Recipe, parameters, recipe_from_dict
 
 RECIPE_KEY = "stalebench_recipe"  # the custom-config key holding the run's recipe (name + recipe dict)
@@ -187,6 +188,5 @@ def recipe_loss(args, batch: dict, log_probs: list[torch.Tensor], entropy: list[
     metrics["loss"] = loss.detach().clone()
 
     normaliser = slime_normaliser(batch["loss_masks"], per_token_loss_flag(recipe))
-    for key, value in out.metrics.items():
-        metrics[key] = (value.detach().to(torch.float64) * normaliser).to(loss.dtype).reshape(())
-    return loss, metrics
+    return loss, merge_metrics(metrics, {key: (value.detach().to(torch.float64) * normaliser).to(loss.dtype).reshape(())
+                                         for key, value in out.metrics.items()})

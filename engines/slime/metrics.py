@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from engines.io import append_jsonl_atomic, read_jsonl
+from harness.io import append_jsonl_atomic, read_jsonl
 from engines.slime.lag import trainer_version
 
 QUANTILES = (0.5, 0.9, 0.99)

@@ -1,0 +1,46 @@
+"""The embedded CPU engine: a tiny mixture-of-experts LM trained with RL on a verifiable task
+(engines/tiny/README.md). Registered as ``tiny``; its modules load torch only when called."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from engines import Engine, register
+
+from .params import resolve_engine_params
+
+
+def _train(run_config: dict, run_dir: Path) -> str:
+    from .trainer import Trainer
+
+    return Trainer(run_config, run_dir).run()
+
+
+def _check_run(run_config: dict) -> None:
+    from .trainer import check_base_model, check_run_config
+
+    check_base_model(run_config, check_run_config(run_config)[1])
+
+
+def _prepare(engine_params: dict, out_dir: Path):
+    from .warmstart import build_base
+
+    return build_base(engine_params, out_dir)
+
+
+# Single-threaded CPU jobs: these small matmuls run fastest one per core.
+ENGINE = register(Engine(
+    name="tiny",
+    resolve_params=resolve_engine_params,
+    train=_train,
+    eval_backend="tiny",
+    check_run=_check_run,
+    prepare=_prepare,
+    prepare_outputs=("model.safetensors", "config.json"),
+    resources={
+        "prepare": {"threads": 1, "mem_mb": 1000},
+        "train": {"threads": 1, "mem_mb": 1000},
+        "evaluate": {"threads": 1, "mem_mb": 1000},
+        "aggregate": {"threads": 1, "mem_mb": 2000},
+        "track": {"threads": 1, "mem_mb": 2000},
+    },
+))

@@ -27,8 +27,10 @@ from pathlib import Path
 
 import torch
 
-from engines.io import append_jsonl_atomic, read_jsonl, write_json_atomic, write_text_atomic
-from stabilizers import PolicyBatch, Recipe, recipe_from_dict
+from harness.io import append_jsonl_atomic, read_jsonl, write_json_atomic, write_text_atomic
+from engines import TrainingDiverged, merge_metrics
+from harness.grid import check_run
+from stabilizers import PolicyBatch, Recipe
 
 from . import task
 from .checkpoint import load_model, load_state, read_config, replace_dir_atomic, save_checkpoint
@@ -44,23 +46,22 @@ def step_seed(seed: int, step: int, stream: int) -> int:
 
 
 def check_run_config(run_config: dict) -> tuple[Recipe, dict]:
-    """Validate everything before any work: recipe, lag, steps, engine params."""
-    from engines.grid import check_lag
+    """Validate everything before any work: the run config (harness.grid) and the engine params."""
+    if "base_model" not in run_config:
+        raise ValueError("run config is missing 'base_model'")
+    return check_run(run_config), resolve_engine_params(run_config.get("engine_params"))
 
-    for key in ("recipe", "lag", "lag_mode", "seed", "steps", "eval_every", "base_model"):
-        if key not in run_config:
-            raise ValueError(f"run config is missing {key!r}")
-    spec = run_config["recipe"]
-    if not isinstance(spec, dict) or "name" not in spec:
-        raise ValueError(f"run config 'recipe' must be a mapping with a 'name', got {spec!r}")
-    body = {k: v for k, v in spec.items() if k != "name"}
-    recipe = recipe_from_dict(spec["name"], body, "run config")  # unknown loss/params -> ValueError
-    check_lag(run_config["lag"], run_config["lag_mode"])
-    for key in ("steps", "eval_every", "seed"):
-        value = run_config[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < (0 if key == "seed" else 1):
-            raise ValueError(f"run config {key!r} must be an integer >= {0 if key == 'seed' else 1}, got {value!r}")
-    return recipe, resolve_engine_params(run_config.get("engine_params"))
+
+def check_base_model(run_config: dict, params: dict) -> Path:
+    """The grid's warm-start model exists and was made with this run's model and warm-start knobs."""
+    base_dir = Path(run_config["base_model"])
+    if not (base_dir / "config.json").exists():
+        raise FileNotFoundError(f"base model not found at {base_dir}; make it with "
+                                f"python -m engines.prepare --engine tiny --engine-params-json ... --out {base_dir}")
+    if read_config(base_dir).get("warmstart") != warmstart_knobs(params):
+        raise ValueError(f"base model {base_dir} was made with other engine_params "
+                         f"({read_config(base_dir).get('warmstart')}); rebuild it with engines.prepare")
+    return base_dir
 
 
 def group_advantages(rewards: torch.Tensor, samples: int) -> torch.Tensor:
@@ -94,13 +95,7 @@ class Trainer:
         self.progress = progress
         self.seconds = {"generate": 0.0, "train": 0.0}
 
-        base_dir = Path(run_config["base_model"])
-        if not (base_dir / "config.json").exists():
-            raise FileNotFoundError(f"base model not found at {base_dir}; make it with "
-                                    f"python -m engines.tiny.warmstart --engine-params-json ... --out {base_dir}")
-        if read_config(base_dir).get("warmstart") != warmstart_knobs(self.params):
-            raise ValueError(f"base model {base_dir} was made with other engine_params "
-                             f"({read_config(base_dir).get('warmstart')}); rebuild it with engines.tiny.warmstart")
+        base_dir = check_base_model(run_config, self.params)
         self.base = load_model(base_dir).eval()
         for p in self.base.parameters():
             p.requires_grad_(False)
@@ -143,7 +138,7 @@ class Trainer:
                 ref_logits = self.base(inputs, replay=replay).logits[:, plen - 1:] / temperature
                 ref_logp = ref_logits.log_softmax(-1).gather(-1, response[..., None])[..., 0]
         if not torch.isfinite(old_logp).all():
-            return {"diverged": "non-finite log-probabilities"}
+            raise TrainingDiverged("non-finite log-probabilities")
 
         advantages = group_advantages(batch.rewards, self.params["samples_per_step"])[:, None].expand_as(old_logp)
         rows = torch.arange(inputs.shape[0]).chunk(self.params["minibatches"])
@@ -154,7 +149,7 @@ class Trainer:
             logp = (mb_out.logits[:, plen - 1:] / temperature).log_softmax(-1)
             logp = logp.gather(-1, response[idx][..., None])[..., 0]
             if not torch.isfinite(logp.detach()).all():
-                return {"diverged": "non-finite log-probabilities"}
+                raise TrainingDiverged("non-finite log-probabilities")
             policy_batch = PolicyBatch(logp=logp, old_logp=old_logp[idx], rollout_logp=logmu[idx],
                                        advantages=advantages[idx], mask=mask[idx])
             result = self.recipe.compute_loss(policy_batch, step_seed=step_seed(self.seed, self.step + 1, 2 + index))
@@ -165,7 +160,7 @@ class Trainer:
                 loss = loss + self.params["kl_coef"] * k3
                 kls.append(float(k3.detach()))
             if not torch.isfinite(loss):
-                return {"diverged": "non-finite loss"}
+                raise TrainingDiverged("non-finite loss")
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             grad_norms.append(float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)))
@@ -174,7 +169,7 @@ class Trainer:
             for key, value in result.metrics.items():
                 stab.setdefault(key, []).append(float(value))
         if not all(torch.isfinite(p).all() for p in self.model.parameters()):
-            return {"diverged": "non-finite weights"}
+            raise TrainingDiverged("non-finite weights")
 
         d = old_logp - logmu
         tv = 0.5 * (logp_full.exp() - batch.logmu_full.exp()).abs().sum(-1)
@@ -194,11 +189,10 @@ class Trainer:
             "tv/sampled_estimate": float(0.5 * (d.exp() - 1).abs()[mask.bool()].mean()),
             "routing/mismatch_rate": routing_mismatch(out.routing, batch.routing),
             "routing/own_mismatch_rate": routing_mismatch(out.own_routing, batch.routing),
-            **{k: sum(v) / len(v) for k, v in stab.items()},
         }
         if kls:
             row["kl/k3"] = sum(kls) / len(kls)
-        return row
+        return merge_metrics(row, {k: sum(v) / len(v) for k, v in stab.items()})
 
     # ---------------------------------------------------------------- persistence
     def save(self, pending_rows: list[dict]) -> None:
@@ -295,14 +289,16 @@ class Trainer:
             next_batch = self.generate(step + 1) if step < self.steps else batch
             self.seconds["generate"] += time.perf_counter() - start
             start = time.perf_counter()
-            row = self.train_on(batch)
+            head = {"step": step, "policy_version": batch.version, "realized_lag": step - 1 - batch.version}
+            try:
+                row = self.train_on(batch)
+            except TrainingDiverged as reason:
+                self.step = step
+                append_jsonl_atomic(self.metrics_path, pending + [{**head, "loss": float("nan")}])
+                self.write_status("diverged", f"diverged at step {step}: {reason}")
+                return "diverged"
             self.seconds["train"] += time.perf_counter() - start
             self.step, self.in_flight = step, next_batch
-            head = {"step": step, "policy_version": batch.version, "realized_lag": step - 1 - batch.version}
-            if "diverged" in row:
-                append_jsonl_atomic(self.metrics_path, pending + [{**head, "loss": float("nan")}])
-                self.write_status("diverged", f"diverged at step {step}: {row['diverged']}")
-                return "diverged"
             pending.append({**head, **row})
             # keep only the snapshots a later batch may still be sampled by
             self.snapshots[step] = self.state_copy()

@@ -1,13 +1,12 @@
 """The base model: a short supervised warm start on the digit-sort train split.
 
-    python -m engines.tiny.warmstart --engine-params-json '{"preset": "demo"}' --out results/<grid>/base
+    python -m engines.prepare --engine tiny --engine-params-json '{"preset": "demo"}' --out results/<grid>/base
 
 Cached: when --out already holds a base made from the same model and warm-start knobs, nothing
 is done. The base is shared by every RL run of a grid (its path is the run config's base_model).
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -16,8 +15,6 @@ import torch
 import torch.nn.functional as F
 
 from . import task
-from engines.run import parse_json_arg
-
 from .checkpoint import read_config, save_checkpoint
 from .model import EOS, TOKEN_ID, ModelConfig, TinyMoELM, TinyPolicy, encode_prompt
 from .params import model_knobs, resolve_engine_params, warmstart_knobs
@@ -83,18 +80,3 @@ def build_base(engine_params: dict, out: str | Path) -> dict:
     print(f"warmstart: {params['warmstart_steps']} steps in {seconds:.1f}s, greedy exact match "
           f"{score:.3f} on 256 validation problems -> {out}", file=sys.stderr)
     return read_config(out)
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--engine-params-json", required=True, help="engine_params as JSON (or a path to a JSON file)")
-    parser.add_argument("--out", required=True, help="directory for model.safetensors + config.json")
-    args = parser.parse_args(argv)
-    try:
-        build_base(parse_json_arg(args.engine_params_json, "--engine-params-json"), args.out)
-    except ValueError as error:
-        raise SystemExit(f"engines.tiny.warmstart: {error}") from None
-
-
-if __name__ == "__main__":
-    main()

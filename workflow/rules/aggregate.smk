@@ -1,4 +1,4 @@
-# Aggregation: statistics over seeds per cell (recipe x lag), tables and plots (eval.aggregate).
+# Aggregation: statistics over seeds per cell (recipe x lag), tables and plots (analysis.aggregate).
 # They are in Snakemake's HTML report too: snakemake --report results/<grid>/report.html
 
 
@@ -24,4 +24,4 @@ rule aggregate:
     resources:
         **job_resources(CONFIG, "aggregate"),
     shell:
-        "python -m eval.aggregate --config-json {params.config:q} --out {params.out:q} > {log:q} 2>&1"
+        "python -m analysis.aggregate --config-json {params.config:q} --out {params.out:q} > {log:q} 2>&1"

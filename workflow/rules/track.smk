@@ -18,4 +18,4 @@ rule track:
     resources:
         **job_resources(CONFIG, "track"),
     shell:
-        "python -m eval.track --config-json {params.config:q} --grid-dir {params.grid_dir:q} > {log:q} 2>&1"
+        "python -m tracking.sync --config-json {params.config:q} --grid-dir {params.grid_dir:q} > {log:q} 2>&1"

@@ -1,30 +1,30 @@
-# Training: one job per (recipe, lag, seed); the tiny engine first builds the grid's shared
-# warm-start model. engines.run resumes from the run's last checkpoint, so a killed job run
-# again (--rerun-incomplete) redoes only the missing steps; it writes status.json last.
+# Training: one job per (recipe, lag, seed); an engine with a grid-wide prepare step (the tiny
+# engine's warm-start model) runs it first. engines.run resumes from the run's last checkpoint,
+# so a killed job run again (--rerun-incomplete) redoes only the missing steps; it writes status.json last.
 
+if ENGINE.prepare_outputs:
 
-rule warmstart:
-    output:
-        multiext(f"{GRID}/base/", "model.safetensors", "config.json"),
-    params:
-        engine_params=json.dumps(CONFIG["engine_params"], sort_keys=True),
-        out=lambda wildcards, output: os.path.dirname(output[0]),
-    log:
-        f"{LOGS}/warmstart.log",
-    conda:
-        "../../envs/stalebench-cpu.yaml"
-    threads: rule_resources(CONFIG, "warmstart")["threads"]
-    resources:
-        **job_resources(CONFIG, "warmstart"),
-    shell:
-        "OMP_NUM_THREADS={threads} python -m engines.tiny.warmstart"
-        " --engine-params-json {params.engine_params:q} --out {params.out:q} > {log:q} 2>&1"
+    rule prepare:
+        output:
+            multiext(f"{GRID}/base/", *ENGINE.prepare_outputs),
+        params:
+            engine_params=json.dumps(CONFIG["engine_params"], sort_keys=True),
+            out=lambda wildcards, output: os.path.dirname(output[0]),
+        log:
+            f"{LOGS}/prepare.log",
+        conda:
+            "../../envs/stalebench-cpu.yaml"
+        threads: rule_resources(CONFIG, "prepare")["threads"]
+        resources:
+            **job_resources(CONFIG, "prepare"),
+        shell:
+            "OMP_NUM_THREADS={threads} python -m engines.prepare --engine {ENGINE.name:q}"
+            " --engine-params-json {params.engine_params:q} --out {params.out:q} > {log:q} 2>&1"
 
 
 rule train:
     input:
-        # Only the tiny engine warm-starts from a model that the workflow builds.
-        rules.warmstart.output if CONFIG["engine"] == "tiny" else [],
+        rules.prepare.output if ENGINE.prepare_outputs else [],
     output:
         f"{RUN}/train/status.json",
     params:

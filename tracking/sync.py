@@ -1,6 +1,6 @@
 """Sync a finished grid into MLflow: the workflow's single MLflow writer (shared/DESIGN.md, "MLflow").
 
-    python -m eval.track --config-json JSON --grid-dir <results_dir>/<grid>
+    python -m tracking.sync --config-json JSON --grid-dir <results_dir>/<grid>
 
 Files are the source of truth; MLflow is a view of them that this command can always rebuild.
 Layout: an experiment per grid; a parent run (the grid, with the tables and plots as artifacts);
@@ -9,7 +9,7 @@ commit, mlflow.parentRunId) and step metrics for the training curve (every numer
 train/metrics.jsonl, as train/<key>) and the evaluation curves (eval/<task>/score, pass_at_k,
 maj_at_k, selection task included), plus its per-run numbers (run/fixed, run/best, ...); a summary run per cell
 (recipe x lag) with the aggregates of summary.json. Every run carries a ``run_key`` tag (the run
-key of engines.grid for runs, ``grid:<grid>`` / ``cell:<grid>:<recipe>:lag<lag>`` otherwise):
+key of harness.grid for runs, ``grid:<grid>`` / ``cell:<grid>:<recipe>:lag<lag>`` otherwise):
 a second sync finds runs by that tag and updates them, never duplicates them. Step metrics are
 synced incrementally (a tag remembers the last step sent per file), so a re-sync sends only
 new steps; summary numbers are re-sent only when they changed.
@@ -41,9 +41,10 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from engines.grid import expand, grid_dir, run_dir
-from engines.io import read_jsonl, write_json_atomic
-from eval.report import REPORT_FILES
+from harness.grid import expand, grid_dir, run_dir
+from harness.cli import parse_config, run_stage
+from harness.io import read_jsonl, write_json_atomic
+from analysis.report import REPORT_FILES
 
 KEY = "run_key"
 KIND = "stalebench.kind"  # parent | run | cell
@@ -264,7 +265,7 @@ def sync(config: dict, grid_path: str | Path, progress: bool = True,
         raise ValueError(f"--grid-dir {grid_path} is not the config's <results_dir>/<grid> {grid_dir(config)}")
     summary_path = grid_path / "summary.json"
     if not summary_path.exists():
-        raise FileNotFoundError(f"{summary_path} missing: run eval.aggregate first")
+        raise FileNotFoundError(f"{summary_path} missing: run analysis.aggregate first")
     summary = json.loads(summary_path.read_text())
     numbers = {}
     for cell in summary["cells"]:
@@ -287,8 +288,7 @@ def sync(config: dict, grid_path: str | Path, progress: bool = True,
 
 
 def main(argv: list[str] | None = None) -> int:
-    from eval.aggregate import parse_config, run_stage
-    parser = argparse.ArgumentParser(prog="python -m eval.track", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tracking.sync", description=__doc__.split("\n")[0])
     parser.add_argument("--config-json", required=True, help="the workflow config, as JSON")
     parser.add_argument("--grid-dir", required=True, help="<results_dir>/<grid>, already aggregated")
     parser.add_argument("--max-train-points", type=int, default=TRAIN_POINTS,
@@ -297,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     config = parse_config(parser, args.config_json)
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # no network calls from a batch job
     work = lambda: sync(config, args.grid_dir, max_train_points=args.max_train_points)  # noqa: E731
-    return run_stage("eval.track", work, lambda marker, seconds: (
+    return run_stage("tracking.sync", work, lambda marker, seconds: (
         f"{marker['runs']} runs + {marker['cells']} cells -> {marker['tracking_uri']} (experiment "
         f"{marker['experiment_id']}; {marker['created']} created, {marker['updated']} updated) in {seconds:.1f} s"))
 

@@ -13,34 +13,12 @@ from pathlib import Path
 import jsonschema
 import yaml
 
+import engines
 from stabilizers import load_recipes
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
 TASKS_DIR = ROOT / "eval" / "tasks"
-RULES = ("warmstart", "train", "evaluate", "aggregate", "track")
-
-# Job resources per engine and rule; config `resources` overrides them key by key. Tiny jobs are
-# single-threaded CPU work; slime jobs are GPU jobs on a SLURM partition (the paper trained on
-# 8 x H200 per run: shared/reference/methods.md), evaluation serves one checkpoint on one node.
-DEFAULT_RESOURCES = {
-    "tiny": {
-        "warmstart": {"threads": 1, "mem_mb": 1000},
-        "train": {"threads": 1, "mem_mb": 1000},
-        "evaluate": {"threads": 1, "mem_mb": 1000},
-        "aggregate": {"threads": 1, "mem_mb": 2000},
-        "track": {"threads": 1, "mem_mb": 2000},
-    },
-    "slime": {
-        "warmstart": {"threads": 1, "mem_mb": 1000},
-        "train": {"threads": 32, "mem_mb": 512000, "gpu": 8, "runtime": 4320},
-        "evaluate": {"threads": 16, "mem_mb": 256000, "gpu": 8, "runtime": 240},
-        "aggregate": {"threads": 1, "mem_mb": 4000, "runtime": 60},
-        "track": {"threads": 1, "mem_mb": 4000, "runtime": 60},
-    },
-}
-
-
 class ConfigError(ValueError):
     """A workflow config that must not run; the message names every offending key."""
 
@@ -72,6 +50,7 @@ _Validator = _with_defaults(jsonschema.Draft202012Validator)
 
 def _schema_errors(config: dict) -> list[str]:
     schema = yaml.safe_load(SCHEMA.read_text())
+    schema["properties"]["engine"]["enum"] = engines.available()  # the registry is the list of engines
     messages = []
     for error in sorted(_Validator(schema).iter_errors(config), key=lambda e: list(map(str, e.absolute_path))):
         path = list(error.absolute_path)
@@ -129,12 +108,10 @@ def _semantic_errors(config: dict, tasks_dir: Path) -> list[str]:
         if name not in tasks:
             messages.append(f"config key {key!r}: unknown eval task {name!r}; "
                             f"tasks in {tasks_dir}: {', '.join(sorted(tasks)) or 'none'}")
-    if config["engine"] == "tiny":  # the cluster engine checks its own settings when it builds a job
-        from engines.tiny.params import resolve_engine_params
-        try:
-            resolve_engine_params(config["engine_params"])
-        except ValueError as error:
-            messages.append(f"config key 'engine_params': {error}")
+    try:
+        engines.get(config["engine"]).resolve_params(config["engine_params"])
+    except ValueError as error:
+        messages.append(f"config key 'engine_params': {error}")
     fixed = config["eval"].get("fixed_step")
     if fixed is not None and (fixed > config["steps"] or (fixed % config["eval_every"] and fixed != config["steps"])):
         messages.append(f"config key 'eval.fixed_step': {fixed} is not an evaluated step "
@@ -183,9 +160,10 @@ def load(path: str | Path, overrides: dict | None = None, **kwargs) -> dict:
 
 
 def rule_resources(config: dict, rule: str) -> dict:
-    """Resources of ``rule``'s jobs, threads included: the engine's defaults updated by
-    config['resources'][rule]."""
-    return {**DEFAULT_RESOURCES[config["engine"]][rule], **(config.get("resources") or {}).get(rule, {})}
+    """Resources of ``rule``'s jobs, threads included: one thread, updated by the engine's defaults
+    (its package's ``resources``), updated by config['resources'][rule]."""
+    engine = engines.get(config["engine"])
+    return {"threads": 1, **engine.resources.get(rule, {}), **(config.get("resources") or {}).get(rule, {})}
 
 
 def job_resources(config: dict, rule: str) -> dict:

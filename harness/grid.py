@@ -5,11 +5,10 @@ the run key that names the run in MLflow and guards its directory against a diff
 """
 from __future__ import annotations
 
-import hashlib
-import json
 from pathlib import Path
 
-from stabilizers import get_recipe, load_recipes
+from harness.identity import run_key
+from stabilizers import Recipe, get_recipe, load_recipes, recipe_from_dict
 
 LAG_MODES = ("interval", "constant")
 
@@ -35,9 +34,22 @@ def check_lag(lag, mode: str) -> None:
         raise ValueError(f"lag_mode must be one of {list(LAG_MODES)}, got {mode!r}")
 
 
-def run_key(run_config: dict) -> str:
-    body = {k: v for k, v in run_config.items() if k != "run_key"}
-    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
+def check_run(run_config: dict) -> Recipe:
+    """The engine-independent checks of a resolved run config; returns its recipe."""
+    for key in ("engine", "recipe", "lag", "lag_mode", "seed", "steps", "eval_every"):
+        if key not in run_config:
+            raise ValueError(f"run config is missing {key!r}")
+    spec = run_config["recipe"]
+    if not isinstance(spec, dict) or "name" not in spec:
+        raise ValueError(f"run config 'recipe' must be a mapping with a 'name', got {spec!r}")
+    body = {k: v for k, v in spec.items() if k != "name"}
+    recipe = recipe_from_dict(spec["name"], body, "run config")  # unknown loss/params -> ValueError
+    check_lag(run_config["lag"], run_config["lag_mode"])
+    for key in ("steps", "eval_every", "seed"):
+        value = run_config[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < (0 if key == "seed" else 1):
+            raise ValueError(f"run config {key!r} must be an integer >= {0 if key == 'seed' else 1}, got {value!r}")
+    return recipe
 
 
 def resolve_run_config(config: dict, recipe: str, lag: int, seed: int, recipes: dict | None = None) -> dict:

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engines.io import read_jsonl
+from harness.io import read_jsonl
 
 TAIL_FRACTION = 0.1  # d-bar window: the last 10% of optimizer steps
 
