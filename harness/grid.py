@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.identity import run_key
-from stabilizers import Recipe, get_recipe, load_recipes, recipe_from_dict
+from stabilizers import Recipe, get_recipe, load_recipes, recipe_from_named_dict
 
 LAG_MODES = ("interval", "constant")
 
@@ -39,11 +39,7 @@ def check_run(run_config: dict) -> Recipe:
     for key in ("engine", "recipe", "lag", "lag_mode", "seed", "steps", "eval_every"):
         if key not in run_config:
             raise ValueError(f"run config is missing {key!r}")
-    spec = run_config["recipe"]
-    if not isinstance(spec, dict) or "name" not in spec:
-        raise ValueError(f"run config 'recipe' must be a mapping with a 'name', got {spec!r}")
-    body = {k: v for k, v in spec.items() if k != "name"}
-    recipe = recipe_from_dict(spec["name"], body, "run config")  # unknown loss/params -> ValueError
+    recipe = recipe_from_named_dict(run_config["recipe"], "run config 'recipe'")  # unknown loss/params -> ValueError
     check_lag(run_config["lag"], run_config["lag_mode"])
     for key in ("steps", "eval_every", "seed"):
         value = run_config[key]

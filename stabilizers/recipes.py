@@ -42,6 +42,13 @@ class Recipe:
                 "tis": None if self.tis is None else dict(self.tis), "table1": self.table1}
 
 
+def recipe_from_named_dict(spec: dict, source: str) -> Recipe:
+    """The inverse of ``{"name": recipe.name, **recipe.as_dict()}`` (how run configs carry a recipe)."""
+    if not isinstance(spec, dict) or "name" not in spec:
+        raise ValueError(f"{source}: a recipe must be a mapping with a 'name', got {spec!r}")
+    return recipe_from_dict(spec["name"], {key: value for key, value in spec.items() if key != "name"}, source)
+
+
 def recipe_from_dict(name: str, spec: dict, source: str = "<dict>") -> Recipe:
     """Build and check one recipe; errors name the recipe and where it was defined."""
     where = f"recipe {name!r} ({source})"

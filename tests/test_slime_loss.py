@@ -9,7 +9,7 @@ from fakes.slime_batches import args_for, direct_loss, make_sample_batch
 from fakes.slime_standin import get_log_probs_and_entropy, slime_args, slime_loss_function
 
 from engines.slime import loss as slime_loss
-from stabilizers import Recipe, load_recipes
+from stabilizers import Recipe, load_recipes, recipe_from_dict
 
 slime_standin.install()
 torch.set_num_threads(1)
@@ -40,8 +40,8 @@ def test_loss_and_gradient_match_the_stabilizer(name):
 
 
 def test_sample_mean_aggregation_uses_slimes_per_sample_normalisation():
-    recipe = slime_loss.recipe_from_dict("sat_gspo_sm", {"loss": "sat_gspo",
-                                                         "params": {"aggregation": "sample_mean"}})
+    recipe = recipe_from_dict("sat_gspo_sm", {"loss": "sat_gspo",
+                                             "params": {"aggregation": "sample_mean"}})
     assert slime_loss.per_token_loss_flag(recipe) is False
     logits, batch = make_sample_batch(seed=3)
     loss, _ = slime_loss_function(args_for(recipe), batch, logits, slime_loss.policy_loss)

@@ -8,9 +8,11 @@ from argparse import Namespace
 
 import numpy as np
 import pytest
+import torch
 from fakes import slime_standin
 
 from harness.io import append_jsonl_atomic, read_jsonl
+from engines.mismatch import abs_d_stats
 from engines.slime import metrics
 
 slime_standin.install()
@@ -44,10 +46,10 @@ def test_mixed_versions_report_the_oldest(tmp_path):
 
 def test_statistics_are_numpys_linear_quantiles():
     values = np.random.default_rng(0).exponential(0.01, size=10_001)
-    stats = metrics.mismatch_stats(values)
+    stats = abs_d_stats(torch.from_numpy(values))
     assert stats["d/p99"] == pytest.approx(float(np.quantile(values, 0.99)))
     assert stats["d/max"] == values.max() and stats["d/mean_abs"] == pytest.approx(values.mean())
-    assert all(math.isnan(v) for v in metrics.mismatch_stats(np.zeros(0)).values())
+    assert all(math.isnan(v) for v in abs_d_stats(torch.zeros(0)).values())
 
 
 def test_a_resumed_job_drops_rows_it_will_recompute_and_rows_need_the_train_log(tmp_path, monkeypatch):

@@ -37,7 +37,7 @@ from harness.grid import check_lag
 from harness.cli import parse_json_arg
 from harness.io import read_jsonl, write_json_atomic, write_text_atomic
 from engines.slime import loss as slime_loss
-from stabilizers import recipe_from_dict
+from stabilizers import recipe_from_named_dict
 
 REPO = Path(__file__).resolve().parents[2]
 CONTAINER_PIN = REPO / "envs" / "slime-container.yaml"
@@ -183,8 +183,7 @@ def check_paths(params: dict) -> None:
 
 
 def recipe_of(run_config: dict):
-    spec = {key: value for key, value in run_config["recipe"].items() if key != "name"}
-    recipe = recipe_from_dict(run_config["recipe"]["name"], spec, "run config")
+    recipe = recipe_from_named_dict(run_config["recipe"], "run config 'recipe'")
     slime_loss.aggregation_of(recipe)  # raises for a loss slime has no normalisation for
     return recipe
 

@@ -40,7 +40,7 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 
 from engines import merge_metrics
-from stabilizers import PolicyBatch, Recipe, parameters, recipe_from_dict
+from stabilizers import PolicyBatch, Recipe, parameters, recipe_from_named_dict
 
 RECIPE_KEY = "stalebench_recipe"  # the custom-config key holding the run's recipe (name + recipe dict)
 _AGGREGATIONS = {"token_mean": True, "sample_mean": False}  # -> value of args.calculate_per_token_loss
@@ -53,8 +53,7 @@ def recipe_of(args) -> Recipe:
     if not isinstance(spec, dict) or "name" not in spec:
         raise ValueError(f"args.{RECIPE_KEY} is missing or has no 'name': pass the custom-config YAML written by "
                          "engines.slime.launch with --custom-config-path")
-    body = {key: value for key, value in spec.items() if key != "name"}
-    return recipe_from_dict(spec["name"], body, source="--custom-config-path")
+    return recipe_from_named_dict(spec, "--custom-config-path")
 
 
 def aggregation_of(recipe: Recipe) -> str:

@@ -7,7 +7,7 @@
    every trainer rank after the log-probs are recomputed and before the step trains. d =
    log_probs - rollout_log_probs (log pi - log mu at the start of the step) over active tokens
    is all-gathered over Megatron's data-parallel group, so mean |d| and the p50/p90/p99/max
-   quantiles are exact over the whole step (numpy's linear quantile, the tiny engine's
+   quantiles are exact over the whole step (torch's linear quantile, engines.mismatch like the tiny engine's
    definition, with no size limit), plus the mean raw reward and the realized lag.
 3. slime logs each trained step's scalars (train/loss, train/grad_norm, train/entropy_loss and
    the loss function's metrics such as train/sat/q) through
@@ -27,10 +27,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from engines.mismatch import abs_d_stats
 from harness.io import append_jsonl_atomic, read_jsonl
 from engines.slime.lag import trainer_version
 
-QUANTILES = (0.5, 0.9, 0.99)
 _first_rollout_id: int | None = None  # rollout manager process: the first rollout id of this job
 _recorder = None  # trainer writer rank: the MetricsRecorder
 
@@ -77,16 +77,6 @@ def rollout_record(args, rollout_id: int) -> dict:
 
 
 # --- 2. trainer side -----------------------------------------------------------------------
-
-def mismatch_stats(abs_d: np.ndarray) -> dict[str, float]:
-    """mean |d| and its p50/p90/p99/max (linear quantiles, as the tiny engine); NaN when empty."""
-    if abs_d.size == 0:
-        return {f"d/{key}": math.nan for key in ("mean_abs", "p50", "p90", "p99", "max")}
-    abs_d = abs_d.astype(np.float64)
-    p50, p90, p99 = np.quantile(abs_d, QUANTILES)
-    return {"d/mean_abs": float(abs_d.mean()), "d/p50": float(p50), "d/p90": float(p90),
-            "d/p99": float(p99), "d/max": float(abs_d.max())}
-
 
 def local_abs_d(rollout_data: dict) -> torch.Tensor:
     """|log pi - log mu| over this rank's active response tokens, 1-D float32."""
@@ -169,5 +159,5 @@ def postprocess(args, rollout_id, rollout_data) -> None:
     rewards = [float(r) for r in rollout_data["raw_reward"]]
     row = {"step": rollout_id + 1, "policy_version": record["policy_version"],
            "realized_lag": record["realized_lag"], "reward": float(np.mean(rewards)) if rewards else math.nan,
-           **mismatch_stats(torch.cat(gathered).cpu().numpy())}
+           **abs_d_stats(torch.cat(gathered).cpu())}
     _recorder.begin_step(rollout_id, row)

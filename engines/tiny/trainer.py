@@ -29,6 +29,7 @@ import torch
 
 from harness.io import append_jsonl_atomic, read_jsonl, write_json_atomic, write_text_atomic
 from engines import TrainingDiverged, merge_metrics
+from engines.mismatch import abs_d_stats
 from harness.grid import check_run
 from stabilizers import PolicyBatch, Recipe
 
@@ -69,13 +70,6 @@ def group_advantages(rewards: torch.Tensor, samples: int) -> torch.Tensor:
     groups = rewards.view(-1, samples)
     adv = (groups - groups.mean(1, keepdim=True)) / (groups.std(1, unbiased=False, keepdim=True) + 1e-6)
     return adv.reshape(-1)
-
-
-def masked_quantiles(values: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
-    active = values[mask.bool()].double()
-    q = torch.quantile(active, torch.tensor([0.5, 0.9, 0.99], dtype=torch.float64))
-    return {"mean_abs": float(active.mean()), "p50": float(q[0]), "p90": float(q[1]),
-            "p99": float(q[2]), "max": float(active.max())}
 
 
 def routing_mismatch(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -179,7 +173,7 @@ class Trainer:
             "entropy": float(-(logp_full.exp() * logp_full).sum(-1)[mask.bool()].mean()),
             "grad_norm": sum(grad_norms) / len(grad_norms),
             "loss": sum(losses) / len(losses),
-            **{f"d/{k}": v for k, v in masked_quantiles(d.abs(), mask).items()},
+            **abs_d_stats(d.abs()[mask.bool()]),
             "d/mean": float(d[mask.bool()].mean()),
             "d/lag_mean_abs": float((old_logp - batch.logp_sampler)[mask.bool()].abs().mean()),
             "d/impl_mean_abs": float((batch.logp_sampler - logmu)[mask.bool()].abs().mean()),
