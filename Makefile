@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 CORES ?= 2
 
-.PHONY: setup demo test lint clean-results
+.PHONY: setup demo test lint
 
 setup: $(VENV)/.installed
 
@@ -23,4 +23,5 @@ test: setup
 	$(BIN)/python -m pytest -q
 
 lint: setup
+	$(BIN)/ruff check .
 	$(BIN)/snakemake --lint

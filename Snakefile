@@ -19,7 +19,11 @@ from harness.grid import expand as grid_runs, grid_dir, resolve_run_config
 from stabilizers import load_recipes
 
 
-configfile: "config.yaml"
+# The demo grid unless --configfile names another (a preset is a whole config: merged into
+# config.yaml, the tiny engine's engine_params would leak into e.g. slime's).
+if not workflow.config_settings.configfiles:
+
+    configfile: "config.yaml"
 
 
 envvars:

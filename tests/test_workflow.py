@@ -7,7 +7,8 @@ import re
 import pytest
 import yaml
 
-from harness.config import DEFAULT_RESOURCES, load
+import engines
+from harness.config import load
 from harness.grid import expand
 from analysis.report import REPORT_FILES
 from tests.workflow_cli import ROOT, job_counts, planned_jobs, scratch, snakemake  # noqa: F401 - a fixture
@@ -71,12 +72,12 @@ def _resources(output: str, rule: str) -> list[str]:
 
 
 def test_slurm_profile_gives_cluster_jobs_their_gpus(scratch):
-    result = snakemake("-n", "--profile", "workflow/profiles/slurm", "-C", f"results_dir={scratch}",
-                       "engine=slime", "recipes=[grpo,sat_gspo_r3]", "seeds=[0]")
-    assert result.returncode == 0, result.stderr
+    result = snakemake("-n", "--profile", "workflow/profiles/slurm", "--configfile", "workflow/presets/table1.yaml",
+                       "-C", f"results_dir={scratch}", "recipes=[grpo,sat_gspo_r3]", "seeds=[0]", "baseline=grpo")
+    assert result.returncode == 0, result.stdout + result.stderr
     counts = job_counts(result.stdout)
-    assert counts["train"] == 4 and counts["evaluate"] == 8 and "prepare" not in counts
-    gpus = DEFAULT_RESOURCES["slime"]["train"]["gpu"]
+    assert counts["train"] == 4 and counts["evaluate"] == 4 and "prepare" not in counts
+    gpus = engines.get("slime").resources["train"]["gpu"]
     for line in _resources(result.stdout, "train"):
         assert f"gpu={gpus}" in line and "slurm_partition=gpu" in line and "runtime=" in line
     assert all("gpu=" not in line and "slurm_partition=cpu" in line for line in _resources(result.stdout, "aggregate"))

@@ -1,5 +1,5 @@
-# Training: one job per (recipe, lag, seed); an engine with a grid-wide prepare step (the tiny
-# engine's warm-start model) runs it first. engines.run resumes from the run's last checkpoint,
+# Training: one job per (recipe, lag, seed); an engine with a grid-wide prepare step (e.g. a
+# warm-start model) runs it first. engines.run resumes from the run's last checkpoint,
 # so a killed job run again (--rerun-incomplete) redoes only the missing steps; it writes status.json last.
 
 if ENGINE.prepare_outputs:

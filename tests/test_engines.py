@@ -1,0 +1,130 @@
+"""The engine interface: one registry, engine packages registered by name, and the house rules
+(no engine named in the rule files, analysis/ or tracking/; eval/ only scores). A toy engine added
+at run time runs a reduced grid through the real Snakemake."""
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import engines
+from harness.config import ConfigError, load
+from harness.io import read_jsonl
+from tests.workflow_cli import ROOT, job_counts, scratch, snakemake  # noqa: F401 - a fixture
+
+
+def test_the_registry_knows_both_engines_and_refuses_a_duplicate():
+    assert {"tiny", "slime"} <= set(engines.available())
+    tiny = engines.get("tiny")
+    assert tiny.eval_backend == "tiny" and tiny.prepare_outputs and engines.get("slime").prepare is None
+    assert engines.register(tiny) is tiny  # the same object again is not a second definition
+    with pytest.raises(ValueError, match="registered twice"):
+        engines.register(engines.Engine(name="tiny", resolve_params=dict, train=lambda c, d: "", eval_backend="tiny"))
+    with pytest.raises(KeyError, match="unknown engine 'vllm'"):
+        engines.get("vllm")
+    with pytest.raises(ValueError, match="unknown rule"):
+        engines.Engine(name="x", resolve_params=dict, train=lambda c, d: "", eval_backend="tiny",
+                       resources={"warmup": {}})
+
+
+def test_a_loss_metric_cannot_overwrite_an_engine_metric():
+    assert engines.merge_metrics({"loss": 1.0}, {"sat/q": 0.1}) == {"loss": 1.0, "sat/q": 0.1}
+    with pytest.raises(ValueError, match=r"\['loss'\] collide"):
+        engines.merge_metrics({"loss": 1.0, "reward": 0.5}, {"loss": 2.0})
+
+
+def test_the_config_schema_reads_the_engine_list_from_the_registry():
+    with pytest.raises(ConfigError, match="config key 'engine': 'toy' is not one of"):
+        load(ROOT / "config.yaml", {"engine": "toy"})
+
+
+def _names_in(paths: list[Path]) -> list[str]:
+    found = []
+    for path in paths:
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if re.search(r"\b(tiny|slime)\b", line):
+                found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    return found
+
+
+def test_no_engine_is_named_in_the_rules_analysis_or_tracking():
+    paths = [*ROOT.glob("workflow/rules/*.smk"), *ROOT.glob("analysis/*.py"), *ROOT.glob("tracking/*.py")]
+    assert paths and _names_in(paths) == []
+
+
+def _imports(path: Path) -> set[str]:
+    modules = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            modules |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            modules.add(node.module)
+    return modules
+
+
+@pytest.mark.parametrize("stage", ["analysis", "tracking", "harness", "stabilizers"])
+def test_stages_import_no_engine_internals(stage):
+    """Data flows one way; a later stage may use the engine registry (engines/__init__), never an engine."""
+    for path in (ROOT / stage).glob("*.py"):
+        internals = {m for m in _imports(path) if m.startswith("engines.")}
+        assert not internals, f"{path.relative_to(ROOT)} imports {internals}"
+    if stage == "stabilizers":
+        assert not any(m.split(".")[0] in {"engines", "harness", "eval", "analysis", "tracking"}
+                       for path in (ROOT / stage).glob("*.py") for m in _imports(path))
+
+
+def test_eval_holds_only_scoring():
+    assert sorted(p.name for p in (ROOT / "eval").glob("*.py")) == [
+        "__init__.py", "answers.py", "lm_model.py", "score.py", "server.py"]
+
+
+TOY_ENGINE = '''
+"""A toy engine for the registry test: the tiny engine's training under another name, with
+its own default resources and a marker in every run directory."""
+from pathlib import Path
+
+from engines import Engine, get, register
+
+tiny = get("tiny")
+
+
+def train(run_config, run_dir):
+    (Path(run_dir) / "trained_by_toy").write_text(run_config["engine"])
+    return tiny.train(run_config, run_dir)
+
+
+register(Engine(name="toy", resolve_params=tiny.resolve_params, train=train, eval_backend="tiny",
+                check_run=tiny.check_run, prepare=tiny.prepare, prepare_outputs=tiny.prepare_outputs,
+                resources={"train": {"threads": 1, "mem_mb": 321}}))
+'''
+
+
+def test_a_toy_engine_added_at_run_time_runs_a_grid_through_snakemake(scratch):
+    (scratch / "plugins").mkdir()
+    (scratch / "plugins" / "toy_engine.py").write_text(textwrap.dedent(TOY_ENGINE))
+    env = {**os.environ, "STALEBENCH_ENGINES": "toy_engine",
+           "PYTHONPATH": os.pathsep.join([str(scratch / "plugins"), str(ROOT)])}
+    overrides = {"engine": "toy", "grid": "toy", "recipes": ["grpo"], "lags": [2], "seeds": [0], "steps": 4,
+                 "eval_every": 2, "baseline": "grpo",
+                 "engine_params": {"preset": "demo", "width": 32, "heads": 2, "expert_hidden": 32,
+                                   "warmstart_steps": 10, "prompts_per_step": 4, "samples_per_step": 4},
+                 "eval": {"tasks": ["tiny_test"], "selection_task": None, "k": 2, "problems": {"tiny_test": 16}}}
+    args = ["-c1", "-C", f"results_dir={scratch / 'results'}",
+            *(f"{key}={json.dumps(value)}" for key, value in overrides.items())]
+    dry = snakemake("-n", *args, env=env, timeout=300)
+    assert dry.returncode == 0, dry.stdout[-2000:] + dry.stderr[-2000:]
+    assert "mem_mb=321" in dry.stdout  # the toy engine's own resources reach its train job
+    result = snakemake(*args, env=env, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert job_counts(result.stdout + result.stderr) == {"prepare": 1, "train": 1, "evaluate": 1, "aggregate": 1,
+                                                         "track": 1, "all": 1}
+    run = scratch / "results" / "toy" / "runs" / "grpo" / "lag2" / "seed0"
+    assert (run / "trained_by_toy").read_text() == "toy"
+    assert json.loads((run / "config.json").read_text())["engine"] == "toy"
+    assert [row["step"] for row in read_jsonl(run / "eval" / "tiny_test.jsonl")] == [2, 4]
+    assert (scratch / "results" / "toy" / "table.md").is_file()
