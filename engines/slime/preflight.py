@@ -10,8 +10,8 @@ functions). Each check raises ValueError naming the engine_params key:
   holds ``</think>`` or ``###Response``, which a base model without a chat template never writes.)
   With the data on disk, every prompt must carry the format's instruction and, for ``dapo``, every
   label must be an integer (slime's DAPO scorer converts it with int(float(label))).
-- memory: parameters, gradients and Adam states per training GPU (estimate_memory) must fit in
-  ``gpu_memory_gib``; the estimate is printed.
+- memory: parameters, gradients, Adam states and one micro-batch's activations per training GPU
+  (estimate_memory) must fit in ``gpu_memory_gib``; the estimate is printed.
 - context: a response of ``rollout_max_response_len`` tokens must leave room for a prompt in the
   model's context.
 - extra_args: no flag the launcher sets (argparse keeps the last value, so an override would silently
@@ -185,21 +185,30 @@ def parameter_counts(shape: dict) -> tuple[int, int]:
 
 
 def estimate_memory(params: dict, shape: dict) -> dict:
-    """GiB per training GPU of the static training state under Megatron with slime's settings:
-    bf16 parameters (2 B), fp32 gradient buffers (4 B, --accumulate-allreduce-grads-in-fp32) and
-    the distributed optimizer's fp32 master weights + Adam moments (12 B, sharded over the data-
-    parallel ranks; slime always enables --use-distributed-optimizer), none of it with
+    """GiB per training GPU under Megatron with slime's settings.
+
+    Static state: bf16 parameters (2 B), fp32 gradient buffers (4 B, --accumulate-allreduce-grads-
+    in-fp32) and the distributed optimizer's fp32 master weights + Adam moments (12 B, sharded over
+    the data-parallel ranks; slime always enables --use-distributed-optimizer), none of it with
     optimizer_cpu_offload. Non-expert weights shard over TP x PP, experts over EP x ETP x PP.
-    Activations, the CUDA context and fragmentation come on top."""
+    Activations of one micro-batch of max_tokens_per_gpu tokens T under the launcher's full uniform
+    recomputation: each layer's bf16 input (2 h bytes per token), one layer recomputed at a time
+    (34 h bytes per token: Korthikanti et al. 2022, sequence parallel, flash attention), all over TP,
+    plus the fp32 logits and their gradient (2 x 4 V bytes per token over TP). The CUDA context,
+    NCCL buffers and fragmentation come on top."""
     world, tp, pp = params["actor_gpus"], params["tensor_parallel"], params["pipeline_parallel"]
     ep = params["expert_parallel"] * params["expert_tensor_parallel"]
     dense, experts = parameter_counts(shape)
     per_gpu = {"dense": dense / (tp * pp), "expert": experts / (ep * pp)}
     data_parallel = {"dense": world // (tp * pp), "expert": world // (ep * pp)}
     optimizer = 0.0 if params["optimizer_cpu_offload"] else sum(12 * per_gpu[k] / data_parallel[k] for k in per_gpu)
+    tokens = params["max_tokens_per_gpu"]
+    activations = (shape["num_layers"] // pp * tokens * shape["hidden_size"] * 2 + tokens * shape["hidden_size"] * 34
+                   + 2 * 4 * tokens * shape["vocab_size"]) / tp
     out = {"parameters": 2 * sum(per_gpu.values()) / GIB, "gradients": 4 * sum(per_gpu.values()) / GIB,
-           "optimizer": optimizer / GIB, "parameters_per_gpu": sum(per_gpu.values()), "total_parameters": dense + experts}
-    out["total"] = out["parameters"] + out["gradients"] + out["optimizer"]
+           "optimizer": optimizer / GIB, "activations": activations / GIB,
+           "parameters_per_gpu": sum(per_gpu.values()), "total_parameters": dense + experts}
+    out["total"] = out["parameters"] + out["gradients"] + out["optimizer"] + out["activations"]
     return out
 
 
@@ -214,11 +223,12 @@ def check_memory(params: dict, shape: dict) -> str:
     line = (f"memory per training GPU (estimate, {memory['parameters_per_gpu'] / 1e9:.2f}B of "
             f"{memory['total_parameters'] / 1e9:.2f}B parameters): {memory['parameters']:.1f} GiB bf16 weights + "
             f"{memory['gradients']:.1f} GiB fp32 gradients + {memory['optimizer']:.1f} GiB Adam states"
-            f"{' (offloaded to CPU)' if params['optimizer_cpu_offload'] else ''} = {memory['total']:.1f} GiB of "
-            f"gpu_memory_gib {params['gpu_memory_gib']} (activations come on top)")
+            f"{' (offloaded to CPU)' if params['optimizer_cpu_offload'] else ''} + {memory['activations']:.1f} GiB "
+            f"activations of {params['max_tokens_per_gpu']} tokens = {memory['total']:.1f} GiB of gpu_memory_gib "
+            f"{params['gpu_memory_gib']}")
     if memory["total"] > params["gpu_memory_gib"]:
-        raise ValueError(f"{line}: does not fit; set engine_params.optimizer_cpu_offload: true, or more actor_gpus "
-                         "/ expert_parallel")
+        raise ValueError(f"{line}: does not fit; set engine_params.optimizer_cpu_offload: true, more actor_gpus "
+                         "/ expert_parallel, or fewer max_tokens_per_gpu")
     return line
 
 

@@ -7,7 +7,8 @@ image they are /root/slime and /root/Megatron-LM, and FILE is SGLang's python/sg
 (``python3 -c 'import sglang.srt.server_args as m; print(m.__file__)'``).
 
 The sources are read, not imported (Megatron needs triton and Transformer Engine, slime needs SGLang):
-- slime and Megatron: the string literals starting with ``--`` given to any ``add_argument(...)``;
+- slime and Megatron: the string literals starting with ``--`` given to any ``add_argument(...)`` (or
+  slime's ``reset_arg(parser, ...)``);
 - Megatron's ArgumentGroupFactory(<config dataclass>): ``--<field>`` for every annotated field of the
   dataclass and its bases, ``--no-<field>`` / ``--disable-<field>`` for bool fields, and every ``--``
   literal in the class (metadata naming its flags). Excluded fields are kept: the list is a superset,
@@ -39,11 +40,14 @@ def _flag_literals(node: ast.AST) -> set[str]:
     return {n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and _is_flag(n.value)}
 
 
+FLAG_CALLS = ("add_argument", "reset_arg")  # reset_arg: slime's re-definition of a Megatron flag
+
+
 def add_argument_flags(tree: ast.AST) -> set[str]:
-    """``--`` literals passed positionally to any ``*.add_argument(...)`` call."""
+    """``--`` literals passed positionally to any ``*.add_argument(...)`` or ``reset_arg(parser, ...)`` call."""
     flags = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) == "add_argument":
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) in FLAG_CALLS:
             flags |= {arg.value for arg in node.args if isinstance(arg, ast.Constant) and _is_flag(arg.value)}
     return flags
 
