@@ -9,7 +9,7 @@ custom-loss entry (engines.slime.loss.recipe_loss on the stand-in micro-batches 
 tests/fakes/slime_batches.py, every recipe slime can express), it prints the loss on CPU and CUDA,
 their difference, the largest gradient difference, the number of host-device synchronisations
 during the CUDA forward + backward (torch.cuda.set_sync_debug_mode("warn") warns once per sync)
-and the median CUDA time. Without CUDA it prints the CPU columns and says that the CUDA ones are
+and the median CUDA time of forward + backward (inputs already on the device). Without CUDA it prints the CPU columns and says that the CUDA ones are
 skipped. "ok" means loss and gradients agree to 1e-4 (relative to their scale); stabilizers that
 draw random numbers get the same seed on both devices.
 """
@@ -71,32 +71,36 @@ def cuda_ms(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
-def compare(run, cuda: bool, repeats: int) -> dict:
-    """``run(device)`` -> (loss tensor, gradient tensor) after forward + backward."""
-    loss, grad = run("cpu")
+def compare(prepare, step, cuda: bool, repeats: int) -> dict:
+    """``prepare(device)`` -> inputs (not counted or timed); ``step(inputs)`` -> (loss, gradient)
+    after forward + backward: the part whose syncs are counted and whose time is measured."""
+    loss, grad = step(prepare("cpu"))
     row = {"loss_cpu": float(loss)}
     if not cuda:
         return row
-    (loss_cuda, grad_cuda), syncs = count_syncs(lambda: run("cuda"))
+    inputs = prepare("cuda")
+    torch.cuda.synchronize()
+    (loss_cuda, grad_cuda), syncs = count_syncs(lambda: step(inputs))
     dloss = abs(float(loss_cuda) - float(loss))
     dgrad = float((grad_cuda.cpu() - grad).abs().max()) if grad.numel() else 0.0
     scale = max(float(grad.abs().max()) if grad.numel() else 0.0, 1e-12)
-    row.update(loss_cuda=float(loss_cuda), dloss=dloss, dgrad=dgrad, syncs=syncs, ms=cuda_ms(lambda: run("cuda"), repeats),
+    row.update(loss_cuda=float(loss_cuda), dloss=dloss, dgrad=dgrad, syncs=syncs,
+               ms=cuda_ms(lambda: step(inputs), repeats),
                ok=dloss <= TOLERANCE * max(1.0, abs(float(loss))) and dgrad <= TOLERANCE * scale)
     return row
 
 
-def stabilizer_run(name: str, n_tokens: int):
-    def run(device):
-        batch = make_batch(n_tokens, device)
+def stabilizer_check(name: str, n_tokens: int):
+    def step(batch):
+        batch.logp.grad = None
         loss = get(name)(batch).loss
         loss.backward()
         return loss.detach(), batch.logp.grad.detach()
-    return run
+    return lambda device: make_batch(n_tokens, device), step
 
 
 def slime_runs():
-    """(recipe name, run) for the slime loss entry, or a reason it cannot run here."""
+    """(recipe name, prepare, step) for the slime loss entry, or why it cannot run here."""
     try:
         from engines.slime import loss as slime_loss
         from tests.fakes.slime_batches import args_for, make_sample_batch
@@ -112,11 +116,14 @@ def slime_runs():
         if recipe.params.get("quantile_scope", "microbatch") == "global":
             continue  # needs Megatron's data-parallel group
 
-        def run(device, recipe=recipe):
+        def prepare(device):
             logits, batch = make_sample_batch(seed=0)
-            logits = logits.detach().to(device).requires_grad_(True)
-            batch = {key: [t.to(device) if isinstance(t, torch.Tensor) else t for t in value]
-                     for key, value in batch.items()}
+            return logits.detach().to(device).requires_grad_(True), {
+                key: [t.to(device) if isinstance(t, torch.Tensor) else t for t in value] for key, value in batch.items()}
+
+        def step(inputs, recipe=recipe):
+            logits, batch = inputs
+            logits.grad = None
             args = args_for(recipe)
             _, current = get_log_probs_and_entropy(logits, args=slime_args(), unconcat_tokens=batch["unconcat_tokens"],
                                                    total_lengths=batch["total_lengths"],
@@ -127,7 +134,7 @@ def slime_runs():
             loss, _ = slime_loss.recipe_loss(args, batch, current["log_probs"], current["entropy"], reducer, recipe)
             loss.backward()
             return loss.detach(), logits.grad.detach()
-        runs.append((name, run))
+        runs.append((name, prepare, step))
     return runs
 
 
@@ -142,12 +149,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"torch {torch.__version__}, CUDA device: {device}, {args.tokens} tokens per stabilizer batch")
     if not cuda:
         print("CUDA not available: CPU columns only, CUDA columns skipped")
-    rows = [("stabilizer", name, compare(stabilizer_run(name, args.tokens), cuda, args.repeats)) for name in available()]
+    rows = [("stabilizer", name, compare(*stabilizer_check(name, args.tokens), cuda, args.repeats))
+            for name in available()]
     slime = slime_runs()
     if isinstance(slime, str):
         print(slime)
     else:
-        rows += [("slime loss", name, compare(run, cuda, args.repeats)) for name, run in slime]
+        rows += [("slime loss", name, compare(prepare, step, cuda, args.repeats)) for name, prepare, step in slime]
     header = f"{'kind':<11} {'name':<14} {'loss cpu':>12}"
     if cuda:
         header += f" {'loss cuda':>12} {'|dloss|':>9} {'max|dgrad|':>10} {'syncs':>5} {'cuda ms':>8}  ok"
