@@ -289,12 +289,12 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     from engines.slime.launch import resolve_params, slime_flags
 
-    run_config = json.loads((args.run_dir / "train" / "run_config.json").read_text())
-    params = resolve_params(run_config.get("engine_params") or {})
-    emitted = {flag[0] for flag in slime_flags(run_config, params, args.run_dir.resolve(), extra=False)}
     try:
+        run_config = json.loads((args.run_dir / "train" / "run_config.json").read_text())
+        params = resolve_params(run_config.get("engine_params") or {})
+        emitted = {flag[0] for flag in slime_flags(run_config, params, args.run_dir.resolve(), extra=False)}
         lines = preflight(params, emitted, check_files=True, reward=slime_reward(params["rm_type"]))
-    except (ValueError, FileNotFoundError) as error:
+    except (ValueError, OSError, ImportError) as error:  # ImportError: slime missing, not in the container
         raise SystemExit(f"engines.slime.preflight: {error}") from None
     print("\n".join(f"pre-flight: {line}" for line in lines), file=sys.stderr)
 
