@@ -280,3 +280,29 @@ def test_run_executes_the_script_and_writes_status(table1, tmp_path, monkeypatch
     assert submit[-4:] == ["--num-layers", "2", "--hidden-size", "8"]  # MODEL_ARGS expanded last
     assert submit[submit.index("--update-weights-interval") + 1] == "8"
     assert (directory / "train" / "slime_commit.txt").read_text().strip() == "unknown"
+
+
+def test_the_job_runs_the_preflight_before_ray_starts(table1, tmp_path, monkeypatch):
+    slime, calls = fake_job_environment(tmp_path, monkeypatch)
+    table1["engine_params"].update(container_runtime="none", slime_dir=str(slime), slime_commit_check="warn")
+    run_config = resolve_run_config(table1, "grpo", 1, 0)
+    script = launch.write_job_script(run_config, run_dir(table1, "grpo", 1, 0))
+    # a config changed after the dry run (here: the reward) is caught by the job itself
+    changed = dict(run_config, engine_params=dict(run_config["engine_params"], rm_type="deepscaler", reward_key=None))
+    (script.parent / "run_config.json").write_text(json.dumps(changed))
+    result = subprocess.run(["bash", str(script)], capture_output=True, text=True)
+    assert result.returncode != 0
+    assert "engines.slime.preflight: engine_params.rm_type = 'deepscaler' cannot score prompt_format 'dapo'" in (
+        result.stderr)
+    assert not calls.exists()  # ray was never called
+
+
+def test_one_image_everywhere():
+    """The preset's training image, its evaluation server's image and the pin are the image built at
+    the pinned slime commit (envs/slime-container.yaml says how), so the strict commit check passes."""
+    preset = load(PRESET)
+    assert preset["engine_params"]["container"] == PIN["image"]
+    assert f"docker://{PIN['image']}" in preset["eval"]["server"]["command_prefix"]
+    assert preset["engine_params"]["slime_commit_check"] == "strict"
+    readme = (Path(launch.REPO) / "README.md").read_text()
+    assert f"--build-arg SLIME_COMMIT={PIN['slime']['commit']}" in readme and PIN["image"] in readme
