@@ -27,9 +27,9 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: the repository root on the path
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
+import torch
 
-from stabilizers import PolicyBatch, available, get, load_recipes  # noqa: E402
+from stabilizers import PolicyBatch, available, get, load_recipes
 
 TOLERANCE = 1e-4
 RESPONSE_LENGTH = 1024
@@ -104,7 +104,11 @@ def slime_runs():
     try:
         from engines.slime import loss as slime_loss
         from tests.fakes.slime_batches import args_for, make_sample_batch
-        from tests.fakes.slime_standin import get_log_probs_and_entropy, slime_args, sum_of_sample_mean_factory
+        from tests.fakes.slime_standin import (
+            get_log_probs_and_entropy,
+            slime_args,
+            sum_of_sample_mean_factory,
+        )
     except ImportError as error:
         return f"slime loss entry skipped: the stand-in batch builder is not importable ({error})"
     runs = []

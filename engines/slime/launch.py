@@ -39,12 +39,12 @@ from pathlib import Path
 
 import yaml
 
-from harness.grid import check_lag
-from harness.cli import parse_json_arg
-from harness.io import read_jsonl, write_json_atomic, write_text_atomic
 from engines.slime import loss as slime_loss
 from engines.slime import preflight
 from eval.checkpoint import hf_checkpoint_problem
+from harness.cli import parse_json_arg
+from harness.grid import check_lag
+from harness.io import read_jsonl, write_json_atomic, write_text_atomic
 from stabilizers import recipe_from_dict
 
 REPO = Path(__file__).resolve().parents[2]
@@ -370,8 +370,8 @@ def job_script_text(run_config: dict, run_dir: str | Path, *, check_files: bool 
         f'ray start --head --node-ip-address "$MASTER_ADDR" --num-gpus {params["gpus_per_node"]} '
         "--disable-usage-stats --dashboard-host=127.0.0.1 --dashboard-port=8265",
         f"# keep the newest {params['keep_megatron_checkpoints']} Megatron checkpoints while the job runs",
-        f'prune() {{ PYTHONPATH="$REPO" python3 -m engines.slime.retention "$RUN_DIR/train/megatron" '
-        f"--keep {params['keep_megatron_checkpoints']}; }}",
+        (f'prune() {{ PYTHONPATH="$REPO" python3 -m engines.slime.retention "$RUN_DIR/train/megatron" '
+         f"--keep {params['keep_megatron_checkpoints']}; }}"),
         "(while sleep 300; do prune; done) &",
         "PRUNER=$!",
         "trap 'kill $PRUNER 2>/dev/null || true; ray stop; prune' EXIT",

@@ -26,8 +26,8 @@ import json
 import re
 import sys
 from argparse import Namespace
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import yaml
 

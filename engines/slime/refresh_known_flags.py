@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> None:
     flags, patterns = known_flags(args.slime, args.megatron, args.sglang_server_args)
     sglang = f"SGLang {pin['slime']['sglang']} from {args.sglang_server_args}" if args.sglang_server_args else \
         "SGLang: --sglang-* by prefix (no server_args.py given)"
-    header = [f"# Flags slime's parser accepts; written by python -m engines.slime.refresh_known_flags.",
+    header = ["# Flags slime's parser accepts; written by python -m engines.slime.refresh_known_flags.",
               f"# slime {commits['slime']}, Megatron-LM {commits['megatron_lm']}; {sglang}.",
               "# A line ending in '*' is a prefix family (checked by prefix only)."]
     lines = header + sorted(flags) + sorted(f"{p}*" for p in patterns)

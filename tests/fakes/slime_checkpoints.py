@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from safetensors.numpy import save_file
 import numpy as np
+from safetensors.numpy import save_file
 
 
 def write_hf_save(path, *, shards_written: int, total_shards: int = 3) -> Path:
