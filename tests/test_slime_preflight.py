@@ -222,3 +222,31 @@ def test_retention_keeps_the_newest_complete_megatron_saves(tmp_path):
                                                       "latest_checkpointed_iteration.txt"]
     with pytest.raises(ValueError, match="keep must be an integer >= 1"):
         retention.prune(save, 0)
+
+
+def test_refresh_reads_flags_from_sources(tmp_path):
+    """add_argument and slime's reset_arg literals, Megatron's dataclass-made flags (bases, bool -> --no-/
+    --disable-, private fields skipped), and SGLang's server args re-exposed as --sglang-*."""
+    from engines.slime.refresh_known_flags import known_flags
+
+    (tmp_path / "slime" / "slime").mkdir(parents=True)
+    (tmp_path / "slime" / "slime" / "arguments.py").write_text(
+        'def add(parser):\n    parser.add_argument("--rollout-x", "-r", type=int)\n'
+        '    reset_arg(parser, "--custom-config-path", type=str)\n    help = "--not-a-call"\n')
+    training = tmp_path / "megatron" / "megatron" / "training"
+    training.mkdir(parents=True)
+    (training / "arguments.py").write_text(
+        'def add(parser):\n    parser.add_argument("--lr", type=float)\n'
+        '    ArgumentGroupFactory(TrainingConfig, exclude=[]).build_group(parser)\n')
+    (training / "config.py").write_text(
+        "class Base:\n    micro_batch_size: int = 1\n"
+        "class TrainingConfig(Base):\n    use_thing: bool = True\n    _private: int = 0\n"
+        '    other: int = field(metadata={"argparse_meta": {"arg_names": ["--other-name"]}})\n')
+    server_args = tmp_path / "server_args.py"
+    server_args.write_text('def add_cli_args(parser):\n    parser.add_argument("--mem-fraction-static", type=float)\n')
+    flags, patterns = known_flags(tmp_path / "slime", tmp_path / "megatron", server_args)
+    assert flags == {"--rollout-x", "--custom-config-path", "--lr", "--micro-batch-size", "--use-thing",
+                     "--no-use-thing", "--disable-use-thing", "--other", "--other-name",
+                     "--sglang-mem-fraction-static"}
+    assert patterns == {"--router-"}
+    assert known_flags(tmp_path / "slime", tmp_path / "megatron", None)[1] == {"--router-", "--sglang-"}
