@@ -30,6 +30,7 @@ from lm_eval.evaluator import evaluate  # noqa: E402
 from lm_eval.tasks import TaskManager  # noqa: E402
 from lm_eval.tasks._yaml_loader import load_yaml  # noqa: E402
 
+from harness.checkpoint import hf_checkpoint_problem  # noqa: E402
 from harness.io import append_jsonl_atomic, read_jsonl  # noqa: E402
 
 TASKS_DIR = Path(__file__).parent / "tasks"
@@ -187,6 +188,8 @@ def score_run(run_dir: str | Path, task_name: str, settings: dict, *, log=None) 
         for name in REQUIRED_FILES[settings["backend"]]:
             if not (path / name).is_file():
                 raise ScoreError(f"incomplete checkpoint: {path / name} is missing")
+        if settings["backend"] == "server" and (problem := hf_checkpoint_problem(path)):
+            raise ScoreError(f"incomplete checkpoint: {problem}")  # an interrupted HF save is never scored
     with _server_running(settings, pending):
         server_lm = _server_lm(settings) if settings["backend"] == "server" and pending else None
         rows = []

@@ -14,6 +14,7 @@ from harness.io import read_jsonl
 import eval.server
 from eval.server import ServerError, launch_command, sample_seed
 from eval.score import main, score_run
+from fakes.slime_checkpoints import write_hf_save
 from tests.fixtures.fake_sglang import GOLD, FakeSGLang
 
 FIXTURE = Path(__file__).parent / "fixtures" / "aime_mini.jsonl"
@@ -31,10 +32,8 @@ def fake_server():
 
 
 def make_run(root: Path) -> Path:
-    for step in (1, 2):  # HF-format checkpoints as slime saves them (the fake server ignores weights)
-        path = root / "train" / "checkpoints" / f"step_{step}"
-        path.mkdir(parents=True)
-        (path / "config.json").write_text("{}")
+    for step in (1, 2):  # complete HF saves as slime writes them (the fake server ignores weights)
+        write_hf_save(root / "train" / "checkpoints" / f"step_{step}", shards_written=2, total_shards=2)
     return root
 
 

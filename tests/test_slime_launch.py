@@ -11,14 +11,16 @@ from pathlib import Path
 
 import pytest
 import yaml
+from fakes.slime_checkpoints import write_hf_save
 
+import stabilizers.api
+from engines.slime import launch
 from harness.config import load
 from harness.grid import resolve_run_config, run_dir
-from engines.slime import launch
-import stabilizers.api
 from stabilizers import LossOutput
 
 PRESET = Path(__file__).resolve().parents[1] / "workflow" / "presets" / "table1.yaml"
+DAPO_PROMPTS = Path(__file__).resolve().parent / "fixtures" / "dapo_prompts.jsonl"
 PIN = yaml.safe_load((Path(launch.REPO) / "envs" / "slime-container.yaml").read_text())
 
 
@@ -29,7 +31,7 @@ def table1(tmp_path):
     data = tmp_path / "data"
     for name in ("Qwen3-30B-A3B-Base", "Qwen3-30B-A3B-Base_torch_dist"):
         (data / name).mkdir(parents=True)
-    (data / "prompts.jsonl").write_text('{"prompt": "1+1?", "label": "2"}\n')
+    (data / "prompts.jsonl").write_text(DAPO_PROMPTS.read_text())  # DAPO-Math-17k format, as the preset's
     config["results_dir"] = str(tmp_path / "results")
     config["engine_params"].update(hf_checkpoint=str(data / "Qwen3-30B-A3B-Base"),
                                    ref_load=str(data / "Qwen3-30B-A3B-Base_torch_dist"),
@@ -42,6 +44,8 @@ def parse_submit(script: str) -> tuple[list[str], dict[str, list[str]]]:
     command = script[script.index("ray job submit"):].replace("\\\n", " ")
     tokens = shlex.split(command)
     tokens = tokens[tokens.index("--") + 1:]
+    assert tokens[-1] == "${MODEL_ARGS[@]}"  # the model's architecture flags, from slime, last
+    tokens = tokens[:-1]
     first_flag = next(i for i, t in enumerate(tokens) if t.startswith("--"))
     entry, flags, current = tokens[:first_flag], {}, None
     for token in tokens[first_flag:]:
@@ -72,7 +76,11 @@ def assert_paper_settings(flags, train, seed, config):
         "--save-interval": ["16"], "--save-hf": [f"{train}/hf/iter_{{rollout_id}}"],
         "--seed": [str(seed)], "--rollout-seed": [str(seed)], "--num-rollout": ["544"],
         "--rollout-batch-size": ["256"], "--n-samples-per-prompt": ["16"], "--global-batch-size": ["4096"],
-        "--rollout-max-response-len": ["32768"], "--rollout-temperature": ["1.0"], "--rollout-top-p": ["1.0"],
+        "--rollout-max-response-len": ["30720"], "--rollout-temperature": ["1.0"], "--rollout-top-p": ["1.0"],
+        # the Base model's context (engines/slime/models.yaml: the fixture's model has no config.json)
+        "--rollout-max-context-len": ["32768"], "--rollout-max-prompt-len": ["2048"],
+        "--rm-type": ["dapo"], "--reward-key": ["score"], "--num-gpus-per-node": ["8"],
+        "--optimizer-cpu-offload": [], "--overlap-cpu-optimizer-d2h-h2d": [], "--use-precision-aware-optimizer": [],
         "--rollout-top-k": ["-1"], "--actor-num-nodes": ["1"], "--actor-num-gpus-per-node": ["4"],
         "--rollout-num-gpus": ["4"], "--tensor-model-parallel-size": ["4"], "--sequence-parallel": [],
         "--expert-model-parallel-size": ["4"], "--pipeline-model-parallel-size": ["1"],
@@ -95,9 +103,13 @@ def assert_paper_settings(flags, train, seed, config):
 def assert_harness_script(text):
     assert f"SLIME_COMMIT={PIN['slime']['commit']}" in text
     assert "exit 3" in text  # strict commit check
-    assert "apptainer exec --nv" in text and "docker://slimerl/slime:nightly-dev-20260810a-cu129" in text
+    assert "apptainer exec --nv" in text and f"docker://{PIN['image']}" in text
+    assert PIN["image"].endswith(f":{PIN['slime']['commit'][:8]}-cu129")  # the image built at the pinned commit
+    assert "python3 -m engines.slime.preflight" in text.split("ray start")[0]  # checked before Ray starts
+    assert "# pre-flight: memory per training GPU" in text
+    assert "engines.slime.retention" in text and "--keep 2" in text
     assert 'source "$SLIME_DIR/scripts/models/qwen3-30B-A3B.sh"' in text
-    assert "ray start --head" in text and "trap 'ray stop' EXIT" in text
+    assert "ray start --head" in text and "trap 'kill $PRUNER 2>/dev/null || true; ray stop; prune' EXIT" in text
     assert "pkill" not in text and "--force" not in text
     assert f"{launch.REPO}" in text.split("RUNTIME_ENV=")[1].splitlines()[0]  # the harness on PYTHONPATH
 
@@ -171,27 +183,31 @@ def test_bad_input_is_refused_before_anything_is_written(table1, change, error, 
 
 
 def test_pinned_references_are_accepted():
-    for image in ("slimerl/slime:nightly-dev-20260810a-cu129", "registry:5000/slime:v0.3",
+    for image in (PIN["image"], "slimerl/slime:nightly-dev-20260810a-cu129", "registry:5000/slime:v0.3",
                   "slimerl/slime:latest@sha256:" + "a" * 64):
         launch.check_container(image)
 
 
 def test_publish_renames_complete_hf_saves_to_step_directories(tmp_path):
     hf = tmp_path / "train" / "hf"
-    for rollout_id, complete in ((15, True), (31, True), (47, False)):
-        (hf / f"iter_{rollout_id}").mkdir(parents=True)
-        if complete:
-            (hf / f"iter_{rollout_id}" / "config.json").write_text("{}")
+    for rollout_id, shards in ((15, 3), (31, 3), (47, 2)):  # iter_47: killed after 2 of 3 shards
+        write_hf_save(hf / f"iter_{rollout_id}", shards_written=shards)
+    write_hf_save(hf / "iter_63", shards_written=1, total_shards=1)  # a single-file save (no index)
     (tmp_path / "train" / "checkpoints" / "step_16").mkdir(parents=True)  # from an earlier attempt
-    published = launch.publish_hf_checkpoints(tmp_path)
-    assert [p.name for p in published] == ["step_16", "step_32"]
-    assert (tmp_path / "train" / "checkpoints" / "step_16" / "config.json").exists()
+    published, problems = launch.publish_hf_checkpoints(tmp_path)
+    assert [p.name for p in published] == ["step_16", "step_32", "step_64"]
+    assert (tmp_path / "train" / "checkpoints" / "step_16" / "model.safetensors.index.json").exists()
     assert (hf / "iter_47").exists() and not (hf / "iter_15").exists()
+    assert len(problems) == 1 and "iter_47" in problems[0] and "model.safetensors.index.json" in problems[0]
 
 
 FAKE_RAY = r'''#!{python}
-"""A fake `ray`: records its calls; `job submit` plays a slime job writing what slime + the hooks write."""
+"""A fake `ray`: records its calls; `job submit` plays a slime job writing what slime + the hooks write,
+in slime's order: the Megatron save, then the HF save (config.json, shards, the index last); a job
+killed after FAKE_RAY_FAIL_AFTER steps dies in the middle of its last HF save."""
 import json, os, sys
+sys.path.insert(0, {tests!r})
+from fakes.slime_checkpoints import write_hf_save, write_megatron_save
 calls = os.environ["FAKE_RAY_CALLS"]
 with open(calls, "a") as f:
     f.write(json.dumps(sys.argv[1:]) + "\n")
@@ -206,46 +222,87 @@ if sys.argv[1:3] == ["job", "submit"]:
         for rollout_id in range(min(steps, fail_after)):
             f.write(json.dumps({{"step": rollout_id + 1, "loss": -0.1, "grad_norm": 1.0}}) + "\n")
             if (rollout_id + 1) % every == 0 or rollout_id == steps - 1:
-                out = value("--save-hf").format(rollout_id=rollout_id)
-                os.makedirs(out)
-                open(os.path.join(out, "config.json"), "w").write("{{}}")
+                write_megatron_save(value("--save"), rollout_id)
+                killed = fail_after < steps and rollout_id == fail_after - 1
+                write_hf_save(value("--save-hf").format(rollout_id=rollout_id), shards_written=1 if killed else 3)
     sys.exit(1 if fail_after < steps else 0)
 '''
 
 
-@pytest.mark.parametrize("fail_after", [None, 3])
-def test_run_executes_the_script_and_writes_status(table1, tmp_path, monkeypatch, fail_after):
+def fake_job_environment(tmp_path, monkeypatch) -> Path:
+    """PATH with the fake `ray` and a `python3` that is this interpreter, slime's stand-in package on
+    PYTHONPATH, a fake slime checkout with the model's script; returns the ray call log."""
     slime = tmp_path / "fake_slime"
     (slime / "scripts" / "models").mkdir(parents=True)
-    (slime / "scripts" / "models" / "tiny.sh").write_text("MODEL_ARGS=(--num-layers 2 --hidden-size 8)\n")
+    (slime / "scripts" / "models" / "qwen3-30B-A3B.sh").write_text("MODEL_ARGS=(--num-layers 2 --hidden-size 8)\n")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "ray").write_text(FAKE_RAY.format(python=sys.executable))
-    (bin_dir / "ray").chmod(0o755)
+    (bin_dir / "ray").write_text(FAKE_RAY.format(python=sys.executable, tests=str(Path(__file__).parent)))
+    (bin_dir / "python3").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    for tool in ("ray", "python3"):
+        (bin_dir / tool).chmod(0o755)
     calls = tmp_path / "ray_calls.jsonl"
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent / "fakes" / "slime_pkg"))
     monkeypatch.setenv("FAKE_RAY_CALLS", str(calls))
+    return slime, calls
+
+
+@pytest.mark.parametrize("fail_after", [None, 6])
+def test_run_executes_the_script_and_writes_status(table1, tmp_path, monkeypatch, fail_after):
+    slime, calls = fake_job_environment(tmp_path, monkeypatch)
     if fail_after:
         monkeypatch.setenv("FAKE_RAY_FAIL_AFTER", str(fail_after))
-    table1.update(steps=8, eval_every=4)
-    table1["engine_params"].update(container_runtime="none", slime_dir=str(slime), slime_commit_check="warn",
-                                   model_type="tiny")
+    table1.update(steps=8, eval_every=2)
+    table1["engine_params"].update(container_runtime="none", slime_dir=str(slime), slime_commit_check="warn")
     run_config = resolve_run_config(table1, "sat_grpo", 8, 0)
     directory = run_dir(table1, "sat_grpo", 8, 0)
+    megatron = directory / "train" / "megatron"
 
-    if fail_after:
-        with pytest.raises(RuntimeError, match="exited with code 1 after step 3"):
+    if fail_after:  # killed in the middle of the HF save of step 6, after its Megatron save
+        with pytest.raises(RuntimeError, match="exited with code 1 after step 6"):
             launch.run(run_config, directory)
         status = json.loads((directory / "train" / "status.json").read_text())
-        assert (status["status"], status["step"]) == ("failed", 3)
+        assert (status["status"], status["step"]) == ("failed", 6)
+        assert sorted(p.name for p in (directory / "train" / "checkpoints").iterdir()) == ["step_2", "step_4"]
+        assert "iter_5" in status["incomplete_hf_checkpoints"][0]
+        assert sorted(p.name for p in megatron.glob("iter_*")) == ["iter_0000003", "iter_0000005"]
         return
     assert launch.run(run_config, directory) == "completed"
     status = json.loads((directory / "train" / "status.json").read_text())
     assert (status["status"], status["step"]) == ("completed", 8)
-    assert sorted(p.name for p in (directory / "train" / "checkpoints").iterdir()) == ["step_4", "step_8"]
+    assert sorted(p.name for p in (directory / "train" / "checkpoints").iterdir()) == [
+        "step_2", "step_4", "step_6", "step_8"]
+    assert sorted(p.name for p in megatron.glob("iter_*")) == ["iter_0000005", "iter_0000007"]  # keep 2
     recorded = [json.loads(line) for line in calls.read_text().splitlines()]
     assert [c[:2] for c in recorded] == [["start", "--head"], ["job", "submit"], ["stop"]]
     submit = recorded[1]
     assert submit[-4:] == ["--num-layers", "2", "--hidden-size", "8"]  # MODEL_ARGS expanded last
     assert submit[submit.index("--update-weights-interval") + 1] == "8"
     assert (directory / "train" / "slime_commit.txt").read_text().strip() == "unknown"
+
+
+def test_the_job_runs_the_preflight_before_ray_starts(table1, tmp_path, monkeypatch):
+    slime, calls = fake_job_environment(tmp_path, monkeypatch)
+    table1["engine_params"].update(container_runtime="none", slime_dir=str(slime), slime_commit_check="warn")
+    run_config = resolve_run_config(table1, "grpo", 1, 0)
+    script = launch.write_job_script(run_config, run_dir(table1, "grpo", 1, 0))
+    # a config changed after the dry run (here: the reward) is caught by the job itself
+    changed = dict(run_config, engine_params=dict(run_config["engine_params"], rm_type="deepscaler", reward_key=None))
+    (script.parent / "run_config.json").write_text(json.dumps(changed))
+    result = subprocess.run(["bash", str(script)], check=False, capture_output=True, text=True)
+    assert result.returncode != 0
+    assert "engines.slime.preflight: engine_params.rm_type = 'deepscaler' cannot score prompt_format 'dapo'" in (
+        result.stderr)
+    assert not calls.exists()  # ray was never called
+
+
+def test_one_image_everywhere():
+    """The preset's training image, its evaluation server's image and the pin are the image built at
+    the pinned slime commit (envs/slime-container.yaml says how), so the strict commit check passes."""
+    preset = load(PRESET)
+    assert preset["engine_params"]["container"] == PIN["image"]
+    assert f"docker://{PIN['image']}" in preset["eval"]["server"]["command_prefix"]
+    assert preset["engine_params"]["slime_commit_check"] == "strict"
+    readme = (Path(launch.REPO) / "README.md").read_text()
+    assert f"--build-arg SLIME_COMMIT={PIN['slime']['commit']}" in readme and PIN["image"] in readme

@@ -9,6 +9,9 @@ Modules (slime and megatron are imported lazily, inside the functions that run i
 - ``driver``: the constant-lag training loop over slime's Ray actors.
 - ``lag``: slime weight version -> trainer version, per lag mode.
 - ``metrics``: the hooks that write train/rollouts.jsonl and train/metrics.jsonl.
+- ``preflight``: the checks before the first GPU-hour (reward vs prompt format, memory per GPU,
+  context, extra_args vs known_flags.txt, which ``refresh_known_flags`` rebuilds from the sources).
+- ``retention``: keeps the newest Megatron checkpoints of a run.
 The software these target is pinned in envs/slime-container.yaml.
 """
 from __future__ import annotations

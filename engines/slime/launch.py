@@ -12,12 +12,18 @@ Megatron flag of the run, and stops its own Ray on exit. It never kills other pr
 example scripts run ``pkill -9 python``). The recipe reaches the trainer through
 ``--custom-config-path train/slime_custom.yaml`` (keys land on slime's args).
 
-Checkpoints: Megatron's (for resuming) in train/megatron/, HF ones written by slime's
+Checkpoints: Megatron's (for resuming) in train/megatron/, the last ``keep_megatron_checkpoints``
+kept (engines.slime.retention, every few minutes while the job runs); HF ones written by slime's
 ``--save-hf train/hf/iter_{rollout_id}`` every ``eval_every`` steps and renamed to
 train/checkpoints/step_<rollout_id + 1>/ when the job ends, where the evaluation stage finds them.
+Only complete HF saves are published (harness.checkpoint); an interrupted one is reported in
+train/status.json and left in train/hf/.
 
 Everything is checked before the script is written: a recipe slime cannot express, a missing
-model or data path, an unpinned container, inconsistent batch or parallel sizes.
+model or data path, an unpinned container, inconsistent batch or parallel sizes, and the
+pre-flight checks of engines.slime.preflight (reward vs prompt format, memory per GPU, context,
+extra_args), whose report heads train/job.sh. The job runs the pre-flight again, with slime's own
+reward functions, before it starts Ray.
 """
 from __future__ import annotations
 
@@ -33,10 +39,12 @@ from pathlib import Path
 
 import yaml
 
-from harness.grid import check_lag
-from harness.cli import parse_json_arg
-from harness.io import read_jsonl, write_json_atomic, write_text_atomic
 from engines.slime import loss as slime_loss
+from engines.slime import preflight
+from harness.checkpoint import hf_checkpoint_problem
+from harness.cli import parse_json_arg
+from harness.grid import check_lag
+from harness.io import read_jsonl, write_json_atomic, write_text_atomic
 from stabilizers import recipe_from_named_dict
 
 REPO = Path(__file__).resolve().parents[2]
@@ -63,7 +71,9 @@ DEFAULTS = {
     "input_key": "prompt",
     "label_key": "label",
     "apply_chat_template": False,
-    "rm_type": "deepscaler",
+    "prompt_format": None,           # dapo | boxed | think: what the prompts make the policy write (preflight)
+    "rm_type": None,                 # slime's reward (--rm-type): it must score prompt_format (preflight)
+    "reward_key": None,              # the score's key when the reward returns a dict (dapo: score)
     # rollout
     "rollout_batch_size": None,      # prompts per step
     "n_samples_per_prompt": None,
@@ -72,6 +82,7 @@ DEFAULTS = {
     "rollout_temperature": 1.0,
     "rollout_top_p": 1.0,
     "rollout_top_k": -1,
+    "rollout_max_context_len": None,  # prompt + response; None: the model's max_position_embeddings
     # resources and parallelism (one node)
     "gpus_per_node": 8,
     "actor_gpus": 4,
@@ -85,6 +96,8 @@ DEFAULTS = {
     "sequence_parallel": True,
     "max_tokens_per_gpu": 16384,
     "sglang_mem_fraction": 0.7,
+    "gpu_memory_gib": None,          # memory of one GPU: the pre-flight memory estimate must fit in it
+    "optimizer_cpu_offload": False,  # Adam states on the CPU (slime's Qwen3-30B-A3B example does this)
     # optimisation
     "lr": 1.0e-6,
     "adam_beta1": 0.9,
@@ -95,8 +108,10 @@ DEFAULTS = {
     "kl_loss_type": "low_var_kl",
     "entropy_coef": 0.0,
     "save_optimizer": True,          # False: smaller Megatron checkpoints, but a resume restarts Adam
-    "extra_args": [],                # further slime / Megatron flags, appended verbatim
+    "keep_megatron_checkpoints": 2,  # the newest N Megatron saves are kept (HF ones all stay)
+    "extra_args": [],                # further slime / Megatron / SGLang flags (none the launcher sets)
 }
+OPTIONAL = ("reward_key", "rollout_max_context_len")  # None is a valid value
 
 
 def pinned_container() -> dict:
@@ -132,7 +147,7 @@ def resolve_params(engine_params: dict) -> dict:
                          ("megatron_dir", pin["paths_in_image"]["megatron_lm"])):
         if params[key] is None:
             params[key] = default
-    missing = sorted(key for key, value in params.items() if value is None)
+    missing = sorted(key for key, value in params.items() if value is None and key not in OPTIONAL)
     if missing:
         raise ValueError(f"slime engine_params missing required key(s) {missing}")
     check_container(params["container"])
@@ -144,7 +159,7 @@ def resolve_params(engine_params: dict) -> dict:
     for key in ("rollout_batch_size", "n_samples_per_prompt", "global_batch_size", "rollout_max_response_len",
                 "gpus_per_node", "actor_gpus", "rollout_gpus", "rollout_gpus_per_engine", "tensor_parallel",
                 "pipeline_parallel", "context_parallel", "expert_parallel", "expert_tensor_parallel",
-                "max_tokens_per_gpu"):
+                "max_tokens_per_gpu", "keep_megatron_checkpoints"):
         value = params[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"engine_params.{key} must be an integer >= 1, got {value!r}")
@@ -168,6 +183,15 @@ def resolve_params(engine_params: dict) -> dict:
     if params["rollout_top_p"] != 1.0:
         raise ValueError("engine_params.rollout_top_p must be 1.0 (the paper's; slime's top-p log-prob replay "
                          "is not wired into the loss adapter)")
+    if params["prompt_format"] not in preflight.PROMPT_FORMATS:
+        raise ValueError(f"engine_params.prompt_format = {params['prompt_format']!r}; expected one of "
+                         f"{sorted(preflight.PROMPT_FORMATS)}")
+    context = params["rollout_max_context_len"]
+    if context is not None and (isinstance(context, bool) or not isinstance(context, int) or context < 2):
+        raise ValueError(f"engine_params.rollout_max_context_len must be null or an integer >= 2, got {context!r}")
+    memory = params["gpu_memory_gib"]
+    if isinstance(memory, bool) or not isinstance(memory, (int, float)) or memory <= 0:
+        raise ValueError(f"engine_params.gpu_memory_gib must be a number > 0, got {memory!r}")
     if not isinstance(params["extra_args"], list) or not isinstance(params["binds"], list):
         raise ValueError("engine_params.extra_args and engine_params.binds must be lists")
     if not isinstance(params["env"], dict):
@@ -195,10 +219,11 @@ def custom_config(run_config: dict, run_dir: Path) -> dict:
             "stalebench_run_key": run_config.get("run_key")}
 
 
-def slime_flags(run_config: dict, params: dict, run_dir: Path) -> list[tuple[str, ...]]:
-    """Every slime / Megatron flag of the run, one tuple per flag (flag, *values); MODEL_ARGS come
-    from the model's script in the container."""
+def slime_flags(run_config: dict, params: dict, run_dir: Path, *, extra: bool = True) -> list[tuple[str, ...]]:
+    """Every slime / Megatron flag of the run, one tuple per flag (flag, *values), extra_args last
+    unless ``extra`` is False; MODEL_ARGS come from the model's script in the container."""
     recipe = recipe_of(run_config)
+    context = preflight.model_context(params, preflight.model_shape(params["model_type"]))
     train = run_dir / "train"
     eps_low, eps_high = recipe.params.get("eps_low", 0.2), recipe.params.get("eps_high", 0.2)
     flags = [
@@ -213,6 +238,7 @@ def slime_flags(run_config: dict, params: dict, run_dir: Path) -> list[tuple[str
         ("--prompt-data", params["prompt_data"]), ("--input-key", params["input_key"]),
         ("--label-key", params["label_key"]), *([("--apply-chat-template",)] if params["apply_chat_template"] else []),
         ("--rollout-shuffle",), ("--rm-type", params["rm_type"]),
+        *([("--reward-key", params["reward_key"])] if params["reward_key"] else []),
         ("--num-rollout", str(run_config["steps"])),
         ("--rollout-batch-size", str(params["rollout_batch_size"])),
         ("--n-samples-per-prompt", str(params["n_samples_per_prompt"])),
@@ -220,7 +246,11 @@ def slime_flags(run_config: dict, params: dict, run_dir: Path) -> list[tuple[str
         ("--rollout-max-response-len", str(params["rollout_max_response_len"])),
         ("--rollout-temperature", str(params["rollout_temperature"])),
         ("--rollout-top-p", str(params["rollout_top_p"])), ("--rollout-top-k", str(params["rollout_top_k"])),
+        # slime asks SGLang for max_new_tokens whatever the prompt's length: longer prompts are dropped
+        ("--rollout-max-context-len", str(context)),
+        ("--rollout-max-prompt-len", str(context - params["rollout_max_response_len"])),
         # resources and parallelism (asynchronous: trainer and SGLang on separate GPUs)
+        ("--num-gpus-per-node", str(params["gpus_per_node"])),
         ("--actor-num-nodes", "1"), ("--actor-num-gpus-per-node", str(params["actor_gpus"])),
         ("--rollout-num-gpus", str(params["rollout_gpus"])),
         ("--rollout-num-gpus-per-engine", str(params["rollout_gpus_per_engine"])),
@@ -258,7 +288,9 @@ def slime_flags(run_config: dict, params: dict, run_dir: Path) -> list[tuple[str
         ("--accumulate-allreduce-grads-in-fp32",), ("--attention-softmax-in-fp32",),
         ("--attention-backend", "flash"),
     ]
-    if params["extra_args"]:
+    if params["optimizer_cpu_offload"]:  # as slime's own Qwen3-30B-A3B script
+        flags += [("--optimizer-cpu-offload",), ("--overlap-cpu-optimizer-d2h-h2d",), ("--use-precision-aware-optimizer",)]
+    if extra and params["extra_args"]:
         flags.append(tuple(str(arg) for arg in params["extra_args"]))
     return flags
 
@@ -294,6 +326,8 @@ def job_script_text(run_config: dict, run_dir: str | Path, *, check_files: bool 
         check_paths(params)
     pin = pinned_container()
     flags = slime_flags(run_config, params, run_dir)
+    emitted = {flag[0] for flag in slime_flags(run_config, params, run_dir, extra=False)}
+    report = preflight.preflight(params, emitted, check_files=check_files)
     # mount the harness, the run and what the job reads at the same paths inside the container
     data = [params["hf_checkpoint"], params["ref_load"], str(Path(params["prompt_data"]).parent), *params["binds"]]
     binds = sorted({str(REPO), str(run_dir), *(str(Path(p).resolve()) for p in data)})
@@ -306,8 +340,10 @@ def job_script_text(run_config: dict, run_dir: str | Path, *, check_files: bool 
         f"# stalebench slime job: recipe {recipe}, lag {run_config['lag']} ({run_config['lag_mode']}), "
         f"seed {run_config['seed']}, run key {run_config.get('run_key')}",
         "# Generated by engines.slime.launch from the run's config.json; regenerate rather than edit.",
+        *[f"# pre-flight: {line}" for line in report],
         "set -euo pipefail",
         f"RUN_DIR={shlex.quote(str(run_dir))}",
+        f"REPO={shlex.quote(str(REPO))}",
         f"SLIME_DIR={shlex.quote(params['slime_dir'])}",
         f"SLIME_COMMIT={pin['slime']['commit']}",
     ]
@@ -326,11 +362,18 @@ def job_script_text(run_config: dict, run_dir: str | Path, *, check_files: bool 
         f"source \"$SLIME_DIR/scripts/models/{params['model_type']}.sh\"  # defines MODEL_ARGS",
         *[f"export {k}={shlex.quote(str(v))}" for k, v in sorted(params["env"].items())],
         "export PYTHONUNBUFFERED=1",
+        "# the pre-flight checks again, with slime's own reward functions, before any GPU work",
+        'PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" python3 -m engines.slime.preflight --run-dir "$RUN_DIR"',
         'export MASTER_ADDR="${MASTER_ADDR:-127.0.0.1}"',
         "# a private Ray head for this job, stopped on exit; nothing else on the node is touched",
         f'ray start --head --node-ip-address "$MASTER_ADDR" --num-gpus {params["gpus_per_node"]} '
         "--disable-usage-stats --dashboard-host=127.0.0.1 --dashboard-port=8265",
-        "trap 'ray stop' EXIT",
+        f"# keep the newest {params['keep_megatron_checkpoints']} Megatron checkpoints while the job runs",
+        (f'prune() {{ PYTHONPATH="$REPO" python3 -m engines.slime.retention "$RUN_DIR/train/megatron" '
+         f"--keep {params['keep_megatron_checkpoints']}; }}"),
+        "(while sleep 300; do prune; done) &",
+        "PRUNER=$!",
+        "trap 'kill $PRUNER 2>/dev/null || true; ray stop; prune' EXIT",
         f"RUNTIME_ENV={shlex.quote(runtime_env)}",
         'ray job submit --address="http://127.0.0.1:8265" --runtime-env-json="$RUNTIME_ENV" \\',
         f"  -- {' '.join(entrypoint(run_config))} \\",
@@ -346,19 +389,24 @@ def write_job_script(run_config: dict, run_dir: str | Path, *, check_files: bool
     text = job_script_text(run_config, run_dir, check_files=check_files)
     train = run_dir / "train"
     write_text_atomic(train / "slime_custom.yaml", yaml.safe_dump(custom_config(run_config, run_dir), sort_keys=True))
+    write_json_atomic(train / "run_config.json", run_config)  # what the job's pre-flight reads
     write_text_atomic(train / "job.sh", text)
     (train / "job.sh").chmod(0o755)
     return train / "job.sh"
 
 
-def publish_hf_checkpoints(run_dir: str | Path) -> list[Path]:
-    """Rename slime's HF saves train/hf/iter_<r>/ to train/checkpoints/step_<r + 1>/ (the layout the
-    evaluation stage reads). An incomplete save (no config.json) is left where it is."""
+def publish_hf_checkpoints(run_dir: str | Path) -> tuple[list[Path], list[str]]:
+    """Rename slime's complete HF saves train/hf/iter_<r>/ to train/checkpoints/step_<r + 1>/ (the
+    layout the evaluation stage reads). Returns (published, problems): an incomplete save (eval.
+    checkpoint: index + every shard it names) stays where it is and is reported, never published."""
     train = Path(run_dir) / "train"
-    published = []
+    published, problems = [], []
     for source in sorted((train / "hf").glob("iter_*")):
         match = re.fullmatch(r"iter_(\d+)", source.name)
-        if not match or not (source / "config.json").exists():
+        if not match:
+            continue
+        if problem := hf_checkpoint_problem(source):
+            problems.append(problem)
             continue
         target = train / "checkpoints" / f"step_{int(match.group(1)) + 1}"
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -370,7 +418,7 @@ def publish_hf_checkpoints(run_dir: str | Path) -> list[Path]:
         else:
             source.rename(target)
         published.append(target)
-    return published
+    return published, problems
 
 
 def final_status(run_config: dict, run_dir: Path, returncode: int) -> dict:
@@ -389,8 +437,12 @@ def run(run_config: dict, run_dir: str | Path) -> str:
     run_dir = Path(run_dir).resolve()
     script = write_job_script(run_config, run_dir)
     returncode = subprocess.run(["bash", str(script)], cwd=run_dir).returncode
-    publish_hf_checkpoints(run_dir)
+    _, incomplete = publish_hf_checkpoints(run_dir)
+    for problem in incomplete:
+        print(f"engines.slime.launch: incomplete HF checkpoint not published: {problem}", file=sys.stderr)
     status = final_status(run_config, run_dir, returncode)
+    if incomplete:
+        status["incomplete_hf_checkpoints"] = incomplete
     write_json_atomic(run_dir / "train" / "status.json", status)
     if status["status"] == "failed":
         raise RuntimeError(f"{run_dir}: {status['message']} (log: the job's output above)")

@@ -1,0 +1,303 @@
+"""Checks that must pass before a slime job spends its first GPU-hour.
+
+Run by the dry run (engines.slime.launch writes their report into train/job.sh) and by every job
+before it starts Ray (``python3 -m engines.slime.preflight --run-dir DIR``, with slime's own reward
+functions). Each check raises ValueError naming the engine_params key:
+
+- reward: slime's reward ``rm_type`` must score the prompt format of the data. It is run on the
+  shipped sample responses of that format (engines/slime/reward_samples.jsonl): every correct
+  answer must score above every wrong one. (slime's ``deepscaler`` scores 0 unless the response
+  holds ``</think>`` or ``###Response``, which a base model without a chat template never writes.)
+  With the data on disk, every prompt must carry the format's instruction and, for ``dapo``, every
+  label must be an integer (slime's DAPO scorer converts it with int(float(label))).
+- memory: parameters, gradients, Adam states and one micro-batch's activations per training GPU
+  (estimate_memory) must fit in ``gpu_memory_gib``; the estimate is printed.
+- context: a response of ``rollout_max_response_len`` tokens must leave room for a prompt in the
+  model's context.
+- extra_args: no flag the launcher sets (argparse keeps the last value, so an override would silently
+  change the run) and no flag slime, Megatron or SGLang does not define (slime ignores unknown flags):
+  engines/slime/known_flags.txt, refreshed by engines/slime/refresh_known_flags.py.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import sys
+from argparse import Namespace
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+
+from harness.io import read_jsonl
+
+HERE = Path(__file__).resolve().parent
+MODELS = HERE / "models.yaml"
+REWARD_SAMPLES = HERE / "reward_samples.jsonl"
+KNOWN_FLAGS = HERE / "known_flags.txt"
+GIB = 1024 ** 3
+
+# What the prompts make the policy write, and the text every prompt of that format carries.
+PROMPT_FORMATS = {
+    "dapo": ("a last line 'Answer: <integer>' (DAPO-Math-17k prompts)", "Answer:"),
+    "boxed": ("the final answer in \\boxed{...}", "\\boxed"),
+    "think": ("reasoning closed by </think> (a thinking chat template), then \\boxed{...}", None),
+}
+# What each of slime's rule-based rewards needs in a response to give it a positive score.
+REWARD_NEEDS = {
+    "dapo": "a line 'Answer: <integer>' in the last 300 characters; the result is a dict (reward_key: score)",
+    "deepscaler": "'</think>' or '###Response' before a \\boxed{...} answer, else 0",
+    "math": "a \\boxed{...} answer",
+}
+# Flags the launcher owns although it emits them only in some runs, or never (they would bypass a
+# check or change what the harness measures); the flags it emits for the run are owned too.
+OWNED_FLAGS = frozenset({
+    "--apply-chat-template", "--no-save-optim", "--sequence-parallel", "--calculate-per-token-loss",
+    "--use-rollout-routing-replay", "--use-kl-loss", "--kl-loss-coef", "--kl-loss-type", "--reward-key",
+    "--update-weights-interval", "--optimizer-cpu-offload", "--overlap-cpu-optimizer-d2h-h2d",
+    "--use-precision-aware-optimizer", "--colocate", "--use-tis", "--custom-rm-path", "--eval-interval",
+    "--rollout-max-prompt-len", "--save-hf",
+})
+
+
+# --- reward --------------------------------------------------------------------------------------
+
+def _boxed(text: str) -> str | None:
+    """The content of the last \\boxed{...} (braces balanced), or None."""
+    start = text.rfind("\\boxed{")
+    if start < 0:
+        return None
+    depth, begin = 0, start + len("\\boxed{")
+    for i in range(begin - 1, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        if depth == 0:
+            return text[begin:i]
+    return None
+
+
+def _same(answer: str | None, label) -> bool:
+    if answer is None:
+        return False
+    answer, label = answer.strip().strip("$. "), str(label).strip()
+    try:
+        return float(answer) == float(label)
+    except ValueError:
+        return answer == label
+
+
+def rule_reward(rm_type: str) -> Callable[[str, str], float | dict]:
+    """A model of slime's rule-based reward ``rm_type`` (slime/rollout/rm_hub at the pinned commit)
+    for the dry run, where slime is not importable: the response parts it reads, the values it returns."""
+    def deepscaler(response, label):
+        for tag in ("</think>", "###Response"):
+            if tag in response:
+                return int(_same(_boxed(response.split(tag)[-1 if tag == "</think>" else 1]), label))
+        return 0
+
+    def dapo(response, label):
+        found = re.findall(r"(?i)Answer\s*:\s*([^\n]+)", response[-300:])
+        correct = bool(found) and found[-1].strip().strip("$. ") == str(int(float(label)))
+        return {"score": 1.0 if correct else -1.0, "acc": correct}
+
+    rules = {"deepscaler": deepscaler, "dapo": dapo, "math": lambda response, label: int(_same(_boxed(response), label))}
+    if rm_type not in rules:
+        raise ValueError(f"engine_params.rm_type = {rm_type!r}: the pre-flight knows no scoring rule for it; "
+                         f"known: {sorted(rules)}")
+    return rules[rm_type]
+
+
+def slime_reward(rm_type: str) -> Callable[[str, str], float | dict]:
+    """slime's own reward dispatch (inside the job's container)."""
+    from slime.rollout.rm_hub import async_rm
+    from slime.utils.types import Sample
+
+    args = Namespace(rm_type=rm_type, custom_rm_path=None)
+    return lambda response, label: asyncio.run(async_rm(args, Sample(prompt="", response=response, label=label)))
+
+
+def check_reward(params: dict, reward: Callable[[str, str], float | dict]) -> str:
+    """Correct sample answers of the prompt format must score above wrong ones."""
+    fmt, rm_type, key = params["prompt_format"], params["rm_type"], params["reward_key"]
+    samples = [row for row in read_jsonl(REWARD_SAMPLES) if row["format"] == fmt]
+    scores = {True: [], False: []}
+    for row in samples:
+        value = reward(row["response"], row["label"])
+        if isinstance(value, dict):
+            if key not in value:
+                raise ValueError(f"engine_params.rm_type = {rm_type!r} returns {sorted(value)}: set engine_params."
+                                 f"reward_key to the score's key (got {key!r})")
+            value = value[key]
+        scores[row["correct"]].append(float(value))
+    if min(scores[True]) <= max(scores[False]):
+        raise ValueError(
+            f"engine_params.rm_type = {rm_type!r} cannot score prompt_format {fmt!r} ({PROMPT_FORMATS[fmt][0]}): "
+            f"on the sample responses of {REWARD_SAMPLES.name} correct answers score {scores[True]} and wrong ones "
+            f"{scores[False]}, so every reward would carry no signal. {rm_type!r} needs "
+            f"{REWARD_NEEDS.get(rm_type, 'its own format')}.")
+    return (f"reward: {rm_type} scores prompt_format {fmt}: correct samples {min(scores[True])}, "
+            f"wrong ones <= {max(scores[False])}")
+
+
+def check_prompts(params: dict) -> str:
+    """Every prompt carries its format's instruction; DAPO labels are integers."""
+    fmt, path = params["prompt_format"], Path(params["prompt_data"])
+    if fmt == "think" and not params["apply_chat_template"]:
+        raise ValueError("engine_params.prompt_format = 'think' needs apply_chat_template: true (the chat template "
+                         "makes the model write </think>)")
+    marker = PROMPT_FORMATS[fmt][1]
+    rows = read_jsonl(path)
+    for line, row in enumerate(rows, 1):
+        prompt, label = row.get(params["input_key"]), row.get(params["label_key"])
+        if prompt is None or label is None:
+            raise ValueError(f"{path} line {line}: no {params['input_key']!r} or {params['label_key']!r} "
+                             "(engine_params.input_key / label_key)")
+        if marker and marker not in (prompt if isinstance(prompt, str) else json.dumps(prompt, ensure_ascii=False)):
+            raise ValueError(f"{path} line {line}: the prompt does not ask for {marker!r}, but engine_params."
+                             f"prompt_format = {fmt!r} ({PROMPT_FORMATS[fmt][0]})")
+        if params["rm_type"] == "dapo" and not re.fullmatch(r"\s*-?\d+(\.0*)?\s*", str(label)):
+            raise ValueError(f"{path} line {line}: label {label!r} is not an integer, which slime's dapo reward needs")
+    return f"prompts: {len(rows)} rows of {path} in prompt_format {fmt}"
+
+
+# --- memory and context --------------------------------------------------------------------------
+
+def model_shape(model_type: str) -> dict:
+    shapes = yaml.safe_load(MODELS.read_text())
+    if model_type not in shapes:
+        raise ValueError(f"engine_params.model_type = {model_type!r} has no shape in {MODELS}; add it from "
+                         f"slime's scripts/models/{model_type}.sh")
+    return shapes[model_type]
+
+
+def parameter_counts(shape: dict) -> tuple[int, int]:
+    """(non-expert, expert) parameters of a Megatron GPT model with SwiGLU MLPs and RMSNorm."""
+    h, layers = shape["hidden_size"], shape["num_layers"]
+    q, kv = shape["num_attention_heads"] * shape["kv_channels"], shape["num_query_groups"] * shape["kv_channels"]
+    attention = h * q + 2 * h * kv + q * h + (2 * shape["kv_channels"] if shape["qk_layernorm"] else 0)
+    norms = 2 * h
+    router = h * shape["num_experts"] if shape["num_experts"] else 0
+    dense_mlp = 3 * h * shape["dense_ffn_hidden_size"]
+    embeddings = shape["vocab_size"] * h * (2 if shape["untie_embeddings_and_output_weights"] else 1) + h
+    experts = layers * shape["num_experts"] * 3 * h * shape["moe_ffn_hidden_size"]
+    return layers * (attention + norms + router + dense_mlp) + embeddings, experts
+
+
+def estimate_memory(params: dict, shape: dict) -> dict:
+    """GiB per training GPU under Megatron with slime's settings.
+
+    Static state: bf16 parameters (2 B), fp32 gradient buffers (4 B, --accumulate-allreduce-grads-
+    in-fp32) and the distributed optimizer's fp32 master weights + Adam moments (12 B, sharded over
+    the data-parallel ranks; slime always enables --use-distributed-optimizer), none of it with
+    optimizer_cpu_offload. Non-expert weights shard over TP x PP, experts over EP x ETP x PP.
+    Activations of one micro-batch of max_tokens_per_gpu tokens T under the launcher's full uniform
+    recomputation: each layer's bf16 input (2 h bytes per token), one layer recomputed at a time
+    (34 h bytes per token: Korthikanti et al. 2022, sequence parallel, flash attention), all over TP,
+    plus the fp32 logits and their gradient (2 x 4 V bytes per token over TP). The CUDA context,
+    NCCL buffers and fragmentation come on top."""
+    world, tp, pp = params["actor_gpus"], params["tensor_parallel"], params["pipeline_parallel"]
+    ep = params["expert_parallel"] * params["expert_tensor_parallel"]
+    dense, experts = parameter_counts(shape)
+    per_gpu = {"dense": dense / (tp * pp), "expert": experts / (ep * pp)}
+    data_parallel = {"dense": world // (tp * pp), "expert": world // (ep * pp)}
+    optimizer = 0.0 if params["optimizer_cpu_offload"] else sum(12 * per_gpu[k] / data_parallel[k] for k in per_gpu)
+    tokens = params["max_tokens_per_gpu"]
+    activations = (shape["num_layers"] // pp * tokens * shape["hidden_size"] * 2 + tokens * shape["hidden_size"] * 34
+                   + 2 * 4 * tokens * shape["vocab_size"]) / tp
+    out = {"parameters": 2 * sum(per_gpu.values()) / GIB, "gradients": 4 * sum(per_gpu.values()) / GIB,
+           "optimizer": optimizer / GIB, "activations": activations / GIB,
+           "parameters_per_gpu": sum(per_gpu.values()), "total_parameters": dense + experts}
+    out["total"] = out["parameters"] + out["gradients"] + out["optimizer"] + out["activations"]
+    return out
+
+
+def check_memory(params: dict, shape: dict) -> str:
+    world, pp = params["actor_gpus"], params["pipeline_parallel"]
+    ep = params["expert_parallel"] * params["expert_tensor_parallel"]
+    if world % (ep * pp) or (shape["num_experts"] and shape["num_experts"] % params["expert_parallel"]):
+        raise ValueError(f"engine_params.actor_gpus = {world} must be a multiple of expert_parallel x "
+                         f"expert_tensor_parallel x pipeline_parallel = {ep * pp}, and num_experts = "
+                         f"{shape['num_experts']} a multiple of expert_parallel")
+    memory = estimate_memory(params, shape)
+    line = (f"memory per training GPU (estimate, {memory['parameters_per_gpu'] / 1e9:.2f}B of "
+            f"{memory['total_parameters'] / 1e9:.2f}B parameters): {memory['parameters']:.1f} GiB bf16 weights + "
+            f"{memory['gradients']:.1f} GiB fp32 gradients + {memory['optimizer']:.1f} GiB Adam states"
+            f"{' (offloaded to CPU)' if params['optimizer_cpu_offload'] else ''} + {memory['activations']:.1f} GiB "
+            f"activations of {params['max_tokens_per_gpu']} tokens = {memory['total']:.1f} GiB of gpu_memory_gib "
+            f"{params['gpu_memory_gib']}")
+    if memory["total"] > params["gpu_memory_gib"]:
+        raise ValueError(f"{line}: does not fit; set engine_params.optimizer_cpu_offload: true, more actor_gpus "
+                         "/ expert_parallel, or fewer max_tokens_per_gpu")
+    return line
+
+
+def model_context(params: dict, shape: dict) -> int:
+    """The rollout context: engine_params.rollout_max_context_len, else the model's config.json, else
+    engine/slime/models.yaml."""
+    if params["rollout_max_context_len"] is not None:
+        return params["rollout_max_context_len"]
+    config = Path(params["hf_checkpoint"]) / "config.json"
+    if config.is_file():
+        return int(json.loads(config.read_text())["max_position_embeddings"])
+    return shape["max_position_embeddings"]
+
+
+def check_context(params: dict, shape: dict) -> str:
+    context, response = model_context(params, shape), params["rollout_max_response_len"]
+    if response >= context:
+        raise ValueError(f"engine_params.rollout_max_response_len = {response} leaves no room for a prompt in the "
+                         f"model's context of {context} tokens (rollout_max_context_len)")
+    return f"context: {context} tokens = prompts up to {context - response} + responses up to {response}"
+
+
+# --- extra_args ----------------------------------------------------------------------------------
+
+def known_flags() -> tuple[set[str], tuple[str, ...]]:
+    lines = [line for line in KNOWN_FLAGS.read_text().splitlines() if line and not line.startswith("#")]
+    return {line for line in lines if not line.endswith("*")}, tuple(line[:-1] for line in lines if line.endswith("*"))
+
+
+def check_extra_args(extra_args: list, emitted: set[str]) -> str:
+    flags, prefixes = known_flags()
+    for arg in map(str, extra_args):
+        if not arg.startswith("--"):
+            continue
+        flag = arg.split("=", 1)[0]
+        if flag in emitted or flag in OWNED_FLAGS:
+            raise ValueError(f"engine_params.extra_args sets {flag}, which the launcher owns: set it through its "
+                             "engine_params key (argparse keeps the last value, so the override would change the run)")
+        if flag not in flags and not flag.startswith(prefixes):
+            raise ValueError(f"engine_params.extra_args: {flag} is not a flag of slime, Megatron-LM or SGLang at the "
+                             f"pinned commits ({KNOWN_FLAGS.name}); slime would ignore it silently")
+    return f"extra_args: {len(extra_args)} argument(s), none owned or unknown"
+
+
+def preflight(params: dict, emitted: set[str], *, check_files: bool, reward=None) -> list[str]:
+    """Every check; the report lines. ``reward``: the scorer (default: the rule model)."""
+    shape = model_shape(params["model_type"])
+    lines = [check_reward(params, reward or rule_reward(params["rm_type"]))]
+    if check_files:
+        lines.append(check_prompts(params))
+    return lines + [check_memory(params, shape), check_context(params, shape),
+                    check_extra_args(params["extra_args"], emitted)]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="The slime job's pre-flight checks (with slime's reward functions).")
+    parser.add_argument("--run-dir", required=True, type=Path)
+    args = parser.parse_args(argv)
+    from engines.slime.launch import resolve_params, slime_flags
+
+    try:
+        run_config = json.loads((args.run_dir / "train" / "run_config.json").read_text())
+        params = resolve_params(run_config.get("engine_params") or {})
+        emitted = {flag[0] for flag in slime_flags(run_config, params, args.run_dir.resolve(), extra=False)}
+        lines = preflight(params, emitted, check_files=True, reward=slime_reward(params["rm_type"]))
+    except (ValueError, OSError, ImportError) as error:  # ImportError: slime missing, not in the container
+        raise SystemExit(f"engines.slime.preflight: {error}") from None
+    print("\n".join(f"pre-flight: {line}" for line in lines), file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

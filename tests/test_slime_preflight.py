@@ -1,0 +1,252 @@
+"""engines.slime.preflight: what a slime job must pass before its first GPU-hour (reward vs prompt
+format, memory per GPU, context, extra_args), the dry run printing it, and complete-HF-save checks
+(harness.checkpoint) on the publishing and the scoring side."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fakes.slime_checkpoints import write_hf_save, write_megatron_save
+
+from engines.slime import launch, preflight, retention
+from eval.score import ScoreError, score_run
+from harness.checkpoint import hf_checkpoint_problem
+from harness.config import load
+from harness.grid import resolve_run_config, run_dir
+from harness.io import read_jsonl
+
+ROOT = Path(__file__).resolve().parents[1]
+PRESET = ROOT / "workflow" / "presets" / "table1.yaml"
+FIXTURES = Path(__file__).parent / "fixtures"
+GIB = 1024 ** 3
+
+
+@pytest.fixture
+def preset(tmp_path):
+    config = load(PRESET)
+    config["results_dir"] = str(tmp_path / "results")
+    return config
+
+
+def params_of(config, **changes):
+    return launch.resolve_params({**config["engine_params"], **changes})
+
+
+# --- reward ---------------------------------------------------------------------------------------
+
+def test_the_presets_reward_scores_the_shipped_sample_responses(preset):
+    samples = [row for row in read_jsonl(preflight.REWARD_SAMPLES) if row["format"] == "dapo"]
+    reward = preflight.rule_reward("dapo")
+    assert [reward(row["response"], row["label"])["score"] for row in samples] == [
+        1.0 if row["correct"] else -1.0 for row in samples]
+    assert "dapo scores prompt_format dapo" in preflight.check_reward(params_of(preset), reward)
+
+
+def test_deepscaler_with_a_base_model_is_refused_naming_reward_and_format(preset, tmp_path):
+    # slime's deepscaler needs </think> or ###Response: on DAPO-style answers every score is 0
+    with pytest.raises(ValueError, match=r"rm_type = 'deepscaler' cannot score prompt_format 'dapo'.*"
+                                         r"correct answers score \[0.0, 0.0\] and wrong ones \[0.0, 0.0, 0.0\].*</think>"):
+        preflight.check_reward(params_of(preset, rm_type="deepscaler", reward_key=None),
+                               preflight.rule_reward("deepscaler"))
+    # and the whole dry run refuses before writing anything
+    preset["engine_params"].update(rm_type="deepscaler", reward_key=None)
+    directory = run_dir(preset, "grpo", 1, 0)
+    with pytest.raises(ValueError, match="'deepscaler' cannot score prompt_format 'dapo'"):
+        launch.write_job_script(resolve_run_config(preset, "grpo", 1, 0), directory, check_files=False)
+    assert not directory.exists()
+
+
+@pytest.mark.parametrize("rm_type, fmt", [("deepscaler", "think"), ("math", "boxed")])
+def test_other_formats_pass_with_a_reward_that_reads_them(preset, rm_type, fmt):
+    params = params_of(preset, rm_type=rm_type, prompt_format=fmt, reward_key=None, apply_chat_template=True)
+    assert f"{rm_type} scores prompt_format {fmt}" in preflight.check_reward(params, preflight.rule_reward(rm_type))
+
+
+def test_a_dict_reward_without_reward_key_is_refused(preset):
+    with pytest.raises(ValueError, match=r"returns \['acc', 'score'\]: set engine_params.reward_key"):
+        preflight.check_reward(params_of(preset, reward_key=None), preflight.rule_reward("dapo"))
+
+
+def test_prompt_data_must_match_the_format(preset, tmp_path):
+    data = tmp_path / "prompts.jsonl"
+    data.write_text((FIXTURES / "dapo_prompts.jsonl").read_text() + json.dumps({"prompt": "1+1?", "label": "2"}) + "\n")
+    with pytest.raises(ValueError, match="line 4: the prompt does not ask for 'Answer:'"):
+        preflight.check_prompts(params_of(preset, prompt_data=str(data)))
+    data.write_text(json.dumps({"prompt": "Answer: ...", "label": "\\frac{1}{2}"}) + "\n")
+    with pytest.raises(ValueError, match="line 1: label '.*' is not an integer"):
+        preflight.check_prompts(params_of(preset, prompt_data=str(data)))
+
+
+# --- memory ---------------------------------------------------------------------------------------
+
+def test_memory_estimate_of_the_preset_and_of_slimes_own_example(preset):
+    """Qwen3-30B-A3B (slime's scripts/models/qwen3-30B-A3B.sh): h = 2048, 48 layers, 32 heads x 128,
+    4 query groups, 128 experts of ffn 768, vocab 151936, untied embeddings.
+      attention/layer = 2048*4096 (q) + 2*2048*512 (k, v) + 4096*2048 (o) + 2*128 (qk norms) = 18,874,624
+      + 2 norms 4,096 + router 2048*128 = 262,144                                 -> 19,140,864 / layer
+      non-expert = 48 * 19,140,864 + 2 * 151936*2048 + 2048 (final norm)          = 1,541,093,376
+      experts    = 48 * 128 * 3 * 2048 * 768                                       = 28,991,029,248
+      total 30,532,122,624 (Qwen3-30B-A3B's 30.5B).
+    Preset: 4 GPUs, TP4, EP4, ETP1, PP1, optimizer offloaded, 32768 tokens per micro-batch, full recompute:
+      per GPU 1,541,093,376/4 + 28,991,029,248/4 = 385,273,344 + 7,247,757,312 = 7,633,030,656 params
+      weights 2 B = 14.22 GiB, gradients 4 B = 28.44 GiB, Adam 0 (CPU)
+      activations: layer inputs 48*32768*2048*2/4 = 1,610,612,736 B + one recomputed layer
+      32768*2048*34/4 = 570,425,344 B + fp32 logits and grad 2*4*32768*151936/4 = 9,957,277,696 B = 11.30 GiB
+      total 53.96 GiB of 139. Without offload: data parallel 4/(TP4) = 1 and 4/(EP4) = 1, so Adam is
+      12 B * 7,633,030,656 = 85.31 GiB -> 139.26 GiB: refused (the issue's ~137 GB = 128 GiB of states).
+    slime's run-qwen3-30B-A3B.sh: 8 GPUs, TP4, EP8, ETP1, PP1, --optimizer-cpu-offload, 20480 tokens:
+      per GPU 385,273,344 + 28,991,029,248/8 = 385,273,344 + 3,623,878,656 = 4,009,152,000 params
+      weights 7.47 GiB, gradients 14.94 GiB; activations 1,006,632,960 + 356,515,840 + 6,223,298,560 B
+      = 7.07 GiB -> 29.47 GiB. Without offload: Adam 12 B * (385,273,344/2 + 3,623,878,656/1) = 42.65 GiB."""
+    shape = preflight.model_shape("qwen3-30B-A3B")
+    assert preflight.parameter_counts(shape) == (1_541_093_376, 28_991_029_248)
+    memory = preflight.estimate_memory(params_of(preset), shape)
+    assert memory["parameters_per_gpu"] == 7_633_030_656
+    assert memory["parameters"] == pytest.approx(2 * 7_633_030_656 / GIB) == pytest.approx(14.218, abs=1e-3)
+    assert memory["gradients"] == pytest.approx(28.436, abs=1e-3) and memory["optimizer"] == 0
+    assert memory["activations"] == pytest.approx((1_610_612_736 + 570_425_344 + 9_957_277_696) / GIB)
+    assert memory["total"] == pytest.approx(53.96, abs=0.01)
+    no_offload = preflight.estimate_memory(params_of(preset, optimizer_cpu_offload=False), shape)
+    assert no_offload["optimizer"] == pytest.approx(12 * 7_633_030_656 / GIB) and no_offload["total"] == pytest.approx(
+        139.26, abs=0.01)
+    with pytest.raises(ValueError, match=r"= 139.3 GiB of gpu_memory_gib 139: does not fit; set engine_params."
+                                         r"optimizer_cpu_offload"):
+        preflight.check_memory(params_of(preset, optimizer_cpu_offload=False), shape)
+
+    slime_example = {**params_of(preset), "actor_gpus": 8, "expert_parallel": 8, "max_tokens_per_gpu": 20480}
+    memory = preflight.estimate_memory(slime_example, shape)
+    assert memory["parameters_per_gpu"] == 4_009_152_000
+    assert (memory["parameters"], memory["gradients"]) == pytest.approx((7.468, 14.935), abs=1e-3)
+    assert memory["activations"] == pytest.approx((1_006_632_960 + 356_515_840 + 6_223_298_560) / GIB)
+    assert memory["total"] == pytest.approx(29.47, abs=0.01)
+    memory = preflight.estimate_memory({**slime_example, "optimizer_cpu_offload": False}, shape)
+    assert memory["optimizer"] == pytest.approx(12 * (385_273_344 / 2 + 3_623_878_656) / GIB)
+
+
+def test_context_leaves_room_for_a_prompt(preset, tmp_path):
+    shape = preflight.model_shape("qwen3-30B-A3B")
+    assert preflight.check_context(params_of(preset), shape) == (
+        "context: 32768 tokens = prompts up to 2048 + responses up to 30720")
+    with pytest.raises(ValueError, match="rollout_max_response_len = 32768 leaves no room for a prompt"):
+        preflight.check_context(params_of(preset, rollout_max_response_len=32768), shape)
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"max_position_embeddings": 40960}))
+    assert preflight.model_context(params_of(preset, hf_checkpoint=str(model)), shape) == 40960  # the model's own
+
+
+# --- extra_args -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("extra, message", [
+    (["--context-parallel-size", "2"], "sets --context-parallel-size, which the launcher owns"),
+    (["--lr=1e-5"], "sets --lr, which the launcher owns"),
+    (["--use-tis"], "sets --use-tis, which the launcher owns"),
+    (["--custom-rm-path", "my.rm"], "sets --custom-rm-path, which the launcher owns"),
+    (["--recompute-granularty", "full"], "--recompute-granularty is not a flag of slime, Megatron-LM or SGLang"),
+])
+def test_extra_args_owned_or_unknown_are_refused(preset, extra, message):
+    preset["engine_params"]["extra_args"] = extra
+    directory = run_dir(preset, "grpo", 1, 0)
+    with pytest.raises(ValueError, match=message):
+        launch.write_job_script(resolve_run_config(preset, "grpo", 1, 0), directory, check_files=False)
+    assert not directory.exists()
+
+
+def test_known_extra_args_pass_and_every_launcher_flag_is_known(preset):
+    preset["engine_params"]["extra_args"] = ["--moe-enable-deepep", "--sglang-enable-metrics", "--log-interval=5"]
+    flags, prefixes = preflight.known_flags()
+    for recipe, lag_mode in (("grpo", "interval"), ("gspo_tis_r3", "constant")):
+        preset["lag_mode"] = lag_mode
+        run_config = resolve_run_config(preset, recipe, 8, 0)
+        params = launch.resolve_params(run_config["engine_params"])
+        emitted = {flag[0] for flag in launch.slime_flags(run_config, params, Path("/r"), extra=False)}
+        unknown = sorted(flag for flag in emitted if flag not in flags and not flag.startswith(prefixes))
+        assert not unknown  # the known-flag list is not stale for the launcher
+        assert "extra_args: 3 argument(s)" in preflight.check_extra_args(params["extra_args"], emitted)
+
+
+# --- the dry run ----------------------------------------------------------------------------------
+
+def test_dry_run_of_the_preset_prints_the_memory_estimate_and_passes(preset, tmp_path):
+    run_config = resolve_run_config(preset, "sat_gspo_r3", 8, 0)
+    out = subprocess.run([sys.executable, "-m", "engines.slime.launch", "--dry-run", "--no-path-check",
+                          "--run-dir", str(tmp_path / "run"), "--config-json", json.dumps(run_config)],
+                         cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert "# pre-flight: memory per training GPU (estimate, 7.63B of 30.53B parameters): 14.2 GiB bf16 weights " \
+           "+ 28.4 GiB fp32 gradients + 0.0 GiB Adam states (offloaded to CPU) + 11.3 GiB activations of 32768 " \
+           "tokens = 54.0 GiB of gpu_memory_gib 139" in out
+    assert "# pre-flight: reward: dapo scores prompt_format dapo" in out
+    assert "--rollout-max-context-len 32768" in out and "--num-gpus-per-node 8" in out
+
+
+# --- complete HF saves, Megatron retention --------------------------------------------------------
+
+def test_hf_checkpoint_problems(tmp_path):
+    assert hf_checkpoint_problem(write_hf_save(tmp_path / "complete", shards_written=3)) is None
+    assert hf_checkpoint_problem(write_hf_save(tmp_path / "single", shards_written=1, total_shards=1)) is None
+    assert "neither model.safetensors.index.json" in hf_checkpoint_problem(
+        write_hf_save(tmp_path / "killed", shards_written=2))
+    lost = write_hf_save(tmp_path / "lost", shards_written=3)
+    (lost / "model-00002-of-00003.safetensors").unlink()
+    assert "missing: ['model-00002-of-00003.safetensors']" in hf_checkpoint_problem(lost)
+    (lost / "model.safetensors.index.json").write_text("{")
+    assert "is not a safetensors index" in hf_checkpoint_problem(lost)
+    assert "config.json is missing" in hf_checkpoint_problem(tmp_path)
+
+
+def test_an_interrupted_hf_save_is_never_scored(tmp_path):
+    run = tmp_path / "run"
+    (run / "config.json").parent.mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({"engine": "slime"}))
+    write_hf_save(run / "train" / "checkpoints" / "step_16", shards_written=3)
+    write_hf_save(run / "train" / "checkpoints" / "step_32", shards_written=2)  # config.json + 2 of 3 shards
+    settings = {"backend": "server", "server": {"url": "http://127.0.0.1:9"},
+                "data": {"aime24": str(FIXTURES / "aime_mini.jsonl")}}
+    with pytest.raises(ScoreError, match="incomplete checkpoint: .*step_32: neither model.safetensors.index.json"):
+        score_run(run, "aime24_avg8", settings)
+    assert not (run / "eval" / "aime24_avg8.jsonl").exists() or not read_jsonl(run / "eval" / "aime24_avg8.jsonl")
+
+
+def test_retention_keeps_the_newest_complete_megatron_saves(tmp_path):
+    save = tmp_path / "megatron"
+    assert retention.prune(save, 2) == []  # nothing saved yet
+    for rollout_id in (15, 31, 47, 63):
+        write_megatron_save(save, rollout_id)
+    (save / "iter_0000079").mkdir()  # being written: the tracker still says 63
+    removed = retention.prune(save, 2)
+    assert [p.name for p in removed] == ["iter_0000015", "iter_0000031"]
+    assert sorted(p.name for p in save.iterdir()) == ["iter_0000047", "iter_0000063", "iter_0000079",
+                                                      "latest_checkpointed_iteration.txt"]
+    with pytest.raises(ValueError, match="keep must be an integer >= 1"):
+        retention.prune(save, 0)
+
+
+def test_refresh_reads_flags_from_sources(tmp_path):
+    """add_argument and slime's reset_arg literals, Megatron's dataclass-made flags (bases, bool -> --no-/
+    --disable-, private fields skipped), and SGLang's server args re-exposed as --sglang-*."""
+    from engines.slime.refresh_known_flags import known_flags
+
+    (tmp_path / "slime" / "slime").mkdir(parents=True)
+    (tmp_path / "slime" / "slime" / "arguments.py").write_text(
+        'def add(parser):\n    parser.add_argument("--rollout-x", "-r", type=int)\n'
+        '    reset_arg(parser, "--custom-config-path", type=str)\n    help = "--not-a-call"\n')
+    training = tmp_path / "megatron" / "megatron" / "training"
+    training.mkdir(parents=True)
+    (training / "arguments.py").write_text(
+        'def add(parser):\n    parser.add_argument("--lr", type=float)\n'
+        '    ArgumentGroupFactory(TrainingConfig, exclude=[]).build_group(parser)\n')
+    (training / "config.py").write_text(
+        "class Base:\n    micro_batch_size: int = 1\n"
+        "class TrainingConfig(Base):\n    use_thing: bool = True\n    _private: int = 0\n"
+        '    other: int = field(metadata={"argparse_meta": {"arg_names": ["--other-name"]}})\n')
+    server_args = tmp_path / "server_args.py"
+    server_args.write_text('def add_cli_args(parser):\n    parser.add_argument("--mem-fraction-static", type=float)\n')
+    flags, patterns = known_flags(tmp_path / "slime", tmp_path / "megatron", server_args)
+    assert flags == {"--rollout-x", "--custom-config-path", "--lr", "--micro-batch-size", "--use-thing",
+                     "--no-use-thing", "--disable-use-thing", "--other", "--other-name",
+                     "--sglang-mem-fraction-static"}
+    assert patterns == {"--router-"}
+    assert known_flags(tmp_path / "slime", tmp_path / "megatron", None)[1] == {"--router-", "--sglang-"}
