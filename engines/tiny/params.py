@@ -25,6 +25,8 @@ DEMO = {
     "lr": 3e-4, "prompts_per_step": 16, "samples_per_step": 8, "minibatches": 2,
     "adam_betas": [0.9, 0.999], "max_grad_norm": None, "kl_coef": 0.0,
     "reward": "partial", "temperature": 1.0, "rollout_dtype": "bfloat16",
+    # VCPO (arXiv 2602.17616): scale each Adam step's lr by sqrt(min(1, ESS / B)) of its minibatch
+    "vcpo_ess_lr": False,
     "progress_every": 50,
 }
 
@@ -61,6 +63,8 @@ def _check(p: dict) -> None:
         raise ValueError(f"engine_params.kl_coef must be a number >= 0, got {p['kl_coef']!r}")
     if p["max_grad_norm"] is not None and not (isinstance(p["max_grad_norm"], (int, float)) and p["max_grad_norm"] > 0):
         raise ValueError(f"engine_params.max_grad_norm must be null or > 0, got {p['max_grad_norm']!r}")
+    if not isinstance(p["vcpo_ess_lr"], bool):
+        raise ValueError(f"engine_params.vcpo_ess_lr must be true or false, got {p['vcpo_ess_lr']!r}")
     if p["reward"] not in ("exact", "partial"):
         raise ValueError(f"engine_params.reward must be 'exact' or 'partial', got {p['reward']!r}")
     if p["rollout_dtype"] not in ("bfloat16", "float32"):
