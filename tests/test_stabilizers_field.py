@@ -248,3 +248,14 @@ def test_offpolicy_diagnostics_by_hand():
     assert empty["offpolicy/ess"].item() == 1.0 and empty["offpolicy/k3_kl"].item() == 0.0
     assert ess_lr_scale(torch.tensor(0.25)).item() == pytest.approx(0.5)
     assert ess_lr_scale(torch.tensor(1.0), rho_base=0.5).item() == 1.0
+
+
+def test_field_preset_holds_the_whole_field_on_the_stress_preset():
+    from engines.tiny.params import resolve_engine_params
+    from harness.config import load
+
+    config = load("workflow/presets/field.yaml")
+    table1 = [name for name, recipe in load_recipes().items() if recipe.table1]
+    assert set(config["recipes"]) == set(table1) | {"grpo_mu"} | set(NEW_RECIPES)
+    assert config["lags"] == [1, 8] and len(config["seeds"]) >= 5
+    assert resolve_engine_params(config["engine_params"])["lr"] == 7e-4
