@@ -5,8 +5,8 @@ Sec. 3.1, the CISPO objective; beyond.md "CISPO").
     loss = token-mean of  -sg(clamp(r_t, 1 - eps_low, 1 + eps_high)) * A_t * logp_t
 
 Every token keeps a gradient, sg(w_t) A_t grad(logp_t), bounded by the clamp (PPO's clip zeroes
-the gradient of clipped tokens instead). eps_low 1.0 (no lower bound) and eps_high 4.0 follow the
-values AReaL and slime ship for CISPO (MiniMax's own eps_high was not verifiable here). The
+the gradient of clipped tokens instead). eps_low 1.0 (no lower bound) and eps_high 4.0 are the
+values beyond.md reports from AReaL and slime (not re-checked here; MiniMax's own eps_high unverified). The
 loss value is the REINFORCE form (its gradient is the objective's), not r A.
 """
 from __future__ import annotations

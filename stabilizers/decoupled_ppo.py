@@ -6,9 +6,9 @@ Hilton et al. 2021, arXiv 2110.00641, Eq. 5; beyond.md "AReaL decoupled PPO").
     loss  = token-mean of  -sg(rho_t) * M_t * min(r_t A_t, clip(r_t, 1 - eps_low, 1 + eps_high) A_t)
     M_t   = 1[rho_t <= behav_weight_cap]
 
-Following AReaL's released code (``behav_imp_weight_cap``, recommended 5.0; older versions had no
-cap, ``behav_weight_cap=None``), the cap masks tokens rather than truncating their weight, and the
-denominator keeps every active token. Optional dual clip as in grpo.
+Following AReaL's released code as beyond.md describes it (``behav_imp_weight_cap``, recommended
+5.0; older versions had no cap, ``behav_weight_cap=None``; not re-checked here), the cap masks tokens
+rather than truncating their weight, and the denominator keeps every active token. Optional dual clip as in grpo.
 """
 from __future__ import annotations
 

@@ -5,8 +5,8 @@ sampling (Ring-1T, arXiv 2510.18855, "IcePop"; beyond.md "IcePop").
     loss  = token-mean of  -1[alpha <= rho_t <= beta] * rho_t * min(r_t A_t, clip(r_t, 1 - eps, 1 + eps) A_t)
 
 Kept tokens are weighted by sg(rho) (``rho_weight=True``); the denominator keeps every active
-token. Defaults alpha 0.5, beta 5.0 follow AReaL's and rLLM's released IcePop settings (the
-paper's own values were not verifiable here). With alpha 0, beta inf and rho_weight off it is
+token. Defaults alpha 0.5, beta 5.0 are AReaL's and rLLM's IcePop settings as beyond.md reports
+them (neither they nor the paper's own values could be re-checked against a source here). With alpha 0, beta inf and rho_weight off it is
 grpo bit for bit.
 """
 from __future__ import annotations

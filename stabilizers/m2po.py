@@ -8,8 +8,9 @@
             the remaining trust-region tokens is <= tau; other tokens are never masked
     loss    token-mean over all active tokens of  -M_t w_t A_t  (no epsilon clip: the mask replaces it)
 
-The mean is over trust-region tokens, as the released code's budget (``KL2_budget x token_num``
-over those tokens); the paper's exact set is UNVERIFIED. The released code then caps |log w| at a
+The mean is over trust-region tokens, as in the released code (verl/trainer/ppo/core_algos.py,
+commit 4514ce2: budget ``KL2_budget x token_num`` over those tokens, checked here); the paper's
+exact set is UNVERIFIED. The released code then caps |log w| at a
 shared threshold (a capped mean) instead of masking; this module implements Algorithm 1's greedy
 mask. tau = 0.04 is the paper's default.
 
