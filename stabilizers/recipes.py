@@ -8,11 +8,13 @@ import torch
 import yaml
 
 from .api import LossOutput, PolicyBatch, check_params, get, parameters
+from .rollout_is import with_rollout_is
 from .tis import with_tis
 
 DEFAULT_RECIPES = Path(__file__).with_name("recipes.yaml")
-_RECIPE_KEYS = {"loss", "params", "routing_replay", "tis", "table1"}
+_RECIPE_KEYS = {"loss", "params", "routing_replay", "tis", "rollout_is", "table1"}
 _TIS_KEYS = {"cap", "floor"}
+_ROLLOUT_IS_KEYS = {"level", "cap", "lower", "upper"}
 
 
 @dataclass(frozen=True)
@@ -23,13 +25,18 @@ class Recipe:
     routing_replay: bool = False
     tis: dict | None = None  # {"cap": C, "floor": F or absent}; None = no TIS
     table1: str | None = None  # the method column of Table 1 this recipe reproduces
+    rollout_is: dict | None = None  # sequence/token TIS and masked IS (stabilizers.rollout_is); None = off
 
     def compute_loss(self, batch: PolicyBatch, *, step_seed: int | None = None) -> LossOutput:
-        """The recipe's loss on ``batch``: TIS weight first (if any), then the stabilizer.
+        """The recipe's loss on ``batch``: TIS weight, then the rollout-correction weight (if any;
+        they multiply), then the stabilizer.
         A stabilizer with a ``seed`` parameter gets ``step_seed`` so its draws differ per step."""
         metrics = {}
         if self.tis is not None:
             batch, metrics = with_tis(batch, **self.tis)
+        if self.rollout_is is not None:
+            batch, is_metrics = with_rollout_is(batch, **self.rollout_is)
+            metrics.update(is_metrics)
         params = dict(self.params)
         if step_seed is not None and "seed" in parameters(self.loss):
             params["seed"] = step_seed
@@ -38,8 +45,11 @@ class Recipe:
         return out
 
     def as_dict(self) -> dict:
-        return {"loss": self.loss, "params": dict(self.params), "routing_replay": self.routing_replay,
+        spec = {"loss": self.loss, "params": dict(self.params), "routing_replay": self.routing_replay,
                 "tis": None if self.tis is None else dict(self.tis), "table1": self.table1}
+        if self.rollout_is is not None:  # absent when off, so that the run keys of older recipes stay the same
+            spec["rollout_is"] = dict(self.rollout_is)
+        return spec
 
 
 def recipe_from_named_dict(spec: dict, source: str) -> Recipe:
@@ -62,6 +72,10 @@ def recipe_from_dict(name: str, spec: dict, source: str = "<dict>") -> Recipe:
     tis = spec.get("tis")
     if tis is not None and (not isinstance(tis, dict) or set(tis) - _TIS_KEYS):
         raise ValueError(f"{where}: tis must be null or a mapping with keys {sorted(_TIS_KEYS)}, got {tis!r}")
+    rollout_is = spec.get("rollout_is")
+    if rollout_is is not None and (not isinstance(rollout_is, dict) or set(rollout_is) - _ROLLOUT_IS_KEYS):
+        raise ValueError(f"{where}: rollout_is must be null or a mapping with keys {sorted(_ROLLOUT_IS_KEYS)}, "
+                         f"got {rollout_is!r}")
     if not isinstance(spec.get("routing_replay", False), bool):
         raise ValueError(f"{where}: routing_replay must be true or false, got {spec['routing_replay']!r}")
     if not isinstance(spec.get("params") or {}, dict):
@@ -72,7 +86,8 @@ def recipe_from_dict(name: str, spec: dict, source: str = "<dict>") -> Recipe:
         raise ValueError(f"{where}: {error.args[0]}") from None
     recipe = Recipe(name=name, loss=spec["loss"], params=dict(spec.get("params") or {}),
                     routing_replay=spec.get("routing_replay", False),
-                    tis=None if tis is None else dict(tis), table1=spec.get("table1"))
+                    tis=None if tis is None else dict(tis), table1=spec.get("table1"),
+                    rollout_is=None if rollout_is is None else dict(rollout_is))
     _check_values(recipe, where)
     return recipe
 

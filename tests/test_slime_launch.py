@@ -165,6 +165,7 @@ def test_golden_constant_lag_runs_the_harness_driver(table1):
     (lambda c: c["engine_params"].update(actor_gpus=8), ValueError, "exceeds gpus_per_node"),
     (lambda c: c["engine_params"].update(tensor_paralel=4), ValueError, "unknown slime engine_params"),
     (lambda c: c["engine_params"].pop("model_type"), ValueError, "missing required key"),
+    (lambda c: c["engine_params"].update(vcpo_ess_lr=True), ValueError, "vcpo_ess_lr .* tiny-engine switch"),
     (lambda c: c.update(extra_recipes={"summed": {"loss": "summed_loss"}}, recipes=["summed"]), ValueError,
      "no 'aggregation' parameter"),
 ])

@@ -5,17 +5,19 @@ from __future__ import annotations
 import pytest
 import torch
 from fakes import slime_standin
-from fakes.slime_batches import args_for, direct_loss, make_sample_batch
+from fakes.slime_batches import args_for, direct_loss, make_sample_batch, padded
 from fakes.slime_standin import get_log_probs_and_entropy, slime_args, slime_loss_function
 
 from engines.slime import loss as slime_loss
 from stabilizers import Recipe, load_recipes, recipe_from_dict
+from stabilizers.diagnostics import offpolicy_diagnostics
 
 slime_standin.install()
 torch.set_num_threads(1)
 
 RECIPES = load_recipes()
 TABLE1 = [name for name, recipe in RECIPES.items() if recipe.table1] + ["grpo_mu"]
+FIELD = ["m2po", "icepop", "decoupled_ppo", "cispo", "grpo_seq_tis", "grpo_seq_mis"]  # beyond the paper
 
 
 def grad_of(loss, logits):
@@ -23,7 +25,7 @@ def grad_of(loss, logits):
     return grad
 
 
-@pytest.mark.parametrize("name", TABLE1)
+@pytest.mark.parametrize("name", TABLE1 + FIELD)
 def test_loss_and_gradient_match_the_stabilizer(name):
     recipe = RECIPES[name]
     logits, batch = make_sample_batch(seed=len(name))
@@ -37,6 +39,18 @@ def test_loss_and_gradient_match_the_stabilizer(name):
     # the stabilizer's diagnostics come out of slime's metric reduction unchanged (one micro-batch)
     for key, value in expected.metrics.items():
         torch.testing.assert_close(logged[key], value.to(logged[key].dtype), rtol=1e-6, atol=1e-7)
+
+
+def test_offpolicy_diagnostics_are_logged_for_every_recipe():
+    """ESS, chi^2 and k3 KL of the micro-batch (stabilizers.diagnostics) come out of slime's reduction."""
+    logits, batch = make_sample_batch(seed=5)
+    _, logged = slime_loss_function(args_for(RECIPES["grpo"]), batch, logits, slime_loss.policy_loss)
+    length = max(batch["response_lengths"])
+    expected = offpolicy_diagnostics(padded(batch["log_probs"], length), padded(batch["rollout_log_probs"], length),
+                                     padded([m.float() for m in batch["loss_masks"]], length))
+    assert 0 < expected["offpolicy/ess"] < 1
+    for key, value in expected.items():
+        torch.testing.assert_close(logged[key], value, rtol=1e-6, atol=1e-7)
 
 
 def test_sample_mean_aggregation_uses_slimes_per_sample_normalisation():

@@ -146,7 +146,8 @@ def test_params_out_of_range(name, params, message):
 
 def test_recipes_are_the_papers():
     recipes = load_recipes()
-    assert set(TABLE1) | {"grpo_mu", "grpo_dualclip", "sat_fixed", "sat_random"} == set(recipes)
+    field = {"m2po", "icepop", "decoupled_ppo", "cispo", "grpo_seq_tis", "grpo_seq_mis"}  # beyond.md
+    assert set(TABLE1) | {"grpo_mu", "grpo_dualclip", "sat_fixed", "sat_random"} | field == set(recipes)
     for name in TABLE1:
         recipe = recipes[name]
         assert recipe.table1 == name.replace("_tis", "").replace("_r3", "")
@@ -158,6 +159,13 @@ def test_recipes_are_the_papers():
     assert recipes["sat_grpo"].params["alpha"] == 0.9 and recipes["sat_gspo"].params["alpha"] == 0.9
     assert recipes["grpo_mu"].params["ratio_against"] == "rollout" and recipes["grpo"].params.get("ratio_against", "old") == "old"
     assert recipes["grpo_dualclip"].params["dual_clip_c"] == 3.0
+    # the field's defaults (shared/reference/beyond.md)
+    assert recipes["m2po"].params == {"tau": 0.04}
+    assert (recipes["icepop"].params["alpha"], recipes["icepop"].params["beta"]) == (0.5, 5.0)
+    assert recipes["decoupled_ppo"].params["behav_weight_cap"] == 5.0
+    assert (recipes["cispo"].params["eps_low"], recipes["cispo"].params["eps_high"]) == (1.0, 4.0)
+    assert recipes["grpo_seq_tis"].rollout_is == {"level": "sequence", "cap": 2.0}
+    assert recipes["grpo_seq_mis"].rollout_is == {"level": "sequence", "lower": 0.5, "upper": 2.0}
     for recipe in recipes.values():  # each one runs and gives a finite loss
         b = batch()
         b = PolicyBatch(logp=b.logp.requires_grad_(True), old_logp=b.old_logp, rollout_logp=b.rollout_logp,

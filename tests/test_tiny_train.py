@@ -54,7 +54,8 @@ def test_same_config_twice_gives_identical_metrics(base, tmp_path):
     assert [r["step"] for r in rows] == list(range(1, 7))
     for key in ("realized_lag", "policy_version", "reward", "entropy", "grad_norm", "loss", "sat/q", "kl/k3",
                 "d/mean_abs", "d/p50", "d/p90", "d/p99", "d/max", "d/lag_mean_abs", "d/impl_mean_abs",
-                "tv/mean", "tv/p90", "routing/mismatch_rate"):
+                "tv/mean", "tv/p90", "routing/mismatch_rate",
+                "offpolicy/ess", "offpolicy/chi2_token", "offpolicy/chi2_seq", "offpolicy/k3_kl"):
         assert all(key in r for r in rows), key
     assert all(r["d/mean_abs"] > 0 for r in rows)  # bf16 engine: mu != pi even where the lag is 0
     assert sorted(p.name for p in (tmp_path / "a" / "train" / "checkpoints").iterdir()) == \
@@ -135,6 +136,19 @@ def test_routing_replay_makes_the_trainer_route_like_the_engine(base, tmp_path):
     assert any(r["routing/own_mismatch_rate"] > 0 for r in replayed)
     assert any(r["routing/mismatch_rate"] > 0 for r in plain)
     assert all(r["routing/mismatch_rate"] == r["routing/own_mismatch_rate"] for r in plain)
+
+
+def test_vcpo_scales_each_steps_lr_by_its_ess(base, tmp_path):
+    """VCPO's switch: lr x sqrt(min(1, ESS)) per Adam step; off, the run is the plain one."""
+    assert run(config(base, lag=4, steps=6), tmp_path / "plain") == "completed"
+    assert run(config(base, lag=4, steps=6, vcpo_ess_lr=True), tmp_path / "vcpo") == "completed"
+    plain = read_jsonl(tmp_path / "plain" / "train" / "metrics.jsonl")
+    vcpo = read_jsonl(tmp_path / "vcpo" / "train" / "metrics.jsonl")
+    assert all("vcpo/lr_scale" not in r for r in plain)
+    assert all(0 < r["vcpo/lr_scale"] <= 1 for r in vcpo) and any(r["vcpo/lr_scale"] < 1 for r in vcpo)
+    assert all(0 < r["offpolicy/ess"] <= 1 for r in plain)
+    assert plain[0]["reward"] == vcpo[0]["reward"]  # the same first batch, sampled before any training
+    assert [r["loss"] for r in plain] != [r["loss"] for r in vcpo]
 
 
 def test_bad_inputs_fail_before_anything_is_written(base, tmp_path):

@@ -138,6 +138,10 @@ def check_container(image: str) -> None:
 
 
 def resolve_params(engine_params: dict) -> dict:
+    if engine_params.get("vcpo_ess_lr"):
+        raise ValueError("engine_params.vcpo_ess_lr (VCPO's ESS learning-rate scaling) is a tiny-engine switch: "
+                         "slime's custom-loss hook cannot set Megatron's learning rate per optimizer step; "
+                         "remove it (the ESS itself is logged as offpolicy/ess)")
     unknown = sorted(set(engine_params) - set(DEFAULTS))
     if unknown:
         raise ValueError(f"unknown slime engine_params {unknown}; known: {sorted(DEFAULTS)}")

@@ -41,6 +41,7 @@ from torch.nn.utils.rnn import pad_sequence
 
 from engines import merge_metrics
 from stabilizers import PolicyBatch, Recipe, parameters, recipe_from_named_dict
+from stabilizers.diagnostics import offpolicy_diagnostics
 
 RECIPE_KEY = "stalebench_recipe"  # the custom-config key holding the run's recipe (name + recipe dict)
 _AGGREGATIONS = {"token_mean": True, "sample_mean": False}  # -> value of args.calculate_per_token_loss
@@ -186,6 +187,10 @@ def recipe_loss(args, batch: dict, log_probs: list[torch.Tensor], entropy: list[
         loss = loss + 0 * flat_log_probs.sum()
     metrics["loss"] = loss.detach().clone()
 
+    # the off-policy diagnostics of every recipe (stabilizers.diagnostics), per micro-batch: slime's
+    # reduction logs their normaliser-weighted mean over the step's micro-batches
+    loss_metrics = {**out.metrics, **offpolicy_diagnostics(policy_batch.old_logp, policy_batch.rollout_logp,
+                                                           policy_batch.mask)}
     normaliser = slime_normaliser(batch["loss_masks"], per_token_loss_flag(recipe))
     return loss, merge_metrics(metrics, {key: (value.detach().to(torch.float64) * normaliser).to(loss.dtype).reshape(())
-                                         for key, value in out.metrics.items()})
+                                         for key, value in loss_metrics.items()})

@@ -6,6 +6,11 @@ overridden, an unknown key is an error. Measured behaviour of each preset: engin
 demo        close to the prototype (shared/notes/embedded-prototype.md): 16 prompts x 8 samples,
             2 Adam minibatches per step, but lr 3e-4 (at the prototype's 5e-4 GRPO collapsed
             here even at lag 1). Fixed-clip GRPO loses ~0.14 greedy exact match at lag 8 vs 1.
+stress      demo at lr 7e-4, for the collapse statistics (workflow/presets/field.yaml: 200 steps, eval on 64
+            problems x 4 samples). Calibrated on GRPO only, interval lag, 10 seeds per cell: it did NOT reach
+            the target (lag-8 collapse >= 1/3 with lag 1 <= 1/10): lag 1 1/10, lag 8 1/10, lag 16 4/10 at
+            200 steps; at 160 steps lag 8 3/10, lag 1 0/10. Scores at lag 8 dip hard and recover, so the
+            harness's "stays below" rule rarely fires (engines/tiny/README.md, "Stress and the field").
 llm-regime  a lower-entropy policy (150 warm-start steps instead of 100: greedy exact match 0.99
             instead of 0.82) and lr 2e-4, aiming at mean |d| ~0.005-0.02 at lag 1 with a heavy
             tail, like the paper's d-bar column, with SAT's quantile q far below log(1 + eps_high)
@@ -25,12 +30,15 @@ DEMO = {
     "lr": 3e-4, "prompts_per_step": 16, "samples_per_step": 8, "minibatches": 2,
     "adam_betas": [0.9, 0.999], "max_grad_norm": None, "kl_coef": 0.0,
     "reward": "partial", "temperature": 1.0, "rollout_dtype": "bfloat16",
+    # VCPO (arXiv 2602.17616): scale each Adam step's lr by sqrt(min(1, ESS / B)) of its minibatch
+    "vcpo_ess_lr": False,
     "progress_every": 50,
 }
 
 PRESETS = {
     "demo": DEMO,
     "llm-regime": {**DEMO, "warmstart_steps": 150, "lr": 2e-4},
+    "stress": {**DEMO, "lr": 7e-4},
 }
 
 
@@ -61,6 +69,8 @@ def _check(p: dict) -> None:
         raise ValueError(f"engine_params.kl_coef must be a number >= 0, got {p['kl_coef']!r}")
     if p["max_grad_norm"] is not None and not (isinstance(p["max_grad_norm"], (int, float)) and p["max_grad_norm"] > 0):
         raise ValueError(f"engine_params.max_grad_norm must be null or > 0, got {p['max_grad_norm']!r}")
+    if not isinstance(p["vcpo_ess_lr"], bool):
+        raise ValueError(f"engine_params.vcpo_ess_lr must be true or false, got {p['vcpo_ess_lr']!r}")
     if p["reward"] not in ("exact", "partial"):
         raise ValueError(f"engine_params.reward must be 'exact' or 'partial', got {p['reward']!r}")
     if p["rollout_dtype"] not in ("bfloat16", "float32"):

@@ -32,6 +32,7 @@ from engines import TrainingDiverged, merge_metrics
 from engines.mismatch import abs_d_stats
 from harness.grid import check_run
 from stabilizers import PolicyBatch, Recipe
+from stabilizers.diagnostics import ess_lr_scale, offpolicy_diagnostics
 
 from . import task
 from .checkpoint import load_model, load_state, read_config, replace_dir_atomic, save_checkpoint
@@ -136,7 +137,7 @@ class Trainer:
 
         advantages = group_advantages(batch.rewards, self.params["samples_per_step"])[:, None].expand_as(old_logp)
         rows = torch.arange(inputs.shape[0]).chunk(self.params["minibatches"])
-        losses, grad_norms, kls, stab = [], [], [], {}
+        losses, grad_norms, kls, stab, lr_scales = [], [], [], {}, []
         max_norm = self.params["max_grad_norm"] or math.inf
         for index, idx in enumerate(rows):
             mb_out = self.model(inputs[idx], replay=None if replay is None else replay[idx])
@@ -158,6 +159,11 @@ class Trainer:
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             grad_norms.append(float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)))
+            if self.params["vcpo_ess_lr"]:  # VCPO: this step's lr scaled by its minibatch's ESS
+                ess = offpolicy_diagnostics(old_logp[idx], logmu[idx], mask[idx])["offpolicy/ess"]
+                lr_scales.append(float(ess_lr_scale(ess)))
+                for group in self.optimizer.param_groups:
+                    group["lr"] = self.params["lr"] * lr_scales[-1]
             self.optimizer.step()
             losses.append(float(loss.detach()))
             for key, value in result.metrics.items():
@@ -186,6 +192,9 @@ class Trainer:
         }
         if kls:
             row["kl/k3"] = sum(kls) / len(kls)
+        if lr_scales:
+            row["vcpo/lr_scale"] = sum(lr_scales) / len(lr_scales)
+        row.update({k: float(v) for k, v in offpolicy_diagnostics(old_logp, logmu, mask).items()})
         return merge_metrics(row, {k: sum(v) / len(v) for k, v in stab.items()})
 
     # ---------------------------------------------------------------- persistence

@@ -1,0 +1,67 @@
+"""Rollout correction as in verl: sequence-level truncated IS and masked IS, weights that compose
+with any loss (verl's rollout correction, ``rollout_is`` / ``rollout_rs``; Yao et al. 2025 "Your
+efficient RL framework secretly brings you off-policy RL training"; beyond.md "Rollout correction").
+
+    log rho_t = old_logp_t - log mu_t   (detached; clamped to [-20, 20] as verl does before exp)
+    level "token":     log w_t = log rho_t
+    level "sequence":  log w_i = clamp(sum over the response's active tokens of log rho_t, -20, 20),
+                       broadcast to the response's tokens
+    weight = 1[lower <= w <= upper] * min(w, cap)
+
+``cap`` truncates (TIS; None = no truncation); ``lower``/``upper`` mask (MIS: weight 0 outside the
+interval instead of truncating; None = that side open; lower None with upper set = 1 / upper,
+verl's default). verl's sequence presets: truncation C = 2, and masking outside [0.5, 2].
+Not a loss: a recipe's ``rollout_is`` switch multiplies the per-token objective by sg(weight),
+after ``tis`` if both are set.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .api import PolicyBatch, check_range
+from .surrogate import check_choice, masked_mean
+
+LEVELS = ("token", "sequence")
+LOG_CLAMP = 20.0
+
+
+def rollout_is_weight(batch: PolicyBatch, *, level: str = "sequence", cap: float | None = None,
+                      lower: float | None = None, upper: float | None = None) -> tuple[torch.Tensor, dict]:
+    """The detached [B, L] weight and its diagnostics (namespace ``rollout_is/``)."""
+    check_choice("rollout_is level", level, LEVELS)
+    if cap is not None:
+        check_range("rollout_is cap", cap, 0.0, math.inf, low_open=True, high_open=True)
+    if upper is not None:
+        check_range("rollout_is upper", upper, 0.0, math.inf, low_open=True)
+        lower = 1.0 / upper if lower is None else lower
+    if lower is not None:
+        check_range("rollout_is lower", lower, 0.0, math.inf if upper is None else upper)
+    active = batch.active
+    log_rho = torch.where(active, batch.old_logp.detach() - batch.rollout_logp.detach(), 0.0)
+    if level == "sequence":
+        log_rho = log_rho.sum(-1, keepdim=True).expand_as(log_rho)
+    raw = log_rho.clamp(-LOG_CLAMP, LOG_CLAMP).exp()
+    keep = active
+    if lower is not None:
+        keep = keep & (raw >= lower)
+    if upper is not None:
+        keep = keep & (raw <= upper)
+    truncated = raw if cap is None else raw.clamp(max=cap)
+    weight = torch.where(keep, truncated, 0.0)
+    metrics = {
+        "rollout_is/weight_mean": masked_mean(weight, active),
+        "rollout_is/frac_masked": 1 - masked_mean(keep.to(raw.dtype), active),
+    }
+    if cap is not None:
+        metrics["rollout_is/frac_capped"] = masked_mean((raw > cap).to(raw.dtype), active)
+    return weight, metrics
+
+
+def with_rollout_is(batch: PolicyBatch, **spec) -> tuple[PolicyBatch, dict]:
+    """``batch`` with its token weight multiplied by the rollout-correction weight."""
+    weight, metrics = rollout_is_weight(batch, **spec)
+    if batch.token_weight is not None:
+        weight = weight * batch.token_weight.detach()
+    return batch.with_token_weight(weight), metrics
