@@ -104,19 +104,30 @@ def mean_ci(values) -> Interval:
 
 
 def seeds_needed(diff: float, sd_x: float, sd_y: float) -> int | None:
-    """Seeds per arm for a two-sided Welch/Student test at ALPHA to detect ``diff`` with POWER,
-    effect size = |diff| / sqrt((sd_x^2 + sd_y^2) / 2). None when diff is 0 (nothing to detect);
-    2 (the fewest that give a spread) when 2 seeds already have the power (zero spread included)."""
+    """Fewest seeds per arm for which a two-sided two-sample t test at ALPHA detects ``diff`` with
+    POWER (statsmodels ``TTestIndPower``), effect size |diff| / sqrt((sd_x^2 + sd_y^2) / 2).
+    None when diff is 0 (nothing to detect); 2 (the fewest that have a spread) when the spread is
+    0. An integer search over the power function, not ``solve_power``: its root finder fails to
+    converge for large effects (a few seeds)."""
     if diff == 0:
         return None
     spread = math.sqrt((sd_x ** 2 + sd_y ** 2) / 2)
     if spread == 0:
         return 2
     effect = abs(diff) / spread
-    power = TTestIndPower()
-    if power.power(effect_size=effect, nobs1=2, alpha=ALPHA) >= POWER:
-        return 2  # the root finder fails to converge below 2 seeds
-    return math.ceil(power.solve_power(effect_size=effect, alpha=ALPHA, power=POWER))
+
+    def enough(n: int) -> bool:
+        power = TTestIndPower().power(effect_size=effect, nobs1=n, alpha=ALPHA)
+        return not power < POWER  # NaN: scipy's noncentral t fails far in its tail, where power ~ 1
+
+    high = 2
+    while not enough(high):
+        high *= 2
+    low = high // 2  # not enough (or 1, below the fewest)
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if enough(mid) else (mid, high)
+    return high
 
 
 def difference(values, reference) -> Comparison:
