@@ -335,7 +335,7 @@ def conclusions(summary: dict) -> list[str]:
                              f"separation gives p = {smallest(best):.3f} >= {ALPHA:g}, so no comparison in "
                              "this table can be significant: its values are descriptive.")
         titles = {"evidence": f"Evidence of a {what} (Holm p < {ALPHA:g})",
-                  "suggestive": f"Suggestive only, {what} (the 95% interval excludes {null:g}, the Holm p "
+                  "suggestive": f"Suggestive only, {what} (the 95% interval excludes {null}, the Holm p "
                                 f"does not reach {ALPHA:g})",
                   "inside": f"No evidence either way, {what} (not significant after Holm)"}
         for kind, items in groups.items():

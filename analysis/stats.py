@@ -22,6 +22,7 @@ Resampling uses a fixed seed, so the same inputs give the same intervals and p-v
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
 from dataclasses import asdict, dataclass
@@ -31,8 +32,8 @@ from scipy import stats
 from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.power import TTestIndPower
 
-CONFIDENCE = 0.95
-ALPHA = 1 - CONFIDENCE  # two-sided test level, the complement of the intervals' confidence
+ALPHA = 0.05  # two-sided test level
+CONFIDENCE = 1 - ALPHA  # of every interval: a Welch interval excludes 0 exactly when its p < ALPHA
 POWER = 0.8  # for seeds_needed
 BOOTSTRAP_MIN_SEEDS = 10  # per group, for the P(improvement) interval (module docstring)
 N_RESAMPLES = 9999
@@ -72,17 +73,26 @@ def _finite(values) -> np.ndarray:
     return np.array([v for v in values if v is not None and math.isfinite(v)], dtype=float)
 
 
+@contextlib.contextmanager
+def _constant_group_is_exact():
+    """Silence scipy's "precision loss ... nearly identical" warning: a group of equal seeds (a
+    cell whose runs all collapsed to 0, say) has spread 0 exactly, which is no loss."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Precision loss occurred", RuntimeWarning)
+        yield
+
+
 def t_interval(x: np.ndarray, axis: int = -1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(mean, low, high) of the Student t interval along ``axis``; vectorised (the simulation
     tests call it on thousands of samples at once)."""
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"), _constant_group_is_exact():
         ci = stats.ttest_1samp(x, 0.0, axis=axis).confidence_interval(CONFIDENCE)
     return np.mean(x, axis=axis), ci.low, ci.high
 
 
 def welch_interval(x: np.ndarray, y: np.ndarray, axis: int = -1):
     """(mean(x) - mean(y), low, high, p) of the Welch interval and test along ``axis``; vectorised."""
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"), _constant_group_is_exact():
         result = stats.ttest_ind(x, y, equal_var=False, axis=axis)
         ci = result.confidence_interval(CONFIDENCE)
     return np.mean(x, axis=axis) - np.mean(y, axis=axis), ci.low, ci.high, result.pvalue
