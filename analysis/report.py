@@ -464,7 +464,7 @@ def _by_cell(runs: list[Run]) -> dict[tuple[str, int], list[Run]]:
 
 
 def plot_curves(config: dict, runs: list[Run], path: Path) -> None:
-    """Test score vs step: the seed mean per recipe with its 95% bootstrap CI band, one panel per lag."""
+    """Test score vs step: the seed mean per recipe with its 95% Student t band, one panel per lag."""
     import matplotlib.pyplot as plt
     cells = _by_cell(runs)
     lags = list(config["lags"])
