@@ -1,20 +1,23 @@
 """Across-seed statistics for cells (recipe x lag) and comparisons between them; scipy and
-statsmodels, nothing hand-rolled. Methods were chosen by their measured coverage at 3-20 seeds
-(benchmarks/bench_coverage.py; tests/test_stats.py checks 3, 5 and 10):
+statsmodels, nothing hand-rolled. Methods were chosen by their measured coverage of a 95%
+interval at 3-20 seeds (``python -m benchmarks.bench_coverage``, 1,000 trials per cell, 2-core
+shared machine, 2026-11-30; tests/test_stats.py checks n = 3, 5, 10 on 10,000 trials):
 
-- :func:`mean_ci`: mean over seeds with the Student t interval, at every seed count. Measured,
-  1,000 trials: t covers 94-95% on normal scores at n = 3..20 and 92-95% on Beta(2, 8) scores,
-  while the BCa bootstrap covers 91-92% at n = 10 and is no better than t at n = 20. Fallbacks:
-  no finite value -> everything NaN ("empty"); one value -> no interval ("n<2"); all values equal
-  -> the point interval [x, x] ("degenerate").
+- :func:`mean_ci`: mean over seeds with the Student t interval, at every seed count: it covered
+  93-95% at n = 3..20 on normal and Beta(2, 8) scores, where the BCa bootstrap covered 72-74% at
+  n = 3, 84-85% at 5, 88-89% at 10 and 92-94% at 20 (so no n of a grid calls for it). Both
+  undercover strongly skewed scores (Beta(0.5, 4): t 83-91%). Fallbacks: no finite value ->
+  everything NaN ("empty"); one value -> no interval ("n<2"); all values equal -> the point
+  interval [x, x] ("degenerate").
 - :func:`difference`: mean(x) - mean(y) with the Welch interval and Welch's t test, plus the
   seeds per arm that would detect that difference with 80% power from the observed spread
   (statsmodels ``TTestIndPower``). Seeds of two cells are treated as independent samples.
 - :func:`prob_improvement`: P(X > Y) + 0.5 P(X = Y) over all seed pairs (rliable's probability
   of improvement) with the two-sided Mann-Whitney test (exact without ties; a permutation test
   with ties, exact whenever the partitions number at most N_RESAMPLES). Its bootstrap (BCa)
-  interval is given only when both groups have BOOTSTRAP_MIN_SEEDS or more seeds: below that it
-  measurably undercovers (90% at 5 seeds), so small grids get the test and no interval.
+  interval is given only when both groups have BOOTSTRAP_MIN_SEEDS or more seeds (it covered
+  96-97% at 10 and 20 seeds, but 74-88% at 3 and 93% at 5 on normal scores), so small grids get
+  the test and no interval. The Welch interval covered 94-97% at every n.
 - :func:`collapse_rate`: k/n collapsed with the Wilson score interval; :func:`collapse_difference`:
   the difference of two rates with Fisher's exact test.
 - :func:`holm`: Holm's step-down adjustment of one family of p-values (statsmodels).
