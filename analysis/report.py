@@ -334,8 +334,9 @@ def conclusions(summary: dict) -> list[str]:
                 lines.append(f"{what.capitalize()}: with {best['n_x']} vs {best['n_y']} seeds even complete "
                              f"separation gives p = {smallest(best):.3f} >= {ALPHA:g}, so no comparison in "
                              "this table can be significant: its values are descriptive.")
+        null_text = "" if null is None else f"{null:g}"  # None: no interval, never "suggestive"
         titles = {"evidence": f"Evidence of a {what} (Holm p < {ALPHA:g})",
-                  "suggestive": f"Suggestive only, {what} (the 95% interval excludes {null}, the Holm p "
+                  "suggestive": f"Suggestive only, {what} (the 95% interval excludes {null_text}, the Holm p "
                                 f"does not reach {ALPHA:g})",
                   "inside": f"No evidence either way, {what} (not significant after Holm)"}
         for kind, items in groups.items():
@@ -352,7 +353,9 @@ def conclusions(summary: dict) -> list[str]:
                          f"observed size and spread, with {POWER:.0%} power at {ALPHA:g}: {span} "
                          f"(this grid has {len(summary['seeds'])}).")
 
-    points = lambda s: _interval_text(s, None, 100, 1, sign=True) + " points"  # noqa: E731
+    def points(stat):
+        return _interval_text(stat, None, 100, 1, sign=True) + " points"
+
     if baseline is not None:
         claims(f"difference to {baseline} in the {score}",
                [(c, c["vs_baseline"][PRIMARY]) for c in cells if c["vs_baseline"] is not None], 0.0, points)
