@@ -213,6 +213,8 @@ def prob_improvement(values, baseline) -> Comparison:
     if len(x) == 0 or len(y) == 0:
         return Comparison(math.nan, math.nan, math.nan, len(x), len(y), "empty", math.nan, "none")
     estimate = float(_improvement(x, y))
+    if len(x) < 2 or len(y) < 2:  # scipy's permutation test (ties) needs two seeds per group
+        return Comparison(estimate, math.nan, math.nan, len(x), len(y), "n<2", math.nan, "none")
     p, test = mann_whitney(x, y)
     if min(len(x), len(y)) < BOOTSTRAP_MIN_SEEDS:
         return Comparison(estimate, math.nan, math.nan, len(x), len(y), "none", p, test)

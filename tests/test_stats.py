@@ -112,6 +112,8 @@ def test_probability_of_improvement_and_mann_whitney():
     assert no_ties.p == pytest.approx(exact_mann_whitney(np.array(X), np.array(Y)))
     assert prob_improvement(x, x).estimate == pytest.approx(0.5)
     assert math.isnan(prob_improvement([], y).estimate)
+    one = prob_improvement([0.5], [0.5, 0.2])
+    assert (one.estimate, one.method, one.test) == (0.75, "n<2", "none") and math.isnan(one.p)
 
 
 def test_probability_of_improvement_interval_from_ten_seeds():
