@@ -23,7 +23,8 @@ from tqdm import tqdm
 from harness.grid import expand, run_dir
 from harness.io import read_jsonl, write_json_atomic, write_text_atomic
 from analysis.curves import RunSummary, read_run, test_task
-from analysis.stats import collapse_rate, mean_ci, prob_improvement
+from analysis.stats import (ALPHA, BOOTSTRAP_MIN_SEEDS, CONFIDENCE, POWER, collapse_difference,
+                            collapse_rate, difference, holm, mean_ci, prob_improvement, smallest_p)
 from stabilizers import load_recipes
 
 REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference" / "table1.csv"
@@ -33,6 +34,8 @@ SCORES = {"fixed": "Fixed-step score", "best": "Best-checkpoint score (optimisti
 MISMATCH = {"dbar": "d-bar: mean |log pi/mu| over the last 10% of steps",
             "dtail": "Tail of |d|: mean p99 |log pi/mu| over the last 10% of steps"}
 QUANTILES = ("d/mean_abs", "d/p50", "d/p90", "d/p99")
+PRIMARY = "fixed"  # the score whose comparisons the tables and conclusions show (summary.json: every score)
+FAMILY = "one table: one comparison (and score) over every recipe and lag"
 
 
 @dataclass(frozen=True)
@@ -83,43 +86,93 @@ def reference_for(config: dict, recipe: str, lag: int, table: dict) -> dict | No
 
 def summarize(config: dict, runs: list[Run]) -> dict:
     """The machine-readable summary (summary.json): one entry per cell with per-seed values,
-    mean + 95% CI per metric, collapse k/n with Wilson CI, P(improvement) over the baseline."""
+    mean + 95% CI per metric, collapse k/n with Wilson CI, and the comparisons (analysis.stats):
+    P(improvement) over the baseline (``improvement``), the difference to the baseline at the same
+    lag (``vs_baseline``), the staleness cost against the smallest lag (``staleness_cost``) and
+    the collapse-rate differences (``collapse_vs_baseline``, ``collapse_vs_reference_lag``), each
+    with its p-value Holm-adjusted within its table (``p_holm``); then the generated conclusions."""
     baseline = config.get("baseline")
     if baseline is not None and baseline not in config["recipes"]:
         raise ValueError(f"baseline {baseline!r} is not one of the grid's recipes {config['recipes']}")
     reference = load_reference()
+    reference_lag = min(config["lags"])
     by_cell: dict[tuple[str, int], list[Run]] = {}
     for run in runs:
         by_cell.setdefault((run.recipe, run.lag), []).append(run)
 
-    def per_seed(cell_runs, metric):
-        return [getattr(r.summary, metric) for r in cell_runs]
-
-    cells = []
+    cells = {}
     for recipe in config["recipes"]:
         for lag in config["lags"]:
             cell_runs = by_cell.get((recipe, lag), [])
-            seeds = {m: per_seed(cell_runs, m) for m in (*SCORES, *MISMATCH, "collapsed", "best_step",
-                                                         "selected_step", "status")}
+            seeds = {m: [getattr(r.summary, m) for r in cell_runs]
+                     for m in (*SCORES, *MISMATCH, "collapsed", "best_step", "selected_step", "status")}
             k = sum(seeds["collapsed"])
-            cell = {"recipe": recipe, "lag": lag, "seeds": [r.seed for r in cell_runs],
-                    "run_keys": [r.run_key for r in cell_runs], "per_seed": seeds,
-                    "stats": {m: mean_ci(seeds[m]).as_dict() for m in (*SCORES, *MISMATCH)},
-                    "collapse": {"k": k, **collapse_rate(k, len(cell_runs)).as_dict()},
-                    "improvement": None,
-                    "reference": reference_for(config, recipe, lag, reference)}
-            if baseline is not None:
-                base_runs = by_cell.get((baseline, lag), [])
-                cell["improvement"] = {m: prob_improvement(seeds[m], per_seed(base_runs, m)).as_dict()
-                                       for m in SCORES}
-            cells.append(cell)
+            cells[recipe, lag] = {
+                "recipe": recipe, "lag": lag, "seeds": [r.seed for r in cell_runs],
+                "run_keys": [r.run_key for r in cell_runs], "per_seed": seeds,
+                "stats": {m: mean_ci(seeds[m]).as_dict() for m in (*SCORES, *MISMATCH)},
+                "collapse": {"k": k, **collapse_rate(k, len(cell_runs)).as_dict()},
+                "improvement": None, "vs_baseline": None, "collapse_vs_baseline": None,
+                "reference": reference_for(config, recipe, lag, reference)}
+
+    def compare(function, cell, other, metrics=SCORES):
+        return {m: _comparison(function(cell["per_seed"][m], other["per_seed"][m])) for m in metrics}
+
+    def compare_collapse(cell, other):
+        return _comparison(collapse_difference(cell["collapse"]["k"], cell["collapse"]["n"],
+                                               other["collapse"]["k"], other["collapse"]["n"]))
+
+    for (recipe, lag), cell in cells.items():
+        first = cells[recipe, reference_lag]
+        cell["staleness_cost"] = None if lag == reference_lag else compare(difference, cell, first)
+        cell["collapse_vs_reference_lag"] = None if lag == reference_lag else compare_collapse(cell, first)
+        if baseline is not None:
+            base = cells[baseline, lag]
+            cell["improvement"] = compare(prob_improvement, cell, base)
+            if recipe != baseline:
+                cell["vs_baseline"] = compare(difference, cell, base)
+                cell["collapse_vs_baseline"] = compare_collapse(cell, base)
+    _adjust(list(cells.values()), baseline)
     settings = config.get("eval") or {}
-    return {"grid": config["grid"], "engine": config["engine"], "recipes": list(config["recipes"]),
-            "lags": list(config["lags"]), "seeds": list(config["seeds"]), "steps": config["steps"],
-            "test_task": test_task(settings), "selection_task": settings.get("selection_task"),
-            "fixed_step": settings.get("fixed_step"), "baseline": baseline,
-            "collapse_fraction": float((config.get("collapse") or {}).get("fraction", 0.5)),
-            "cells": _json_safe(cells)}
+    summary = {"grid": config["grid"], "engine": config["engine"], "recipes": list(config["recipes"]),
+               "lags": list(config["lags"]), "seeds": list(config["seeds"]), "steps": config["steps"],
+               "test_task": test_task(settings), "selection_task": settings.get("selection_task"),
+               "fixed_step": settings.get("fixed_step"), "baseline": baseline,
+               "collapse_fraction": float((config.get("collapse") or {}).get("fraction", 0.5)),
+               "reference_lag": reference_lag,
+               "comparisons": {"confidence": CONFIDENCE, "alpha": ALPHA, "power": POWER,
+                               "correction": "holm", "family": FAMILY, "primary": PRIMARY,
+                               "bootstrap_min_seeds": BOOTSTRAP_MIN_SEEDS},
+               "cells": _json_safe(list(cells.values()))}
+    summary["conclusions"] = conclusions(summary)
+    return summary
+
+
+def _comparison(comparison) -> dict:
+    return {**comparison.as_dict(), "p_holm": None}  # filled by _adjust for the tests of a family
+
+
+def _families(cells: list[dict], baseline: str | None) -> dict[str, list[dict]]:
+    """The comparisons of each table (FAMILY): key or key/metric -> the cells' comparison dicts.
+    The baseline against itself is no comparison: its P(improvement) is left out."""
+    families: dict[str, list[dict]] = {}
+    for cell in cells:
+        for key in ("vs_baseline", "staleness_cost", "improvement"):
+            if cell[key] is None or (key == "improvement" and cell["recipe"] == baseline):
+                continue
+            for metric, stat in cell[key].items():
+                families.setdefault(f"{key}/{metric}", []).append(stat)
+        for key in ("collapse_vs_baseline", "collapse_vs_reference_lag"):
+            if cell[key] is not None:
+                families.setdefault(key, []).append(cell[key])
+    return families
+
+
+def _adjust(cells: list[dict], baseline: str | None) -> None:
+    """Holm within each family, in place."""
+    for members in _families(cells, baseline).values():
+        for stat, adjusted in zip(members, holm([s["p"] for s in members])):
+            stat["p_holm"] = adjusted
 
 
 def _json_safe(obj):
@@ -137,41 +190,74 @@ def _json_safe(obj):
 
 # --- tables -------------------------------------------------------------------------------------
 
-def _fmt(value, scale: float, digits: int) -> str:
-    return "–" if value is None else f"{value * scale:.{digits}f}"
+def _fmt(value, scale: float, digits: int, sign: bool = False) -> str:
+    return "–" if value is None else f"{value * scale:{'+' if sign else ''}.{digits}f}"
 
 
-def _interval_text(stat: dict, values: list | None, scale: float, digits: int) -> str:
+def _interval_text(stat: dict, values: list | None, scale: float, digits: int, sign: bool = False) -> str:
     """"mean [low, high] (per-seed values)"; no brackets when there is no interval."""
-    text = _fmt(stat["estimate"], scale, digits)
+    text = _fmt(stat["estimate"], scale, digits, sign)
     if stat["low"] is not None:
-        text += f" [{_fmt(stat['low'], scale, digits)}, {_fmt(stat['high'], scale, digits)}]"
+        text += f" [{_fmt(stat['low'], scale, digits, sign)}, {_fmt(stat['high'], scale, digits, sign)}]"
     if values is not None:
         text += " (" + ", ".join(_fmt(v, scale, digits) for v in values) + ")"
     return text
 
 
+def _p(value) -> str:
+    return "–" if value is None else "<0.001" if value < 0.001 else f"{value:.3f}"
+
+
+def _comparison_text(stat: dict, scale: float, digits: int, sign: bool = True) -> str:
+    """"+d [low, high], p 0.012 (Holm 0.048)"; parts without a value are left out."""
+    text = _interval_text(stat, None, scale, digits, sign)
+    if stat["p"] is not None:
+        text += f", p {_p(stat['p'])} (Holm {_p(stat['p_holm'])})"
+    return text
+
+
+METHOD_NAMES = {"student-t": "Student t", "welch": "Welch", "BCa": "BCa bootstrap",
+                "percentile": "percentile bootstrap", "degenerate": "equal seeds: a point",
+                "none": f"no interval below {BOOTSTRAP_MIN_SEEDS} seeds per arm", "n<2": "one seed: none",
+                "empty": "no value"}
+
+
+def _methods(stats: list[dict]) -> str:
+    """The interval methods used in one table, in METHOD_NAMES order."""
+    used = {s["method"] for s in stats}
+    return "; ".join(name for method, name in METHOD_NAMES.items() if method in used)
+
+
+def _holm_note(stats: list[dict]) -> str:
+    return f"Holm-adjusted over the {sum(s['p_holm'] is not None for s in stats)} tests of this table"
+
+
 def sections(summary: dict) -> list[tuple[str, list[str], list[list[str]]]]:
     """The report's tables, rendered to text once and shared by the Markdown and LaTeX writers:
-    (title, header, rows). Rows = recipes; one column per lag, then the published value per lag."""
+    (title, header, rows). Rows = recipes; one column per lag for each column group (the value,
+    then the published value or the seeds needed)."""
     cells = {(c["recipe"], c["lag"]): c for c in summary["cells"]}
-    lags = summary["lags"]
+    baseline, reference_lag = summary["baseline"], summary["reference_lag"]
+    others = [r for r in summary["recipes"] if r != baseline]
+    later = [lag for lag in summary["lags"] if lag != reference_lag]
     out = []
 
-    def table(title, text_of, reference_of=None, reference_name="paper"):
-        header = ["recipe"] + [f"lag {lag}" for lag in lags]
-        if reference_of:
-            header += [f"{reference_name} lag {lag}" for lag in lags]
-        rows = []
-        for recipe in summary["recipes"]:
-            row = [recipe] + [text_of(cells[recipe, lag]) for lag in lags]
-            if reference_of:
-                row += [reference_of(cells[recipe, lag]["reference"]) for lag in lags]
-            rows.append(row)
+    def table(title, columns, recipes=summary["recipes"], lags=summary["lags"]):
+        """columns: (header prefix, text of a cell), each one column per lag."""
+        header = ["recipe"] + [f"{prefix}lag {lag}" for prefix, _ in columns for lag in lags]
+        rows = [[recipe] + [text(cells[recipe, lag]) for _, text in columns for lag in lags]
+                for recipe in recipes]
         out.append((title, header, rows))
 
+    def shown(get, recipes=summary["recipes"], lags=summary["lags"]):
+        return [get(cells[recipe, lag]) for recipe in recipes for lag in lags]
+
     def paper_value(key, scale=1.0, digits=2):
-        return lambda ref: "–" if ref is None or ref[key] is None else f"{ref[key] * scale:.{digits}f}"
+        return lambda c: ("–" if c["reference"] is None or c["reference"][key] is None
+                          else f"{c['reference'][key] * scale:.{digits}f}")
+
+    def seeds_needed(key):
+        return "seeds for 80% power ", lambda c: str(c[key][PRIMARY]["seeds_needed"] or "–")
 
     fixed = summary["fixed_step"] if summary["fixed_step"] is not None else "last evaluated"
     for metric, title in SCORES.items():
@@ -179,22 +265,114 @@ def sections(summary: dict) -> list[tuple[str, list[str], list[list[str]]]]:
             continue
         if metric == "fixed":
             title += f" (step {fixed})"
-        table(f"{title}, % (mean [95% CI] (per seed))",
-              lambda c, m=metric: _interval_text(c["stats"][m], c["per_seed"][m], 100, 1),
-              # the paper's number is a best observed score: no counterpart for an area
-              None if metric == "auc" else paper_value("aime24"), "paper best")
+        columns = [("", lambda c, m=metric: _interval_text(c["stats"][m], c["per_seed"][m], 100, 1))]
+        if metric != "auc":  # the paper's number is a best observed score: no counterpart for an area
+            columns.append(("paper best ", paper_value("aime24")))
+        table(f"{title}, % (mean [95% CI: {_methods(shown(lambda c, m=metric: c['stats'][m]))}] (per seed))",
+              columns)
     table("Collapsed runs k/n [95% Wilson CI] (per seed: 1 = collapsed)",
-          lambda c: (f"{c['collapse']['k']}/{c['collapse']['n']} [{_fmt(c['collapse']['low'], 1, 2)}, "
-                     f"{_fmt(c['collapse']['high'], 1, 2)}] ({', '.join(str(int(v)) for v in c['per_seed']['collapsed'])})"),
-          lambda ref: "–" if ref is None else ("yes" if ref["collapsed"] else "no"), "paper collapsed")
-    if summary["baseline"] is not None:
-        table(f"P(improvement) over {summary['baseline']} at the same lag, fixed-step score [95% CI]",
-              lambda c: _interval_text(c["improvement"]["fixed"], None, 1, 2))
+          [("", lambda c: (f"{c['collapse']['k']}/{c['collapse']['n']} [{_fmt(c['collapse']['low'], 1, 2)}, "
+                           f"{_fmt(c['collapse']['high'], 1, 2)}] "
+                           f"({', '.join(str(int(v)) for v in c['per_seed']['collapsed'])})")),
+           ("paper collapsed ", lambda c: "–" if c["reference"] is None else
+            ("yes" if c["reference"]["collapsed"] else "no"))])
+    score = SCORES[PRIMARY].lower()
+    if baseline is not None and others:
+        stats = shown(lambda c: c["vs_baseline"][PRIMARY], others)
+        table(f"Difference to {baseline} at the same lag, {score}, points (mean difference "
+              f"[95% CI: {_methods(stats)}], Welch p, {_holm_note(stats)}); seeds per arm to detect "
+              "that difference with 80% power",
+              [("", lambda c: _comparison_text(c["vs_baseline"][PRIMARY], 100, 1)), seeds_needed("vs_baseline")],
+              recipes=others)
+        stats = shown(lambda c: c["improvement"][PRIMARY], others)
+        table(f"P(improvement) over {baseline} at the same lag, {score} ([95% CI: {_methods(stats)}], "
+              f"two-sided Mann-Whitney p, {_holm_note(stats)})",
+              [("", lambda c: _comparison_text(c["improvement"][PRIMARY], 1, 2, sign=False))], recipes=others)
+    if later:
+        stats = shown(lambda c: c["staleness_cost"][PRIMARY], lags=later)
+        table(f"Staleness cost: {score} at this lag minus lag {reference_lag}, points (mean difference "
+              f"[95% CI: {_methods(stats)}], Welch p, {_holm_note(stats)}); seeds per arm to detect "
+              "that difference with 80% power",
+              [("", lambda c: _comparison_text(c["staleness_cost"][PRIMARY], 100, 1)),
+               seeds_needed("staleness_cost")], lags=later)
+        stats = shown(lambda c: c["collapse_vs_reference_lag"], lags=later)
+        table(f"Collapse rate at this lag minus lag {reference_lag} (Fisher exact p, {_holm_note(stats)})",
+              [("", lambda c: _comparison_text(c["collapse_vs_reference_lag"], 1, 2))], lags=later)
+    if baseline is not None and others:
+        stats = shown(lambda c: c["collapse_vs_baseline"], others)
+        table(f"Collapse rate minus {baseline}'s at the same lag (Fisher exact p, {_holm_note(stats)})",
+              [("", lambda c: _comparison_text(c["collapse_vs_baseline"], 1, 2))], recipes=others)
     for metric, title in MISMATCH.items():
-        table(f"{title} (mean [95% CI] (per seed))",
-              lambda c, m=metric: _interval_text(c["stats"][m], c["per_seed"][m], 1, 4),
-              paper_value("dbar", 1, 4) if metric == "dbar" else None, "paper")
+        columns = [("", lambda c, m=metric: _interval_text(c["stats"][m], c["per_seed"][m], 1, 4))]
+        if metric == "dbar":
+            columns.append(("paper ", paper_value("dbar", 1, 4)))
+        table(f"{title} (mean [95% CI: {_methods(shown(lambda c, m=metric: c['stats'][m]))}] (per seed))",
+              columns)
     return out
+
+
+def conclusions(summary: dict) -> list[str]:
+    """What the primary score's comparisons do and do not show, as sentences generated from the
+    numbers (the report's last section and summary.json's ``conclusions``)."""
+    cells, baseline, reference_lag = summary["cells"], summary["baseline"], summary["reference_lag"]
+    score = SCORES[PRIMARY].lower()
+    lines = [f"Intervals are 95%; p-values are two-sided and Holm-adjusted within each table, read at "
+             f"{ALPHA:g}. A difference whose interval contains 0 is not evidence of a difference in "
+             "either direction: ranking recipes by point estimates inside their intervals is not a result."]
+
+    def claims(what, stats, null, text, smallest=None):
+        """Sort one table's comparisons into evidence / suggestive / not distinguishable / untested."""
+        tested = [(c, s) for c, s in stats if s["p"] is not None]
+        groups = {"evidence": [], "suggestive": [], "inside": []}
+        for c, s in tested:
+            excludes = s["low"] is not None and not s["low"] <= null <= s["high"]
+            kind = "evidence" if s["p_holm"] < ALPHA else "suggestive" if excludes else "inside"
+            groups[kind].append(f"{c['recipe']} at lag {c['lag']}: {text(s)}")
+        if smallest is not None and tested:
+            best = min((s for _, s in tested), key=smallest)
+            if smallest(best) >= ALPHA:
+                lines.append(f"{what.capitalize()}: with {best['n_x']} vs {best['n_y']} seeds even complete "
+                             f"separation gives p = {smallest(best):.3f} >= {ALPHA:g}, so no comparison in "
+                             "this table can be significant: its values are descriptive.")
+        null_text = "" if null is None else f"{null:g}"  # None: no interval, never "suggestive"
+        titles = {"evidence": f"Evidence of a {what} (Holm p < {ALPHA:g})",
+                  "suggestive": f"Suggestive only, {what} (the 95% interval excludes {null_text}, the Holm p "
+                                f"does not reach {ALPHA:g})",
+                  "inside": f"No evidence either way, {what} (not significant after Holm)"}
+        for kind, items in groups.items():
+            if items:
+                lines.append(f"{titles[kind]}: " + "; ".join(items) + ".")
+        if len(tested) < len(stats):
+            lines.append(f"No test for {len(stats) - len(tested)} of the {len(stats)} comparisons of the "
+                         f"{what} (fewer than 2 seeds, or no spread).")
+        needed = sorted(s["seeds_needed"] for c, s in tested if s.get("seeds_needed") is not None
+                        and s["p_holm"] >= ALPHA)
+        if needed:
+            span = f"{needed[0]}" if needed[0] == needed[-1] else f"{needed[0]}-{needed[-1]}"
+            lines.append(f"Seeds per arm that would detect the {what} where it is not significant, at its "
+                         f"observed size and spread, with {POWER:.0%} power at {ALPHA:g}: {span} "
+                         f"(this grid has {len(summary['seeds'])}).")
+
+    def points(stat):
+        return _interval_text(stat, None, 100, 1, sign=True) + " points"
+
+    if baseline is not None:
+        claims(f"difference to {baseline} in the {score}",
+               [(c, c["vs_baseline"][PRIMARY]) for c in cells if c["vs_baseline"] is not None], 0.0, points)
+        claims(f"P(improvement) over {baseline} in the {score}",
+               [(c, c["improvement"][PRIMARY]) for c in cells if c["recipe"] != baseline], 0.5,
+               lambda s: _interval_text(s, None, 1, 2), lambda s: smallest_p(s["test"], s["n_x"], s["n_y"]))
+    staleness = [(c, c["staleness_cost"][PRIMARY]) for c in cells if c["staleness_cost"] is not None]
+    claims(f"staleness cost (lag L minus lag {reference_lag}) in the {score}", staleness, 0.0, points)
+    if len({c["recipe"] for c, _ in staleness}) > 1:
+        lines.append("Whether one recipe's staleness cost is smaller than another's (the SAT paper's claim) "
+                     "is a difference of these differences, which is not tested here: overlapping cost "
+                     "intervals do not show that the costs differ.")
+    for key, what in (("collapse_vs_reference_lag", f"collapse-rate change from lag {reference_lag}"),
+                      ("collapse_vs_baseline", f"collapse-rate difference to {baseline}")):
+        claims(what, [(c, c[key]) for c in cells if c[key] is not None], None,
+               lambda s: f"{s['estimate']:+.2f}", lambda s: smallest_p(s["test"], s["n_x"], s["n_y"]))
+    return lines
 
 
 def render_markdown(summary: dict) -> str:
@@ -210,12 +388,14 @@ def render_markdown(summary: dict) -> str:
                   "|" + "---|" * len(header)]
         lines += ["| " + " | ".join(row) + " |" for row in rows]
         lines.append("")
+    lines += [f"## What can and cannot be concluded ({SCORES[PRIMARY].lower()})", ""]
+    lines += [f"- {line}" for line in summary["conclusions"]] + [""]
     return "\n".join(lines)
 
 
 def _tex(text: str) -> str:
     for char, escaped in (("\\", r"\textbackslash{}"), ("_", r"\_"), ("%", r"\%"), ("&", r"\&"),
-                          ("#", r"\#"), ("–", "--"), ("|", r"$|$")):
+                          ("#", r"\#"), ("–", "--"), ("|", r"$|$"), ("<", r"$<$"), (">", r"$>$")):
         text = text.replace(char, escaped)
     return text
 
@@ -228,12 +408,16 @@ def render_latex(summary: dict) -> str:
                   " & ".join(_tex(h) for h in header) + r" \\", r"\hline"]
         parts += [" & ".join(_tex(v) for v in row) + r" \\" for row in rows]
         parts += [r"\hline", r"\end{tabular}", r"\end{table}", ""]
+    parts += [f"\\paragraph{{What can and cannot be concluded ({SCORES[PRIMARY].lower()})}}", r"\begin{itemize}"]
+    parts += [f"\\item {_tex(line)}" for line in summary["conclusions"]] + [r"\end{itemize}", ""]
     return "\n".join(parts)
 
 
 def render_csv(summary: dict) -> str:
-    """Rows = recipes; per lag: mean/low/high/per-seed of every metric, collapse k/n, P(improvement)
-    on the fixed-step score, and the published values. Scores as fractions (avg@k), paper in %."""
+    """Rows = recipes; per lag: mean/low/high/method/per-seed of every metric, collapse k/n, the
+    comparisons of the primary score (difference to the baseline, staleness cost, P(improvement):
+    estimate/low/high/method/p/p_holm/seeds_needed), the collapse-rate comparisons
+    (estimate/p/p_holm), and the published values. Scores as fractions (avg@k), paper in %."""
     cells = {(c["recipe"], c["lag"]): c for c in summary["cells"]}
     header, rows = ["recipe"], []
     for recipe in summary["recipes"]:
@@ -241,13 +425,19 @@ def render_csv(summary: dict) -> str:
         for lag in summary["lags"]:
             c = cells[recipe, lag]
             for metric, stat in c["stats"].items():
-                row.update({f"{metric}_lag{lag}_{part}": stat[part] for part in ("estimate", "low", "high")})
+                row.update({f"{metric}_lag{lag}_{part}": stat[part] for part in ("estimate", "low", "high", "method")})
                 row[f"{metric}_lag{lag}_per_seed"] = ";".join("" if v is None else repr(v)
                                                              for v in c["per_seed"][metric])
             row.update({f"collapse_lag{lag}_{part}": c["collapse"][part] for part in ("k", "n", "low", "high")})
-            if c["improvement"] is not None:
-                row.update({f"p_improve_fixed_lag{lag}_{part}": c["improvement"]["fixed"][part]
-                            for part in ("estimate", "low", "high")})
+            for key, name in (("vs_baseline", "diff_baseline"), ("staleness_cost", "staleness"),
+                              ("improvement", "p_improve")):
+                if c[key] is not None:
+                    row.update({f"{name}_{PRIMARY}_lag{lag}_{part}": c[key][PRIMARY][part] for part in
+                                ("estimate", "low", "high", "method", "p", "p_holm", "seeds_needed")})
+            for key, name in (("collapse_vs_baseline", "collapse_diff_baseline"),
+                              ("collapse_vs_reference_lag", f"collapse_diff_lag{summary['reference_lag']}")):
+                if c[key] is not None:
+                    row.update({f"{name}_lag{lag}_{part}": c[key][part] for part in ("estimate", "p", "p_holm")})
             ref = c["reference"] or {}
             row.update({f"paper_{key}_lag{lag}": ref.get(key) for key in ("aime24", "collapsed", "dbar")})
         header += [k for k in row if k not in header]
@@ -277,7 +467,7 @@ def _by_cell(runs: list[Run]) -> dict[tuple[str, int], list[Run]]:
 
 
 def plot_curves(config: dict, runs: list[Run], path: Path) -> None:
-    """Test score vs step: the seed mean per recipe with its 95% bootstrap CI band, one panel per lag."""
+    """Test score vs step: the seed mean per recipe with its 95% Student t band, one panel per lag."""
     import matplotlib.pyplot as plt
     cells = _by_cell(runs)
     lags = list(config["lags"])

@@ -14,7 +14,7 @@ COLLAPSED = ("grpo", 8, 0)  # peaks then falls below half its peak and stays the
 DIVERGED = ("grpo", 8, 1)  # non-finite at step 12: training stops, status "diverged"
 DIVERGE_STEP = 12
 EARLY_DIVERGED = ("grpo_r3", 8, 0)  # non-finite at step 3, before its first checkpoint: empty eval files
-EQUAL_CELL = ("sat_grpo", 1)  # every seed has the same curve: degenerate bootstrap
+EQUAL_CELL = ("sat_grpo", 1)  # every seed has the same curve: a point interval
 
 
 def make_config(results_dir, grid: str = "demo", seeds=(0, 1, 2)) -> dict:

@@ -5,10 +5,12 @@ import shutil
 
 import matplotlib.image
 import pytest
+from statsmodels.stats.multitest import multipletests
 
 from harness.grid import run_dir
 from analysis.aggregate import main
-from analysis.report import REFERENCE, REPORT_FILES, collect, summarize
+from analysis.report import PRIMARY, REFERENCE, REPORT_FILES, collect, summarize
+from analysis.stats import collapse_difference, difference, prob_improvement
 from grid_fixture import COLLAPSED, DIVERGED, EARLY_DIVERGED, EQUAL_CELL, make_grid
 
 
@@ -41,11 +43,12 @@ def test_cis_contain_the_mean(grid):
     _, _, summary = grid
     checked = 0
     for cell in summary["cells"]:
-        for stat in [*cell["stats"].values(), cell["collapse"], *cell["improvement"].values()]:
+        comparisons = [*(cell["vs_baseline"] or {}).values(), *(cell["staleness_cost"] or {}).values()]
+        for stat in [*cell["stats"].values(), cell["collapse"], *cell["improvement"].values(), *comparisons]:
             if stat["low"] is not None:
                 assert stat["low"] - 1e-12 <= stat["estimate"] <= stat["high"] + 1e-12, (cell["recipe"], stat)
                 checked += 1
-    assert checked > 50
+    assert checked > 60
 
 
 def test_known_cases(grid):
@@ -89,7 +92,8 @@ def test_reference_column_matches_table1(grid):
 def test_latex_and_plots_are_well_formed(grid):
     _, out, _ = grid
     tex = (out / "table.tex").read_text()
-    assert tex.count(r"\begin{tabular}") == tex.count(r"\end{tabular}") >= 7
+    assert tex.count(r"\begin{tabular}") == tex.count(r"\end{tabular}") >= 12
+    assert tex.count(r"\item ") == len(json.loads((out / "summary.json").read_text())["conclusions"])
     assert "sat\\_grpo" in tex and "sat_grpo" not in tex.replace("sat\\_grpo", "")
     for name in ("curves.png", "mismatch.png", "collapse.png"):
         image = matplotlib.image.imread(out / name)
@@ -112,3 +116,86 @@ def test_bad_config_and_missing_run_are_named(grid, tmp_path, capsys):
     assert main(["--config-json", json.dumps(broken), "--out", str(tmp_path / "out")]) == 2
     assert str(victim / "train" / "status.json") in capsys.readouterr().err
     assert not (tmp_path / "out" / "summary.json").exists()
+
+
+def test_comparisons_are_the_statistics_of_the_per_seed_values(grid):
+    """Each comparison in summary.json is analysis.stats applied to the cells' per-seed values."""
+    config, _, summary = grid
+    cells = {(c["recipe"], c["lag"]): c for c in summary["cells"]}
+    first = min(config["lags"])
+    for (recipe, lag), cell in cells.items():
+        base, earlier = cells["grpo", lag], cells[recipe, first]
+        assert (cell["vs_baseline"] is None) == (recipe == "grpo")
+        assert (cell["staleness_cost"] is None) == (lag == first)
+        for metric in ("fixed", "best", "auc"):
+            if recipe != "grpo":
+                expected = difference(cell["per_seed"][metric], base["per_seed"][metric]).as_dict()
+                assert {k: cell["vs_baseline"][metric][k] for k in expected} == pytest.approx(expected, nan_ok=True)
+            if lag != first:
+                expected = difference(cell["per_seed"][metric], earlier["per_seed"][metric]).as_dict()
+                assert {k: cell["staleness_cost"][metric][k] for k in expected} == pytest.approx(expected, nan_ok=True)
+            expected = prob_improvement(cell["per_seed"][metric], base["per_seed"][metric])
+            assert cell["improvement"][metric]["p"] == pytest.approx(expected.p)
+        if lag != first:
+            expected = collapse_difference(cell["collapse"]["k"], 3, earlier["collapse"]["k"], 3)
+            assert cell["collapse_vs_reference_lag"]["p"] == pytest.approx(expected.p)
+    assert summary["reference_lag"] == first and summary["comparisons"]["correction"] == "holm"
+
+
+def test_holm_within_each_table(grid):
+    _, out, summary = grid
+    others = [c for c in summary["cells"] if c["recipe"] != "grpo"]
+    markdown = (out / "table.md").read_text()
+    for key, members in (("vs_baseline", others), ("improvement", others),
+                         ("staleness_cost", [c for c in summary["cells"] if c["staleness_cost"]])):
+        stats = [c[key][PRIMARY] for c in members]
+        adjusted = multipletests([s["p"] for s in stats], method="holm")[1]
+        assert [s["p_holm"] for s in stats] == pytest.approx(list(adjusted))
+        assert f"Holm-adjusted over the {len(stats)} tests of this table" in markdown
+    # the baseline against itself is no test of the family
+    assert all(c["improvement"][PRIMARY]["p_holm"] is None for c in summary["cells"] if c["recipe"] == "grpo")
+
+
+def test_new_columns_in_csv_and_markdown(grid):
+    _, out, summary = grid
+    table = {row["recipe"]: row for row in csv.DictReader((out / "table.csv").open())}
+    markdown = (out / "table.md").read_text()
+    cell = next(c for c in summary["cells"] if (c["recipe"], c["lag"]) == ("sat_grpo", 8))
+    row = table["sat_grpo"]
+    for name, key in (("diff_baseline", "vs_baseline"), ("staleness", "staleness_cost")):
+        stat = cell[key][PRIMARY]
+        for part in ("estimate", "low", "high", "p", "p_holm"):
+            assert float(row[f"{name}_fixed_lag8_{part}"]) == pytest.approx(stat[part])
+        assert int(row[f"{name}_fixed_lag8_seeds_needed"]) == stat["seeds_needed"] >= 2
+        assert f"{stat['estimate'] * 100:+.1f} [" in markdown
+    assert float(row["p_improve_fixed_lag8_p"]) == pytest.approx(cell["improvement"][PRIMARY]["p"])
+    assert float(row["collapse_diff_baseline_lag8_p"]) == pytest.approx(cell["collapse_vs_baseline"]["p"])
+    assert row["fixed_lag8_method"] == "student-t"
+    assert table["grpo"]["diff_baseline_fixed_lag8_p"] == ""  # the baseline is not compared with itself
+    assert "seeds for 80% power lag 8" in markdown and "95% CI: Student t" in markdown
+
+
+def test_conclusions_follow_the_numbers(grid):
+    """Every comparison is named in the conclusion line that its Holm p and interval call for."""
+    _, out, summary = grid
+    lines = summary["conclusions"]
+    markdown = (out / "table.md").read_text()
+    assert "## What can and cannot be concluded" in markdown and all(line in markdown for line in lines)
+    assert any("not evidence of a difference" in line for line in lines)
+    for key, what in (("vs_baseline", "difference to grpo"), ("staleness_cost", "staleness cost")):
+        for cell in summary["cells"]:
+            if cell[key] is None:
+                continue
+            stat = cell[key][PRIMARY]
+            name = f"{cell['recipe']} at lag {cell['lag']}: {stat['estimate'] * 100:+.1f}"
+            if stat["p_holm"] < 0.05:
+                kind = "Evidence of a"
+            elif not stat["low"] <= 0 <= stat["high"]:
+                kind = "Suggestive only"
+            else:
+                kind = "No evidence either way"
+            line = next(l for l in lines if l.startswith(kind) and what in l)
+            assert name in line
+    # 3 seeds against 3: the exact tests cannot reach 0.05 (smallest p = 2 / C(6, 3) = 0.1)
+    assert sum("complete separation gives p = 0.100" in line for line in lines) == 3
+    assert sum(line.startswith("Evidence of a") for line in lines) >= 1  # the fixture has a clear one

@@ -1,13 +1,20 @@
-"""Across-seed statistics against independently computed values."""
+"""Across-seed statistics against values computed independently (formulas, scipy, statsmodels),
+and the coverage of the intervals the report uses, simulated at the seed counts of a grid."""
+import itertools
 import math
 
 import numpy as np
 import pytest
 from scipy import stats
+from statsmodels.stats.multitest import multipletests
+from statsmodels.stats.power import TTestIndPower
 
-from analysis.stats import collapse_rate, mean_ci, prob_improvement
+from analysis.stats import (BOOTSTRAP_MIN_SEEDS, collapse_difference, collapse_rate, difference, holm,
+                            mean_ci, prob_improvement, seeds_needed, smallest_p, t_interval, welch_interval)
+from benchmarks.bench_coverage import DISTRIBUTIONS, analytic_coverage
 
 X = [0.31, 0.27, 0.35, 0.30, 0.41]
+Y = [0.22, 0.29, 0.18, 0.25]
 
 
 def wilson(k, n, z=stats.norm.ppf(0.975)):
@@ -26,14 +33,13 @@ def test_wilson_interval_matches_formula(k, n):
     assert (ci.low, ci.high) == (pytest.approx(low, abs=1e-12), pytest.approx(high, abs=1e-12))
 
 
-def test_bootstrap_ci_matches_scipy_called_directly():
-    ci = mean_ci(X)
-    ref = stats.bootstrap((np.array(X),), np.mean, method="BCa", n_resamples=9999,
-                          rng=np.random.default_rng(0)).confidence_interval
-    assert ci.method == "BCa" and ci.estimate == pytest.approx(np.mean(X))
-    assert (ci.low, ci.high) == (pytest.approx(ref.low), pytest.approx(ref.high))
-    assert ci.low < ci.estimate < ci.high
-    assert mean_ci(X) == ci  # fixed resampling seed: same inputs, same interval
+@pytest.mark.parametrize("values", [X, [0.2, 0.4], [0.5, 0.1, 0.45]])
+def test_mean_interval_is_student_t_by_formula(values):
+    x = np.array(values)
+    half = stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x))
+    ci = mean_ci(values)
+    assert ci.method == "student-t" and ci.n == len(x) and ci.estimate == pytest.approx(x.mean())
+    assert (ci.low, ci.high) == (pytest.approx(x.mean() - half), pytest.approx(x.mean() + half))
 
 
 def test_degenerate_fallbacks():
@@ -41,26 +47,139 @@ def test_degenerate_fallbacks():
     assert (equal.low, equal.high, equal.method) == (0.3, 0.3, "degenerate")
     one = mean_ci([0.3, None, math.nan])
     assert one.n == 1 and one.estimate == 0.3 and math.isnan(one.low) and one.method == "n<2"
-    two = mean_ci([0.2, 0.4])
-    ref = stats.bootstrap((np.array([0.2, 0.4]),), np.mean, method="percentile",
-                          rng=np.random.default_rng(0)).confidence_interval
-    assert two.method == "percentile" and (two.low, two.high) == (ref.low, ref.high)
     assert mean_ci([]).method == "empty" and math.isnan(collapse_rate(0, 0).estimate)
+    assert difference([0.3], Y).method == "n<2" and math.isnan(difference([0.3], Y).p)
+    flat = difference([0.3, 0.3], [0.2, 0.2])
+    assert (flat.estimate, flat.low, flat.high, flat.method, flat.seeds_needed) == \
+        (pytest.approx(0.1), pytest.approx(0.1), pytest.approx(0.1), "degenerate", 2)
+    assert difference([], Y).method == "empty"
 
 
-def test_probability_of_improvement():
+def test_welch_difference_by_formula_and_scipy():
+    x, y = np.array(X), np.array(Y)
+    vx, vy = x.var(ddof=1) / len(x), y.var(ddof=1) / len(y)
+    df = (vx + vy) ** 2 / (vx ** 2 / (len(x) - 1) + vy ** 2 / (len(y) - 1))  # Welch-Satterthwaite
+    diff, se = x.mean() - y.mean(), math.sqrt(vx + vy)
+    d = difference(X, Y)
+    assert d.method == "welch" and d.test == "welch-t" and (d.n_x, d.n_y) == (5, 4)
+    assert d.estimate == pytest.approx(diff)
+    assert (d.low, d.high) == (pytest.approx(diff - stats.t.ppf(0.975, df) * se),
+                               pytest.approx(diff + stats.t.ppf(0.975, df) * se))
+    assert d.p == pytest.approx(2 * stats.t.sf(abs(diff) / se, df))
+    assert d.p == pytest.approx(stats.ttest_ind(x, y, equal_var=False).pvalue)
+
+
+def test_seeds_needed_against_statsmodels_and_the_noncentral_t():
+    d = difference(X, Y)
+    spread = math.sqrt((np.var(X, ddof=1) + np.var(Y, ddof=1)) / 2)
+    assert d.seeds_needed == seeds_needed(d.estimate, np.std(X, ddof=1), np.std(Y, ddof=1))
+
+    def power(effect, n):  # two-sided two-sample t test, from scipy's noncentral t
+        df, nc, c = 2 * n - 2, effect * math.sqrt(n / 2), stats.t.ppf(0.975, 2 * n - 2)
+        return stats.nct.sf(c, df, nc) + stats.nct.cdf(-c, df, nc)
+
+    for diff in (0.002, 0.02, 0.05, d.estimate, 0.3):
+        n = seeds_needed(diff, spread, spread)
+        effect = diff / spread
+        assert power(effect, n) >= 0.8 and (n == 2 or power(effect, n - 1) < 0.8), (diff, n)
+        if effect < 2.5:  # solve_power's root finder converges (seeds_needed's docstring)
+            assert n == math.ceil(TTestIndPower().solve_power(effect_size=effect, alpha=0.05, power=0.8))
+    assert seeds_needed(0.0, 0.1, 0.1) is None and seeds_needed(10.0, 0.1, 0.1) == 2
+
+
+def exact_mann_whitney(x, y):
+    """Two-sided p of U over every split of the pooled values (ties: mid-ranks), by enumeration."""
+    pooled = np.concatenate([x, y])
+    ranks = stats.rankdata(pooled)
+    observed = ranks[:len(x)].sum()
+    mean = len(x) * (len(pooled) + 1) / 2
+    sums = [ranks[list(c)].sum() for c in itertools.combinations(range(len(pooled)), len(x))]
+    return np.mean([abs(s - mean) >= abs(observed - mean) - 1e-9 for s in sums])
+
+
+def test_probability_of_improvement_and_mann_whitney():
     x, y = [0.3, 0.4, 0.5], [0.1, 0.4, 0.6]
     # by hand: pairs (x > y) = 0.3>0.1, 0.4>0.1, 0.5>0.1, 0.5>0.4 -> 4; ties 0.4=0.4 -> 1 -> (4 + 0.5)/9
     pi = prob_improvement(x, y)
-    assert pi.estimate == pytest.approx(4.5 / 9) and pi.n == 9
-    assert pi.low <= pi.estimate <= pi.high
-    ref = stats.bootstrap((np.array(x), np.array(y)),
-                          lambda a, b, axis: ((a[..., :, None] > b[..., None, :])
-                                              + 0.5 * (a[..., :, None] == b[..., None, :])).mean((-2, -1)),
-                          method=pi.method, rng=np.random.default_rng(0)).confidence_interval
-    assert (pi.low, pi.high) == (pytest.approx(ref.low), pytest.approx(ref.high))
-    assert prob_improvement(x, x).estimate == pytest.approx(0.5)
-    assert prob_improvement([0.2, 0.2], [0.2, 0.2]).method == "degenerate"
+    assert pi.estimate == pytest.approx(4.5 / 9) and (pi.n_x, pi.n_y) == (3, 3)
+    assert pi.method == "none" and math.isnan(pi.low)  # 3 seeds: no interval, the test only
+    assert pi.test == "mann-whitney-permutation" and pi.p == pytest.approx(exact_mann_whitney(x, y))
     sure = prob_improvement([0.5, 0.6, 0.7], [0.1, 0.2, 0.3])
-    assert (sure.estimate, sure.low, sure.high) == (1.0, 1.0, 1.0)
-    assert prob_improvement([0.5], [0.1, 0.2]).method == "n<2"
+    assert sure.estimate == 1.0 and sure.test == "mann-whitney-exact"
+    assert sure.p == pytest.approx(0.1) == exact_mann_whitney([0.5, 0.6, 0.7], [0.1, 0.2, 0.3])  # 2/C(6,3)
+    no_ties = prob_improvement(X, Y)
+    assert no_ties.p == pytest.approx(stats.mannwhitneyu(X, Y, method="exact").pvalue)
+    assert no_ties.p == pytest.approx(exact_mann_whitney(np.array(X), np.array(Y)))
+    assert prob_improvement(x, x).estimate == pytest.approx(0.5)
+    assert math.isnan(prob_improvement([], y).estimate)
+    one = prob_improvement([0.5], [0.5, 0.2])
+    assert (one.estimate, one.method, one.test) == (0.75, "n<2", "none") and math.isnan(one.p)
+
+
+def test_probability_of_improvement_interval_from_ten_seeds():
+    rng = np.random.default_rng(3)
+    x, y = rng.normal(0.5, 0.1, BOOTSTRAP_MIN_SEEDS), rng.normal(0.45, 0.1, BOOTSTRAP_MIN_SEEDS)
+    pi = prob_improvement(x, y)
+    ref = stats.bootstrap((x, y), lambda a, b, axis: ((a[..., :, None] > b[..., None, :])
+                                                      + 0.5 * (a[..., :, None] == b[..., None, :])).mean((-2, -1)),
+                          method="BCa", rng=np.random.default_rng(0)).confidence_interval
+    assert pi.method == "BCa" and (pi.low, pi.high) == (pytest.approx(ref.low), pytest.approx(ref.high))
+    assert pi.low < pi.estimate < pi.high
+    assert prob_improvement(x[:-1], y).method == "none"
+
+
+@pytest.mark.parametrize("kx, nx, ky, ny", [(3, 3, 0, 3), (2, 3, 0, 3), (1, 4, 3, 5), (0, 5, 0, 5)])
+def test_collapse_difference_is_fisher_by_hypergeometric_sum(kx, nx, ky, ny):
+    # two-sided Fisher: the probability of every table as likely as or less likely than the observed one
+    law = stats.hypergeom(nx + ny, kx + ky, nx)
+    support = range(max(0, kx + ky - ny), min(nx, kx + ky) + 1)
+    p = sum(law.pmf(k) for k in support if law.pmf(k) <= law.pmf(kx) * (1 + 1e-7))
+    c = collapse_difference(kx, nx, ky, ny)
+    assert c.estimate == pytest.approx(kx / nx - ky / ny) and c.test == "fisher-exact"
+    assert c.p == pytest.approx(min(1.0, p)) and math.isnan(c.low)
+    assert math.isnan(collapse_difference(0, 0, 1, 3).p)
+
+
+def test_holm_by_hand_and_statsmodels():
+    p = [0.01, None, 0.04, 0.03, math.nan, 0.005]
+    tested = [0.01, 0.04, 0.03, 0.005]
+    order = np.argsort(tested)
+    by_hand = np.empty(4)
+    running = 0.0
+    for rank, i in enumerate(order):  # step-down: (m - rank) * p, made monotone, capped at 1
+        running = max(running, min(1.0, (4 - rank) * tested[i]))
+        by_hand[i] = running
+    adjusted = holm(p)
+    assert adjusted[1] is None and adjusted[4] is None
+    got = [adjusted[i] for i in (0, 2, 3, 5)]
+    assert got == pytest.approx(list(by_hand))
+    assert got == pytest.approx(list(multipletests(tested, method="holm")[1]))
+    assert holm([]) == [] and holm([None]) == [None]
+
+
+def test_smallest_p():
+    assert smallest_p("fisher-exact", 3, 3) == pytest.approx(0.1)  # 2 / C(6, 3)
+    assert smallest_p("mann-whitney-exact", 3, 3) == pytest.approx(0.1)
+    assert smallest_p("mann-whitney-permutation", 5, 5) == pytest.approx(2 / math.comb(10, 5))
+    assert smallest_p("fisher-exact", 5, 5) == pytest.approx(2 / math.comb(10, 5))
+
+
+def test_vectorised_intervals_match_the_per_cell_ones():
+    rng = np.random.default_rng(5)
+    x, y = rng.normal(size=(4, 5)), rng.normal(size=(4, 3))
+    _, low, high = t_interval(x)
+    _, d_low, d_high, p = welch_interval(x, y)
+    for i in range(4):
+        assert (low[i], high[i]) == (pytest.approx(mean_ci(x[i]).low), pytest.approx(mean_ci(x[i]).high))
+        d = difference(x[i], y[i])
+        assert (d_low[i], d_high[i], p[i]) == (pytest.approx(d.low), pytest.approx(d.high), pytest.approx(d.p))
+
+
+@pytest.mark.parametrize("scores", DISTRIBUTIONS[:2], ids=lambda s: s.name)  # normal, skewed beta
+@pytest.mark.parametrize("n", [3, 5, 10])
+def test_intervals_keep_their_coverage(scores, n):
+    """95% intervals cover 92-98% of 10,000 seeded trials (standard error 0.002): the mean and the
+    difference of two arms, at the seed counts of a grid."""
+    coverage = analytic_coverage(scores, n, trials=10_000, seed=n)
+    assert 0.92 <= coverage["mean student-t"] <= 0.98, coverage
+    assert 0.92 <= coverage["difference welch"] <= 0.98, coverage

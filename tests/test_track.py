@@ -103,6 +103,8 @@ def test_second_track_adds_none_and_updates(synced):
         run = by_key[f"cell:{config['grid']}:{cell['recipe']}:lag{cell['lag']}"]
         assert run.data.metrics["collapse/k"] == cell["collapse"]["k"]
         assert run.data.metrics["fixed/mean"] == pytest.approx(cell["stats"]["fixed"]["estimate"])
+        if cell["staleness_cost"] is not None:  # the comparisons of issue 11 reach MLflow too
+            assert run.data.metrics["staleness/fixed/p_holm"] == pytest.approx(cell["staleness_cost"]["fixed"]["p_holm"])
     fixed = client.get_metric_history(by_key[key].info.run_id, "run/fixed")
     assert len(fixed) == 2 and fixed[0].value != fixed[1].value
     assert by_key[key].data.metrics["run/fixed"] == read_jsonl(

@@ -247,7 +247,17 @@ class Tracker:
                        "collapse/high": collapse["high"]})
         for metric, stat in (cell["improvement"] or {}).items():
             values.update({f"p_improve/{metric}": stat["estimate"], f"p_improve/{metric}/low": stat["low"],
-                           f"p_improve/{metric}/high": stat["high"]})
+                           f"p_improve/{metric}/high": stat["high"], f"p_improve/{metric}/p": stat.get("p"),
+                           f"p_improve/{metric}/p_holm": stat.get("p_holm")})
+        for key, name in (("vs_baseline", "diff_baseline"), ("staleness_cost", "staleness")):
+            for metric, stat in (cell.get(key) or {}).items():
+                values.update({f"{name}/{metric}" + ("" if part == "estimate" else f"/{part}"): stat[part]
+                               for part in ("estimate", "low", "high", "p", "p_holm", "seeds_needed")})
+        for key, name in (("collapse_vs_baseline", "collapse_diff_baseline"),
+                          ("collapse_vs_reference_lag", "collapse_diff_reference_lag")):
+            if cell.get(key) is not None:
+                values.update({name: cell[key]["estimate"], f"{name}/p": cell[key]["p"],
+                               f"{name}/p_holm": cell[key]["p_holm"]})
         for key, value in (cell["reference"] or {}).items():
             values[f"paper/{key}"] = _number(value)
         tags = {"seeds": json.dumps(cell["seeds"]),
