@@ -76,6 +76,10 @@ def test_an_aggregation_key_reruns_no_train_and_no_evaluate_job(grid, change):
     assert grid.plan(**change)[0] == DOWNSTREAM
 
 
+def test_a_scoring_setting_reruns_the_evaluate_jobs_only(grid):
+    assert grid.plan(eval={**EVAL, "k": 3})[0] == {"evaluate": 2, **DOWNSTREAM}
+
+
 def test_a_new_task_adds_only_its_evaluate_jobs(grid):
     counts, jobs = grid.plan(eval={**EVAL, "tasks": ["tiny_test", "tiny_val"], "problems": {"tiny_test": 8, "tiny_val": 8}})
     assert counts == {"evaluate": 2, **DOWNSTREAM}

@@ -10,6 +10,7 @@ if ENGINE.prepare_outputs:
         output:
             multiext(f"{GRID}/base/", *ENGINE.prepare_outputs),
         params:
+            engine=ENGINE.name,
             engine_params=json.dumps(MODEL.prepare_params(), sort_keys=True),
             out=lambda wildcards, output: os.path.dirname(output[0]),
         log:
@@ -22,7 +23,7 @@ if ENGINE.prepare_outputs:
         resources:
             **job_resources(CONFIG, "prepare"),
         shell:
-            "OMP_NUM_THREADS={threads} python -m engines.prepare --engine {ENGINE.name:q}"
+            "OMP_NUM_THREADS={threads} python -m engines.prepare --engine {params.engine:q}"
             " --engine-params-json {params.engine_params:q} --out {params.out:q} > {log:q} 2>&1"
 
 
