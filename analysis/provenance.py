@@ -47,11 +47,11 @@ def machine_of(attempt: dict) -> str:
 
 
 def _grouped(attempts: list[tuple[str, dict]], describe) -> dict[str, list[str]]:
-    groups: dict[str, list[str]] = defaultdict(list)
+    """description -> the runs with an attempt of that description, in grid order, each once."""
+    groups: dict[str, dict[str, None]] = defaultdict(dict)  # a dict as an ordered set
     for name, attempt in attempts:
-        if name not in groups[describe(attempt)]:
-            groups[describe(attempt)].append(name)
-    return dict(groups)
+        groups[describe(attempt)][name] = None
+    return {group: list(names) for group, names in groups.items()}
 
 
 def _listed(names: list[str], limit: int = 6) -> str:
