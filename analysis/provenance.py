@@ -15,7 +15,6 @@ import csv
 import json
 import statistics
 from collections import defaultdict
-from pathlib import Path
 
 from harness.grid import expand, grid_dir, run_dir
 from harness.provenance import FILE
@@ -63,15 +62,17 @@ def provenance_lines(config: dict) -> list[str]:
     lines = ["## Provenance", ""]
     if attempts:
         last = attempts[-1][1]
-        lines.append(f"stalebench {last.get('stalebench')}, python {last.get('python')}, lm-eval {last.get('lm_eval')}, "
-                     f"requirements.lock {str(last.get('requirements_lock_sha256'))[:12]} (the last attempt recorded).")
+        lock = str(last.get("requirements_lock_sha256"))[:12]
+        lines.append(f"stalebench {last.get('stalebench')}, python {last.get('python')}, "
+                     f"lm-eval {last.get('lm_eval')}, requirements.lock {lock} (the last attempt recorded).")
         lines.append("")
     for what, describe in (("commits", code_of), ("machines", machine_of)):
         groups = _grouped(attempts, describe)
         if len(groups) == 1:
             lines.append(f"All runs on one {what[:-1]}: {next(iter(groups))}.")
         elif groups:
-            lines.append(f"**The runs of this table come from {len(groups)} {what}** (numbers may differ between them):")
+            lines.append(f"**The runs of this table come from {len(groups)} {what}** "
+                         "(numbers may differ between them):")
             lines += [f"- {group}: {len(names)} run(s): {_listed(names)}" for group, names in groups.items()]
         lines.append("")
     if missing:
@@ -91,7 +92,8 @@ def benchmark_rows(config: dict) -> list[dict]:
     root = grid_dir(config) / "logs" / "benchmarks"
     rows = []
     for rule in RULES:
-        files = sorted(root.glob(f"{rule}/**/*.tsv")) + ([root / f"{rule}.tsv"] if (root / f"{rule}.tsv").is_file() else [])
+        single = root / f"{rule}.tsv"  # a rule with one job (prepare, aggregate, track)
+        files = sorted(root.glob(f"{rule}/**/*.tsv")) + ([single] if single.is_file() else [])
         records = []
         for path in files:
             with open(path, newline="") as handle:

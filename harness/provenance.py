@@ -72,7 +72,8 @@ def _torch_facts() -> dict:
         import torch
     except ImportError:
         return {"cpu_capability": None, "torch_threads": None, "cuda_devices": []}
-    cuda = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+    cuda = ([torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+            if torch.cuda.is_available() else [])
     return {"cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch_threads": torch.get_num_threads(),
             "cuda_devices": cuda}
 

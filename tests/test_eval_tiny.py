@@ -121,14 +121,16 @@ def test_scores_are_reused_only_under_the_same_settings(tmp_path, models):
     first = score_run(run, "tiny_val", SETTINGS)
     # Settings that change a score re-score every checkpoint and replace the output...
     other = score_run(run, "tiny_val", {**SETTINGS, "seed": 12})
-    assert [r["step"] for r in other] == [1, 2] and {r["eval_key"] for r in other}.isdisjoint(r["eval_key"] for r in first)
+    assert [r["step"] for r in other] == [1, 2]
+    assert {r["eval_key"] for r in other}.isdisjoint(r["eval_key"] for r in first)
     assert read_jsonl(out) == other
     # ...and back: the first scores are kept (as after Snakemake deleted the output to rerun it).
     out.unlink()
     assert score_run(run, "tiny_val", SETTINGS) == []
     assert read_jsonl(out) == first
     # What aggregation reads, and other tasks' problem counts, change no score.
-    aggregation_only = {**SETTINGS, "tasks": ["tiny_test"], "fixed_step": 2, "problems": {"tiny_val": N, "tiny_test": 7}}
+    aggregation_only = {**SETTINGS, "tasks": ["tiny_test"], "fixed_step": 2,
+                        "problems": {"tiny_val": N, "tiny_test": 7}}
     assert score_run(run, "tiny_val", aggregation_only) == []
 
 

@@ -7,7 +7,8 @@ from harness.grid import run_dir
 from harness.io import write_json_atomic
 
 # Snakemake's benchmark file: a header and one line per job run.
-TSV = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n{wall}\t0:00:01\t{rss}\t1.0\t1.0\t1.0\t0\t0\t50.0\t{cpu}\n"
+TSV = ("s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
+       "{wall}\t0:00:01\t{rss}\t1.0\t1.0\t1.0\t0\t0\t50.0\t{cpu}\n")
 MACHINE = {"host": "a", "cpu_model": "Xeon", "cpu_capability": "AVX512", "torch": "2.13.0+cpu", "git_commit": "1" * 40,
            "git_dirty": False, "stalebench": "0.1.0", "python": "3.11.7", "lm_eval": "0.4.13",
            "requirements_lock_sha256": "f" * 64}

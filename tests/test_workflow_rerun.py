@@ -81,7 +81,8 @@ def test_a_scoring_setting_reruns_the_evaluate_jobs_only(grid):
 
 
 def test_a_new_task_adds_only_its_evaluate_jobs(grid):
-    counts, jobs = grid.plan(eval={**EVAL, "tasks": ["tiny_test", "tiny_val"], "problems": {"tiny_test": 8, "tiny_val": 8}})
+    counts, jobs = grid.plan(eval={**EVAL, "tasks": ["tiny_test", "tiny_val"],
+                                   "problems": {"tiny_test": 8, "tiny_val": 8}})
     assert counts == {"evaluate": 2, **DOWNSTREAM}
     assert {path for rule, path in jobs if rule == "evaluate"} == {
         str(grid.run_dir(run) / "eval" / "tiny_val.jsonl") for run in RUNS}
@@ -98,8 +99,9 @@ def test_a_preset_override_reruns_the_train_jobs_but_not_the_base_model(grid):
 def test_a_stabilizer_default_reruns_the_runs_that_use_it(grid):
     source = grid.code / "stabilizers" / "grpo.py"
     original = source.read_text()
-    assert "    dual_clip_c: float | None = None,\n" in original
-    source.write_text(original.replace("    dual_clip_c: float | None = None,\n", "    dual_clip_c: float | None = 5.0,\n"))
+    default = "    dual_clip_c: float | None = None,\n"
+    assert default in original
+    source.write_text(original.replace(default, default.replace("None,", "5.0,")))
     try:
         counts, jobs = grid.plan()
     finally:
