@@ -13,7 +13,6 @@ from pathlib import Path
 
 from harness.io import write_json_atomic
 
-
 # How the harness reaches an evaluation server, not what the server computes: changing one
 # re-scores nothing.
 SERVER_TRANSPORT_KEYS = ("url", "concurrency", "timeout", "max_retries", "command_prefix")
