@@ -158,7 +158,9 @@ def score_run(run_dir: str | Path, task_name: str, settings: dict, *, log=None) 
     found = checkpoints(run_dir)
     task_dict = load_task(task_name, settings)
     settings["backend"] = settings["backend"] or engine_backend(run_dir)
-    key = eval_key(task_name, task_dict["tasks"][task_name].VERSION, settings)
+    # The run key too: a score is of these checkpoints, not of a retrained run in the same folder.
+    run_config = read_json_or_none(run_dir / "config.json") or {}
+    key = eval_key(task_name, task_dict["tasks"][task_name].VERSION, settings, run_config.get("run_key"))
     out_path = run_dir / "eval" / f"{task_name}.jsonl"
     scores_path = out_path.with_name(f".{task_name}.scores.jsonl")
     done = {int(row["step"]): row for row in read_jsonl(scores_path) if row.get("eval_key") == key}

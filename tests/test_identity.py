@@ -54,14 +54,15 @@ def test_a_stabilizer_default_is_in_the_key(monkeypatch):
 
 def test_the_eval_key_changes_with_what_changes_a_score():
     settings = Config.build(load("config.yaml")).eval.job_settings("tiny_test")
-    key = eval_key("tiny_test", 1.0, settings)
+    key = eval_key("tiny_test", 1.0, settings, "run-a")
     for change in ({"k": 4}, {"seed": 1}, {"temperature": 0.5}, {"batch_size": 64}, {"backend": "server"},
                    {"problems": {"tiny_test": 64}}):
-        assert eval_key("tiny_test", 1.0, {**settings, **change}) != key, change
-    assert eval_key("tiny_test", 2.0, settings) != key  # a new task version
+        assert eval_key("tiny_test", 1.0, {**settings, **change}, "run-a") != key, change
+    assert eval_key("tiny_test", 2.0, settings, "run-a") != key  # a new task version
+    assert eval_key("tiny_test", 1.0, settings, "run-b") != key  # another run's checkpoints
     for change in ({"fixed_step": 20}, {"tasks": ["tiny_val"]}, {"problems": {"tiny_test": 128, "tiny_val": 7}},
                    {"server": {"url": "http://elsewhere:1", "timeout": 5}}):
-        assert eval_key("tiny_test", 1.0, {**settings, **change}) == key, change
+        assert eval_key("tiny_test", 1.0, {**settings, **change}, "run-a") == key, change
 
 
 def test_each_evaluate_job_gets_only_its_tasks_settings():
