@@ -4,7 +4,12 @@
     snakemake -c2 -C steps=20 'seeds=[0,1]'          # overrides, for a quick look
     snakemake --profile workflow/profiles/slurm --configfile workflow/presets/table1.yaml
 
-The config is checked (schema, then recipe and task names) before any job is scheduled.
+The config is checked (schema, then recipe and task names, then the engine's parameters) before
+any job is scheduled. Each rule's params carry only what its jobs read (harness.model), so that
+Snakemake's default rerun triggers (code, input, mtime, params) redo exactly what a change affects:
+a changed aggregation key reruns no train or evaluate job, a changed preset value or stabilizer
+default reruns the train jobs whose resolved run config it changes.
+Every job writes a Snakemake benchmark file under <results_dir>/<grid>/logs/benchmarks/.
 """
 import json
 import os
@@ -13,10 +18,8 @@ import sys
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import update_config
 
-import engines
 from harness.config import ConfigError, job_resources, retype_cli_values, rule_resources, validate
-from harness.grid import expand as grid_runs, grid_dir, resolve_run_config
-from stabilizers import load_recipes
+from harness.model import Config
 
 
 # The demo grid unless --configfile names another (a preset is a whole config: merged into
@@ -34,7 +37,8 @@ envvars:
 update_config(config, retype_cli_values(workflow.config_settings.overwrite_config))
 try:
     CONFIG = validate(config)
-except ConfigError as error:
+    MODEL = Config.build(CONFIG)  # resolves every run (engine params, stabilizer defaults) once
+except (ConfigError, ValueError) as error:
     raise WorkflowError(str(error)) from None
 
 # Rules call `python -m ...`: put the interpreter running snakemake (the project's venv) first on
@@ -42,18 +46,13 @@ except ConfigError as error:
 VENV_BIN = os.path.dirname(sys.executable)
 os.environ["PATH"] = f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}"
 
-ENGINE = engines.get(CONFIG["engine"])
-GRID = str(grid_dir(CONFIG))
+ENGINE = MODEL.engine
+GRID = str(MODEL.grid_dir)
 RUN = f"{GRID}/runs/{{recipe}}/lag{{lag}}/seed{{seed}}"
 LOGS = f"{GRID}/logs"
-RUNS = grid_runs(CONFIG)
-RUN_WILDCARDS = dict(zip(("recipe", "lag", "seed"), zip(*RUNS)))
-SELECTION = CONFIG["eval"]["selection_task"]
-# Scored on every checkpoint: the test tasks and the split that selects the checkpoint.
-TASKS = CONFIG["eval"]["tasks"] + ([SELECTION] if SELECTION and SELECTION not in CONFIG["eval"]["tasks"] else [])
-# Recipes loaded once: resolving a 1,000-run grid then takes milliseconds, not seconds.
-RECIPES = load_recipes(extra=CONFIG["extra_recipes"])
-RUN_CONFIGS = {run: resolve_run_config(CONFIG, *run, recipes=RECIPES) for run in RUNS}
+BENCHMARKS = f"{LOGS}/benchmarks"  # one TSV per job (analysis.provenance tabulates them per rule)
+RUN_WILDCARDS = dict(zip(("recipe", "lag", "seed"), zip(*MODEL.runs)))
+TASKS = MODEL.eval.scored_tasks
 CONFIG_JSON = json.dumps(CONFIG, sort_keys=True)
 # Every run's training status and scores. Also targets of `all`: Snakemake reruns no job whose
 # outputs exist because an input went missing, so a deleted run is redone only if it is a target.

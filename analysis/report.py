@@ -20,11 +20,23 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from analysis import provenance
+from analysis.curves import RunSummary, read_run, test_task
+from analysis.stats import (
+    ALPHA,
+    BOOTSTRAP_MIN_SEEDS,
+    CONFIDENCE,
+    POWER,
+    collapse_difference,
+    collapse_rate,
+    difference,
+    holm,
+    mean_ci,
+    prob_improvement,
+    smallest_p,
+)
 from harness.grid import expand, run_dir
 from harness.io import read_jsonl, write_json_atomic, write_text_atomic
-from analysis.curves import RunSummary, read_run, test_task
-from analysis.stats import (ALPHA, BOOTSTRAP_MIN_SEEDS, CONFIDENCE, POWER, collapse_difference,
-                            collapse_rate, difference, holm, mean_ci, prob_improvement, smallest_p)
 from stabilizers import load_recipes
 
 REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference" / "table1.csv"
@@ -562,7 +574,8 @@ def write_reports(config: dict, out: str | Path, progress: bool = True) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     runs = collect(config, progress=progress)
     summary = summarize(config, runs)
-    write_text_atomic(out / "table.md", render_markdown(summary))
+    # then what the runs ran on and what they cost (analysis.provenance)
+    write_text_atomic(out / "table.md", render_markdown(summary) + provenance.render_markdown(config))
     write_text_atomic(out / "table.csv", render_csv(summary))
     write_text_atomic(out / "table.tex", render_latex(summary))
     plot_curves(config, runs, out / "curves.png")

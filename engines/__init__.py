@@ -11,6 +11,9 @@ An engine provides everything the workflow needs to know about it (shared/DESIGN
                                             written (the tiny engine: its warm-start model)
     prepare(engine_params, out_dir)         optional: a grid-wide step every run depends on (the
                                             tiny engine's warm-start model), writing prepare_outputs
+    prepare_keys                            the resolved engine_params that step reads: it is given
+                                            only these, so that changing another one (lr) does not
+                                            redo it
 
 Adding an engine = a package under engines/ that calls ``register(Engine(...))`` in its
 ``__init__``, or any importable module named in $STALEBENCH_ENGINES (comma separated) that does.
@@ -39,13 +42,14 @@ class Engine:
     check_run: Callable[[dict], None] | None = None
     prepare: Callable[[dict, Path], object] | None = None
     prepare_outputs: tuple[str, ...] = ()
+    prepare_keys: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.resources) - set(RULES))
         if unknown:
             raise ValueError(f"engine {self.name!r}: resources for unknown rule(s) {unknown}; rules: {list(RULES)}")
-        if (self.prepare is None) != (not self.prepare_outputs):
-            raise ValueError(f"engine {self.name!r}: prepare and prepare_outputs go together")
+        if len({self.prepare is None, not self.prepare_outputs, not self.prepare_keys}) > 1:
+            raise ValueError(f"engine {self.name!r}: prepare, prepare_outputs and prepare_keys go together")
 
 
 class TrainingDiverged(Exception):

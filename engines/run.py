@@ -4,6 +4,7 @@ JSON is the resolved run config (harness.grid.resolve_run_config), inline or as 
 The run is checked (harness.grid.check_run, then the engine's own parameter checks) before
 anything is written; the run directory's config.json then pins it (harness.identity): a
 directory holding a different config is refused, the same config resumes where it stopped.
+Each attempt is recorded in run_dir/provenance.json (harness.provenance: code, versions, machine).
 The engine is looked up by config["engine"] in the registry (engines/__init__.py).
 """
 from __future__ import annotations
@@ -16,6 +17,7 @@ import engines
 from harness.cli import parse_json_arg
 from harness.grid import check_run
 from harness.identity import pin_config, run_key
+from harness.provenance import finish_attempt, start_attempt
 
 
 def run(run_config: dict, run_dir: str | Path) -> str:
@@ -29,7 +31,11 @@ def run(run_config: dict, run_dir: str | Path) -> str:
     engine.resolve_params(run_config.get("engine_params") or {})
     if engine.check_run is not None:
         engine.check_run(run_config)
-    return engine.train(pin_config(run_config, run_dir), run_dir)
+    pinned = pin_config(run_config, run_dir)
+    start_attempt(run_dir)
+    status = engine.train(pinned, run_dir)
+    finish_attempt(run_dir, status)
+    return status
 
 
 def main(argv: list[str] | None = None) -> None:

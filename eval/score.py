@@ -2,13 +2,17 @@
 
     python -m eval.score --run-dir DIR --task NAME --settings-json JSON
 
-JSON is the config's eval section: k, temperature, top_p, max_gen_toks, seed, backend
-(tiny|server; null = the back end of the run's engine, from the engine registry), server {url, model, ...}, optional data {aime24: path}, problems {task: n}
-(a prefix of the task's problems; tiny tasks default to 256), batch_size (tiny back end).
-Appends one line per checkpoint to DIR/eval/<task>.jsonl (atomically, in step order):
+JSON is the eval settings of one evaluate job (harness.model.Eval.job_settings; the config's whole
+eval section is accepted too), checked and completed with the defaults of the config schema
+(harness.config.check_eval_settings): k, temperature, top_p, max_gen_toks, seed, backend
+(null = the back end of the run's engine, from the engine registry), server {url, model, ...},
+data {aime24: path}, problems {task: n} (a prefix of the task's problems), batch_size (tiny).
+Writes DIR/eval/<task>.jsonl (atomically, in step order), one line per checkpoint:
 {"step", "score" (avg@k), "k", "per_problem" (correct counts out of k, problem order),
- "n_problems", "pass_at_k", "maj_at_k", "seed", "task", "task_version"}.
-A checkpoint already in the file is never scored again, so a killed run resumes where it stopped.
+ "n_problems", "pass_at_k", "maj_at_k", "seed", "task", "task_version", "eval_key"}.
+Every line scored is also kept in DIR/eval/.<task>.scores.jsonl, appended as each checkpoint is
+done and never deleted by Snakemake (it is not a declared output): a killed or rerun job re-scores
+only the checkpoints that have no line there under the same eval key (harness.identity.eval_key).
 A run that diverged before its first checkpoint gets an empty file; bad input fails before any write.
 """
 from __future__ import annotations
@@ -31,10 +35,11 @@ from lm_eval.tasks import TaskManager  # noqa: E402
 from lm_eval.tasks._yaml_loader import load_yaml  # noqa: E402
 
 from harness.checkpoint import hf_checkpoint_problem  # noqa: E402
-from harness.io import append_jsonl_atomic, read_jsonl  # noqa: E402
+from harness.config import ConfigError, check_eval_settings  # noqa: E402
+from harness.identity import eval_key  # noqa: E402
+from harness.io import append_jsonl_atomic, read_jsonl, write_text_atomic  # noqa: E402
 
 TASKS_DIR = Path(__file__).parent / "tasks"
-BACKENDS = ("tiny", "server")
 FILTER = "all_k"  # the filter name in every task YAML
 # Files a checkpoint directory must hold before scoring starts, per back end.
 REQUIRED_FILES = {"tiny": ("model.safetensors", "config.json"), "server": ("config.json",)}
@@ -46,24 +51,11 @@ class ScoreError(ValueError):
 
 
 def check_settings(settings: dict) -> dict:
-    """The eval section with defaults filled in; a clear error naming the key otherwise."""
-    if not isinstance(settings, dict):
-        raise ScoreError(f"eval settings must be a JSON object, got {type(settings).__name__}")
-    out = {"k": 8, "temperature": 1.0, "top_p": 1.0, "max_gen_toks": None, "seed": 0,
-           "backend": None, **settings}
-
-    def need(key, ok, what):
-        value = out[key]
-        if isinstance(value, bool) or not ok(value):
-            raise ScoreError(f"eval.{key} must be {what}, got {value!r}")
-
-    need("k", lambda v: isinstance(v, int) and v >= 1, "an integer >= 1")
-    need("seed", lambda v: isinstance(v, int), "an integer")
-    need("temperature", lambda v: isinstance(v, (int, float)) and v >= 0, "a number >= 0")
-    need("top_p", lambda v: isinstance(v, (int, float)) and 0 < v <= 1, "a number in (0, 1]")
-    need("max_gen_toks", lambda v: v is None or (isinstance(v, int) and v >= 1), "null or an integer >= 1")
-    if out["backend"] is not None and out["backend"] not in BACKENDS:
-        raise ScoreError(f"eval.backend must be one of {list(BACKENDS)}, got {out['backend']!r}")
+    """The eval settings with the schema's defaults filled in; a clear error naming the key otherwise."""
+    try:
+        out = check_eval_settings(settings)
+    except ConfigError as error:
+        raise ScoreError(str(error)) from None
     if out["backend"] == "server":
         from eval.server import base_url
         try:
@@ -127,23 +119,11 @@ def read_json_or_none(path: Path) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def _done_steps(path: Path, task, settings: dict) -> set[int]:
-    """Steps already in the eval file; refuses a file written with other settings."""
-    rows = read_jsonl(path)
-    for row in rows:
-        mine = {"k": settings["k"], "seed": settings["seed"], "task_version": task.VERSION}
-        theirs = {key: row.get(key) for key in mine}
-        if theirs != mine:
-            raise ScoreError(f"{path} was scored with {theirs}, these settings give {mine}: "
-                             "move the file away to rescore")
-    return {int(row["step"]) for row in rows}
-
-
 def _model(settings: dict, checkpoint: Path, server_lm):
     if settings["backend"] == "tiny":
         from eval.lm_model import TinyCheckpointLM
         return TinyCheckpointLM(checkpoint=str(checkpoint), seed=settings["seed"],
-                                batch_size=settings.get("batch_size", 512))
+                                batch_size=settings["batch_size"])
     from eval.server import load_checkpoint
     server = settings["server"]
     if server.get("swap_weights", True):
@@ -160,7 +140,7 @@ def _server_lm(settings: dict):
         max_retries=int(server.get("max_retries", 3)), timeout=int(server.get("timeout", 3600)))
 
 
-def score_checkpoint(lm, task_dict: dict, name: str, step: int, settings: dict) -> dict:
+def score_checkpoint(lm, task_dict: dict, name: str, step: int, settings: dict, key: str) -> dict:
     """One eval line: lm-eval's aggregated metrics and per-problem correct counts."""
     out = evaluate(lm=lm, task_dict=task_dict, bootstrap_iters=0, log_samples=True, verbosity="WARNING")
     metrics = out["results"][name]
@@ -169,7 +149,7 @@ def score_checkpoint(lm, task_dict: dict, name: str, step: int, settings: dict) 
     return {"step": step, "score": metrics[f"avg_at_k,{FILTER}"], "k": settings["k"],
             "per_problem": [int(s["n_correct"]) for s in samples], "n_problems": len(samples),
             "pass_at_k": metrics[f"pass_at_k,{FILTER}"], "maj_at_k": metrics[f"maj_at_k,{FILTER}"],
-            "seed": settings["seed"], "task": name, "task_version": task.VERSION}
+            "seed": settings["seed"], "task": name, "task_version": task.VERSION, "eval_key": key}
 
 
 def score_run(run_dir: str | Path, task_name: str, settings: dict, *, log=None) -> list[dict]:
@@ -179,10 +159,12 @@ def score_run(run_dir: str | Path, task_name: str, settings: dict, *, log=None) 
     found = checkpoints(run_dir)
     task_dict = load_task(task_name, settings)
     settings["backend"] = settings["backend"] or engine_backend(run_dir)
+    # The run key too: a score is of these checkpoints, not of a retrained run in the same folder.
+    run_config = read_json_or_none(run_dir / "config.json") or {}
+    key = eval_key(task_name, task_dict["tasks"][task_name].VERSION, settings, run_config.get("run_key"))
     out_path = run_dir / "eval" / f"{task_name}.jsonl"
-    if not found and not out_path.exists():  # diverged before any checkpoint: an empty curve
-        append_jsonl_atomic(out_path, [])
-    done = _done_steps(out_path, task_dict["tasks"][task_name], settings)
+    scores_path = out_path.with_name(f".{task_name}.scores.jsonl")
+    done = {int(row["step"]): row for row in read_jsonl(scores_path) if row.get("eval_key") == key}
     pending = {step: path for step, path in found.items() if step not in done}
     for path in pending.values():  # every checkpoint is checked before the first is scored
         for name in REQUIRED_FILES[settings["backend"]]:
@@ -195,12 +177,16 @@ def score_run(run_dir: str | Path, task_name: str, settings: dict, *, log=None) 
         rows = []
         for step, path in pending.items():
             start = time.perf_counter()
-            row = score_checkpoint(_model(settings, path, server_lm), task_dict, task_name, step, settings)
-            append_jsonl_atomic(out_path, [row])
+            row = score_checkpoint(_model(settings, path, server_lm), task_dict, task_name, step, settings, key)
+            append_jsonl_atomic(scores_path, [row])
+            done[step] = row
             rows.append(row)
             if log:
                 log(f"{task_name} step {step}: avg@{row['k']} {row['score']:.4f} "
                     f"({time.perf_counter() - start:.2f} s)")
+    # The declared output last, whole: this run's checkpoints under these settings, in step order
+    # (empty for a run that diverged before its first checkpoint).
+    write_text_atomic(out_path, "".join(json.dumps(done[step], sort_keys=True) + "\n" for step in found))
     return rows
 
 

@@ -1,9 +1,12 @@
 """Load and check a workflow config before any job runs.
 
 Two layers: the JSON schema (workflow/schemas/config.schema.yaml: types, ranges, required keys,
-defaults) and the checks a schema cannot express (recipe and eval-task names exist, the baseline
-is in the grid, the fixed step is an evaluated step). Every error names the config key, e.g.
-``config key 'lags[1]': 0 is less than the minimum of 1``.
+and every default, in that one place) and the checks a schema cannot express (recipe and
+eval-task names exist, the baseline is in the grid, the fixed step is an evaluated step, the
+engine's own parameter checks). Every error names the config key, e.g.
+``config key 'lags[1]': 0 is less than the minimum of 1``. The allowed values that code defines
+(engines, lag modes, eval back ends) are filled into the schema from that code, not repeated.
+harness.model turns the checked config into typed objects.
 """
 from __future__ import annotations
 
@@ -14,11 +17,14 @@ import jsonschema
 import yaml
 
 import engines
+from harness.grid import LAG_MODES
 from stabilizers import load_recipes
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
 TASKS_DIR = ROOT / "eval" / "tasks"
+
+
 class ConfigError(ValueError):
     """A workflow config that must not run; the message names every offending key."""
 
@@ -48,12 +54,24 @@ def _with_defaults(validator_class):
 _Validator = _with_defaults(jsonschema.Draft202012Validator)
 
 
-def _schema_errors(config: dict) -> list[str]:
-    schema = yaml.safe_load(SCHEMA.read_text())
-    schema["properties"]["engine"]["enum"] = engines.available()  # the registry is the list of engines
+def schema() -> dict:
+    """The config schema, with the allowed values that code defines filled in: the engines of the
+    registry, the lag modes, and the eval back ends (the engines' own, or null = the engine's)."""
+    loaded = yaml.safe_load(SCHEMA.read_text())
+    properties = loaded["properties"]
+    properties["engine"]["enum"] = engines.available()
+    properties["lag_mode"]["enum"] = list(LAG_MODES)
+    backends = sorted({engines.get(name).eval_backend for name in engines.available()})
+    properties["eval"]["properties"]["backend"]["enum"] = [*backends, None]
+    return loaded
+
+
+def _schema_errors(instance: dict, checked: dict, prefix: tuple = ()) -> list[str]:
+    """Every violation of ``checked`` (a schema) by ``instance``, as 'config key ...' lines;
+    fills in the schema's defaults. ``prefix``: the key path of ``instance`` in the config."""
     messages = []
-    for error in sorted(_Validator(schema).iter_errors(config), key=lambda e: list(map(str, e.absolute_path))):
-        path = list(error.absolute_path)
+    for error in sorted(_Validator(checked).iter_errors(instance), key=lambda e: list(map(str, e.absolute_path))):
+        path = [*prefix, *error.absolute_path]
         if error.validator == "required":
             missing = [name for name in error.validator_value if name not in error.instance]
             messages += [f"config key {key_path(path + [name])!r}: missing (required)" for name in missing]
@@ -89,6 +107,9 @@ def available_tasks(tasks_dir: str | Path = TASKS_DIR) -> set[str]:
 
 def _semantic_errors(config: dict, tasks_dir: Path) -> list[str]:
     messages = []
+    if config["eval_every"] > config["steps"]:
+        messages.append(f"config key 'eval_every': {config['eval_every']} is more than steps={config['steps']}: "
+                        "no checkpoint would ever be saved or evaluated")
     try:
         recipes = load_recipes(extra=config.get("extra_recipes") or {})
     except (KeyError, ValueError, FileNotFoundError) as error:
@@ -104,6 +125,9 @@ def _semantic_errors(config: dict, tasks_dir: Path) -> list[str]:
     wanted = [(f"eval.tasks[{i}]", name) for i, name in enumerate(config["eval"]["tasks"])]
     if config["eval"].get("selection_task") is not None:
         wanted.append(("eval.selection_task", config["eval"]["selection_task"]))
+    # A problem count for a task not scored is harmless (`-C eval=...` merges into config.yaml's),
+    # one for no task at all is a typo that would silently score every problem.
+    wanted += [(f"eval.problems.{name}", name) for name in config["eval"].get("problems") or {}]
     for key, name in wanted:
         if name not in tasks:
             messages.append(f"config key {key!r}: unknown eval task {name!r}; "
@@ -123,12 +147,25 @@ def validate(config: dict, *, tasks_dir: str | Path = TASKS_DIR) -> dict:
     """A checked copy of ``config`` with the schema's defaults filled in; raises ConfigError
     listing every problem, each naming its key."""
     config = copy.deepcopy(dict(config))
-    messages = _schema_errors(config)
+    messages = _schema_errors(config, schema())
     if not messages:  # the semantic checks assume the shapes the schema guarantees
         messages = _semantic_errors(config, Path(tasks_dir))
     if messages:
         raise ConfigError("invalid workflow config:\n  " + "\n  ".join(messages))
     return config
+
+
+def check_eval_settings(settings: dict) -> dict:
+    """One evaluate job's settings (harness.model.Eval.job_settings) checked against the schema's
+    eval section, its defaults filled in; raises ConfigError naming each 'eval.<key>'."""
+    if not isinstance(settings, dict):
+        raise ConfigError(f"eval settings must be a JSON object, got {type(settings).__name__}")
+    section = {**schema()["properties"]["eval"], "required": []}  # a job is given its settings, not the task list
+    settings = copy.deepcopy(settings)
+    messages = _schema_errors(settings, section, prefix=("eval",))
+    if messages:
+        raise ConfigError("invalid eval settings:\n  " + "\n  ".join(messages))
+    return settings
 
 
 def retype_cli_values(value):

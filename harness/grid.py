@@ -1,14 +1,19 @@
 """The grid: expand a (validated) workflow config into runs and resolve each run's config.
 
-A resolved run config is everything an engine needs for one (recipe, lag, seed); its hash is
-the run key that names the run in MLflow and guards its directory against a different config.
+A resolved run config is everything an engine needs for one (recipe, lag, seed), written out
+in full: the engine's parameters resolved by the engine (a preset expanded to its values), the
+stabilizer's every parameter with its default, the TIS weight's too. Its hash is the run key that
+names the run in MLflow and guards its directory against a different config, so a changed preset
+or default changes the key (and reruns the train job) like a changed config value does.
 """
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
+import engines
 from harness.identity import run_key
-from stabilizers import Recipe, get_recipe, load_recipes, recipe_from_named_dict
+from stabilizers import Recipe, get_recipe, load_recipes, parameters, recipe_from_named_dict, with_tis
 
 LAG_MODES = ("interval", "constant")
 
@@ -48,22 +53,38 @@ def check_run(run_config: dict) -> Recipe:
     return recipe
 
 
-def resolve_run_config(config: dict, recipe: str, lag: int, seed: int, recipes: dict | None = None) -> dict:
-    """``recipes``: the loaded recipes, when the caller resolves many runs (loading takes ~8 ms)."""
-    check_lag(lag, config.get("lag_mode", "interval"))
+def resolved_recipe(recipe: Recipe) -> dict:
+    """The recipe as a run config holds it: every parameter of its loss (and of its TIS weight)
+    with its default unless the recipe sets it."""
+    spec = recipe.as_dict()
+    spec["params"] = {**parameters(recipe.loss), **recipe.params}
+    if recipe.tis is not None:
+        tis_defaults = {p.name: p.default for p in inspect.signature(with_tis).parameters.values()
+                        if p.kind is inspect.Parameter.KEYWORD_ONLY}
+        spec["tis"] = {**tis_defaults, **recipe.tis}
+    return {"name": recipe.name, **spec}
+
+
+def resolve_run_config(config: dict, recipe: str, lag: int, seed: int, recipes: dict | None = None,
+                       engine_params: dict | None = None) -> dict:
+    """The run config of one run of a validated ``config``. ``recipes`` (the loaded recipes) and
+    ``engine_params`` (the engine's resolution of config['engine_params']): when the caller
+    resolves many runs, so that each is done once."""
+    check_lag(lag, config["lag_mode"])
     if recipes is None:
         recipes = load_recipes(extra=config.get("extra_recipes") or {})
-    resolved = get_recipe(recipe, recipes)
+    if engine_params is None:
+        engine_params = engines.get(config["engine"]).resolve_params(config["engine_params"])
     run_config = {
         "grid": config["grid"],
         "engine": config["engine"],
-        "recipe": {"name": resolved.name, **resolved.as_dict()},
+        "recipe": resolved_recipe(get_recipe(recipe, recipes)),
         "lag": lag,
-        "lag_mode": config.get("lag_mode", "interval"),
+        "lag_mode": config["lag_mode"],
         "seed": seed,
         "steps": int(config["steps"]),
         "eval_every": int(config["eval_every"]),
-        "engine_params": dict(config.get("engine_params") or {}),
+        "engine_params": dict(engine_params),
         "base_model": str(grid_dir(config) / "base"),
     }
     run_config["run_key"] = run_key(run_config)

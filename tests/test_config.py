@@ -83,6 +83,11 @@ def test_defaults_are_filled_and_the_input_is_not_changed():
     ({"extra_recipes": {"grpo": {"loss": "grpo"}}}, "extra_recipes", "again in the config"),
     ({"engine_params": {"preset": "huge"}}, "engine_params", "preset"),
     ({"engine_params": {"preset": "demo", "lr": -1}}, "engine_params", "engine_params.lr"),
+    ({"engine": "slime", "engine_params": {"lr": 1e-6}}, "engine_params", "slime engine_params missing"),
+    ({"eval_every": 200}, "eval_every", "more than steps=120"),
+    ({"eval": {"tasks": ["tiny_test"], "problems": {"tiny_tset": 8}}}, "eval.problems.tiny_tset", "unknown eval task"),
+    ({"eval": {"tasks": ["tiny_test"], "backend": "vllm"}}, "eval.backend", "is not one of"),
+    ({"eval": {"tasks": ["tiny_test"], "seed": -1}}, "eval.seed", "less than the minimum of 0"),
 ])
 def test_bad_config_is_rejected_naming_the_key(change, key, words):
     message = rejected(demo(**change))

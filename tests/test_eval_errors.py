@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 from eval.score import ScoreError, check_settings, main, score_run
+from harness.config import load
 
+ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
@@ -72,13 +74,11 @@ def test_missing_checkpoints(tmp_path, run):
     assert not (run / "eval").exists()
 
 
-def test_eval_file_from_other_settings_is_refused(run):
-    out = run / "eval" / "aime24_avg8.jsonl"
-    out.parent.mkdir()
-    out.write_text(json.dumps({"step": 1, "k": 4, "seed": 0, "task_version": 1.0}) + "\n")
-    with pytest.raises(ScoreError, match=r"aime24_avg8.jsonl was scored with .*'k': 4"):
-        score_run(run, "aime24_avg8", server_settings(data={"aime24": str(FIXTURES / "aime_mini.jsonl")}))
-    assert len(out.read_text().splitlines()) == 1
+def test_defaults_are_the_config_schemas():
+    # One source of defaults: the scorer given nothing scores as the workflow's config would.
+    workflow_eval = load(ROOT / "config.yaml", {"eval": {"tasks": ["tiny_test"]}})["eval"]
+    assert check_settings({}) == {key: value for key, value in workflow_eval.items() if key != "tasks"}
+    assert check_settings({})["seed"] == 1234
 
 
 def test_hub_dataset_offline_says_how_to_fix(run):

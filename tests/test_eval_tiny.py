@@ -50,7 +50,7 @@ def test_real_checkpoints_end_to_end_through_lm_eval(tmp_path, models):
     assert read_jsonl(run / "eval" / "tiny_val.jsonl") == rows
     for row in rows:
         assert set(row) == {"step", "score", "k", "per_problem", "n_problems", "pass_at_k",
-                            "maj_at_k", "seed", "task", "task_version"}
+                            "maj_at_k", "seed", "task", "task_version", "eval_key"}
         assert row["n_problems"] == len(row["per_problem"]) == N
         assert all(0 <= c <= 8 for c in row["per_problem"])
         assert row["score"] == pytest.approx(sum(row["per_problem"]) / (8 * N), abs=1e-12)
@@ -94,23 +94,44 @@ def test_killed_scoring_resumes_without_rescoring(tmp_path, models):
     run = make_run(tmp_path / "killed", models, steps)
     out = run / "eval" / "tiny_test.jsonl"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    scores = out.with_name(".tiny_test.scores.jsonl")  # kept outside the declared output
     proc = subprocess.Popen(cli(run, settings), cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
-    while not (out.exists() and out.read_text().strip()) and time.monotonic() < deadline:
+    while not (scores.exists() and scores.read_text().strip()) and time.monotonic() < deadline:
         assert proc.poll() is None, "scoring ended before writing its first line"
         time.sleep(0.01)
     proc.send_signal(signal.SIGKILL)  # half way: after the first checkpoint line
     proc.wait()
-    partial = read_jsonl(out)
+    partial = read_jsonl(scores)
     assert 1 <= len(partial) < len(steps), f"kill came too late: {len(partial)} lines"
-    assert not [p for p in out.parent.iterdir() if p.name.startswith(".")]  # no temp file left visible
+    assert not out.exists(), "the declared output appears only when every checkpoint is scored"
+    assert [p.name for p in out.parent.iterdir()] == [scores.name]  # no temp file left behind
 
     done = subprocess.run(cli(run, settings), cwd=ROOT, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert f"{len(steps) - len(partial)} checkpoint(s)" in done.stderr  # only the rest was scored
     assert out.read_text() == (reference / "eval" / "tiny_test.jsonl").read_text()
     assert [r["step"] for r in read_jsonl(out)] == list(steps)
+
+
+def test_scores_are_reused_only_under_the_same_settings(tmp_path, models):
+    run = make_run(tmp_path / "run", models)
+    out = run / "eval" / "tiny_val.jsonl"
+    first = score_run(run, "tiny_val", SETTINGS)
+    # Settings that change a score re-score every checkpoint and replace the output...
+    other = score_run(run, "tiny_val", {**SETTINGS, "seed": 12})
+    assert [r["step"] for r in other] == [1, 2]
+    assert {r["eval_key"] for r in other}.isdisjoint(r["eval_key"] for r in first)
+    assert read_jsonl(out) == other
+    # ...and back: the first scores are kept (as after Snakemake deleted the output to rerun it).
+    out.unlink()
+    assert score_run(run, "tiny_val", SETTINGS) == []
+    assert read_jsonl(out) == first
+    # What aggregation reads, and other tasks' problem counts, change no score.
+    aggregation_only = {**SETTINGS, "tasks": ["tiny_test"], "fixed_step": 2,
+                        "problems": {"tiny_val": N, "tiny_test": 7}}
+    assert score_run(run, "tiny_val", aggregation_only) == []
 
 
 def test_missing_checkpoint_files_fail_before_any_line(tmp_path, models):

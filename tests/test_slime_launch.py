@@ -17,7 +17,7 @@ import stabilizers.api
 from engines.slime import launch
 from harness.config import load
 from harness.grid import resolve_run_config, run_dir
-from stabilizers import LossOutput
+from stabilizers import LossOutput, parameters
 
 PRESET = Path(__file__).resolve().parents[1] / "workflow" / "presets" / "table1.yaml"
 DAPO_PROMPTS = Path(__file__).resolve().parent / "fixtures" / "dapo_prompts.jsonl"
@@ -123,7 +123,9 @@ def test_golden_grpo_lag1(table1):
     assert_paper_settings(flags, directory / "train", 0, table1)
     assert_harness_script(text)
     assert text.rstrip().endswith('"${MODEL_ARGS[@]}"')  # the model's architecture flags, from slime
-    assert custom == {"stalebench_recipe": {"name": "grpo", "loss": "grpo", "params": {"eps_low": 0.2, "eps_high": 0.2},
+    # The recipe as the run key covers it: every parameter of the loss, defaults spelled out.
+    params = {**parameters("grpo"), "eps_low": 0.2, "eps_high": 0.2}
+    assert custom == {"stalebench_recipe": {"name": "grpo", "loss": "grpo", "params": params,
                                             "routing_replay": False, "tis": None, "table1": "grpo"},
                       "stalebench_run_dir": str(directory), "stalebench_lag_mode": "interval", "stalebench_lag": 1,
                       "stalebench_run_key": resolve_run_config(table1, "grpo", 1, 0)["run_key"]}
@@ -137,7 +139,8 @@ def test_golden_sat_gspo_r3_lag8_interval(table1):
     assert_paper_settings(flags, directory / "train", 1, table1)
     assert_harness_script(text)
     assert custom["stalebench_recipe"]["loss"] == "sat_gspo"
-    assert custom["stalebench_recipe"]["params"] == {"eps_low": 0.2, "eps_high": 0.2, "alpha": 0.9}
+    assert custom["stalebench_recipe"]["params"] == {**parameters("sat_gspo"), "eps_low": 0.2, "eps_high": 0.2,
+                                                     "alpha": 0.9}
     assert custom["stalebench_recipe"]["routing_replay"] is True
     assert (custom["stalebench_lag_mode"], custom["stalebench_lag"]) == ("interval", 8)
 
@@ -149,7 +152,7 @@ def test_golden_constant_lag_runs_the_harness_driver(table1):
     assert "--update-weights-interval" not in flags  # the driver pushes weights itself
     assert_paper_settings(flags, directory / "train", 2, table1)
     assert_harness_script(text)
-    assert custom["stalebench_recipe"]["tis"] == {"cap": 2.0}
+    assert custom["stalebench_recipe"]["tis"] == {"cap": 2.0, "floor": None}
     assert (custom["stalebench_lag_mode"], custom["stalebench_lag"]) == ("constant", 4)
 
 
@@ -176,10 +179,9 @@ def test_bad_input_is_refused_before_anything_is_written(table1, change, error, 
     monkeypatch.setitem(stabilizers.api._REGISTRY, "summed_loss", summed_loss)
     change(table1)
     recipe = table1["recipes"][0]
-    run_config = resolve_run_config(table1, recipe, 8, 0)
     directory = run_dir(table1, recipe, 8, 0)
-    with pytest.raises(error, match=message):
-        launch.write_job_script(run_config, directory)
+    with pytest.raises(error, match=message):  # engine_params errors already when the run config is resolved
+        launch.write_job_script(resolve_run_config(table1, recipe, 8, 0), directory)
     assert not directory.exists()
 
 

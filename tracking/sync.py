@@ -41,10 +41,10 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from harness.grid import expand, grid_dir, run_dir
-from harness.cli import parse_config, run_stage
-from harness.io import read_jsonl, write_json_atomic
 from analysis.report import REPORT_FILES
+from harness.cli import parse_config, run_stage
+from harness.grid import expand, grid_dir, run_dir
+from harness.io import read_jsonl, write_json_atomic
 
 KEY = "run_key"
 KIND = "stalebench.kind"  # parent | run | cell

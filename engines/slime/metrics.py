@@ -28,8 +28,8 @@ import numpy as np
 import torch
 
 from engines.mismatch import abs_d_stats
-from harness.io import append_jsonl_atomic, read_jsonl
 from engines.slime.lag import trainer_version
+from harness.io import append_jsonl_atomic, read_jsonl
 
 _first_rollout_id: int | None = None  # rollout manager process: the first rollout id of this job
 _recorder = None  # trainer writer rank: the MetricsRecorder

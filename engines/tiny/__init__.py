@@ -6,7 +6,7 @@ from pathlib import Path
 
 from engines import Engine, register
 
-from .params import resolve_engine_params
+from .params import MODEL_KNOBS, WARMSTART_KNOBS, resolve_engine_params
 
 
 def _train(run_config: dict, run_dir: Path) -> str:
@@ -36,6 +36,7 @@ ENGINE = register(Engine(
     check_run=_check_run,
     prepare=_prepare,
     prepare_outputs=("model.safetensors", "config.json"),
+    prepare_keys=MODEL_KNOBS + WARMSTART_KNOBS,  # what makes the base model (params.warmstart_knobs)
     resources={
         "prepare": {"threads": 1, "mem_mb": 1000},
         "train": {"threads": 1, "mem_mb": 1000},

@@ -91,5 +91,6 @@ def model_knobs(params: dict) -> dict:
 
 
 def warmstart_knobs(params: dict) -> dict:
-    """What determines the base model: a base is reused only when these are equal."""
+    """What determines the base model: a base is reused only when these are equal (and the
+    workflow's prepare job is given only these: engines.Engine.prepare_keys)."""
     return {k: params[k] for k in MODEL_KNOBS + WARMSTART_KNOBS}

@@ -16,10 +16,11 @@ from dataclasses import dataclass
 
 import torch
 
+from harness.grid import LAG_MODES
+
 from . import task
 from .model import EOS, ModelConfig, TinyMoELM, decode_response, encode_prompt, generate
 
-LAG_MODES = ("interval", "constant")
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
 

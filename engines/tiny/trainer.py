@@ -27,10 +27,10 @@ from pathlib import Path
 
 import torch
 
-from harness.io import append_jsonl_atomic, read_jsonl, write_json_atomic, write_text_atomic
 from engines import TrainingDiverged, merge_metrics
 from engines.mismatch import abs_d_stats
 from harness.grid import check_run
+from harness.io import append_jsonl_atomic, read_jsonl, write_json_atomic, write_text_atomic
 from stabilizers import PolicyBatch, Recipe
 from stabilizers.diagnostics import ess_lr_scale, offpolicy_diagnostics
 

@@ -18,6 +18,8 @@ rule aggregate:
         out=lambda wildcards, output: os.path.dirname(output.table),
     log:
         f"{LOGS}/aggregate.log",
+    benchmark:
+        f"{BENCHMARKS}/aggregate.tsv"
     conda:
         "../../envs/stalebench-cpu.yaml"
     threads: rule_resources(CONFIG, "aggregate")["threads"]

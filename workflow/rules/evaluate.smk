@@ -1,4 +1,8 @@
 # Evaluation: every checkpoint of a run scored on one task (eval.score); a job per run and task.
+# Its params are what it reads (harness.model.Eval.job_settings): not fixed_step, the task lists
+# or another task's settings. eval.score keeps every score in eval/.<task>.scores.jsonl, outside
+# the declared output that Snakemake deletes before a rerun, so a killed or rerun job re-scores
+# only the checkpoints that have no score under the same settings.
 
 
 rule evaluate:
@@ -8,9 +12,11 @@ rule evaluate:
         f"{RUN}/eval/{{task}}.jsonl",
     params:
         run_dir=lambda wildcards, output: os.path.dirname(os.path.dirname(output[0])),
-        settings=json.dumps(CONFIG["eval"], sort_keys=True),
+        settings=lambda wc: json.dumps(MODEL.eval.job_settings(wc.task), sort_keys=True),
     log:
         f"{LOGS}/evaluate/{{recipe}}/lag{{lag}}/seed{{seed}}/{{task}}.log",
+    benchmark:
+        f"{BENCHMARKS}/evaluate/{{recipe}}/lag{{lag}}/seed{{seed}}/{{task}}.tsv"
     conda:
         "../../envs/stalebench-cpu.yaml"
     threads: rule_resources(CONFIG, "evaluate")["threads"]

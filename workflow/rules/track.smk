@@ -12,6 +12,8 @@ rule track:
         grid_dir=lambda wildcards, output: os.path.dirname(output[0]),
     log:
         f"{LOGS}/track.log",
+    benchmark:
+        f"{BENCHMARKS}/track.tsv"
     conda:
         "../../envs/stalebench-cpu.yaml"
     threads: rule_resources(CONFIG, "track")["threads"]

@@ -1,6 +1,8 @@
 # Training: one job per (recipe, lag, seed); an engine with a grid-wide prepare step (e.g. a
 # warm-start model) runs it first. engines.run resumes from the run's last checkpoint,
 # so a killed job run again (--rerun-incomplete) redoes only the missing steps; it writes status.json last.
+# A train job's params are its resolved run config (presets expanded, every stabilizer default):
+# a change to any of it reruns the job; the prepare job gets only the engine params it reads.
 
 if ENGINE.prepare_outputs:
 
@@ -8,17 +10,20 @@ if ENGINE.prepare_outputs:
         output:
             multiext(f"{GRID}/base/", *ENGINE.prepare_outputs),
         params:
-            engine_params=json.dumps(CONFIG["engine_params"], sort_keys=True),
+            engine=ENGINE.name,
+            engine_params=json.dumps(MODEL.prepare_params(), sort_keys=True),
             out=lambda wildcards, output: os.path.dirname(output[0]),
         log:
             f"{LOGS}/prepare.log",
+        benchmark:
+            f"{BENCHMARKS}/prepare.tsv"
         conda:
             "../../envs/stalebench-cpu.yaml"
         threads: rule_resources(CONFIG, "prepare")["threads"]
         resources:
             **job_resources(CONFIG, "prepare"),
         shell:
-            "OMP_NUM_THREADS={threads} python -m engines.prepare --engine {ENGINE.name:q}"
+            "OMP_NUM_THREADS={threads} python -m engines.prepare --engine {params.engine:q}"
             " --engine-params-json {params.engine_params:q} --out {params.out:q} > {log:q} 2>&1"
 
 
@@ -29,9 +34,11 @@ rule train:
         f"{RUN}/train/status.json",
     params:
         run_dir=lambda wildcards, output: os.path.dirname(os.path.dirname(output[0])),
-        run_config=lambda wc: json.dumps(RUN_CONFIGS[(wc.recipe, int(wc.lag), int(wc.seed))], sort_keys=True),
+        run_config=lambda wc: json.dumps(MODEL.run_config((wc.recipe, int(wc.lag), int(wc.seed))), sort_keys=True),
     log:
         f"{LOGS}/train/{{recipe}}/lag{{lag}}/seed{{seed}}.log",
+    benchmark:
+        f"{BENCHMARKS}/train/{{recipe}}/lag{{lag}}/seed{{seed}}.tsv"
     conda:
         "../../envs/stalebench-cpu.yaml"
     threads: rule_resources(CONFIG, "train")["threads"]

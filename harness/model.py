@@ -1,0 +1,110 @@
+"""The config model: typed, read-only views of a checked workflow config, built once per process.
+
+    config = Config.build(harness.config.validate(raw))    # the Snakefile does this once
+    config.runs                # every (recipe, lag, seed), in config order
+    config.run_config(run)     # the resolved run config of one run (its hash is the run key)
+    config.eval.job_settings("tiny_test")   # exactly what one evaluate job reads
+
+Every default is the schema's (workflow/schemas/config.schema.yaml) and every check is
+harness.config's: these classes only give the checked values names and types, and say which
+settings each stage reads, so that a stage is rerun only when something it reads changed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+
+import engines
+from harness.grid import expand, grid_dir, resolve_run_config
+from stabilizers import load_recipes
+
+Run = tuple[str, int, int]  # (recipe, lag, seed)
+
+
+@dataclass(frozen=True)
+class Eval:
+    """The config's eval section."""
+
+    tasks: tuple[str, ...]
+    selection_task: str | None
+    k: int
+    temperature: float
+    top_p: float
+    max_gen_toks: int | None
+    fixed_step: int | None
+    seed: int
+    backend: str | None
+    server: MappingProxyType
+    data: MappingProxyType
+    problems: MappingProxyType
+    batch_size: int
+
+    @classmethod
+    def build(cls, section: dict) -> "Eval":
+        return cls(tasks=tuple(section["tasks"]), selection_task=section["selection_task"], k=section["k"],
+                   temperature=section["temperature"], top_p=section["top_p"],
+                   max_gen_toks=section["max_gen_toks"], fixed_step=section["fixed_step"], seed=section["seed"],
+                   backend=section["backend"], server=MappingProxyType(dict(section["server"])),
+                   data=MappingProxyType(dict(section.get("data") or {})),
+                   problems=MappingProxyType(dict(section.get("problems") or {})),
+                   batch_size=section["batch_size"])
+
+    @property
+    def scored_tasks(self) -> list[str]:
+        """Scored on every checkpoint: the test tasks, then the split that selects the checkpoint."""
+        extra = [self.selection_task] if self.selection_task and self.selection_task not in self.tasks else []
+        return [*self.tasks, *extra]
+
+    def job_settings(self, task: str) -> dict:
+        """What eval.score reads to score ``task``: sampling, seed, back end, server, data files and
+        this task's problem count. Not the task lists nor fixed_step (aggregation reads those), nor
+        another task's problem count: changing them reruns no evaluate job."""
+        settings = {"k": self.k, "temperature": self.temperature, "top_p": self.top_p,
+                    "max_gen_toks": self.max_gen_toks, "seed": self.seed, "backend": self.backend,
+                    "server": dict(self.server), "data": dict(self.data), "batch_size": self.batch_size}
+        if task in self.problems:
+            settings["problems"] = {task: self.problems[task]}
+        return settings
+
+
+@dataclass(frozen=True)
+class Config:
+    """A checked workflow config (harness.config.validate), with its runs resolved."""
+
+    raw: MappingProxyType  # the checked config, defaults filled in (what aggregate and track read)
+    grid: str
+    grid_dir: Path
+    engine: engines.Engine
+    engine_params: MappingProxyType  # resolved by the engine: a preset expanded to its values
+    recipes: tuple[str, ...]
+    lags: tuple[int, ...]
+    seeds: tuple[int, ...]
+    steps: int
+    eval_every: int
+    eval: Eval
+    run_configs: MappingProxyType  # Run -> resolved run config
+
+    @classmethod
+    def build(cls, config: dict) -> "Config":
+        engine = engines.get(config["engine"])
+        engine_params = engine.resolve_params(config["engine_params"])
+        recipes = load_recipes(extra=config["extra_recipes"])  # once: resolving a 1,000-run grid takes ms
+        run_configs = {run: resolve_run_config(config, *run, recipes=recipes, engine_params=engine_params)
+                       for run in expand(config)}
+        return cls(raw=MappingProxyType(config), grid=config["grid"], grid_dir=grid_dir(config), engine=engine,
+                   engine_params=MappingProxyType(engine_params), recipes=tuple(config["recipes"]),
+                   lags=tuple(config["lags"]), seeds=tuple(config["seeds"]), steps=config["steps"],
+                   eval_every=config["eval_every"], eval=Eval.build(config["eval"]),
+                   run_configs=MappingProxyType(run_configs))
+
+    @property
+    def runs(self) -> list[Run]:
+        return list(self.run_configs)
+
+    def run_config(self, run: Run) -> dict:
+        return self.run_configs[run]
+
+    def prepare_params(self) -> dict:
+        """What the engine's grid-wide prepare step reads of the resolved engine params."""
+        return {key: self.engine_params[key] for key in self.engine.prepare_keys}

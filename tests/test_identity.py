@@ -1,0 +1,106 @@
+"""Run and eval keys cover the resolved run: a value hidden behind a preset or a default is in the key;
+the config model gives each stage only what it reads; provenance is recorded per attempt."""
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import yaml
+
+import engines
+import harness.grid
+from engines.tiny import params as tiny_params
+from harness.config import load, schema, validate
+from harness.grid import LAG_MODES, resolve_run_config
+from harness.identity import eval_key, pin_config, run_key
+from harness.model import Config
+from harness.provenance import collect, finish_attempt, start_attempt
+from stabilizers import parameters
+
+DEMO = yaml.safe_load(open("config.yaml"))
+
+
+def key_of(**changes) -> str:
+    config = validate({**copy.deepcopy(DEMO), **changes})
+    return resolve_run_config(config, "grpo", 1, 0)["run_key"]
+
+
+def test_the_run_config_spells_out_the_preset_and_every_stabilizer_default():
+    run = resolve_run_config(load("config.yaml"), "grpo_mu", 8, 2)
+    assert run["engine_params"] == tiny_params.resolve_engine_params({"preset": "demo"})
+    assert run["engine_params"]["lr"] == tiny_params.PRESETS["demo"]["lr"]
+    assert run["recipe"]["params"] == {**parameters("grpo"), "eps_low": 0.2, "eps_high": 0.2,
+                                       "ratio_against": "rollout"}
+    tis = resolve_run_config(validate({**DEMO, "recipes": ["grpo", "grpo_tis"]}), "grpo_tis", 1, 0)["recipe"]["tis"]
+    assert tis == {"cap": 2.0, "floor": None}  # the floor is the TIS weight's default, spelled out
+
+
+def test_a_value_behind_a_preset_is_in_the_key(monkeypatch):
+    demo = key_of()
+    # Written out or left to the preset: the same run, the same key.
+    assert key_of(engine_params={"preset": "demo", "lr": tiny_params.PRESETS["demo"]["lr"]}) == demo
+    monkeypatch.setitem(tiny_params.PRESETS["demo"], "lr", 5e-4)  # the preset changed, the config did not
+    assert key_of() != demo
+
+
+def test_a_stabilizer_default_is_in_the_key(monkeypatch):
+    demo = key_of()
+    default = parameters("grpo")["dual_clip_c"]
+    changed = {**parameters("grpo"), "dual_clip_c": 5.0}
+    monkeypatch.setattr(harness.grid, "parameters", lambda loss: changed if loss == "grpo" else parameters(loss))
+    assert default != 5.0 and key_of() != demo
+
+
+def test_the_eval_key_changes_with_what_changes_a_score():
+    settings = Config.build(load("config.yaml")).eval.job_settings("tiny_test")
+    key = eval_key("tiny_test", 1.0, settings, "run-a")
+    for change in ({"k": 4}, {"seed": 1}, {"temperature": 0.5}, {"batch_size": 64}, {"backend": "server"},
+                   {"problems": {"tiny_test": 64}}):
+        assert eval_key("tiny_test", 1.0, {**settings, **change}, "run-a") != key, change
+    assert eval_key("tiny_test", 2.0, settings, "run-a") != key  # a new task version
+    assert eval_key("tiny_test", 1.0, settings, "run-b") != key  # another run's checkpoints
+    for change in ({"fixed_step": 20}, {"tasks": ["tiny_val"]}, {"problems": {"tiny_test": 128, "tiny_val": 7}},
+                   {"server": {"url": "http://elsewhere:1", "timeout": 5}}):
+        assert eval_key("tiny_test", 1.0, {**settings, **change}, "run-a") == key, change
+
+
+def test_each_evaluate_job_gets_only_its_tasks_settings():
+    model = Config.build(load("config.yaml"))
+    settings = model.eval.job_settings("tiny_val")
+    assert settings["problems"] == {"tiny_val": 128} and settings["seed"] == 1234
+    assert not {"tasks", "selection_task", "fixed_step"} & set(settings)
+    assert model.eval.scored_tasks == ["tiny_test", "tiny_val"]
+    assert model.prepare_params() == tiny_params.warmstart_knobs(model.engine_params)
+
+
+def test_allowed_values_come_from_the_code_that_implements_them():
+    loaded = schema()
+    assert loaded["properties"]["lag_mode"]["enum"] == list(LAG_MODES)
+    assert loaded["properties"]["engine"]["enum"] == engines.available()
+    backends = loaded["properties"]["eval"]["properties"]["backend"]["enum"]
+    assert set(backends) == {engines.get(name).eval_backend for name in engines.available()} | {None}
+
+
+def test_a_directory_pinned_to_another_key_is_refused_and_kept(tmp_path):
+    run = resolve_run_config(load("config.yaml"), "grpo", 1, 0)
+    pin_config(run, tmp_path)
+    before = (tmp_path / "config.json").read_bytes()
+    other = {**run, "engine_params": {**run["engine_params"], "lr": 1e-4}}
+    assert run_key(other) != run["run_key"]
+    with pytest.raises(ValueError, match=r"different config \(keys differing: \['engine_params'\]\)"):
+        pin_config(other, tmp_path)
+    assert (tmp_path / "config.json").read_bytes() == before
+
+
+def test_provenance_is_recorded_per_attempt(tmp_path):
+    facts = collect()
+    assert facts["python"] and facts["torch"] and facts["host"] and len(facts["requirements_lock_sha256"]) == 64
+    assert facts["git_commit"] is None or len(facts["git_commit"]) == 40
+    start_attempt(tmp_path)  # killed: never finished
+    start_attempt(tmp_path)
+    finish_attempt(tmp_path, "completed")
+    attempts = json.loads((tmp_path / "provenance.json").read_text())["attempts"]
+    assert [a["status"] for a in attempts] == [None, "completed"]
+    assert attempts[0]["finished"] is None and attempts[1]["finished"] >= attempts[1]["started"]
+    assert attempts[1]["cpu_capability"] == facts["cpu_capability"]

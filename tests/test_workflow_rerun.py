@@ -1,0 +1,161 @@
+"""Snakemake redoes only what a config or code change affects: dry-run job counts (`snakemake -n`)
+on a completed small grid, and reruns of evaluate jobs that keep the scores already computed.
+
+The grid runs in a copy of the checkout (its own .snakemake metadata, and a stabilizer default
+can be edited there without touching this one)."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from harness.io import read_jsonl
+from tests.workflow_cli import ROOT, SNAKEMAKE, job_counts, planned_jobs
+
+EVAL = {"tasks": ["tiny_test"], "selection_task": None, "k": 2, "problems": {"tiny_test": 8}}
+OVERRIDES = {"grid": "rerun", "recipes": ["grpo", "grpo_dualclip"], "baseline": "grpo", "lags": [1], "seeds": [0],
+             "steps": 4, "eval_every": 2, "engine_params": {"preset": "demo", "warmstart_steps": 10}, "eval": EVAL}
+RUNS = ("grpo/lag1/seed0", "grpo_dualclip/lag1/seed0")
+DOWNSTREAM = {"aggregate": 1, "track": 1, "all": 1}
+
+
+def copy_checkout(to: Path) -> Path:
+    """The checkout's files (tracked and new, not ignored) copied to ``to``."""
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True,
+                            capture_output=True, text=True).stdout.split("\0")
+    for name in filter(None, listed):
+        if (ROOT / name).is_file():
+            (to / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, to / name)
+    return to
+
+
+class Grid:
+    def __init__(self, folder: Path):
+        self.code = copy_checkout(folder / "code")
+        self.results = folder / "results"
+
+    def snakemake(self, *args: str, timeout: float = 900, **changes) -> subprocess.CompletedProcess:
+        overrides = {**OVERRIDES, **changes}
+        command = [SNAKEMAKE, *args, "-C", f"results_dir={self.results}",
+                   *(f"{key}={json.dumps(value)}" for key, value in overrides.items())]
+        return subprocess.run(command, cwd=self.code, capture_output=True, text=True, timeout=timeout)
+
+    def plan(self, **changes) -> tuple[Counter, list[tuple[str, str]]]:
+        result = self.snakemake("-n", **changes)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        if "Nothing to be done" in result.stdout + result.stderr:
+            return Counter(), []
+        return job_counts(result.stdout), planned_jobs(result.stdout)
+
+    def run_dir(self, run: str) -> Path:
+        return self.results / "rerun" / "runs" / run
+
+
+@pytest.fixture(scope="module")
+def grid():
+    with tempfile.TemporaryDirectory(prefix="stalebench-rerun-") as folder:
+        grid = Grid(Path(folder))
+        done = grid.snakemake("-c2")
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        assert grid.plan() == (Counter(), [])
+        yield grid
+
+
+@pytest.mark.parametrize("change", [
+    {"collapse": {"fraction": 0.3}},
+    {"baseline": "grpo_dualclip"},
+    {"eval": {**EVAL, "fixed_step": 2}},
+])
+def test_an_aggregation_key_reruns_no_train_and_no_evaluate_job(grid, change):
+    assert grid.plan(**change)[0] == DOWNSTREAM
+
+
+def test_a_scoring_setting_reruns_the_evaluate_jobs_only(grid):
+    assert grid.plan(eval={**EVAL, "k": 3})[0] == {"evaluate": 2, **DOWNSTREAM}
+
+
+def test_a_new_task_adds_only_its_evaluate_jobs(grid):
+    counts, jobs = grid.plan(eval={**EVAL, "tasks": ["tiny_test", "tiny_val"],
+                                   "problems": {"tiny_test": 8, "tiny_val": 8}})
+    assert counts == {"evaluate": 2, **DOWNSTREAM}
+    assert {path for rule, path in jobs if rule == "evaluate"} == {
+        str(grid.run_dir(run) / "eval" / "tiny_val.jsonl") for run in RUNS}
+
+
+def test_a_preset_override_reruns_the_train_jobs_but_not_the_base_model(grid):
+    counts, jobs = grid.plan(engine_params={**OVERRIDES["engine_params"], "lr": 1e-4})
+    assert counts == {"train": 2, "evaluate": 2, **DOWNSTREAM}
+    # A warm-start knob is read by the prepare job too: the base model and every run are redone.
+    assert grid.plan(engine_params={**OVERRIDES["engine_params"], "warmstart_steps": 11})[0] == {
+        "prepare": 1, "train": 2, "evaluate": 2, **DOWNSTREAM}
+
+
+def test_a_stabilizer_default_reruns_the_runs_that_use_it(grid):
+    source = grid.code / "stabilizers" / "grpo.py"
+    original = source.read_text()
+    default = "    dual_clip_c: float | None = None,\n"
+    assert default in original
+    source.write_text(original.replace(default, default.replace("None,", "5.0,")))
+    try:
+        counts, jobs = grid.plan()
+    finally:
+        source.write_text(original)
+    # grpo_dualclip sets dual_clip_c itself: only the plain grpo run changed.
+    assert counts == {"train": 1, "evaluate": 1, **DOWNSTREAM}
+    assert ("train", str(grid.run_dir("grpo/lag1/seed0") / "train" / "status.json")) in jobs
+
+
+def _scored(grid: Grid, run: str) -> str:
+    """eval.score's last line in the run's evaluate log: how many checkpoints it scored."""
+    log = grid.results / "rerun" / "logs" / "evaluate" / run / "tiny_test.log"
+    return log.read_text().strip().splitlines()[-1]
+
+
+# The tests below run jobs; they come last so that the dry runs above see the completed grid.
+
+def test_a_killed_evaluate_job_rescores_only_the_checkpoints_it_had_not_finished(grid):
+    run = grid.run_dir("grpo/lag1/seed0")
+    out, scores = run / "eval" / "tiny_test.jsonl", run / "eval" / ".tiny_test.scores.jsonl"
+    before = out.read_text()
+    # What a job killed after its first checkpoint leaves: one score kept, no declared output.
+    first = scores.read_text().splitlines()[0]
+    scores.write_text(first + "\n")
+    out.unlink()
+    assert grid.plan()[0] == {"evaluate": 1, **DOWNSTREAM}
+    result = grid.snakemake("-c2")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "eval.score: 1 checkpoint(s)" in _scored(grid, "grpo/lag1/seed0")  # of 2: step 2 only
+    assert out.read_text() == before  # the same numbers as the uninterrupted job
+
+
+def test_an_evaluate_job_rerun_by_snakemake_keeps_its_scores(grid):
+    # Snakemake deletes a job's output before rerunning it; the scores live outside it.
+    outputs = {run: grid.run_dir(run) / "eval" / "tiny_test.jsonl" for run in RUNS}
+    before = {run: path.read_text() for run, path in outputs.items()}
+    result = grid.snakemake("-c2", "--forcerun", "evaluate")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert job_counts(result.stdout + result.stderr)["evaluate"] == 2
+    for run, path in outputs.items():
+        assert "eval.score: 0 checkpoint(s)" in _scored(grid, run)
+        assert path.read_text() == before[run]
+        assert [row["step"] for row in read_jsonl(path)] == [2, 4]
+
+
+def test_every_rule_has_a_benchmark_file_and_the_report_tabulates_them(grid):
+    benchmarks = grid.results / "rerun" / "logs" / "benchmarks"
+    assert (benchmarks / "prepare.tsv").is_file() and (benchmarks / "aggregate.tsv").is_file()
+    assert (benchmarks / "track.tsv").is_file()
+    assert len(list((benchmarks / "train").glob("**/*.tsv"))) == 2
+    assert len(list((benchmarks / "evaluate").glob("**/*.tsv"))) == 2
+    table = (grid.results / "rerun" / "table.md").read_text()
+    assert "## Compute per rule" in table and "| train | 2 |" in table and "| evaluate | 2 |" in table
+    assert "All runs on one commit" in table and "All runs on one machine" in table
+    for run in RUNS:
+        attempts = json.loads((grid.run_dir(run) / "provenance.json").read_text())["attempts"]
+        assert attempts[-1]["status"] == "completed" and attempts[-1]["finished"] >= attempts[-1]["started"]
