@@ -108,9 +108,7 @@ def summarize(config: dict, runs: list[Run]) -> dict:
         raise ValueError(f"baseline {baseline!r} is not one of the grid's recipes {config['recipes']}")
     reference = load_reference()
     reference_lag = min(config["lags"])
-    by_cell: dict[tuple[str, int], list[Run]] = {}
-    for run in runs:
-        by_cell.setdefault((run.recipe, run.lag), []).append(run)
+    by_cell = _by_cell(runs)
 
     cells = {}
     for recipe in config["recipes"]:
@@ -248,7 +246,7 @@ def sections(summary: dict) -> list[tuple[str, list[str], list[list[str]]]]:
     """The report's tables, rendered to text once and shared by the Markdown and LaTeX writers:
     (title, header, rows). Rows = recipes; one column per lag for each column group (the value,
     then the published value or the seeds needed)."""
-    cells = {(c["recipe"], c["lag"]): c for c in summary["cells"]}
+    cells = summary_cells(summary)
     baseline, reference_lag = summary["baseline"], summary["reference_lag"]
     others = [r for r in summary["recipes"] if r != baseline]
     later = [lag for lag in summary["lags"] if lag != reference_lag]
@@ -430,7 +428,7 @@ def render_csv(summary: dict) -> str:
     comparisons of the primary score (difference to the baseline, staleness cost, P(improvement):
     estimate/low/high/method/p/p_holm/seeds_needed), the collapse-rate comparisons
     (estimate/p/p_holm), and the published values. Scores as fractions (avg@k), paper in %."""
-    cells = {(c["recipe"], c["lag"]): c for c in summary["cells"]}
+    cells = summary_cells(summary)
     header, rows = ["recipe"], []
     for recipe in summary["recipes"]:
         row = {"recipe": recipe}
@@ -472,10 +470,16 @@ def _score_at_steps(run: Run, steps: list[int]) -> list[float]:
 
 
 def _by_cell(runs: list[Run]) -> dict[tuple[str, int], list[Run]]:
+    """The runs grouped by cell (recipe, lag)."""
     cells: dict[tuple[str, int], list[Run]] = {}
     for run in runs:
         cells.setdefault((run.recipe, run.lag), []).append(run)
     return cells
+
+
+def summary_cells(summary: dict) -> dict[tuple[str, int], dict]:
+    """summary.json's cells by (recipe, lag)."""
+    return {(cell["recipe"], cell["lag"]): cell for cell in summary["cells"]}
 
 
 def plot_curves(config: dict, runs: list[Run], path: Path) -> None:
@@ -529,7 +533,7 @@ def plot_mismatch(config: dict, runs: list[Run], path: Path) -> None:
 def plot_collapse(summary: dict, path: Path) -> None:
     """Collapse rate per recipe and lag with 95% Wilson intervals."""
     import matplotlib.pyplot as plt
-    cells = {(c["recipe"], c["lag"]): c for c in summary["cells"]}
+    cells = summary_cells(summary)
     recipes, lags = summary["recipes"], summary["lags"]
     width = 0.8 / len(lags)
     fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(recipes)), 4))
