@@ -14,7 +14,8 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import update_config
 
 import engines
-from harness.config import ConfigError, job_resources, retype_cli_values, rule_resources, validate
+from harness.config import (ConfigError, check_recipe_values, job_resources, retype_cli_values, rule_resources,
+                            validate)
 from harness.grid import expand as grid_runs, grid_dir, resolve_run_config
 from stabilizers import load_recipes
 
@@ -47,8 +48,9 @@ RUN_WILDCARDS = dict(zip(("recipe", "lag", "seed"), zip(*RUNS)))
 SELECTION = CONFIG["eval"]["selection_task"]
 # Scored on every checkpoint: the test tasks and the split that selects the checkpoint.
 TASKS = CONFIG["eval"]["tasks"] + ([SELECTION] if SELECTION and SELECTION not in CONFIG["eval"]["tasks"] else [])
-# Recipes loaded once: resolving a 1,000-run grid then takes milliseconds, not seconds.
-RECIPES = load_recipes(extra=CONFIG["extra_recipes"])
+# Recipes loaded once: resolving a 1,000-run grid then takes milliseconds, not seconds. Names and
+# parameter names are checked here without importing torch; value ranges when jobs start (onstart).
+RECIPES = load_recipes(extra=CONFIG["extra_recipes"], check_values=False)
 RUN_CONFIGS = {run: resolve_run_config(CONFIG, *run, recipes=RECIPES) for run in RUNS}
 CONFIG_JSON = json.dumps(CONFIG, sort_keys=True)
 # Every run's training status and scores. Also targets of `all`: Snakemake reruns no job whose
@@ -62,6 +64,14 @@ wildcard_constraints:
     lag=r"\d+",
     seed=r"\d+",
     task=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
+
+
+onstart:
+    # not in a dry run: the value checks run the loss code, which imports torch (~2 s)
+    try:
+        check_recipe_values(CONFIG)
+    except ConfigError as error:
+        raise WorkflowError(str(error)) from None
 
 
 include: "workflow/rules/train.smk"

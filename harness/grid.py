@@ -56,7 +56,7 @@ def resolve_run_config(config: dict, recipe: str, lag: int, seed: int, recipes: 
     """``recipes``: the loaded recipes, when the caller resolves many runs (loading takes ~8 ms)."""
     check_lag(lag, config.get("lag_mode", "interval"))
     if recipes is None:
-        recipes = load_recipes(extra=config.get("extra_recipes") or {})
+        recipes = load_recipes(extra=config.get("extra_recipes") or {}, check_values=False)  # values: at train
     resolved = get_recipe(recipe, recipes)
     run_config = {
         "grid": config["grid"],

@@ -154,7 +154,7 @@ def kth_smallest(values: torch.Tensor, k: int | torch.Tensor, active: torch.Tens
     possible = torch.ones_like(bits, dtype=count_dtype) if active is None else active.reshape(-1).to(count_dtype)
     prefix = torch.zeros(1, dtype=bits.dtype, device=values.device)
     for shift in range(width - _DIGIT_BITS, -1, -_DIGIT_BITS):
-        digit = (bits >> shift) & (2**_DIGIT_BITS - 1)
+        digit = bits >> shift if shift == width - _DIGIT_BITS else (bits >> shift) & (2**_DIGIT_BITS - 1)  # sign bit 0
         counts = torch.zeros(2**_DIGIT_BITS, dtype=count_dtype, device=values.device).index_add_(0, digit, possible)
         cumulative = counts.cumsum(0, dtype=count_dtype)
         # the digit whose cumulative count first reaches k (clamped: k > count only when nothing is active)
@@ -251,7 +251,7 @@ def contracted_clip_loss(
 
     metrics = clip_metrics(ratio, batch, low, high)
     n = batch.active.count_nonzero().clamp(min=1).to(ratio.dtype)
-    c_min = torch.minimum(c_plus, c_minus).amin() if c_plus.numel() else ratio.new_ones(())  # a static shape
+    c_min = torch.minimum(c_plus.amin(), c_minus.amin()) if c_plus.numel() else ratio.new_ones(())  # a static shape
     metrics.update({
         f"{namespace}/q": q.detach().clone(),
         f"{namespace}/gate_rate": n.reciprocal() * gate.count_nonzero(),  # as int / tensor computed it
