@@ -251,6 +251,8 @@ def contracted_clip_loss(
 
     metrics = clip_metrics(ratio, batch, low, high)
     n = batch.active.count_nonzero().clamp(min=1).to(ratio.dtype)
+    # the eps means sum over every token (exact zeros off the gate): same value as a sum over the
+    # gated tokens alone up to the summation order, i.e. the last bit
     c_min = torch.minimum(c_plus.amin(), c_minus.amin()) if c_plus.numel() else ratio.new_ones(())  # a static shape
     metrics.update({
         f"{namespace}/q": q.detach().clone(),
