@@ -53,7 +53,10 @@ def time_call(loss_fn, batch: PolicyBatch) -> float:
 
 
 def entry_point(recipe):
-    return lambda batch: (lambda out: (out.loss, out.metrics))(recipe.compute_loss(batch, step_seed=1))
+    def loss_and_metrics(batch: PolicyBatch):
+        out = recipe.compute_loss(batch, step_seed=1)
+        return out.loss, out.metrics
+    return loss_and_metrics
 
 
 def graph_breaks(fn, batch: PolicyBatch) -> int:

@@ -10,7 +10,7 @@ Imports nothing from engines/, eval/ or workflow/. Importing the package does no
 from .api import LossOutput, PolicyBatch, Reduce, available, get, parameters, register, validate_batch
 from .recipes import Recipe, check_values, get_recipe, load_recipes, recipe_from_dict
 
-__all__ = ["LossOutput", "PolicyBatch", "Reduce", "Recipe", "available", "check_values", "get", "get_recipe",
+__all__ = ["LossOutput", "PolicyBatch", "Recipe", "Reduce", "available", "check_values", "get", "get_recipe",
            "load_recipes", "parameters", "recipe_from_dict", "register", "tis_weight", "validate_batch", "with_tis"]
 
 

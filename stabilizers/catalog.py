@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 _PACKAGE = Path(__file__).parent
@@ -41,7 +41,7 @@ def _keyword_defaults(node: ast.FunctionDef) -> dict[str, object]:
     return defaults
 
 
-@lru_cache(maxsize=None)
+@cache
 def _module_signatures(path: Path, mtime_ns: int) -> dict[str, dict[str, object]]:
     """{name: {param: default}} of the stabilizers one module registers (cached per file version)."""
     tree = ast.parse(path.read_text(), filename=str(path))
