@@ -18,7 +18,7 @@ import sys
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import update_config
 
-from harness.config import ConfigError, job_resources, retype_cli_values, rule_resources, validate
+from harness.config import ConfigError, check_recipe_values, job_resources, retype_cli_values, rule_resources, validate
 from harness.model import Config
 
 
@@ -65,6 +65,14 @@ wildcard_constraints:
     lag=r"\d+",
     seed=r"\d+",
     task=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
+
+
+onstart:
+    # not in a dry run: the value checks run the loss code, which imports torch (~2 s)
+    try:
+        check_recipe_values(CONFIG)
+    except ConfigError as error:
+        raise WorkflowError(str(error)) from None
 
 
 include: "workflow/rules/train.smk"

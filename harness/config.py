@@ -18,7 +18,7 @@ import yaml
 
 import engines
 from harness.grid import LAG_MODES
-from stabilizers import load_recipes
+from stabilizers import check_values, load_recipes
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
@@ -111,7 +111,8 @@ def _semantic_errors(config: dict, tasks_dir: Path) -> list[str]:
         messages.append(f"config key 'eval_every': {config['eval_every']} is more than steps={config['steps']}: "
                         "no checkpoint would ever be saved or evaluated")
     try:
-        recipes = load_recipes(extra=config.get("extra_recipes") or {})
+        # names and parameter names only (no torch import); values: check_recipe_values
+        recipes = load_recipes(extra=config.get("extra_recipes") or {}, check_values=False)
     except (KeyError, ValueError, FileNotFoundError) as error:
         return [f"config key 'extra_recipes': {error.args[0]}"]
     for i, name in enumerate(config["recipes"]):
@@ -166,6 +167,17 @@ def check_eval_settings(settings: dict) -> dict:
     if messages:
         raise ConfigError("invalid eval settings:\n  " + "\n  ".join(messages))
     return settings
+
+
+def check_recipe_values(config: dict) -> None:
+    """The value ranges of the grid's recipes (eps, alpha, a TIS cap...), which validate leaves out
+    because they run the loss code and so import torch: the workflow calls this when jobs are about
+    to start, so that a dry run plans without torch. Raises ConfigError naming the recipe."""
+    recipes = load_recipes(extra=config.get("extra_recipes") or {}, check_values=False)
+    try:
+        check_values({name: recipes[name] for name in config["recipes"]}, "config 'recipes'")
+    except ValueError as error:
+        raise ConfigError(f"invalid workflow config:\n  {error}") from None
 
 
 def retype_cli_values(value):

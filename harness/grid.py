@@ -8,12 +8,12 @@ or default changes the key (and reruns the train job) like a changed config valu
 """
 from __future__ import annotations
 
-import inspect
 from pathlib import Path
 
 import engines
 from harness.identity import run_key
-from stabilizers import Recipe, get_recipe, load_recipes, parameters, recipe_from_named_dict, with_tis
+from stabilizers import Recipe, get_recipe, load_recipes, parameters, recipe_from_named_dict
+from stabilizers.catalog import function_defaults
 
 LAG_MODES = ("interval", "constant")
 
@@ -54,14 +54,14 @@ def check_run(run_config: dict) -> Recipe:
 
 
 def resolved_recipe(recipe: Recipe) -> dict:
-    """The recipe as a run config holds it: every parameter of its loss (and of its TIS weight)
-    with its default unless the recipe sets it."""
+    """The recipe as a run config holds it: every parameter of its loss and of its weights (TIS,
+    rollout IS) with its default unless the recipe sets it. Read from source: no torch import."""
     spec = recipe.as_dict()
     spec["params"] = {**parameters(recipe.loss), **recipe.params}
     if recipe.tis is not None:
-        tis_defaults = {p.name: p.default for p in inspect.signature(with_tis).parameters.values()
-                        if p.kind is inspect.Parameter.KEYWORD_ONLY}
-        spec["tis"] = {**tis_defaults, **recipe.tis}
+        spec["tis"] = {**function_defaults("tis", "tis_weight"), **recipe.tis}
+    if recipe.rollout_is is not None:
+        spec["rollout_is"] = {**function_defaults("rollout_is", "rollout_is_weight"), **recipe.rollout_is}
     return {"name": recipe.name, **spec}
 
 
@@ -72,7 +72,7 @@ def resolve_run_config(config: dict, recipe: str, lag: int, seed: int, recipes: 
     resolves many runs, so that each is done once."""
     check_lag(lag, config["lag_mode"])
     if recipes is None:
-        recipes = load_recipes(extra=config.get("extra_recipes") or {})
+        recipes = load_recipes(extra=config.get("extra_recipes") or {}, check_values=False)  # values: at train
     if engine_params is None:
         engine_params = engines.get(config["engine"]).resolve_params(config["engine_params"])
     run_config = {

@@ -89,7 +89,9 @@ class Config:
     def build(cls, config: dict) -> "Config":
         engine = engines.get(config["engine"])
         engine_params = engine.resolve_params(config["engine_params"])
-        recipes = load_recipes(extra=config["extra_recipes"])  # once: resolving a 1,000-run grid takes ms
+        # once: resolving a 1,000-run grid takes ms. Names and parameter names are checked without
+        # importing torch; value ranges when jobs start (the Snakefile's onstart: check_recipe_values).
+        recipes = load_recipes(extra=config["extra_recipes"], check_values=False)
         run_configs = {run: resolve_run_config(config, *run, recipes=recipes, engine_params=engine_params)
                        for run in expand(config)}
         return cls(raw=MappingProxyType(config), grid=config["grid"], grid_dir=grid_dir(config), engine=engine,

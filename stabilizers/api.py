@@ -4,6 +4,11 @@ A stabilizer is a pure torch function over [B, L] tensors (responses x response 
 registered with ``@register("name")`` and called as ``get("name")(batch, **params)``.
 Every module of this package is imported on first lookup, so adding a stabilizer is one
 new file here; nothing else changes.
+
+This module does not import torch: names and parameters come from the modules' source
+(stabilizers.catalog), so a workflow plans a grid without paying torch's import. The call
+path is free of host syncs (validate_batch is for engines to call once per step, at their
+boundary, not inside the loss).
 """
 from __future__ import annotations
 
@@ -12,10 +17,12 @@ import inspect
 import numbers
 import pkgutil
 from dataclasses import dataclass, field, replace
-from functools import cached_property
-from typing import Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
-import torch
+from . import catalog
+
+if TYPE_CHECKING:
+    import torch
 
 _BATCH_TENSORS = ("logp", "old_logp", "rollout_logp", "advantages", "mask")
 
@@ -48,13 +55,15 @@ class PolicyBatch:
     token_weight: torch.Tensor | None = None
     reduce: Reduce | None = None
 
+    # mask as booleans, computed once per batch (every loss reads it several times); set in
+    # __post_init__ rather than a cached_property, whose lock torch.compile cannot trace
+    active: torch.Tensor = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "active", self.mask.bool())
+
     def with_token_weight(self, weight: torch.Tensor) -> "PolicyBatch":
         return replace(self, token_weight=weight)
-
-    @cached_property
-    def active(self) -> torch.Tensor:
-        """mask as booleans, computed once per batch (every loss reads it several times)."""
-        return self.mask.bool()
 
 
 @dataclass
@@ -107,21 +116,19 @@ def available() -> list[str]:
 
 
 def parameters(name: str) -> dict[str, object]:
-    """The stabilizer's keyword parameters with their (paper) defaults."""
-    fn = _lookup(name)
-    return {
-        p.name: p.default
-        for p in inspect.signature(fn).parameters.values()
-        if p.kind is inspect.Parameter.KEYWORD_ONLY
-    }
+    """The stabilizer's keyword parameters with their (paper) defaults, read from its module's
+    source without importing it (stabilizers.catalog); KeyError naming the known ones if none is."""
+    defaults = catalog.keyword_defaults(name)
+    if defaults is None:
+        raise KeyError(f"unknown stabilizer {name!r}; available: {', '.join(sorted(catalog.signatures()))}")
+    return dict(defaults)
 
 
 def check_params(name: str, params: dict) -> None:
-    unknown = sorted(set(params) - set(parameters(name)))
+    accepted = parameters(name)
+    unknown = sorted(set(params) - set(accepted))
     if unknown:
-        raise ValueError(
-            f"stabilizer {name!r} has no parameter(s) {unknown}; it accepts {sorted(parameters(name))}"
-        )
+        raise ValueError(f"stabilizer {name!r} has no parameter(s) {unknown}; it accepts {sorted(accepted)}")
 
 
 def _lookup(name: str) -> Stabilizer:
@@ -133,12 +140,16 @@ def _lookup(name: str) -> Stabilizer:
 
 
 def get(name: str) -> Stabilizer:
-    """The stabilizer ``name``, wrapped to validate its batch and parameters before running."""
+    """The stabilizer ``name``, wrapped to check its parameter names before running (a Python-only
+    check: the wrapper traces with torch.compile like the loss). The batch is not validated here:
+    engines call validate_batch once per step, at their boundary."""
     fn = _lookup(name)
+    accepted = sorted(parameters(name))
 
     def checked(batch: PolicyBatch, **params) -> LossOutput:
-        check_params(name, params)
-        validate_batch(batch)
+        unknown = sorted(set(params) - set(accepted))
+        if unknown:
+            raise ValueError(f"stabilizer {name!r} has no parameter(s) {unknown}; it accepts {accepted}")
         return fn(batch, **params)
 
     checked.__name__ = name
@@ -147,6 +158,10 @@ def get(name: str) -> Stabilizer:
 
 
 def validate_batch(batch: PolicyBatch) -> None:
+    """Shapes and finiteness of every tensor of ``batch``; a ValueError names the tensor and the first
+    bad position. It reads values on the host (a sync on a GPU): engines call it once per step."""
+    import torch
+
     shape = batch.logp.shape
     if batch.logp.dim() != 2:
         raise ValueError(f"PolicyBatch.logp must have shape [B, L], got {tuple(shape)}")

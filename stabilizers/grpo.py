@@ -10,8 +10,16 @@ from __future__ import annotations
 import torch
 
 from .api import LossOutput, PolicyBatch, register
-from .surrogate import (aggregate, check_clip, clip_bounds, clip_metrics, clipped_objective, dual_clip, log_ratio,
-                        masked_fraction)
+from .surrogate import (
+    aggregate,
+    check_clip,
+    clip_bounds,
+    clip_metrics,
+    clipped_objective,
+    dual_clip,
+    log_ratio,
+    masked_fraction,
+)
 
 
 @register("grpo")

@@ -10,8 +10,15 @@ from __future__ import annotations
 import torch
 
 from .api import LossOutput, PolicyBatch, register
-from .surrogate import (aggregate, check_clip, clip_bounds, clip_metrics, clipped_objective, log_ratio,
-                        sequence_log_ratio)
+from .surrogate import (
+    aggregate,
+    check_clip,
+    clip_bounds,
+    clip_metrics,
+    clipped_objective,
+    log_ratio,
+    sequence_log_ratio,
+)
 
 
 @register("gspo")

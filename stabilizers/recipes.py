@@ -1,15 +1,18 @@
-"""Recipes: a named loss + params + engine switches, the rows of a grid (Table 1's names and controls)."""
+"""Recipes: a named loss + params + engine switches, the rows of a grid (Table 1's names and controls).
+
+Reading recipes checks names and parameter names without importing torch (stabilizers.catalog);
+value ranges (eps, alpha, a TIS cap...) are checked by running the recipe once on a one-token
+batch, which needs torch: ``check_values=False`` leaves that to a later check_values() call
+(the workflow does it when jobs are about to start, so that a dry run stays torch-free).
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
 import yaml
 
 from .api import LossOutput, PolicyBatch, check_params, get, parameters
-from .rollout_is import with_rollout_is
-from .tis import with_tis
 
 DEFAULT_RECIPES = Path(__file__).with_name("recipes.yaml")
 _RECIPE_KEYS = {"loss", "params", "routing_replay", "tis", "rollout_is", "table1"}
@@ -33,8 +36,10 @@ class Recipe:
         A stabilizer with a ``seed`` parameter gets ``step_seed`` so its draws differ per step."""
         metrics = {}
         if self.tis is not None:
+            from .tis import with_tis
             batch, metrics = with_tis(batch, **self.tis)
         if self.rollout_is is not None:
+            from .rollout_is import with_rollout_is
             batch, is_metrics = with_rollout_is(batch, **self.rollout_is)
             metrics.update(is_metrics)
         params = dict(self.params)
@@ -59,7 +64,7 @@ def recipe_from_named_dict(spec: dict, source: str) -> Recipe:
     return recipe_from_dict(spec["name"], {key: value for key, value in spec.items() if key != "name"}, source)
 
 
-def recipe_from_dict(name: str, spec: dict, source: str = "<dict>") -> Recipe:
+def recipe_from_dict(name: str, spec: dict, source: str = "<dict>", *, check_values: bool = True) -> Recipe:
     """Build and check one recipe; errors name the recipe and where it was defined."""
     where = f"recipe {name!r} ({source})"
     if not isinstance(spec, dict):
@@ -88,13 +93,16 @@ def recipe_from_dict(name: str, spec: dict, source: str = "<dict>") -> Recipe:
                     routing_replay=spec.get("routing_replay", False),
                     tis=None if tis is None else dict(tis), table1=spec.get("table1"),
                     rollout_is=None if rollout_is is None else dict(rollout_is))
-    _check_values(recipe, where)
+    if check_values:
+        _check_values(recipe, where)
     return recipe
 
 
 def _check_values(recipe: Recipe, where: str) -> None:
     """Run the recipe once on a one-token batch, so that a value out of range (eps, alpha, a TIS
     cap...) fails when the recipe is read, naming it, rather than at the first training step."""
+    import torch
+
     zero, one = torch.zeros(1, 1), torch.ones(1, 1)
     try:
         recipe.compute_loss(PolicyBatch(logp=zero, old_logp=zero, rollout_logp=zero, advantages=one, mask=one))
@@ -102,7 +110,14 @@ def _check_values(recipe: Recipe, where: str) -> None:
         raise ValueError(f"{where}: {error}") from None
 
 
-def load_recipes(path: str | Path = DEFAULT_RECIPES, extra: dict | None = None) -> dict[str, Recipe]:
+def check_values(recipes: dict[str, Recipe], source: str = "<dict>") -> None:
+    """The value checks that ``check_values=False`` skipped, for every recipe of ``recipes``."""
+    for recipe in recipes.values():
+        _check_values(recipe, f"recipe {recipe.name!r} ({source})")
+
+
+def load_recipes(path: str | Path = DEFAULT_RECIPES, extra: dict | None = None, *,
+                 check_values: bool = True) -> dict[str, Recipe]:
     """The recipes of a YAML file, plus ``extra`` ones (a config's own recipes, which may not
     redefine a name from the file)."""
     path = Path(path)
@@ -112,11 +127,12 @@ def load_recipes(path: str | Path = DEFAULT_RECIPES, extra: dict | None = None) 
         raise FileNotFoundError(f"recipe file not found: {path}") from None
     if not isinstance(specs, dict):
         raise ValueError(f"{path}: expected a mapping of recipe name -> recipe, got {type(specs).__name__}")
-    recipes = {name: recipe_from_dict(name, spec, str(path)) for name, spec in specs.items()}
+    recipes = {name: recipe_from_dict(name, spec, str(path), check_values=check_values)
+               for name, spec in specs.items()}
     for name, spec in (extra or {}).items():
         if name in recipes:
             raise ValueError(f"recipe {name!r} is defined in {path} and again in the config")
-        recipes[name] = recipe_from_dict(name, spec, "config")
+        recipes[name] = recipe_from_dict(name, spec, "config", check_values=check_values)
     return recipes
 
 

@@ -11,7 +11,7 @@ import math
 import torch
 
 from .api import LossOutput, PolicyBatch, check_range, register
-from .surrogate import check_clip, contracted_clip_loss, log_ratio, sat_contraction, tail_index
+from .surrogate import check_clip, contracted_clip_loss, log_ratio, sat_contraction, tail_gate
 
 
 @register("sat_fixed")
@@ -28,7 +28,7 @@ def sat_fixed(
     check_range("threshold", threshold, 0.0, math.inf, high_open=True)
     log_r = log_ratio(batch, ratio_against)
     q = torch.tensor(threshold, dtype=log_r.dtype, device=log_r.device)
-    index = tail_index(log_r.detach().abs(), batch.active, q)
-    c_plus, c_minus = sat_contraction(log_r, q, index)
-    return contracted_clip_loss(batch, log_r, q, index, c_plus, c_minus,
+    gate = tail_gate(log_r.detach().abs(), batch.active, q)
+    c_plus, c_minus = sat_contraction(log_r, q, gate)
+    return contracted_clip_loss(batch, log_r, q, gate, c_plus, c_minus,
                                 eps_low=eps_low, eps_high=eps_high, aggregation=aggregation)

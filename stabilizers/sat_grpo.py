@@ -8,10 +8,8 @@ r = exp(logp - log mu). enabled=False (or q = 0) is the fixed-clip loss bit for 
 """
 from __future__ import annotations
 
-import torch
-
 from .api import LossOutput, PolicyBatch, register
-from .surrogate import check_clip, contracted_clip_loss, log_ratio, sat_contraction, sat_gate, tail_index
+from .surrogate import log_ratio, sat_loss
 
 
 @register("sat_grpo")
@@ -26,15 +24,5 @@ def sat_grpo(
     enabled: bool = True,
     aggregation: str = "token_mean",
 ) -> LossOutput:
-    check_clip(eps_low, eps_high)
-    log_r = log_ratio(batch, ratio_against)
-    magnitude = log_r.detach().abs()
-    q, index = sat_gate(magnitude, batch, alpha, quantile_scope)
-    if not enabled:
-        q = torch.zeros_like(q)
-        index = tail_index(magnitude, batch.active, q)  # none
-    c_plus, c_minus = sat_contraction(log_r, q, index)
-    out = contracted_clip_loss(batch, log_r, q, index, c_plus, c_minus,
-                               eps_low=eps_low, eps_high=eps_high, aggregation=aggregation)
-    out.metrics["sat/scope_global"] = torch.tensor(float(quantile_scope == "global"))
-    return out
+    return sat_loss(batch, log_ratio(batch, ratio_against), eps_low=eps_low, eps_high=eps_high, alpha=alpha,
+                    quantile_scope=quantile_scope, enabled=enabled, aggregation=aggregation)

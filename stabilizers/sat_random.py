@@ -5,6 +5,10 @@ shrinks their clip interval by factors c_plus, c_minus. Here the same number of 
 uniformly at random among the active ones (seeded), and they receive the very factors SAT computed
 for its tail tokens, in random order. Same amount of contraction, no information about |d|: if
 this matches SAT, SAT's gain is not its targeting.
+
+The draw is a hash of (seed, token position), not a torch.Generator: the number of tokens drawn is
+data (SAT's gate count), and a hash ranks every token with static shapes, on any device, with the
+same result eager or compiled.
 """
 from __future__ import annotations
 
@@ -12,6 +16,17 @@ import torch
 
 from .api import LossOutput, PolicyBatch, register
 from .surrogate import check_clip, contracted_clip_loss, log_ratio, sat_contraction, sat_gate
+
+_MASK32 = 2**32 - 1
+
+
+def random_keys(n: int, seed: int, device: torch.device) -> torch.Tensor:
+    """n pseudo-random 32-bit keys, a function of (seed, position) only: a xorshift-multiply hash
+    (Wellons' lowbias32 shape, multipliers below 2^31 so that int64 products never overflow)."""
+    x = (torch.arange(n, dtype=torch.int64, device=device) + ((seed * 0x9E3779B1) & _MASK32)) & _MASK32
+    for multiplier in (0x7FEB352D, 0x4C6CA68B):
+        x = ((x ^ (x >> 16)) * multiplier) & _MASK32
+    return x ^ (x >> 16)
 
 
 @register("sat_random")
@@ -28,12 +43,21 @@ def sat_random(
 ) -> LossOutput:
     check_clip(eps_low, eps_high)
     log_r = log_ratio(batch, ratio_against)
-    magnitude = log_r.detach().abs()
-    q, sat_index = sat_gate(magnitude, batch, alpha, quantile_scope)
-    c_plus, c_minus = sat_contraction(log_r, q, sat_index)
-    active_index = batch.active.reshape(-1).nonzero().squeeze(-1)
-    generator = torch.Generator().manual_seed(seed)
-    order = torch.randperm(active_index.numel(), generator=generator)[: sat_index.numel()]
-    index = active_index[order.to(active_index.device)]
-    return contracted_clip_loss(batch, log_r, q, index, c_plus, c_minus, eps_low=eps_low, eps_high=eps_high,
-                                aggregation=aggregation, namespace="sat_random")
+    q, sat_gated = sat_gate(log_r.detach().abs(), batch, alpha, quantile_scope)
+    c_plus, c_minus = sat_contraction(log_r, q, sat_gated)
+    active, gated = batch.active.reshape(-1), sat_gated.reshape(-1)
+    # active tokens in random order (inactive ones last): the first m, m = SAT's gate count, are drawn
+    keys = torch.where(active, random_keys(active.numel(), seed, active.device), 2**33)
+    order = keys.argsort(stable=True)
+    drawn = torch.arange(order.numel(), device=order.device) < gated.count_nonzero()
+    # SAT's gated positions in flat order (gated first, by a stable sort): the j-th drawn token gets
+    # the factors of SAT's j-th gated token
+    tail_order = (~gated).to(torch.uint8).argsort(stable=True)
+
+    def moved(c: torch.Tensor) -> torch.Tensor:
+        values = torch.where(drawn, c.reshape(-1)[tail_order], 1.0)
+        return torch.empty_like(values).scatter_(0, order, values).view_as(c)
+
+    gate = torch.zeros_like(drawn).scatter_(0, order, drawn).view_as(batch.active)
+    return contracted_clip_loss(batch, log_r, q, gate, moved(c_plus), moved(c_minus), eps_low=eps_low,
+                                eps_high=eps_high, aggregation=aggregation, namespace="sat_random")

@@ -1,8 +1,11 @@
 """The pieces every policy loss shares: the clipped surrogate, the log-ratio, aggregation,
 the lower inverse-CDF quantile and SAT's Hill kernel (methods.md; paper Eq. 13-20).
 
-Written for speed on 10^6-10^7 tokens: few full-size temporaries (on CPU each one costs page
-faults), selection instead of sorting, and SAT's contraction computed on the gated tokens only.
+Sync-free: nothing here reads a tensor value on the host (no .item(), no int(count), no Python
+branch on data) and every shape is the input's, so each loss traces whole with
+torch.compile(fullgraph=True) and never stalls a GPU's launch queue. Masks, not index lists: a
+gated token is a True in a [B, L] mask. The one exception is the "global" quantile scope, whose
+all-gather of per-rank tensors of different sizes is a synchronisation by nature.
 """
 from __future__ import annotations
 
@@ -74,9 +77,9 @@ def masked_fraction(flags: torch.Tensor, mask: torch.Tensor, dtype: torch.dtype)
 def masked_max(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Max of ``values`` over active tokens; 0 when there is none."""
     active = mask.bool()
-    if not active.any():
+    if values.numel() == 0:  # a static shape, not a value: amax needs one element
         return values.new_zeros(())
-    return torch.where(active, values, -math.inf).amax()
+    return torch.where(active.any(), torch.where(active, values, -math.inf).amax(), 0.0)
 
 
 def clip_metrics(ratio: torch.Tensor, batch: PolicyBatch, low: torch.Tensor, high: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -127,94 +130,88 @@ def aggregate(objective: torch.Tensor, batch: PolicyBatch, aggregation: str) -> 
     return -(total * world) / count.clamp(min=1)
 
 
-SELECT_SAMPLE = 65536  # the sample of the quantile's pre-selection; inputs under 4x this select directly
+_DIGIT_BITS = 16  # radix select reads 16 bits per pass: 2 passes for float32, 4 for float64
+_INT_VIEW = {torch.float64: torch.int64, torch.float32: torch.int32, torch.float16: torch.int16,
+             torch.bfloat16: torch.int16}
 
 
-def _narrow(values: torch.Tensor, k: int, n: int, active: torch.Tensor | None,
-            sample_size: int) -> tuple[torch.Tensor, int] | None:
-    """Flat indices of the values that can hold the k-th smallest of the n chosen ones, and how many
-    chosen values lie below them; None when the input is small or the sample misleads.
+def kth_smallest(values: torch.Tensor, k: int | torch.Tensor, active: torch.Tensor | None = None) -> torch.Tensor:
+    """The exact k-th smallest (1-based) of ``values[active]`` (of all values when active is None),
+    for NON-NEGATIVE values (|d|); k a Python int or a 0-d integer tensor (a count the host never reads).
 
-    A strided sample gives a bound ``lo`` that, with high probability, has fewer than k values
-    below it; the candidates are the chosen values >= lo (about 1 - k/n of them, plus 1%)."""
-    if values.numel() < 4 * sample_size:
-        return None
-    stride = values.numel() // sample_size
-    sample = values[::stride] if active is None else values[::stride][active[::stride]]
-    rank = (k * sample.numel()) // n - 2 * math.isqrt(sample.numel())  # ~4 binomial sd below
-    if rank < 1:
-        return None
-    lo = sample.kthvalue(rank).values
-    keep = values >= lo if active is None else (values >= lo) & active
-    index = keep.nonzero().squeeze(-1)
-    below = n - index.numel()
-    return (index, below) if below < k else None
-
-
-def kth_smallest(values: torch.Tensor, k: int, active: torch.Tensor | None = None, *,
-                 sample_size: int = SELECT_SAMPLE) -> torch.Tensor:
-    """The exact k-th smallest (1-based) of ``values[active]`` (of all values when active is None).
-
-    Large inputs are first narrowed (_narrow) to the candidates >= a sampled bound, and the k-th
-    is selected among them at rank k minus the count below: exact whatever the sample; when the
-    sample misleads, the plain selection over all values runs. Inputs under 4 x sample_size skip
-    the narrowing. Selection (kthvalue), never a full sort."""
-    values = values.reshape(-1)
-    active = None if active is None else active.reshape(-1)
-    n = values.numel() if active is None else int(active.count_nonzero())
-    narrowed = _narrow(values, k, n, active, sample_size)
-    if narrowed is not None:
-        index, below = narrowed
-        return values[index].kthvalue(k - below).values
-    return (values if active is None else values[active]).kthvalue(k).values
+    Radix select: the bit pattern of a non-negative float orders like the float, so the k-th value
+    is found 16 bits at a time. Each pass counts the still-possible values per 16-bit digit (a
+    fixed 65536-bin histogram), picks the digit whose cumulative count reaches k, and keeps the
+    values with that digit. Static shapes and no host read, unlike kthvalue (a Python k) or
+    masked indexing (a data-dependent size); one histogram pass costs about a third of kthvalue."""
+    values = values.detach().reshape(-1)
+    bits = values.view(_INT_VIEW[values.dtype])
+    if bits.dtype == torch.int16:
+        bits = bits.to(torch.int32)  # 16-bit patterns widen losslessly (non-negative)
+    width = 16 if values.dtype in (torch.float16, torch.bfloat16) else 8 * values.element_size()
+    count_dtype = torch.int32 if values.numel() < 2**31 else torch.int64
+    k = torch.as_tensor(k, device=values.device).to(count_dtype).reshape(1)
+    possible = torch.ones_like(bits, dtype=count_dtype) if active is None else active.reshape(-1).to(count_dtype)
+    prefix = torch.zeros(1, dtype=bits.dtype, device=values.device)
+    for shift in range(width - _DIGIT_BITS, -1, -_DIGIT_BITS):
+        digit = bits >> shift if shift == width - _DIGIT_BITS else (bits >> shift) & (2**_DIGIT_BITS - 1)  # sign bit 0
+        counts = torch.zeros(2**_DIGIT_BITS, dtype=count_dtype, device=values.device).index_add_(0, digit, possible)
+        cumulative = counts.cumsum(0, dtype=count_dtype)
+        # the digit whose cumulative count first reaches k (clamped: k > count only when nothing is active)
+        chosen = torch.searchsorted(cumulative, k).clamp(max=2**_DIGIT_BITS - 1)
+        k = k - (cumulative[chosen] - counts[chosen])
+        prefix = (prefix << _DIGIT_BITS) | chosen.to(bits.dtype)
+        if shift:
+            possible = possible * (digit == chosen)
+    if values.dtype in (torch.float16, torch.bfloat16):
+        prefix = prefix.to(torch.int16)
+    return prefix.view(values.dtype).reshape(())
 
 
-def quantile_rank(alpha: float, n: int) -> int:
-    """k = ceil(alpha n), with alpha read as the decimal it was written as (0.9 x 10 gives 9, not 10)."""
+def quantile_rank(alpha: float, n: int | torch.Tensor, max_n: int | None = None) -> int | torch.Tensor:
+    """k = max(1, ceil(alpha n)), with alpha read as the decimal it was written as (0.9 x 10 gives 9,
+    not 10). ``n`` may be a 0-d integer tensor (then so is k, in exact int64 arithmetic: alpha = p / q,
+    k = ceil(n p / q)); ``max_n`` bounds it, to check that n p fits in int64."""
     check_range("alpha", alpha, 0.0, 1.0, low_open=True)
-    return max(1, math.ceil(Fraction(repr(float(alpha))) * n))
+    fraction = Fraction(repr(float(alpha)))
+    if not isinstance(n, torch.Tensor):
+        return max(1, math.ceil(fraction * n))
+    p, q = fraction.numerator, fraction.denominator
+    if (max_n or 1) * p + q >= 2**63:
+        raise ValueError(f"alpha = {alpha} has too many decimal digits for an exact rank over {max_n} tokens")
+    return ((n.to(torch.int64) * p + (q - 1)) // q).clamp(min=1)
 
 
 def lower_quantile(values: torch.Tensor, alpha: float, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """q = inf{x : (1/n) #{v <= x} >= alpha} = the k-th smallest value, k = ceil(alpha n) (methods.md SAT 2).
-
-    Over ``values[mask]`` when a mask is given. No value gives 0."""
+    """q = inf{x : (1/n) #{v <= x} >= alpha} = the k-th smallest value, k = ceil(alpha n) (methods.md SAT 2),
+    of non-negative ``values`` (over ``values[mask]`` when a mask is given). No value gives 0."""
     check_range("alpha", alpha, 0.0, 1.0, low_open=True)
     values = values.detach()
-    active = None if mask is None else mask.bool()
-    n = values.numel() if active is None else int(active.count_nonzero())
-    if n == 0:
+    if values.numel() == 0:  # a static shape
         return values.new_zeros(())
-    return kth_smallest(values, quantile_rank(alpha, n), active)
+    if mask is None:
+        return kth_smallest(values, quantile_rank(alpha, values.numel()))
+    active = mask.bool()
+    n = active.count_nonzero()
+    q = kth_smallest(values, quantile_rank(alpha, n, values.numel()), active)
+    return torch.where(n > 0, q, 0.0)
 
 
-def tail_index(magnitude: torch.Tensor, active: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """SAT's gate (paper Eq. 16): flat indices of the active tokens with |d| > q, none when q = 0."""
-    threshold = torch.where(q > 0, q, math.inf)
-    return ((magnitude.reshape(-1) > threshold) & active.reshape(-1)).nonzero().squeeze(-1)
+def tail_gate(magnitude: torch.Tensor, active: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """SAT's gate (paper Eq. 16) as a mask: the active tokens with |d| > q; none when q = 0."""
+    return (magnitude > torch.where(q > 0, q, math.inf)) & active
 
 
-def sat_gate(magnitude: torch.Tensor, batch: PolicyBatch, alpha: float, scope: str, *,
-             sample_size: int = SELECT_SAMPLE) -> tuple[torch.Tensor, torch.Tensor]:
+def sat_gate(magnitude: torch.Tensor, batch: PolicyBatch, alpha: float, scope: str) -> tuple[torch.Tensor, torch.Tensor]:
     """SAT's q = the alpha-quantile of |d| (``magnitude``) over the active tokens of this micro-batch
-    ("microbatch", the paper's) or of every data-parallel rank ("global", through batch.reduce), and
-    the gated tokens (tail_index). On one micro-batch both come from one narrowing pass: the
-    gated tokens are among the candidates of the quantile's selection."""
+    ("microbatch", the paper's) or of every data-parallel rank ("global", through batch.reduce: the
+    gather of different-size tensors synchronises), and the gate mask (tail_gate)."""
     check_choice("quantile_scope", scope, QUANTILE_SCOPES)
     if scope == "global" and batch.reduce is not None:
         q = lower_quantile(torch.cat(batch.reduce.all_gather(magnitude[batch.active])), alpha)
-        return q, tail_index(magnitude, batch.active, q)
-    values, active = magnitude.detach().reshape(-1), batch.active.reshape(-1)
-    n = int(active.count_nonzero())
-    k = quantile_rank(alpha, n)
-    narrowed = _narrow(values, k, n, active, sample_size) if n else None
-    if narrowed is None:
-        q = lower_quantile(values, alpha, active)
-        return q, tail_index(values, active, q)
-    candidates, below = narrowed
-    candidate_values = values[candidates]
-    q = candidate_values.kthvalue(k - below).values
-    return q, candidates[candidate_values > q] if q > 0 else candidates[:0]
+    else:
+        q = lower_quantile(magnitude, alpha, batch.active)
+    return q, tail_gate(magnitude, batch.active, q)
 
 
 def hill(u: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -222,20 +219,20 @@ def hill(u: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return 1.0 / (1.0 + (u / q) ** 2)
 
 
-def sat_contraction(d: torch.Tensor, q: torch.Tensor, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Paper Eq. 17-18 on the gated tokens (flat ``index``): c_plus = psi(max(d, 0); q) and
-    c_minus = psi(max(-d, 0); q), so only the side d points to shrinks (the other is psi(0) = 1).
-    Every other token has c_plus = c_minus = 1."""
-    d_gated = d.detach().reshape(-1)[index]
-    shrink = hill(d_gated.abs(), q)
-    return torch.where(d_gated > 0, shrink, 1.0), torch.where(d_gated < 0, shrink, 1.0)
+def sat_contraction(d: torch.Tensor, q: torch.Tensor, gate: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Paper Eq. 17-18 on the gated tokens: c_plus = psi(max(d, 0); q) and c_minus = psi(max(-d, 0); q),
+    so only the side d points to shrinks (the other is psi(0) = 1). Every other token has
+    c_plus = c_minus = 1 (psi is computed everywhere, its value off the gate, NaN when q = 0, unused)."""
+    d = d.detach()
+    shrink = hill(d.abs(), q)
+    return torch.where(gate & (d > 0), shrink, 1.0), torch.where(gate & (d < 0), shrink, 1.0)
 
 
 def contracted_clip_loss(
     batch: PolicyBatch,
     log_r: torch.Tensor,
     q: torch.Tensor,
-    index: torch.Tensor,
+    gate: torch.Tensor,
     c_plus: torch.Tensor,
     c_minus: torch.Tensor,
     *,
@@ -244,28 +241,45 @@ def contracted_clip_loss(
     aggregation: str,
     namespace: str = "sat",
 ) -> LossOutput:
-    """The clipped surrogate with bounds 1 - eps_low c_minus, 1 + eps_high c_plus on the tokens at the
-    flat positions ``index`` and the fixed ones elsewhere (paper Eq. 19-20), plus SAT's diagnostics.
-
-    The per-token bounds are the fixed bounds with the contracted tokens written in (1 * eps is exact),
-    so with no contracted token this is the fixed-clip loss bit for bit."""
+    """The clipped surrogate with per-token bounds 1 - eps_low c_minus, 1 + eps_high c_plus
+    (paper Eq. 19-20), plus SAT's diagnostics. Off the gate c = 1 and 1 * eps is exact, so with no
+    gated token this is the fixed-clip loss bit for bit."""
     ratio = torch.exp(log_r)
-    low, high = clip_bounds(eps_low, eps_high, ratio.dtype)
     eps_low_c, eps_high_c = eps_low * c_minus, eps_high * c_plus
-    if index.numel():
-        low = torch.full_like(ratio, low.item())  # .item() of a 0-d tensor is exact
-        high = torch.full_like(ratio, high.item())
-        low.view(-1)[index] = 1 - eps_low_c
-        high.view(-1)[index] = 1 + eps_high_c
+    low, high = 1 - eps_low_c, 1 + eps_high_c
     objective = clipped_objective(ratio, batch.advantages, low, high)
 
     metrics = clip_metrics(ratio, batch, low, high)
     n = batch.active.count_nonzero().clamp(min=1).to(ratio.dtype)
+    # the eps means sum over every token (exact zeros off the gate): same value as a sum over the
+    # gated tokens alone up to the summation order, i.e. the last bit
+    c_min = torch.minimum(c_plus.amin(), c_minus.amin()) if c_plus.numel() else ratio.new_ones(())  # a static shape
     metrics.update({
         f"{namespace}/q": q.detach().clone(),
-        f"{namespace}/gate_rate": index.numel() / n,
+        f"{namespace}/gate_rate": n.reciprocal() * gate.count_nonzero(),  # as int / tensor computed it
         f"{namespace}/eps_low_mean": eps_low - (eps_low - eps_low_c).sum() / n,
         f"{namespace}/eps_high_mean": eps_high - (eps_high - eps_high_c).sum() / n,
-        f"{namespace}/c_min": torch.minimum(c_plus, c_minus).min() if index.numel() else ratio.new_ones(()),
+        f"{namespace}/c_min": c_min,
     })
     return LossOutput(aggregate(objective, batch, aggregation), metrics)
+
+
+def sat_loss(batch: PolicyBatch, log_r: torch.Tensor, *, eps_low: float, eps_high: float, alpha: float,
+             quantile_scope: str, enabled: bool, aggregation: str) -> LossOutput:
+    """SAT on a per-token log ratio ``log_r`` (the token ratio for SAT-GRPO, the broadcast sequence
+    ratio for SAT-GSPO): q from |log_r|, the gate, the contraction and the contracted clip.
+    enabled=False gates nothing: the fixed-clip loss bit for bit, with q = 0."""
+    check_clip(eps_low, eps_high)
+    magnitude = log_r.detach().abs()
+    if enabled:
+        q, gate = sat_gate(magnitude, batch, alpha, quantile_scope)
+    else:
+        check_range("alpha", alpha, 0.0, 1.0, low_open=True)
+        check_choice("quantile_scope", quantile_scope, QUANTILE_SCOPES)
+        q = magnitude.new_zeros(())
+        gate = torch.zeros_like(batch.active)
+    c_plus, c_minus = sat_contraction(log_r, q, gate)
+    out = contracted_clip_loss(batch, log_r, q, gate, c_plus, c_minus,
+                               eps_low=eps_low, eps_high=eps_high, aggregation=aggregation)
+    out.metrics["sat/scope_global"] = torch.tensor(float(quantile_scope == "global"))
+    return out

@@ -167,3 +167,23 @@ def test_resources_per_engine_and_overrides():
     assert job_resources(custom, "train")["gpu"] == 4
     assert job_resources(custom, "train")["slurm_partition"] == "h200"
     assert job_resources(custom, "train")["runtime"] == engines.get("slime").resources["train"]["runtime"]
+
+
+def test_planning_does_not_import_torch():
+    """Checking the config and resolving every run (what `snakemake -n` does) never imports torch;
+    recipe value ranges are checked separately, when jobs are about to start."""
+    import subprocess
+    import sys
+    code = ("import sys, yaml; from harness.config import validate; from harness.grid import expand, resolve_run_config;"
+            "c = validate(yaml.safe_load(open('config.yaml')));"
+            "[resolve_run_config(c, *run) for run in expand(c)];"
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_recipe_values_are_checked_when_jobs_start():
+    from harness.config import check_recipe_values
+    config = validate(demo(recipes=["grpo", "bad"], extra_recipes={"bad": {"loss": "sat_grpo", "params": {"alpha": 1.5}}}))
+    with pytest.raises(ConfigError, match=r"recipe 'bad' \(config 'recipes'\): alpha = 1.5 is outside"):
+        check_recipe_values(config)
+    check_recipe_values(demo())

@@ -136,3 +136,19 @@ def test_a_stabilizer_without_a_slime_normalisation_is_refused():
     recipe = Recipe(name="odd", loss="grpo", params={"aggregation": "seq_sum"})
     with pytest.raises(ValueError, match="no slime normalisation"):
         slime_loss.aggregation_of(recipe)
+
+
+@pytest.mark.parametrize("name", ["sat_grpo", "gspo_tis"])
+def test_the_entry_point_traces_without_a_graph_break(name):
+    """slime's whole custom-loss call (log-probs, recipe, loss, metrics) traces with dynamo in one
+    graph: no host sync inside Megatron's micro-batch loop (the recipe is parsed on the first call)."""
+    import torch._dynamo
+
+    recipe = RECIPES[name]
+    logits, batch = make_sample_batch(seed=1)
+    args = args_for(recipe)
+    reducer = slime_standin.sum_of_sample_mean_factory(batch["response_lengths"], batch["loss_masks"], True)
+    slime_loss.policy_loss(args, batch, logits, reducer)
+    torch._dynamo.reset()
+    explanation = torch._dynamo.explain(lambda lg: slime_loss.policy_loss(args, batch, lg, reducer))(logits)
+    assert explanation.graph_break_count == 0, [r.reason for r in explanation.break_reasons]

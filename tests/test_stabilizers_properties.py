@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stabilizers import PolicyBatch, available, get, get_recipe, load_recipes
-from stabilizers.surrogate import kth_smallest, lower_quantile, sat_contraction, sat_gate, tail_index
+from stabilizers.surrogate import kth_smallest, lower_quantile, sat_contraction, sat_gate, tail_gate
 
 D_VALUES = st.one_of(
     st.floats(-0.05, 0.05),                                    # the LLM regime (mean |d| ~ 0.01)
@@ -69,11 +69,9 @@ def brute_quantile(values, alpha):
 
 def sat_bounds(d, mask, q, eps_low, eps_high):
     """Per-token SAT interval [1 - eps_low c-, 1 + eps_high c+], c = 1 off the gate."""
-    index = tail_index(d.abs(), mask.bool(), q)
-    c_plus, c_minus = sat_contraction(d, q, index)
-    full_plus, full_minus = torch.ones(d.numel(), dtype=d.dtype), torch.ones(d.numel(), dtype=d.dtype)
-    full_plus[index], full_minus[index] = c_plus, c_minus
-    return index, (1 - eps_low * full_minus).view_as(d), (1 + eps_high * full_plus).view_as(d)
+    gate = tail_gate(d.abs(), mask.bool(), q)
+    c_plus, c_minus = sat_contraction(d, q, gate)
+    return gate, 1 - eps_low * c_minus, 1 + eps_high * c_plus
 
 
 @given(st.lists(st.one_of(D_VALUES.map(abs), st.just(0.0)), min_size=1, max_size=60), ALPHAS)
@@ -83,9 +81,9 @@ def test_quantile_is_the_lower_inverse_cdf(values, alpha):
 
 
 @given(st.integers(0, 2**31 - 1), st.integers(300, 3000), st.sampled_from([0.0, 0.3, 0.9]), st.data())
-def test_preselected_kth_smallest_is_exact(seed, n, padding, data):
-    """kth_smallest's sampled pre-selection (on with a small sample) equals the sorted list's k-th
-    value for every k, masked or not, with heavy tails and ties."""
+def test_kth_smallest_is_exact(seed, n, padding, data):
+    """kth_smallest's radix select equals the sorted list's k-th value for every k (a Python int or
+    a 0-d tensor), masked or not, with heavy tails and ties."""
     generator = torch.Generator().manual_seed(seed)
     heavy = torch.distributions.Cauchy(0.0, 0.01).sample((n,)).clamp(-15, 15).double()
     tied = torch.randint(0, 5, (n,), generator=generator).double() / 100
@@ -94,31 +92,36 @@ def test_preselected_kth_smallest_is_exact(seed, n, padding, data):
     for mask in (None, active):
         chosen = sorted(values.tolist() if mask is None else values[active].tolist())
         k = data.draw(st.integers(1, len(chosen)))
-        assert kth_smallest(values, k, mask, sample_size=64).item() == chosen[k - 1]
+        assert kth_smallest(values, k, mask).item() == chosen[k - 1]
+        assert kth_smallest(values.float(), torch.tensor(k), mask).item() == sorted(
+            values.float().tolist() if mask is None else values.float()[active].tolist())[k - 1]
 
 
 @given(st.integers(0, 2**31 - 1), st.integers(300, 3000), st.sampled_from([0.0, 0.3]), ALPHAS)
 def test_sat_gate_finds_q_and_the_tail_in_one_pass(seed, n, padding, alpha):
-    """sat_gate's narrowed path (a small sample) gives the brute-force q and exactly {active, |d| > q}."""
+    """sat_gate gives the brute-force q and exactly the mask {active, |d| > q}."""
     generator = torch.Generator().manual_seed(seed)
     tied = torch.randint(-3, 4, (1, n), generator=generator).double() / 100
     d = torch.where(torch.rand(1, n, generator=generator) < 0.5, tied, 0.05 * torch.randn(1, n, generator=generator) ** 3)
     batch = make_batch(d, torch.zeros_like(d), torch.ones_like(d), (torch.rand(1, n, generator=generator) >= padding),
                        torch.float64)
     magnitude = d.abs()
-    q, index = sat_gate(magnitude, batch, alpha, "microbatch", sample_size=64)
+    q, gate = sat_gate(magnitude, batch, alpha, "microbatch")
     active = batch.mask.bool()
     assert q.item() == brute_quantile(magnitude[active].tolist(), alpha)
-    assert index.tolist() == (active & (magnitude > q) & (q > 0)).flatten().nonzero().flatten().tolist()
+    assert torch.equal(gate, active & (magnitude > q) & (q > 0))
 
 
-def test_kth_smallest_falls_back_when_the_sample_misleads():
-    """Every sampled position (stride 4) holds a large value, so the bound is too high; still exact."""
-    values = torch.arange(1024, dtype=torch.float64)
-    values[::4] += 10_000
+@given(st.sampled_from([torch.float64, torch.float32, torch.float16, torch.bfloat16]), st.integers(0, 2**31 - 1))
+def test_kth_smallest_on_values_sharing_leading_bits(dtype, seed):
+    """Radix select in every float width, on values that share their leading 16 bits (one
+    histogram bin holds them all, so the later passes decide), with zeros and exact ties."""
+    generator = torch.Generator().manual_seed(seed)
+    values = (1 + torch.randint(0, 8, (200,), generator=generator).double() * torch.finfo(dtype).eps).to(dtype)
+    values[:10] = 0
     chosen = sorted(values.tolist())
-    for k in (1, 512, 700, 1024):
-        assert kth_smallest(values, k, sample_size=256).item() == chosen[k - 1]
+    for k in (1, 10, 11, 100, 200):
+        assert kth_smallest(values, k).item() == chosen[k - 1]
 
 
 @settings(max_examples=100)
@@ -129,18 +132,18 @@ def test_sat_interval_inside_ppo_interval(batch, alpha, eps):
     q = lower_quantile(d.abs(), alpha, batch.mask)
     active = batch.mask.bool()
     assert q.item() == (brute_quantile(d.abs()[active].tolist(), alpha) if active.any() else 0.0)
-    index, low, high = sat_bounds(d, batch.mask, q, eps_low, eps_high)
+    gate, low, high = sat_bounds(d, batch.mask, q, eps_low, eps_high)
     one = torch.ones((), dtype=d.dtype)
     assert torch.all(low >= 1 - torch.as_tensor(eps_low, dtype=d.dtype)) and torch.all(low <= one)
     assert torch.all(high <= 1 + torch.as_tensor(eps_high, dtype=d.dtype)) and torch.all(high >= one)
     # the gate is exactly {active, q > 0, |d| > q}; on it only the side d points to shrinks, by psi < 1/2
-    gate = active & (q > 0) & (d.abs() > q)
-    assert sorted(index.tolist()) == gate.flatten().nonzero().flatten().tolist()
-    c_plus, c_minus = sat_contraction(d, q, index)
-    dg = d.flatten()[index]
+    assert torch.equal(gate, active & (q > 0) & (d.abs() > q))
+    c_plus, c_minus = sat_contraction(d, q, gate)
+    dg = d[gate]
     psi = 1 / (1 + (dg.abs() / q) ** 2)
-    assert torch.equal(torch.where(dg > 0, c_plus, c_minus), psi) and torch.all(psi < 0.5)
-    assert torch.all(torch.where(dg > 0, c_minus, c_plus) == 1)
+    assert torch.equal(torch.where(dg > 0, c_plus[gate], c_minus[gate]), psi) and torch.all(psi < 0.5)
+    assert torch.all(torch.where(dg > 0, c_minus[gate], c_plus[gate]) == 1)
+    assert torch.all(c_plus[~gate] == 1) and torch.all(c_minus[~gate] == 1)
 
 
 @settings(max_examples=100)

@@ -31,21 +31,29 @@ normaliser of that micro-batch, so that slime's reduction (sum over micro-batche
 divided by the step total) logs the step's weighted mean as train/<key>.
 
 slime and megatron are imported inside the functions: this module imports on any machine.
+
+Host syncs: the tensor part (recipe_loss) traces whole with torch.compile(fullgraph=True); the
+recipe is parsed once per custom config, not per micro-batch; the batch is validated only with
+STALEBENCH_VALIDATE_BATCH=1 (a debug switch: the finiteness check reads values on the host).
 """
 from __future__ import annotations
 
 import itertools
+import json
+import os
 
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
 from engines import merge_metrics
-from stabilizers import PolicyBatch, Recipe, parameters, recipe_from_named_dict
+from stabilizers import PolicyBatch, Recipe, parameters, recipe_from_named_dict, validate_batch
 from stabilizers.diagnostics import offpolicy_diagnostics
 
 RECIPE_KEY = "stalebench_recipe"  # the custom-config key holding the run's recipe (name + recipe dict)
 _AGGREGATIONS = {"token_mean": True, "sample_mean": False}  # -> value of args.calculate_per_token_loss
 _calls = itertools.count()  # micro-batch counter: a distinct seed per call for stabilizers that draw
+_RECIPES: dict[str, Recipe] = {}  # parsed recipes by their custom-config text
+VALIDATE = os.environ.get("STALEBENCH_VALIDATE_BATCH") == "1"
 
 
 def recipe_of(args) -> Recipe:
@@ -54,7 +62,10 @@ def recipe_of(args) -> Recipe:
     if not isinstance(spec, dict) or "name" not in spec:
         raise ValueError(f"args.{RECIPE_KEY} is missing or has no 'name': pass the custom-config YAML written by "
                          "engines.slime.launch with --custom-config-path")
-    return recipe_from_named_dict(spec, "--custom-config-path")
+    text = json.dumps(spec, sort_keys=True)
+    if text not in _RECIPES:
+        _RECIPES[text] = recipe_from_named_dict(spec, "--custom-config-path")
+    return _RECIPES[text]
 
 
 def aggregation_of(recipe: Recipe) -> str:
@@ -167,6 +178,8 @@ def recipe_loss(args, batch: dict, log_probs: list[torch.Tensor], entropy: list[
     old = batch.get("log_probs") or [lp.detach() for lp in log_probs]
     policy_batch = to_policy_batch(log_probs, old, batch["rollout_log_probs"], batch["advantages"],
                                    batch["loss_masks"], reduce=quantile_reduce(recipe))
+    if VALIDATE:
+        validate_batch(policy_batch)
     aggregation = aggregation_of(recipe)
     seed = int(getattr(args, "seed", 0)) * 1_000_003 + next(_calls)
     out = recipe.compute_loss(policy_batch, step_seed=seed)

@@ -31,7 +31,7 @@ from engines import TrainingDiverged, merge_metrics
 from engines.mismatch import abs_d_stats
 from harness.grid import check_run
 from harness.io import append_jsonl_atomic, read_jsonl, write_json_atomic, write_text_atomic
-from stabilizers import PolicyBatch, Recipe
+from stabilizers import PolicyBatch, Recipe, validate_batch
 from stabilizers.diagnostics import ess_lr_scale, offpolicy_diagnostics
 
 from . import task
@@ -147,6 +147,7 @@ class Trainer:
                 raise TrainingDiverged("non-finite log-probabilities")
             policy_batch = PolicyBatch(logp=logp, old_logp=old_logp[idx], rollout_logp=logmu[idx],
                                        advantages=advantages[idx], mask=mask[idx])
+            validate_batch(policy_batch)  # the engine's boundary: the loss itself checks nothing
             result = self.recipe.compute_loss(policy_batch, step_seed=step_seed(self.seed, self.step + 1, 2 + index))
             loss = result.loss
             if ref_logp is not None:
