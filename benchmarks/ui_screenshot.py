@@ -96,6 +96,11 @@ def shoot(config_path: Path, out: Path, width: int = 1600, height: int = 2000) -
         ui.wait(timeout=30)
 
 
+def visible_text(dom: str) -> str:
+    """The rendered page's text (the DOM without its tags)."""
+    return re.sub(r"<[^>]+>", " ", dom)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--config", help="a workflow config whose grid is synced (default: a fabricated test grid)")
@@ -109,7 +114,7 @@ def main() -> int:
         except RuntimeError as error:
             print(f"ui_screenshot: {error}", file=sys.stderr)
             return 2
-    shown = chart in re.sub(r"<[^>]+>", " ", dom)
+    shown = chart in visible_text(dom)
     print(f"link: {link}\nscreenshot: {Path(args.out).resolve()}\nchart {chart!r} on the page: {shown}")
     return 0 if shown else 1
 

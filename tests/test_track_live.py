@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -112,7 +113,7 @@ def test_follow_a_running_grid_then_finish_it(tmp_path, monkeypatch, capsys):
             assert steps_of(base, final[keys[TRAINING]]["info"]["run_id"], "eval/tiny_test/score") == [5, 10, 15, 20]
             assert next(r for r in final.values() if run_tags(r)[KIND] == "parent")["info"]["status"] == "FINISHED"
             summary = rest(base, "/api/2.0/mlflow/experiments/get-by-name?experiment_name="
-                           + config["grid"] + SUMMARY_SUFFIX)["experiment"]["experiment_id"]
+                           + urllib.parse.quote(config["grid"] + SUMMARY_SUFFIX))["experiment"]["experiment_id"]
             assert len(search(base, summary)) == len(config["recipes"]) * len(config["lags"])
     finally:
         if follower.poll() is None:
