@@ -69,9 +69,10 @@ TRAIN_POINTS = 100  # training metrics logged at up to ~this many steps per run 
 MAX_METRICS, MAX_PARAMS, MAX_TAGS = 1000, 100, 100  # MLflow's log_batch limits
 MLFLOW_STATUS = {"completed": "FINISHED", "diverged": "FAILED", "failed": "FAILED"}
 ROOT = Path(__file__).resolve().parents[1]
-UNITS_NOTE = ("Scores (eval/TASK/score, fixed, best, selected, auc and their intervals) are in percent "
-              "(avg@k x 100), as in table.md. Seed runs are here; the per-cell summaries are in the "
-              "experiment '{grid}" + SUMMARY_SUFFIX + "'.")
+SCORE_UNITS = ("Scores (eval/TASK/score, fixed, best, selected, auc and their intervals) are in percent "
+               "(avg@k x 100), as in table.md.")
+UNITS_NOTE = SCORE_UNITS + " Seed runs are here; the per-cell summaries are in the experiment '{grid}" + \
+    SUMMARY_SUFFIX + "'."
 
 
 def git_commit() -> str:
@@ -93,7 +94,7 @@ class Tracker:
             fast_sqlite_commits()
         self.client = MlflowClient(self.uri)
         self.experiment_id = self._experiment(config["grid"], UNITS_NOTE.format(grid=config["grid"]))
-        self.summary_experiment_id = None  # created by the final sync only
+        self.summary_experiment_id, self.cells = None, {}  # the summary experiment: final sync only
         self.existing = self._existing(self.experiment_id)
         self.now = int(time.time() * 1000)
         self.stride = math.ceil(int(config["steps"]) / max_train_points) if max_train_points else 1
@@ -129,9 +130,10 @@ class Tracker:
                 return existing
 
     def _run(self, key: str, kind: str, name: str, tags: dict, start_ms: int | None = None,
-             experiment_id: str | None = None):
-        """The run with this key: found (updated) or created (new). Returns (run_id, existing Run|None)."""
-        found = self.existing.get(key)
+             experiment_id: str | None = None, existing: dict | None = None):
+        """The run with this key among ``existing`` (default: the grid experiment's): found (updated)
+        or created (new). Returns (run_id, existing Run|None)."""
+        found = (self.existing if existing is None else existing).get(key)
         if found is not None:
             self.updated += 1
             return found.info.run_id, found
@@ -274,12 +276,12 @@ class Tracker:
             name = self.config["grid"] + SUMMARY_SUFFIX
             self.summary_experiment_id = self._experiment(
                 name, f"One run per cell (recipe x lag) of grid '{self.config['grid']}': means over seeds "
-                      "with their intervals; " + UNITS_NOTE.split(". ")[0] + ".")
-            self.existing.update(self._existing(self.summary_experiment_id))
+                      "with their intervals and tests. " + SCORE_UNITS)
+            self.cells = self._existing(self.summary_experiment_id)
         recipe, lag = cell["recipe"], cell["lag"]
         run_id, found = self._run(f"cell:{self.config['grid']}:{recipe}:lag{lag}", "cell",
                                   f"summary {recipe}/lag{lag}", {"stalebench.grid_run": parent_id},
-                                  experiment_id=self.summary_experiment_id)
+                                  experiment_id=self.summary_experiment_id, existing=self.cells)
         values, tags = layout.cell_values(cell)
         tags.update({"seeds": json.dumps(cell["seeds"]), "run_keys": json.dumps(cell.get("run_keys", []))})
         params = {}
