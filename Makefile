@@ -1,10 +1,13 @@
-# One command each: `make demo` (set up + run the demo grid), `make test` (set up + run the tests).
+# One command each: `make demo` (set up + run the demo grid), `make test` (set up + run the tests),
+# `make ui` (the MLflow UI on 127.0.0.1 at the grid's runs; CONFIG=, GRID=, PORT= to choose).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 CORES ?= 2
+CONFIG ?= config.yaml
+PORT ?= 5000
 
-.PHONY: setup demo test lint
+.PHONY: setup demo test lint ui
 
 setup: $(VENV)/.installed
 
@@ -25,3 +28,6 @@ test: setup
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/snakemake --lint
+
+ui: setup
+	$(BIN)/python -m tracking.ui --config $(CONFIG) --port $(PORT) $(if $(GRID),--grid $(GRID))

@@ -15,6 +15,7 @@ DIVERGED = ("grpo", 8, 1)  # non-finite at step 12: training stops, status "dive
 DIVERGE_STEP = 12
 EARLY_DIVERGED = ("grpo_r3", 8, 0)  # non-finite at step 3, before its first checkpoint: empty eval files
 EQUAL_CELL = ("sat_grpo", 1)  # every seed has the same curve: a point interval
+START_TIME = 1.8e9  # unix seconds of step 0; a step takes 2 s (the rows' ``time`` field)
 
 
 def make_config(results_dir, grid: str = "demo", seeds=(0, 1, 2)) -> dict:
@@ -52,7 +53,7 @@ def make_grid(results_dir, **kwargs) -> dict:
         for step in range(1, last + 1):
             d = 0.01 * lag * (1 + 0.1 * rng.uniform())
             nan = diverged and step == last
-            rows.append({"step": step, "realized_lag": 1 + (step - 1) % lag, "policy_version": step - 1,
+            rows.append({"step": step, "time": START_TIME + 2.0 * step, "realized_lag": 1 + (step - 1) % lag, "policy_version": step - 1,
                          "reward": math.nan if nan else 0.1 + 0.01 * step, "entropy": 1.0,
                          "grad_norm": math.nan if nan else 1.0, "loss": math.nan if nan else -0.1,
                          "d/mean_abs": math.nan if nan else d, "d/p50": d / 2, "d/p90": 2 * d,

@@ -19,6 +19,7 @@ from engines.tiny.checkpoint import load_model
 from engines.tiny.rollout import RolloutEngine, sampling_version
 from engines.tiny.trainer import Trainer, step_seed
 from engines.tiny.warmstart import build_base
+from untimed import untimed_rows
 
 SMALL = {"preset": "demo", "width": 32, "heads": 2, "expert_hidden": 32, "top_k": 2, "warmstart_steps": 30,
          "warmstart_batch": 64, "prompts_per_step": 4, "samples_per_step": 4, "progress_every": 1000}
@@ -49,9 +50,11 @@ def test_same_config_twice_gives_identical_metrics(base, tmp_path):
     cfg = config(base, recipe="sat_grpo", kl_coef=0.1)
     assert run(cfg, tmp_path / "a") == "completed" and run(cfg, tmp_path / "b") == "completed"
     first = (tmp_path / "a" / "train" / "metrics.jsonl").read_text()
-    assert first == (tmp_path / "b" / "train" / "metrics.jsonl").read_text()
+    assert untimed_rows(tmp_path / "a" / "train" / "metrics.jsonl") == untimed_rows(tmp_path / "b" / "train" / "metrics.jsonl")
     rows = read_jsonl(tmp_path / "a" / "train" / "metrics.jsonl")
     assert [r["step"] for r in rows] == list(range(1, 7))
+    times = [r["time"] for r in rows]  # when each step was produced: MLflow's wall-time axis
+    assert all(a < b for a, b in zip(times, times[1:])) and abs(times[-1] - time.time()) < 600
     for key in ("realized_lag", "policy_version", "reward", "entropy", "grad_norm", "loss", "sat/q", "kl/k3",
                 "d/mean_abs", "d/p50", "d/p90", "d/p99", "d/max", "d/lag_mean_abs", "d/impl_mean_abs",
                 "tv/mean", "tv/p90", "routing/mismatch_rate",
@@ -82,8 +85,8 @@ def test_kill_9_at_a_random_step_then_resume_is_bit_identical(base, tmp_path):
     assert not status.exists() or json.loads(status.read_text())["status"] != "completed" or process.returncode == 0
     subprocess.run([sys.executable, "-m", "engines.run", "--run-dir", str(tmp_path / "killed"),
                     "--config-json", json.dumps(cfg)], check=True, capture_output=True)
-    reference = (tmp_path / "reference" / "train" / "metrics.jsonl").read_text()
-    assert (tmp_path / "killed" / "train" / "metrics.jsonl").read_text() == reference, f"killed after step {kill_after}"
+    reference = untimed_rows(tmp_path / "reference" / "train" / "metrics.jsonl")
+    assert untimed_rows(tmp_path / "killed" / "train" / "metrics.jsonl") == reference, f"killed after step {kill_after}"
     for step in (3, 6, 9, 12, 14):
         name = f"checkpoints/step_{step}/model.safetensors"
         assert (tmp_path / "killed" / "train" / name).read_bytes() == (tmp_path / "reference" / "train" / name).read_bytes()

@@ -1,33 +1,35 @@
-"""tracking.sync: the MLflow layout, idempotent re-sync, and the grid seen through a real mlflow server."""
+"""tracking.sync: the MLflow layout, idempotent re-sync, units, status, and the grid seen through a
+real mlflow server (filters, timestamps, a moved store)."""
 import json
 import os
-import signal
-import socket
-import subprocess
-import sys
-import time
-import urllib.parse
-import urllib.request
+import shutil
 
 import pytest
+from grid_fixture import COLLAPSED, DIVERGE_STEP, DIVERGED, EARLY_DIVERGED, START_TIME, make_grid
+from mlflow_server import mlflow_server, rest, run_params, run_tags
 
-from harness.grid import expand, run_dir
-from harness.io import append_jsonl_atomic, read_jsonl, write_json_atomic
 from analysis.report import REPORT_FILES, collect, summarize, write_reports
-from tracking.sync import KIND, main, sync, tracking_uri
-from grid_fixture import DIVERGE_STEP, DIVERGED, EARLY_DIVERGED, make_grid
+from harness.grid import expand, grid_dir, run_dir
+from harness.io import append_jsonl_atomic, read_jsonl, write_json_atomic
+from tracking import layout
+from tracking.store import KIND, local_artifact_dir, tracking_uri
+from tracking.sync import SUMMARY_SUFFIX, main, sync
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 EXTRA_STEP_RUN = ("sat_grpo", 8, 2)  # gets one more training step between the two syncs
 
 
 def track(config):
-    assert main(["--config-json", json.dumps(config), "--grid-dir", str(run_dir(config, "x", 1, 0).parents[3])]) == 0
-    return json.loads((run_dir(config, "x", 1, 0).parents[3] / "mlflow.json").read_text())
+    assert main(["--config-json", json.dumps(config), "--grid-dir", str(grid_dir(config))]) == 0
+    return json.loads((grid_dir(config) / "mlflow.json").read_text())
 
 
 def all_runs(client, experiment_id):
     return client.search_runs([experiment_id], max_results=1000)
+
+
+def key_of(config, run):
+    return json.loads((run_dir(config, *run) / "config.json").read_text())["run_key"]
 
 
 @pytest.fixture(scope="module")
@@ -36,18 +38,17 @@ def synced(tmp_path_factory):
     from mlflow.tracking import MlflowClient
     saved = os.environ.pop("MLFLOW_TRACKING_URI", None)
     try:
-        config = make_grid(tmp_path_factory.mktemp("track"))
-        write_reports(config, run_dir(config, "x", 1, 0).parents[3], progress=False)
+        config = make_grid(tmp_path_factory.mktemp("track") / "results")
+        write_reports(config, grid_dir(config), progress=False)
         first = track(config)
         client = MlflowClient(tracking_uri(config)[0])
         first_count = len(all_runs(client, first["experiment_id"]))
         # changes a re-sync must carry: one more training step, and a re-aggregation with another
         # fixed step (summary numbers change)
         append_jsonl_atomic(run_dir(config, *EXTRA_STEP_RUN) / "train" / "metrics.jsonl",
-                            [{"step": 21, "reward": 0.99, "d/mean_abs": 0.5}])
+                            [{"step": 21, "time": START_TIME + 42, "reward": 0.99, "d/mean_abs": 0.5}])
         config = {**config, "eval": {**config["eval"], "fixed_step": 10}}
-        write_json_atomic(run_dir(config, "x", 1, 0).parents[3] / "summary.json",
-                          summarize(config, collect(config, progress=False)))
+        write_json_atomic(grid_dir(config) / "summary.json", summarize(config, collect(config, progress=False)))
         second = track(config)
         yield config, client, first, first_count, second
     finally:
@@ -55,146 +56,200 @@ def synced(tmp_path_factory):
             os.environ["MLFLOW_TRACKING_URI"] = saved
 
 
-def test_expected_runs_with_parent_tags(synced):
+def test_seed_runs_in_the_grid_experiment_summaries_in_their_own(synced):
     config, client, first, first_count, _ = synced
     runs = all_runs(client, first["experiment_id"])
     kinds = {}
     for run in runs:
         kinds.setdefault(run.data.tags[KIND], []).append(run)
     n_runs, n_cells = len(expand(config)), len(config["recipes"]) * len(config["lags"])
-    assert first_count == 1 + n_runs + n_cells
-    assert {k: len(v) for k, v in kinds.items()} == {"parent": 1, "run": n_runs, "cell": n_cells}
+    assert first_count == 1 + n_runs and {k: len(v) for k, v in kinds.items()} == {"parent": 1, "run": n_runs}
+    summary = client.get_experiment_by_name(config["grid"] + SUMMARY_SUFFIX)
+    assert summary.experiment_id == first["summary_experiment_id"] != first["experiment_id"]
+    cells = all_runs(client, summary.experiment_id)
+    assert len(cells) == n_cells and {r.data.tags[KIND] for r in cells} == {"cell"}
     parent = kinds["parent"][0]
-    assert parent.info.run_id == first["parent_run_id"] and first["created"] == first_count
-    for run in kinds["run"] + kinds["cell"]:
-        assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id
-        assert run.info.status == "FINISHED"
-    keys = {json.loads((run_dir(config, *r) / "config.json").read_text())["run_key"]: r for r in expand(config)}
+    assert parent.info.run_id == first["parent_run_id"] and first["created"] == first_count + n_cells
+    assert all(r.data.tags["stalebench.grid_run"] == parent.info.run_id for r in cells)
+    assert {(r.data.params["recipe"], r.data.params["lag"]) for r in cells} == {
+        (recipe, str(lag)) for recipe in config["recipes"] for lag in config["lags"]}
+    keys = {key_of(config, r): r for r in expand(config)}
     for run in kinds["run"]:
         recipe, lag, seed = keys[run.data.tags["run_key"]]
-        assert (run.data.tags["recipe"], run.data.tags["lag"], run.data.tags["seed"]) == (recipe, str(lag), str(seed))
-        assert run.data.tags["engine"] == "tiny" and len(run.data.tags["mlflow.source.git.commit"]) >= 7
-        assert run.data.params["recipe.loss"] == recipe.removesuffix("_r3")
-        assert run.data.params["lag"] == str(lag)
-    artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
-    assert set(REPORT_FILES) <= artifacts
+        params = run.data.params
+        assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id and "run_key" not in params
+        assert (params["recipe"], params["lag"], params["seed"]) == (recipe, str(lag), str(seed))
+        assert (params["loss"], params["lag_mode"], params["engine"], params["preset"]) == (
+            recipe.removesuffix("_r3"), "interval", "tiny", "demo")
+        # resolved hyper-parameters (the demo preset's), stabilizer defaults, evaluation settings
+        assert (params["lr"], params["width"], params["loss.eps_low"]) == ("0.0003", "64", "0.2")
+        assert params["routing_replay"] == str(recipe.endswith("_r3"))
+        assert (params["eval.k"], params["eval.temperature"]) == ("8", "1.0")
+        evaluated = read_jsonl(run_dir(config, recipe, lag, seed) / "eval" / "tiny_test.jsonl")
+        assert params.get("eval.tiny_test.problems") == (str(evaluated[-1]["n_problems"]) if evaluated else None)
+        assert run.data.tags["run_dir"] == f"{config['grid']}/runs/{recipe}/lag{lag}/seed{seed}"  # store-relative
+        assert len(run.data.tags["mlflow.source.git.commit"]) >= 7
+    sat = next(r for r in kinds["run"] if r.data.params["recipe"] == "sat_grpo")
+    assert sat.data.params["loss.alpha"] == "0.9" and sat.data.params["loss.quantile_scope"] == "microbatch"
+    # artifacts: in the folder the UI server serves mlflow-artifacts:/ from (a REST test opens them)
+    assert parent.info.artifact_uri == f"mlflow-artifacts:/{config['grid']}/{parent.info.run_id}/artifacts"
+    folder = local_artifact_dir(config, parent.info.artifact_uri)
+    assert {p.name for p in folder.iterdir()} == set(REPORT_FILES) | {"workflow_config.json"}
 
 
 def test_second_track_adds_none_and_updates(synced):
     config, client, first, first_count, second = synced
     runs = all_runs(client, first["experiment_id"])
+    cells = {r.data.tags["run_key"]: r for r in all_runs(client, first["summary_experiment_id"])}
     assert len(runs) == first_count and len({r.data.tags["run_key"] for r in runs}) == first_count
-    assert (second["created"], second["updated"]) == (0, first_count)
+    assert (second["created"], second["updated"]) == (0, first_count + len(cells))
     assert second["parent_run_id"] == first["parent_run_id"]
     by_key = {r.data.tags["run_key"]: r for r in runs}
     # the extra training step arrived once; no step was logged twice
-    key = json.loads((run_dir(config, *EXTRA_STEP_RUN) / "config.json").read_text())["run_key"]
+    key = key_of(config, EXTRA_STEP_RUN)
     history = client.get_metric_history(by_key[key].info.run_id, "train/reward")
     assert [m.step for m in history] == list(range(1, 22)) and history[-1].value == 0.99
-    # eval curves match the files exactly
-    for recipe, lag, seed in [EXTRA_STEP_RUN, DIVERGED]:
-        run_config = json.loads((run_dir(config, recipe, lag, seed) / "config.json").read_text())
-        history = client.get_metric_history(by_key[run_config["run_key"]].info.run_id, "eval/tiny_test/score")
-        rows = read_jsonl(run_dir(config, recipe, lag, seed) / "eval" / "tiny_test.jsonl")
-        assert [(m.step, m.value) for m in history] == [(r["step"], r["score"]) for r in rows]
-    # another fixed step: summary numbers were updated in place (the latest value is the new one)
-    summary = json.loads((run_dir(config, "x", 1, 0).parents[3] / "summary.json").read_text())
+    # eval curves match the files, in percent
+    for run in [EXTRA_STEP_RUN, DIVERGED]:
+        history = client.get_metric_history(by_key[key_of(config, run)].info.run_id, "eval/tiny_test/score")
+        rows = read_jsonl(run_dir(config, *run) / "eval" / "tiny_test.jsonl")
+        assert [(m.step, m.value) for m in history] == [(r["step"], pytest.approx(100 * r["score"])) for r in rows]
+    # another fixed step: summary numbers were updated in place, one name and unit with the seed runs'
+    summary = json.loads((grid_dir(config) / "summary.json").read_text())
     for cell in summary["cells"]:
-        run = by_key[f"cell:{config['grid']}:{cell['recipe']}:lag{cell['lag']}"]
-        assert run.data.metrics["collapse/k"] == cell["collapse"]["k"]
-        assert run.data.metrics["fixed/mean"] == pytest.approx(cell["stats"]["fixed"]["estimate"])
-        if cell["staleness_cost"] is not None:  # the comparisons of issue 11 reach MLflow too
-            assert run.data.metrics["staleness/fixed/p_holm"] == pytest.approx(cell["staleness_cost"]["fixed"]["p_holm"])
-    fixed = client.get_metric_history(by_key[key].info.run_id, "run/fixed")
+        run = cells[f"cell:{config['grid']}:{cell['recipe']}:lag{cell['lag']}"]
+        assert run.data.metrics["collapsed/k"] == cell["collapse"]["k"]
+        assert run.data.metrics["collapsed"] == pytest.approx(cell["collapse"]["estimate"])
+        assert run.data.metrics["fixed"] == pytest.approx(100 * cell["stats"]["fixed"]["estimate"])
+        assert run.data.tags["fixed/method"] == cell["stats"]["fixed"]["method"]
+        if cell["stats"]["fixed"]["low"] is not None:
+            assert run.data.metrics["fixed/low"] == pytest.approx(100 * cell["stats"]["fixed"]["low"])
+        assert run.data.metrics["improvement/fixed"] == pytest.approx(cell["improvement"]["fixed"]["estimate"])
+        seeds = [by_key[k].data.metrics["fixed"] for k in cell["run_keys"]]
+        assert run.data.metrics["fixed"] == pytest.approx(sum(seeds) / len(seeds))
+        if cell["staleness_cost"] is not None:  # the comparisons of analysis.stats reach MLflow too
+            assert run.data.metrics["staleness_cost/fixed/p_holm"] == pytest.approx(
+                cell["staleness_cost"]["fixed"]["p_holm"])
+        assert not any(name.startswith("paper") for name in run.data.metrics)  # published numbers: tags
+    assert cells[f"cell:{config['grid']}:grpo:lag8"].data.tags["paper.aime24"] is not None
+    fixed = client.get_metric_history(by_key[key].info.run_id, "fixed")
     assert len(fixed) == 2 and fixed[0].value != fixed[1].value
-    assert by_key[key].data.metrics["run/fixed"] == read_jsonl(
-        run_dir(config, *EXTRA_STEP_RUN) / "eval" / "tiny_test.jsonl")[1]["score"]  # step 10
+    assert by_key[key].data.metrics["fixed"] == pytest.approx(100 * read_jsonl(
+        run_dir(config, *EXTRA_STEP_RUN) / "eval" / "tiny_test.jsonl")[1]["score"])  # step 10
 
 
-def test_training_curves_strided_and_run_dir_tagged(synced):
+def test_status_failed_with_reason_and_collapse_tagged(synced):
+    config, client, first, _, _ = synced
+    by_key = {r.data.tags["run_key"]: r for r in all_runs(client, first["experiment_id"])}
+    for run in expand(config):
+        found = by_key[key_of(config, run)]
+        status = json.loads((run_dir(config, *run) / "train" / "status.json").read_text())
+        if run in (DIVERGED, EARLY_DIVERGED):
+            assert found.info.status == "FAILED" and found.data.tags["status"] == "diverged"
+            assert found.data.tags["status_reason"] == status["message"] != ""
+        else:
+            assert found.info.status == "FINISHED" and "status_reason" not in found.data.tags
+        assert found.data.tags["collapsed"] == ("true" if run in (COLLAPSED, DIVERGED, EARLY_DIVERGED) else "false")
+
+
+def test_training_curves_strided_and_stamped(synced):
     config, client, _, _, _ = synced
     other = make_grid(config["results_dir"], grid="strided")  # same store, its own experiment
-    grid = run_dir(other, "x", 1, 0).parents[3]
-    write_json_atomic(grid / "summary.json", summarize(other, collect(other, progress=False)))
-    marker = sync(other, grid, progress=False, max_train_points=5)  # 20 steps -> every 4th
+    write_json_atomic(grid_dir(other) / "summary.json", summarize(other, collect(other, progress=False)))
+    marker = sync(other, progress=False, max_train_points=5)  # 20 steps -> every 4th
     runs = {r.data.tags["run_key"]: r for r in all_runs(client, marker["experiment_id"])}
     expected = {("grpo", 1, 0): [1, 4, 8, 12, 16, 20], DIVERGED: [1, 4, 8, DIVERGE_STEP], EARLY_DIVERGED: [1, 3]}
     for run, steps in expected.items():
-        run_id = runs[json.loads((run_dir(other, *run) / "config.json").read_text())["run_key"]].info.run_id
-        assert [m.step for m in client.get_metric_history(run_id, "train/loss")] == steps
-        assert client.get_run(run_id).data.tags["run_dir"] == str(run_dir(other, *run).resolve())
-        # the selection task's curve is logged too
-        assert len(client.get_metric_history(run_id, "eval/tiny_val/score")) == len(
-            read_jsonl(run_dir(other, *run) / "eval" / "tiny_val.jsonl"))
+        run_id = runs[key_of(other, run)].info.run_id
+        history = client.get_metric_history(run_id, "train/loss")
+        assert [m.step for m in history] == steps
+        # each point carries the time its step was produced (the rows' time field), in ms
+        assert [m.timestamp for m in history] == [int((START_TIME + 2 * s) * 1000) for s in steps]
+        # the selection task's curve too, stamped with the time of the step it evaluates
+        evals = client.get_metric_history(run_id, "eval/tiny_val/score")
+        assert len(evals) == len(read_jsonl(run_dir(other, *run) / "eval" / "tiny_val.jsonl"))
+        assert all(m.timestamp == int((START_TIME + 2 * m.step) * 1000) for m in evals)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def test_rows_without_time_fall_back_to_start_plus_step():
+    times = layout.step_times_ms([{"step": 1}, {"step": 2, "time": None}, {"step": 3, "time": 1.5}], 1000)
+    assert times == {1: 1001, 2: 1002, 3: 1500}
 
 
-def rest(base, path, body=None):
-    if body is None:
-        request = urllib.request.Request(base + path)
-    else:
-        request = urllib.request.Request(base + path, data=json.dumps(body).encode(), method="POST",
-                                         headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=30) as response:
-        data = response.read()
-    return json.loads(data) if response.headers.get_content_type() == "application/json" else data
+def test_summary_keys_are_logged_generically_with_score_units():
+    cell = {"recipe": "grpo", "lag": 8, "seeds": [0, 1], "per_seed": {"fixed": [0.5, 0.6]},
+            "stats": {"fixed": {"estimate": 0.55, "low": 0.5, "high": 0.6, "method": "t"},
+                      "dbar": {"estimate": 0.02, "low": 0.01, "high": 0.03, "method": "t"}},
+            "collapse": {"k": 1, "n": 2, "estimate": 0.5, "low": 0.1, "high": 0.9},
+            "improvement": {"fixed": {"estimate": 0.75, "low": 0.5, "high": 1.0}},
+            # keys summary.json may gain: a score difference with a test, seeds needed
+            "staleness_cost": {"fixed": {"estimate": -0.05, "low": -0.08, "high": -0.02, "p": 0.01}},
+            "seeds_needed": {"fixed": 12, "auc": None}, "reference": {"aime24": 53.1}}
+    metrics, tags = layout.cell_values(cell)
+    assert metrics == {"fixed": 55.0, "fixed/low": 50.0, "fixed/high": 60.0, "dbar": 0.02, "dbar/low": 0.01,
+                       "dbar/high": 0.03, "collapsed/k": 1.0, "collapsed/n": 2.0, "collapsed": 0.5,
+                       "collapsed/low": 0.1, "collapsed/high": 0.9, "improvement/fixed": 0.75,
+                       "improvement/fixed/low": 0.5, "improvement/fixed/high": 1.0, "staleness_cost/fixed": -5.0,
+                       "staleness_cost/fixed/low": -8.0, "staleness_cost/fixed/high": -2.0,
+                       "staleness_cost/fixed/p": 0.01, "seeds_needed/fixed": 12.0}
+    assert tags == {"fixed/method": "t", "dbar/method": "t", "paper.aime24": "53.1"}
+    assert layout.seed_values({"fixed": 0.4074, "collapsed": True, "best_step": 15, "status": "completed"}) == {
+        "fixed": 40.74, "collapsed": 1.0, "best_step": 15.0}
 
 
-def test_grid_through_mlflow_server_rest_api(synced, tmp_path):
+def test_provenance_fields_become_tags(tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    config = make_grid(tmp_path, seeds=(0,))
+    write_json_atomic(run_dir(config, "grpo", 1, 0) / "provenance.json",
+                      {"git": {"commit": "abc123", "dirty": True}, "host": "node7"})
+    marker = sync(config, progress=False, final=False)
+    run = next(r for r in MlflowClient(marker["tracking_uri"]).search_runs([marker["experiment_id"]])
+               if r.data.tags.get("run_key") == key_of(config, ("grpo", 1, 0)))
+    assert (run.data.tags["prov.git.commit"], run.data.tags["prov.git.dirty"], run.data.tags["prov.host"]) == (
+        "abc123", "True", "node7")
+
+
+def test_filters_timestamps_and_a_moved_store_through_mlflow_server(synced, tmp_path):
+    """The must-show REST checks, on a copy of the synced store in another folder while the
+    original folder is renamed away (any absolute path left in the store would break)."""
     config, _, first, first_count, _ = synced
-    results = os.path.abspath(config["results_dir"])
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{results}/mlflow.db",
-         "--default-artifact-root", f"file://{results}/mlartifacts", "--host", "127.0.0.1",
-         "--port", str(port), "--workers", "1"],
-        stdout=open(tmp_path / "server.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
+    original = os.path.abspath(config["results_dir"])
+    moved = tmp_path / "elsewhere" / "results"
+    grpo_keys = sorted(key_of(config, r) for r in expand(config) if r[0] == "grpo")
+    shutil.copytree(original, moved)
+    os.rename(original, original + ".away")
     try:
-        deadline = time.time() + 90
-        while True:
-            try:
-                urllib.request.urlopen(base + "/health", timeout=2)
-                break
-            except OSError:
-                assert server.poll() is None and time.time() < deadline, (tmp_path / "server.log").read_text()
-                time.sleep(0.5)
-        experiment = rest(base, "/api/2.0/mlflow/experiments/get-by-name?experiment_name=" + config["grid"])
-        experiment_id = experiment["experiment"]["experiment_id"]
-        assert experiment_id == first["experiment_id"]
-        runs = rest(base, "/api/2.0/mlflow/runs/search",
-                    {"experiment_ids": [experiment_id], "max_results": 1000})["runs"]
-        assert len(runs) == first_count
-        child = rest(base, "/api/2.0/mlflow/runs/search",
-                     {"experiment_ids": [experiment_id], "max_results": 1000,
-                      "filter": f"tags.\"{KIND}\" = 'run' and tags.recipe = 'grpo' and tags.lag = '8'"})["runs"]
-        assert len(child) == len(config["seeds"])
-        for run in child:
-            tags = {t["key"]: t["value"] for t in run["data"]["tags"]}
-            assert tags["mlflow.parentRunId"] == first["parent_run_id"]
-            rows = read_jsonl(run_dir(config, "grpo", 8, int(tags["seed"])) / "eval" / "tiny_test.jsonl")
-            query = urllib.parse.urlencode({"run_id": run["info"]["run_id"], "metric_key": "eval/tiny_test/score"})
-            history = rest(base, "/api/2.0/mlflow/metrics/get-history?" + query)["metrics"]
-            assert sorted((m["step"], m["value"]) for m in history) == [(r["step"], r["score"]) for r in rows]
-        listed = rest(base, "/api/2.0/mlflow/artifacts/list?run_id=" + first["parent_run_id"])
-        assert set(REPORT_FILES) <= {f["path"] for f in listed["files"]}
-        table = rest(base, "/get-artifact?" + urllib.parse.urlencode({"path": "table.md", "run_uuid": first["parent_run_id"]}))
-        assert table == (run_dir(config, "x", 1, 0).parents[3] / "table.md").read_bytes()
+        with mlflow_server(moved, tmp_path / "server.log") as base:
+            experiment = rest(base, "/api/2.0/mlflow/experiments/get-by-name?experiment_name=" + config["grid"])
+            experiment_id = experiment["experiment"]["experiment_id"]
+            assert experiment_id == first["experiment_id"]
+            search = {"experiment_ids": [experiment_id], "max_results": 1000}
+            assert len(rest(base, "/api/2.0/mlflow/runs/search", search)["runs"]) == first_count
+            grpo = rest(base, "/api/2.0/mlflow/runs/search", {**search, "filter": "params.recipe = 'grpo'"})["runs"]
+            assert sorted(run_tags(r)["run_key"] for r in grpo) == grpo_keys
+            seeds = rest(base, "/api/2.0/mlflow/runs/search", {**search, "filter": f"tags.\"{KIND}\" = 'run'"})["runs"]
+            assert len(seeds) == len(expand(config))
+            for run in seeds:
+                params = run_params(run)
+                assert params["lr"] == "0.0003" and params["eval.k"] == "8"
+                history = rest(base, "/api/2.0/mlflow/metrics/get-history?run_id=" + run["info"]["run_id"]
+                               + "&metric_key=train/reward")["metrics"]
+                stamps = [m["timestamp"] for m in sorted(history, key=lambda m: m["step"])]
+                assert len(stamps) > 1 and all(a < b for a, b in zip(stamps, stamps[1:]))
+            listed = rest(base, "/api/2.0/mlflow/artifacts/list?run_id=" + first["parent_run_id"])["files"]
+            assert {f["path"] for f in listed} == set(REPORT_FILES) | {"workflow_config.json"}
+            for name in REPORT_FILES:  # each opens, with the bytes of the grid's file
+                body = rest(base, f"/get-artifact?path={name}&run_uuid={first['parent_run_id']}", raw=True)
+                assert body == (moved / config["grid"] / name).read_bytes()
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=30)
+        os.rename(original + ".away", original)
 
 
 def test_store_location(monkeypatch, tmp_path):
     config = {"grid": "g", "results_dir": str(tmp_path / "res")}
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    uri, artifacts = tracking_uri(config)
-    assert uri == f"sqlite:///{tmp_path}/res/mlflow.db" and artifacts == f"file://{tmp_path}/res/mlartifacts/g"
+    assert tracking_uri(config) == (f"sqlite:///{tmp_path}/res/mlflow.db", "mlflow-artifacts:")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5999")
     assert tracking_uri(config) == ("http://127.0.0.1:5999", None)
 

@@ -15,13 +15,14 @@
    last pipeline stage). The postprocess hook wraps that function once on that rank; the wrapper
    completes the pending row with those scalars and appends it to the metrics file.
 
-Rows: step = rollout id + 1, policy_version, realized_lag, reward, entropy, grad_norm, loss,
-d/mean_abs, d/p50, d/p90, d/p99, d/max, and slime's train scalars without the ``train/`` prefix.
+Rows: step = rollout id + 1, time (unix seconds, when the step began training), policy_version,
+realized_lag, reward, entropy, grad_norm, loss, d/mean_abs, d/p50, d/p90, d/p99, d/max, and slime's train scalars without the ``train/`` prefix.
 The run directory, lag mode and lag come from the custom-config YAML (args.stalebench_*).
 """
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 
 import numpy as np
@@ -157,7 +158,7 @@ def postprocess(args, rollout_id, rollout_data) -> None:
         tap_slime_train_log(_recorder)
     record = rollout_record(args, rollout_id)
     rewards = [float(r) for r in rollout_data["raw_reward"]]
-    row = {"step": rollout_id + 1, "policy_version": record["policy_version"],
+    row = {"step": rollout_id + 1, "time": time.time(), "policy_version": record["policy_version"],
            "realized_lag": record["realized_lag"], "reward": float(np.mean(rewards)) if rewards else math.nan,
            **abs_d_stats(torch.cat(gathered).cpu())}
     _recorder.begin_step(rollout_id, row)

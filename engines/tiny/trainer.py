@@ -15,7 +15,7 @@ Every random draw comes from a generator seeded by (seed, step), so the state to
 just tensors: trainer weights, Adam moments, the weight snapshots the engine may still be
 broadcast, and the batch in flight. The engine's own weights are the bf16 cast of the snapshot
 of its version, so a resumed run re-broadcasts them before its first rollout (same bits). A run killed at any point ends with the same metrics.jsonl
-as an uninterrupted one.
+as an uninterrupted one, but for each row's ``time`` (when the step was produced, unix seconds).
 """
 from __future__ import annotations
 
@@ -293,7 +293,8 @@ class Trainer:
             next_batch = self.generate(step + 1) if step < self.steps else batch
             self.seconds["generate"] += time.perf_counter() - start
             start = time.perf_counter()
-            head = {"step": step, "policy_version": batch.version, "realized_lag": step - 1 - batch.version}
+            head = {"step": step, "policy_version": batch.version, "realized_lag": step - 1 - batch.version,
+                    "time": time.time()}  # when the step was produced (unix s): MLflow's wall-time axis
             try:
                 row = self.train_on(batch)
             except TrainingDiverged as reason:

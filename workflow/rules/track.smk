@@ -1,5 +1,7 @@
 # MLflow: the single writer, last. Files are the source of truth; running it again updates the
-# experiment's runs (keyed by run key) and never duplicates them.
+# experiment's runs (keyed by run key) and never duplicates them. A live sync beside the workflow
+# (python -m tracking.sync --follow N) holds the grid's lock until the grid is aggregated: this rule
+# waits for it (--wait-lock), then finishes the same runs. Its last line, shown here too, is the UI link.
 
 
 rule track:
@@ -20,4 +22,5 @@ rule track:
     resources:
         **job_resources(CONFIG, "track"),
     shell:
-        "python -m tracking.sync --config-json {params.config:q} --grid-dir {params.grid_dir:q} > {log:q} 2>&1"
+        "python -m tracking.sync --config-json {params.config:q} --grid-dir {params.grid_dir:q} --wait-lock 3600"
+        " > {log:q} 2>&1 && tail -n 1 {log:q}"

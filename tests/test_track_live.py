@@ -1,0 +1,129 @@
+"""Live tracking of a grid still running: RUNNING runs with their curves so far, one writer by
+lock, and the final sync finishing the same runs (through a real mlflow server)."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.parse
+from pathlib import Path
+
+import pytest
+
+from harness.grid import expand, grid_dir, run_dir
+from harness.io import read_jsonl, write_text_atomic
+from analysis.report import write_reports
+from tracking.store import KIND
+from tracking.sync import SUMMARY_SUFFIX, main
+from grid_fixture import DIVERGED, make_grid
+from mlflow_server import mlflow_server, rest, run_tags
+
+ROOT = Path(__file__).resolve().parents[1]
+TRAINING = ("sat_grpo", 8, 1)  # half-way: 10 of 20 steps, evaluated at step 5 and 10, no status
+NOT_STARTED = ("grpo_r3", 1, 2)  # no run directory yet
+
+
+def unfinish(config, tmp_path):
+    """Turn the finished fixture grid into a running one; returns how to finish it again."""
+    training, missing = run_dir(config, *TRAINING), run_dir(config, *NOT_STARTED)
+    saved = tmp_path / "saved"
+    shutil.copytree(training, saved / "training")
+    shutil.move(missing, saved / "missing")
+    (training / "train" / "status.json").unlink()
+    for path in [training / "train" / "metrics.jsonl", *(training / "eval").glob("*.jsonl")]:
+        rows = [row for row in read_jsonl(path) if row["step"] <= 10]
+        write_text_atomic(path, "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows))
+
+    def finish():
+        shutil.rmtree(training)
+        shutil.copytree(saved / "training", training)
+        shutil.move(saved / "missing", missing)
+    return finish
+
+
+def wait_for(condition, what, timeout=180):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
+
+
+def search(base, experiment_id):
+    return rest(base, "/api/2.0/mlflow/runs/search", {"experiment_ids": [experiment_id], "max_results": 1000})["runs"]
+
+
+def steps_of(base, run_id, key):
+    query = f"/api/2.0/mlflow/metrics/get-history?run_id={run_id}&metric_key={key}"
+    return sorted(m["step"] for m in rest(base, query).get("metrics", []))
+
+
+def test_follow_a_running_grid_then_finish_it(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    config = make_grid(tmp_path / "results")
+    finish = unfinish(config, tmp_path)
+    config_json = json.dumps(config)
+    log = tmp_path / "follow.log"
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    with open(log, "w") as out:
+        follower = subprocess.Popen([sys.executable, "-m", "tracking.sync", "--config-json", config_json,
+                                     "--follow", "1"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: "live pass 1:" in log.read_text() or follower.poll() is not None, "the first live pass")
+        assert follower.poll() is None, log.read_text()
+        # a second writer is refused while the follower holds the lock, naming it
+        assert main(["--config-json", config_json, "--live"]) == 3
+        error = capsys.readouterr().err
+        assert "another MLflow writer holds" in error and "tracking.lock" in error and '"mode": "follow"' in error
+        assert not (grid_dir(config) / "mlflow.json").exists()  # a live sync writes no marker
+
+        with mlflow_server(tmp_path / "results", tmp_path / "server.log") as base:
+            experiment_id = rest(base, "/api/2.0/mlflow/experiments/get-by-name?experiment_name="
+                                 + config["grid"])["experiment"]["experiment_id"]
+            live = {run_tags(r)["run_key"]: r for r in search(base, experiment_id)}
+            keys = {run: json.loads((run_dir(config, *run) / "config.json").read_text())["run_key"]
+                    for run in expand(config) if run != NOT_STARTED}
+            assert len(live) == len(keys) + 1  # the started runs and the parent, RUNNING
+            parent = next(r for r in live.values() if run_tags(r)[KIND] == "parent")
+            assert parent["info"]["status"] == "RUNNING"
+            running = live[keys[TRAINING]]
+            assert running["info"]["status"] == "RUNNING"
+            assert steps_of(base, running["info"]["run_id"], "train/reward") == list(range(1, 11))
+            assert steps_of(base, running["info"]["run_id"], "eval/tiny_test/score") == [5, 10]
+            assert live[keys[DIVERGED]]["info"]["status"] == "FAILED"
+            assert {r["info"]["status"] for k, r in live.items() if k not in (keys[TRAINING], keys[DIVERGED])
+                    and r is not parent} <= {"FINISHED", "FAILED"}
+
+            # the grid completes and is aggregated: the follower stops by itself
+            finish()
+            write_reports(config, grid_dir(config), progress=False)
+            wait_for(lambda: follower.poll() is not None, "the follower to stop")
+            assert follower.returncode == 0, log.read_text()
+            # the final sync (the track rule) finishes the same runs: nothing duplicated
+            assert main(["--config-json", config_json, "--wait-lock", "60"]) == 0
+            assert "make ui" in capsys.readouterr().err  # its last line: how to open the UI
+
+            final = {run_tags(r)["run_key"]: r for r in search(base, experiment_id)}
+            keys[NOT_STARTED] = json.loads((run_dir(config, *NOT_STARTED) / "config.json").read_text())["run_key"]
+            assert len(final) == len(expand(config)) + 1 and set(live) < set(final)
+            assert all(final[k]["info"]["run_id"] == r["info"]["run_id"] for k, r in live.items())
+            assert final[keys[TRAINING]]["info"]["status"] == "FINISHED"
+            assert final[keys[DIVERGED]]["info"]["status"] == "FAILED"
+            assert steps_of(base, final[keys[TRAINING]]["info"]["run_id"], "train/reward") == list(range(1, 21))
+            assert steps_of(base, final[keys[TRAINING]]["info"]["run_id"], "eval/tiny_test/score") == [5, 10, 15, 20]
+            assert next(r for r in final.values() if run_tags(r)[KIND] == "parent")["info"]["status"] == "FINISHED"
+            summary = rest(base, "/api/2.0/mlflow/experiments/get-by-name?experiment_name="
+                           + urllib.parse.quote(config["grid"] + SUMMARY_SUFFIX))["experiment"]["experiment_id"]
+            assert len(search(base, summary)) == len(config["recipes"]) * len(config["lags"])
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+            follower.wait()
+
+
+def test_follow_interval_must_be_positive(tmp_path, capsys):
+    config = make_grid(tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        main(["--config-json", json.dumps(config), "--follow", "0"])
+    assert exit_.value.code == 2
+    assert "--follow INTERVAL must be > 0 seconds" in capsys.readouterr().err

@@ -1,0 +1,157 @@
+"""What a run shows in MLflow: its flat params, metric names and units, tags, step timestamps.
+
+Params (seed runs): ``recipe, loss, lag, lag_mode, seed, engine, preset, steps, eval_every,
+routing_replay, tis``; the stabilizer's parameters with their defaults as ``loss.<name>``; the
+engine's resolved hyper-parameters under their own names (``lr``, ``width``...; ``engine.<name>``
+where a name is taken above); the evaluation settings as ``eval.<name>`` and each task's problem
+count as ``eval.<task>.problems``. Summary runs carry the params their seeds share.
+
+One name and one unit per quantity: a seed run's ``fixed`` (its fixed-step score) and a summary
+run's ``fixed`` (the mean over its seeds, with ``fixed/low`` and ``fixed/high``) are the same
+quantity. Scores — the eval curves, fixed, best, selected, auc, and any interval or difference of
+them — are in PERCENT (avg@k x 100), as in table.md; probabilities, p-values, |d| statistics,
+collapse (0/1 per seed, the rate k/n per cell) and counts keep their natural scale.
+"""
+from __future__ import annotations
+
+import json
+import math
+
+import engines
+import stabilizers
+from analysis.report import SCORES
+
+PERCENT = 100.0
+EVAL_CURVE_KEYS = ("score", "pass_at_k", "maj_at_k")  # all scores: logged in percent
+CORE_PARAMS = ("recipe", "loss", "lag", "lag_mode", "seed", "engine", "preset", "steps", "eval_every",
+               "routing_replay", "tis")
+# summary.json cell keys that are not aggregate numbers: identity (params), per-seed values (on the
+# seed runs), the published numbers (tags)
+CELL_SKIP = ("recipe", "lag", "seeds", "run_keys", "per_seed", "reference")
+ALIASES = {"collapse": "collapsed"}  # the summary's section -> the seed runs' name for the quantity
+PROBABILITY_SECTIONS = ("improvement",)  # P(improvement): a probability even where it names a score
+INTERVAL_PARTS = ("estimate", "low", "high")
+
+
+def param_text(value) -> str:
+    """A param value as MLflow stores it: JSON for lists, mappings and null; at most 6000 chars."""
+    text = json.dumps(value) if isinstance(value, (list, dict)) or value is None else str(value)
+    return text[:6000]
+
+
+def flatten(obj, prefix: str = "") -> dict:
+    """{"a": {"b": 1}} -> {"a.b": 1}; an empty mapping or a non-mapping is a leaf."""
+    if isinstance(obj, dict) and obj:
+        out = {}
+        for key, value in obj.items():
+            out.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    return {prefix: obj}
+
+
+def cell_params(run_config: dict) -> dict[str, str]:
+    """The params every seed of a cell shares (no seed)."""
+    recipe = run_config["recipe"]
+    return {key: param_text(value) for key, value in {
+        "recipe": recipe["name"], "loss": recipe["loss"], "lag": run_config["lag"],
+        "lag_mode": run_config["lag_mode"], "engine": run_config["engine"],
+        "preset": (run_config.get("engine_params") or {}).get("preset"), "steps": run_config["steps"],
+        "eval_every": run_config["eval_every"], "routing_replay": recipe.get("routing_replay", False),
+        "tis": recipe.get("tis")}.items()}
+
+
+def run_params(run_config: dict, eval_settings: dict, problems: dict[str, int]) -> dict[str, str]:
+    """A seed run's flat params (module docstring); ``problems``: task -> problem count, as known."""
+    params = {**cell_params(run_config), "seed": param_text(run_config["seed"])}
+    loss = run_config["recipe"]["loss"]
+    stabilizer = {**stabilizers.parameters(loss), **(run_config["recipe"].get("params") or {})}
+    params.update({f"loss.{k}": param_text(v) for k, v in stabilizer.items()})
+    resolved = engines.get(run_config["engine"]).resolve_params(run_config.get("engine_params") or {})
+    for key, value in resolved.items():
+        if key == "preset":
+            continue  # a core param already
+        params[f"engine.{key}" if key in params or key.startswith(("loss.", "eval.")) else key] = param_text(value)
+    params.update({f"eval.{k}": param_text(v) for k, v in flatten(eval_settings).items()})
+    params.update({f"eval.{task}.problems": str(n) for task, n in problems.items()})
+    return params
+
+
+def identity_tags(run_config: dict) -> dict[str, str]:
+    """The run config's identity hashes (``run_key``, and any other ``*_key``) as tags."""
+    return {k: str(v) for k, v in run_config.items() if k.endswith("_key") and isinstance(v, str)}
+
+
+def provenance_tags(provenance: dict) -> dict[str, str]:
+    """provenance.json's fields as ``prov.<field>`` tags (values cut to MLflow's 5000 chars)."""
+    return {f"prov.{k}": param_text(v)[:5000] for k, v in flatten(provenance).items()}
+
+
+def percent(fraction: float) -> float:
+    """A fraction in percent, rounded at 1e-10 so that 0.4074 shows as 40.74, not 40.739999999999995."""
+    return round(fraction * PERCENT, 10)
+
+
+def number(value) -> float | None:
+    """A JSON number (or bool) as a float for MLflow; anything else None (not logged)."""
+    return float(value) if isinstance(value, (bool, int, float)) else None
+
+
+def _is_score(parts: list[str]) -> bool:
+    """A leaf is a score (percent) when it is the estimate or an interval bound of a score metric —
+    not a probability, a p-value or a count about it (e.g. seeds needed)."""
+    if parts[0] in PROBABILITY_SECTIONS:
+        return False
+    return parts[-1] in INTERVAL_PARTS and any(name in SCORES for name in parts[:-1])
+
+
+def metric_name(parts: list[str]) -> str:
+    """summary.json path -> metric name: stats/<m>/estimate -> <m>; stats/<m>/low -> <m>/low;
+    collapse/estimate -> collapsed; improvement/fixed/estimate -> improvement/fixed."""
+    parts = parts[1:] if parts[0] == "stats" else list(parts)
+    parts[0] = ALIASES.get(parts[0], parts[0])
+    if len(parts) > 1 and parts[-1] == "estimate":
+        parts = parts[:-1]
+    return "/".join(parts)
+
+
+def cell_values(cell: dict) -> tuple[dict[str, float], dict[str, str]]:
+    """Every aggregate number of a summary.json cell as a metric (scores in percent), every string
+    (e.g. an interval's method) as a tag, the published reference numbers as ``paper.*`` tags.
+    Generic: a key summary.json gains appears without a change here."""
+    metrics, tags = {}, {}
+
+    def walk(value, parts):
+        if isinstance(value, dict):
+            for key, item in value.items():
+                walk(item, [*parts, str(key)])
+        elif isinstance(value, str):
+            tags[metric_name(parts)] = value
+        elif number(value) is not None:
+            metrics[metric_name(parts)] = percent(number(value)) if _is_score(parts) else number(value)
+        # lists (per-seed values live on the seed runs) and nulls are not numbers of the cell
+
+    for section, value in cell.items():
+        if section not in CELL_SKIP:
+            walk(value, [section])
+    tags.update({f"paper.{k}": param_text(v) for k, v in (cell.get("reference") or {}).items()})
+    return metrics, tags
+
+
+def seed_values(per_seed: dict) -> dict[str, float]:
+    """One seed's numbers from a cell's per_seed lists (already indexed), named as the cell's."""
+    return {metric_name([key]): percent(number(value)) if key in SCORES else number(value)
+            for key, value in per_seed.items() if number(value) is not None}
+
+
+def step_times_ms(rows: list[dict], start_ms: int) -> dict[int, int]:
+    """step -> the time the step's row was produced (its ``time`` field, unix seconds), in ms.
+    Rows written before that field existed: the run's start + step milliseconds — monotonic in
+    the step, not wall time (the step order is right, a wall-time axis is not)."""
+    return {int(row["step"]): int(row["time"] * 1000) if number(row.get("time")) is not None
+            and math.isfinite(row["time"]) else start_ms + int(row["step"]) for row in rows}
+
+
+def eval_metrics(rows: list[dict]) -> list[tuple[int, str, float]]:
+    """(step, key, value in percent) of an eval file's curve keys."""
+    return [(int(row["step"]), key, percent(number(row[key]))) for row in rows
+            for key in EVAL_CURVE_KEYS if number(row.get(key)) is not None]

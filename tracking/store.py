@@ -1,0 +1,119 @@
+"""Where the MLflow store lives, how it stays relocatable, the single-writer lock and the UI link.
+
+Default store: ``sqlite:///<results_dir>/mlflow.db`` with artifacts under ``<results_dir>/mlartifacts``.
+The experiments of that store record their artifact location as ``mlflow-artifacts:/<experiment>``,
+a path relative to whatever artifact root the UI server is started with (``--artifacts-destination
+<results_dir>/mlartifacts``, see tracking.ui): no absolute path of this machine is written in the
+store, so ``results/`` can be moved or copied to another machine and still lists and opens every
+artifact. The writer (tracking.sync) puts artifacts straight into that folder, the place the server
+later reads them from. If $MLFLOW_TRACKING_URI names a server, both runs and artifacts go there.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import sqlite3
+import time
+import urllib.parse
+from contextlib import contextmanager
+from pathlib import Path
+
+PROXIED = "mlflow-artifacts:"
+LOCK_NAME = "tracking.lock"
+KIND = "stalebench.kind"  # the tag naming a run's kind: parent | run | cell
+SEED_RUNS_FILTER = f"tags.\"{KIND}\" = 'run'"
+
+
+def results_root(config: dict) -> Path:
+    return Path(config.get("results_dir", "results")).resolve()
+
+
+def tracking_uri(config: dict) -> tuple[str, str | None]:
+    """(tracking URI, artifact root of a new experiment: None = the server's default, else the
+    proxied root under which ``<experiment>/<run id>/artifacts`` resolve)."""
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return os.environ["MLFLOW_TRACKING_URI"], None
+    return f"sqlite:///{results_root(config) / 'mlflow.db'}", PROXIED
+
+
+def artifact_destination(config: dict) -> Path:
+    """The folder a local store's ``mlflow-artifacts:/`` URIs resolve to (the UI server's
+    ``--artifacts-destination``)."""
+    return results_root(config) / "mlartifacts"
+
+
+def local_artifact_dir(config: dict, artifact_uri: str) -> Path | None:
+    """The folder of a run whose artifact URI is proxied (``mlflow-artifacts:/<exp>/<run>/artifacts``)
+    in the local store; None when the artifacts go through a tracking server."""
+    if os.environ.get("MLFLOW_TRACKING_URI") or not artifact_uri.startswith(PROXIED):
+        return None
+    return artifact_destination(config) / artifact_uri[len(PROXIED):].lstrip("/")
+
+
+_PRAGMA_SET = False
+
+
+def fast_sqlite_commits() -> None:
+    """PRAGMA synchronous=OFF on every sqlite connection of this process: each commit would
+    otherwise wait for an fsync (about 13 ms here, two per call), and the store is rebuildable
+    from the files if an OS crash ever corrupted it."""
+    global _PRAGMA_SET
+    if _PRAGMA_SET:
+        return
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    @event.listens_for(Engine, "connect")
+    def _no_fsync(dbapi_connection, _record):
+        if isinstance(dbapi_connection, sqlite3.Connection):
+            dbapi_connection.execute("PRAGMA synchronous=OFF")
+
+    _PRAGMA_SET = True
+
+
+class LockHeld(RuntimeError):
+    """Another tracking.sync holds the grid's writer lock."""
+
+
+@contextmanager
+def writer_lock(grid_path: Path, mode: str, wait_s: float = 0.0):
+    """Hold ``<grid>/tracking.lock`` (fcntl.lockf: released by the kernel if the holder dies, and
+    honoured over NFS) for the block. Held: wait up to ``wait_s`` seconds, then raise LockHeld
+    naming the holder (pid, host, mode, since) that the file records."""
+    path = Path(grid_path) / LOCK_NAME
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(path, "a+")
+    deadline = time.monotonic() + wait_s
+    try:
+        while True:
+            try:
+                fcntl.lockf(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError:
+                if time.monotonic() >= deadline:
+                    handle.seek(0)
+                    holder = handle.read().strip() or "unknown"
+                    raise LockHeld(f"another MLflow writer holds {path} ({holder}); only one tracking.sync "
+                                   "may write a grid at a time: stop it, or let it finish") from None
+                time.sleep(min(1.0, max(deadline - time.monotonic(), 0.01)))
+        handle.seek(0)
+        handle.truncate()
+        handle.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "mode": mode,
+                                 "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}) + "\n")
+        handle.flush()
+        yield
+    finally:
+        handle.close()  # closing the file releases the lock
+
+
+def ui_link(base_url: str, experiment_id: str) -> str:
+    """The grid's seed runs, as charts. MLflow 3 opens its GenAI traces page unless the link names the
+    classic ("machine learning") workflow; its runs view folds child runs under their parent (and
+    charts only the unfolded ones) while the runs are sorted by creation time, so the link lists the
+    seed runs by name instead. The UI reads all of these from the link's query."""
+    query = urllib.parse.urlencode({"workflowType": "machine_learning", "compareRunsMode": "CHART",
+                                    "searchFilter": SEED_RUNS_FILTER, "orderByKey": "tags.`mlflow.runName`",
+                                    "orderByAsc": "true"}, quote_via=urllib.parse.quote)
+    return f"{base_url.rstrip('/')}/#/experiments/{experiment_id}/runs?{query}"

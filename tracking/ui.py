@@ -1,0 +1,91 @@
+"""Open the MLflow UI on a grid's store at its runs view (``make ui``).
+
+    python -m tracking.ui [--config config.yaml] [--grid NAME] [--port 5000]
+
+Starts ``mlflow server`` on 127.0.0.1 over <results_dir>/mlflow.db, serving the artifacts from
+<results_dir>/mlartifacts (wherever results/ now lives: the store is relocatable, tracking.store),
+waits until it answers, prints the direct link to the grid's runs view and runs until Ctrl-C.
+If $MLFLOW_TRACKING_URI names a server, prints that server's link instead and starts nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+from harness.config import ConfigError, load
+from tracking.store import artifact_destination, results_root, tracking_uri, ui_link
+
+HOST = "127.0.0.1"
+
+
+def experiment_id(uri: str, name: str) -> str:
+    from mlflow.tracking import MlflowClient
+    experiment = MlflowClient(uri).get_experiment_by_name(name)
+    if experiment is None:
+        raise ValueError(f"no experiment {name!r} in {uri}: run the grid (make demo) or tracking.sync first")
+    return experiment.experiment_id
+
+
+def server_command(config: dict, port: int) -> list[str]:
+    return [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", tracking_uri(config)[0],
+            "--artifacts-destination", str(artifact_destination(config)), "--serve-artifacts",
+            "--host", HOST, "--port", str(port), "--workers", "1"]
+
+
+def wait_healthy(base: str, process: subprocess.Popen, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            urllib.request.urlopen(base + "/health", timeout=2)
+            return
+        except OSError:
+            if process.poll() is not None:
+                raise RuntimeError(f"mlflow server exited with status {process.returncode}") from None
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"mlflow server did not answer at {base} within {timeout_s:.0f} s") from None
+            time.sleep(0.5)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tracking.ui", description=__doc__.split("\n")[0])
+    parser.add_argument("--config", default="config.yaml", help="workflow config naming the grid and results_dir")
+    parser.add_argument("--grid", help="the grid's name (default: the config's), e.g. after snakemake -C grid=NAME")
+    parser.add_argument("--port", type=int, default=5000)
+    args = parser.parse_args(argv)
+    try:
+        config = load(args.config, {"grid": args.grid} if args.grid else None)
+    except ConfigError as error:
+        parser.error(str(error))
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    uri = tracking_uri(config)[0]
+    if not uri.startswith("sqlite:"):
+        print(ui_link(uri, experiment_id(uri, config["grid"])), flush=True)
+        return 0
+    if not (results_root(config) / "mlflow.db").exists():
+        parser.error(f"no MLflow store at {results_root(config) / 'mlflow.db'}: run the grid (make demo) first")
+    link = ui_link(f"http://{HOST}:{args.port}", experiment_id(uri, config["grid"]))
+    process = subprocess.Popen(server_command(config, args.port), start_new_session=True)
+    # SIGTERM (e.g. from a test) goes through the finally below, which stops the server's process group
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        wait_healthy(f"http://{HOST}:{args.port}", process)
+        print(f"MLflow UI of grid {config['grid']!r} (Ctrl-C stops it):\n{link}", flush=True)
+        return process.wait()
+    except KeyboardInterrupt:
+        return 0
+    except RuntimeError as error:
+        print(f"tracking.ui: error: {error}", file=sys.stderr)
+        return 1
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(timeout=30)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
