@@ -100,6 +100,7 @@ def train(run_config, run_dir):
 
 register(Engine(name="toy", resolve_params=tiny.resolve_params, train=train, eval_backend="tiny",
                 check_run=tiny.check_run, prepare=tiny.prepare, prepare_outputs=tiny.prepare_outputs,
+                prepare_keys=tiny.prepare_keys,
                 resources={"train": {"threads": 1, "mem_mb": 321}}))
 '''
 
