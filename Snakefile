@@ -14,7 +14,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import update_config
 
 import engines
-from harness.config import ConfigError, job_resources, retype_cli_values, rule_resources, validate
+from harness.config import ConfigError, job_resources, retype_cli_values, rule_resources, train_retries, validate
 from harness.grid import expand as grid_runs, grid_dir, resolve_run_config
 from stabilizers import load_recipes
 
@@ -30,6 +30,7 @@ envvars:
 update_config(config, retype_cli_values(workflow.config_settings.overwrite_config))
 try:
     CONFIG = validate(config)
+    TRAIN_RETRIES = train_retries(CONFIG)
 except ConfigError as error:
     raise WorkflowError(str(error)) from None
 

@@ -21,13 +21,14 @@ The run directory, lag mode and lag come from the custom-config YAML (args.stale
 """
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from harness.io import append_jsonl_atomic, read_jsonl
+from harness.io import append_jsonl_atomic, read_jsonl, write_text_atomic
 from engines.slime.lag import trainer_version
 
 QUANTILES = (0.5, 0.9, 0.99)
@@ -107,8 +108,7 @@ class MetricsRecorder:
     def begin_step(self, rollout_id: int, row: dict) -> None:
         if not self.started:  # a resumed job recomputes every step from its first rollout on
             kept = [r for r in read_jsonl(self.path) if r["step"] <= rollout_id]
-            self.path.unlink(missing_ok=True)
-            append_jsonl_atomic(self.path, kept)
+            write_text_atomic(self.path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
             self.started = True
         self.pending[rollout_id] = row
 
@@ -121,7 +121,7 @@ class MetricsRecorder:
         row.update(scalars)
         row.update({"loss": scalars.get("loss", math.nan), "grad_norm": scalars.get("grad_norm", math.nan),
                     "entropy": scalars.get("entropy_loss", math.nan)})
-        append_jsonl_atomic(self.path, [row])
+        append_jsonl_atomic(self.path, [row], increasing="step")
 
 
 def is_writer_rank() -> bool:

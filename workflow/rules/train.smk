@@ -1,6 +1,8 @@
 # Training: one job per (recipe, lag, seed); an engine with a grid-wide prepare step (the tiny
 # engine's warm-start model) runs it first. engines.run resumes from the run's last checkpoint,
 # so a killed job run again (--rerun-incomplete) redoes only the missing steps; it writes status.json last.
+# A job stopped before its time limit (exit 75) is retried too: TRAIN_RETRIES covers the jobs the step
+# budget needs within the time limit, plus one (harness.config.train_retries).
 
 if ENGINE.prepare_outputs:
 
@@ -35,6 +37,7 @@ rule train:
     conda:
         "../../envs/stalebench-cpu.yaml"
     threads: rule_resources(CONFIG, "train")["threads"]
+    retries: TRAIN_RETRIES
     resources:
         **job_resources(CONFIG, "train"),
     shell:
