@@ -4,9 +4,12 @@
     cluster.env                            # environment for sbatch/squeue/scancel/snakemake
     cluster.stop()                         # stops the daemons it started, by their pids
 
-Nothing system-wide is touched: the munge key, socket, spool and state directories, logs and
-slurm.conf live under ``root``, the ports are free ones picked at start, and no accounting
-daemon runs (the executor plugin then polls ``squeue``, which needs MinJobAge >= 120 s).
+The munge key, socket, spool and state directories, logs and slurm.conf live under ``root``, the
+ports are free ones picked at start, and no accounting daemon runs (the executor plugin then polls
+``squeue``, which needs MinJobAge >= 120 s). One system-wide trace: /etc/slurm/slurm.conf is a
+symlink to the private config while the cluster runs, because the executor plugin's job step
+drops $SLURM_CONF before it calls srun; a config already there (a real cluster, or another test
+cluster) is left alone and the cluster refuses to start.
 Two partitions on the one node: ``cpu`` (default) and ``gpu``.
 """
 from __future__ import annotations
@@ -21,6 +24,7 @@ from pathlib import Path
 
 PACKAGES = ("slurm-wlm", "munge")
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel")
+SYSTEM_CONF = Path("/etc/slurm/slurm.conf")
 
 
 def missing_binaries() -> list[str]:
@@ -119,7 +123,19 @@ class SlurmCluster:
                                                 start_new_session=True)
 
     def start(self, timeout: float = 60) -> "SlurmCluster":
+        if SYSTEM_CONF.exists() or SYSTEM_CONF.is_symlink():
+            raise RuntimeError(f"{SYSTEM_CONF} exists (a real cluster, or another test cluster): not starting one")
+        try:
+            self._start_daemons(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start_daemons(self, timeout: float) -> None:
         self.write_config()
+        SYSTEM_CONF.parent.mkdir(parents=True, exist_ok=True)
+        SYSTEM_CONF.symlink_to(self.conf)
         key = self.root / "munge.key"
         subprocess.run([_sbin("mungekey"), "--create", f"--keyfile={key}"], check=True, capture_output=True)
         key.chmod(0o600)
@@ -134,7 +150,6 @@ class SlurmCluster:
         self._start("slurmd", [_sbin("slurmd"), "-D", "-f", str(self.conf)])
         self._wait(lambda: self._run(["sinfo", "-h", "-N", "-o", "%t"]).stdout.strip().split("\n")[0]
                    in ("idle", "mix", "alloc"), timeout, "the node to be idle (sinfo)")
-        return self
 
     def _run(self, command: list[str]) -> subprocess.CompletedProcess:
         return subprocess.run(command, env=self.env, capture_output=True, text=True, timeout=30)
@@ -160,7 +175,9 @@ class SlurmCluster:
         return [line.split("|") for line in out.splitlines() if line]
 
     def stop(self) -> None:
-        """Stop the daemons this object started (by pid), newest first."""
+        """Stop the daemons this object started (by pid), newest first; remove the symlink it made."""
+        if SYSTEM_CONF.is_symlink() and SYSTEM_CONF.resolve() == self.conf.resolve():
+            SYSTEM_CONF.unlink()
         for name in reversed(list(self.processes)):
             proc = self.processes.pop(name)
             if proc.poll() is None:

@@ -1,0 +1,130 @@
+"""The workflow on a real single-node SLURM cluster (tests/slurm_cluster.py), through
+workflow/profiles/slurm, compared with the same grid run locally.
+
+One invocation exercises what goes wrong on clusters, and must still finish the grid by itself:
+- every training job has a one-minute limit and asks for the warning signal 40 s ahead, so each
+  run needs several jobs: each stops at the warning with its resume state, exits 75, and the
+  profile's retries continue it (never a TIMEOUT);
+- a second writer (engines.run by hand on a run whose training job is running) fails at once,
+  naming that SLURM job;
+- that training job is then cancelled (scancel): squeue reports CANCELLED and the profile retries it.
+The runs' metrics.jsonl, their scores and the table must equal the local run's, byte for byte.
+
+Installs slurm-wlm + munge when absent (root + apt), else skips with the reason. Slow (~10 min on
+2 cores): the executor polls job states with a growing interval (2, 14, 36, 68 s after a submission).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.config import load
+from harness.grid import grid_dir, run_dir
+from tests.slurm_cluster import SlurmCluster, install_reason
+from tests.workflow_cli import ROOT, SNAKEMAKE, snakemake
+
+STEPS, EVAL_EVERY = 400, 100
+OVERRIDES = {
+    "grid": "slurm", "steps": STEPS, "eval_every": EVAL_EVERY, "recipes": ["grpo"], "lags": [1, 2], "seeds": [0],
+    "baseline": "grpo", "engine_params": {"preset": "demo", "warmstart_steps": 20},
+    "eval": {"tasks": ["tiny_test"], "selection_task": None, "k": 2, "problems": {"tiny_test": 16}},
+    # SLURM's shortest limit, with the warning 40 s ahead (slurmctld checks limits every ~30 s)
+    "resources": {"train": {"runtime": 1, "slurm_extra": "--signal=URG@40"}},
+}
+CANCELLED_RUN = ("grpo", 2, 0)
+
+
+def overrides(results: Path) -> list[str]:
+    return ["-C", f"results_dir={results}", *(f"{key}={json.dumps(value)}" for key, value in OVERRIDES.items())]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    reason = install_reason()
+    if reason:
+        pytest.skip(reason)
+    with tempfile.TemporaryDirectory(prefix="stalebench-slurm-") as root:
+        cluster = SlurmCluster(root).start()
+        try:
+            yield cluster
+        finally:
+            cluster.stop()
+
+
+def job_table(cluster) -> dict[str, dict]:
+    """Every job slurmctld still knows: id -> state, partition, comment (the plugin's rule + wildcards)."""
+    return {job: {"state": state, "partition": partition, "comment": comment}
+            for job, state, partition, comment in cluster.squeue("%i", "%T", "%P", "%k")}
+
+
+def exit_code(cluster, job: str) -> str:
+    out = subprocess.run(["scontrol", "show", "job", job], env=cluster.env, capture_output=True, text=True).stdout
+    return next((field.split("=", 1)[1] for field in out.split() if field.startswith("ExitCode=")), "?")
+
+
+def test_grid_through_slurm_survives_time_limits_cancel_and_a_second_writer(cluster):
+    with tempfile.TemporaryDirectory(prefix="stalebench-slurm-grid-") as folder:
+        folder = Path(folder)
+        config = load(ROOT / "config.yaml", {"results_dir": str(folder / "slurm"), **OVERRIDES})
+        table = grid_dir(config) / "table.md"
+        target = run_dir(config, *CANCELLED_RUN)
+        start = time.monotonic()
+        log = open(folder / "snakemake.log", "w")  # a file, not a pipe: nobody reads a pipe while we poll
+        process = subprocess.Popen(
+            [SNAKEMAKE, "--profile", "workflow/profiles/slurm", "--slurm-init-seconds-before-status-checks", "2",
+             "--slurm-logdir", str(folder / "slurm_logs"), *overrides(folder / "slurm"), str(table)],
+            cwd=ROOT, env=cluster.env, stdout=log, stderr=subprocess.STDOUT, text=True)
+        jobs, exits, second_writer, cancelled = {}, {}, None, None
+        try:
+            while process.poll() is None:
+                assert time.monotonic() - start < 1200, "the SLURM grid took over 20 minutes"
+                jobs.update(job_table(cluster))
+                for job, info in jobs.items():
+                    if info["state"] == "FAILED" and job not in exits:
+                        exits[job] = exit_code(cluster, job)
+                running = [job for job, info in jobs.items() if info["state"] == "RUNNING"
+                           and "rule_train" in info["comment"] and "grpo_2_0" in info["comment"]]
+                if cancelled is None and running and (target / "train" / "checkpoints" / "step_100").exists():
+                    # README's recovery mistake: training the same run by hand while its job runs
+                    second_writer = subprocess.run(
+                        [sys.executable, "-m", "engines.run", "--run-dir", str(target), "--config-json",
+                         str(target / "config.json")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+                    second_writer = (running[0], second_writer)
+                    subprocess.run(["scancel", running[0]], env=cluster.env, check=True)
+                    cancelled = running[0]
+                time.sleep(1)
+        finally:
+            if process.poll() is None:
+                process.kill()
+            log.close()
+        output = (folder / "snakemake.log").read_text()
+        wall = time.monotonic() - start
+        jobs.update(job_table(cluster))
+        assert process.returncode == 0, output[-5000:]
+        print(f"SLURM grid: {wall:.0f} s, {len(jobs)} SLURM jobs")
+
+        assert cancelled is not None, "no running training job of the lag-2 run was found to cancel"
+        job, result = second_writer
+        assert result.returncode == 1 and f"SLURM job {job}" in result.stderr, result.stderr
+        assert jobs[cancelled]["state"] == "CANCELLED"
+        train_jobs = {job: info for job, info in jobs.items() if "rule_train" in info["comment"]}
+        assert "TIMEOUT" not in {info["state"] for info in train_jobs.values()}
+        stopped = [job for job, code in exits.items() if job in train_jobs and code == "75:0"]
+        assert stopped, f"no training job stopped at the warning signal (exit 75): {exits}"
+        assert {info["partition"] for info in jobs.values()} == {"cpu"}  # tiny engine: CPU partition only
+
+        local_config = load(ROOT / "config.yaml", {"results_dir": str(folder / "local"), **OVERRIDES})
+        local = snakemake("-c2", *overrides(folder / "local"), str(grid_dir(local_config) / "table.md"), timeout=900)
+        assert local.returncode == 0, local.stderr[-3000:]
+        for lag in OVERRIDES["lags"]:
+            for name in ("train/metrics.jsonl", "eval/tiny_test.jsonl"):
+                ours, theirs = run_dir(config, "grpo", lag, 0) / name, run_dir(local_config, "grpo", lag, 0) / name
+                assert ours.read_bytes() == theirs.read_bytes(), f"lag {lag}: {name} differs"
+        assert table.read_text() == (grid_dir(local_config) / "table.md").read_text()
