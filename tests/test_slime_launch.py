@@ -14,6 +14,7 @@ import yaml
 
 from harness.config import load
 from harness.grid import resolve_run_config, run_dir
+from engines import TimeLimitReached
 from engines.slime import launch
 import stabilizers.api
 from stabilizers import LossOutput
@@ -39,7 +40,7 @@ def table1(tmp_path):
 
 def parse_submit(script: str) -> tuple[list[str], dict[str, list[str]]]:
     """The entry point and flags of the script's `ray job submit ... -- <entry> <flags>`."""
-    command = script[script.index("ray job submit"):].replace("\\\n", " ")
+    command = script[script.index("ray job submit"):].replace("\\\n", " ").split(" &\n")[0]
     tokens = shlex.split(command)
     tokens = tokens[tokens.index("--") + 1:]
     first_flag = next(i for i, t in enumerate(tokens) if t.startswith("--"))
@@ -98,6 +99,7 @@ def assert_harness_script(text):
     assert "apptainer exec --nv" in text and "docker://slimerl/slime:nightly-dev-20260810a-cu129" in text
     assert 'source "$SLIME_DIR/scripts/models/qwen3-30B-A3B.sh"' in text
     assert "ray start --head" in text and "trap 'ray stop' EXIT" in text
+    assert "trap 'touch \"$RUN_DIR/train/stop_requested\"' URG" in text  # SLURM's time-limit warning
     assert "pkill" not in text and "--force" not in text
     assert f"{launch.REPO}" in text.split("RUNTIME_ENV=")[1].splitlines()[0]  # the harness on PYTHONPATH
 
@@ -110,7 +112,7 @@ def test_golden_grpo_lag1(table1):
     assert "--use-rollout-routing-replay" not in flags
     assert_paper_settings(flags, directory / "train", 0, table1)
     assert_harness_script(text)
-    assert text.rstrip().endswith('"${MODEL_ARGS[@]}"')  # the model's architecture flags, from slime
+    assert '"${MODEL_ARGS[@]}" &\n' in text  # the model's architecture flags, from slime, last
     assert custom == {"stalebench_recipe": {"name": "grpo", "loss": "grpo", "params": {"eps_low": 0.2, "eps_high": 0.2},
                                             "routing_replay": False, "tis": None, "table1": "grpo"},
                       "stalebench_run_dir": str(directory), "stalebench_lag_mode": "interval", "stalebench_lag": 1,
@@ -191,7 +193,7 @@ def test_publish_renames_complete_hf_saves_to_step_directories(tmp_path):
 
 FAKE_RAY = r'''#!{python}
 """A fake `ray`: records its calls; `job submit` plays a slime job writing what slime + the hooks write."""
-import json, os, sys
+import json, os, signal, sys, time
 calls = os.environ["FAKE_RAY_CALLS"]
 with open(calls, "a") as f:
     f.write(json.dumps(sys.argv[1:]) + "\n")
@@ -202,19 +204,27 @@ if sys.argv[1:3] == ["job", "submit"]:
     steps, every = int(value("--num-rollout")), int(value("--save-interval"))
     train = os.path.dirname(value("--custom-config-path"))
     fail_after = int(os.environ.get("FAKE_RAY_FAIL_AFTER", steps))
+    warn_after = int(os.environ.get("FAKE_RAY_WARN_AFTER", steps))
     with open(os.path.join(train, "metrics.jsonl"), "a") as f:
         for rollout_id in range(min(steps, fail_after)):
             f.write(json.dumps({{"step": rollout_id + 1, "loss": -0.1, "grad_norm": 1.0}}) + "\n")
-            if (rollout_id + 1) % every == 0 or rollout_id == steps - 1:
+            if rollout_id + 1 == warn_after:  # SLURM's warning reaches the job script, as srun would send it
+                os.kill(os.getppid(), signal.SIGURG)
+                while not os.path.exists(os.path.join(train, "stop_requested")):
+                    time.sleep(0.01)
+            stop = os.path.exists(os.path.join(train, "stop_requested"))
+            if stop or (rollout_id + 1) % every == 0 or rollout_id == steps - 1:
                 out = value("--save-hf").format(rollout_id=rollout_id)
                 os.makedirs(out)
                 open(os.path.join(out, "config.json"), "w").write("{{}}")
+            if stop:  # the driver: a save after the current step, then a normal end
+                break
     sys.exit(1 if fail_after < steps else 0)
 '''
 
 
-@pytest.mark.parametrize("fail_after", [None, 3])
-def test_run_executes_the_script_and_writes_status(table1, tmp_path, monkeypatch, fail_after):
+def fake_slime_job(table1, tmp_path, monkeypatch):
+    """A run config for the fake `ray` on PATH (steps 8, eval every 4); returns (run config, run dir, calls file)."""
     slime = tmp_path / "fake_slime"
     (slime / "scripts" / "models").mkdir(parents=True)
     (slime / "scripts" / "models" / "tiny.sh").write_text("MODEL_ARGS=(--num-layers 2 --hidden-size 8)\n")
@@ -225,13 +235,17 @@ def test_run_executes_the_script_and_writes_status(table1, tmp_path, monkeypatch
     calls = tmp_path / "ray_calls.jsonl"
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_RAY_CALLS", str(calls))
-    if fail_after:
-        monkeypatch.setenv("FAKE_RAY_FAIL_AFTER", str(fail_after))
     table1.update(steps=8, eval_every=4)
     table1["engine_params"].update(container_runtime="none", slime_dir=str(slime), slime_commit_check="warn",
                                    model_type="tiny")
-    run_config = resolve_run_config(table1, "sat_grpo", 8, 0)
-    directory = run_dir(table1, "sat_grpo", 8, 0)
+    return resolve_run_config(table1, "sat_grpo", 8, 0), run_dir(table1, "sat_grpo", 8, 0), calls
+
+
+@pytest.mark.parametrize("fail_after", [None, 3])
+def test_run_executes_the_script_and_writes_status(table1, tmp_path, monkeypatch, fail_after):
+    run_config, directory, calls = fake_slime_job(table1, tmp_path, monkeypatch)
+    if fail_after:
+        monkeypatch.setenv("FAKE_RAY_FAIL_AFTER", str(fail_after))
 
     if fail_after:
         with pytest.raises(RuntimeError, match="exited with code 1 after step 3"):
@@ -249,3 +263,20 @@ def test_run_executes_the_script_and_writes_status(table1, tmp_path, monkeypatch
     assert submit[-4:] == ["--num-layers", "2", "--hidden-size", "8"]  # MODEL_ARGS expanded last
     assert submit[submit.index("--update-weights-interval") + 1] == "8"
     assert (directory / "train" / "slime_commit.txt").read_text().strip() == "unknown"
+
+
+def test_time_limit_warning_saves_and_stops_without_a_status(table1, tmp_path, monkeypatch):
+    """SIGURG to the job script -> train/stop_requested -> the driver saves after step 5 and ends ->
+    TimeLimitReached, no status.json, the off-cadence HF save dropped; the retry finishes the run."""
+    run_config, directory, _ = fake_slime_job(table1, tmp_path, monkeypatch)
+    monkeypatch.setenv("FAKE_RAY_WARN_AFTER", "5")
+    with pytest.raises(TimeLimitReached, match="after step 5 of 8"):
+        launch.run(run_config, directory)
+    train = directory / "train"
+    assert not (train / "status.json").exists()
+    assert sorted(p.name for p in (train / "checkpoints").iterdir()) == ["step_4"]
+    assert not list((train / "hf").glob("iter_*"))  # the save at step 5 is Megatron's resume point only
+    monkeypatch.delenv("FAKE_RAY_WARN_AFTER")
+    (train / "metrics.jsonl").unlink()  # the fake job replays every step (slime's metrics hook cuts back)
+    assert launch.run(run_config, directory) == "completed"
+    assert sorted(p.name for p in (train / "checkpoints").iterdir()) == ["step_4", "step_8"]

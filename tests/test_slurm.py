@@ -79,7 +79,7 @@ def test_grid_through_slurm_survives_time_limits_cancel_and_a_second_writer(clus
         log = open(folder / "snakemake.log", "w")  # a file, not a pipe: nobody reads a pipe while we poll
         process = subprocess.Popen(
             [SNAKEMAKE, "--profile", "workflow/profiles/slurm", "--slurm-init-seconds-before-status-checks", "2",
-             "--slurm-logdir", str(folder / "slurm_logs"), *overrides(folder / "slurm"), str(table)],
+             "--slurm-logdir", str(folder / "slurm_logs"), str(table), *overrides(folder / "slurm")],
             cwd=ROOT, env=cluster.env, stdout=log, stderr=subprocess.STDOUT, text=True)
         jobs, exits, second_writer, cancelled = {}, {}, None, None
         try:
@@ -121,7 +121,7 @@ def test_grid_through_slurm_survives_time_limits_cancel_and_a_second_writer(clus
         assert {info["partition"] for info in jobs.values()} == {"cpu"}  # tiny engine: CPU partition only
 
         local_config = load(ROOT / "config.yaml", {"results_dir": str(folder / "local"), **OVERRIDES})
-        local = snakemake("-c2", *overrides(folder / "local"), str(grid_dir(local_config) / "table.md"), timeout=900)
+        local = snakemake("-c2", str(grid_dir(local_config) / "table.md"), *overrides(folder / "local"), timeout=900)
         assert local.returncode == 0, local.stderr[-3000:]
         for lag in OVERRIDES["lags"]:
             for name in ("train/metrics.jsonl", "eval/tiny_test.jsonl"):

@@ -8,7 +8,11 @@ The script (train/job.sh) re-executes itself inside the pinned slime container (
 docker; ``container_runtime: none`` when already inside), checks slime's commit, starts a
 private Ray head, submits ``train_async.py`` (interval lag: ``--update-weights-interval lag``) or
 the harness's constant-lag driver (``python3 -m engines.slime.driver``) with every slime and
-Megatron flag of the run, and stops its own Ray on exit. It never kills other processes (slime's
+Megatron flag of the run, and stops its own Ray on exit. SLURM's time-limit warning (SIGURG)
+makes the script touch train/stop_requested; the constant-lag driver then saves Megatron's state
+after its current step and stops, and ``run`` raises TimeLimitReached (engines.run exits 75, the
+retry resumes). slime's train_async.py (interval lag) has no such hook: it resumes from its last
+``--save-interval`` save. It never kills other processes (slime's
 example scripts run ``pkill -9 python``). The recipe reaches the trainer through
 ``--custom-config-path train/slime_custom.yaml`` (keys land on slime's args).
 
@@ -36,12 +40,14 @@ import yaml
 from harness.grid import check_lag
 from harness.cli import parse_json_arg
 from harness.io import read_jsonl, write_json_atomic, write_text_atomic
+from engines import TimeLimitReached
 from engines.slime import loss as slime_loss
 from stabilizers import recipe_from_dict
 
 REPO = Path(__file__).resolve().parents[2]
 CONTAINER_PIN = REPO / "envs" / "slime-container.yaml"
 RUNTIMES = ("apptainer", "docker", "none")
+STOP_FILE = "stop_requested"  # train/<this>: the job script's mark that the time-limit warning came
 MUTABLE_TAGS = re.compile(r"^(latest.*|main|master|dev|nightly|stable)$")
 
 # engine_params of the slime engine, with their defaults (None = required). The paper's values
@@ -337,7 +343,18 @@ def job_script_text(run_config: dict, run_dir: str | Path, *, check_files: bool 
         f"  -- {' '.join(entrypoint(run_config))} \\",
     ]
     lines += [f"  {' '.join(shlex.quote(part) for part in flag)} \\" for flag in flags]
-    lines.append('  "${MODEL_ARGS[@]}"')
+    lines += [
+        '  "${MODEL_ARGS[@]}" &',
+        "submit=$!",
+        "# SLURM's time-limit warning (sbatch --signal=URG@<s>, the engine's train resources) asks for a",
+        "# Megatron save now: the constant-lag driver saves after its current step and stops. bash runs",
+        "# the trap at once because it waits in `wait`, not on a foreground command.",
+        f'rm -f "$RUN_DIR/train/{STOP_FILE}"',
+        f"trap 'touch \"$RUN_DIR/train/{STOP_FILE}\"' URG",
+        'status=0; wait "$submit" || status=$?',
+        'while kill -0 "$submit" 2>/dev/null; do status=0; wait "$submit" || status=$?; done',
+        'exit "$status"',
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -352,16 +369,22 @@ def write_job_script(run_config: dict, run_dir: str | Path, *, check_files: bool
     return train / "job.sh"
 
 
-def publish_hf_checkpoints(run_dir: str | Path) -> list[Path]:
+def publish_hf_checkpoints(run_dir: str | Path, run_config: dict | None = None) -> list[Path]:
     """Rename slime's HF saves train/hf/iter_<r>/ to train/checkpoints/step_<r + 1>/ (the layout the
-    evaluation stage reads). An incomplete save (no config.json) is left where it is."""
+    evaluation stage reads). An incomplete save (no config.json) is left where it is. With the run
+    config, a save off the evaluation cadence (made at a time-limit stop) is deleted instead: the
+    evaluated steps are those of an uninterrupted run."""
     train = Path(run_dir) / "train"
     published = []
     for source in sorted((train / "hf").glob("iter_*")):
         match = re.fullmatch(r"iter_(\d+)", source.name)
         if not match or not (source / "config.json").exists():
             continue
-        target = train / "checkpoints" / f"step_{int(match.group(1)) + 1}"
+        step = int(match.group(1)) + 1
+        if run_config and step % run_config["eval_every"] and step != run_config["steps"]:
+            shutil.rmtree(source)
+            continue
+        target = train / "checkpoints" / f"step_{step}"
         target.parent.mkdir(parents=True, exist_ok=True)
         if target.exists():  # saved again by a resumed job: the newer save wins
             old = target.with_name(target.name + ".replaced")
@@ -390,8 +413,11 @@ def run(run_config: dict, run_dir: str | Path) -> str:
     run_dir = Path(run_dir).resolve()
     script = write_job_script(run_config, run_dir)
     returncode = subprocess.run(["bash", str(script)], cwd=run_dir).returncode
-    publish_hf_checkpoints(run_dir)
+    publish_hf_checkpoints(run_dir, run_config)
     status = final_status(run_config, run_dir, returncode)
+    if status["status"] == "failed" and (run_dir / "train" / STOP_FILE).exists():
+        raise TimeLimitReached(f"stopped after step {status['step']} of {run_config['steps']} at the time-limit "
+                               "warning; Megatron state saved, run again to continue")
     write_json_atomic(run_dir / "train" / "status.json", status)
     if status["status"] == "failed":
         raise RuntimeError(f"{run_dir}: {status['message']} (log: the job's output above)")
