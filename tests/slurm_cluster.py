@@ -175,7 +175,16 @@ class SlurmCluster:
         return [line.split("|") for line in out.splitlines() if line]
 
     def stop(self) -> None:
-        """Stop the daemons this object started (by pid), newest first; remove the symlink it made."""
+        """Cancel the jobs left on this private cluster, stop the daemons this object started (by
+        pid), newest first, and remove the symlink it made."""
+        if "slurmctld" in self.processes and self.processes["slurmctld"].poll() is None:
+            jobs = [row[0] for row in self.squeue("%i", "%T") if row[1] in ("PENDING", "RUNNING", "COMPLETING")]
+            if jobs:
+                self._run(["scancel", *jobs])
+                deadline = time.monotonic() + 60
+                while time.monotonic() < deadline and any(
+                        row[1] in ("PENDING", "RUNNING", "COMPLETING") for row in self.squeue("%i", "%T")):
+                    time.sleep(1)
         if SYSTEM_CONF.is_symlink() and SYSTEM_CONF.resolve() == self.conf.resolve():
             SYSTEM_CONF.unlink()
         for name in reversed(list(self.processes)):

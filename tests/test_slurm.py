@@ -2,8 +2,8 @@
 workflow/profiles/slurm, compared with the same grid run locally.
 
 One invocation exercises what goes wrong on clusters, and must still finish the grid by itself:
-- every training job has a one-minute limit and asks for the warning signal 40 s ahead, so each
-  run needs several jobs: each stops at the warning with its resume state, exits 75, and the
+- every training job has a two-minute limit and asks for the warning signal 40 s ahead, so each
+  run needs two or more jobs: each stops at the warning with its resume state, exits 75, and the
   profile's retries continue it (never a TIMEOUT);
 - a second writer (engines.run by hand on a run whose training job is running) fails at once,
   naming that SLURM job;
@@ -35,8 +35,10 @@ OVERRIDES = {
     "grid": "slurm", "steps": STEPS, "eval_every": EVAL_EVERY, "recipes": ["grpo"], "lags": [1, 2], "seeds": [0],
     "baseline": "grpo", "engine_params": {"preset": "demo", "warmstart_steps": 20},
     "eval": {"tasks": ["tiny_test"], "selection_task": None, "k": 2, "problems": {"tiny_test": 16}},
-    # SLURM's shortest limit, with the warning 40 s ahead (slurmctld checks limits every ~30 s)
-    "resources": {"train": {"runtime": 1, "slurm_extra": "--signal=URG@40"}},
+    # Two-minute jobs, warned 40 s ahead. slurmctld checks limits every 30 s and may warn up to that
+    # much earlier, so the warning comes 50-80 s into a job: after its trainer started (a warning
+    # sent before any job step exists is lost), and 40-70 s before the limit.
+    "resources": {"train": {"runtime": 2, "slurm_extra": "--signal=URG@40"}},
 }
 CANCELLED_RUN = ("grpo", 2, 0)
 
