@@ -66,11 +66,6 @@ def job_table(cluster) -> dict[str, dict]:
             for job, state, partition, comment in cluster.squeue("%i", "%T", "%P", "%k")}
 
 
-def exit_code(cluster, job: str) -> str:
-    out = subprocess.run(["scontrol", "show", "job", job], env=cluster.env, capture_output=True, text=True).stdout
-    return next((field.split("=", 1)[1] for field in out.split() if field.startswith("ExitCode=")), "?")
-
-
 def test_grid_through_slurm_survives_time_limits_cancel_and_a_second_writer(cluster):
     with tempfile.TemporaryDirectory(prefix="stalebench-slurm-grid-") as folder:
         folder = Path(folder)
@@ -83,14 +78,11 @@ def test_grid_through_slurm_survives_time_limits_cancel_and_a_second_writer(clus
             [SNAKEMAKE, "--profile", "workflow/profiles/slurm", "--slurm-init-seconds-before-status-checks", "2",
              "--slurm-logdir", str(folder / "slurm_logs"), str(table), *overrides(folder / "slurm")],
             cwd=ROOT, env=cluster.env, stdout=log, stderr=subprocess.STDOUT, text=True)
-        jobs, exits, second_writer, cancelled = {}, {}, None, None
+        jobs, second_writer, cancelled = {}, None, None
         try:
             while process.poll() is None:
                 assert time.monotonic() - start < 1200, "the SLURM grid took over 20 minutes"
                 jobs.update(job_table(cluster))
-                for job, info in jobs.items():
-                    if info["state"] == "FAILED" and job not in exits:
-                        exits[job] = exit_code(cluster, job)
                 running = [job for job, info in jobs.items() if info["state"] == "RUNNING"
                            and "rule_train" in info["comment"] and "grpo_2_0" in info["comment"]]
                 if cancelled is None and running and (target / "train" / "checkpoints" / "step_100").exists():
@@ -117,9 +109,10 @@ def test_grid_through_slurm_survives_time_limits_cancel_and_a_second_writer(clus
         assert result.returncode == 1 and f"SLURM job {job}" in result.stderr, result.stderr
         assert jobs[cancelled]["state"] == "CANCELLED"
         train_jobs = {job: info for job, info in jobs.items() if "rule_train" in info["comment"]}
-        assert "TIMEOUT" not in {info["state"] for info in train_jobs.values()}
-        stopped = [job for job, code in exits.items() if job in train_jobs and code == "75:0"]
-        assert stopped, f"no training job stopped at the warning signal (exit 75): {exits}"
+        states = [info["state"] for info in train_jobs.values()]
+        assert "TIMEOUT" not in states and "FAILED" in states, states
+        # the failed jobs' logs (show-failed-logs): trainers that stopped at the warning
+        assert "before the job's time limit; resume state saved" in output
         assert {info["partition"] for info in jobs.values()} == {"cpu"}  # tiny engine: CPU partition only
 
         local_config = load(ROOT / "config.yaml", {"results_dir": str(folder / "local"), **OVERRIDES})

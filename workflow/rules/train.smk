@@ -37,7 +37,10 @@ rule train:
     conda:
         "../../envs/stalebench-cpu.yaml"
     threads: rule_resources(CONFIG, "train")["threads"]
-    retries: TRAIN_RETRIES
+    # Only the main snakemake retries. Inside a cluster job the executor's job-step snakemake would
+    # otherwise rerun a trainer that stopped at the time-limit warning within the same allocation,
+    # past the (one-off) warning, into the limit.
+    retries: TRAIN_RETRIES if workflow.is_main_process else 0
     resources:
         **job_resources(CONFIG, "train"),
     shell:
