@@ -16,7 +16,7 @@ Installs slurm-wlm + munge when absent (root + apt), else skips with the reason.
 from __future__ import annotations
 
 import json
-import os
+import math
 import subprocess
 import sys
 import tempfile
@@ -25,26 +25,40 @@ from pathlib import Path
 
 import pytest
 
+from engines.run import run
+from engines.tiny.warmstart import build_base
 from harness.config import load
-from harness.grid import grid_dir, run_dir
+from harness.grid import grid_dir, resolve_run_config, run_dir
 from tests.slurm_cluster import SlurmCluster, install_reason
 from tests.workflow_cli import ROOT, SNAKEMAKE, snakemake
 
-STEPS, EVAL_EVERY = 400, 100
 OVERRIDES = {
-    "grid": "slurm", "steps": STEPS, "eval_every": EVAL_EVERY, "recipes": ["grpo"], "lags": [1, 2], "seeds": [0],
-    "baseline": "grpo", "engine_params": {"preset": "demo", "warmstart_steps": 20},
+    "grid": "slurm", "recipes": ["grpo"], "lags": [1, 2], "seeds": [0], "baseline": "grpo",
+    "engine_params": {"preset": "demo", "warmstart_steps": 20},
     "eval": {"tasks": ["tiny_test"], "selection_task": None, "k": 2, "problems": {"tiny_test": 16}},
     # Two-minute jobs, warned 40 s ahead. slurmctld checks limits every 30 s and may warn up to that
     # much earlier, so the warning comes 50-80 s into a job: after its trainer started (a warning
     # sent before any job step exists is lost), and 40-70 s before the limit.
     "resources": {"train": {"runtime": 2, "slurm_extra": "--signal=URG@40"}},
 }
+TRAINING_SECONDS = 100  # per run: more than one job trains before its warning (at most ~65 s)
 CANCELLED_RUN = ("grpo", 2, 0)
 
 
-def overrides(results: Path) -> list[str]:
-    return ["-C", f"results_dir={results}", *(f"{key}={json.dumps(value)}" for key, value in OVERRIDES.items())]
+def sized_grid(folder: Path) -> dict:
+    """OVERRIDES with steps that keep a run training for ~TRAINING_SECONDS on this machine now
+    (measured on a 40-step run), so that every run needs two or more jobs however fast the
+    machine; 4 checkpoints per run."""
+    config = load(ROOT / "config.yaml", {"results_dir": str(folder), **OVERRIDES, "steps": 40, "eval_every": 40})
+    build_base(config["engine_params"], grid_dir(config) / "base")
+    run(resolve_run_config(config, "grpo", 1, 0), folder / "probe")
+    seconds = sum(json.loads((folder / "probe" / "train" / "status.json").read_text())["seconds"].values()) / 40
+    steps = max(200, 40 * math.ceil(TRAINING_SECONDS / seconds / 40))
+    return {**OVERRIDES, "steps": steps, "eval_every": steps // 4}
+
+
+def overrides(results: Path, grid: dict) -> list[str]:
+    return ["-C", f"results_dir={results}", *(f"{key}={json.dumps(value)}" for key, value in grid.items())]
 
 
 @pytest.fixture(scope="module")
@@ -69,14 +83,16 @@ def job_table(cluster) -> dict[str, dict]:
 def test_grid_through_slurm_survives_time_limits_cancel_and_a_second_writer(cluster):
     with tempfile.TemporaryDirectory(prefix="stalebench-slurm-grid-") as folder:
         folder = Path(folder)
-        config = load(ROOT / "config.yaml", {"results_dir": str(folder / "slurm"), **OVERRIDES})
+        grid = sized_grid(folder / "probe")
+        print(f"SLURM grid: {grid['steps']} steps per run")
+        config = load(ROOT / "config.yaml", {"results_dir": str(folder / "slurm"), **grid})
         table = grid_dir(config) / "table.md"
         target = run_dir(config, *CANCELLED_RUN)
         start = time.monotonic()
         log = open(folder / "snakemake.log", "w")  # a file, not a pipe: nobody reads a pipe while we poll
         process = subprocess.Popen(
             [SNAKEMAKE, "--profile", "workflow/profiles/slurm", "--slurm-init-seconds-before-status-checks", "2",
-             "--slurm-logdir", str(folder / "slurm_logs"), str(table), *overrides(folder / "slurm")],
+             "--slurm-logdir", str(folder / "slurm_logs"), str(table), *overrides(folder / "slurm", grid)],
             cwd=ROOT, env=cluster.env, stdout=log, stderr=subprocess.STDOUT, text=True)
         jobs, second_writer, cancelled = {}, None, None
         try:
@@ -85,7 +101,8 @@ def test_grid_through_slurm_survives_time_limits_cancel_and_a_second_writer(clus
                 jobs.update(job_table(cluster))
                 running = [job for job, info in jobs.items() if info["state"] == "RUNNING"
                            and "rule_train" in info["comment"] and "grpo_2_0" in info["comment"]]
-                if cancelled is None and running and (target / "train" / "checkpoints" / "step_100").exists():
+                first_checkpoint = target / "train" / "checkpoints" / f"step_{grid['eval_every']}"
+                if cancelled is None and running and first_checkpoint.exists():
                     # README's recovery mistake: training the same run by hand while its job runs
                     second_writer = subprocess.run(
                         [sys.executable, "-m", "engines.run", "--run-dir", str(target), "--config-json",
@@ -115,10 +132,11 @@ def test_grid_through_slurm_survives_time_limits_cancel_and_a_second_writer(clus
         assert "before the job's time limit; resume state saved" in output
         assert {info["partition"] for info in jobs.values()} == {"cpu"}  # tiny engine: CPU partition only
 
-        local_config = load(ROOT / "config.yaml", {"results_dir": str(folder / "local"), **OVERRIDES})
-        local = snakemake("-c2", str(grid_dir(local_config) / "table.md"), *overrides(folder / "local"), timeout=900)
+        local_config = load(ROOT / "config.yaml", {"results_dir": str(folder / "local"), **grid})
+        local = snakemake("-c2", str(grid_dir(local_config) / "table.md"), *overrides(folder / "local", grid),
+                          timeout=900)
         assert local.returncode == 0, local.stderr[-3000:]
-        for lag in OVERRIDES["lags"]:
+        for lag in grid["lags"]:
             for name in ("train/metrics.jsonl", "eval/tiny_test.jsonl"):
                 ours, theirs = run_dir(config, "grpo", lag, 0) / name, run_dir(local_config, "grpo", lag, 0) / name
                 assert ours.read_bytes() == theirs.read_bytes(), f"lag {lag}: {name} differs"
