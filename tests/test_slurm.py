@@ -94,13 +94,20 @@ def test_grid_through_slurm_survives_time_limits_cancel_and_a_second_writer(clus
             [SNAKEMAKE, "--profile", "workflow/profiles/slurm", "--slurm-init-seconds-before-status-checks", "2",
              "--slurm-logdir", str(folder / "slurm_logs"), str(table), *overrides(folder / "slurm", grid)],
             cwd=ROOT, env=cluster.env, stdout=log, stderr=subprocess.STDOUT, text=True)
-        jobs, second_writer, cancelled = {}, None, None
+        jobs, running_since, second_writer, cancelled = {}, {}, None, None
         try:
             while process.poll() is None:
                 assert time.monotonic() - start < 1200, "the SLURM grid took over 20 minutes"
                 jobs.update(job_table(cluster))
-                running = [job for job, info in jobs.items() if info["state"] == "RUNNING"
-                           and "rule_train" in info["comment"] and "grpo_2_0" in info["comment"]]
+                for job, info in jobs.items():
+                    if info["state"] == "RUNNING":
+                        running_since.setdefault(job, time.monotonic())
+                # a training job of the lag-2 run whose trainer holds the run's lock, and whose warning
+                # (50-80 s into the job) is not due while we act
+                lock = target / "locks" / "train.lock"
+                holder = json.loads(lock.read_text() or "{}").get("slurm_job_id") if lock.exists() else None
+                running = [job for job, info in jobs.items() if info["state"] == "RUNNING" and job == holder
+                           and time.monotonic() - running_since[job] < 40]
                 first_checkpoint = target / "train" / "checkpoints" / f"step_{grid['eval_every']}"
                 if cancelled is None and running and first_checkpoint.exists():
                     # README's recovery mistake: training the same run by hand while its job runs
