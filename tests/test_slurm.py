@@ -10,8 +10,8 @@ One invocation exercises what goes wrong on clusters, and must still finish the 
 - that training job is then cancelled (scancel): squeue reports CANCELLED and the profile retries it.
 The runs' metrics.jsonl, their scores and the table must equal the local run's, byte for byte.
 
-Installs slurm-wlm + munge when absent (root + apt), else skips with the reason. Slow (~10 min on
-2 cores): the executor polls job states with a growing interval (2, 14, 36, 68 s after a submission).
+Installs slurm-wlm + munge when absent (root + apt), else skips with the reason. Slow (9 min on a
+loaded 2-core box): the executor polls job states at growing intervals (2, 14, 36, 68 s after a submission).
 """
 from __future__ import annotations
 
