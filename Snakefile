@@ -18,7 +18,8 @@ import sys
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import update_config
 
-from harness.config import ConfigError, check_recipe_values, job_resources, retype_cli_values, rule_resources, validate
+from harness.config import (ConfigError, check_recipe_values, job_resources, retype_cli_values, rule_resources,
+                            train_retries, validate)
 from harness.model import Config
 
 
@@ -38,6 +39,7 @@ update_config(config, retype_cli_values(workflow.config_settings.overwrite_confi
 try:
     CONFIG = validate(config)
     MODEL = Config.build(CONFIG)  # resolves every run (engine params, stabilizer defaults) once
+    TRAIN_RETRIES = train_retries(CONFIG)
 except (ConfigError, ValueError) as error:
     raise WorkflowError(str(error)) from None
 

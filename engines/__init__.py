@@ -4,7 +4,10 @@ An engine provides everything the workflow needs to know about it (shared/DESIGN
 
     resolve_params(engine_params) -> dict   the config's engine_params checked and completed
                                             (ValueError naming the key); no file access
-    resources[rule]                         default job resources per rule (config `resources` overrides)
+    resources[rule]                         default job resources per rule (config `resources` overrides);
+                                            train's slurm_extra asks for the time-limit warning signal
+    step_minutes                            an upper estimate of one training step's wall time (minutes):
+                                            with the train job's runtime it sets the training job's retries
     train(run_config, run_dir) -> status    train or resume one run; writes train/status.json
     eval_backend                            the eval/ model back end that scores its checkpoints
     check_run(run_config)                   optional: what else a run needs before its directory is
@@ -25,6 +28,8 @@ from __future__ import annotations
 import importlib
 import os
 import pkgutil
+import signal
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -43,6 +48,7 @@ class Engine:
     prepare: Callable[[dict, Path], object] | None = None
     prepare_outputs: tuple[str, ...] = ()
     prepare_keys: tuple[str, ...] = ()
+    step_minutes: float = 0.0
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.resources) - set(RULES))
@@ -55,6 +61,29 @@ class Engine:
 class TrainingDiverged(Exception):
     """Training met a non-finite loss, log-probability or weight; the message says which.
     Engines raise it where they detect it and catch it in one place, which writes status "diverged"."""
+
+
+# SLURM's warning before a job's time limit: the engines' train resources ask for it with
+# `sbatch --signal=URG@<seconds>`. SIGURG because its default action is "ignore": SLURM signals
+# every process of the job step, and Snakemake's own processes there must survive it (SIGUSR1
+# would kill them). An engine that sees it saves its resume state and raises TimeLimitReached;
+# engines.run then exits with EXIT_RESUME, the job fails before its limit, and the retry resumes.
+TIME_LIMIT_SIGNAL = signal.SIGURG
+EXIT_RESUME = os.EX_TEMPFAIL  # 75
+_TIME_LIMIT_NEAR = threading.Event()
+
+
+class TimeLimitReached(Exception):
+    """Training stopped early because the job's time limit is near; its resume state is on disk."""
+
+
+def watch_time_limit() -> None:
+    """From now on, TIME_LIMIT_SIGNAL marks the time limit as near (engines poll time_limit_near)."""
+    signal.signal(TIME_LIMIT_SIGNAL, lambda signum, frame: _TIME_LIMIT_NEAR.set())
+
+
+def time_limit_near() -> bool:
+    return _TIME_LIMIT_NEAR.is_set()
 
 
 def merge_metrics(engine_metrics: dict, loss_metrics: dict) -> dict:

@@ -6,6 +6,11 @@ anything is written; the run directory's config.json then pins it (harness.ident
 directory holding a different config is refused, the same config resumes where it stopped.
 Each attempt is recorded in run_dir/provenance.json (harness.provenance: code, versions, machine).
 The engine is looked up by config["engine"] in the registry (engines/__init__.py).
+
+One writer per run: training holds the run's locks/train.lock (harness.lock) while it pins the config
+and trains; a second process on the same run directory fails at once, naming the holder. When
+SLURM's time-limit warning arrives (engines.TIME_LIMIT_SIGNAL) the engine saves its resume state
+and this exits with engines.EXIT_RESUME (75): the job ends before its limit and the retry resumes.
 """
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ import engines
 from harness.cli import parse_json_arg
 from harness.grid import check_run
 from harness.identity import pin_config, run_key
+from harness.lock import RunLocked, writer_lock
 from harness.provenance import finish_attempt, start_attempt
 
 
@@ -31,11 +37,12 @@ def run(run_config: dict, run_dir: str | Path) -> str:
     engine.resolve_params(run_config.get("engine_params") or {})
     if engine.check_run is not None:
         engine.check_run(run_config)
-    pinned = pin_config(run_config, run_dir)
-    start_attempt(run_dir)
-    status = engine.train(pinned, run_dir)
-    finish_attempt(run_dir, status)
-    return status
+    with writer_lock(run_dir / "locks" / "train.lock", "train"):
+        pinned = pin_config(run_config, run_dir)
+        start_attempt(run_dir)
+        status = engine.train(pinned, run_dir)
+        finish_attempt(run_dir, status)
+        return status
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -43,9 +50,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--run-dir", required=True)
     parser.add_argument("--config-json", required=True, help="resolved run config, inline JSON or a file path")
     args = parser.parse_args(argv)
+    engines.watch_time_limit()
     try:
         status = run(parse_json_arg(args.config_json, "--config-json"), args.run_dir)
-    except (ValueError, FileNotFoundError, KeyError) as error:
+    except engines.TimeLimitReached as stop:
+        print(f"engines.run: {args.run_dir}: {stop}", file=sys.stderr)
+        raise SystemExit(engines.EXIT_RESUME) from None
+    except (ValueError, FileNotFoundError, KeyError, RunLocked) as error:
         raise SystemExit(f"engines.run: {error}") from None
     print(f"engines.run: {args.run_dir}: {status}", file=sys.stderr)
 

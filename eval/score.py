@@ -38,6 +38,7 @@ from harness.checkpoint import hf_checkpoint_problem  # noqa: E402
 from harness.config import ConfigError, check_eval_settings  # noqa: E402
 from harness.identity import eval_key  # noqa: E402
 from harness.io import append_jsonl_atomic, read_jsonl, write_text_atomic  # noqa: E402
+from harness.lock import RunLocked, writer_lock  # noqa: E402
 
 TASKS_DIR = Path(__file__).parent / "tasks"
 FILTER = "all_k"  # the filter name in every task YAML
@@ -153,12 +154,19 @@ def score_checkpoint(lm, task_dict: dict, name: str, step: int, settings: dict, 
 
 
 def score_run(run_dir: str | Path, task_name: str, settings: dict, *, log=None) -> list[dict]:
-    """Score the run's unscored checkpoints on `task_name`; returns the new lines (step order)."""
+    """Score the run's unscored checkpoints on `task_name`; returns the new lines (step order).
+    One scorer per run and task: it holds locks/evaluate-<task>.lock (harness.lock; RunLocked otherwise)."""
     run_dir = Path(run_dir)
     settings = check_settings(settings)
     found = checkpoints(run_dir)
     task_dict = load_task(task_name, settings)
     settings["backend"] = settings["backend"] or engine_backend(run_dir)
+    with writer_lock(run_dir / "locks" / f"evaluate-{task_name}.lock", f"evaluate {task_name}"):
+        return _score_unlocked(run_dir, task_name, task_dict, settings, found, log)
+
+
+def _score_unlocked(run_dir: Path, task_name: str, task_dict: dict, settings: dict, found: dict[int, Path],
+                    log) -> list[dict]:
     # The run key too: a score is of these checkpoints, not of a retrained run in the same folder.
     run_config = read_json_or_none(run_dir / "config.json") or {}
     key = eval_key(task_name, task_dict["tasks"][task_name].VERSION, settings, run_config.get("run_key"))
@@ -212,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     try:
         rows = score_run(args.run_dir, args.task, settings, log=lambda m: print(m, file=sys.stderr))
-    except (ValueError, OSError, ServerError) as error:  # bad input: one clear line, no traceback
+    except (ValueError, OSError, ServerError, RunLocked) as error:  # bad input: one clear line, no traceback
         print(f"eval.score: error: {error}", file=sys.stderr)
         return 2
     print(f"eval.score: {len(rows)} checkpoint(s) of {args.run_dir} scored on {args.task} "

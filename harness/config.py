@@ -11,6 +11,8 @@ harness.model turns the checked config into typed objects.
 from __future__ import annotations
 
 import copy
+import math
+import re
 from pathlib import Path
 
 import jsonschema
@@ -218,3 +220,23 @@ def rule_resources(config: dict, rule: str) -> dict:
 def job_resources(config: dict, rule: str) -> dict:
     """``rule_resources`` without threads, for a rule's ``resources:`` (threads go to ``threads:``)."""
     return {key: value for key, value in rule_resources(config, rule).items() if key != "threads"}
+
+
+_WARNING_LEAD = re.compile(r"--signal=(?:[RB]:)?\w+@(\d+)")
+
+
+def train_retries(config: dict) -> int:
+    """How often a failed training job is submitted again: the jobs its step budget needs within
+    the job's time limit (steps x the engine's step_minutes, over the train runtime less the
+    warning lead of slurm_extra's --signal), less the first job, plus one spare for a job lost to
+    a cancel, a node failure or a preemption. Each job resumes where the previous one stopped."""
+    resources = rule_resources(config, "train")
+    if not resources.get("runtime"):  # no time limit the config knows of
+        return 1
+    lead = _WARNING_LEAD.search(resources.get("slurm_extra", ""))
+    usable = resources["runtime"] - (int(lead.group(1)) / 60 if lead else 0)
+    if usable <= 0:
+        raise ConfigError(f"config key 'resources.train.runtime': {resources['runtime']} minutes leave no time "
+                          f"before the time-limit warning ({lead.group(0)})")
+    jobs = math.ceil(config["steps"] * engines.get(config["engine"]).step_minutes / usable)
+    return max(jobs, 1)  # (jobs - 1) resubmissions + 1 spare

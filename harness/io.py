@@ -33,8 +33,20 @@ def read_jsonl(path: str | Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def append_jsonl_atomic(path: str | Path, rows: list[dict]) -> None:
-    """Append rows by rewriting the file atomically: a reader never sees a half-written line."""
+def append_jsonl_atomic(path: str | Path, rows: list[dict], *, increasing: str | None = None) -> None:
+    """Append rows by rewriting the file atomically: a reader never sees a half-written line.
+
+    ``increasing="step"``: a per-step log; a row whose step is not after the previous one raises
+    ValueError and nothing is written (two writers on one run, or a resume that did not cut the
+    file back to its state, would otherwise leave duplicate steps that skew every average)."""
     path = Path(path)
     existing = path.read_text() if path.exists() else ""
+    if increasing is not None:
+        lines = existing.splitlines()
+        last = json.loads(lines[-1])[increasing] if lines and lines[-1].strip() else None
+        for row in rows:
+            if last is not None and not row[increasing] > last:
+                raise ValueError(f"{path}: refusing {increasing} {row[increasing]} after {increasing} {last} "
+                                 "(steps must increase: is another process writing this run?)")
+            last = row[increasing]
     write_text_atomic(path, existing + "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows))

@@ -138,3 +138,21 @@ def test_bad_lag_and_unsupported_slime_modes_are_refused():
         check_args(Namespace(stalebench_lag=2, stalebench_lag_mode="constant", colocate=True))
     with pytest.raises(ValueError, match="first push"):
         trainer_version(0, mode="interval", lag=2, start=0)
+
+
+def test_time_limit_warning_saves_after_the_current_step_and_stops():
+    cluster = FakeCluster()
+    args = Namespace(start_rollout_id=0, num_rollout=20, save_interval=5, rollout_global_dataset=False)
+    constant_lag_loop(args, cluster, cluster, lag=2, num_rollout_per_epoch=None, get=cluster.get,
+                      periodic=periodic, stop_requested=lambda: len(cluster.trained) >= 8)
+    assert [r for r, _, _ in cluster.trained] == list(range(8))  # stopped after the step it was training
+    assert cluster.saved == [4, 7]  # the periodic save, then one at the stop, for the retry to resume from
+    assert not cluster.queue  # no generation left running
+
+
+def test_a_warning_at_the_last_step_is_a_normal_end():
+    cluster = FakeCluster()
+    args = Namespace(start_rollout_id=0, num_rollout=6, save_interval=5, rollout_global_dataset=False)
+    constant_lag_loop(args, cluster, cluster, lag=1, num_rollout_per_epoch=None, get=cluster.get,
+                      periodic=periodic, stop_requested=lambda: len(cluster.trained) >= 6)
+    assert len(cluster.trained) == 6 and cluster.saved == [4, 5]

@@ -14,6 +14,7 @@ import yaml
 from fakes.slime_checkpoints import write_hf_save
 
 import stabilizers.api
+from engines import TimeLimitReached
 from engines.slime import launch
 from harness.config import load
 from harness.grid import resolve_run_config, run_dir
@@ -41,7 +42,7 @@ def table1(tmp_path):
 
 def parse_submit(script: str) -> tuple[list[str], dict[str, list[str]]]:
     """The entry point and flags of the script's `ray job submit ... -- <entry> <flags>`."""
-    command = script[script.index("ray job submit"):].replace("\\\n", " ")
+    command = script[script.index("ray job submit"):].replace("\\\n", " ").split(" &\n")[0]
     tokens = shlex.split(command)
     tokens = tokens[tokens.index("--") + 1:]
     assert tokens[-1] == "${MODEL_ARGS[@]}"  # the model's architecture flags, from slime, last
@@ -110,6 +111,7 @@ def assert_harness_script(text):
     assert "engines.slime.retention" in text and "--keep 2" in text
     assert 'source "$SLIME_DIR/scripts/models/qwen3-30B-A3B.sh"' in text
     assert "ray start --head" in text and "trap 'kill $PRUNER 2>/dev/null || true; ray stop; prune' EXIT" in text
+    assert "trap 'touch \"$RUN_DIR/train/stop_requested\"' URG" in text  # SLURM's time-limit warning
     assert "pkill" not in text and "--force" not in text
     assert f"{launch.REPO}" in text.split("RUNTIME_ENV=")[1].splitlines()[0]  # the harness on PYTHONPATH
 
@@ -122,7 +124,7 @@ def test_golden_grpo_lag1(table1):
     assert "--use-rollout-routing-replay" not in flags
     assert_paper_settings(flags, directory / "train", 0, table1)
     assert_harness_script(text)
-    assert text.rstrip().endswith('"${MODEL_ARGS[@]}"')  # the model's architecture flags, from slime
+    assert '"${MODEL_ARGS[@]}" &\n' in text  # the model's architecture flags, from slime, last
     # The recipe as the run key covers it: every parameter of the loss, defaults spelled out.
     params = {**parameters("grpo"), "eps_low": 0.2, "eps_high": 0.2}
     assert custom == {"stalebench_recipe": {"name": "grpo", "loss": "grpo", "params": params,
@@ -208,7 +210,7 @@ FAKE_RAY = r'''#!{python}
 """A fake `ray`: records its calls; `job submit` plays a slime job writing what slime + the hooks write,
 in slime's order: the Megatron save, then the HF save (config.json, shards, the index last); a job
 killed after FAKE_RAY_FAIL_AFTER steps dies in the middle of its last HF save."""
-import json, os, sys
+import json, os, signal, sys, time
 sys.path.insert(0, {tests!r})
 from fakes.slime_checkpoints import write_hf_save, write_megatron_save
 calls = os.environ["FAKE_RAY_CALLS"]
@@ -221,13 +223,21 @@ if sys.argv[1:3] == ["job", "submit"]:
     steps, every = int(value("--num-rollout")), int(value("--save-interval"))
     train = os.path.dirname(value("--custom-config-path"))
     fail_after = int(os.environ.get("FAKE_RAY_FAIL_AFTER", steps))
+    warn_after = int(os.environ.get("FAKE_RAY_WARN_AFTER", steps))
     with open(os.path.join(train, "metrics.jsonl"), "a") as f:
         for rollout_id in range(min(steps, fail_after)):
             f.write(json.dumps({{"step": rollout_id + 1, "loss": -0.1, "grad_norm": 1.0}}) + "\n")
-            if (rollout_id + 1) % every == 0 or rollout_id == steps - 1:
+            if rollout_id + 1 == warn_after:  # SLURM's warning reaches the job script, as srun would send it
+                os.kill(os.getppid(), signal.SIGURG)
+                while not os.path.exists(os.path.join(train, "stop_requested")):
+                    time.sleep(0.01)
+            stop = os.path.exists(os.path.join(train, "stop_requested"))
+            if stop or (rollout_id + 1) % every == 0 or rollout_id == steps - 1:
                 write_megatron_save(value("--save"), rollout_id)
                 killed = fail_after < steps and rollout_id == fail_after - 1
                 write_hf_save(value("--save-hf").format(rollout_id=rollout_id), shards_written=1 if killed else 3)
+            if stop:  # the driver: a save after the current step, then a normal end
+                break
     sys.exit(1 if fail_after < steps else 0)
 '''
 
@@ -249,6 +259,14 @@ def fake_job_environment(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent / "fakes" / "slime_pkg"))
     monkeypatch.setenv("FAKE_RAY_CALLS", str(calls))
     return slime, calls
+
+
+def fake_slime_job(table1, tmp_path, monkeypatch):
+    """A run config for the fake `ray` on PATH (steps 8, eval every 4); returns (run config, run dir, calls file)."""
+    slime, calls = fake_job_environment(tmp_path, monkeypatch)
+    table1.update(steps=8, eval_every=4)
+    table1["engine_params"].update(container_runtime="none", slime_dir=str(slime), slime_commit_check="warn")
+    return resolve_run_config(table1, "sat_grpo", 8, 0), run_dir(table1, "sat_grpo", 8, 0), calls
 
 
 @pytest.mark.parametrize("fail_after", [None, 6])
@@ -309,3 +327,20 @@ def test_one_image_everywhere():
     assert preset["engine_params"]["slime_commit_check"] == "strict"
     readme = (Path(launch.REPO) / "README.md").read_text()
     assert f"--build-arg SLIME_COMMIT={PIN['slime']['commit']}" in readme and PIN["image"] in readme
+
+
+def test_time_limit_warning_saves_and_stops_without_a_status(table1, tmp_path, monkeypatch):
+    """SIGURG to the job script -> train/stop_requested -> the driver saves after step 5 and ends ->
+    TimeLimitReached, no status.json, the off-cadence HF save dropped; the retry finishes the run."""
+    run_config, directory, _ = fake_slime_job(table1, tmp_path, monkeypatch)
+    monkeypatch.setenv("FAKE_RAY_WARN_AFTER", "5")
+    with pytest.raises(TimeLimitReached, match="after step 5 of 8"):
+        launch.run(run_config, directory)
+    train = directory / "train"
+    assert not (train / "status.json").exists()
+    assert sorted(p.name for p in (train / "checkpoints").iterdir()) == ["step_4"]
+    assert not list((train / "hf").glob("iter_*"))  # the save at step 5 is Megatron's resume point only
+    monkeypatch.delenv("FAKE_RAY_WARN_AFTER")
+    (train / "metrics.jsonl").unlink()  # the fake job replays every step (slime's metrics hook cuts back)
+    assert launch.run(run_config, directory) == "completed"
+    assert sorted(p.name for p in (train / "checkpoints").iterdir()) == ["step_4", "step_8"]

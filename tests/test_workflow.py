@@ -8,9 +8,9 @@ import pytest
 import yaml
 
 import engines
+from analysis.report import REPORT_FILES
 from harness.config import load
 from harness.grid import expand
-from analysis.report import REPORT_FILES
 from tests.workflow_cli import ROOT, job_counts, planned_jobs, scratch, snakemake  # noqa: F401 - a fixture
 
 DEMO = load(ROOT / "config.yaml")
@@ -81,6 +81,16 @@ def test_slurm_profile_gives_cluster_jobs_their_gpus(scratch):
     for line in _resources(result.stdout, "train"):
         assert f"gpu={gpus}" in line and "slurm_partition=gpu" in line and "runtime=" in line
     assert all("gpu=" not in line and "slurm_partition=cpu" in line for line in _resources(result.stdout, "aggregate"))
+
+
+def test_slurm_profile_keeps_a_tiny_grid_on_the_cpu_partition(scratch):
+    result = snakemake("-n", "--profile", "workflow/profiles/slurm", "-C", f"results_dir={scratch}", "seeds=[0]")
+    assert result.returncode == 0, result.stderr
+    for rule in ("prepare", "train", "evaluate", "aggregate", "track"):
+        lines = _resources(result.stdout, rule)
+        assert lines and all("slurm_partition=cpu" in line and "gpu" not in line for line in lines), rule
+    # training asks for SLURM's time-limit warning (engines.TIME_LIMIT_SIGNAL)
+    assert all("slurm_extra=--signal=URG@" in line for line in _resources(result.stdout, "train"))
 
 
 def test_table1_preset_runs_from_the_same_workflow(scratch):

@@ -33,17 +33,22 @@ def _train(run_config: dict, run_dir: Path) -> str:
     return run(run_config, run_dir)
 
 
-# GPU jobs on a SLURM partition: the paper trained on 8 x H200 per run (shared/reference/methods.md);
-# evaluation serves one checkpoint on one node.
+# GPU jobs on a SLURM partition (named `gpu` here; a site renames it with the config's
+# `resources: {train: {slurm_partition: ...}}`): the paper trained on 8 x H200 per run
+# (shared/reference/methods.md); evaluation serves one checkpoint on one node. Training asks for
+# the time-limit warning 15 minutes ahead (a Megatron save of the 30B model with its optimizer
+# takes minutes; SLURM may send it up to a minute early); a step takes 15-25 min (README, Cost).
 ENGINE = register(Engine(
     name="slime",
     resolve_params=_resolve_params,
     train=_train,
     eval_backend="server",
     resources={
-        "train": {"threads": 32, "mem_mb": 512000, "gpu": 8, "runtime": 4320},
-        "evaluate": {"threads": 16, "mem_mb": 256000, "gpu": 8, "runtime": 240},
+        "train": {"threads": 32, "mem_mb": 512000, "gpu": 8, "runtime": 4320, "slurm_partition": "gpu",
+                  "slurm_extra": "--signal=URG@900"},
+        "evaluate": {"threads": 16, "mem_mb": 256000, "gpu": 8, "runtime": 240, "slurm_partition": "gpu"},
         "aggregate": {"threads": 1, "mem_mb": 4000, "runtime": 60},
         "track": {"threads": 1, "mem_mb": 4000, "runtime": 60},
     },
+    step_minutes=25,
 ))

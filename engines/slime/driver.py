@@ -9,7 +9,7 @@ which this driver makes; slime's own code does all the work:
     generate rollouts start .. start + n            (sampled by version start: the warm-up)
     for each rollout r:
         train on r                                   -> trainer version r + 1
-        save every --save-interval steps
+        save every --save-interval steps, and stop after a save once the time-limit warning came
         wait for the generations in flight, push weights (version r + 1),
         generate rollout r + n + 1                  (sampled by version r + 1 = (r + n + 1) - n)
 
@@ -21,16 +21,20 @@ resumed version (engines.slime.lag.constant_lag_version).
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable
+
+from engines.slime.launch import STOP_FILE
 
 
 def constant_lag_loop(args, rollout_manager, actor_model, *, lag: int, num_rollout_per_epoch: int | None,
-                      get: Callable, periodic: Callable) -> None:
+                      get: Callable, periodic: Callable, stop_requested: Callable[[], bool] = lambda: False) -> None:
     """Train rollouts ``args.start_rollout_id .. args.num_rollout - 1`` at constant lag ``lag``.
 
     ``rollout_manager`` is slime's RolloutManager actor handle (``generate.remote``, ``save.remote``);
     ``actor_model`` slime's RayTrainGroup (``async_train``, ``update_weights``, ``save_model``);
-    ``get`` is ``ray.get``; ``periodic`` is slime's ``should_run_periodic_action``."""
+    ``get`` is ``ray.get``; ``periodic`` is slime's ``should_run_periodic_action``; ``stop_requested``
+    (the time-limit warning came) ends the loop after the current step, with a save."""
     if isinstance(lag, bool) or not isinstance(lag, int) or lag < 1:
         raise ValueError(f"constant lag must be an integer >= 1, got {lag!r}")
     start, end = args.start_rollout_id, args.num_rollout
@@ -40,10 +44,14 @@ def constant_lag_loop(args, rollout_manager, actor_model, *, lag: int, num_rollo
     for rollout_id in range(start, end):
         data = generated.pop(rollout_id) if rollout_id in generated else get(in_flight.pop(rollout_id))
         get(actor_model.async_train(rollout_id, data))
-        if periodic(rollout_id, args.save_interval, num_rollout_per_epoch, end):
-            actor_model.save_model(rollout_id, force_sync=rollout_id == end - 1)
+        stop = stop_requested() and rollout_id < end - 1
+        if stop or periodic(rollout_id, args.save_interval, num_rollout_per_epoch, end):
+            actor_model.save_model(rollout_id, force_sync=stop or rollout_id == end - 1)
             if args.rollout_global_dataset:
                 get(rollout_manager.save.remote(rollout_id))
+        if stop:
+            get(list(in_flight.values()))  # nothing left running in the rollout engines
+            return
         following = rollout_id + lag + 1
         if following < end:
             # finish every generation in flight first: a push must not land in the middle of one
@@ -80,8 +88,9 @@ def main() -> None:
     init_tracking(args)
     rollout_manager, num_rollout_per_epoch = create_rollout_manager(args, placement_groups["rollout"])
     actor_model, _ = create_training_models(args, placement_groups, rollout_manager)
+    stop_file = Path(args.stalebench_run_dir) / "train" / STOP_FILE  # touched by the job script (launch)
     constant_lag_loop(args, rollout_manager, actor_model, lag=lag, num_rollout_per_epoch=num_rollout_per_epoch,
-                      get=ray.get, periodic=should_run_periodic_action)
+                      get=ray.get, periodic=should_run_periodic_action, stop_requested=stop_file.exists)
     ray.get(rollout_manager.dispose.remote())
     finish_tracking(args)
 

@@ -8,7 +8,11 @@ The script (train/job.sh) re-executes itself inside the pinned slime container (
 docker; ``container_runtime: none`` when already inside), checks slime's commit, starts a
 private Ray head, submits ``train_async.py`` (interval lag: ``--update-weights-interval lag``) or
 the harness's constant-lag driver (``python3 -m engines.slime.driver``) with every slime and
-Megatron flag of the run, and stops its own Ray on exit. It never kills other processes (slime's
+Megatron flag of the run, and stops its own Ray on exit. SLURM's time-limit warning (SIGURG)
+makes the script touch train/stop_requested; the constant-lag driver then saves Megatron's state
+after its current step and stops, and ``run`` raises TimeLimitReached (engines.run exits 75, the
+retry resumes). slime's train_async.py (interval lag) has no such hook: it resumes from its last
+``--save-interval`` save. It never kills other processes (slime's
 example scripts run ``pkill -9 python``). The recipe reaches the trainer through
 ``--custom-config-path train/slime_custom.yaml`` (keys land on slime's args).
 
@@ -39,6 +43,7 @@ from pathlib import Path
 
 import yaml
 
+from engines import TimeLimitReached
 from engines.slime import loss as slime_loss
 from engines.slime import preflight
 from harness.checkpoint import hf_checkpoint_problem
@@ -50,6 +55,7 @@ from stabilizers import recipe_from_named_dict
 REPO = Path(__file__).resolve().parents[2]
 CONTAINER_PIN = REPO / "envs" / "slime-container.yaml"
 RUNTIMES = ("apptainer", "docker", "none")
+STOP_FILE = "stop_requested"  # train/<this>: the job script's mark that the time-limit warning came
 MUTABLE_TAGS = re.compile(r"^(latest.*|main|master|dev|nightly|stable)$")
 
 # engine_params of the slime engine, with their defaults (None = required). The paper's values
@@ -383,7 +389,18 @@ def job_script_text(run_config: dict, run_dir: str | Path, *, check_files: bool 
         f"  -- {' '.join(entrypoint(run_config))} \\",
     ]
     lines += [f"  {' '.join(shlex.quote(part) for part in flag)} \\" for flag in flags]
-    lines.append('  "${MODEL_ARGS[@]}"')
+    lines += [
+        '  "${MODEL_ARGS[@]}" &',
+        "submit=$!",
+        "# SLURM's time-limit warning (sbatch --signal=URG@<s>, the engine's train resources) asks for a",
+        "# Megatron save now: the constant-lag driver saves after its current step and stops. bash runs",
+        "# the trap at once because it waits in `wait`, not on a foreground command.",
+        f'rm -f "$RUN_DIR/train/{STOP_FILE}"',
+        f"trap 'touch \"$RUN_DIR/train/{STOP_FILE}\"' URG",
+        'status=0; wait "$submit" || status=$?',
+        'while kill -0 "$submit" 2>/dev/null; do status=0; wait "$submit" || status=$?; done',
+        'exit "$status"',
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -399,10 +416,12 @@ def write_job_script(run_config: dict, run_dir: str | Path, *, check_files: bool
     return train / "job.sh"
 
 
-def publish_hf_checkpoints(run_dir: str | Path) -> tuple[list[Path], list[str]]:
+def publish_hf_checkpoints(run_dir: str | Path, run_config: dict | None = None) -> tuple[list[Path], list[str]]:
     """Rename slime's complete HF saves train/hf/iter_<r>/ to train/checkpoints/step_<r + 1>/ (the
-    layout the evaluation stage reads). Returns (published, problems): an incomplete save (eval.
-    checkpoint: index + every shard it names) stays where it is and is reported, never published."""
+    layout the evaluation stage reads). Returns (published, problems): an incomplete save
+    (harness.checkpoint: index + every shard it names) stays where it is and is reported, never
+    published. With the run config, a save off the evaluation cadence (made at a time-limit stop)
+    is deleted instead: the evaluated steps are those of an uninterrupted run."""
     train = Path(run_dir) / "train"
     published, problems = [], []
     for source in sorted((train / "hf").glob("iter_*")):
@@ -412,7 +431,11 @@ def publish_hf_checkpoints(run_dir: str | Path) -> tuple[list[Path], list[str]]:
         if problem := hf_checkpoint_problem(source):
             problems.append(problem)
             continue
-        target = train / "checkpoints" / f"step_{int(match.group(1)) + 1}"
+        step = int(match.group(1)) + 1
+        if run_config and step % run_config["eval_every"] and step != run_config["steps"]:
+            shutil.rmtree(source)
+            continue
+        target = train / "checkpoints" / f"step_{step}"
         target.parent.mkdir(parents=True, exist_ok=True)
         if target.exists():  # saved again by a resumed job: the newer save wins
             old = target.with_name(target.name + ".replaced")
@@ -441,10 +464,13 @@ def run(run_config: dict, run_dir: str | Path) -> str:
     run_dir = Path(run_dir).resolve()
     script = write_job_script(run_config, run_dir)
     returncode = subprocess.run(["bash", str(script)], cwd=run_dir).returncode
-    _, incomplete = publish_hf_checkpoints(run_dir)
+    _, incomplete = publish_hf_checkpoints(run_dir, run_config)
     for problem in incomplete:
         print(f"engines.slime.launch: incomplete HF checkpoint not published: {problem}", file=sys.stderr)
     status = final_status(run_config, run_dir, returncode)
+    if status["status"] == "failed" and (run_dir / "train" / STOP_FILE).exists():
+        raise TimeLimitReached(f"stopped after step {status['step']} of {run_config['steps']} at the time-limit "
+                               "warning; Megatron state saved, run again to continue")
     if incomplete:
         status["incomplete_hf_checkpoints"] = incomplete
     write_json_atomic(run_dir / "train" / "status.json", status)

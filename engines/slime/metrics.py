@@ -21,6 +21,7 @@ The run directory, lag mode and lag come from the custom-config YAML (args.stale
 """
 from __future__ import annotations
 
+import json
 import math
 import time
 from pathlib import Path
@@ -30,7 +31,7 @@ import torch
 
 from engines.mismatch import abs_d_stats
 from engines.slime.lag import trainer_version
-from harness.io import append_jsonl_atomic, read_jsonl
+from harness.io import append_jsonl_atomic, read_jsonl, write_text_atomic
 
 _first_rollout_id: int | None = None  # rollout manager process: the first rollout id of this job
 _recorder = None  # trainer writer rank: the MetricsRecorder
@@ -98,8 +99,7 @@ class MetricsRecorder:
     def begin_step(self, rollout_id: int, row: dict) -> None:
         if not self.started:  # a resumed job recomputes every step from its first rollout on
             kept = [r for r in read_jsonl(self.path) if r["step"] <= rollout_id]
-            self.path.unlink(missing_ok=True)
-            append_jsonl_atomic(self.path, kept)
+            write_text_atomic(self.path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
             self.started = True
         self.pending[rollout_id] = row
 
@@ -112,7 +112,7 @@ class MetricsRecorder:
         row.update(scalars)
         row.update({"loss": scalars.get("loss", math.nan), "grad_norm": scalars.get("grad_norm", math.nan),
                     "entropy": scalars.get("entropy_loss", math.nan)})
-        append_jsonl_atomic(self.path, [row])
+        append_jsonl_atomic(self.path, [row], increasing="step")
 
 
 def is_writer_rank() -> bool:

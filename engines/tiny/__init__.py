@@ -27,7 +27,9 @@ def _prepare(engine_params: dict, out_dir: Path):
     return build_base(engine_params, out_dir)
 
 
-# Single-threaded CPU jobs: these small matmuls run fastest one per core.
+# Single-threaded CPU jobs: these small matmuls run fastest one per core. No partition: the
+# profile's default (CPU) one. A step takes ~0.1 s, so a minute's warning before the time limit
+# (engines.TIME_LIMIT_SIGNAL; SLURM may send it up to a minute early) leaves ample time to save.
 ENGINE = register(Engine(
     name="tiny",
     resolve_params=resolve_engine_params,
@@ -39,9 +41,10 @@ ENGINE = register(Engine(
     prepare_keys=MODEL_KNOBS + WARMSTART_KNOBS,  # what makes the base model (params.warmstart_knobs)
     resources={
         "prepare": {"threads": 1, "mem_mb": 1000},
-        "train": {"threads": 1, "mem_mb": 1000},
+        "train": {"threads": 1, "mem_mb": 1000, "slurm_extra": "--signal=URG@60"},
         "evaluate": {"threads": 1, "mem_mb": 1000},
         "aggregate": {"threads": 1, "mem_mb": 2000},
         "track": {"threads": 1, "mem_mb": 2000},
     },
+    step_minutes=0.01,
 ))

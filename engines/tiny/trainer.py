@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from engines import TrainingDiverged, merge_metrics
+from engines import TimeLimitReached, TrainingDiverged, merge_metrics, time_limit_near
 from engines.mismatch import abs_d_stats
 from harness.grid import check_run
 from harness.io import append_jsonl_atomic, read_jsonl, write_json_atomic, write_text_atomic
@@ -199,12 +199,14 @@ class Trainer:
         return merge_metrics(row, {k: sum(v) / len(v) for k, v in stab.items()})
 
     # ---------------------------------------------------------------- persistence
-    def save(self, pending_rows: list[dict]) -> None:
+    def save(self, pending_rows: list[dict], checkpoint: bool = True) -> None:
         """Metrics rows, then the checkpoint, then the resume state (each atomic; a kill between
-        them leaves an older resume state, from which the same files are rewritten identically)."""
-        append_jsonl_atomic(self.metrics_path, pending_rows)
-        save_checkpoint(self.model, self.train_dir / "checkpoints" / f"step_{self.step}",
-                        extra={"step": self.step, "run_key": self.config.get("run_key")})
+        them leaves an older resume state, from which the same files are rewritten identically).
+        checkpoint=False (a stop before the time limit): no checkpoint, so evaluation is unchanged."""
+        append_jsonl_atomic(self.metrics_path, pending_rows, increasing="step")
+        if checkpoint:
+            save_checkpoint(self.model, self.train_dir / "checkpoints" / f"step_{self.step}",
+                            extra={"step": self.step, "run_key": self.config.get("run_key")})
         tensors = {f"model.{k}": v for k, v in self.model.state_dict().items()}
         for index, state in self.optimizer.state_dict()["state"].items():
             for name, value in state.items():
@@ -279,6 +281,8 @@ class Trainer:
             self.seconds["generate"] += time.perf_counter() - start
         try:
             return self.loop()
+        except TimeLimitReached:
+            raise  # not a failure: the resume state is saved and the retry continues
         except Exception as error:
             self.write_status("failed", f"{type(error).__name__}: {error}")
             raise
@@ -299,7 +303,7 @@ class Trainer:
                 row = self.train_on(batch)
             except TrainingDiverged as reason:
                 self.step = step
-                append_jsonl_atomic(self.metrics_path, pending + [{**head, "loss": float("nan")}])
+                append_jsonl_atomic(self.metrics_path, pending + [{**head, "loss": float("nan")}], increasing="step")
                 self.write_status("diverged", f"diverged at step {step}: {reason}")
                 return "diverged"
             self.seconds["train"] += time.perf_counter() - start
@@ -312,6 +316,11 @@ class Trainer:
             if step % self.eval_every == 0 or step == self.steps:
                 self.save(pending)
                 pending = []
+            if time_limit_near() and step < self.steps:  # SLURM's warning (engines.TIME_LIMIT_SIGNAL)
+                if pending:
+                    self.save(pending, checkpoint=False)
+                raise TimeLimitReached(f"stopped after step {step} of {self.steps} before the job's time limit; "
+                                       "resume state saved, run again to continue")
             if step % self.params["progress_every"] == 0 or step == self.steps:
                 print(f"[tiny] step {step}/{self.steps} reward {row['reward']:.3f} exact {row['reward/exact']:.3f} "
                       f"|d| {row['d/mean_abs']:.4f} lag {head['realized_lag']} "

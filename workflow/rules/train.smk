@@ -3,6 +3,8 @@
 # so a killed job run again (--rerun-incomplete) redoes only the missing steps; it writes status.json last.
 # A train job's params are its resolved run config (presets expanded, every stabilizer default):
 # a change to any of it reruns the job; the prepare job gets only the engine params it reads.
+# A job stopped before its time limit (exit 75) is retried too: TRAIN_RETRIES covers the jobs the step
+# budget needs within the time limit, plus one (harness.config.train_retries).
 
 if ENGINE.prepare_outputs:
 
@@ -42,6 +44,10 @@ rule train:
     conda:
         "../../envs/stalebench-cpu.yaml"
     threads: rule_resources(CONFIG, "train")["threads"]
+    # Only the main snakemake retries. Inside a cluster job the executor's job-step snakemake would
+    # otherwise rerun a trainer that stopped at the time-limit warning within the same allocation,
+    # past the (one-off) warning, into the limit.
+    retries: TRAIN_RETRIES if workflow.is_main_process else 0
     resources:
         **job_resources(CONFIG, "train"),
     shell:

@@ -1,0 +1,69 @@
+"""One writer per run: an exclusive lock on a lock file in the run directory.
+
+    with writer_lock(run_dir / "locks" / "train.lock", "train"):
+        ...                       # nobody else writes train/ meanwhile
+
+A second process asking for the same lock fails at once with ``RunLocked``, whose message names
+the holder (host, pid, SLURM job id, what it does, since when) and how to stop it. The lock is
+``fcntl.flock`` on an open file: the kernel drops it when the holder exits, however it dies, so a
+stale lock cannot outlive its process (on NFS, Linux maps flock to POSIX locks, held through the
+server). The file is never deleted (deleting a lock file lets two processes lock two different
+files); it holds the current or last holder's description, as JSON.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+
+class RunLocked(RuntimeError):
+    """Another process writes this run; the message names it."""
+
+
+def holder() -> dict:
+    """This process, as a lock holder describes itself."""
+    return {"host": socket.gethostname(), "pid": os.getpid(), "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+            "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+
+def describe(info: dict | None) -> str:
+    if not info:
+        return "an unknown process (it has not written its description yet)"
+    job = info.get("slurm_job_id")
+    stop = f"scancel {job}" if job else f"kill {info.get('pid')} on {info.get('host')}"
+    return (f"host {info.get('host')}, pid {info.get('pid')}, SLURM job {job or '-'} ({info.get('purpose')}, "
+            f"since {info.get('since')}); wait for it to end, or stop it ({stop}) and run again")
+
+
+@contextlib.contextmanager
+def writer_lock(path: str | Path, purpose: str):
+    """Hold the exclusive lock ``path`` for the ``with`` block; ``RunLocked`` if another process holds it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunLocked(f"{path} is held by another writer: {describe(_read(fd))}") from None
+        # written in place (a rename would swap the locked file); readers tolerate a partial write
+        text = json.dumps({**holder(), "purpose": purpose}, sort_keys=True).encode()
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, text, 0)
+        os.fsync(fd)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def _read(fd: int) -> dict | None:
+    raw = os.pread(fd, 65536, 0)
+    try:
+        return json.loads(raw) if raw else None
+    except json.JSONDecodeError:
+        return None

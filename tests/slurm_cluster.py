@@ -1,0 +1,198 @@
+"""A private single-node SLURM cluster on localhost for the tests (Debian's slurm-wlm + munge).
+
+    cluster = SlurmCluster(root).start()   # munged, slurmctld, slurmd: own config, ports, socket
+    cluster.env                            # environment for sbatch/squeue/scancel/snakemake
+    cluster.stop()                         # stops the daemons it started, by their pids
+
+The munge key, socket, spool and state directories, logs and slurm.conf live under ``root``, the
+ports are free ones picked at start, and no accounting daemon runs (the executor plugin then polls
+``squeue``, which needs MinJobAge >= 120 s). One system-wide trace: /etc/slurm/slurm.conf is a
+symlink to the private config while the cluster runs, because the executor plugin's job step
+drops $SLURM_CONF before it calls srun; a config already there (a real cluster, or another test
+cluster) is left alone and the cluster refuses to start.
+Two partitions on the one node: ``cpu`` (default) and ``gpu``.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+PACKAGES = ("slurm-wlm", "munge")
+DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel")
+SYSTEM_CONF = Path("/etc/slurm/slurm.conf")
+
+
+def missing_binaries() -> list[str]:
+    return [name for name in DAEMONS if shutil.which(name) is None and not Path("/usr/sbin", name).exists()]
+
+
+def install_reason() -> str | None:
+    """Install the packages when absent and possible; None when ready, else why not (the skip reason)."""
+    if not missing_binaries():
+        return None
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        return f"SLURM is not installed ({', '.join(missing_binaries())} missing) and installing needs root + apt-get"
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for command in (["apt-get", "update"], ["apt-get", "install", "-y", "--no-install-recommends", *PACKAGES]):
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
+        if done.returncode != 0:
+            return f"{' '.join(command)} failed (exit {done.returncode}): {done.stderr.strip()[-300:]}"
+    missing = missing_binaries()
+    return f"installed {PACKAGES} but {missing} are still missing" if missing else None
+
+
+def _sbin(name: str) -> str:
+    return shutil.which(name) or str(Path("/usr/sbin", name))
+
+
+def _free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    for sock in sockets:
+        sock.bind(("127.0.0.1", 0))
+    ports = [sock.getsockname()[1] for sock in sockets]
+    for sock in sockets:
+        sock.close()
+    return ports
+
+
+class SlurmCluster:
+    def __init__(self, root: str | Path, *, cpus: int | None = None, memory_mb: int = 8000,
+                 min_job_age: int = 120):
+        self.root = Path(root)
+        self.cpus = cpus or os.cpu_count() or 1
+        self.memory_mb = memory_mb
+        self.min_job_age = min_job_age
+        self.conf = self.root / "slurm.conf"
+        self.processes: dict[str, subprocess.Popen] = {}
+        self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
+
+    def write_config(self) -> None:
+        self.root.chmod(0o755)  # munged wants its socket's directory searchable by all
+        for name in ("spool", "state", "log"):
+            (self.root / name).mkdir(parents=True, exist_ok=True)
+        ctld_port, slurmd_port = _free_ports(2)
+        host = socket.gethostname().split(".")[0]
+        node = (f"NodeName=localhost NodeHostname={host} NodeAddr=127.0.0.1 Port={slurmd_port} "
+                f"CPUs={self.cpus} RealMemory={self.memory_mb} State=UNKNOWN")
+        self.conf.write_text("\n".join([
+            "ClusterName=stalebench-test",
+            "SlurmctldHost=localhost(127.0.0.1)",
+            f"SlurmctldPort={ctld_port}",
+            "SlurmUser=root",
+            "AuthType=auth/munge",
+            "CredType=cred/munge",
+            f"AuthInfo=socket={self.root / 'munge.sock'}",
+            "ProctrackType=proctrack/linuxproc",
+            "TaskPlugin=task/none",
+            "JobAcctGatherType=jobacct_gather/none",
+            "AccountingStorageType=accounting_storage/none",
+            "SelectType=select/cons_tres",
+            "SelectTypeParameters=CR_Core_Memory",
+            "MpiDefault=none",
+            "ReturnToService=2",
+            # speed: schedule at submit and every second; finished jobs stay visible to squeue for
+            # MinJobAge seconds (the plugin's squeue status needs >= 3 x its first-check delay)
+            "SchedulerType=sched/builtin",
+            "SchedulerParameters=sched_interval=1",
+            f"MinJobAge={self.min_job_age}",
+            "KillWait=5",
+            "OverTimeLimit=0",
+            "InactiveLimit=0",
+            "MessageTimeout=10",
+            f"StateSaveLocation={self.root / 'state'}",
+            f"SlurmdSpoolDir={self.root / 'spool'}",
+            f"SlurmctldPidFile={self.root / 'slurmctld.pid'}",
+            f"SlurmdPidFile={self.root / 'slurmd.pid'}",
+            f"SlurmctldLogFile={self.root / 'log' / 'slurmctld.log'}",
+            f"SlurmdLogFile={self.root / 'log' / 'slurmd.log'}",
+            "SlurmctldDebug=info",
+            "SlurmdDebug=info",
+            node,
+            "PartitionName=cpu Nodes=localhost Default=YES MaxTime=INFINITE State=UP",
+            "PartitionName=gpu Nodes=localhost MaxTime=INFINITE State=UP",
+        ]) + "\n")
+
+    def _start(self, name: str, command: list[str]) -> None:
+        log = open(self.root / "log" / f"{name}.out", "w")
+        self.processes[name] = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=self.env,
+                                                start_new_session=True)
+
+    def start(self, timeout: float = 60) -> "SlurmCluster":
+        if SYSTEM_CONF.exists() or SYSTEM_CONF.is_symlink():
+            raise RuntimeError(f"{SYSTEM_CONF} exists (a real cluster, or another test cluster): not starting one")
+        try:
+            self._start_daemons(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start_daemons(self, timeout: float) -> None:
+        self.write_config()
+        SYSTEM_CONF.parent.mkdir(parents=True, exist_ok=True)
+        SYSTEM_CONF.symlink_to(self.conf)
+        key = self.root / "munge.key"
+        subprocess.run([_sbin("mungekey"), "--create", f"--keyfile={key}"], check=True, capture_output=True)
+        key.chmod(0o600)
+        self._start("munged", [_sbin("munged"), "--foreground", "--force", f"--socket={self.root / 'munge.sock'}",
+                               f"--key-file={key}", f"--pid-file={self.root / 'munged.pid'}",
+                               f"--log-file={self.root / 'log' / 'munged.log'}",
+                               f"--seed-file={self.root / 'munged.seed'}"])
+        self._wait(lambda: (self.root / "munge.sock").exists(), timeout, "munged's socket")
+        self._start("slurmctld", [_sbin("slurmctld"), "-D", "-i", "-f", str(self.conf)])
+        self._wait(lambda: self._run(["scontrol", "ping"]).returncode == 0 and "UP" in self._run(
+            ["scontrol", "ping"]).stdout, timeout, "slurmctld (scontrol ping)")
+        self._start("slurmd", [_sbin("slurmd"), "-D", "-f", str(self.conf)])
+        self._wait(lambda: self._run(["sinfo", "-h", "-N", "-o", "%t"]).stdout.strip().split("\n")[0]
+                   in ("idle", "mix", "alloc"), timeout, "the node to be idle (sinfo)")
+
+    def _run(self, command: list[str]) -> subprocess.CompletedProcess:
+        return subprocess.run(command, env=self.env, capture_output=True, text=True, timeout=30)
+
+    def _wait(self, ready, timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            dead = [name for name, proc in self.processes.items() if proc.poll() is not None]
+            if dead:
+                raise RuntimeError(f"{dead} exited while waiting for {what}; logs: {self.logs()}")
+            if ready():
+                return
+            time.sleep(0.5)
+        raise RuntimeError(f"timed out after {timeout} s waiting for {what}; logs: {self.logs()}")
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {path.name}\n{path.read_text()[-2000:]}"
+                         for path in sorted((self.root / "log").glob("*")) if path.is_file())
+
+    def squeue(self, *fields: str) -> list[list[str]]:
+        """Every job slurmctld still knows (any state), as rows of the given squeue format fields."""
+        out = self._run(["squeue", "--states=all", "-h", "-o", "|".join(fields)]).stdout
+        return [line.split("|") for line in out.splitlines() if line]
+
+    def stop(self) -> None:
+        """Cancel the jobs left on this private cluster, stop the daemons this object started (by
+        pid), newest first, and remove the symlink it made."""
+        if "slurmctld" in self.processes and self.processes["slurmctld"].poll() is None:
+            jobs = [row[0] for row in self.squeue("%i", "%T") if row[1] in ("PENDING", "RUNNING", "COMPLETING")]
+            if jobs:
+                self._run(["scancel", *jobs])
+                deadline = time.monotonic() + 60
+                while time.monotonic() < deadline and any(
+                        row[1] in ("PENDING", "RUNNING", "COMPLETING") for row in self.squeue("%i", "%T")):
+                    time.sleep(1)
+        if SYSTEM_CONF.is_symlink() and SYSTEM_CONF.resolve() == self.conf.resolve():
+            SYSTEM_CONF.unlink()
+        for name in reversed(list(self.processes)):
+            proc = self.processes.pop(name)
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()

@@ -1,0 +1,150 @@
+"""The workflow on a real single-node SLURM cluster (tests/slurm_cluster.py), through
+workflow/profiles/slurm, compared with the same grid run locally.
+
+One invocation exercises what goes wrong on clusters, and must still finish the grid by itself:
+- every training job has a two-minute limit and asks for the warning signal 40 s ahead, so each
+  run needs two or more jobs: each stops at the warning with its resume state, exits 75, and the
+  profile's retries continue it (never a TIMEOUT);
+- a second writer (engines.run by hand on a run whose training job is running) fails at once,
+  naming that SLURM job;
+- that training job is then cancelled (scancel): squeue reports CANCELLED and the profile retries it.
+The runs' metrics.jsonl, their scores and the table must equal the local run's, byte for byte.
+
+Installs slurm-wlm + munge when absent (root + apt), else skips with the reason. Slow (9 min on a
+loaded 2-core box): the executor polls job states at growing intervals (2, 14, 36, 68 s after a submission).
+"""
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from engines.run import run
+from engines.tiny.warmstart import build_base
+from harness.config import load
+from harness.grid import grid_dir, resolve_run_config, run_dir
+from tests.slurm_cluster import SlurmCluster, install_reason
+from tests.workflow_cli import ROOT, SNAKEMAKE, snakemake
+
+OVERRIDES = {
+    "grid": "slurm", "recipes": ["grpo"], "lags": [1, 2], "seeds": [0], "baseline": "grpo",
+    "engine_params": {"preset": "demo", "warmstart_steps": 20},
+    "eval": {"tasks": ["tiny_test"], "selection_task": None, "k": 2, "problems": {"tiny_test": 16}},
+    # Two-minute jobs, warned 40 s ahead. slurmctld checks limits every 30 s and may warn up to that
+    # much earlier, so the warning comes 50-80 s into a job: after its trainer started (a warning
+    # sent before any job step exists is lost), and 40-70 s before the limit.
+    "resources": {"train": {"runtime": 2, "slurm_extra": "--signal=URG@40"}},
+}
+TRAINING_SECONDS = 100  # per run: more than one job trains before its warning (at most ~65 s)
+CANCELLED_RUN = ("grpo", 2, 0)
+
+
+def sized_grid(folder: Path) -> dict:
+    """OVERRIDES with steps that keep a run training for ~TRAINING_SECONDS on this machine now
+    (measured on a 40-step run), so that every run needs two or more jobs however fast the
+    machine; 4 checkpoints per run."""
+    config = load(ROOT / "config.yaml", {"results_dir": str(folder), **OVERRIDES, "steps": 40, "eval_every": 40})
+    build_base(config["engine_params"], grid_dir(config) / "base")
+    run(resolve_run_config(config, "grpo", 1, 0), folder / "probe")
+    seconds = sum(json.loads((folder / "probe" / "train" / "status.json").read_text())["seconds"].values()) / 40
+    steps = max(200, 40 * math.ceil(TRAINING_SECONDS / seconds / 40))
+    return {**OVERRIDES, "steps": steps, "eval_every": steps // 4}
+
+
+def overrides(results: Path, grid: dict) -> list[str]:
+    return ["-C", f"results_dir={results}", *(f"{key}={json.dumps(value)}" for key, value in grid.items())]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    reason = install_reason()
+    if reason:
+        pytest.skip(reason)
+    with tempfile.TemporaryDirectory(prefix="stalebench-slurm-") as root:
+        cluster = SlurmCluster(root).start()
+        try:
+            yield cluster
+        finally:
+            cluster.stop()
+
+
+def job_table(cluster) -> dict[str, dict]:
+    """Every job slurmctld still knows: id -> state, partition, comment (the plugin's rule + wildcards)."""
+    return {job: {"state": state, "partition": partition, "comment": comment}
+            for job, state, partition, comment in cluster.squeue("%i", "%T", "%P", "%k")}
+
+
+def test_grid_through_slurm_survives_time_limits_cancel_and_a_second_writer(cluster):
+    with tempfile.TemporaryDirectory(prefix="stalebench-slurm-grid-") as folder:
+        folder = Path(folder)
+        grid = sized_grid(folder / "probe")
+        print(f"SLURM grid: {grid['steps']} steps per run")
+        config = load(ROOT / "config.yaml", {"results_dir": str(folder / "slurm"), **grid})
+        table = grid_dir(config) / "table.md"
+        target = run_dir(config, *CANCELLED_RUN)
+        start = time.monotonic()
+        log = open(folder / "snakemake.log", "w")  # a file, not a pipe: nobody reads a pipe while we poll
+        process = subprocess.Popen(
+            [SNAKEMAKE, "--profile", "workflow/profiles/slurm", "--slurm-init-seconds-before-status-checks", "2",
+             "--slurm-logdir", str(folder / "slurm_logs"), str(table), *overrides(folder / "slurm", grid)],
+            cwd=ROOT, env=cluster.env, stdout=log, stderr=subprocess.STDOUT, text=True)
+        jobs, running_since, second_writer, cancelled = {}, {}, None, None
+        try:
+            while process.poll() is None:
+                assert time.monotonic() - start < 1200, "the SLURM grid took over 20 minutes"
+                jobs.update(job_table(cluster))
+                for job, info in jobs.items():
+                    if info["state"] == "RUNNING":
+                        running_since.setdefault(job, time.monotonic())
+                # a training job of the lag-2 run whose trainer holds the run's lock, and whose warning
+                # (50-80 s into the job) is not due while we act
+                lock = target / "locks" / "train.lock"
+                holder = json.loads(lock.read_text() or "{}").get("slurm_job_id") if lock.exists() else None
+                running = [job for job, info in jobs.items() if info["state"] == "RUNNING" and job == holder
+                           and time.monotonic() - running_since[job] < 40]
+                first_checkpoint = target / "train" / "checkpoints" / f"step_{grid['eval_every']}"
+                if cancelled is None and running and first_checkpoint.exists():
+                    # README's recovery mistake: training the same run by hand while its job runs
+                    second_writer = subprocess.run(
+                        [sys.executable, "-m", "engines.run", "--run-dir", str(target), "--config-json",
+                         str(target / "config.json")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+                    second_writer = (running[0], second_writer)
+                    subprocess.run(["scancel", running[0]], env=cluster.env, check=True)
+                    cancelled = running[0]
+                time.sleep(1)
+        finally:
+            if process.poll() is None:
+                process.kill()
+            log.close()
+        output = (folder / "snakemake.log").read_text()
+        wall = time.monotonic() - start
+        jobs.update(job_table(cluster))
+        assert process.returncode == 0, output[-5000:]
+        print(f"SLURM grid: {wall:.0f} s, {len(jobs)} SLURM jobs")
+
+        assert cancelled is not None, "no running training job of the lag-2 run was found to cancel"
+        job, result = second_writer
+        assert result.returncode == 1 and f"SLURM job {job}" in result.stderr, result.stderr
+        assert jobs[cancelled]["state"] == "CANCELLED"
+        train_jobs = {job: info for job, info in jobs.items() if "rule_train" in info["comment"]}
+        states = [info["state"] for info in train_jobs.values()]
+        assert "TIMEOUT" not in states and "FAILED" in states, states
+        # the failed jobs' logs (show-failed-logs): trainers that stopped at the warning
+        assert "before the job's time limit; resume state saved" in output
+        assert {info["partition"] for info in jobs.values()} == {"cpu"}  # tiny engine: CPU partition only
+
+        local_config = load(ROOT / "config.yaml", {"results_dir": str(folder / "local"), **grid})
+        local = snakemake("-c2", str(grid_dir(local_config) / "table.md"), *overrides(folder / "local", grid),
+                          timeout=900)
+        assert local.returncode == 0, local.stderr[-3000:]
+        for lag in grid["lags"]:
+            for name in ("train/metrics.jsonl", "eval/tiny_test.jsonl"):
+                ours, theirs = run_dir(config, "grpo", lag, 0) / name, run_dir(local_config, "grpo", lag, 0) / name
+                assert ours.read_bytes() == theirs.read_bytes(), f"lag {lag}: {name} differs"
+        assert table.read_text() == (grid_dir(local_config) / "table.md").read_text()
