@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> None:
             for method, value in results.items():
                 rows.setdefault((method, scores.name), {})[n] = value
     print(f"95% interval coverage; {args.trials} trials per cell (bootstrap rows: {args.bootstrap_trials})")
-    print(f"| method | scores | " + " | ".join(f"n = {n}" for n in args.n) + " |")
+    print("| method | scores | " + " | ".join(f"n = {n}" for n in args.n) + " |")
     print("|---|---|" + "---|" * len(args.n))
     for (method, name), by_n in sorted(rows.items()):
         print(f"| {method} | {name} | " + " | ".join(f"{by_n[n]:.3f}" for n in args.n) + " |")

@@ -22,11 +22,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from harness.grid import resolve_run_config, run_dir  # noqa: E402
-from harness.io import read_jsonl  # noqa: E402
 from engines.run import run  # noqa: E402
 from engines.tiny.checkpoint import load_model  # noqa: E402
 from engines.tiny.warmstart import build_base, exact_match  # noqa: E402
+from harness.grid import resolve_run_config, run_dir  # noqa: E402
+from harness.io import read_jsonl  # noqa: E402
 
 
 def grid_config(args, recipes, lags, seeds) -> dict:

@@ -21,8 +21,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.grid import expand, resolve_run_config, run_dir  # noqa: E402
-from tracking.sync import TRAIN_POINTS  # noqa: E402
 from stabilizers import load_recipes  # noqa: E402
+from tracking.sync import TRAIN_POINTS  # noqa: E402
 
 TRAIN_KEYS = ["reward", "entropy", "grad_norm", "loss", "realized_lag", "d/mean_abs", "d/p50", "d/p90",
               "d/p99", "d/max", "d/lag_mean_abs", "d/impl_mean_abs", "tv/mean", "tv/p90",
@@ -58,8 +58,8 @@ def fabricate(results: Path, runs: int, steps: int, eval_every: int, train_keys:
 
 def bench_mlflow(args) -> None:
     from analysis.report import collect, summarize
-    from tracking.sync import sync
     from harness.io import write_json_atomic
+    from tracking.sync import sync
     os.environ.pop("MLFLOW_TRACKING_URI", None)
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     with tempfile.TemporaryDirectory(prefix="bench_scale_") as tmp:

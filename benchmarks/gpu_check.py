@@ -6,7 +6,7 @@ Needs only torch, numpy, pyyaml and safetensors besides the repository (no snake
 slime), and takes well under 5 minutes on one GPU. For each stabilizer (stabilizers.available(),
 default parameters, forward + backward on one batch shaped like an LLM's) and for the slime
 custom-loss entry (engines.slime.loss.recipe_loss on the stand-in micro-batches of
-tests/fakes/slime_batches.py, every recipe slime can express), it prints the loss on CPU and CUDA,
+tests/support/slime_batches.py, every recipe slime can express), it prints the loss on CPU and CUDA,
 their difference, the largest gradient difference, the number of host-device synchronisations
 during the CUDA forward + backward (torch.cuda.set_sync_debug_mode("warn") warns once per sync)
 and the median CUDA time of forward + backward (inputs already on the device). Without CUDA it prints the CPU columns and says that the CUDA ones are
@@ -103,8 +103,8 @@ def slime_runs():
     """(recipe name, prepare, step) for the slime loss entry, or why it cannot run here."""
     try:
         from engines.slime import loss as slime_loss
-        from tests.fakes.slime_batches import args_for, make_sample_batch
-        from tests.fakes.slime_standin import (
+        from tests.support.slime_batches import args_for, make_sample_batch
+        from tests.support.slime_standin import (
             get_log_probs_and_entropy,
             slime_args,
             sum_of_sample_mean_factory,

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/ui_screenshot.py --out /tmp/ui.png                 # a synced test grid
     .venv/bin/python benchmarks/ui_screenshot.py --config config.yaml --out ui.png # your grid's store
 
-Without --config it fabricates the reduced test grid (tests/grid_fixture.py), aggregates and syncs
+Without --config it fabricates the reduced test grid (tests/support/grid_fixture.py), aggregates and syncs
 it into a temporary store. Then it starts tracking.ui on a free port, reads the link it prints, and
 runs Debian's chromium headless on it (installed with apt-get when absent): a PNG of the page, and
 the rendered DOM, from which it reports whether the test-score chart (eval/<test task>/score) is on
@@ -25,7 +25,7 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT)]
 
 from analysis.curves import test_task  # noqa: E402
 from harness.config import load  # noqa: E402
@@ -55,8 +55,8 @@ def free_port() -> int:
 def fabricate(folder: Path) -> Path:
     """The reduced test grid, aggregated and synced; returns its config file."""
     from analysis.report import write_reports
-    from grid_fixture import make_grid
     from harness.grid import grid_dir
+    from tests.support.grid_fixture import make_grid
     from tracking.sync import sync
     config = make_grid(folder / "results")
     write_reports(config, grid_dir(config), progress=False)

@@ -117,8 +117,12 @@ def available() -> list[str]:
 
 def parameters(name: str) -> dict[str, object]:
     """The stabilizer's keyword parameters with their (paper) defaults, read from its module's
-    source without importing it (stabilizers.catalog); KeyError naming the known ones if none is."""
+    source without importing it (stabilizers.catalog), or from the signature of one registered at
+    run time outside this package's files; KeyError naming the known ones if none is."""
     defaults = catalog.keyword_defaults(name)
+    if defaults is None and name in _REGISTRY:
+        defaults = {p.name: p.default for p in inspect.signature(_REGISTRY[name]).parameters.values()
+                    if p.kind is inspect.Parameter.KEYWORD_ONLY}
     if defaults is None:
         raise KeyError(f"unknown stabilizer {name!r}; available: {', '.join(sorted(catalog.signatures()))}")
     return dict(defaults)

@@ -8,8 +8,18 @@ import pytest
 import yaml
 
 import engines
-from harness.config import (SCHEMA, TASKS_DIR, ConfigError, available_tasks, job_resources,
-                            key_path, load, retype_cli_values, rule_resources, validate)
+from harness.config import (
+    SCHEMA,
+    TASKS_DIR,
+    ConfigError,
+    available_tasks,
+    job_resources,
+    key_path,
+    load,
+    retype_cli_values,
+    rule_resources,
+    validate,
+)
 from stabilizers import load_recipes
 
 DEMO = yaml.safe_load(open("config.yaml"))

@@ -6,7 +6,7 @@ import pytest
 from analysis.curves import auc, load_curve, mismatch_tail, read_run, summarize_run
 from harness.grid import run_dir
 from harness.io import append_jsonl_atomic
-from grid_fixture import COLLAPSED, DIVERGE_STEP, DIVERGED, make_grid
+from tests.support.grid_fixture import COLLAPSED, DIVERGE_STEP, DIVERGED, make_grid
 
 CURVE = [(5, 0.2), (10, 0.6), (15, 0.4), (20, 0.5)]
 

@@ -15,7 +15,7 @@ import pytest
 import engines
 from harness.config import ConfigError, load
 from harness.io import read_jsonl
-from tests.workflow_cli import ROOT, job_counts, scratch, snakemake  # noqa: F401 - a fixture
+from tests.support.workflow_cli import ROOT, job_counts, snakemake
 
 
 def test_the_registry_knows_both_engines_and_refuses_a_duplicate():

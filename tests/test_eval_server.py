@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from harness.io import read_jsonl
 import eval.server
-from eval.server import ServerError, launch_command, sample_seed
 from eval.score import main, score_run
-from fakes.slime_checkpoints import write_hf_save
-from tests.fixtures.fake_sglang import GOLD, FakeSGLang
+from eval.server import ServerError, launch_command, sample_seed
+from harness.io import read_jsonl
+from tests.support.fake_sglang import GOLD, FakeSGLang
+from tests.support.slime_checkpoints import write_hf_save
 
 FIXTURE = Path(__file__).parent / "fixtures" / "aime_mini.jsonl"
-FAKE = Path(__file__).parent / "fixtures" / "fake_sglang.py"
+FAKE = Path(__file__).parent / "support" / "fake_sglang.py"
 
 
 @pytest.fixture

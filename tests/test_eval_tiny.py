@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.io import read_jsonl
 from engines.tiny.checkpoint import save_checkpoint
 from engines.tiny.model import ModelConfig, TinyMoELM
 from engines.tiny.params import resolve_engine_params
 from engines.tiny.warmstart import exact_match, train_base
 from eval.score import score_run
+from harness.io import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
 N = 64  # problems per tiny task in these tests

@@ -7,11 +7,11 @@ import matplotlib.image
 import pytest
 from statsmodels.stats.multitest import multipletests
 
-from harness.grid import run_dir
 from analysis.aggregate import main
 from analysis.report import PRIMARY, REFERENCE, REPORT_FILES, collect, summarize
 from analysis.stats import collapse_difference, difference, prob_improvement
-from grid_fixture import COLLAPSED, DIVERGED, EARLY_DIVERGED, EQUAL_CELL, make_grid
+from harness.grid import run_dir
+from tests.support.grid_fixture import COLLAPSED, DIVERGED, EARLY_DIVERGED, EQUAL_CELL, make_grid
 
 
 @pytest.fixture(scope="module")
@@ -24,14 +24,14 @@ def grid(tmp_path_factory):
 
 
 def paper_rows():
-    lines = [l for l in REFERENCE.read_text().splitlines() if l and not l.startswith("#")]
+    lines = [line for line in REFERENCE.read_text().splitlines() if line and not line.startswith("#")]
     return {(r["method"], r["routing_replay"], r["tis"], r["lag"]): r for r in csv.DictReader(lines)}
 
 
 def test_every_cell_and_seed_present(grid):
     config, out, summary = grid
     cells = {(c["recipe"], c["lag"]): c for c in summary["cells"]}
-    assert set(cells) == {(r, l) for r in config["recipes"] for l in config["lags"]}
+    assert set(cells) == {(r, lag) for r in config["recipes"] for lag in config["lags"]}
     for cell in cells.values():
         assert cell["seeds"] == config["seeds"] and len(set(cell["run_keys"])) == 3
         assert all(len(v) == 3 for v in cell["per_seed"].values())
@@ -85,7 +85,7 @@ def test_reference_column_matches_table1(grid):
         assert row["aime24"] in markdown
     assert table["grpo"]["collapse_lag8_k"] == "2"
     # per-seed values next to the aggregate, in the Markdown row of the collapsed cell
-    grpo_row = next(l for l in markdown.splitlines() if l.startswith("| grpo |") and "(10.0, 0.0," in l)
+    grpo_row = next(line for line in markdown.splitlines() if line.startswith("| grpo |") and "(10.0, 0.0," in line)
     assert grpo_row.count("[") >= 2
 
 
@@ -194,7 +194,7 @@ def test_conclusions_follow_the_numbers(grid):
                 kind = "Suggestive only"
             else:
                 kind = "No evidence either way"
-            line = next(l for l in lines if l.startswith(kind) and what in l)
+            line = next(text for text in lines if text.startswith(kind) and what in text)
             assert name in line
     # 3 seeds against 3: the exact tests cannot reach 0.05 (smallest p = 2 / C(6, 3) = 0.1)
     assert sum("complete separation gives p = 0.100" in line for line in lines) == 3

@@ -2,7 +2,6 @@
 time limit (SLURM's warning signal -> resume state, exit 75 -> the retry ends bit-identical)."""
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -14,8 +13,8 @@ from engines.run import run
 from harness.config import load, train_retries
 from harness.io import append_jsonl_atomic, read_jsonl
 from harness.lock import RunLocked, writer_lock
+from tests.support.workflow_cli import ROOT
 from tests.test_tiny_train import base, config  # noqa: F401 - a fixture
-from tests.workflow_cli import ROOT
 
 
 def engines_run(cfg, run_dir, **kwargs):

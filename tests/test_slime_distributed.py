@@ -25,13 +25,13 @@ def rank_main(rank: int, port: int, tmp: str) -> None:
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     import torch.distributed as dist
-    from fakes import slime_standin
-    from fakes.slime_batches import args_for, direct_loss, direct_loss_of_many, make_sample_batch
     from megatron.core import parallel_state as mpu
 
     from engines.slime import loss as slime_loss
     from engines.slime import metrics
     from stabilizers import recipe_from_dict
+    from tests.support import slime_standin
+    from tests.support.slime_batches import args_for, direct_loss, direct_loss_of_many, make_sample_batch
 
     slime_standin.install()
     dist.init_process_group("gloo", rank=rank, world_size=WORLD)

@@ -104,7 +104,7 @@ def test_weights_reach_the_engine_after_every_step_a_later_batch_needs(lag):
 def test_a_resumed_job_warms_up_from_its_own_start():
     cluster = run(lag=3, steps=12, start=5)
     assert [(r, v) for r, v, _ in cluster.trained] == [(5, 5), (6, 5), (7, 5), (8, 5), (9, 6), (10, 7), (11, 8)]
-    for rollout_id, version, push in cluster.trained:
+    for _rollout_id, version, push in cluster.trained:
         assert trainer_version(push, mode="constant", lag=3, start=5) == version
 
 

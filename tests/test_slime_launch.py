@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fakes.slime_checkpoints import write_hf_save
 
 import stabilizers.api
 from engines import TimeLimitReached
@@ -19,6 +18,7 @@ from engines.slime import launch
 from harness.config import load
 from harness.grid import resolve_run_config, run_dir
 from stabilizers import LossOutput, parameters
+from tests.support.slime_checkpoints import write_hf_save
 
 PRESET = Path(__file__).resolve().parents[1] / "workflow" / "presets" / "table1.yaml"
 DAPO_PROMPTS = Path(__file__).resolve().parent / "fixtures" / "dapo_prompts.jsonl"
@@ -212,7 +212,7 @@ in slime's order: the Megatron save, then the HF save (config.json, shards, the 
 killed after FAKE_RAY_FAIL_AFTER steps dies in the middle of its last HF save."""
 import json, os, signal, sys, time
 sys.path.insert(0, {tests!r})
-from fakes.slime_checkpoints import write_hf_save, write_megatron_save
+from tests.support.slime_checkpoints import write_hf_save, write_megatron_save
 calls = os.environ["FAKE_RAY_CALLS"]
 with open(calls, "a") as f:
     f.write(json.dumps(sys.argv[1:]) + "\n")
@@ -250,13 +250,13 @@ def fake_job_environment(tmp_path, monkeypatch) -> Path:
     (slime / "scripts" / "models" / "qwen3-30B-A3B.sh").write_text("MODEL_ARGS=(--num-layers 2 --hidden-size 8)\n")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "ray").write_text(FAKE_RAY.format(python=sys.executable, tests=str(Path(__file__).parent)))
+    (bin_dir / "ray").write_text(FAKE_RAY.format(python=sys.executable, tests=str(Path(__file__).resolve().parents[1])))
     (bin_dir / "python3").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
     for tool in ("ray", "python3"):
         (bin_dir / tool).chmod(0o755)
     calls = tmp_path / "ray_calls.jsonl"
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent / "fakes" / "slime_pkg"))
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent / "support" / "slime_pkg"))
     monkeypatch.setenv("FAKE_RAY_CALLS", str(calls))
     return slime, calls
 

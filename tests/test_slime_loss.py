@@ -1,16 +1,16 @@
-"""engines.slime.loss driven through slime's calling convention (tests/fakes/slime_standin.py):
+"""engines.slime.loss driven through slime's calling convention (tests/support/slime_standin.py):
 the loss and the logits' gradient equal those of the recipe called directly on the same [B, L] batch."""
 from __future__ import annotations
 
 import pytest
 import torch
-from fakes import slime_standin
-from fakes.slime_batches import args_for, direct_loss, make_sample_batch, padded
-from fakes.slime_standin import get_log_probs_and_entropy, slime_args, slime_loss_function
 
 from engines.slime import loss as slime_loss
 from stabilizers import Recipe, load_recipes, recipe_from_dict
 from stabilizers.diagnostics import offpolicy_diagnostics
+from tests.support import slime_standin
+from tests.support.slime_batches import args_for, direct_loss, make_sample_batch, padded
+from tests.support.slime_standin import get_log_probs_and_entropy, slime_args, slime_loss_function
 
 slime_standin.install()
 torch.set_num_threads(1)

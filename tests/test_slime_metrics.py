@@ -9,11 +9,11 @@ from argparse import Namespace
 import numpy as np
 import pytest
 import torch
-from fakes import slime_standin
 
-from harness.io import append_jsonl_atomic, read_jsonl
 from engines.mismatch import abs_d_stats
 from engines.slime import metrics
+from harness.io import append_jsonl_atomic, read_jsonl
+from tests.support import slime_standin
 
 slime_standin.install()
 

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from fakes.slime_checkpoints import write_hf_save, write_megatron_save
 
 from engines.slime import launch, preflight, retention
 from eval.score import ScoreError, score_run
@@ -17,6 +16,7 @@ from harness.checkpoint import hf_checkpoint_problem
 from harness.config import load
 from harness.grid import resolve_run_config, run_dir
 from harness.io import read_jsonl
+from tests.support.slime_checkpoints import write_hf_save, write_megatron_save
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESET = ROOT / "workflow" / "presets" / "table1.yaml"

@@ -1,4 +1,4 @@
-"""The workflow on a real single-node SLURM cluster (tests/slurm_cluster.py), through
+"""The workflow on a real single-node SLURM cluster (tests/support/slurm_cluster.py), through
 workflow/profiles/slurm, compared with the same grid run locally.
 
 One invocation exercises what goes wrong on clusters, and must still finish the grid by itself:
@@ -29,8 +29,8 @@ from engines.run import run
 from engines.tiny.warmstart import build_base
 from harness.config import load
 from harness.grid import grid_dir, resolve_run_config, run_dir
-from tests.slurm_cluster import SlurmCluster, install_reason
-from tests.workflow_cli import ROOT, SNAKEMAKE, snakemake
+from tests.support.slurm_cluster import SlurmCluster, install_reason
+from tests.support.workflow_cli import ROOT, SNAKEMAKE, snakemake
 
 OVERRIDES = {
     "grid": "slurm", "recipes": ["grpo"], "lags": [1, 2], "seeds": [0], "baseline": "grpo",

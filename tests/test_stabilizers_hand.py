@@ -239,7 +239,8 @@ def test_sat_random(aggregation):
     #   (8 e^.05 + 1.001980198) / 10 = 0.941214897.  Sample mean (one response of 10 tokens) is the same.
     d = [[0.05] * 9 + [0.5]]
     adv = [[1.0] * 9 + [0.0]]
-    make = lambda: batch_from_ratios([[e(x) for x in d[0]]], adv, [[1] * 10], against="rollout")
+    def make():
+        return batch_from_ratios([[e(x) for x in d[0]]], adv, [[1] * 10], against="rollout")
     sat = get("sat_grpo")(make(), aggregation=aggregation).loss.item()
     assert sat == pytest.approx(-0.946143987, abs=1e-9)
     values = []

@@ -10,8 +10,18 @@ import pytest
 import torch
 
 import stabilizers
-from stabilizers import (PolicyBatch, api, available, get, get_recipe, load_recipes, parameters, recipe_from_dict, register,
-                         validate_batch)
+from stabilizers import (
+    PolicyBatch,
+    api,
+    available,
+    get,
+    get_recipe,
+    load_recipes,
+    parameters,
+    recipe_from_dict,
+    register,
+    validate_batch,
+)
 
 TABLE1 = ["grpo", "gspo", "grpo_r3", "gspo_r3", "grpo_tis", "gspo_tis", "grpo_tis_r3", "gspo_tis_r3",
           "dppo", "sat_grpo", "sat_gspo", "sat_grpo_r3", "sat_gspo_r3"]

@@ -9,15 +9,29 @@ from scipy import stats
 from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.power import TTestIndPower
 
-from analysis.stats import (BOOTSTRAP_MIN_SEEDS, collapse_difference, collapse_rate, difference, holm,
-                            mean_ci, prob_improvement, seeds_needed, smallest_p, t_interval, welch_interval)
+from analysis.stats import (
+    BOOTSTRAP_MIN_SEEDS,
+    collapse_difference,
+    collapse_rate,
+    difference,
+    holm,
+    mean_ci,
+    prob_improvement,
+    seeds_needed,
+    smallest_p,
+    t_interval,
+    welch_interval,
+)
 from benchmarks.bench_coverage import DISTRIBUTIONS, analytic_coverage
 
 X = [0.31, 0.27, 0.35, 0.30, 0.41]
 Y = [0.22, 0.29, 0.18, 0.25]
 
 
-def wilson(k, n, z=stats.norm.ppf(0.975)):
+Z_975 = stats.norm.ppf(0.975)
+
+
+def wilson(k, n, z=Z_975):
     """The Wilson score interval, written out from its formula."""
     p = k / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)

@@ -11,15 +11,15 @@ import pytest
 import torch
 import yaml
 
-from harness.grid import resolve_run_config
-from harness.io import read_jsonl
 from engines.run import run
 from engines.tiny import task
 from engines.tiny.checkpoint import load_model
 from engines.tiny.rollout import RolloutEngine, sampling_version
 from engines.tiny.trainer import Trainer, step_seed
 from engines.tiny.warmstart import build_base
-from untimed import untimed_rows
+from harness.grid import resolve_run_config
+from harness.io import read_jsonl
+from tests.support.untimed import untimed_rows
 
 SMALL = {"preset": "demo", "width": 32, "heads": 2, "expert_hidden": 32, "top_k": 2, "warmstart_steps": 30,
          "warmstart_batch": 64, "prompts_per_step": 4, "samples_per_step": 4, "progress_every": 1000}
@@ -115,7 +115,7 @@ def test_each_batch_is_sampled_by_the_scheduled_policy_version(base, tmp_path, m
     for step in range(1, steps + 1):
         # Re-sample step's batch from the saved checkpoint of its scheduled version: it must be
         # bit-identical, and the next version's weights must give a different mu.
-        def resample(version):
+        def resample(version, step=step):
             source = base if version == 0 else tmp_path / "train" / "checkpoints" / f"step_{version}"
             engine = RolloutEngine(trainer.model.config, "bfloat16", params["temperature"])
             engine.broadcast(load_model(source).state_dict(), version)

@@ -5,12 +5,12 @@ import os
 import shutil
 
 import pytest
-from grid_fixture import COLLAPSED, DIVERGE_STEP, DIVERGED, EARLY_DIVERGED, START_TIME, make_grid
-from mlflow_server import mlflow_server, rest, run_params, run_tags
 
 from analysis.report import REPORT_FILES, collect, summarize, write_reports
 from harness.grid import expand, grid_dir, run_dir
 from harness.io import append_jsonl_atomic, read_jsonl, write_json_atomic
+from tests.support.grid_fixture import COLLAPSED, DIVERGE_STEP, DIVERGED, EARLY_DIVERGED, START_TIME, make_grid
+from tests.support.mlflow_server import mlflow_server, rest, run_params, run_tags
 from tracking import layout
 from tracking.store import KIND, local_artifact_dir, tracking_uri
 from tracking.sync import SUMMARY_SUFFIX, main, sync

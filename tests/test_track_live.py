@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from analysis.report import write_reports
 from harness.grid import expand, grid_dir, run_dir
 from harness.io import read_jsonl, write_text_atomic
-from analysis.report import write_reports
+from tests.support.grid_fixture import DIVERGED, make_grid
+from tests.support.mlflow_server import mlflow_server, rest, run_tags
 from tracking.store import KIND
 from tracking.sync import SUMMARY_SUFFIX, main
-from grid_fixture import DIVERGED, make_grid
-from mlflow_server import mlflow_server, rest, run_tags
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAINING = ("sat_grpo", 8, 1)  # half-way: 10 of 20 steps, evaluated at step 5 and 10, no status

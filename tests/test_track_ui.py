@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support.grid_fixture import make_grid
+from tests.support.mlflow_server import free_port
 from tracking.sync import sync
-from grid_fixture import make_grid
-from mlflow_server import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -11,7 +11,7 @@ import engines
 from analysis.report import REPORT_FILES
 from harness.config import load
 from harness.grid import expand
-from tests.workflow_cli import ROOT, job_counts, planned_jobs, scratch, snakemake  # noqa: F401 - a fixture
+from tests.support.workflow_cli import ROOT, job_counts, planned_jobs, snakemake
 
 DEMO = load(ROOT / "config.yaml")
 

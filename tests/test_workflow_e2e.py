@@ -19,10 +19,10 @@ import pytest
 from harness.config import load
 from harness.grid import expand, grid_dir, run_dir
 from harness.io import read_jsonl
+from tests.support.untimed import untimed_rows
+from tests.support.workflow_cli import ROOT, SNAKEMAKE, job_counts, planned_jobs, snakemake
 from tracking.store import local_artifact_dir
 from tracking.sync import SUMMARY_SUFFIX
-from untimed import untimed_rows
-from tests.workflow_cli import ROOT, SNAKEMAKE, job_counts, planned_jobs, scratch, snakemake  # noqa: F401 - a fixture
 
 RECIPES, LAGS, SEEDS = ["grpo", "grpo_dualclip"], [1, 4], [0, 1]
 OVERRIDES = {

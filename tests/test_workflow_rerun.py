@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness.io import read_jsonl
-from tests.workflow_cli import ROOT, SNAKEMAKE, job_counts, planned_jobs
+from tests.support.workflow_cli import ROOT, SNAKEMAKE, job_counts, planned_jobs
 
 EVAL = {"tasks": ["tiny_test"], "selection_task": None, "k": 2, "problems": {"tiny_test": 8}}
 OVERRIDES = {"grid": "rerun", "recipes": ["grpo", "grpo_dualclip"], "baseline": "grpo", "lags": [1], "seeds": [0],

@@ -4,23 +4,12 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import tempfile
 from collections import Counter
 from pathlib import Path
 
-import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 _JOB = re.compile(r"^(?:local)?rule (\w+):\n(?:    .*\n)*?    output: (.*)$", re.MULTILINE)
-
-
-@pytest.fixture
-def scratch():
-    """A private temporary folder. Not pytest's tmp_path: concurrent pytest sessions on this machine
-    prune each other's old base folders, which removed a grid from under a running test."""
-    with tempfile.TemporaryDirectory(prefix="stalebench-test-") as path:
-        yield Path(path)
 
 
 def snakemake(*args: str, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -37,8 +37,9 @@ def write_hf_save(path, *, shards_written: int, total_shards: int = 3) -> Path:
 
 
 def write_megatron_save(save_dir, rollout_id: int) -> Path:
+    """Megatron's save of a rollout; a resumed job that replays a step saves it again, in place."""
     path = Path(save_dir) / f"iter_{rollout_id:07d}"
-    path.mkdir(parents=True)
+    path.mkdir(parents=True, exist_ok=True)
     (path / "common.pt").write_bytes(b"0" * 16)
     (Path(save_dir) / "latest_checkpointed_iteration.txt").write_text(str(rollout_id))
     return path
