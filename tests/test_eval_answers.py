@@ -83,7 +83,8 @@ def test_canned_outputs_through_lm_eval_give_exact_metrics():
     task = task_dict["tasks"]["aime24_avg8"]
     assert task.config.repeats == 8 and task.config.generation_kwargs["temperature"] == 1.0
     lm = CannedLM()
-    row = score_checkpoint(lm, task_dict, "aime24_avg8", 5, {**settings, "k": 8, "seed": 3})
+    row = score_checkpoint(lm, task_dict, "aime24_avg8", 5, {**settings, "k": 8, "seed": 3}, key="an-eval-key")
+    assert row["eval_key"] == "an-eval-key" and row["step"] == 5
     assert sorted(lm.seen.values()) == [8, 8, 8]  # all k samples of every problem were requested
     assert row["per_problem"] == EXPECTED["per_problem"] and row["n_problems"] == 3
     assert row["score"] == pytest.approx(EXPECTED["score"], abs=1e-12)
