@@ -17,14 +17,10 @@ from __future__ import annotations
 import json
 import math
 
-import engines
-import stabilizers
 from analysis.report import SCORES
 
 PERCENT = 100.0
 EVAL_CURVE_KEYS = ("score", "pass_at_k", "maj_at_k")  # all scores: logged in percent
-CORE_PARAMS = ("recipe", "loss", "lag", "lag_mode", "seed", "engine", "preset", "steps", "eval_every",
-               "routing_replay", "tis")
 # summary.json cell keys that are not aggregate numbers: identity (params), per-seed values (on the
 # seed runs), the published numbers (tags)
 CELL_SKIP = ("recipe", "lag", "seeds", "run_keys", "per_seed", "reference")
@@ -63,11 +59,10 @@ def cell_params(run_config: dict) -> dict[str, str]:
 def run_params(run_config: dict, eval_settings: dict, problems: dict[str, int]) -> dict[str, str]:
     """A seed run's flat params (module docstring); ``problems``: task -> problem count, as known."""
     params = {**cell_params(run_config), "seed": param_text(run_config["seed"])}
-    loss = run_config["recipe"]["loss"]
-    stabilizer = {**stabilizers.parameters(loss), **(run_config["recipe"].get("params") or {})}
-    params.update({f"loss.{k}": param_text(v) for k, v in stabilizer.items()})
-    resolved = engines.get(run_config["engine"]).resolve_params(run_config.get("engine_params") or {})
-    for key, value in resolved.items():
+    # The run config is already resolved (harness.grid.resolve_run_config, what the run key hashes):
+    # every stabilizer parameter with its default, the engine preset expanded to its values.
+    params.update({f"loss.{k}": param_text(v) for k, v in (run_config["recipe"].get("params") or {}).items()})
+    for key, value in (run_config.get("engine_params") or {}).items():
         if key == "preset":
             continue  # a core param already
         params[f"engine.{key}" if key in params or key.startswith(("loss.", "eval.")) else key] = param_text(value)
