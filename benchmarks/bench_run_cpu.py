@@ -1,0 +1,65 @@
+"""CPU seconds per demo run, train and evaluate, from Snakemake's benchmark files (issue 15: halve them).
+
+    .venv/bin/python -m benchmarks.bench_run_cpu [--tree DIR] [--recipes grpo sat_grpo] [--lags 1 8]
+        [--seeds 0] [--cores 1]
+
+Runs `snakemake --until evaluate` (every train and evaluate job, no aggregate or track) on a sub-grid
+of the demo config in a fresh results folder, with the checkout at --tree (default: this one; give
+an older checkout, e.g. a `git worktree`, to compare builds back to back on one machine with one
+venv), then sums each rule's cpu_time column over its jobs and divides by the number of runs.
+One core by default, so that jobs do not compete with each other for the CPU.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def rule_seconds(benchmarks: Path, rule: str) -> tuple[int, float, float]:
+    """(jobs, CPU seconds, wall seconds) summed over the rule's benchmark files."""
+    jobs, cpu, wall = 0, 0.0, 0.0
+    for path in sorted([*benchmarks.glob(f"{rule}.tsv"), *(benchmarks / rule).rglob("*.tsv")]):
+        with path.open() as handle:
+            for row in csv.DictReader(handle, delimiter="\t"):
+                jobs, cpu, wall = jobs + 1, cpu + float(row["cpu_time"]), wall + float(row["s"])
+    return jobs, cpu, wall
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tree", type=Path, default=ROOT, help="the checkout to measure")
+    parser.add_argument("--recipes", nargs="+", default=["grpo", "sat_grpo"])
+    parser.add_argument("--lags", nargs="+", type=int, default=[1, 8])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0])
+    parser.add_argument("--cores", type=int, default=1)
+    args = parser.parse_args()
+    runs = len(args.recipes) * len(args.lags) * len(args.seeds)
+    with tempfile.TemporaryDirectory() as results:
+        command = [str(Path(sys.executable).with_name("snakemake")), f"-c{args.cores}", "--until", "evaluate",
+                   "-C", f"results_dir={results}", "grid=bench",
+                   f"recipes=[{','.join(args.recipes)}]", f"lags=[{','.join(map(str, args.lags))}]",
+                   f"seeds=[{','.join(map(str, args.seeds))}]"]
+        start = time.perf_counter()
+        subprocess.run(command, cwd=args.tree, check=True, capture_output=True)
+        elapsed = time.perf_counter() - start
+        benchmarks = Path(results) / "bench" / "logs" / "benchmarks"
+        print(f"{args.tree} ({runs} demo runs, -c{args.cores}, {elapsed:.0f} s wall in all)")
+        total = 0.0
+        for rule in ("prepare", "train", "evaluate"):
+            jobs, cpu, wall = rule_seconds(benchmarks, rule)
+            per_run = cpu / runs if rule != "prepare" else cpu
+            total += per_run if rule != "prepare" else 0.0
+            print(f"  {rule:<9} {jobs:>3} jobs  cpu {cpu:7.1f} s  wall {wall:7.1f} s  "
+                  f"{'per run' if rule != 'prepare' else 'once   '} cpu {per_run:6.1f} s")
+        print(f"  train + evaluate per run: {total:.1f} CPU s")
+
+
+if __name__ == "__main__":
+    main()
