@@ -107,3 +107,21 @@ def test_engine_params_presets_and_errors():
     with pytest.raises(ValueError, match="top_k"):
         resolve_engine_params({"top_k": 5})
     json.dumps(resolve_engine_params({}))  # the resolved params are plain JSON
+
+
+@pytest.mark.parametrize("top_k", [1, 2])
+def test_moe_output_is_each_tokens_gated_sum_of_its_experts(top_k):
+    """The grouped MoE (one block of rows per expert) against the definition, token by token:
+    out[r] = sum_k gate[r, k] * expert_{chosen[r, k]}(x[r]); and the balance loss only when asked for."""
+    torch.manual_seed(0)
+    moe = TinyMoELM(ModelConfig(top_k=top_k, experts=4)).blocks[0].moe
+    x = torch.randn(3, 5, moe.w1.shape[1])
+    out, chosen, own, balance = moe(x, None)
+    assert balance is None and torch.equal(chosen, own)
+    logits = moe.router(x.reshape(-1, x.shape[-1]))
+    for r, (row, experts) in enumerate(zip(x.reshape(-1, x.shape[-1]), chosen.reshape(-1, top_k))):
+        gates = logits[r].softmax(-1)[experts] if top_k == 1 else logits[r][experts].softmax(-1)
+        expected = sum(g * (torch.nn.functional.gelu(row @ moe.w1[e] + moe.b1[e]) @ moe.w2[e] + moe.b2[e])
+                       for g, e in zip(gates, experts.tolist()))
+        torch.testing.assert_close(out.reshape(-1, x.shape[-1])[r], expected)
+    assert moe(x, None, balance=True)[3].ndim == 0

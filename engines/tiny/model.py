@@ -118,9 +118,10 @@ class MoE(nn.Module):
         self.w2 = nn.Parameter(torch.randn(e, h, w) * h ** -0.5)
         self.b2 = nn.Parameter(torch.zeros(e, w))
 
-    def forward(self, x: torch.Tensor, replay: torch.Tensor | None):
+    def forward(self, x: torch.Tensor, replay: torch.Tensor | None, balance: bool = False):
         """x [B, T, W]; replay [B, T, k] expert ids or None.
-        Returns (output, used experts [B, T, k], own top-k [B, T, k], load-balancing loss)."""
+        Returns (output, used experts [B, T, k], own top-k [B, T, k], the load-balancing loss when
+        ``balance`` is set, else None)."""
         b, t, w = x.shape
         flat = x.reshape(-1, w)
         logits = self.router(flat)
@@ -130,18 +131,21 @@ class MoE(nn.Module):
             gates = logits.softmax(-1).gather(-1, chosen)
         else:
             gates = logits.gather(-1, chosen).softmax(-1)
-        out = torch.zeros_like(flat)
-        for expert in range(self.w1.shape[0]):
-            weight = (gates * (chosen == expert)).sum(-1)
-            rows = (chosen == expert).any(-1).nonzero().squeeze(1)
-            if rows.numel() == 0:
-                continue
-            hidden = F.gelu(flat[rows] @ self.w1[expert] + self.b1[expert])
-            out.index_add_(0, rows, weight[rows, None] * (hidden @ self.w2[expert] + self.b2[expert]))
-        # Switch load-balancing loss: experts x sum_e (fraction routed to e) x (mean router prob of e).
-        fraction = F.one_hot(own[:, 0], self.w1.shape[0]).to(flat.dtype).mean(0)
-        balance = self.w1.shape[0] * (fraction * logits.softmax(-1).mean(0)).sum()
-        return (out.view(b, t, w), chosen.view(b, t, self.top_k), own.view(b, t, self.top_k), balance)
+        # The (token, slot) pairs grouped by expert: a stable sort keeps each expert's tokens in order, so
+        # every expert multiplies one contiguous block of rows, and the outputs are summed into their
+        # tokens in expert order (one index_add_): few ops per call, which is what a small MoE costs.
+        experts = chosen.reshape(-1)
+        order = experts.argsort(stable=True)
+        tokens = order // self.top_k
+        blocks = flat[tokens].split(torch.bincount(experts, minlength=self.w1.shape[0]).tolist())
+        outputs = [F.gelu(rows @ self.w1[expert] + self.b1[expert]) @ self.w2[expert] + self.b2[expert]
+                   for expert, rows in enumerate(blocks) if rows.shape[0]]
+        out = torch.zeros_like(flat).index_add_(0, tokens, gates.reshape(-1)[order, None] * torch.cat(outputs))
+        loss = None
+        if balance:  # Switch: experts x sum_e (fraction routed to e) x (mean router prob of e)
+            fraction = F.one_hot(own[:, 0], self.w1.shape[0]).to(flat.dtype).mean(0)
+            loss = self.w1.shape[0] * (fraction * logits.softmax(-1).mean(0)).sum()
+        return (out.view(b, t, w), chosen.view(b, t, self.top_k), own.view(b, t, self.top_k), loss)
 
 
 class Block(nn.Module):
@@ -158,7 +162,7 @@ class ForwardOutput:
     logits: torch.Tensor  # [B, T, V]
     routing: torch.Tensor  # experts used, [B, T, layers, k]
     own_routing: torch.Tensor  # the model's own top-k, [B, T, layers, k] (== routing without replay)
-    balance_loss: torch.Tensor  # mean over layers of the Switch load-balancing loss
+    balance_loss: torch.Tensor | None  # mean over layers of the Switch load-balancing loss (if asked for)
 
 
 class TinyMoELM(nn.Module):
@@ -172,26 +176,27 @@ class TinyMoELM(nn.Module):
         self.head = nn.Linear(config.width, config.vocab)
 
     def forward(self, tokens: torch.Tensor, *, cache: KVCache | None = None,
-                replay: torch.Tensor | None = None) -> ForwardOutput:
-        """tokens [B, T]; cache for incremental decoding; replay [B, T, layers, k] routing (R3)."""
+                replay: torch.Tensor | None = None, balance: bool = False) -> ForwardOutput:
+        """tokens [B, T]; cache for incremental decoding; replay [B, T, layers, k] routing (R3);
+        balance: also the load-balancing loss (the warm start trains with it; RL and sampling never read it)."""
         start = 0 if cache is None else cache.length
         if start + tokens.shape[1] > self.config.max_positions:
             raise ValueError(f"sequence of {start + tokens.shape[1]} tokens exceeds max_positions "
                              f"{self.config.max_positions}")
         positions = torch.arange(start, start + tokens.shape[1])
         x = self.embed(tokens) + self.position(positions)
-        used, own, balance = [], [], []
+        used, own, balances = [], [], []
         for layer, block in enumerate(self.blocks):
             x = x + block.attn(block.ln1(x), cache, layer)
-            moe_out, chosen, top, bal = block.moe(block.ln2(x), None if replay is None else replay[:, :, layer])
+            moe_out, chosen, top, bal = block.moe(block.ln2(x), None if replay is None else replay[:, :, layer], balance)
             x = x + moe_out
             used.append(chosen)
             own.append(top)
-            balance.append(bal)
+            balances.append(bal)
         if cache is not None:
             cache.length += tokens.shape[1]
         return ForwardOutput(self.head(self.ln_f(x)), torch.stack(used, 2), torch.stack(own, 2),
-                             torch.stack(balance).mean())
+                             torch.stack(balances).mean() if balance else None)
 
 
 def nucleus(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:

@@ -44,7 +44,7 @@ def train_base(params: dict) -> TinyMoELM:
     for step in range(params["warmstart_steps"]):
         batch = encode_pairs(task.problems("train", params["warmstart_batch"],
                                            seed=params["warmstart_seed"] * 1_000_003 + step))
-        out = model(batch[:, :-1])
+        out = model(batch[:, :-1], balance=True)
         logits = out.logits[:, prompt_len - 1:]
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, prompt_len:].reshape(-1))
         optimizer.zero_grad()
