@@ -55,11 +55,32 @@ def clip_bounds(eps_low: float, eps_high: float, dtype: torch.dtype) -> tuple[to
     return 1 - torch.tensor(eps_low, dtype=dtype), 1 + torch.tensor(eps_high, dtype=dtype)
 
 
+class _ClippedObjective(torch.autograd.Function):
+    """S = min(r A, clip(r, low, high) A) with its derivative written out: dS/dr = A where the
+    unclipped term is the minimum (r A <= clip(r) A), else 0. That is autograd's gradient through
+    minimum and clamp bit for bit (at a tie each side gets half and they add back to A; where r A is
+    larger, r is outside the bounds and clamp passes nothing), but the backward reads one float
+    tensor instead of three comparisons of min and clamp: fewer passes eager, and no boolean masks
+    kept between a compiled forward and backward. Gradients reach r only (A and the bounds are data)."""
+
+    @staticmethod
+    def forward(ctx, ratio: torch.Tensor, advantages: torch.Tensor, low: torch.Tensor,
+                high: torch.Tensor) -> torch.Tensor:
+        # clamp needs its bounds on ratio's device (0-d CPU bounds fail on CUDA); a no-op on CPU
+        clipped = torch.clamp(ratio, min=low.to(ratio.device), max=high.to(ratio.device)) * advantages
+        unclipped = ratio * advantages
+        ctx.save_for_backward(advantages * (unclipped <= clipped))
+        return torch.minimum(unclipped, clipped)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (slope,) = ctx.saved_tensors
+        return grad * slope, None, None, None
+
+
 def clipped_objective(ratio: torch.Tensor, advantages: torch.Tensor, low: torch.Tensor, high: torch.Tensor) -> torch.Tensor:
     """S = min(r A, clip(r, low, high) A), per token; the bounds may be 0-d or per token."""
-    # clamp needs its bounds on ratio's device (0-d CPU bounds fail on CUDA); a no-op on CPU
-    clipped = torch.clamp(ratio, min=low.to(ratio.device), max=high.to(ratio.device))
-    return torch.minimum(ratio * advantages, clipped * advantages)
+    return _ClippedObjective.apply(ratio, advantages.detach(), low.detach(), high.detach())
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
