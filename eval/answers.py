@@ -9,8 +9,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
-from math_verify import parse, verify
-
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
 
@@ -40,6 +38,9 @@ def extract_answer(text: str) -> str | None:
 
 
 def _parsed(answer: str):
+    # Imported on first use: math-verify pulls in sympy (~0.4 s), which the tiny tasks never need.
+    from math_verify import parse
+
     # Wrapping in \boxed{} makes math-verify read the whole string as one LaTeX answer.
     return parse(f"\\boxed{{{answer}}}")
 
@@ -48,6 +49,8 @@ def equivalent(gold: str, answer: str | None) -> bool:
     """math-verify equivalence: 42 == 042 == 42.0 == \\frac{84}{2}."""
     if answer is None or not answer.strip():
         return False
+    from math_verify import verify
+
     return bool(verify(_parsed(str(gold)), _parsed(answer)))
 
 

@@ -1,6 +1,8 @@
 """Answer checking and avg@k / pass@k / maj@k, alone and through lm-eval with canned outputs."""
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -108,3 +110,11 @@ def test_problems_setting_takes_a_prefix():
     task = load_task("aime24_avg8", {"data": {"aime24": str(FIXTURE)}, "problems": {"aime24_avg8": 2}})
     docs = list(task["tasks"]["aime24_avg8"].test_docs())
     assert [d["answer"] for d in docs] == ["42", "7"]
+
+
+def test_the_tiny_tasks_do_not_import_math_verify():
+    """math-verify (sympy) is imported on first use: scoring a tiny task never pays for it."""
+    code = "import sys, eval.tasks.tiny_utils; print('math_verify' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                            cwd=Path(__file__).resolve().parents[1])
+    assert result.stdout.strip() == "False"
