@@ -8,7 +8,8 @@ The config is checked (schema, then recipe and task names, then the engine's par
 any job is scheduled. Each rule's params carry only what its jobs read (harness.model), so that
 Snakemake's default rerun triggers (code, input, mtime, params) redo exactly what a change affects:
 a changed aggregation key reruns no train or evaluate job, a changed preset value or stabilizer
-default reruns the train jobs whose resolved run config it changes.
+default reruns the train jobs whose resolved run config it changes, a new eval task or a changed
+eval setting reruns each run's one evaluate job (which re-scores only the tasks it changes).
 Every job writes a Snakemake benchmark file under <results_dir>/<grid>/logs/benchmarks/.
 """
 import json
@@ -56,8 +57,9 @@ BENCHMARKS = f"{LOGS}/benchmarks"  # one TSV per job (analysis.provenance tabula
 RUN_WILDCARDS = dict(zip(("recipe", "lag", "seed"), zip(*MODEL.runs)))
 TASKS = MODEL.eval.scored_tasks
 CONFIG_JSON = json.dumps(CONFIG, sort_keys=True)
-# Every run's training status and scores. Also targets of `all`: Snakemake reruns no job whose
-# outputs exist because an input went missing, so a deleted run is redone only if it is a target.
+# Every run's training status and scores (one evaluate job per run writes all its tasks'). Also
+# targets of `all`: Snakemake reruns no job whose outputs exist because an input went missing, so a
+# deleted run is redone only if it is a target.
 RUN_OUTPUTS = expand(f"{RUN}/train/status.json", zip, **RUN_WILDCARDS) + [
     path for task in TASKS for path in expand(f"{RUN}/eval/{task}.jsonl", zip, **RUN_WILDCARDS)]
 
@@ -66,7 +68,6 @@ wildcard_constraints:
     recipe=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
     lag=r"\d+",
     seed=r"\d+",
-    task=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
 
 
 onstart:

@@ -33,7 +33,7 @@ def main() -> None:
             save_checkpoint(TinyMoELM(ModelConfig()), run / "train" / "checkpoints" / f"step_{25 * (i + 1)}")
         settings = {"k": args.k, "seed": 1234, "problems": {"tiny_val": args.problems}}  # config.yaml's eval
         start = time.perf_counter()
-        rows = score_run(run, "tiny_val", settings)
+        rows = score_run(run, ["tiny_val"], settings)
         seconds = time.perf_counter() - start
     print(f"scored {len(rows)} checkpoints x {args.problems} problems x k={args.k} "
           f"({len(rows) * args.problems * args.k} samples) in {seconds:.1f} s "

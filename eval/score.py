@@ -1,19 +1,24 @@
-"""Score every not-yet-scored checkpoint of a run on one lm-eval task, in one process.
+"""Score every not-yet-scored checkpoint of a run on one or more lm-eval tasks, in one process.
 
-    python -m eval.score --run-dir DIR --task NAME --settings-json JSON
+    python -m eval.score --run-dir DIR --tasks NAME [NAME ...] --settings-json JSON
 
-JSON is the eval settings of one evaluate job (harness.model.Eval.job_settings; the config's whole
-eval section is accepted too), checked and completed with the defaults of the config schema
-(harness.config.check_eval_settings): k, temperature, top_p, max_gen_toks, seed, backend
-(null = the back end of the run's engine, from the engine registry), server {url, model, ...},
-data {aime24: path}, problems {task: n} (a prefix of the task's problems), batch_size (tiny).
-Writes DIR/eval/<task>.jsonl (atomically, in step order), one line per checkpoint:
+JSON is the eval settings of the run's evaluate job (harness.model.Eval.job_settings; the config's
+whole eval section is accepted too), shared by every task, checked and completed with the defaults
+of the config schema (harness.config.check_eval_settings): k, temperature, top_p, max_gen_toks,
+seed, backend (null = the back end of the run's engine, from the engine registry), server {url,
+model, ...}, data {aime24: path}, problems {task: n} (a prefix of each task's problems),
+batch_size (tiny). One set of settings for all tasks: each checkpoint's model is built once (the
+server back end: its weights swapped in once) and scores every task that has no score for it yet.
+Each task is still scored by its own lm-eval `evaluate` call, so its samples are those of scoring
+it alone (the tiny back end seeds its generation per chunk of one call's requests).
+Writes DIR/eval/<task>.jsonl per task (atomically, in step order), one line per checkpoint:
 {"step", "score" (avg@k), "k", "per_problem" (correct counts out of k, problem order),
  "n_problems", "pass_at_k", "maj_at_k", "seed", "task", "task_version", "eval_key"}.
 Every line scored is also kept in DIR/eval/.<task>.scores.jsonl, appended as each checkpoint is
 done and never deleted by Snakemake (it is not a declared output): a killed or rerun job re-scores
-only the checkpoints that have no line there under the same eval key (harness.identity.eval_key).
-A run that diverged before its first checkpoint gets an empty file; bad input fails before any write.
+only the checkpoints that have no line there under the same eval key (harness.identity.eval_key:
+the task's own settings, so changing one task's problem count re-scores that task only).
+A run that diverged before its first checkpoint gets empty files; bad input fails before any write.
 """
 from __future__ import annotations
 
@@ -153,64 +158,76 @@ def score_checkpoint(lm, task_dict: dict, name: str, step: int, settings: dict, 
             "seed": settings["seed"], "task": name, "task_version": task.VERSION, "eval_key": key}
 
 
-def score_run(run_dir: str | Path, task_name: str, settings: dict, *, log=None) -> list[dict]:
-    """Score the run's unscored checkpoints on `task_name`; returns the new lines (step order).
-    One scorer per run and task: it holds locks/evaluate-<task>.lock (harness.lock; RunLocked otherwise)."""
+def score_run(run_dir: str | Path, tasks: list[str], settings: dict, *, log=None) -> list[dict]:
+    """Score the run's unscored checkpoints on every task of `tasks`; returns the new lines, in step
+    order and, within a step, in the order of `tasks`. One scorer per run and task: it holds
+    locks/evaluate-<task>.lock of each task (harness.lock; RunLocked otherwise)."""
     run_dir = Path(run_dir)
     settings = check_settings(settings)
+    if not tasks or len(set(tasks)) != len(tasks):
+        raise ScoreError(f"give each eval task to score once, and at least one; got {list(tasks)}")
     found = checkpoints(run_dir)
-    task_dict = load_task(task_name, settings)
+    task_dicts = {name: load_task(name, settings) for name in tasks}  # every task loads before any write
     settings["backend"] = settings["backend"] or engine_backend(run_dir)
-    with writer_lock(run_dir / "locks" / f"evaluate-{task_name}.lock", f"evaluate {task_name}"):
-        return _score_unlocked(run_dir, task_name, task_dict, settings, found, log)
+    with contextlib.ExitStack() as locks:
+        for name in tasks:
+            locks.enter_context(writer_lock(run_dir / "locks" / f"evaluate-{name}.lock", f"evaluate {name}"))
+        return _score_unlocked(run_dir, task_dicts, settings, found, log)
 
 
-def _score_unlocked(run_dir: Path, task_name: str, task_dict: dict, settings: dict, found: dict[int, Path],
+def _score_unlocked(run_dir: Path, task_dicts: dict[str, dict], settings: dict, found: dict[int, Path],
                     log) -> list[dict]:
     # The run key too: a score is of these checkpoints, not of a retrained run in the same folder.
-    run_config = read_json_or_none(run_dir / "config.json") or {}
-    key = eval_key(task_name, task_dict["tasks"][task_name].VERSION, settings, run_config.get("run_key"))
-    out_path = run_dir / "eval" / f"{task_name}.jsonl"
-    scores_path = out_path.with_name(f".{task_name}.scores.jsonl")
-    done = {int(row["step"]): row for row in read_jsonl(scores_path) if row.get("eval_key") == key}
-    pending = {step: path for step, path in found.items() if step not in done}
-    for path in pending.values():  # every checkpoint is checked before the first is scored
-        for name in REQUIRED_FILES[settings["backend"]]:
-            if not (path / name).is_file():
-                raise ScoreError(f"incomplete checkpoint: {path / name} is missing")
+    run_key = (read_json_or_none(run_dir / "config.json") or {}).get("run_key")
+    keys = {name: eval_key(name, task_dict["tasks"][name].VERSION, settings, run_key)
+            for name, task_dict in task_dicts.items()}
+    scores_paths = {name: run_dir / "eval" / f".{name}.scores.jsonl" for name in task_dicts}
+    done = {name: {int(row["step"]): row for row in read_jsonl(path) if row.get("eval_key") == keys[name]}
+            for name, path in scores_paths.items()}
+    # step -> the tasks that have no score for it yet
+    pending = {step: todo for step in found if (todo := [name for name in task_dicts if step not in done[name]])}
+    for step in pending:  # every checkpoint is checked before the first is scored
+        path = found[step]
+        for required in REQUIRED_FILES[settings["backend"]]:
+            if not (path / required).is_file():
+                raise ScoreError(f"incomplete checkpoint: {path / required} is missing")
         if settings["backend"] == "server" and (problem := hf_checkpoint_problem(path)):
             raise ScoreError(f"incomplete checkpoint: {problem}")  # an interrupted HF save is never scored
-    with _server_running(settings, pending):
+    with _server_running(settings, [found[step] for step in pending]):
         server_lm = _server_lm(settings) if settings["backend"] == "server" and pending else None
         rows = []
-        for step, path in pending.items():
-            start = time.perf_counter()
-            row = score_checkpoint(_model(settings, path, server_lm), task_dict, task_name, step, settings, key)
-            append_jsonl_atomic(scores_path, [row])
-            done[step] = row
-            rows.append(row)
-            if log:
-                log(f"{task_name} step {step}: avg@{row['k']} {row['score']:.4f} "
-                    f"({time.perf_counter() - start:.2f} s)")
-    # The declared output last, whole: this run's checkpoints under these settings, in step order
+        for step, todo in pending.items():
+            lm = _model(settings, found[step], server_lm)  # once per checkpoint, for all its tasks
+            for name in todo:
+                start = time.perf_counter()
+                row = score_checkpoint(lm, task_dicts[name], name, step, settings, keys[name])
+                append_jsonl_atomic(scores_paths[name], [row])
+                done[name][step] = row
+                rows.append(row)
+                if log:
+                    log(f"{name} step {step}: avg@{row['k']} {row['score']:.4f} "
+                        f"({time.perf_counter() - start:.2f} s)")
+    # The declared outputs last, whole: this run's checkpoints under these settings, in step order
     # (empty for a run that diverged before its first checkpoint).
-    write_text_atomic(out_path, "".join(json.dumps(done[step], sort_keys=True) + "\n" for step in found))
+    for name in task_dicts:
+        write_text_atomic(run_dir / "eval" / f"{name}.jsonl",
+                          "".join(json.dumps(done[name][step], sort_keys=True) + "\n" for step in found))
     return rows
 
 
-def _server_running(settings: dict, pending: dict[int, Path]):
+def _server_running(settings: dict, pending: list[Path]):
     """With eval.server.launch, an SGLang server started here (first pending checkpoint) for the loop."""
     if settings["backend"] != "server" or not pending or not settings["server"].get("launch"):
         return contextlib.nullcontext()
     from eval.server import serve
-    return serve(settings["server"], str(next(iter(pending.values()))))
+    return serve(settings["server"], str(pending[0]))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m eval.score", description=__doc__.split("\n")[0])
     parser.add_argument("--run-dir", required=True)
-    parser.add_argument("--task", required=True)
-    parser.add_argument("--settings-json", required=True, help="the config's eval section, as JSON")
+    parser.add_argument("--tasks", nargs="+", required=True, metavar="NAME", help="the lm-eval tasks to score")
+    parser.add_argument("--settings-json", required=True, help="the eval settings of every task, as JSON")
     args = parser.parse_args(argv)
     try:
         settings = json.loads(args.settings_json)
@@ -219,12 +236,14 @@ def main(argv: list[str] | None = None) -> int:
     from eval.server import ServerError
     start = time.perf_counter()
     try:
-        rows = score_run(args.run_dir, args.task, settings, log=lambda m: print(m, file=sys.stderr))
+        rows = score_run(args.run_dir, args.tasks, settings, log=lambda m: print(m, file=sys.stderr))
     except (ValueError, OSError, ServerError, RunLocked) as error:  # bad input: one clear line, no traceback
         print(f"eval.score: error: {error}", file=sys.stderr)
         return 2
-    print(f"eval.score: {len(rows)} checkpoint(s) of {args.run_dir} scored on {args.task} "
-          f"in {time.perf_counter() - start:.2f} s", file=sys.stderr)
+    for task in args.tasks:
+        scored = sum(row["task"] == task for row in rows)
+        print(f"eval.score: {scored} checkpoint(s) of {args.run_dir} scored on {task}", file=sys.stderr)
+    print(f"eval.score: done in {time.perf_counter() - start:.2f} s", file=sys.stderr)
     return 0
 
 

@@ -3,7 +3,7 @@
     config = Config.build(harness.config.validate(raw))    # the Snakefile does this once
     config.runs                # every (recipe, lag, seed), in config order
     config.run_config(run)     # the resolved run config of one run (its hash is the run key)
-    config.eval.job_settings("tiny_test")   # exactly what one evaluate job reads
+    config.eval.job_settings() # exactly what each run's evaluate job reads
 
 Every default is the schema's (workflow/schemas/config.schema.yaml) and every check is
 harness.config's: these classes only give the checked values names and types, and say which
@@ -56,15 +56,19 @@ class Eval:
         extra = [self.selection_task] if self.selection_task and self.selection_task not in self.tasks else []
         return [*self.tasks, *extra]
 
-    def job_settings(self, task: str) -> dict:
-        """What eval.score reads to score ``task``: sampling, seed, back end, server, data files and
-        this task's problem count. Not the task lists nor fixed_step (aggregation reads those), nor
-        another task's problem count: changing them reruns no evaluate job."""
+    def job_settings(self) -> dict:
+        """What a run's evaluate job reads to score the scored_tasks: sampling, seed, back end,
+        server, data files and those tasks' problem counts. Not fixed_step (aggregation reads it),
+        nor an unscored task's problem count: changing them reruns no evaluate job. One dict for
+        all tasks, since one model per checkpoint scores them all; a task's eval key
+        (harness.identity.eval_key) reads only its own problem count, so changing that count
+        reruns the job but re-scores only that task."""
         settings = {"k": self.k, "temperature": self.temperature, "top_p": self.top_p,
                     "max_gen_toks": self.max_gen_toks, "seed": self.seed, "backend": self.backend,
                     "server": dict(self.server), "data": dict(self.data), "batch_size": self.batch_size}
-        if task in self.problems:
-            settings["problems"] = {task: self.problems[task]}
+        problems = {task: self.problems[task] for task in self.scored_tasks if task in self.problems}
+        if problems:
+            settings["problems"] = problems
         return settings
 
 

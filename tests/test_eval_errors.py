@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from eval.score import ScoreError, check_settings, main, score_run
 from harness.config import load
+from harness.lock import RunLocked, writer_lock
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -27,10 +29,26 @@ def server_settings(**extra) -> dict:
 
 def test_unknown_task_lists_the_known_ones(run, capsys):
     with pytest.raises(ScoreError, match=r"unknown eval task 'aime25'.*aime24_avg8.*tiny_test.*tiny_val"):
-        score_run(run, "aime25", server_settings())
-    assert main(["--run-dir", str(run), "--task", "aime25", "--settings-json", "{}"]) == 2
+        score_run(run, ["aime25"], server_settings())
+    assert main(["--run-dir", str(run), "--tasks", "tiny_val", "aime25", "--settings-json", "{}"]) == 2
     assert "unknown eval task 'aime25'" in capsys.readouterr().err
+    assert not (run / "eval").exists() and not (run / "locks").exists()  # every task loads before any write
+
+
+@pytest.mark.parametrize("tasks", [[], ["tiny_val", "tiny_test", "tiny_val"]])
+def test_each_task_is_named_once(run, tasks):
+    with pytest.raises(ScoreError, match="each eval task to score once, and at least one"):
+        score_run(run, tasks, server_settings())
+
+
+def test_a_task_scored_elsewhere_stops_the_whole_job(run):
+    # One job per run holds every task's lock: another writer of any one of them stops it before it writes.
+    with writer_lock(run / "locks" / "evaluate-tiny_val.lock", "evaluate tiny_val"):
+        with pytest.raises(RunLocked, match=f"evaluate-tiny_val.lock is held .*pid {os.getpid()}"):
+            score_run(run, ["tiny_test", "tiny_val"], server_settings())
     assert not (run / "eval").exists()
+    with writer_lock(run / "locks" / "evaluate-tiny_test.lock", "evaluate tiny_test"):
+        pass  # the lock it took first was released
 
 
 @pytest.mark.parametrize("data, message", [
@@ -39,7 +57,7 @@ def test_unknown_task_lists_the_known_ones(run, capsys):
 ])
 def test_empty_or_missing_dataset(run, data, message):
     with pytest.raises((ValueError, FileNotFoundError), match=message) as caught:
-        score_run(run, "aime24_avg8", server_settings(data={"aime24": str(data)}))
+        score_run(run, ["aime24_avg8"], server_settings(data={"aime24": str(data)}))
     assert data.name in str(caught.value)
     assert not (run / "eval").exists()
 
@@ -48,7 +66,7 @@ def test_dataset_without_an_answer_column(run, tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"ID": "1", "Problem": "1+1?"}) + "\n")
     with pytest.raises(ValueError, match=r"bad.jsonl: no 'answer' column"):
-        score_run(run, "aime24_avg8", server_settings(data={"aime24": str(bad)}))
+        score_run(run, ["aime24_avg8"], server_settings(data={"aime24": str(bad)}))
 
 
 @pytest.mark.parametrize("key, value", [
@@ -67,10 +85,10 @@ def test_server_backend_needs_a_url():
 
 def test_missing_checkpoints(tmp_path, run):
     with pytest.raises(ScoreError, match=r"no checkpoints \(step_<N>/\) under .*nowhere/train/checkpoints"):
-        score_run(tmp_path / "nowhere", "aime24_avg8", server_settings())
+        score_run(tmp_path / "nowhere", ["aime24_avg8"], server_settings())
     (run / "train" / "checkpoints" / "step_1" / "config.json").unlink()
     with pytest.raises(ScoreError, match=r"step_1/config\.json is missing"):
-        score_run(run, "aime24_avg8", server_settings(data={"aime24": str(FIXTURES / "aime_mini.jsonl")}))
+        score_run(run, ["aime24_avg8"], server_settings(data={"aime24": str(FIXTURES / "aime_mini.jsonl")}))
     assert not (run / "eval").exists()
 
 
@@ -84,7 +102,7 @@ def test_defaults_are_the_config_schemas():
 def test_hub_dataset_offline_says_how_to_fix(run):
     # eval.score turns the HF offline switches on before datasets is imported; nothing is cached here.
     with pytest.raises(ConnectionError, match=r"Maxwell-Jia/AIME_2024.*eval\.data\.aime24"):
-        score_run(run, "aime24_avg8", server_settings())
+        score_run(run, ["aime24_avg8"], server_settings())
     assert not (run / "eval").exists()
 
 
@@ -93,8 +111,8 @@ def test_run_diverged_before_its_first_checkpoint_gets_an_empty_curve(tmp_path):
     (run / "train").mkdir(parents=True)
     (run / "train" / "status.json").write_text(json.dumps({"status": "diverged", "step": 3, "message": "nan"}))
     settings = server_settings(data={"aime24": str(FIXTURES / "aime_mini.jsonl")})
-    assert score_run(run, "aime24_avg8", settings) == []
+    assert score_run(run, ["aime24_avg8"], settings) == []
     assert (run / "eval" / "aime24_avg8.jsonl").read_text() == ""
     (run / "train" / "status.json").write_text(json.dumps({"status": "completed", "step": 3, "message": ""}))
     with pytest.raises(ScoreError, match="no checkpoints"):
-        score_run(run, "aime24_avg8", settings)
+        score_run(run, ["aime24_avg8"], settings)

@@ -46,7 +46,7 @@ def settings(url: str, **server) -> dict:
 @pytest.mark.parametrize("concurrency", [1, 3])
 def test_k_distinct_seeds_per_problem_and_right_scores(tmp_path, fake_server, concurrency):
     run = make_run(tmp_path / "run")
-    rows = score_run(run, "aime24_avg8", settings(fake_server.url, concurrency=concurrency))
+    rows = score_run(run, ["aime24_avg8"], settings(fake_server.url, concurrency=concurrency))
     by_step = defaultdict(lambda: defaultdict(list))
     for checkpoint, problem, payload in fake_server.log:
         by_step[checkpoint][problem].append(payload)
@@ -68,8 +68,22 @@ def test_k_distinct_seeds_per_problem_and_right_scores(tmp_path, fake_server, co
     # Seeds are a function of the config seed: the same settings send the same seeds again.
     first = [p["seed"] for _, _, p in fake_server.log]
     fake_server.log.clear()
-    score_run(make_run(tmp_path / "again"), "aime24_avg8", settings(fake_server.url, concurrency=concurrency))
+    score_run(make_run(tmp_path / "again"), ["aime24_avg8"], settings(fake_server.url, concurrency=concurrency))
     assert sorted(p["seed"] for _, _, p in fake_server.log) == sorted(first)
+
+
+def test_one_weight_swap_per_checkpoint_scores_every_task(tmp_path, fake_server):
+    alone = score_run(make_run(tmp_path / "alone"), ["aime24_avg8"], settings(fake_server.url))
+    fake_server.swaps.clear()
+    fake_server.log.clear()
+    both = {**settings(fake_server.url), "problems": {"tiny_val": 2}}
+    rows = score_run(make_run(tmp_path / "run"), ["aime24_avg8", "tiny_val"], both)
+    assert fake_server.swaps == ["step_1", "step_2"]  # not one per task
+    assert [(r["step"], r["task"]) for r in rows] == [(1, "aime24_avg8"), (1, "tiny_val"), (2, "aime24_avg8"),
+                                                      (2, "tiny_val")]
+    # Each checkpoint's samples of both tasks (3 + 2 problems x k = 8) were drawn while it was loaded.
+    assert [checkpoint for checkpoint, _, _ in fake_server.log] == ["step_1"] * 40 + ["step_2"] * 40
+    assert [r for r in rows if r["task"] == "aime24_avg8"] == alone  # as if scored alone
 
 
 def test_launch_command_from_config():
@@ -97,14 +111,14 @@ def test_unreachable_server_retries_then_names_the_url(tmp_path, swap_weights):
     url = closed_port_url()
     run = make_run(tmp_path / "run")
     with pytest.raises(ServerError, match=f"unreachable (or failing )?at {url}/.* after 2 attempts"):
-        score_run(run, "aime24_avg8", settings(url, swap_weights=swap_weights))
+        score_run(run, ["aime24_avg8"], settings(url, swap_weights=swap_weights))
     assert not (run / "eval").exists()
 
 
 def test_cli_reports_unreachable_server_in_one_line(tmp_path, capsys):
     url = closed_port_url()
     run = make_run(tmp_path / "run")
-    code = main(["--run-dir", str(run), "--task", "aime24_avg8",
+    code = main(["--run-dir", str(run), "--tasks", "aime24_avg8",
                  "--settings-json", json.dumps(settings(url, max_retries=1))])
     assert code == 2 and f"unreachable at {url}" in capsys.readouterr().err
     assert not (run / "eval").exists()
@@ -121,7 +135,7 @@ def test_launched_server_scores_every_checkpoint(tmp_path, monkeypatch):
 
     monkeypatch.setattr(eval.server, "launch_command", fake_program)
     url = closed_port_url()
-    rows = score_run(make_run(tmp_path / "run"), "aime24_avg8", settings(url, launch=True, ready_timeout=60))
+    rows = score_run(make_run(tmp_path / "run"), ["aime24_avg8"], settings(url, launch=True, ready_timeout=60))
     even = [sum(sample_seed(5, d, r) % 2 == 0 for r in range(8)) for d in range(len(GOLD))]
     assert [r["per_problem"] for r in rows] == [[0, 0, 0], even]
     with pytest.raises(ServerError, match="unreachable"):  # the server was stopped
@@ -132,5 +146,5 @@ def test_launched_server_that_dies_is_reported(tmp_path, monkeypatch):
     monkeypatch.setattr(eval.server, "launch_command", lambda server, ckpt: [sys.executable, "-c", "exit(3)"])
     run = make_run(tmp_path / "run")
     with pytest.raises(ServerError, match="exited with code 3 before it was ready"):
-        score_run(run, "aime24_avg8", settings(closed_port_url(), launch=True))
+        score_run(run, ["aime24_avg8"], settings(closed_port_url(), launch=True))
     assert not (run / "eval").exists()

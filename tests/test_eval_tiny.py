@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import eval.score
 from engines.tiny.checkpoint import save_checkpoint
 from engines.tiny.model import ModelConfig, TinyMoELM
 from engines.tiny.params import resolve_engine_params
@@ -45,7 +46,7 @@ def make_run(root: Path, models, steps=(1, 2)) -> Path:
 
 def test_real_checkpoints_end_to_end_through_lm_eval(tmp_path, models):
     run = make_run(tmp_path / "run", models)
-    rows = score_run(run, "tiny_val", SETTINGS)
+    rows = score_run(run, ["tiny_val"], SETTINGS)
     assert [r["step"] for r in rows] == [1, 2]
     assert read_jsonl(run / "eval" / "tiny_val.jsonl") == rows
     for row in rows:
@@ -60,13 +61,58 @@ def test_real_checkpoints_end_to_end_through_lm_eval(tmp_path, models):
     assert 0 < rows[1]["score"] < 1 and rows[1]["pass_at_k"] > rows[1]["score"]  # samples differ
     # Same config + seed -> same numbers; scoring again appends nothing.
     again = make_run(tmp_path / "again", models)
-    assert score_run(again, "tiny_val", SETTINGS) == rows
-    assert score_run(run, "tiny_val", SETTINGS) == []
+    assert score_run(again, ["tiny_val"], SETTINGS) == rows
+    assert score_run(run, ["tiny_val"], SETTINGS) == []
+
+
+@pytest.fixture
+def built(monkeypatch) -> list[str]:
+    """The checkpoints whose model eval.score builds, in order, one entry per build."""
+    names, build = [], eval.score._model
+
+    def counted(settings, checkpoint, server_lm):
+        names.append(checkpoint.name)
+        return build(settings, checkpoint, server_lm)
+
+    monkeypatch.setattr(eval.score, "_model", counted)
+    return names
+
+
+def test_one_model_per_checkpoint_scores_every_task_as_if_alone(tmp_path, models, built):
+    alone = {task: make_run(tmp_path / task, models) for task in ("tiny_test", "tiny_val")}
+    for task, run in alone.items():  # each task alone, as one job per run and task did
+        score_run(run, [task], SETTINGS)
+    built.clear()
+    run = make_run(tmp_path / "both", models)
+    rows = score_run(run, ["tiny_test", "tiny_val"], SETTINGS)
+    assert built == ["step_1", "step_2"]  # one model per checkpoint, for both tasks
+    assert [(r["step"], r["task"]) for r in rows] == [(1, "tiny_test"), (1, "tiny_val"), (2, "tiny_test"),
+                                                      (2, "tiny_val")]
+    for task, other in alone.items():  # bit-identical: each task keeps its own lm-eval call and seeds
+        assert (run / "eval" / f"{task}.jsonl").read_bytes() == (other / "eval" / f"{task}.jsonl").read_bytes()
+
+
+def test_a_new_or_changed_task_is_the_only_one_scored(tmp_path, models, built):
+    run = make_run(tmp_path / "run", models)
+    val = score_run(run, ["tiny_val"], SETTINGS)  # the scores of a job that had only tiny_val
+    added = score_run(run, ["tiny_test", "tiny_val"], SETTINGS)
+    assert [(r["step"], r["task"]) for r in added] == [(1, "tiny_test"), (2, "tiny_test")]
+    assert read_jsonl(run / "eval" / "tiny_val.jsonl") == val
+    # One task's problem count changed: its key changed, the other's did not.
+    built.clear()
+    changed = score_run(run, ["tiny_test", "tiny_val"], {**SETTINGS, "problems": {"tiny_test": N, "tiny_val": 32}})
+    assert [(r["step"], r["task"], r["n_problems"]) for r in changed] == [(1, "tiny_val", 32), (2, "tiny_val", 32)]
+    assert built == ["step_1", "step_2"]
+    assert read_jsonl(run / "eval" / "tiny_test.jsonl") == added
+    # Back to the first settings: every score is kept, and no model is built for nothing.
+    built.clear()
+    assert score_run(run, ["tiny_test", "tiny_val"], SETTINGS) == [] and built == []
+    assert read_jsonl(run / "eval" / "tiny_val.jsonl") == val
 
 
 def test_greedy_score_matches_the_engines_own_exact_match(tmp_path, models):
     run = make_run(tmp_path / "run", models, steps=(2,))
-    row = score_run(run, "tiny_val", {**SETTINGS, "temperature": 0.0, "problems": {"tiny_val": 256}})[0]
+    row = score_run(run, ["tiny_val"], {**SETTINGS, "temperature": 0.0, "problems": {"tiny_val": 256}})[0]
     assert set(row["per_problem"]) <= {0, 8}  # greedy: all k samples agree
     assert row["score"] == pytest.approx(exact_match(models[1], "validation", 256), abs=1e-12)
     assert row["score"] == row["pass_at_k"] == row["maj_at_k"]
@@ -81,7 +127,7 @@ def test_val_and_test_tasks_use_disjoint_problems():
 
 
 def cli(run: Path, settings: dict) -> list[str]:
-    return [sys.executable, "-m", "eval.score", "--run-dir", str(run), "--task", "tiny_test",
+    return [sys.executable, "-m", "eval.score", "--run-dir", str(run), "--tasks", "tiny_test",
             "--settings-json", json.dumps(settings)]
 
 
@@ -89,7 +135,7 @@ def test_killed_scoring_resumes_without_rescoring(tmp_path, models):
     steps = (1, 2, 3, 4, 5, 6)
     settings = {**SETTINGS, "problems": {"tiny_test": 512}}
     reference = make_run(tmp_path / "reference", models, steps)
-    score_run(reference, "tiny_test", settings)
+    score_run(reference, ["tiny_test"], settings)
 
     run = make_run(tmp_path / "killed", models, steps)
     out = run / "eval" / "tiny_test.jsonl"
@@ -118,28 +164,28 @@ def test_killed_scoring_resumes_without_rescoring(tmp_path, models):
 def test_scores_are_reused_only_under_the_same_settings(tmp_path, models):
     run = make_run(tmp_path / "run", models)
     out = run / "eval" / "tiny_val.jsonl"
-    first = score_run(run, "tiny_val", SETTINGS)
+    first = score_run(run, ["tiny_val"], SETTINGS)
     # Settings that change a score re-score every checkpoint and replace the output...
-    other = score_run(run, "tiny_val", {**SETTINGS, "seed": 12})
+    other = score_run(run, ["tiny_val"], {**SETTINGS, "seed": 12})
     assert [r["step"] for r in other] == [1, 2]
     assert {r["eval_key"] for r in other}.isdisjoint(r["eval_key"] for r in first)
     assert read_jsonl(out) == other
     # ...and back: the first scores are kept (as after Snakemake deleted the output to rerun it).
     out.unlink()
-    assert score_run(run, "tiny_val", SETTINGS) == []
+    assert score_run(run, ["tiny_val"], SETTINGS) == []
     assert read_jsonl(out) == first
     # What aggregation reads, and other tasks' problem counts, change no score.
     aggregation_only = {**SETTINGS, "tasks": ["tiny_test"], "fixed_step": 2,
                         "problems": {"tiny_val": N, "tiny_test": 7}}
-    assert score_run(run, "tiny_val", aggregation_only) == []
+    assert score_run(run, ["tiny_val"], aggregation_only) == []
 
 
 def test_missing_checkpoint_files_fail_before_any_line(tmp_path, models):
     run = make_run(tmp_path / "run", models, steps=(1, 2))
     (run / "train" / "checkpoints" / "step_2" / "model.safetensors").unlink()
     with pytest.raises(ValueError, match=r"step_2/model\.safetensors"):
-        score_run(run, "tiny_val", SETTINGS)
+        score_run(run, ["tiny_val"], SETTINGS)
     assert not (run / "eval").exists()
     shutil.rmtree(run / "train" / "checkpoints")
     with pytest.raises(ValueError, match="no checkpoints"):
-        score_run(run, "tiny_val", SETTINGS)
+        score_run(run, ["tiny_val"], SETTINGS)

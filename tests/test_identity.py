@@ -53,7 +53,7 @@ def test_a_stabilizer_default_is_in_the_key(monkeypatch):
 
 
 def test_the_eval_key_changes_with_what_changes_a_score():
-    settings = Config.build(load("config.yaml")).eval.job_settings("tiny_test")
+    settings = Config.build(load("config.yaml")).eval.job_settings()
     key = eval_key("tiny_test", 1.0, settings, "run-a")
     for change in ({"k": 4}, {"seed": 1}, {"temperature": 0.5}, {"batch_size": 64}, {"backend": "server"},
                    {"problems": {"tiny_test": 64}}):
@@ -65,12 +65,16 @@ def test_the_eval_key_changes_with_what_changes_a_score():
         assert eval_key("tiny_test", 1.0, {**settings, **change}, "run-a") == key, change
 
 
-def test_each_evaluate_job_gets_only_its_tasks_settings():
+def test_the_evaluate_job_gets_only_the_settings_of_its_tasks():
     model = Config.build(load("config.yaml"))
-    settings = model.eval.job_settings("tiny_val")
-    assert settings["problems"] == {"tiny_val": 128} and settings["seed"] == 1234
+    settings = model.eval.job_settings()
+    assert settings["problems"] == {"tiny_test": 128, "tiny_val": 128} and settings["seed"] == 1234
     assert not {"tasks", "selection_task", "fixed_step"} & set(settings)
     assert model.eval.scored_tasks == ["tiny_test", "tiny_val"]
+    # An unscored task's problem count is not read.
+    test_only = Config.build(load("config.yaml", {"eval": {"tasks": ["tiny_test"], "selection_task": None,
+                                                           "problems": {"tiny_test": 128, "tiny_val": 7}}}))
+    assert test_only.eval.job_settings()["problems"] == {"tiny_test": 128}
     assert model.prepare_params() == tiny_params.warmstart_knobs(model.engine_params)
 
 

@@ -206,7 +206,7 @@ def test_an_interrupted_hf_save_is_never_scored(tmp_path):
     settings = {"backend": "server", "server": {"url": "http://127.0.0.1:9"},
                 "data": {"aime24": str(FIXTURES / "aime_mini.jsonl")}}
     with pytest.raises(ScoreError, match="incomplete checkpoint: .*step_32: neither model.safetensors.index.json"):
-        score_run(run, "aime24_avg8", settings)
+        score_run(run, ["aime24_avg8"], settings)
     assert not (run / "eval" / "aime24_avg8.jsonl").exists() or not read_jsonl(run / "eval" / "aime24_avg8.jsonl")
 
 

@@ -11,7 +11,7 @@ import engines
 from analysis.report import REPORT_FILES
 from harness.config import load
 from harness.grid import expand
-from tests.support.workflow_cli import ROOT, job_counts, planned_jobs, snakemake
+from tests.support.workflow_cli import ROOT, job_counts, planned_jobs, planned_outputs, snakemake
 
 DEMO = load(ROOT / "config.yaml")
 
@@ -25,15 +25,15 @@ def test_lint_has_no_findings():
 def test_dry_run_of_the_demo_grid_lists_every_job(scratch):
     result = snakemake("-n", "-C", f"results_dir={scratch}")
     assert result.returncode == 0, result.stderr
-    runs = len(expand(DEMO))
-    tasks = {*DEMO["eval"]["tasks"], DEMO["eval"]["selection_task"]}
-    assert job_counts(result.stdout) == {"prepare": 1, "train": runs, "evaluate": runs * len(tasks),
+    runs = expand(DEMO)
+    assert job_counts(result.stdout) == {"prepare": 1, "train": len(runs), "evaluate": len(runs),
                                          "aggregate": 1, "track": 1, "all": 1}
-    jobs = planned_jobs(result.stdout)
-    trained = {path for rule, path in jobs if rule == "train"}
-    assert trained == {f"{scratch}/demo/runs/{r}/lag{lag}/seed{s}/train/status.json" for r, lag, s in expand(DEMO)}
-    scored = {path for rule, path in jobs if rule == "evaluate"}
-    assert f"{scratch}/demo/runs/grpo/lag8/seed2/eval/tiny_val.jsonl" in scored
+    trained = {path for rule, path in planned_jobs(result.stdout) if rule == "train"}
+    assert trained == {f"{scratch}/demo/runs/{r}/lag{lag}/seed{s}/train/status.json" for r, lag, s in runs}
+    # One evaluate job per run scores the test task and the selection task.
+    assert sorted(planned_outputs(result.stdout, "evaluate")) == sorted(
+        [f"{scratch}/demo/runs/{r}/lag{lag}/seed{s}/eval/{task}.jsonl" for task in ("tiny_test", "tiny_val")]
+        for r, lag, s in runs)
     # The aggregate rule declares exactly the files analysis.aggregate writes.
     aggregate = re.search(r"^(?:local)?rule aggregate:\n(?:    .*\n)*?    output: (.*)$", result.stdout, re.MULTILINE)
     assert sorted(aggregate.group(1).split(", ")) == sorted(f"{scratch}/demo/{name}" for name in REPORT_FILES)
@@ -100,5 +100,5 @@ def test_table1_preset_runs_from_the_same_workflow(scratch):
     assert result.returncode == 0, result.stdout + result.stderr
     counts = job_counts(result.stdout)
     assert counts["train"] == len(preset["recipes"]) * len(preset["lags"]) * len(preset["seeds"])
-    assert counts["aggregate"] == counts["track"] == 1 and counts["evaluate"] >= counts["train"]
+    assert counts["aggregate"] == counts["track"] == 1 and counts["evaluate"] == counts["train"]  # one per run
     assert all("gpu=" in line for line in _resources(result.stdout, "train"))

@@ -28,7 +28,7 @@ RECIPES, LAGS, SEEDS = ["grpo", "grpo_dualclip"], [1, 4], [0, 1]
 OVERRIDES = {
     "grid": "ci", "steps": 12, "eval_every": 4, "recipes": RECIPES, "lags": LAGS, "seeds": SEEDS,
     "baseline": "grpo", "engine_params": {"preset": "demo", "warmstart_steps": 60},
-    # No selection task: it would double the scoring jobs (test_workflow.py checks they are planned).
+    # No selection task: it would double the scoring time (test_workflow.py checks it is planned).
     "eval": {"tasks": ["tiny_test"], "selection_task": None, "k": 4, "problems": {"tiny_test": 48}},
 }
 METRICS = ("fixed", "best", "auc", "dbar", "dtail")

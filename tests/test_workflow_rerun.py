@@ -1,11 +1,13 @@
 """Snakemake redoes only what a config or code change affects: dry-run job counts (`snakemake -n`)
-on a completed small grid, and reruns of evaluate jobs that keep the scores already computed.
+on a completed small grid, and reruns of evaluate jobs (one per run, scoring all its tasks) that keep
+the scores already computed.
 
 The grid runs in a copy of the checkout (its own .snakemake metadata, and a stabilizer default
 can be edited there without touching this one)."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import tempfile
@@ -15,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from harness.io import read_jsonl
-from tests.support.workflow_cli import ROOT, SNAKEMAKE, job_counts, planned_jobs
+from tests.support.workflow_cli import ROOT, SNAKEMAKE, job_counts, planned_jobs, planned_outputs
 
 EVAL = {"tasks": ["tiny_test"], "selection_task": None, "k": 2, "problems": {"tiny_test": 8}}
 OVERRIDES = {"grid": "rerun", "recipes": ["grpo", "grpo_dualclip"], "baseline": "grpo", "lags": [1], "seeds": [0],
@@ -46,12 +48,13 @@ class Grid:
                    *(f"{key}={json.dumps(value)}" for key, value in overrides.items())]
         return subprocess.run(command, cwd=self.code, capture_output=True, text=True, timeout=timeout)
 
-    def plan(self, **changes) -> tuple[Counter, list[tuple[str, str]]]:
+    def plan(self, **changes) -> tuple[Counter, str]:
+        """Jobs per rule of a dry run, and what it printed (for planned_jobs, planned_outputs)."""
         result = self.snakemake("-n", **changes)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
         if "Nothing to be done" in result.stdout + result.stderr:
-            return Counter(), []
-        return job_counts(result.stdout), planned_jobs(result.stdout)
+            return Counter(), ""
+        return job_counts(result.stdout), result.stdout
 
     def run_dir(self, run: str) -> Path:
         return self.results / "rerun" / "runs" / run
@@ -63,7 +66,7 @@ def grid():
         grid = Grid(Path(folder))
         done = grid.snakemake("-c2")
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-        assert grid.plan() == (Counter(), [])
+        assert grid.plan() == (Counter(), "")
         yield grid
 
 
@@ -77,19 +80,20 @@ def test_an_aggregation_key_reruns_no_train_and_no_evaluate_job(grid, change):
 
 
 def test_a_scoring_setting_reruns_the_evaluate_jobs_only(grid):
-    assert grid.plan(eval={**EVAL, "k": 3})[0] == {"evaluate": 2, **DOWNSTREAM}
+    assert grid.plan(eval={**EVAL, "k": 3})[0] == {"evaluate": 2, **DOWNSTREAM}  # one per run
 
 
-def test_a_new_task_adds_only_its_evaluate_jobs(grid):
-    counts, jobs = grid.plan(eval={**EVAL, "tasks": ["tiny_test", "tiny_val"],
-                                   "problems": {"tiny_test": 8, "tiny_val": 8}})
+def test_a_new_task_reruns_each_runs_evaluate_job_for_all_its_tasks(grid):
+    counts, printed = grid.plan(eval={**EVAL, "tasks": ["tiny_test", "tiny_val"],
+                                      "problems": {"tiny_test": 8, "tiny_val": 8}})
     assert counts == {"evaluate": 2, **DOWNSTREAM}
-    assert {path for rule, path in jobs if rule == "evaluate"} == {
-        str(grid.run_dir(run) / "eval" / "tiny_val.jsonl") for run in RUNS}
+    # (which then scores only tiny_val: test_a_new_or_changed_task_is_the_only_one_scored, last)
+    assert sorted(planned_outputs(printed, "evaluate")) == [
+        [str(grid.run_dir(run) / "eval" / f"{task}.jsonl") for task in ("tiny_test", "tiny_val")] for run in RUNS]
 
 
 def test_a_preset_override_reruns_the_train_jobs_but_not_the_base_model(grid):
-    counts, jobs = grid.plan(engine_params={**OVERRIDES["engine_params"], "lr": 1e-4})
+    counts, _ = grid.plan(engine_params={**OVERRIDES["engine_params"], "lr": 1e-4})
     assert counts == {"train": 2, "evaluate": 2, **DOWNSTREAM}
     # A warm-start knob is read by the prepare job too: the base model and every run are redone.
     assert grid.plan(engine_params={**OVERRIDES["engine_params"], "warmstart_steps": 11})[0] == {
@@ -103,18 +107,19 @@ def test_a_stabilizer_default_reruns_the_runs_that_use_it(grid):
     assert default in original
     source.write_text(original.replace(default, default.replace("None,", "5.0,")))
     try:
-        counts, jobs = grid.plan()
+        counts, printed = grid.plan()
     finally:
         source.write_text(original)
     # grpo_dualclip sets dual_clip_c itself: only the plain grpo run changed.
     assert counts == {"train": 1, "evaluate": 1, **DOWNSTREAM}
-    assert ("train", str(grid.run_dir("grpo/lag1/seed0") / "train" / "status.json")) in jobs
+    assert ("train", str(grid.run_dir("grpo/lag1/seed0") / "train" / "status.json")) in planned_jobs(printed)
 
 
-def _scored(grid: Grid, run: str) -> str:
-    """eval.score's last line in the run's evaluate log: how many checkpoints it scored."""
-    log = grid.results / "rerun" / "logs" / "evaluate" / run / "tiny_test.log"
-    return log.read_text().strip().splitlines()[-1]
+def _scored(grid: Grid, run: str) -> dict[str, int]:
+    """task -> how many checkpoints the run's last evaluate job scored on it (eval.score's log lines)."""
+    log = (grid.results / "rerun" / "logs" / "evaluate" / f"{run}.log").read_text()
+    return {task: int(n) for n, task in re.findall(r"^eval\.score: (\d+) checkpoint\(s\) of .* scored on (\S+)$",
+                                                  log, re.MULTILINE)}
 
 
 # The tests below run jobs; they come last so that the dry runs above see the completed grid.
@@ -130,7 +135,7 @@ def test_a_killed_evaluate_job_rescores_only_the_checkpoints_it_had_not_finished
     assert grid.plan()[0] == {"evaluate": 1, **DOWNSTREAM}
     result = grid.snakemake("-c2")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "eval.score: 1 checkpoint(s)" in _scored(grid, "grpo/lag1/seed0")  # of 2: step 2 only
+    assert _scored(grid, "grpo/lag1/seed0") == {"tiny_test": 1}  # of 2: step 2 only
     assert out.read_text() == before  # the same numbers as the uninterrupted job
 
 
@@ -142,7 +147,7 @@ def test_an_evaluate_job_rerun_by_snakemake_keeps_its_scores(grid):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert job_counts(result.stdout + result.stderr)["evaluate"] == 2
     for run, path in outputs.items():
-        assert "eval.score: 0 checkpoint(s)" in _scored(grid, run)
+        assert _scored(grid, run) == {"tiny_test": 0}
         assert path.read_text() == before[run]
         assert [row["step"] for row in read_jsonl(path)] == [2, 4]
 
@@ -152,10 +157,29 @@ def test_every_rule_has_a_benchmark_file_and_the_report_tabulates_them(grid):
     assert (benchmarks / "prepare.tsv").is_file() and (benchmarks / "aggregate.tsv").is_file()
     assert (benchmarks / "track.tsv").is_file()
     assert len(list((benchmarks / "train").glob("**/*.tsv"))) == 2
-    assert len(list((benchmarks / "evaluate").glob("**/*.tsv"))) == 2
+    evaluate = benchmarks / "evaluate"  # one job per run
+    assert sorted(str(path.relative_to(evaluate)) for path in evaluate.glob("**/*.tsv")) == [f"{run}.tsv" for run in RUNS]
     table = (grid.results / "rerun" / "table.md").read_text()
     assert "## Compute per rule" in table and "| train | 2 |" in table and "| evaluate | 2 |" in table
     assert "All runs on one commit" in table and "All runs on one machine" in table
     for run in RUNS:
         attempts = json.loads((grid.run_dir(run) / "provenance.json").read_text())["attempts"]
         assert attempts[-1]["status"] == "completed" and attempts[-1]["finished"] >= attempts[-1]["started"]
+
+
+def test_a_new_or_changed_task_is_the_only_one_scored(grid):
+    # Last: it leaves the grid scored on two tasks.
+    outputs = {run: grid.run_dir(run) / "eval" / "tiny_test.jsonl" for run in RUNS}
+    before = {run: path.read_text() for run, path in outputs.items()}
+    two = {**EVAL, "tasks": ["tiny_test", "tiny_val"], "problems": {"tiny_test": 8, "tiny_val": 8}}
+    changed = {**two, "problems": {"tiny_test": 8, "tiny_val": 6}}
+    for settings in (two, changed):  # tiny_val added, then its problem count changed
+        assert grid.plan(eval=settings)[0] == {"evaluate": 2, **DOWNSTREAM}
+        result = grid.snakemake("-c2", eval=settings)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        for run in RUNS:
+            assert _scored(grid, run) == {"tiny_test": 0, "tiny_val": 2}  # tiny_test's scores from its cache
+            assert outputs[run].read_text() == before[run]
+            scored = read_jsonl(grid.run_dir(run) / "eval" / "tiny_val.jsonl")
+            assert [(row["step"], row["n_problems"]) for row in scored] == [
+                (2, settings["problems"]["tiny_val"]), (4, settings["problems"]["tiny_val"])]

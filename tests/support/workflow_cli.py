@@ -21,6 +21,11 @@ def planned_jobs(output: str) -> list[tuple[str, str]]:
     return [(rule, outputs.split(", ")[0]) for rule, outputs in _JOB.findall(output)]
 
 
+def planned_outputs(output: str, rule: str) -> list[list[str]]:
+    """Every output of each job of ``rule`` that a `snakemake -n` printed, one list per job."""
+    return [outputs.split(", ") for name, outputs in _JOB.findall(output) if name == rule]
+
+
 def job_counts(output: str) -> Counter:
     """Jobs per rule from the 'Job stats' table of a `snakemake` run or dry run."""
     table = output.split("Job stats:", 1)[1]

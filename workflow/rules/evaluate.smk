@@ -1,22 +1,24 @@
-# Evaluation: every checkpoint of a run scored on one task (eval.score); a job per run and task.
-# Its params are what it reads (harness.model.Eval.job_settings): not fixed_step, the task lists
-# or another task's settings. eval.score keeps every score in eval/.<task>.scores.jsonl, outside
-# the declared output that Snakemake deletes before a rerun, so a killed or rerun job re-scores
-# only the checkpoints that have no score under the same settings.
+# Evaluation: every checkpoint of a run scored on every scored task (eval.score); one job per run,
+# so that the imports are paid and each checkpoint's model is loaded once for all its tasks. Its
+# params are what it reads (harness.model.Eval.job_settings): not fixed_step. A changed setting of
+# one task (its problem count) reruns the job, which re-scores only that task: eval.score keeps
+# every score in eval/.<task>.scores.jsonl, outside the declared outputs that Snakemake deletes
+# before a rerun, and reuses those computed under the task's same settings (its eval key).
 
 
 rule evaluate:
     input:
         f"{RUN}/train/status.json",
     output:
-        f"{RUN}/eval/{{task}}.jsonl",
+        [f"{RUN}/eval/{task}.jsonl" for task in TASKS],
     params:
         run_dir=lambda wildcards, output: os.path.dirname(os.path.dirname(output[0])),
-        settings=lambda wc: json.dumps(MODEL.eval.job_settings(wc.task), sort_keys=True),
+        tasks=TASKS,
+        settings=json.dumps(MODEL.eval.job_settings(), sort_keys=True),
     log:
-        f"{LOGS}/evaluate/{{recipe}}/lag{{lag}}/seed{{seed}}/{{task}}.log",
+        f"{LOGS}/evaluate/{{recipe}}/lag{{lag}}/seed{{seed}}.log",
     benchmark:
-        f"{BENCHMARKS}/evaluate/{{recipe}}/lag{{lag}}/seed{{seed}}/{{task}}.tsv"
+        f"{BENCHMARKS}/evaluate/{{recipe}}/lag{{lag}}/seed{{seed}}.tsv"
     conda:
         "../../envs/stalebench-cpu.yaml"
     threads: rule_resources(CONFIG, "evaluate")["threads"]
@@ -24,4 +26,4 @@ rule evaluate:
         **job_resources(CONFIG, "evaluate"),
     shell:
         "HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 OMP_NUM_THREADS={threads} python -m eval.score"
-        " --run-dir {params.run_dir:q} --task {wildcards.task:q} --settings-json {params.settings:q} > {log:q} 2>&1"
+        " --run-dir {params.run_dir:q} --tasks {params.tasks:q} --settings-json {params.settings:q} > {log:q} 2>&1"
