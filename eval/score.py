@@ -164,7 +164,7 @@ def score_run(run_dir: str | Path, tasks: list[str], settings: dict, *, log=None
     locks/evaluate-<task>.lock of each task (harness.lock; RunLocked otherwise)."""
     run_dir = Path(run_dir)
     settings = check_settings(settings)
-    if not tasks or len(set(tasks)) != len(tasks):
+    if isinstance(tasks, str) or not tasks or len(set(tasks)) != len(tasks):
         raise ScoreError(f"give each eval task to score once, and at least one; got {list(tasks)}")
     found = checkpoints(run_dir)
     task_dicts = {name: load_task(name, settings) for name in tasks}  # every task loads before any write

@@ -116,3 +116,9 @@ def test_run_diverged_before_its_first_checkpoint_gets_an_empty_curve(tmp_path):
     (run / "train" / "status.json").write_text(json.dumps({"status": "completed", "step": 3, "message": ""}))
     with pytest.raises(ScoreError, match="no checkpoints"):
         score_run(run, ["aime24_avg8"], settings)
+
+
+@pytest.mark.parametrize("tasks", [[], ["aime24_avg8", "aime24_avg8"], "aime24_avg8"])
+def test_tasks_must_be_a_list_of_distinct_names(tmp_path, tasks):
+    with pytest.raises(ScoreError, match="each eval task to score once"):
+        score_run(tmp_path, tasks, server_settings())
