@@ -6,11 +6,11 @@ overridden, an unknown key is an error. Measured behaviour of each preset: engin
 demo        close to the prototype (shared/notes/embedded-prototype.md): 16 prompts x 8 samples,
             2 Adam minibatches per step, but lr 3e-4 (at the prototype's 5e-4 GRPO collapsed
             here even at lag 1). Fixed-clip GRPO loses ~0.14 greedy exact match at lag 8 vs 1.
-stress      demo at lr 7e-4, for the collapse statistics (workflow/presets/field.yaml: 200 steps, eval on 64
-            problems x 4 samples). Calibrated on GRPO only, interval lag, 10 seeds per cell: it did NOT reach
-            the target (lag-8 collapse >= 1/3 with lag 1 <= 1/10): lag 1 1/10, lag 8 1/10, lag 16 4/10 at
-            200 steps; at 160 steps lag 8 3/10, lag 1 0/10. Scores at lag 8 dip hard and recover, so the
-            harness's "stays below" rule rarely fires (engines/tiny/README.md, "Stress and the field").
+stress      demo at lr 7e-4, for the collapse statistics, with CONSTANT lag (workflow/presets/field.yaml:
+            200 steps, eval on 64 problems x 4 samples). Calibrated on GRPO only, 10 seeds per cell, dev box:
+            collapse lag 1 1/10, lag 2 0/10, lag 4 0/10, lag 8 6/10, lag 16 5/10 (target: lag 8 >= 1/3,
+            lag 1 <= 1/10). With interval lag (realized lag cycling 1..lag) lag 8 collapsed only 1/10:
+            scores dipped and recovered (engines/tiny/README.md, "Stress and the field").
 llm-regime  a lower-entropy policy (150 warm-start steps instead of 100: greedy exact match 0.99
             instead of 0.82) and lr 2e-4, aiming at mean |d| ~0.005-0.02 at lag 1 with a heavy
             tail, like the paper's d-bar column, with SAT's quantile q far below log(1 + eps_high)
