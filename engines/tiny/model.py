@@ -139,7 +139,7 @@ class MoE(nn.Module):
         tokens = order // self.top_k
         blocks = flat[tokens].split(torch.bincount(experts, minlength=self.w1.shape[0]).tolist())
         outputs = [F.gelu(rows @ self.w1[expert] + self.b1[expert]) @ self.w2[expert] + self.b2[expert]
-                   for expert, rows in enumerate(blocks) if rows.shape[0]]
+                   for expert, rows in enumerate(blocks)]
         out = torch.zeros_like(flat).index_add_(0, tokens, gates.reshape(-1)[order, None] * torch.cat(outputs))
         loss = None
         if balance:  # Switch: experts x sum_e (fraction routed to e) x (mean router prob of e)
