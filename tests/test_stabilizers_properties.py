@@ -264,3 +264,31 @@ def test_tis_recipe_is_the_weighted_loss(batch):
     expected = get("grpo")(b.with_token_weight(weight)).loss
     assert torch.equal(get_recipe("grpo_tis").compute_loss(b).loss, expected)
     assert math.isfinite(expected.item())
+
+
+@settings(max_examples=60, deadline=None)
+@given(log_r=st.lists(st.one_of(D_VALUES, st.sampled_from([math.log(0.8), math.log(1.2), 100.0, -100.0])),
+                      min_size=1, max_size=24),
+       advantage=st.sampled_from([-1.5, 0.0, 0.7]), per_token_bounds=st.booleans(), eps=EPS)
+def test_clipped_objective_is_min_and_clamp_with_their_gradient(log_r, advantage, per_token_bounds, eps):
+    """clipped_objective (its derivative written out, its indicator computed in floats) equals
+    torch.minimum(r A, clamp(r, low, high) A) under autograd, value and gradient bit for bit,
+    at exact bound ties, exp overflow (r = inf) and zero advantages."""
+    from stabilizers.surrogate import clip_bounds, clipped_objective
+
+    def objective_and_grad(fn):
+        x = torch.tensor(log_r, dtype=torch.float32, requires_grad=True)
+        low, high = clip_bounds(*eps, torch.float32)
+        if per_token_bounds:  # SAT's shape: a bound per token
+            low, high = low.expand(x.shape).clone(), high.expand(x.shape).clone()
+        values = fn(torch.exp(x), torch.full(x.shape, advantage), low, high)
+        values.sum().backward()
+        return values.detach(), x.grad
+
+    def by_definition(ratio, advantages, low, high):
+        return torch.minimum(ratio * advantages, torch.clamp(ratio, low, high) * advantages)
+
+    (ours, our_grad), (reference, reference_grad) = objective_and_grad(clipped_objective), objective_and_grad(by_definition)
+    assert torch.equal(ours.isnan(), reference.isnan()) and torch.equal(ours.nan_to_num(), reference.nan_to_num())
+    assert torch.equal(our_grad.isnan(), reference_grad.isnan())
+    assert torch.equal(our_grad.nan_to_num(), reference_grad.nan_to_num())
