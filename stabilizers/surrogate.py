@@ -10,6 +10,7 @@ all-gather of per-rank tensors of different sizes is a synchronisation by nature
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from fractions import Fraction
 
 import torch
@@ -162,26 +163,34 @@ _INT_VIEW = {torch.float64: torch.int64, torch.float32: torch.int32, torch.float
              torch.bfloat16: torch.int16}
 
 
-def kth_smallest(values: torch.Tensor, k: int | torch.Tensor, active: torch.Tensor | None = None) -> torch.Tensor:
-    """The exact k-th smallest (1-based) of ``values[active]`` (of all values when active is None),
-    for NON-NEGATIVE values (|d|); k a Python int or a 0-d integer tensor (a count the host never reads).
+def kth_smallest(values: torch.Tensor, k: int | torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """The exact k-th smallest (1-based) of ``values[mask != 0]`` (of all values when mask is None),
+    for NON-NEGATIVE values (|d|); k a Python int or a 0-d integer tensor (a count the host never reads)."""
+    k = torch.as_tensor(k, device=values.device)
+    return _radix_select(values, lambda count: k, mask)[0]
+
+
+def _radix_select(values: torch.Tensor, rank: Callable[[torch.Tensor], torch.Tensor],
+                  mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the k-th smallest of the non-negative ``values[mask != 0]``, their count n), k = rank(n).
 
     Radix select: the bit pattern of a non-negative float orders like the float, so the k-th value
     is found 16 bits at a time. After some leading digits are chosen, the candidates are the values
     in [low, low + 2^(shift + 16)); each pass counts them per next 16-bit digit in a fixed
     65536-bin histogram (plus one bin for the values below the range and one above, so no boolean
     mask is built), picks the digit whose cumulative count reaches k and narrows the range to it.
-    Static shapes and no host read, unlike kthvalue (a Python k) or masked indexing (a
-    data-dependent size); the two passes over float32 cost about a quarter of kthvalue on CPU."""
+    n is the first histogram's total, so no pass counts the mask. Static shapes and no host read,
+    unlike kthvalue (a Python k) or masked indexing (a data-dependent size); the two passes over
+    float32 cost about a quarter of kthvalue on CPU. The mask is read as ``mask != 0`` (a float
+    mask, read so, keeps booleans out of a compiled graph's memory traffic)."""
     values = values.detach().reshape(-1)
     bits = values.view(_INT_VIEW[values.dtype])
     if bits.dtype == torch.int16:
         bits = bits.to(torch.int32)  # 16-bit patterns widen losslessly (non-negative)
     width = 16 if values.dtype in (torch.float16, torch.bfloat16) else 8 * values.element_size()
     count_dtype = torch.int32 if values.numel() < 2**31 else torch.int64
-    k = torch.as_tensor(k, device=values.device).to(count_dtype).reshape(1)
-    weight = (torch.ones((), dtype=count_dtype, device=values.device).expand(values.shape) if active is None
-              else active.reshape(-1).to(count_dtype))
+    weight = (torch.ones((), dtype=count_dtype, device=values.device).expand(values.shape) if mask is None
+              else (mask.reshape(-1) != 0).to(count_dtype))
     low = torch.zeros(1, dtype=bits.dtype, device=values.device)  # the candidates' smallest bit pattern
     for shift in range(width - _DIGIT_BITS, -1, -_DIGIT_BITS):
         # a candidate goes to bin 1 + its digit; values below the range (already counted off k) to
@@ -194,13 +203,16 @@ def kth_smallest(values: torch.Tensor, k: int | torch.Tensor, active: torch.Tens
             bins = (shifted >> shift if shift else shifted).clamp(0, 2**_DIGIT_BITS + 1)
         counts = torch.zeros(2**_DIGIT_BITS + 2, dtype=count_dtype, device=values.device).index_add_(0, bins, weight)
         cumulative = counts[1:-1].cumsum(0, dtype=count_dtype)
+        if shift == width - _DIGIT_BITS:
+            n = cumulative[-1]
+            k = rank(n).to(count_dtype).reshape(1)
         # the digit whose cumulative count first reaches k (clamped: k > count only when nothing is active)
         chosen = torch.searchsorted(cumulative, k).clamp(max=2**_DIGIT_BITS - 1)
         k = k - (cumulative[chosen] - counts[1:-1][chosen])
         low = low + (chosen.to(bits.dtype) << shift)
     if values.dtype in (torch.float16, torch.bfloat16):
         low = low.to(torch.int16)
-    return low.view(values.dtype).reshape(())
+    return low.view(values.dtype).reshape(()), n
 
 
 def quantile_rank(alpha: float, n: int | torch.Tensor, max_n: int | None = None) -> int | torch.Tensor:
@@ -219,16 +231,12 @@ def quantile_rank(alpha: float, n: int | torch.Tensor, max_n: int | None = None)
 
 def lower_quantile(values: torch.Tensor, alpha: float, mask: torch.Tensor | None = None) -> torch.Tensor:
     """q = inf{x : (1/n) #{v <= x} >= alpha} = the k-th smallest value, k = ceil(alpha n) (methods.md SAT 2),
-    of non-negative ``values`` (over ``values[mask]`` when a mask is given). No value gives 0."""
+    of non-negative ``values`` (over ``values[mask != 0]`` when a mask is given). No value gives 0."""
     check_range("alpha", alpha, 0.0, 1.0, low_open=True)
     values = values.detach()
     if values.numel() == 0:  # a static shape
         return values.new_zeros(())
-    if mask is None:
-        return kth_smallest(values, quantile_rank(alpha, values.numel()))
-    active = mask.bool()
-    n = active.count_nonzero()
-    q = kth_smallest(values, quantile_rank(alpha, n, values.numel()), active)
+    q, n = _radix_select(values, lambda count: quantile_rank(alpha, count, values.numel()), mask)
     return torch.where(n > 0, q, 0.0)
 
 
@@ -245,7 +253,7 @@ def sat_gate(magnitude: torch.Tensor, batch: PolicyBatch, alpha: float, scope: s
     if scope == "global" and batch.reduce is not None:
         q = lower_quantile(torch.cat(batch.reduce.all_gather(magnitude[batch.active])), alpha)
     else:
-        q = lower_quantile(magnitude, alpha, batch.active)
+        q = lower_quantile(magnitude, alpha, batch.mask)
     return q, tail_gate(magnitude, batch.active, q)
 
 
