@@ -196,11 +196,14 @@ def _radix_select(values: torch.Tensor, rank: Callable[[torch.Tensor], torch.Ten
         # a candidate goes to bin 1 + its digit; values below the range (already counted off k) to
         # bin 0, above it to bin 2^16 + 1 (a value wrapping past the integer maximum lands in bin 0,
         # which is never read either)
+        # (in place on the fresh temporaries: each full-size allocation costs page faults eagerly)
         if shift == width - _DIGIT_BITS:
-            bins = (bits >> shift) + 1  # every value is a candidate (non-negative: no clamp needed)
+            bins = (bits >> shift).add_(1)  # every value is a candidate (non-negative: no clamp needed)
         else:
-            shifted = bits - (low - (1 << shift))
-            bins = (shifted >> shift if shift else shifted).clamp(0, 2**_DIGIT_BITS + 1)
+            bins = bits - (low - (1 << shift))
+            if shift:
+                bins >>= shift
+            bins.clamp_(0, 2**_DIGIT_BITS + 1)
         counts = torch.zeros(2**_DIGIT_BITS + 2, dtype=count_dtype, device=values.device).index_add_(0, bins, weight)
         cumulative = counts[1:-1].cumsum(0, dtype=count_dtype)
         if shift == width - _DIGIT_BITS:
@@ -259,7 +262,7 @@ def sat_gate(magnitude: torch.Tensor, batch: PolicyBatch, alpha: float, scope: s
 
 def hill(u: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """SAT's kernel psi(u; q) = 1 / (1 + (u / q)^2), for q > 0 (paper Eq. 17)."""
-    return 1.0 / (1.0 + (u / q) ** 2)
+    return (u.detach() / q).square_().add_(1.0).reciprocal_()  # stop-gradient; in place: one allocation, not four
 
 
 def sat_contraction(d: torch.Tensor, q: torch.Tensor, gate: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -269,7 +272,8 @@ def sat_contraction(d: torch.Tensor, q: torch.Tensor, gate: torch.Tensor) -> tup
     ``gate`` is tail_gate's or a subset of it: |d| > q > 0 on every gated token."""
     d = d.detach()
     shrink = hill(d.abs(), q)
-    gated_up = gate & (d > 0)
+    gated_up = d > 0
+    gated_up &= gate
     # a gated token has d != 0: not on the upper side means on the lower one (one comparison fewer)
     return torch.where(gated_up, shrink, 1.0), torch.where(gate ^ gated_up, shrink, 1.0)
 
