@@ -31,7 +31,7 @@ def gspo(
     aggregation: str = "token_mean",
 ) -> LossOutput:
     check_clip(eps_low, eps_high)
-    ratio = torch.exp(sequence_log_ratio(log_ratio(batch, ratio_against), batch.mask))
+    ratio = torch.exp(sequence_log_ratio(log_ratio(batch, ratio_against), batch.active))
     low, high = clip_bounds(eps_low, eps_high, ratio.dtype)
     objective = clipped_objective(ratio, batch.advantages, low, high)
     return LossOutput(aggregate(objective, batch, aggregation), clip_metrics(ratio, batch, low, high))

@@ -22,6 +22,6 @@ def sat_gspo(
     enabled: bool = True,
     aggregation: str = "token_mean",
 ) -> LossOutput:
-    log_rho = sequence_log_ratio(log_ratio(batch, ratio_against), batch.mask)
+    log_rho = sequence_log_ratio(log_ratio(batch, ratio_against), batch.active)
     return sat_loss(batch, log_rho, eps_low=eps_low, eps_high=eps_high, alpha=alpha,
                     quantile_scope=quantile_scope, enabled=enabled, aggregation=aggregation)

@@ -22,8 +22,8 @@ def tis_weight(batch: PolicyBatch, *, cap: float = 2.0, floor: float | None = No
         check_range("tis floor", floor, 0.0, cap)
         weight = weight.clamp(min=floor)
     metrics = {
-        "tis/weight_mean": masked_mean(weight, batch.mask),
-        "tis/frac_capped": masked_mean((raw > cap).to(weight.dtype), batch.mask),
+        "tis/weight_mean": masked_mean(weight, batch.active),
+        "tis/frac_capped": masked_mean((raw > cap).to(weight.dtype), batch.active),
     }
     return weight, metrics
 
