@@ -181,8 +181,9 @@ def _radix_select(values: torch.Tensor, rank: Callable[[torch.Tensor], torch.Ten
     mask is built), picks the digit whose cumulative count reaches k and narrows the range to it.
     n is the first histogram's total, so no pass counts the mask. Static shapes and no host read,
     unlike kthvalue (a Python k) or masked indexing (a data-dependent size); the two passes over
-    float32 cost about a quarter of kthvalue on CPU. The mask is read as ``mask != 0`` (a float
-    mask, read so, keeps booleans out of a compiled graph's memory traffic)."""
+    float32 cost about a quarter of kthvalue on CPU. The mask is read as ``mask != 0``: given a
+    float mask, a compiled graph then loads floats, not booleans (which Inductor's CPU code loads
+    slowly)."""
     values = values.detach().reshape(-1)
     bits = values.view(_INT_VIEW[values.dtype])
     if bits.dtype == torch.int16:
@@ -195,8 +196,8 @@ def _radix_select(values: torch.Tensor, rank: Callable[[torch.Tensor], torch.Ten
     for shift in range(width - _DIGIT_BITS, -1, -_DIGIT_BITS):
         # a candidate goes to bin 1 + its digit; values below the range (already counted off k) to
         # bin 0, above it to bin 2^16 + 1 (a value wrapping past the integer maximum lands in bin 0,
-        # which is never read either)
-        # (in place on the fresh temporaries: each full-size allocation costs page faults eagerly)
+        # which is never read either). In place on the fresh temporaries: eagerly, each new
+        # full-size tensor costs page faults.
         if shift == width - _DIGIT_BITS:
             bins = (bits >> shift).add_(1)  # every value is a candidate (non-negative: no clamp needed)
         else:
@@ -256,7 +257,7 @@ def sat_gate(magnitude: torch.Tensor, batch: PolicyBatch, alpha: float, scope: s
     if scope == "global" and batch.reduce is not None:
         q = lower_quantile(torch.cat(batch.reduce.all_gather(magnitude[batch.active])), alpha)
     else:
-        q = lower_quantile(magnitude, alpha, batch.mask)
+        q = lower_quantile(magnitude, alpha, batch.mask)  # the float mask: see _radix_select
     return q, tail_gate(magnitude, batch.active, q)
 
 
