@@ -11,6 +11,8 @@ import pytest
 import torch
 import yaml
 
+import engines.tiny.trainer
+from engines import TimeLimitReached
 from engines.run import run
 from engines.tiny import task
 from engines.tiny.checkpoint import load_model
@@ -194,6 +196,31 @@ def test_corrupt_or_missing_resume_state_is_an_error(base, tmp_path):
     with pytest.raises(FileNotFoundError, match="state.safetensors"):
         Trainer(cfg, tmp_path).run()
     assert (tmp_path / "train" / "metrics.jsonl").read_text() == metrics
+
+
+def test_a_kill_between_the_two_renames_of_a_resume_save_is_recovered(base, tmp_path, monkeypatch):
+    """save() swaps the new resume state in with two renames (the old one aside, the new one in).
+    Killed between them, the run has no resume/ but the previous state aside and an unfinished
+    new one: the restart puts the previous state back and ends as if nothing had happened."""
+    cfg = config(base, steps=6, eval_every=2)
+    assert run(cfg, tmp_path / "reference") == "completed"
+    polls = iter(range(1, 100))  # the trainer polls once per step: "near" at step 4 stops it there
+    monkeypatch.setattr(engines.tiny.trainer, "time_limit_near", lambda: next(polls) == 4)
+    with pytest.raises(TimeLimitReached, match="after step 4"):
+        Trainer(cfg, tmp_path / "killed").run()
+    monkeypatch.undo()
+    train = tmp_path / "killed" / "train"
+    aside = train / ".resume.old-killed"
+    aside.mkdir()
+    os.replace(train / "resume", aside / "x")  # the first rename of the next save
+    (train / ".resume.tmp-killed").mkdir()
+    (train / ".resume.tmp-killed" / "state.safetensors").write_bytes(b"half written")
+    assert Trainer(cfg, tmp_path / "killed").run() == "completed"
+    assert untimed_rows(train / "metrics.jsonl") == untimed_rows(tmp_path / "reference" / "train" / "metrics.jsonl")
+    for step in (2, 4, 6):
+        name = f"checkpoints/step_{step}/model.safetensors"
+        assert (train / name).read_bytes() == (tmp_path / "reference" / "train" / name).read_bytes()
+    assert sorted(path.name for path in train.iterdir() if path.name.startswith(".")) == []
 
 
 def test_non_finite_training_is_reported_as_diverged(base, tmp_path):

@@ -19,18 +19,23 @@ from safetensors.torch import load_file, save_file
 from .model import ModelConfig, TinyMoELM, TinyPolicy
 
 WEIGHTS, CONFIG = "model.safetensors", "config.json"
+# replace_dir_atomic builds the new version in .<name>.tmp-*, moves the one it replaces to
+# .<name>.old-*/x, then swaps the new one in
+_BUILDING, _ASIDE, _MOVED = ".tmp-", ".old-", "x"
 
 
 def replace_dir_atomic(directory: str | Path, fill) -> Path:
-    """Build a directory with ``fill(tmp_path)`` in a temp dir beside ``directory``, then swap it in."""
+    """Build a directory with ``fill(tmp_path)`` in a temp dir beside ``directory``, then swap it in.
+    The swap is two renames (the old version aside, the new one in): a kill between them leaves no
+    ``directory``, which recover_replaced_dir puts back."""
     directory = Path(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}.tmp-"))
+    tmp = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}{_BUILDING}"))
     try:
         fill(tmp)
         if directory.exists():
-            old = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}.old-"))
-            os.replace(directory, old / "x")
+            old = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}{_ASIDE}"))
+            os.replace(directory, old / _MOVED)
             os.replace(tmp, directory)
             shutil.rmtree(old)
         else:
@@ -39,6 +44,21 @@ def replace_dir_atomic(directory: str | Path, fill) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return directory
+
+
+def recover_replaced_dir(directory: str | Path) -> None:
+    """Undo a replace_dir_atomic that a kill interrupted: when ``directory`` is missing, the last
+    version moved aside (complete: it was in place) goes back; every leftover temp dir beside it
+    (an unfinished new version, or an old one not yet deleted) is removed."""
+    directory = Path(directory)
+    if not directory.parent.is_dir():
+        return
+    aside = sorted(directory.parent.glob(f".{directory.name}{_ASIDE}*"), key=lambda path: path.stat().st_mtime_ns)
+    moved_aside = [path / _MOVED for path in aside if (path / _MOVED).is_dir()]
+    if not directory.exists() and moved_aside:
+        os.replace(moved_aside[-1], directory)
+    for leftover in [*aside, *directory.parent.glob(f".{directory.name}{_BUILDING}*")]:
+        shutil.rmtree(leftover, ignore_errors=True)
 
 
 def save_checkpoint(model: TinyMoELM, directory: str | Path, extra: dict | None = None) -> Path:

@@ -35,7 +35,7 @@ from stabilizers import PolicyBatch, Recipe, validate_batch
 from stabilizers.diagnostics import ess_lr_scale, offpolicy_diagnostics
 
 from . import task
-from .checkpoint import load_model, load_state, read_config, replace_dir_atomic, save_checkpoint
+from .checkpoint import load_model, load_state, read_config, recover_replaced_dir, replace_dir_atomic, save_checkpoint
 from .params import resolve_engine_params, warmstart_knobs
 from .rollout import Rollout, RolloutEngine, sampling_version
 
@@ -269,6 +269,7 @@ class Trainer:
             if previous.get("status") in ("completed", "diverged"):
                 return previous["status"]  # finished runs are not redone
         torch.set_num_threads(1)
+        recover_replaced_dir(self.resume_dir)  # a kill inside save()'s swap leaves the previous state aside
         if self.resume_dir.exists():
             self.restore()
         else:
