@@ -66,19 +66,25 @@ def decode_response(tokens: list[int]) -> str:
 
 
 class KVCache:
-    """Per-layer keys and values of the positions processed so far (incremental decoding)."""
+    """Per-layer keys and values of the positions processed so far (incremental decoding), written
+    into buffers sized for the model's whole context on first use: a step appends in place instead
+    of copying the cache (what torch.cat would do), and attention reads a view of the filled part."""
 
-    def __init__(self, layers: int):
+    def __init__(self, layers: int, max_positions: int):
         self.keys: list[torch.Tensor | None] = [None] * layers
         self.values: list[torch.Tensor | None] = [None] * layers
+        self.max_positions = max_positions
         self.length = 0
 
     def extend(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.keys[layer] is not None:
-            k = torch.cat([self.keys[layer], k], dim=2)
-            v = torch.cat([self.values[layer], v], dim=2)
-        self.keys[layer], self.values[layer] = k, v
-        return k, v
+        if self.keys[layer] is None:
+            batch, heads, _, head_width = k.shape
+            self.keys[layer] = k.new_empty(batch, heads, self.max_positions, head_width)
+            self.values[layer] = v.new_empty(batch, heads, self.max_positions, head_width)
+        end = self.length + k.shape[2]
+        self.keys[layer][:, :, self.length:end] = k
+        self.values[layer][:, :, self.length:end] = v
+        return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
 
 
 class Attention(nn.Module):
@@ -229,7 +235,7 @@ def generate(model: TinyMoELM, prompts: torch.Tensor, new_tokens: int, *, temper
     produced <eos> (what follows an <eos> is never read)."""
     if temperature < 0 or not 0 < top_p <= 1:
         raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
-    cache = KVCache(model.config.layers)
+    cache = KVCache(model.config.layers, model.config.max_positions)
     out = model(prompts, cache=cache)
     tokens, logps, routing = [prompts], [], [out.routing]
     done = torch.zeros(prompts.shape[0], dtype=torch.bool)
@@ -272,8 +278,9 @@ class TinyPolicy:
             budget = min(int(max_new_tokens), self.config.max_positions - length)
             if budget < 1:
                 continue
-            samples = generate(self.model, torch.tensor([encoded[i] for i in rows]), budget,
-                               temperature=temperature, top_p=top_p, generator=generator, stop_at_eos=True)
+            with torch.inference_mode():  # nothing here reaches autograd: the lighter mode of no_grad
+                samples = generate(self.model, torch.tensor([encoded[i] for i in rows]), budget,
+                                   temperature=temperature, top_p=top_p, generator=generator, stop_at_eos=True)
             for row, i in enumerate(rows):
                 out[i] = decode_response(samples.tokens[row, length:].tolist())
         return out
