@@ -31,7 +31,8 @@ def main() -> None:
         run = Path(tmp)
         for i in range(args.checkpoints):
             save_checkpoint(TinyMoELM(ModelConfig()), run / "train" / "checkpoints" / f"step_{25 * (i + 1)}")
-        settings = {"k": args.k, "seed": 1234, "problems": {"tiny_val": args.problems}}  # config.yaml's eval
+        # config.yaml's eval; the back end named, as there is no run config.json here to name the engine
+        settings = {"k": args.k, "seed": 1234, "problems": {"tiny_val": args.problems}, "backend": "tiny"}
         start = time.perf_counter()
         rows = score_run(run, ["tiny_val"], settings)
         seconds = time.perf_counter() - start

@@ -189,3 +189,12 @@ def test_missing_checkpoint_files_fail_before_any_line(tmp_path, models):
     shutil.rmtree(run / "train" / "checkpoints")
     with pytest.raises(ValueError, match="no checkpoints"):
         score_run(run, ["tiny_val"], SETTINGS)
+
+
+def test_the_scoring_benchmark_runs(monkeypatch, capsys):
+    """benchmarks/bench_eval_score scores its own temp checkpoints (it once stopped at a missing config.json)."""
+    from benchmarks import bench_eval_score
+
+    monkeypatch.setattr(sys, "argv", ["bench_eval_score", "--checkpoints", "2", "--problems", "4", "--k", "2"])
+    bench_eval_score.main()
+    assert "scored 2 checkpoints x 4 problems x k=2 (16 samples)" in capsys.readouterr().out
