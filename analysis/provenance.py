@@ -122,7 +122,7 @@ def compute_lines(config: dict) -> list[str]:
              "measured on the machines above, under their load at the time, so they describe that run, "
              "not the code. aggregate and track rows are from their previous run, if any. CPU s is a lower "
              "bound: Snakemake reads a job's CPU time every 0.5 s for its first ~15 s, then every 30 s, and "
-             "misses what the job uses after its last reading (on the demo's ~20 s jobs, 20-45% of it).", "",
+             "misses what the job uses after its last reading (on the demo's jobs, about a fifth of it).", "",
              "| rule | jobs | wall s (total) | wall s (median) | CPU s (total) | peak RSS MB |",
              "|---|---|---|---|---|---|"]
     lines += [f"| {r['rule']} | {r['jobs']} | {_cell(r['wall_s'], 1)} | {_cell(r['median_wall_s'], 2)} | "
