@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import engines
+from harness import engine as engines
 from harness.cli import parse_json_arg
 
 

@@ -5,12 +5,12 @@ The run is checked (harness.grid.check_run, then the engine's own parameter chec
 anything is written; the run directory's config.json then pins it (harness.identity): a
 directory holding a different config is refused, the same config resumes where it stopped.
 Each attempt is recorded in run_dir/provenance.json (harness.provenance: code, versions, machine).
-The engine is looked up by config["engine"] in the registry (engines/__init__.py).
+The engine is looked up by config["engine"] in the registry (harness.engine).
 
 One writer per run: training holds the run's locks/train.lock (harness.lock) while it pins the config
 and trains; a second process on the same run directory fails at once, naming the holder. When
-SLURM's time-limit warning arrives (engines.TIME_LIMIT_SIGNAL) the engine saves its resume state
-and this exits with engines.EXIT_RESUME (75): the job ends before its limit and the retry resumes.
+SLURM's time-limit warning arrives (harness.engine.TIME_LIMIT_SIGNAL) the engine saves its resume state
+and this exits with harness.engine.EXIT_RESUME (75): the job ends before its limit and the retry resumes.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
-import engines
+from harness import engine as engines
 from harness.cli import parse_json_arg
 from harness.grid import check_run
 from harness.identity import pin_config, run_key

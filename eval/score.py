@@ -110,7 +110,7 @@ def checkpoints(run_dir: Path) -> dict[int, Path]:
 
 def engine_backend(run_dir: Path) -> str:
     """The eval back end of the engine that trained the run (its config.json names the engine)."""
-    import engines
+    from harness import engine as engines
 
     config = read_json_or_none(run_dir / "config.json")
     if config is None:

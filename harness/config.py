@@ -18,7 +18,7 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-import engines
+from harness import engine as engines
 from harness.grid import LAG_MODES
 from stabilizers import check_values, load_recipes
 

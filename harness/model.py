@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
-import engines
+from harness import engine as engines
 from harness.grid import expand, grid_dir, resolve_run_config
 from stabilizers import load_recipes
 

@@ -7,7 +7,7 @@ import jsonschema
 import pytest
 import yaml
 
-import engines
+from harness import engine as engines
 from harness.config import (
     SCHEMA,
     TASKS_DIR,

@@ -8,7 +8,7 @@ import json
 import pytest
 import yaml
 
-import engines
+from harness import engine as engines
 import harness.grid
 from engines.tiny import params as tiny_params
 from harness.config import load, schema, validate

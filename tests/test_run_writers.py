@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-import engines
+from harness import engine as engines
 from engines.run import run
 from harness.config import load, train_retries
 from harness.io import append_jsonl_atomic, read_jsonl

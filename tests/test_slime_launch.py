@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 import stabilizers.api
-from engines import TimeLimitReached
+from harness.engine import TimeLimitReached
 from engines.slime import launch
 from harness.config import load
 from harness.grid import resolve_run_config, run_dir

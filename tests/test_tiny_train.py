@@ -12,7 +12,7 @@ import torch
 import yaml
 
 import engines.tiny.trainer
-from engines import TimeLimitReached
+from harness.engine import TimeLimitReached
 from engines.run import run
 from engines.tiny import task
 from engines.tiny.checkpoint import load_model

@@ -7,7 +7,7 @@ import re
 import pytest
 import yaml
 
-import engines
+from harness import engine as engines
 from analysis.report import REPORT_FILES
 from harness.config import load
 from harness.grid import expand
@@ -89,7 +89,7 @@ def test_slurm_profile_keeps_a_tiny_grid_on_the_cpu_partition(scratch):
     for rule in ("prepare", "train", "evaluate", "aggregate", "track"):
         lines = _resources(result.stdout, rule)
         assert lines and all("slurm_partition=cpu" in line and "gpu" not in line for line in lines), rule
-    # training asks for SLURM's time-limit warning (engines.TIME_LIMIT_SIGNAL)
+    # training asks for SLURM's time-limit warning (harness.engine.TIME_LIMIT_SIGNAL)
     assert all("slurm_extra=--signal=URG@" in line for line in _resources(result.stdout, "train"))
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engines import Engine, register
+from harness.engine import Engine, register
 
 
 def _resolve_params(engine_params: dict) -> dict:

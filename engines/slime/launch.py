@@ -43,7 +43,7 @@ from pathlib import Path
 
 import yaml
 
-from engines import TimeLimitReached
+from harness.engine import TimeLimitReached
 from engines.slime import loss as slime_loss
 from engines.slime import preflight
 from harness.checkpoint import hf_checkpoint_problem

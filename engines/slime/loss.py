@@ -45,7 +45,7 @@ import os
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
-from engines import merge_metrics
+from harness.engine import merge_metrics
 from stabilizers import PolicyBatch, Recipe, parameters, recipe_from_named_dict, validate_batch
 from stabilizers.diagnostics import offpolicy_diagnostics
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engines import Engine, register
+from harness.engine import Engine, register
 
 from .params import MODEL_KNOBS, WARMSTART_KNOBS, resolve_engine_params
 
@@ -29,7 +29,7 @@ def _prepare(engine_params: dict, out_dir: Path):
 
 # Single-threaded CPU jobs: these small matmuls run fastest one per core. No partition: the
 # profile's default (CPU) one. A step takes ~0.1 s, so a minute's warning before the time limit
-# (engines.TIME_LIMIT_SIGNAL; SLURM may send it up to a minute early) leaves ample time to save.
+# (harness.engine.TIME_LIMIT_SIGNAL; SLURM may send it up to a minute early) leaves ample time to save.
 ENGINE = register(Engine(
     name="tiny",
     resolve_params=resolve_engine_params,

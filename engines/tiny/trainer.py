@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from engines import TimeLimitReached, TrainingDiverged, merge_metrics, time_limit_near
+from harness.engine import TimeLimitReached, TrainingDiverged, merge_metrics, time_limit_near
 from engines.mismatch import abs_d_stats
 from harness.grid import check_run
 from harness.io import append_jsonl_atomic, read_jsonl, write_json_atomic, write_text_atomic
@@ -317,7 +317,7 @@ class Trainer:
             if step % self.eval_every == 0 or step == self.steps:
                 self.save(pending)
                 pending = []
-            if time_limit_near() and step < self.steps:  # SLURM's warning (engines.TIME_LIMIT_SIGNAL)
+            if time_limit_near() and step < self.steps:  # SLURM's warning (harness.engine.TIME_LIMIT_SIGNAL)
                 if pending:
                     self.save(pending, checkpoint=False)
                 raise TimeLimitReached(f"stopped after step {step} of {self.steps} before the job's time limit; "
