@@ -43,11 +43,11 @@ from pathlib import Path
 
 import yaml
 
-from harness.engine import TimeLimitReached
 from engines.slime import loss as slime_loss
 from engines.slime import preflight
 from harness.checkpoint import hf_checkpoint_problem
 from harness.cli import parse_json_arg
+from harness.engine import TimeLimitReached
 from harness.grid import check_lag
 from harness.io import read_jsonl, write_json_atomic, write_text_atomic
 from stabilizers import recipe_from_named_dict

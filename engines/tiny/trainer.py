@@ -27,8 +27,8 @@ from pathlib import Path
 
 import torch
 
-from harness.engine import TimeLimitReached, TrainingDiverged, merge_metrics, time_limit_near
 from engines.mismatch import abs_d_stats
+from harness.engine import TimeLimitReached, TrainingDiverged, merge_metrics, time_limit_near
 from harness.grid import check_run
 from harness.io import append_jsonl_atomic, read_jsonl, write_json_atomic, write_text_atomic
 from stabilizers import PolicyBatch, Recipe, validate_batch
