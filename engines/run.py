@@ -1,9 +1,10 @@
 """Train one run of the grid: ``python -m engines.run --run-dir DIR --config-json JSON``.
 
 JSON is the resolved run config (harness.grid.resolve_run_config), inline or as a file path.
-The run is checked (harness.grid.check_run, then the engine's own parameter checks) before
-anything is written; the run directory's config.json then pins it (harness.identity): a
-directory holding a different config is refused, the same config resumes where it stopped.
+The run is checked once (harness.run.RunConfig.check: the harness's checks, the engine's parameter
+checks and its check_run) before anything is written; the run directory's config.json then pins it
+(harness.run.RunDir.pin_config): a directory holding a different config is refused, the same config
+resumes where it stopped. The engine's train is given the checked RunConfig and the RunDir.
 Each attempt is recorded in run_dir/provenance.json (harness.provenance: code, versions, machine).
 The engine is looked up by config["engine"] in the registry (harness.engine).
 
@@ -18,30 +19,21 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness import engine as engines
 from harness.cli import parse_json_arg
-from harness.grid import check_run
-from harness.identity import pin_config, run_key
-from harness.lock import RunLocked, writer_lock
+from harness.engine import EXIT_RESUME, TimeLimitReached, watch_time_limit
+from harness.lock import RunLocked
 from harness.provenance import finish_attempt, start_attempt
+from harness.run import RunConfig, RunDir
 
 
 def run(run_config: dict, run_dir: str | Path) -> str:
-    try:
-        engine = engines.get(run_config.get("engine"))
-    except KeyError as error:
-        raise ValueError(f"run config 'engine': {error.args[0]}") from None
-    run_dir = Path(run_dir)
-    run_config = {**run_config, "run_key": run_key(run_config)}  # a stale or missing key is recomputed
-    check_run(run_config)
-    engine.resolve_params(run_config.get("engine_params") or {})
-    if engine.check_run is not None:
-        engine.check_run(run_config)
-    with writer_lock(run_dir / "locks" / "train.lock", "train"):
-        pinned = pin_config(run_config, run_dir)
-        start_attempt(run_dir)
-        status = engine.train(pinned, run_dir)
-        finish_attempt(run_dir, status)
+    checked = RunConfig.check(run_config)  # the one check of this process: the engine is given it typed
+    run = RunDir(run_dir)
+    with run.lock("train", "train"):
+        run.pin_config(checked.as_dict())
+        start_attempt(run)
+        status = checked.engine.train(checked, run)
+        finish_attempt(run, status)
         return status
 
 
@@ -50,12 +42,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--run-dir", required=True)
     parser.add_argument("--config-json", required=True, help="resolved run config, inline JSON or a file path")
     args = parser.parse_args(argv)
-    engines.watch_time_limit()
+    watch_time_limit()
     try:
         status = run(parse_json_arg(args.config_json, "--config-json"), args.run_dir)
-    except engines.TimeLimitReached as stop:
+    except TimeLimitReached as stop:
         print(f"engines.run: {args.run_dir}: {stop}", file=sys.stderr)
-        raise SystemExit(engines.EXIT_RESUME) from None
+        raise SystemExit(EXIT_RESUME) from None
     except (ValueError, FileNotFoundError, KeyError, RunLocked) as error:
         raise SystemExit(f"engines.run: {error}") from None
     print(f"engines.run: {args.run_dir}: {status}", file=sys.stderr)

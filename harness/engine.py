@@ -9,10 +9,12 @@ An engine provides everything the workflow needs to know about it (shared/DESIGN
                                             train's slurm_extra asks for the time-limit warning signal
     step_minutes                            an upper estimate of one training step's wall time (minutes):
                                             with the train job's runtime it sets the training job's retries
-    train(run_config, run_dir) -> status    train or resume one run; writes train/status.json
+    train(run_config, run_dir) -> status    train or resume one run (a checked harness.run.RunConfig and
+                                            its harness.run.RunDir); writes its status (RunDir.write_status)
     eval_backend                            the eval/ model back end that scores its checkpoints
     check_run(run_config)                   optional: what else a run needs before its directory is
-                                            written (the tiny engine: its warm-start model)
+                                            written (the tiny engine: its warm-start model); given the
+                                            RunConfig while RunConfig.check builds it
     prepare(engine_params, out_dir)         optional: a grid-wide step every run depends on (the
                                             tiny engine's warm-start model), writing prepare_outputs
     prepare_keys                            the resolved engine_params that step reads: it is given
@@ -46,10 +48,10 @@ ENGINES_PACKAGE = "engines"  # the namespace whose sub-packages are the built-in
 class Engine:
     name: str
     resolve_params: Callable[[dict], dict]
-    train: Callable[[dict, Path], str]
+    train: Callable[..., str]  # (harness.run.RunConfig, harness.run.RunDir) -> status
     eval_backend: str
     resources: dict[str, dict] = field(default_factory=dict)
-    check_run: Callable[[dict], None] | None = None
+    check_run: Callable[..., None] | None = None  # (harness.run.RunConfig) -> None
     prepare: Callable[[dict, Path], object] | None = None
     prepare_outputs: tuple[str, ...] = ()
     prepare_keys: tuple[str, ...] = ()

@@ -95,7 +95,7 @@ tiny = get("tiny")
 
 
 def train(run_config, run_dir):
-    (Path(run_dir) / "trained_by_toy").write_text(run_config["engine"])
+    (run_dir.path / "trained_by_toy").write_text(run_config.engine.name)
     return tiny.train(run_config, run_dir)
 
 

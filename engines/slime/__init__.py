@@ -16,8 +16,6 @@ The software these target is pinned in envs/slime-container.yaml.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 from harness.engine import Engine, register
 
 
@@ -27,10 +25,11 @@ def _resolve_params(engine_params: dict) -> dict:
     return resolve_params(engine_params)
 
 
-def _train(run_config: dict, run_dir: Path) -> str:
+def _train(run_config, run_dir) -> str:
+    """``run_config``: a checked harness.run.RunConfig; ``run_dir``: its harness.run.RunDir."""
     from .launch import run
 
-    return run(run_config, run_dir)
+    return run(run_config.as_dict(), run_dir.path)
 
 
 # GPU jobs on a SLURM partition (named `gpu` here; a site renames it with the config's

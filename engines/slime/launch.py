@@ -21,7 +21,7 @@ kept (engines.slime.retention, every few minutes while the job runs); HF ones wr
 ``--save-hf train/hf/iter_{rollout_id}`` every ``eval_every`` steps and renamed to
 train/checkpoints/step_<rollout_id + 1>/ when the job ends, where the evaluation stage finds them.
 Only complete HF saves are published (harness.checkpoint); an interrupted one is reported in
-train/status.json and left in train/hf/.
+the run's status (harness.run.RunDir.write_status) and left in train/hf/.
 
 Everything is checked before the script is written: a recipe slime cannot express, a missing
 model or data path, an unpinned container, inconsistent batch or parallel sizes, and the
@@ -49,7 +49,8 @@ from harness.checkpoint import hf_checkpoint_problem
 from harness.cli import parse_json_arg
 from harness.engine import TimeLimitReached
 from harness.grid import check_lag
-from harness.io import read_jsonl, write_json_atomic, write_text_atomic
+from harness.io import write_json_atomic, write_text_atomic
+from harness.run import RunDir
 from stabilizers import recipe_from_named_dict
 
 REPO = Path(__file__).resolve().parents[2]
@@ -449,7 +450,7 @@ def publish_hf_checkpoints(run_dir: str | Path, run_config: dict | None = None) 
 
 
 def final_status(run_config: dict, run_dir: Path, returncode: int) -> dict:
-    rows = read_jsonl(run_dir / "train" / "metrics.jsonl")
+    rows = RunDir(run_dir).read_metrics()
     last = rows[-1]["step"] if rows else 0
     for row in rows:
         if not all(math.isfinite(row.get(key, 0.0)) for key in ("loss", "grad_norm")):
@@ -473,7 +474,7 @@ def run(run_config: dict, run_dir: str | Path) -> str:
                                "warning; Megatron state saved, run again to continue")
     if incomplete:
         status["incomplete_hf_checkpoints"] = incomplete
-    write_json_atomic(run_dir / "train" / "status.json", status)
+    RunDir(run_dir).write_status(**status)
     if status["status"] == "failed":
         raise RuntimeError(f"{run_dir}: {status['message']} (log: the job's output above)")
     return status["status"]

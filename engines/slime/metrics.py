@@ -1,4 +1,4 @@
-"""A slime run's train/metrics.jsonl, in the tiny engine's schema, from three slime hooks.
+"""A slime run's training metrics (harness.run.RunDir.metrics_path), in the tiny engine's schema, from three slime hooks.
 
 1. Rollout side, ``--custom-rollout-log-function-path engines.slime.metrics.log_rollout``: for
    every generated rollout, the SGLang weight versions of its samples (Sample.weight_versions)
@@ -21,7 +21,6 @@ The run directory, lag mode and lag come from the custom-config YAML (args.stale
 """
 from __future__ import annotations
 
-import json
 import math
 import time
 from pathlib import Path
@@ -31,7 +30,8 @@ import torch
 
 from engines.mismatch import abs_d_stats
 from engines.slime.lag import trainer_version
-from harness.io import append_jsonl_atomic, read_jsonl, write_text_atomic
+from harness.io import append_jsonl_atomic, read_jsonl
+from harness.run import RunDir
 
 _first_rollout_id: int | None = None  # rollout manager process: the first rollout id of this job
 _recorder = None  # trainer writer rank: the MetricsRecorder
@@ -93,13 +93,12 @@ class MetricsRecorder:
 
     def __init__(self, args):
         self.args, self.pending = args, {}
-        self.path = train_dir(args) / "metrics.jsonl"
+        self.run = RunDir(train_dir(args).parent)
         self.started = False
 
     def begin_step(self, rollout_id: int, row: dict) -> None:
         if not self.started:  # a resumed job recomputes every step from its first rollout on
-            kept = [r for r in read_jsonl(self.path) if r["step"] <= rollout_id]
-            write_text_atomic(self.path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
+            self.run.keep_metrics_through(rollout_id)
             self.started = True
         self.pending[rollout_id] = row
 
@@ -112,7 +111,7 @@ class MetricsRecorder:
         row.update(scalars)
         row.update({"loss": scalars.get("loss", math.nan), "grad_norm": scalars.get("grad_norm", math.nan),
                     "entropy": scalars.get("entropy_loss", math.nan)})
-        append_jsonl_atomic(self.path, [row], increasing="step")
+        self.run.append_metrics([row])
 
 
 def is_writer_rank() -> bool:

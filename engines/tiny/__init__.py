@@ -9,16 +9,17 @@ from harness.engine import Engine, register
 from .params import MODEL_KNOBS, WARMSTART_KNOBS, resolve_engine_params
 
 
-def _train(run_config: dict, run_dir: Path) -> str:
+def _train(run_config, run_dir) -> str:
+    """``run_config``: a checked harness.run.RunConfig; ``run_dir``: its harness.run.RunDir."""
     from .trainer import Trainer
 
     return Trainer(run_config, run_dir).run()
 
 
-def _check_run(run_config: dict) -> None:
-    from .trainer import check_base_model, check_run_config
+def _check_run(run_config) -> None:
+    from .trainer import check_base_model
 
-    check_base_model(run_config, check_run_config(run_config)[1])
+    check_base_model(run_config)
 
 
 def _prepare(engine_params: dict, out_dir: Path):

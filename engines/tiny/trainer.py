@@ -29,14 +29,13 @@ import torch
 
 from engines.mismatch import abs_d_stats
 from harness.engine import TimeLimitReached, TrainingDiverged, merge_metrics, time_limit_near
-from harness.grid import check_run
-from harness.io import append_jsonl_atomic, read_jsonl, write_json_atomic, write_text_atomic
-from stabilizers import PolicyBatch, Recipe, validate_batch
+from harness.run import RunConfig, RunDir
+from stabilizers import PolicyBatch, validate_batch
 from stabilizers.diagnostics import ess_lr_scale, offpolicy_diagnostics
 
 from . import task
 from .checkpoint import load_model, load_state, read_config, recover_replaced_dir, replace_dir_atomic, save_checkpoint
-from .params import resolve_engine_params, warmstart_knobs
+from .params import warmstart_knobs
 from .rollout import Rollout, RolloutEngine, sampling_version
 
 RESUME_TENSORS, RESUME_META = "state.safetensors", "state.json"
@@ -47,23 +46,18 @@ def step_seed(seed: int, step: int, stream: int) -> int:
     return (seed * 1_000_003 + step) * 8 + stream
 
 
-def check_run_config(run_config: dict) -> tuple[Recipe, dict]:
-    """Validate everything before any work: the run config (harness.grid) and the engine params."""
-    if "base_model" not in run_config:
+def check_base_model(run_config: RunConfig) -> None:
+    """The grid's warm-start model exists and was made with this run's model and warm-start knobs
+    (the engine's check_run: before the run directory is written)."""
+    if run_config.base_model is None:
         raise ValueError("run config is missing 'base_model'")
-    return check_run(run_config), resolve_engine_params(run_config.get("engine_params"))
-
-
-def check_base_model(run_config: dict, params: dict) -> Path:
-    """The grid's warm-start model exists and was made with this run's model and warm-start knobs."""
-    base_dir = Path(run_config["base_model"])
+    base_dir = run_config.base_model
     if not (base_dir / "config.json").exists():
         raise FileNotFoundError(f"base model not found at {base_dir}; make it with "
                                 f"python -m engines.prepare --engine tiny --engine-params-json ... --out {base_dir}")
-    if read_config(base_dir).get("warmstart") != warmstart_knobs(params):
+    if read_config(base_dir).get("warmstart") != warmstart_knobs(dict(run_config.engine_params)):
         raise ValueError(f"base model {base_dir} was made with other engine_params "
                          f"({read_config(base_dir).get('warmstart')}); rebuild it with engines.prepare")
-    return base_dir
 
 
 def group_advantages(rewards: torch.Tensor, samples: int) -> torch.Tensor:
@@ -79,18 +73,18 @@ def routing_mismatch(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 class Trainer:
-    def __init__(self, run_config: dict, run_dir: str | Path, progress=sys.stderr):
-        self.recipe, self.params = check_run_config(run_config)
-        self.config = run_config
-        self.lag, self.mode, self.seed = run_config["lag"], run_config["lag_mode"], run_config["seed"]
-        self.steps, self.eval_every = run_config["steps"], run_config["eval_every"]
-        self.train_dir = Path(run_dir) / "train"
-        self.metrics_path = self.train_dir / "metrics.jsonl"
-        self.resume_dir = self.train_dir / "resume"
+    def __init__(self, run_config: RunConfig, run: RunDir, progress=sys.stderr):
+        """``run_config``: checked by RunConfig.check, which ran the engine's check_run (the base model)."""
+        self.recipe, self.params = run_config.recipe, run_config.engine_params
+        self.run_key = run_config.run_key
+        self.lag, self.mode, self.seed = run_config.lag, run_config.lag_mode, run_config.seed
+        self.steps, self.eval_every = run_config.steps, run_config.eval_every
+        self.run_dir = run
+        self.resume_dir = run.train_dir / "resume"
         self.progress = progress
         self.seconds = {"generate": 0.0, "train": 0.0}
 
-        base_dir = check_base_model(run_config, self.params)
+        base_dir = run_config.base_model
         self.base = load_model(base_dir).eval()
         for p in self.base.parameters():
             p.requires_grad_(False)
@@ -203,10 +197,10 @@ class Trainer:
         """Metrics rows, then the checkpoint, then the resume state (each atomic; a kill between
         them leaves an older resume state, from which the same files are rewritten identically).
         checkpoint=False (a stop before the time limit): no checkpoint, so evaluation is unchanged."""
-        append_jsonl_atomic(self.metrics_path, pending_rows, increasing="step")
+        self.run_dir.append_metrics(pending_rows)
         if checkpoint:
-            save_checkpoint(self.model, self.train_dir / "checkpoints" / f"step_{self.step}",
-                            extra={"step": self.step, "run_key": self.config.get("run_key")})
+            save_checkpoint(self.model, self.run_dir.checkpoint_path(self.step),
+                            extra={"step": self.step, "run_key": self.run_key})
         tensors = {f"model.{k}": v for k, v in self.model.state_dict().items()}
         for index, state in self.optimizer.state_dict()["state"].items():
             for name, value in state.items():
@@ -216,7 +210,7 @@ class Trainer:
         tensors.update({f"batch.{k}": v for k, v in self.in_flight.tensors().items()})
         meta = {"step": self.step, "snapshots": sorted(self.snapshots), "engine_version": self.engine.version,
                 "batch": {"step": self.in_flight.step, "version": self.in_flight.version},
-                "run_key": self.config.get("run_key")}
+                "run_key": self.run_key}
 
         def fill(tmp: Path) -> None:
             from safetensors.torch import save_file
@@ -253,30 +247,27 @@ class Trainer:
         except (KeyError, RuntimeError, ValueError, TypeError) as error:
             raise ValueError(f"corrupt resume state in {self.resume_dir}: {error!r}") from None
         self.step = step
-        rows = [r for r in read_jsonl(self.metrics_path) if r["step"] <= step]
-        write_text_atomic(self.metrics_path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+        self.run_dir.keep_metrics_through(step)
 
     def write_status(self, status: str, message: str) -> None:
-        write_json_atomic(self.train_dir / "status.json", {
-            "status": status, "step": self.step, "message": message,
-            "seconds": {k: round(v, 3) for k, v in self.seconds.items()}})
+        self.run_dir.write_status(status, self.step, message,
+                                  seconds={k: round(v, 3) for k, v in self.seconds.items()})
 
     # ---------------------------------------------------------------- the loop
     def run(self) -> str:
-        status_path = self.train_dir / "status.json"
-        if status_path.exists():
-            previous = json.loads(status_path.read_text())
-            if previous.get("status") in ("completed", "diverged"):
-                return previous["status"]  # finished runs are not redone
+        previous = self.run_dir.read_status()
+        if previous and previous.get("status") in ("completed", "diverged"):
+            return previous["status"]  # finished runs are not redone
         torch.set_num_threads(1)
         recover_replaced_dir(self.resume_dir)  # a kill inside save()'s swap leaves the previous state aside
         if self.resume_dir.exists():
             self.restore()
         else:
-            if (self.train_dir / "checkpoints").exists() and any((self.train_dir / "checkpoints").iterdir()):
-                raise FileNotFoundError(f"{self.train_dir / 'checkpoints'} holds checkpoints but the resume "
+            checkpoints = self.run_dir.checkpoints_dir
+            if checkpoints.exists() and any(checkpoints.iterdir()):
+                raise FileNotFoundError(f"{checkpoints} holds checkpoints but the resume "
                                         f"state {self.resume_dir} is missing; delete the run directory to restart")
-            write_text_atomic(self.metrics_path, "")  # metrics of a run killed before its first checkpoint
+            self.run_dir.keep_metrics_through(0)  # metrics of a run killed before its first checkpoint
             start = time.perf_counter()
             self.in_flight = self.generate(1)
             self.seconds["generate"] += time.perf_counter() - start
@@ -304,7 +295,7 @@ class Trainer:
                 row = self.train_on(batch)
             except TrainingDiverged as reason:
                 self.step = step
-                append_jsonl_atomic(self.metrics_path, pending + [{**head, "loss": float("nan")}], increasing="step")
+                self.run_dir.append_metrics(pending + [{**head, "loss": float("nan")}])
                 self.write_status("diverged", f"diverged at step {step}: {reason}")
                 return "diverged"
             self.seconds["train"] += time.perf_counter() - start
@@ -328,8 +319,3 @@ class Trainer:
                       f"({time.perf_counter() - wall:.1f}s)", file=self.progress, flush=True)
         self.write_status("completed", f"completed {self.steps} steps")
         return "completed"
-
-
-def run(run_config: dict, run_dir: str | Path) -> str:
-    """Train (or resume) one run; returns its final status."""
-    return Trainer(run_config, run_dir).run()
