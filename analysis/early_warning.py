@@ -21,7 +21,7 @@ from pathlib import Path
 from analysis.curves import read_run
 from harness.cli import parse_json_arg
 from harness.grid import expand, run_dir
-from harness.io import read_jsonl, write_text_atomic
+from harness.io import write_text_atomic
 
 BASELINE_STEPS = (11, 30)
 WINDOW = 10
@@ -49,9 +49,8 @@ def run_leads(config: dict) -> list[dict]:
     """Per run: recipe, lag, seed, collapsed, collapse step, ESS drop step, lead time (or None)."""
     out = []
     for recipe, lag, seed in expand(config):
-        directory = run_dir(config, recipe, lag, seed)
-        summary, _, _ = read_run(directory, config)
-        drop = ess_drop_step(read_jsonl(directory / "train" / "metrics.jsonl"))
+        summary, _, _, train = read_run(run_dir(config, recipe, lag, seed), config)
+        drop = ess_drop_step(train)
         lead = summary.collapse_step - drop if summary.collapsed and drop is not None else None
         out.append({"recipe": recipe, "lag": lag, "seed": seed, "collapsed": summary.collapsed,
                     "collapse_step": summary.collapse_step, "drop_step": drop, "lead": lead})

@@ -36,7 +36,7 @@ from analysis.stats import (
     smallest_p,
 )
 from harness.grid import expand, run_dir
-from harness.io import read_jsonl, write_json_atomic, write_text_atomic
+from harness.io import write_json_atomic, write_text_atomic
 from stabilizers import load_recipes
 
 REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference" / "table1.csv"
@@ -58,7 +58,7 @@ class Run:
     run_key: str
     summary: RunSummary
     curve: list[tuple[int, float]]  # test-task (step, score)
-    train: list[dict]  # train/metrics.jsonl rows
+    train: list[dict]  # the run's training metrics rows
 
 
 def collect(config: dict, progress: bool = True) -> list[Run]:
@@ -66,10 +66,8 @@ def collect(config: dict, progress: bool = True) -> list[Run]:
     runs = []
     for recipe, lag, seed in tqdm(expand(config), desc="aggregate: reading runs", unit="run",
                                   disable=not progress, file=sys.stderr):
-        directory = run_dir(config, recipe, lag, seed)
-        summary, run_config, curve = read_run(directory, config)
-        runs.append(Run(recipe, lag, seed, run_config.get("run_key", ""), summary, curve,
-                        read_jsonl(directory / "train" / "metrics.jsonl")))
+        summary, run_config, curve, train = read_run(run_dir(config, recipe, lag, seed), config)
+        runs.append(Run(recipe, lag, seed, run_config.get("run_key", ""), summary, curve, train))
     return runs
 
 
@@ -148,7 +146,7 @@ def summarize(config: dict, runs: list[Run]) -> dict:
                "lags": list(config["lags"]), "seeds": list(config["seeds"]), "steps": config["steps"],
                "test_task": test_task(settings), "selection_task": settings.get("selection_task"),
                "fixed_step": settings.get("fixed_step"), "baseline": baseline,
-               "collapse_fraction": float((config.get("collapse") or {}).get("fraction", 0.5)),
+               "collapse_fraction": float(config["collapse"]["fraction"]),
                "reference_lag": reference_lag,
                "comparisons": {"confidence": CONFIDENCE, "alpha": ALPHA, "power": POWER,
                                "correction": "holm", "family": FAMILY, "primary": PRIMARY,
