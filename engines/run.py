@@ -12,6 +12,7 @@ One writer per run: training holds the run's locks/train.lock (harness.lock) whi
 and trains; a second process on the same run directory fails at once, naming the holder. When
 SLURM's time-limit warning arrives (harness.engine.TIME_LIMIT_SIGNAL) the engine saves its resume state
 and this exits with harness.engine.EXIT_RESUME (75): the job ends before its limit and the retry resumes.
+Exit statuses: harness.cli.run_stage (2 bad input, 3 locked, 75 stopped to resume).
 """
 from __future__ import annotations
 
@@ -19,9 +20,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.cli import parse_json_arg
-from harness.engine import EXIT_RESUME, TimeLimitReached, watch_time_limit
-from harness.lock import RunLocked
+from harness.cli import parse_json_arg, run_stage
+from harness.engine import watch_time_limit
 from harness.provenance import finish_attempt, start_attempt
 from harness.run import RunConfig, RunDir
 
@@ -37,21 +37,16 @@ def run(run_config: dict, run_dir: str | Path) -> str:
         return status
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Train one run of the grid (resumes if interrupted).")
     parser.add_argument("--run-dir", required=True)
     parser.add_argument("--config-json", required=True, help="resolved run config, inline JSON or a file path")
     args = parser.parse_args(argv)
+    run_config = parse_json_arg(args.config_json, "--config-json")
     watch_time_limit()
-    try:
-        status = run(parse_json_arg(args.config_json, "--config-json"), args.run_dir)
-    except TimeLimitReached as stop:
-        print(f"engines.run: {args.run_dir}: {stop}", file=sys.stderr)
-        raise SystemExit(EXIT_RESUME) from None
-    except (ValueError, FileNotFoundError, KeyError, RunLocked) as error:
-        raise SystemExit(f"engines.run: {error}") from None
-    print(f"engines.run: {args.run_dir}: {status}", file=sys.stderr)
+    return run_stage("engines.run", lambda: run(run_config, args.run_dir),
+                     lambda status, seconds: f"{args.run_dir}: {status} in {seconds:.1f} s")
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -39,9 +39,9 @@ from lm_eval.tasks import TaskManager  # noqa: E402
 from lm_eval.tasks._yaml_loader import load_yaml  # noqa: E402
 
 from harness.checkpoint import hf_checkpoint_problem  # noqa: E402
+from harness.cli import run_stage  # noqa: E402
 from harness.config import ConfigError, check_eval_settings  # noqa: E402
 from harness.identity import eval_key  # noqa: E402
-from harness.lock import RunLocked  # noqa: E402
 from harness.run import RunDir  # noqa: E402
 
 TASKS_DIR = Path(__file__).parent / "tasks"
@@ -150,7 +150,7 @@ def score_checkpoint(lm, task_dict: dict, name: str, step: int, settings: dict, 
 def score_run(run_dir: str | Path, tasks: list[str], settings: dict, *, log=None) -> list[dict]:
     """Score the run's unscored checkpoints on every task of `tasks`; returns the new lines, in step
     order and, within a step, in the order of `tasks`. One scorer per run and task: it holds
-    locks/evaluate-<task>.lock of each task (harness.lock; RunLocked otherwise)."""
+    the run's evaluate-<task> lock of each task (RunDir.lock; RunLocked otherwise)."""
     run = RunDir(run_dir)
     settings = check_settings(settings)
     if isinstance(tasks, str) or not tasks or len(set(tasks)) != len(tasks):
@@ -221,17 +221,16 @@ def main(argv: list[str] | None = None) -> int:
     except json.JSONDecodeError as error:
         parser.error(f"--settings-json is not valid JSON: {error}")
     from eval.server import ServerError
-    start = time.perf_counter()
-    try:
-        rows = score_run(args.run_dir, args.tasks, settings, log=lambda m: print(m, file=sys.stderr))
-    except (ValueError, OSError, ServerError, RunLocked) as error:  # bad input: one clear line, no traceback
-        print(f"eval.score: error: {error}", file=sys.stderr)
-        return 2
-    for task in args.tasks:
-        scored = sum(row["task"] == task for row in rows)
-        print(f"eval.score: {scored} checkpoint(s) of {args.run_dir} scored on {task}", file=sys.stderr)
-    print(f"eval.score: done in {time.perf_counter() - start:.2f} s", file=sys.stderr)
-    return 0
+
+    def work():
+        try:
+            return score_run(args.run_dir, args.tasks, settings, log=lambda m: print(m, file=sys.stderr))
+        except ServerError as error:  # an unreachable or failing server: bad input, one clear line
+            raise ScoreError(str(error)) from None
+
+    return run_stage("eval.score", work, lambda rows, seconds: "\neval.score: ".join(
+        [f"{sum(row['task'] == task for row in rows)} checkpoint(s) of {args.run_dir} scored on {task}"
+         for task in args.tasks] + [f"done in {seconds:.2f} s"]))
 
 
 if __name__ == "__main__":

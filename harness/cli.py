@@ -32,14 +32,32 @@ def parse_config(parser: argparse.ArgumentParser, text: str) -> dict:
         parser.error(str(error))
 
 
+# A stage's exit status says why it stopped, so that a caller (Snakemake's retries, a script) can tell:
+EXIT_OK = 0
+EXIT_BAD_INPUT = 2  # bad input or a missing/malformed file: the message names it; rerunning will not help
+EXIT_LOCKED = 3  # another process writes the same run or grid (harness.lock): the message names it
+# EXIT_RESUME (75, harness.engine): stopped before the job's time limit, its state saved; run again
+
+
 def run_stage(prog: str, work, describe) -> int:
-    """Run ``work()``; bad input or a missing/malformed file (ValueError, OSError) is one clear
-    line and exit status 2, success one line ``describe(result, seconds)``."""
+    """Run ``work()`` and return the stage's exit status: success is one line ``describe(result,
+    seconds)`` and EXIT_OK; bad input or a missing/malformed file (ValueError, OSError) one clear
+    line and EXIT_BAD_INPUT; a held writer lock EXIT_LOCKED; a stop before the time limit
+    (harness.engine.TimeLimitReached) EXIT_RESUME."""
+    from harness.engine import EXIT_RESUME, TimeLimitReached
+    from harness.lock import RunLocked
+
     start = time.perf_counter()
     try:
         result = work()
+    except TimeLimitReached as stop:
+        print(f"{prog}: {stop}", file=sys.stderr)
+        return EXIT_RESUME
+    except RunLocked as error:
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        return EXIT_LOCKED
     except (ValueError, OSError) as error:
         print(f"{prog}: error: {error}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     print(f"{prog}: {describe(result, time.perf_counter() - start)}", file=sys.stderr)
-    return 0
+    return EXIT_OK

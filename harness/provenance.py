@@ -54,6 +54,12 @@ def _git(*args: str) -> str | None:
     return result.stdout if result.returncode == 0 else None
 
 
+def git_commit() -> str | None:
+    """The checkout's HEAD commit (None outside a git checkout): the one reader of it."""
+    commit = _git("rev-parse", "HEAD")
+    return commit.strip() if commit else None
+
+
 def _cpuinfo() -> tuple[str | None, list[str]]:
     try:
         text = Path("/proc/cpuinfo").read_text()
@@ -82,12 +88,12 @@ def now() -> str:
 
 def collect() -> dict:
     """The facts of this process and machine (see the module docstring), without times."""
-    commit = _git("rev-parse", "HEAD")
+    commit = git_commit()
     status = _git("status", "--porcelain") if commit else None
     lock = ROOT / "requirements.lock"
     cpu_model, cpu_flags = _cpuinfo()
     return {
-        "git_commit": commit.strip() if commit else None,
+        "git_commit": commit,
         "git_dirty": bool(status.strip()) if status is not None else None,
         "stalebench": _version("stalebench"),
         "python": platform.python_version(),

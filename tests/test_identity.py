@@ -8,9 +8,9 @@ import json
 import pytest
 import yaml
 
-from harness import engine as engines
 import harness.grid
 from engines.tiny import params as tiny_params
+from harness import engine as engines
 from harness.config import load, schema, validate
 from harness.grid import LAG_MODES, resolve_run_config
 from harness.identity import eval_key, run_key

@@ -8,8 +8,9 @@ import time
 
 import pytest
 
-from harness import engine as engines
 from engines.run import run
+from harness import engine as engines
+from harness.cli import EXIT_LOCKED
 from harness.config import load, train_retries
 from harness.io import append_jsonl_atomic, read_jsonl
 from harness.lock import RunLocked, writer_lock
@@ -30,7 +31,7 @@ def test_a_second_writer_fails_at_once_naming_the_holder(base, tmp_path, monkeyp
         start = time.monotonic()
         second = engines_run(cfg, tmp_path / "r")
         _, err = second.communicate(timeout=120)
-        assert second.returncode == 1 and time.monotonic() - start < 60
+        assert second.returncode == EXIT_LOCKED and time.monotonic() - start < 60
         assert f"pid {os.getpid()}" in err and "SLURM job 4242" in err and "scancel 4242" in err, err
         assert not (tmp_path / "r" / "train").exists()  # it wrote nothing
         with pytest.raises(RunLocked, match=f"pid {os.getpid()}"):

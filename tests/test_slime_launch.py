@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 import stabilizers.api
-from harness.engine import TimeLimitReached
 from engines.slime import launch
 from harness.config import load
+from harness.engine import TimeLimitReached
 from harness.grid import resolve_run_config, run_dir
 from stabilizers import LossOutput, parameters
 from tests.support.slime_checkpoints import write_hf_save

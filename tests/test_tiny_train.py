@@ -12,16 +12,16 @@ import torch
 import yaml
 
 import engines.tiny.trainer
-from harness.engine import TimeLimitReached
 from engines.run import run
 from engines.tiny import task
 from engines.tiny.checkpoint import load_model
 from engines.tiny.rollout import RolloutEngine, sampling_version
 from engines.tiny.trainer import Trainer, step_seed
 from engines.tiny.warmstart import build_base
+from harness.engine import TimeLimitReached
 from harness.grid import resolve_run_config
-from harness.run import RunConfig, RunDir
 from harness.io import read_jsonl
+from harness.run import RunConfig, RunDir
 from tests.support.untimed import untimed_rows
 
 SMALL = {"preset": "demo", "width": 32, "heads": 2, "expert_hidden": 32, "top_k": 2, "warmstart_steps": 30,

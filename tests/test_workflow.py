@@ -7,8 +7,8 @@ import re
 import pytest
 import yaml
 
-from harness import engine as engines
 from analysis.report import REPORT_FILES
+from harness import engine as engines
 from harness.config import load
 from harness.grid import expand
 from tests.support.workflow_cli import ROOT, job_counts, planned_jobs, planned_outputs, snakemake

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from harness.config import validate
 from harness.grid import expand, resolve_run_config, run_dir
 from harness.run import RunDir
 
@@ -19,14 +20,15 @@ START_TIME = 1.8e9  # unix seconds of step 0; a step takes 2 s (the rows' ``time
 
 
 def make_config(results_dir, grid: str = "demo", seeds=(0, 1, 2)) -> dict:
-    return {"grid": grid, "results_dir": str(results_dir), "engine": "tiny",
+    """The grid's workflow config, checked and completed with the schema's defaults (as every stage gets it)."""
+    return validate({"grid": grid, "results_dir": str(results_dir), "engine": "tiny",
             "recipes": ["grpo", "sat_grpo", "grpo_r3"], "extra_recipes": {}, "lags": [1, 8],
             "lag_mode": "interval", "seeds": list(seeds), "steps": STEPS, "eval_every": EVAL_EVERY,
             "engine_params": {"preset": "demo"},
             "eval": {"tasks": ["tiny_val", "tiny_test"], "selection_task": "tiny_val", "k": 8,
                      "temperature": 1.0, "top_p": 1.0, "max_gen_toks": 16, "fixed_step": None,
                      "seed": 0, "backend": "tiny"},
-            "collapse": {"fraction": 0.5}, "baseline": "grpo"}
+            "collapse": {"fraction": 0.5}, "baseline": "grpo"})
 
 
 def scores_of(recipe: str, lag: int, seed: int) -> list[float]:
