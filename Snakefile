@@ -22,6 +22,7 @@ from snakemake.utils import update_config
 from harness.config import (ConfigError, check_recipe_values, job_resources, retype_cli_values, rule_resources,
                             train_retries, validate)
 from harness.model import Config
+from harness.run import STATUS_PATTERN, eval_file_pattern
 
 
 # The demo grid unless --configfile names another (a preset is a whole config: merged into
@@ -60,8 +61,8 @@ CONFIG_JSON = json.dumps(CONFIG, sort_keys=True)
 # Every run's training status and scores (one evaluate job per run writes all its tasks'). Also
 # targets of `all`: Snakemake reruns no job whose outputs exist because an input went missing, so a
 # deleted run is redone only if it is a target.
-RUN_OUTPUTS = expand(f"{RUN}/train/status.json", zip, **RUN_WILDCARDS) + [
-    path for task in TASKS for path in expand(f"{RUN}/eval/{task}.jsonl", zip, **RUN_WILDCARDS)]
+RUN_OUTPUTS = expand(f"{RUN}/{STATUS_PATTERN}", zip, **RUN_WILDCARDS) + [
+    path for task in TASKS for path in expand(f"{RUN}/{eval_file_pattern(task)}", zip, **RUN_WILDCARDS)]
 
 
 wildcard_constraints:

@@ -15,10 +15,9 @@ import csv
 import statistics
 from collections import defaultdict
 
+from harness.engine import RULES
 from harness.grid import expand, grid_dir, run_dir
 from harness.run import PROVENANCE, RunDir
-
-RULES = ("prepare", "train", "evaluate", "aggregate", "track")
 
 
 def _attempts(config: dict) -> tuple[list[tuple[str, dict]], list[str]]:

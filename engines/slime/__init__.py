@@ -2,13 +2,13 @@
 
 Modules (slime and megatron are imported lazily, inside the functions that run in the container):
 - ``launch``: run config -> validated job script (train/job.sh) -> run, HF checkpoints published as
-  train/checkpoints/step_<N>/, train/status.json. ``launch.run(run_config, run_dir)`` is what
+  train/checkpoints/step_<N>/, the run's status (harness.run.RunDir). ``launch.run(run_config, run_dir)`` is what
   the engine registry calls; ``launch.resolve_params(engine_params)`` checks a config's engine_params
   (no file access) and ``launch.write_job_script`` is the dry run.
 - ``loss``: the ``--custom-loss-function-path`` entry point (the recipe's stabilizer, TIS, KL).
 - ``driver``: the constant-lag training loop over slime's Ray actors.
 - ``lag``: slime weight version -> trainer version, per lag mode.
-- ``metrics``: the hooks that write train/rollouts.jsonl and train/metrics.jsonl.
+- ``metrics``: the hooks that write train/rollouts.jsonl and the run's training metrics (RunDir).
 - ``preflight``: the checks before the first GPU-hour (reward vs prompt format, memory per GPU,
   context, extra_args vs known_flags.txt, which ``refresh_known_flags`` rebuilds from the sources).
 - ``retention``: keeps the newest Megatron checkpoints of a run.

@@ -17,7 +17,7 @@ def _train(run_config, run_dir) -> str:
 
 
 def _check_run(run_config) -> None:
-    from .trainer import check_base_model
+    from .warmstart import check_base_model
 
     check_base_model(run_config)
 

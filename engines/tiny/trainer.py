@@ -14,7 +14,7 @@ One trainer step s (1-based), as in an asynchronous system with one batch in fli
 Every random draw comes from a generator seeded by (seed, step), so the state to resume is
 just tensors: trainer weights, Adam moments, the weight snapshots the engine may still be
 broadcast, and the batch in flight. The engine's own weights are the bf16 cast of the snapshot
-of its version, so a resumed run re-broadcasts them before its first rollout (same bits). A run killed at any point ends with the same metrics.jsonl
+of its version, so a resumed run re-broadcasts them before its first rollout (same bits). A run killed at any point ends with the same training metrics
 as an uninterrupted one, but for each row's ``time`` (when the step was produced, unix seconds).
 """
 from __future__ import annotations
@@ -23,6 +23,7 @@ import json
 import math
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -34,8 +35,7 @@ from stabilizers import PolicyBatch, validate_batch
 from stabilizers.diagnostics import ess_lr_scale, offpolicy_diagnostics
 
 from . import task
-from .checkpoint import load_model, load_state, read_config, recover_replaced_dir, replace_dir_atomic, save_checkpoint
-from .params import warmstart_knobs
+from .checkpoint import load_model, load_state, recover_replaced_dir, replace_dir_atomic, save_checkpoint
 from .rollout import Rollout, RolloutEngine, sampling_version
 
 RESUME_TENSORS, RESUME_META = "state.safetensors", "state.json"
@@ -44,20 +44,6 @@ RESUME_TENSORS, RESUME_META = "state.safetensors", "state.json"
 def step_seed(seed: int, step: int, stream: int) -> int:
     """A distinct, stable seed per (run seed, step, purpose)."""
     return (seed * 1_000_003 + step) * 8 + stream
-
-
-def check_base_model(run_config: RunConfig) -> None:
-    """The grid's warm-start model exists and was made with this run's model and warm-start knobs
-    (the engine's check_run: before the run directory is written)."""
-    if run_config.base_model is None:
-        raise ValueError("run config is missing 'base_model'")
-    base_dir = run_config.base_model
-    if not (base_dir / "config.json").exists():
-        raise FileNotFoundError(f"base model not found at {base_dir}; make it with "
-                                f"python -m engines.prepare --engine tiny --engine-params-json ... --out {base_dir}")
-    if read_config(base_dir).get("warmstart") != warmstart_knobs(dict(run_config.engine_params)):
-        raise ValueError(f"base model {base_dir} was made with other engine_params "
-                         f"({read_config(base_dir).get('warmstart')}); rebuild it with engines.prepare")
 
 
 def group_advantages(rewards: torch.Tensor, samples: int) -> torch.Tensor:
@@ -70,6 +56,22 @@ def group_advantages(rewards: torch.Tensor, samples: int) -> torch.Tensor:
 def routing_mismatch(a: torch.Tensor, b: torch.Tensor) -> float:
     """Fraction of (position, layer) whose expert sets differ; [B, T, layers, k] each."""
     return float((a.sort(-1).values != b.sort(-1).values).any(-1).float().mean())
+
+
+@dataclass(frozen=True)
+class Recomputed:
+    """A batch as the trainer sees it before its update (Trainer.recompute)."""
+
+    plen: int  # prompt length: response position t is predicted at input position plen - 1 + t
+    inputs: torch.Tensor
+    response: torch.Tensor
+    replay: torch.Tensor | None  # the engine's routing, replayed under R3
+    logmu: torch.Tensor  # the sampler's log-probabilities of the sampled tokens
+    logp_full: torch.Tensor  # the trainer's log-softmax over the vocabulary
+    old_logp: torch.Tensor
+    ref_logp: torch.Tensor | None  # the base model's, when the KL term is on
+    routing: torch.Tensor  # the trainer's routing (replayed or not)
+    own_routing: torch.Tensor  # the trainer's own routing choice
 
 
 class Trainer:
@@ -111,13 +113,18 @@ class Trainer:
 
     # ---------------------------------------------------------------- trainer side
     def train_on(self, batch: Rollout) -> dict:
+        """One trainer step on ``batch``: recompute, update, diagnostics; returns the metrics row."""
+        recomputed = self.recompute(batch)
+        update = self.update(batch, recomputed)
+        return self.diagnostics(batch, recomputed, update)
+
+    def recompute(self, batch: Rollout) -> Recomputed:
+        """The trainer's view of the batch before any update (no grad): old_logp with the current
+        weights (replaying the engine's routing under R3), and the base model's for the KL term."""
         temperature = self.params["temperature"]
         plen = batch.tokens.shape[1] - batch.mask.shape[1]
         inputs, response = batch.tokens[:, :-1], batch.tokens[:, plen:]
         replay = batch.routing if self.recipe.routing_replay else None
-        mask = batch.mask
-        logmu = batch.logmu_full.gather(-1, response[..., None])[..., 0]
-
         with torch.no_grad():
             out = self.model(inputs, replay=replay)
             logp_full = (out.logits[:, plen - 1:] / temperature).log_softmax(-1)
@@ -128,10 +135,21 @@ class Trainer:
                 ref_logp = ref_logits.log_softmax(-1).gather(-1, response[..., None])[..., 0]
         if not torch.isfinite(old_logp).all():
             raise TrainingDiverged("non-finite log-probabilities")
+        return Recomputed(plen=plen, inputs=inputs, response=response, replay=replay,
+                          logmu=batch.logmu_full.gather(-1, response[..., None])[..., 0],
+                          logp_full=logp_full, old_logp=old_logp, ref_logp=ref_logp, routing=out.routing,
+                          own_routing=out.own_routing)
 
+    def update(self, batch: Rollout, recomputed: Recomputed) -> dict[str, list[float]]:
+        """The recipe's stabilizer on ``minibatches`` PolicyBatches, an Adam step after each (with
+        the k3 KL to the base model, VCPO's ESS-scaled lr); returns each minibatch's numbers."""
+        temperature, plen, mask = self.params["temperature"], recomputed.plen, batch.mask
+        inputs, response, replay = recomputed.inputs, recomputed.response, recomputed.replay
+        old_logp, ref_logp, logmu = recomputed.old_logp, recomputed.ref_logp, recomputed.logmu
         advantages = group_advantages(batch.rewards, self.params["samples_per_step"])[:, None].expand_as(old_logp)
         rows = torch.arange(inputs.shape[0]).chunk(self.params["minibatches"])
-        losses, grad_norms, kls, stab, lr_scales = [], [], [], {}, []
+        numbers: dict[str, list[float]] = {"loss": [], "grad_norm": [], "kl/k3": [], "vcpo/lr_scale": []}
+        stab: dict[str, list[float]] = {}
         max_norm = self.params["max_grad_norm"] or math.inf
         for index, idx in enumerate(rows):
             mb_out = self.model(inputs[idx], replay=None if replay is None else replay[idx])
@@ -148,32 +166,38 @@ class Trainer:
                 delta = ref_logp[idx] - logp
                 k3 = ((delta.exp() - delta - 1) * mask[idx]).sum() / mask[idx].sum().clamp(min=1)
                 loss = loss + self.params["kl_coef"] * k3
-                kls.append(float(k3.detach()))
+                numbers["kl/k3"].append(float(k3.detach()))
             if not torch.isfinite(loss):
                 raise TrainingDiverged("non-finite loss")
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            grad_norms.append(float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)))
+            numbers["grad_norm"].append(float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)))
             if self.params["vcpo_ess_lr"]:  # VCPO: this step's lr scaled by its minibatch's ESS
                 ess = offpolicy_diagnostics(old_logp[idx], logmu[idx], mask[idx])["offpolicy/ess"]
-                lr_scales.append(float(ess_lr_scale(ess)))
+                numbers["vcpo/lr_scale"].append(float(ess_lr_scale(ess)))
                 for group in self.optimizer.param_groups:
-                    group["lr"] = self.params["lr"] * lr_scales[-1]
+                    group["lr"] = self.params["lr"] * numbers["vcpo/lr_scale"][-1]
             self.optimizer.step()
-            losses.append(float(loss.detach()))
+            numbers["loss"].append(float(loss.detach()))
             for key, value in result.metrics.items():
                 stab.setdefault(key, []).append(float(value))
         if not all(torch.isfinite(p).all() for p in self.model.parameters()):
             raise TrainingDiverged("non-finite weights")
+        return {"numbers": numbers, "stabilizer": stab}
 
+    def diagnostics(self, batch: Rollout, recomputed: Recomputed, update: dict) -> dict:
+        """The step's metrics row (keys in shared/DESIGN.md): reward, entropy, the mismatch between
+        the trainer's and the sampler's log-probabilities, routing, and the loss's own diagnostics."""
+        mask, logmu, old_logp, logp_full = batch.mask, recomputed.logmu, recomputed.old_logp, recomputed.logp_full
+        numbers = update["numbers"]
         d = old_logp - logmu
         tv = 0.5 * (logp_full.exp() - batch.logmu_full.exp()).abs().sum(-1)
         row = {
             "reward": float(batch.rewards.mean()),
             "reward/exact": float(batch.exact.mean()),
             "entropy": float(-(logp_full.exp() * logp_full).sum(-1)[mask.bool()].mean()),
-            "grad_norm": sum(grad_norms) / len(grad_norms),
-            "loss": sum(losses) / len(losses),
+            "grad_norm": sum(numbers["grad_norm"]) / len(numbers["grad_norm"]),
+            "loss": sum(numbers["loss"]) / len(numbers["loss"]),
             **abs_d_stats(d.abs()[mask.bool()]),
             "d/mean": float(d[mask.bool()].mean()),
             "d/lag_mean_abs": float((old_logp - batch.logp_sampler)[mask.bool()].abs().mean()),
@@ -182,15 +206,14 @@ class Trainer:
             "tv/p90": float(torch.quantile(tv[mask.bool()].double(), 0.9)),
             # E_mu[|pi/mu - 1|] / 2 = TV(mu, pi): the estimate a cluster can make from sampled tokens only
             "tv/sampled_estimate": float(0.5 * (d.exp() - 1).abs()[mask.bool()].mean()),
-            "routing/mismatch_rate": routing_mismatch(out.routing, batch.routing),
-            "routing/own_mismatch_rate": routing_mismatch(out.own_routing, batch.routing),
+            "routing/mismatch_rate": routing_mismatch(recomputed.routing, batch.routing),
+            "routing/own_mismatch_rate": routing_mismatch(recomputed.own_routing, batch.routing),
         }
-        if kls:
-            row["kl/k3"] = sum(kls) / len(kls)
-        if lr_scales:
-            row["vcpo/lr_scale"] = sum(lr_scales) / len(lr_scales)
+        for key in ("kl/k3", "vcpo/lr_scale"):  # only when the recipe uses them
+            if numbers[key]:
+                row[key] = sum(numbers[key]) / len(numbers[key])
         row.update({k: float(v) for k, v in offpolicy_diagnostics(old_logp, logmu, mask).items()})
-        return merge_metrics(row, {k: sum(v) / len(v) for k, v in stab.items()})
+        return merge_metrics(row, {k: sum(v) / len(v) for k, v in update["stabilizer"].items()})
 
     # ---------------------------------------------------------------- persistence
     def save(self, pending_rows: list[dict], checkpoint: bool = True) -> None:
