@@ -8,11 +8,15 @@ import time
 from pathlib import Path
 
 
+def _json_text(value: str) -> str:
+    """``value`` itself (inline JSON) or the content of the file it names."""
+    return Path(value).read_text() if not value.lstrip().startswith("{") and Path(value).is_file() else value
+
+
 def parse_json_arg(value: str, flag: str) -> dict:
     """A JSON object given inline or as a path to a file holding one; a bad one exits naming ``flag``."""
-    text = Path(value).read_text() if not value.lstrip().startswith("{") and Path(value).is_file() else value
     try:
-        obj = json.loads(text)
+        obj = json.loads(_json_text(value))
     except json.JSONDecodeError as error:
         raise SystemExit(f"{flag}: not valid JSON ({error})") from None
     if not isinstance(obj, dict):
@@ -20,12 +24,13 @@ def parse_json_arg(value: str, flag: str) -> dict:
     return obj
 
 
-def parse_config(parser: argparse.ArgumentParser, text: str) -> dict:
-    """A --config-json argument, validated (harness.config) before any work; errors name the key."""
+def parse_config(parser: argparse.ArgumentParser, value: str) -> dict:
+    """A --config-json argument (inline, or the grid's config.json that the workflow writes),
+    validated (harness.config) before any work; errors name the key."""
     from harness.config import ConfigError, validate
 
     try:
-        return validate(json.loads(text))
+        return validate(json.loads(_json_text(value)))
     except json.JSONDecodeError as error:
         parser.error(f"--config-json is not valid JSON: {error}")
     except ConfigError as error:

@@ -13,13 +13,11 @@ from harness.config import (
     TASKS_DIR,
     ConfigError,
     available_tasks,
-    job_resources,
     key_path,
     load,
-    retype_cli_values,
-    rule_resources,
     validate,
 )
+from harness.jobs import job_resources, retype_cli_values, rule_resources
 from stabilizers import load_recipes
 
 DEMO = yaml.safe_load(open("config.yaml"))

@@ -123,8 +123,8 @@ def test_a_toy_engine_added_at_run_time_runs_a_grid_through_snakemake(scratch):
     assert "mem_mb=321" in dry.stdout  # the toy engine's own resources reach its train job
     result = snakemake(*args, env=env, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert job_counts(result.stdout + result.stderr) == {"prepare": 1, "train": 1, "evaluate": 1, "aggregate": 1,
-                                                         "track": 1, "all": 1}
+    assert job_counts(result.stdout + result.stderr) == {"grid_config": 1, "prepare": 1, "train": 1, "evaluate": 1,
+                                                         "aggregate": 1, "track": 1, "all": 1}
     run = scratch / "results" / "toy" / "runs" / "grpo" / "lag2" / "seed0"
     assert (run / "trained_by_toy").read_text() == "toy"
     assert json.loads((run / "config.json").read_text())["engine"] == "toy"

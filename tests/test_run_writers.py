@@ -11,8 +11,9 @@ import pytest
 from engines.run import run
 from harness import engine as engines
 from harness.cli import EXIT_LOCKED
-from harness.config import load, train_retries
+from harness.config import load
 from harness.io import append_jsonl_atomic, read_jsonl
+from harness.jobs import train_retries
 from harness.lock import RunLocked, writer_lock
 from tests.support.untimed import untimed_rows
 from tests.support.workflow_cli import ROOT

@@ -1,6 +1,6 @@
 """Sync a grid into MLflow: the workflow's single MLflow writer (shared/DESIGN.md, "MLflow").
 
-    python -m tracking.sync --config-json JSON [--grid-dir <results_dir>/<grid>]   # final (the track rule)
+    python -m tracking.sync --config-json <grid>/config.json [--grid-dir <results_dir>/<grid>]   # final (the track rule)
     python -m tracking.sync --config config.yaml --live                            # a running grid, once
     python -m tracking.sync --config config.yaml --follow 300                      # ... every 300 s
 
@@ -145,7 +145,7 @@ def ui_hint(marker: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tracking.sync", description=__doc__.split("\n")[0])
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--config-json", help="the workflow config, as JSON (what the track rule passes)")
+    source.add_argument("--config-json", help="the checked workflow config: <grid>/config.json (what the track rule passes) or inline JSON")
     source.add_argument("--config", help="a workflow config YAML file, e.g. config.yaml")
     parser.add_argument("--grid-dir", help="<results_dir>/<grid> (default: the config's)")
     mode = parser.add_mutually_exclusive_group()

@@ -4,7 +4,8 @@
 
 rule aggregate:
     input:
-        RUN_OUTPUTS,
+        runs=RUN_OUTPUTS,
+        config=rules.grid_config.output,
     output:
         table=report(f"{GRID}/table.md", category="Tables"),
         csv=report(f"{GRID}/table.csv", category="Tables"),
@@ -14,7 +15,6 @@ rule aggregate:
         mismatch=report(f"{GRID}/mismatch.png", category="Plots"),
         collapse=report(f"{GRID}/collapse.png", category="Plots"),
     params:
-        config=CONFIG_JSON,
         out=lambda wildcards, output: os.path.dirname(output.table),
     log:
         f"{LOGS}/aggregate.log",
@@ -26,4 +26,4 @@ rule aggregate:
     resources:
         **job_resources(CONFIG, "aggregate"),
     shell:
-        "python -m analysis.aggregate --config-json {params.config:q} --out {params.out:q} > {log:q} 2>&1"
+        "python -m analysis.aggregate --config-json {input.config:q} --out {params.out:q} > {log:q} 2>&1"

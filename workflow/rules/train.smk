@@ -4,7 +4,7 @@
 # A train job's params are its resolved run config (presets expanded, every stabilizer default):
 # a change to any of it reruns the job; the prepare job gets only the engine params it reads.
 # A job stopped before its time limit (exit 75) is retried too: TRAIN_RETRIES covers the jobs the step
-# budget needs within the time limit, plus one (harness.config.train_retries).
+# budget needs within the time limit, plus one (harness.jobs.train_retries).
 
 if ENGINE.prepare_outputs:
 
