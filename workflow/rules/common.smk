@@ -61,6 +61,10 @@ rule grid_config:
         f"{GRID}/{GRID_CONFIG}",
     params:
         config=json.dumps(CONFIG, sort_keys=True),
+    log:
+        f"{LOGS}/grid_config.log",  # (empty: the job writes one file and prints nothing)
+    benchmark:
+        f"{BENCHMARKS}/grid_config.tsv"
     run:
         write_json_atomic(output[0], CONFIG)
 
