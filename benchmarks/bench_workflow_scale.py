@@ -19,6 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from harness.config import validate  # noqa: E402
 from harness.grid import expand, resolve_run_config, run_dir  # noqa: E402
 from harness.run import RunDir  # noqa: E402
 from stabilizers import load_recipes  # noqa: E402
@@ -33,11 +34,11 @@ TRAIN_KEYS = ["reward", "entropy", "grad_norm", "loss", "realized_lag", "d/mean_
 def fabricate(results: Path, runs: int, steps: int, eval_every: int, train_keys: int) -> dict:
     recipes, lags = list(load_recipes())[:10], [1, 8]
     seeds = list(range(max(1, runs // 20)))  # 10 recipes x 2 lags x runs/20 seeds
-    config = {"grid": "scale", "results_dir": str(results), "engine": "tiny", "recipes": recipes,
+    config = validate({"grid": "scale", "results_dir": str(results), "engine": "tiny", "recipes": recipes,
               "extra_recipes": {}, "lags": lags, "lag_mode": "interval", "seeds": seeds, "steps": steps,
               "eval_every": eval_every, "engine_params": {},
               "eval": {"tasks": ["tiny_val", "tiny_test"], "selection_task": "tiny_val", "fixed_step": None},
-              "collapse": {"fraction": 0.5}, "baseline": "grpo"}
+              "collapse": {"fraction": 0.5}, "baseline": "grpo"})  # defaults filled, as every stage gets it
     keys = TRAIN_KEYS[:train_keys]
     for i, (recipe, lag, seed) in enumerate(expand(config)):
         run = RunDir(run_dir(config, recipe, lag, seed))
