@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 from collections import defaultdict
 from pathlib import Path
 
 from analysis.curves import read_run
-from harness.cli import parse_json_arg
+from harness.cli import parse_config, run_stage
 from harness.grid import expand, run_dir
 from harness.io import write_text_atomic
 
@@ -77,17 +78,23 @@ def table(leads: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m analysis.early_warning", description=__doc__.split("\n")[0])
-    parser.add_argument("--config-json", required=True, help="the checked workflow config, inline JSON or a file")
+    parser.add_argument("--config-json", required=True,
+                        help="the checked workflow config: <grid>/config.json or inline JSON")
     parser.add_argument("--out", type=Path, help="write the table here (else print it)")
     args = parser.parse_args(argv)
-    text = table(run_leads(parse_json_arg(args.config_json, "--config-json")))
-    if args.out:
-        write_text_atomic(args.out, text)
-    else:
-        print(text, end="")
+    config = parse_config(parser, args.config_json)
 
+    def work():
+        leads = run_leads(config)
+        if args.out:
+            write_text_atomic(args.out, table(leads))
+        else:
+            print(table(leads), end="")
+        return leads
+
+    return run_stage("analysis.early_warning", work, lambda leads, seconds: f"{len(leads)} runs in {seconds:.1f} s")
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
