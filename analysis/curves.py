@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.io import read_jsonl
+from harness.model import Collapse, Eval
 from harness.run import RunDir
 
 TAIL_FRACTION = 0.1  # d-bar window: the last 10% of optimizer steps
@@ -213,14 +214,14 @@ def read_run(run_dir: str | Path, config: dict) -> tuple[RunSummary, dict, list[
     status = run.read_status()
     if status is None:
         raise FileNotFoundError(f"run output missing: {run.status_path}")
-    settings = config["eval"]
-    selection_task = settings["selection_task"]
+    settings = Eval.build(config["eval"])
     diverged = status.get("status") == "diverged"
-    test = load_curve(run.eval_path(test_task(settings)), allow_empty=diverged)
+    test = load_curve(run.eval_path(test_task(config["eval"])), allow_empty=diverged)
     train_metrics = run.read_metrics()
+    selection = settings.selection_task
     summary = summarize_run(
         test, budget=int(config["steps"]), status=status.get("status"), status_step=status.get("step"),
-        fixed_step=settings["fixed_step"],
-        selection=(load_curve(run.eval_path(selection_task), allow_empty=diverged) if selection_task else None),
-        collapse_fraction=float(config["collapse"]["fraction"]), train_metrics=train_metrics)
+        fixed_step=settings.fixed_step,
+        selection=load_curve(run.eval_path(selection), allow_empty=diverged) if selection else None,
+        collapse_fraction=Collapse.build(config["collapse"]).fraction, train_metrics=train_metrics)
     return summary, run_config, test, train_metrics

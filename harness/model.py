@@ -116,6 +116,10 @@ class Collapse:
     fraction: float
     """A run collapsed if after its peak its test score falls below fraction x peak and stays there."""
 
+    @classmethod
+    def build(cls, section: dict) -> "Collapse":
+        return _section(cls, section)
+
 
 @dataclass(frozen=True)
 class Config:
@@ -173,7 +177,7 @@ class Config:
                    recipes=tuple(config["recipes"]), extra_recipes=_frozen(config["extra_recipes"]),
                    lags=tuple(config["lags"]), lag_mode=config["lag_mode"], seeds=tuple(config["seeds"]),
                    steps=config["steps"], eval_every=config["eval_every"], eval=Eval.build(config["eval"]),
-                   collapse=_section(Collapse, config["collapse"]), baseline=config["baseline"],
+                   collapse=Collapse.build(config["collapse"]), baseline=config["baseline"],
                    resources=_frozen(config["resources"]), run_configs=MappingProxyType(run_configs))
 
     @property
