@@ -13,10 +13,10 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from scipy import stats
 from statsmodels.stats.power import NormalIndPower
-from statsmodels.stats.proportion import confint_proportions_2indep, proportion_effectsize
+from statsmodels.stats.proportion import proportion_effectsize
 
 from analysis.contrasts import _fewest
-from analysis.stats import ALPHA, POWER
+from analysis.stats import ALPHA, POWER, newcombe
 
 
 @dataclass(frozen=True)
@@ -65,12 +65,6 @@ def logrank(x: list[int | None], y: list[int | None], budget: int) -> tuple[floa
     with np.errstate(all="ignore"):
         result = stats.logrank(censored(x, budget), censored(y, budget))
     return float(result.statistic), float(result.pvalue)
-
-
-def newcombe(k_x: int, n_x: int, k_y: int, n_y: int) -> tuple[float, float]:
-    """95% Newcombe (hybrid Wilson score) interval of k_x/n_x - k_y/n_y (statsmodels)."""
-    low, high = confint_proportions_2indep(k_x, n_x, k_y, n_y, method="newcomb", alpha=ALPHA)
-    return float(low), float(high)
 
 
 def collapse_test(x: list[int | None], y: list[int | None], budget: int) -> CollapseTest:
