@@ -106,6 +106,14 @@ def mean_ci(values) -> Interval:
     return Interval(mean, float(low), float(high), len(x), "student-t")
 
 
+def collapse_rate(k: int, n: int) -> Interval:
+    """k of n runs collapsed: the rate and its 95% Wilson score interval."""
+    if n == 0:
+        return Interval(math.nan, math.nan, math.nan, 0, "empty")
+    ci = stats.binomtest(k, n).proportion_ci(confidence_level=CONFIDENCE, method="wilson")
+    return Interval(k / n, float(ci.low), float(ci.high), n, "wilson")
+
+
 def newcombe(k_x: int, n_x: int, k_y: int, n_y: int) -> tuple[float, float]:
     """95% Newcombe (hybrid Wilson score) interval of k_x/n_x - k_y/n_y (statsmodels)."""
     low, high = confint_proportions_2indep(k_x, n_x, k_y, n_y, method="newcomb", alpha=ALPHA)
