@@ -6,9 +6,10 @@ is a_L - b_L. Two ways to put an interval on it, chosen by the design:
 
 - paired by seed ("paired-t"): when every cell has the same seeds, the per-seed contrast
   c_s = sum_i w_i x_i(s) is one number per seed and its mean gets the Student t interval and test
-  (n = seeds, n - 1 degrees of freedom). In the tiny engine a seed fixes the training prompts and
-  the evaluation draws in every recipe and lag, so c_s removes what the seed shares; where seeds
-  share nothing the paired interval is still valid (the c_s are independent), only a little wider.
+  (n = seeds, n - 1 degrees of freedom). Where a seed fixes the training prompts and the
+  evaluation draws in every recipe and lag (the embedded CPU engine's design), c_s removes what
+  the seed shares; where seeds share nothing the paired interval is still valid (the c_s are
+  independent), only a little wider.
 - Welch-Satterthwaite ("welch-satterthwaite"): when the seeds differ between cells, the cell
   means are independent: var = sum w_i^2 s_i^2 / n_i with Satterthwaite's degrees of freedom (two
   cells, weights +1 / -1: exactly Welch's interval and test).

@@ -159,7 +159,7 @@ def claims(config: dict) -> tuple[Claim, ...]:
 def claim_errors(config: dict) -> list[str]:
     """Claims that name a recipe or lag outside the grid, repeat a name, or compare a staleness
     cost at the reference lag (the grid's smallest, where it is 0 by definition)."""
-    messages, names = [], set()
+    messages, names, outside = [], set(), False
     reference_lag = min(config["lags"])
     for i, claim in enumerate(claims(config)):
         key = f"config key 'claims[{i}]"
@@ -169,11 +169,13 @@ def claim_errors(config: dict) -> list[str]:
         for field in ("recipe", "versus"):
             value = getattr(claim, field)
             if value is not None and value not in config["recipes"]:
+                outside = True
                 messages.append(f"{key}.{field}' ({claim.name}): {value!r} is not one of the grid's recipes "
                                 f"{config['recipes']}")
         for field in ("lag", "versus_lag"):
             value = getattr(claim, field)
             if value is not None and value not in config["lags"]:
+                outside = True
                 messages.append(f"{key}.{field}' ({claim.name}): {value} is not one of the grid's lags "
                                 f"{config['lags']}")
         if claim.kind in ("staleness_cost", "cost_difference") and claim.lag == reference_lag:
@@ -183,4 +185,7 @@ def claim_errors(config: dict) -> list[str]:
             messages.append(f"{key}.versus_lag' ({claim.name}): only a collapse claim compares two lags")
         if claim.kind != "collapse" and claim.metric == "selected" and not config["eval"].get("selection_task"):
             messages.append(f"{key}.metric' ({claim.name}): 'selected' needs eval.selection_task")
+    if outside:
+        messages.append("config key 'claims': a grid narrowed on the command line (-C recipes=... lags=...) "
+                        "answers other questions: restate its claims, or pass claims=[] (exploratory only)")
     return messages
