@@ -112,7 +112,7 @@ def test_grid_through_slurm_survives_time_limits_cancel_and_a_second_writer(clus
                            and time.monotonic() - running_since[job] < 40]
                 first_checkpoint = target / "train" / "checkpoints" / f"step_{grid['eval_every']}"
                 if cancelled is None and running and first_checkpoint.exists():
-                    # docs/cluster.md's recovery mistake: training the same run by hand while its job runs
+                    # README's recovery mistake: training the same run by hand while its job runs
                     second_writer = subprocess.run(
                         [sys.executable, "-m", "engines.run", "--run-dir", str(target), "--config-json",
                          str(target / "config.json")], cwd=ROOT, capture_output=True, text=True, timeout=120)
