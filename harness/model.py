@@ -166,18 +166,12 @@ def claim_errors(config: dict) -> list[str]:
         if claim.name in names:
             messages.append(f"{key}.name': {claim.name!r} is declared twice")
         names.add(claim.name)
-        for field in ("recipe", "versus"):
+        for field, grid_key in (("recipe", "recipes"), ("versus", "recipes"), ("lag", "lags"), ("versus_lag", "lags")):
             value = getattr(claim, field)
-            if value is not None and value not in config["recipes"]:
+            if value is not None and value not in config[grid_key]:
                 outside = True
-                messages.append(f"{key}.{field}' ({claim.name}): {value!r} is not one of the grid's recipes "
-                                f"{config['recipes']}")
-        for field in ("lag", "versus_lag"):
-            value = getattr(claim, field)
-            if value is not None and value not in config["lags"]:
-                outside = True
-                messages.append(f"{key}.{field}' ({claim.name}): {value} is not one of the grid's lags "
-                                f"{config['lags']}")
+                messages.append(f"{key}.{field}' ({claim.name}): {value!r} is not one of the grid's {grid_key} "
+                                f"{config[grid_key]}")
         if claim.kind in ("staleness_cost", "cost_difference") and claim.lag == reference_lag:
             messages.append(f"{key}.lag' ({claim.name}): a staleness cost is measured against lag "
                             f"{reference_lag}, the grid's smallest; claim it at a larger lag")
