@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import tempfile
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -125,7 +126,8 @@ def plot_staleness(summary: dict, path: Path) -> None:
                ylabel="staleness cost (points, 95% CI)")
         ax.grid(alpha=0.3, axis="y")
         if claimed:
-            ax.set_xlabel("claims (red): " + "; ".join(f"{c['name']}: {c['verdict']}" for c in claimed), fontsize=7)
+            text = "claims (red): " + "; ".join(f"{c['name']}: {c['verdict']}" for c in claimed)
+            ax.set_xlabel(textwrap.fill(text, 70), fontsize=7)  # wrapped: a long list stays inside its panel
     _save(fig, path)
 
 
