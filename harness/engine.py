@@ -11,7 +11,8 @@ An engine provides everything the workflow needs to know about it (shared/DESIGN
                                             with the train job's runtime it sets the training job's retries
     train(run_config, run_dir) -> status    train or resume one run (a checked harness.run.RunConfig and
                                             its harness.run.RunDir); writes its status (RunDir.write_status)
-    eval_backend                            the eval/ model back end that scores its checkpoints
+    eval_backend                            the lm-eval model that scores its checkpoints, by its name
+                                            in lm-eval's model registry (eval/__init__.py)
     check_run(run_config)                   optional: what else a run needs before its directory is
                                             written (the tiny engine: its warm-start model); given the
                                             RunConfig while RunConfig.check builds it
