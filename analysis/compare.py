@@ -33,7 +33,7 @@ REQUIRED = ("grid", "engine", "seeds", "cells", "claims", *SAME_SETTINGS)
 AGREEMENT = (f"the grids agree within their noise when no cell comparison (B minus A) has Holm p < {ALPHA:g} "
              f"(Holm over every comparison with a test; one without spread in either grid, every seed "
              f"equal, differs when its means differ) and every claim both grids declare has the same "
-             f"verdict. Agreement is no evidence of a difference, not a test of equivalence: at few seeds "
+             f"verdict. Agreement means no evidence of a difference, not a test of equivalence: at few seeds "
              f"only large shifts are detected")
 
 
