@@ -12,8 +12,7 @@ from pathlib import Path
 
 import engines
 from harness.identity import run_key
-from stabilizers import Recipe, get_recipe, load_recipes, parameters, recipe_from_named_dict
-from stabilizers.catalog import function_defaults
+from stabilizers import Recipe, function_defaults, get_recipe, load_recipes, parameters, recipe_from_named_dict
 
 LAG_MODES = ("interval", "constant")
 

@@ -6,7 +6,7 @@ Every module of this package is imported on first lookup, so adding a stabilizer
 new file here; nothing else changes.
 
 This module does not import torch: names and parameters come from the modules' source
-(stabilizers.catalog), so a workflow plans a grid without paying torch's import. The call
+(stabilizers._catalog), so a workflow plans a grid without paying torch's import. The call
 path is free of host syncs (validate_batch is for engines to call once per step, at their
 boundary, not inside the loss).
 """
@@ -19,7 +19,7 @@ import pkgutil
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable, Protocol
 
-from . import catalog
+from . import _catalog as catalog
 
 if TYPE_CHECKING:
     import torch
@@ -117,7 +117,7 @@ def available() -> list[str]:
 
 def parameters(name: str) -> dict[str, object]:
     """The stabilizer's keyword parameters with their (paper) defaults, read from its module's
-    source without importing it (stabilizers.catalog), or from the signature of one registered at
+    source without importing it (stabilizers._catalog), or from the signature of one registered at
     run time outside this package's files; KeyError naming the known ones if none is."""
     defaults = catalog.keyword_defaults(name)
     if defaults is None and name in _REGISTRY:

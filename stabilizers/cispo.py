@@ -15,8 +15,8 @@ import math
 
 import torch
 
+from ._surrogate import aggregate, log_ratio, masked_fraction, masked_mean
 from .api import LossOutput, PolicyBatch, check_range, register
-from .surrogate import aggregate, log_ratio, masked_fraction, masked_mean
 
 
 @register("cispo")

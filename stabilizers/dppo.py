@@ -11,8 +11,8 @@ import math
 
 import torch
 
+from ._surrogate import aggregate, check_clip, clip_bounds, clip_metrics, clipped_objective, masked_mean, reference_logp
 from .api import LossOutput, PolicyBatch, check_range, register
-from .surrogate import aggregate, check_clip, clip_bounds, clip_metrics, clipped_objective, masked_mean, reference_logp
 
 
 @register("dppo")

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from .api import LossOutput, PolicyBatch, register
-from .surrogate import (
+from ._surrogate import (
     aggregate,
     check_clip,
     clip_bounds,
@@ -20,6 +19,7 @@ from .surrogate import (
     log_ratio,
     masked_fraction,
 )
+from .api import LossOutput, PolicyBatch, register
 
 
 @register("grpo")

@@ -15,8 +15,8 @@ import math
 
 import torch
 
+from ._behaviour import behaviour_metrics, behaviour_ratio, weighted_clip_loss
 from .api import LossOutput, PolicyBatch, check_range, register
-from .decoupled_ppo import behaviour_metrics, behaviour_ratio, weighted_clip_loss
 
 
 @register("icepop")

@@ -25,8 +25,8 @@ import math
 
 import torch
 
+from ._surrogate import aggregate, log_ratio, masked_mean
 from .api import LossOutput, PolicyBatch, check_range, register
-from .surrogate import aggregate, log_ratio, masked_mean
 
 
 def greedy_m2_mask(m2: torch.Tensor, candidate: torch.Tensor, tau: float) -> torch.Tensor:

@@ -1,6 +1,6 @@
 """Recipes: a named loss + params + engine switches, the rows of a grid (Table 1's names and controls).
 
-Reading recipes checks names and parameter names without importing torch (stabilizers.catalog);
+Reading recipes checks names and parameter names without importing torch (stabilizers._catalog);
 value ranges (eps, alpha, a TIS cap...) are checked by running the recipe once on a one-token
 batch, which needs torch: ``check_values=False`` leaves that to a later check_values() call
 (the workflow does it when jobs are about to start, so that a dry run stays torch-free).

@@ -20,8 +20,8 @@ import math
 
 import torch
 
+from ._surrogate import check_choice, masked_mean
 from .api import PolicyBatch, check_range
-from .surrogate import check_choice, masked_mean
 
 LEVELS = ("token", "sequence")
 LOG_CLAMP = 20.0

@@ -10,8 +10,8 @@ import math
 
 import torch
 
+from ._surrogate import check_clip, contracted_clip_loss, log_ratio, sat_contraction, tail_gate
 from .api import LossOutput, PolicyBatch, check_range, register
-from .surrogate import check_clip, contracted_clip_loss, log_ratio, sat_contraction, tail_gate
 
 
 @register("sat_fixed")

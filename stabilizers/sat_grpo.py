@@ -8,8 +8,8 @@ r = exp(logp - log mu). enabled=False (or q = 0) is the fixed-clip loss bit for 
 """
 from __future__ import annotations
 
+from ._surrogate import log_ratio, sat_loss
 from .api import LossOutput, PolicyBatch, register
-from .surrogate import log_ratio, sat_loss
 
 
 @register("sat_grpo")

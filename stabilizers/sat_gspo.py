@@ -6,8 +6,8 @@ enabled=False (or q = 0) is GSPO (ratio against mu) bit for bit.
 """
 from __future__ import annotations
 
+from ._surrogate import log_ratio, sat_loss, sequence_log_ratio
 from .api import LossOutput, PolicyBatch, register
-from .surrogate import log_ratio, sat_loss, sequence_log_ratio
 
 
 @register("sat_gspo")

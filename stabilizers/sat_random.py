@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import torch
 
+from ._surrogate import check_clip, contracted_clip_loss, log_ratio, sat_contraction, sat_gate
 from .api import LossOutput, PolicyBatch, register
-from .surrogate import check_clip, contracted_clip_loss, log_ratio, sat_contraction, sat_gate
 
 _MASK32 = 2**32 - 1
 

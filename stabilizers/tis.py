@@ -10,8 +10,8 @@ import math
 
 import torch
 
+from ._surrogate import masked_mean
 from .api import PolicyBatch, check_range
-from .surrogate import masked_mean
 
 
 def tis_weight(batch: PolicyBatch, *, cap: float = 2.0, floor: float | None = None) -> tuple[torch.Tensor, dict]:

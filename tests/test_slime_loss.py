@@ -6,8 +6,7 @@ import pytest
 import torch
 
 from engines.slime import loss as slime_loss
-from stabilizers import Recipe, load_recipes, recipe_from_dict
-from stabilizers.diagnostics import offpolicy_diagnostics
+from stabilizers import Recipe, load_recipes, offpolicy_diagnostics, recipe_from_dict
 from tests.support import slime_standin
 from tests.support.slime_batches import args_for, direct_loss, make_sample_batch, padded
 from tests.support.slime_standin import get_log_probs_and_entropy, slime_args, slime_loss_function
@@ -42,7 +41,7 @@ def test_loss_and_gradient_match_the_stabilizer(name):
 
 
 def test_offpolicy_diagnostics_are_logged_for_every_recipe():
-    """ESS, chi^2 and k3 KL of the micro-batch (stabilizers.diagnostics) come out of slime's reduction."""
+    """ESS, chi^2 and k3 KL of the micro-batch (stabilizers._diagnostics) come out of slime's reduction."""
     logits, batch = make_sample_batch(seed=5)
     _, logged = slime_loss_function(args_for(RECIPES["grpo"]), batch, logits, slime_loss.policy_loss)
     length = max(batch["response_lengths"])

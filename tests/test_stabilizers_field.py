@@ -7,8 +7,7 @@ import math
 import pytest
 import torch
 
-from stabilizers import PolicyBatch, get, get_recipe, load_recipes
-from stabilizers.diagnostics import ess_lr_scale, offpolicy_diagnostics
+from stabilizers import PolicyBatch, ess_lr_scale, get, get_recipe, load_recipes, offpolicy_diagnostics
 from stabilizers.m2po import greedy_m2_mask
 
 F64 = torch.float64

@@ -44,7 +44,7 @@ def plugin_module():
     staging.write_text(textwrap.dedent(f'''
         """A test stabilizer: GRPO's surrogate with a scaled advantage."""
         from .api import LossOutput, register
-        from .surrogate import aggregate, clip_bounds, clipped_objective, log_ratio
+        from ._surrogate import aggregate, clip_bounds, clipped_objective, log_ratio
 
         @register("{name}")
         def scaled(batch, *, scale: float = 2.0, eps_low: float = 0.2, eps_high: float = 0.2):
