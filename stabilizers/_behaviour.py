@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ._surrogate import aggregate, check_clip, clip_bounds, clip_metrics, clipped_objective, dual_clip, log_ratio
+from ._surrogate import aggregate, clip_bounds, clip_metrics, clipped_objective, dual_clip, log_ratio
 from .api import LossOutput, PolicyBatch
 
 
@@ -17,7 +17,6 @@ def weighted_clip_loss(batch: PolicyBatch, weight: torch.Tensor, *, eps_low: flo
                        dual_clip_c: float | None, aggregation: str) -> LossOutput:
     """The clipped surrogate against old_logp (optionally dual-clipped) times a detached per-token
     ``weight``; with weight 1 everywhere it is grpo's loss bit for bit (x * 1.0 is exact)."""
-    check_clip(eps_low, eps_high)
     ratio = torch.exp(log_ratio(batch, "old"))
     low, high = clip_bounds(eps_low, eps_high, ratio.dtype)
     objective = dual_clip(clipped_objective(ratio, batch.advantages, low, high), batch.advantages, dual_clip_c)

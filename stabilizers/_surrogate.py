@@ -15,16 +15,13 @@ from fractions import Fraction
 
 import torch
 
+from ._ranges import CONVENTIONS
 from .api import LossOutput, PolicyBatch, check_range
 
-AGGREGATIONS = ("token_mean", "sample_mean")
-RATIO_AGAINST = ("old", "rollout")
-QUANTILE_SCOPES = ("microbatch", "global")
-
-
-def check_clip(eps_low: float, eps_high: float) -> None:
-    check_range("eps_low", eps_low, 0.0, 1.0, high_open=True)
-    check_range("eps_high", eps_high, 0.0, math.inf, high_open=True)
+# the helpers below branch on these strings: a value outside them raises rather than taking a branch
+AGGREGATIONS = CONVENTIONS["aggregation"]
+RATIO_AGAINST = CONVENTIONS["ratio_against"]
+QUANTILE_SCOPES = CONVENTIONS["quantile_scope"]
 
 
 def check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
@@ -125,7 +122,6 @@ def dual_clip(objective: torch.Tensor, advantages: torch.Tensor, dual_clip_c: fl
     """Bound negative-advantage tokens from below by c A (Ye et al. 2020); None leaves S unchanged."""
     if dual_clip_c is None:
         return objective
-    check_range("dual_clip_c", dual_clip_c, 1.0, math.inf, low_open=True, high_open=True)
     return torch.where(advantages < 0, torch.maximum(objective, dual_clip_c * advantages), objective)
 
 
@@ -320,13 +316,10 @@ def sat_loss(batch: PolicyBatch, log_r: torch.Tensor, *, eps_low: float, eps_hig
     """SAT on a per-token log ratio ``log_r`` (the token ratio for SAT-GRPO, the broadcast sequence
     ratio for SAT-GSPO): q from |log_r|, the gate, the contraction and the contracted clip.
     enabled=False gates nothing: the fixed-clip loss bit for bit, with q = 0."""
-    check_clip(eps_low, eps_high)
     magnitude = log_r.detach().abs()
     if enabled:
         q, gate = sat_gate(magnitude, batch, alpha, quantile_scope)
     else:
-        check_range("alpha", alpha, 0.0, 1.0, low_open=True)
-        check_choice("quantile_scope", quantile_scope, QUANTILE_SCOPES)
         q = magnitude.new_zeros(())
         gate = torch.zeros_like(batch.active)
     c_plus, c_minus = sat_contraction(log_r, q, gate)

@@ -11,15 +11,14 @@ loss value is the REINFORCE form (its gradient is the objective's), not r A.
 """
 from __future__ import annotations
 
-import math
-
 import torch
 
 from ._surrogate import aggregate, log_ratio, masked_fraction, masked_mean
-from .api import LossOutput, PolicyBatch, check_range, register
+from .api import LossOutput, PolicyBatch, ranges, register
 
 
 @register("cispo")
+@ranges(eps_low="[0, 1]", eps_high="[0, inf]")
 def cispo(
     batch: PolicyBatch,
     *,
@@ -28,8 +27,6 @@ def cispo(
     ratio_against: str = "old",
     aggregation: str = "token_mean",
 ) -> LossOutput:
-    check_range("eps_low", eps_low, 0.0, 1.0)
-    check_range("eps_high", eps_high, 0.0, math.inf)
     ratio = torch.exp(log_ratio(batch, ratio_against)).detach()
     low, high = 1.0 - eps_low, 1.0 + eps_high
     weight = ratio.clamp(min=low, max=high)

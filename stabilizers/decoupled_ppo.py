@@ -12,15 +12,14 @@ rather than truncating their weight, and the denominator keeps every active toke
 """
 from __future__ import annotations
 
-import math
-
 import torch
 
 from ._behaviour import behaviour_metrics, behaviour_ratio, weighted_clip_loss
-from .api import LossOutput, PolicyBatch, check_range, register
+from .api import LossOutput, PolicyBatch, ranges, register
 
 
 @register("decoupled_ppo")
+@ranges(eps_low="[0, 1)", eps_high="[0, inf)", behav_weight_cap="(0, inf) or None", dual_clip_c="(1, inf) or None")
 def decoupled_ppo(
     batch: PolicyBatch,
     *,
@@ -33,7 +32,6 @@ def decoupled_ppo(
     rho = behaviour_ratio(batch)
     keep = batch.active
     if behav_weight_cap is not None:
-        check_range("behav_weight_cap", behav_weight_cap, 0.0, math.inf, low_open=True, high_open=True)
         keep = keep & (rho <= behav_weight_cap)
     out = weighted_clip_loss(batch, torch.where(keep, rho, 0.0), eps_low=eps_low, eps_high=eps_high,
                              dual_clip_c=dual_clip_c, aggregation=aggregation)

@@ -7,15 +7,14 @@ far looser values (0.15), so delta stays a parameter.
 """
 from __future__ import annotations
 
-import math
-
 import torch
 
-from ._surrogate import aggregate, check_clip, clip_bounds, clip_metrics, clipped_objective, masked_mean, reference_logp
-from .api import LossOutput, PolicyBatch, check_range, register
+from ._surrogate import aggregate, clip_bounds, clip_metrics, clipped_objective, masked_mean, reference_logp
+from .api import LossOutput, PolicyBatch, ranges, register
 
 
 @register("dppo")
+@ranges(delta="(0, inf)", eps_low="[0, 1)", eps_high="[0, inf)")
 def dppo(
     batch: PolicyBatch,
     *,
@@ -25,8 +24,6 @@ def dppo(
     ratio_against: str = "rollout",
     aggregation: str = "token_mean",
 ) -> LossOutput:
-    check_clip(eps_low, eps_high)
-    check_range("delta", delta, 0.0, math.inf, low_open=True, high_open=True)
     reference = reference_logp(batch, ratio_against)
     ratio = torch.exp(batch.logp - reference)
     low, high = clip_bounds(eps_low, eps_high, ratio.dtype)

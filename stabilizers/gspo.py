@@ -11,17 +11,17 @@ import torch
 
 from ._surrogate import (
     aggregate,
-    check_clip,
     clip_bounds,
     clip_metrics,
     clipped_objective,
     log_ratio,
     sequence_log_ratio,
 )
-from .api import LossOutput, PolicyBatch, register
+from .api import LossOutput, PolicyBatch, ranges, register
 
 
 @register("gspo")
+@ranges(eps_low="[0, 1)", eps_high="[0, inf)")
 def gspo(
     batch: PolicyBatch,
     *,
@@ -30,7 +30,6 @@ def gspo(
     ratio_against: str = "old",
     aggregation: str = "token_mean",
 ) -> LossOutput:
-    check_clip(eps_low, eps_high)
     ratio = torch.exp(sequence_log_ratio(log_ratio(batch, ratio_against), batch.active))
     low, high = clip_bounds(eps_low, eps_high, ratio.dtype)
     objective = clipped_objective(ratio, batch.advantages, low, high)

@@ -16,28 +16,22 @@ after ``tis`` if both are set.
 """
 from __future__ import annotations
 
-import math
-
 import torch
 
-from ._surrogate import check_choice, masked_mean
-from .api import PolicyBatch, check_range
+from ._surrogate import masked_mean
+from .api import PolicyBatch, check_range, ranges
 
-LEVELS = ("token", "sequence")
 LOG_CLAMP = 20.0
 
 
+@ranges(level=("token", "sequence"), cap="(0, inf) or None", lower="[0, upper] or None",
+        upper="(0, inf] or None")
 def rollout_is_weight(batch: PolicyBatch, *, level: str = "sequence", cap: float | None = None,
                       lower: float | None = None, upper: float | None = None) -> tuple[torch.Tensor, dict]:
     """The detached [B, L] weight and its diagnostics (namespace ``rollout_is/``)."""
-    check_choice("rollout_is level", level, LEVELS)
-    if cap is not None:
-        check_range("rollout_is cap", cap, 0.0, math.inf, low_open=True, high_open=True)
-    if upper is not None:
-        check_range("rollout_is upper", upper, 0.0, math.inf, low_open=True)
-        lower = 1.0 / upper if lower is None else lower
-    if lower is not None:
-        check_range("rollout_is lower", lower, 0.0, math.inf if upper is None else upper)
+    if upper is not None and lower is None:
+        lower = 1.0 / upper  # verl's default; below upper only when upper >= 1
+        check_range("lower", lower, 0.0, upper)
     active = batch.active
     log_rho = torch.where(active, batch.old_logp.detach() - batch.rollout_logp.detach(), 0.0)
     if level == "sequence":

@@ -7,10 +7,11 @@ enabled=False (or q = 0) is GSPO (ratio against mu) bit for bit.
 from __future__ import annotations
 
 from ._surrogate import log_ratio, sat_loss, sequence_log_ratio
-from .api import LossOutput, PolicyBatch, register
+from .api import LossOutput, PolicyBatch, ranges, register
 
 
 @register("sat_gspo")
+@ranges(eps_low="[0, 1)", eps_high="[0, inf)", alpha="(0, 1]", enabled="bool")
 def sat_gspo(
     batch: PolicyBatch,
     *,

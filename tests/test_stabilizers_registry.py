@@ -22,6 +22,7 @@ from stabilizers import (
     register,
     validate_batch,
 )
+from stabilizers.api import ranges
 
 TABLE1 = ["grpo", "gspo", "grpo_r3", "gspo_r3", "grpo_tis", "gspo_tis", "grpo_tis_r3", "gspo_tis_r3",
           "dppo", "sat_grpo", "sat_gspo", "sat_grpo_r3", "sat_gspo_r3"]
@@ -43,14 +44,16 @@ def plugin_module():
     staging = path.with_suffix(".staging")  # written aside, then renamed: another process may be scanning
     staging.write_text(textwrap.dedent(f'''
         """A test stabilizer: GRPO's surrogate with a scaled advantage."""
-        from .api import LossOutput, register
         from ._surrogate import aggregate, clip_bounds, clipped_objective, log_ratio
+        from .api import LossOutput, ranges, register
 
         @register("{name}")
-        def scaled(batch, *, scale: float = 2.0, eps_low: float = 0.2, eps_high: float = 0.2):
+        @ranges(scale="(0, inf)", eps_low="[0, 1)", eps_high="[0, inf)")
+        def scaled(batch, *, scale: float = 2.0, eps_low: float = 0.2, eps_high: float = 0.2,
+                   aggregation: str = "token_mean"):
             ratio = log_ratio(batch, "old").exp()
             objective = clipped_objective(ratio, scale * batch.advantages, *clip_bounds(eps_low, eps_high, ratio.dtype))
-            return LossOutput(aggregate(objective, batch, "token_mean"), {{"{name}/scale": ratio.new_tensor(scale)}})
+            return LossOutput(aggregate(objective, batch, aggregation), {{"{name}/scale": ratio.new_tensor(scale)}})
     '''))
     staging.replace(path)
     try:
@@ -67,7 +70,7 @@ def test_a_new_stabilizer_is_one_new_file(plugin_module):
     b = batch()
     out = get(plugin_module)(b)  # found by name, no other change
     assert plugin_module in available()
-    assert parameters(plugin_module) == {"scale": 2.0, "eps_low": 0.2, "eps_high": 0.2}
+    assert parameters(plugin_module) == {"scale": 2.0, "eps_low": 0.2, "eps_high": 0.2, "aggregation": "token_mean"}
     torch.testing.assert_close(out.loss, 2 * get("grpo")(b).loss)
     recipe = recipe_from_dict("scaled3", {"loss": plugin_module, "params": {"scale": 3.0}, "tis": {"cap": 2.0}})
     assert recipe.compute_loss(b).metrics[f"{plugin_module}/scale"].item() == 3.0
@@ -86,6 +89,56 @@ def test_duplicate_name_raises_naming_both_definitions():
     assert "stabilizers.grpo.grpo" in message and "grpo.py" in message  # the first definition, with its file
     assert "another_grpo" in message and "test_stabilizers_registry.py" in message  # the second
     assert get("grpo").__doc__ == api._REGISTRY["grpo"].__doc__  # the original survives
+
+
+def no_aggregation(batch, *, eps: float = 0.1):
+    raise AssertionError("never called")
+
+
+def positional_eps(batch, eps=0.1, *, aggregation="token_mean"):
+    raise AssertionError("never called")
+
+
+def no_default(batch, *, eps: float, aggregation="token_mean"):
+    raise AssertionError("never called")
+
+
+def undeclared(batch, *, eps: float = 0.1, aggregation="token_mean"):
+    raise AssertionError("never called")
+
+
+@pytest.mark.parametrize("loss, message", [
+    (no_aggregation, r"every loss takes `aggregation` \(token_mean or sample_mean\)"),
+    (positional_eps, r"\['eps'\] must be keyword-only with a default"),
+    (no_default, r"\['eps'\] must be keyword-only with a default"),
+    (undeclared, r"declare its value ranges with @ranges"),
+])
+def test_register_checks_the_contract(loss, message):
+    with pytest.raises(ValueError, match=message):
+        register("contract_test")(loss)
+    assert "contract_test" not in api._REGISTRY
+
+
+def test_ranges_cover_every_parameter_and_hold_the_defaults():
+    with pytest.raises(ValueError, match=r"undeclared: no value range declared for \['eps'\]"):
+        ranges()(undeclared)
+    with pytest.raises(ValueError, match=r"a default is outside its range: eps = 0.1 is outside \[0.5, 1.0\]"):
+        ranges(eps="[0.5, 1]")(undeclared)
+    with pytest.raises(ValueError, match=r"ranges declared for \['epsilon'\], which are not its keyword"):
+        ranges(eps="[0, 1]", epsilon="[0, 1]")(undeclared)
+    with pytest.raises(ValueError, match=r"the range of eps names 'top', which is not a parameter"):
+        ranges(eps="[0, top]")(undeclared)
+    with pytest.raises(ValueError, match=r"range '0 to 1' is not an interval"):
+        ranges(eps="0 to 1")(undeclared)
+    checked = register("contract_test")(ranges(eps="(0, 1)")(lambda batch, *, eps=0.1, aggregation="token_mean": eps))
+    try:
+        assert get("contract_test")(None, eps=0.5) == 0.5
+        with pytest.raises(ValueError, match=r"eps = 1 is outside \(0.0, 1.0\)"):
+            checked(None, eps=1)
+        with pytest.raises(ValueError, match=r"aggregation = 'sum'; expected one of"):
+            checked(None, aggregation="sum")
+    finally:
+        api._REGISTRY.pop("contract_test")
 
 
 def test_unknown_name_lists_the_available_ones():
