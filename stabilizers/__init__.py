@@ -9,17 +9,24 @@ Imports nothing from engines/, eval/ or workflow/. Importing the package does no
 """
 import importlib
 
-from ._catalog import function_defaults
 from .api import LossOutput, PolicyBatch, Reduce, available, get, parameters, register, validate_batch
-from .recipes import Recipe, check_values, get_recipe, load_recipes, recipe_from_dict, recipe_from_named_dict
+from .recipes import (
+    Recipe,
+    check_values,
+    get_recipe,
+    load_recipes,
+    recipe_from_dict,
+    recipe_from_named_dict,
+    switch_defaults,
+)
 
 # the names below are imported on first use: their modules import torch
 _TORCH_EXPORTS = {"tis_weight": "tis", "with_tis": "tis", "offpolicy_diagnostics": "_diagnostics",
                   "ess_lr_scale": "_diagnostics", "TorchDistributedReduce": "_distributed"}
 
-__all__ = ["LossOutput", "PolicyBatch", "Recipe", "Reduce", "available", "check_values", "function_defaults", "get",
+__all__ = ["LossOutput", "PolicyBatch", "Recipe", "Reduce", "available", "check_values", "get",
            "get_recipe", "load_recipes", "parameters", "recipe_from_dict", "recipe_from_named_dict", "register",
-           "validate_batch", *_TORCH_EXPORTS]
+           "switch_defaults", "validate_batch", *_TORCH_EXPORTS]
 
 
 def __getattr__(name: str):

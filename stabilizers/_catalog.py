@@ -85,11 +85,6 @@ def function_signature(module: str, function: str) -> tuple[dict[str, object], d
     raise KeyError(f"stabilizers/{module}.py defines no function {function!r}")
 
 
-def function_defaults(module: str, function: str) -> dict[str, object]:
-    """The keyword defaults of a plain function of this package (e.g. the TIS weight), from source."""
-    return function_signature(module, function)[0]
-
-
 _KNOWN: dict[str, tuple[dict[str, object], dict[str, object]]] = {}
 
 

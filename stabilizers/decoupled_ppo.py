@@ -6,9 +6,13 @@ Hilton et al. 2021, arXiv 2110.00641, Eq. 5; beyond.md "AReaL decoupled PPO").
     loss  = token-mean of  -sg(rho_t) * M_t * min(r_t A_t, clip(r_t, 1 - eps_low, 1 + eps_high) A_t)
     M_t   = 1[rho_t <= behav_weight_cap]
 
-Following AReaL's released code as beyond.md describes it (``behav_imp_weight_cap``, recommended
-5.0; older versions had no cap, ``behav_weight_cap=None``; not re-checked here), the cap masks tokens
-rather than truncating their weight, and the denominator keeps every active token. Optional dual clip as in grpo.
+AReaL's code confirms the form (inclusionAI/AReaL areal/utils/functional/functional.py,
+ppo_actor_loss_fn at commit 2274616): the clipped loss times pi_prox / pi_behave, and the
+denominator is the loss mask's count taken BEFORE rejection ("mask mode would inflate per-token
+gradients by N_original / N_kept"), so a masked token stays in it. There the cap has moved into
+``rejection_sampling`` (action "mask", metric "ratio", ``upper``), which replaced
+``behave_imp_weight_cap``; the value 5.0 is the one beyond.md reports as recommended and is not in
+that code (older versions had no cap: ``behav_weight_cap=None``). Optional dual clip as in grpo.
 """
 from __future__ import annotations
 

@@ -1,9 +1,14 @@
-"""DPPO-TV: mask tokens whose probability moved more than delta away from mu (Qi et al. 2026;
-SAT paper's DPPO baseline; methods.md "DPPO").
+"""DPPO-TV as the SAT paper ran it: mask tokens whose probability moved more than delta away from
+mu, on top of PPO's ratio clip (Qi et al. 2026; the SAT paper's DPPO baseline; methods.md "DPPO").
 
 r = exp(logp - log mu), M = 1[sign(A (r - 1)) <= 0  or  |pi - mu| <= delta] (detached), and the
-loss is the GRPO clipped surrogate times M. The paper used delta = 1e-3; public references use
-far looser values (0.15), so delta stays a parameter.
+loss is the GRPO clipped surrogate times M. The SAT paper used delta = 1e-3; public references
+use far looser values (0.15), so delta stays a parameter.
+
+Which DPPO this is: the SAT paper's variant, PPO's clip x the TV mask. DPPO's own code
+(sail-sg/Stable-RL) has no ratio clip (the mask alone is the trust region) and caps the IS ratio
+at 10: eps_low / eps_high here cannot switch the clip off (eps_low < 1), so that form is not a
+parameter setting of this module.
 """
 from __future__ import annotations
 

@@ -95,6 +95,11 @@ def recipe_from_dict(name: str, spec: dict, source: str = "<dict>", *, check_val
     return recipe
 
 
+def switch_defaults(key: str) -> dict[str, object]:
+    """The keyword defaults of a recipe switch's weight ("tis" or "rollout_is"), from source (no torch)."""
+    return catalog.function_signature(*_SWITCHES[key])[0]
+
+
 def _checked_switch(key: str, values: dict | None, where: str) -> dict | None:
     """A copy of the recipe's ``tis`` or ``rollout_is`` mapping, its keys and declared value ranges
     checked (no torch); None when off."""

@@ -13,8 +13,16 @@ interval instead of truncating; None = that side open; lower None with upper set
 verl's default). verl's sequence presets: truncation C = 2, and masking outside [0.5, 2].
 Not a loss: a recipe's ``rollout_is`` switch multiplies the per-token objective by sg(weight),
 after ``tis`` if both are set.
+
+A rejected token (masked: weight 0) stays in the loss's denominator by default, AReaL's convention
+(its ppo_actor_loss_fn counts the loss mask before rejection, so that masking does not inflate the
+kept tokens' gradients). ``drop_rejected=True`` is verl's: rejection removes the tokens from the
+response mask, so they leave the denominator and everything else the mask decides (SAT's
+quantile, GSPO's per-response mean).
 """
 from __future__ import annotations
+
+from dataclasses import replace
 
 import torch
 
@@ -25,10 +33,12 @@ LOG_CLAMP = 20.0
 
 
 @ranges(level=("token", "sequence"), cap="(0, inf) or None", lower="[0, upper] or None",
-        upper="(0, inf] or None")
+        upper="(0, inf] or None", drop_rejected="bool")
 def rollout_is_weight(batch: PolicyBatch, *, level: str = "sequence", cap: float | None = None,
-                      lower: float | None = None, upper: float | None = None) -> tuple[torch.Tensor, dict]:
-    """The detached [B, L] weight and its diagnostics (namespace ``rollout_is/``)."""
+                      lower: float | None = None, upper: float | None = None,
+                      drop_rejected: bool = False) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    """The detached [B, L] weight, the mask the loss then averages over (the batch's, or without the
+    rejected tokens when ``drop_rejected``) and the diagnostics (namespace ``rollout_is/``)."""
     if upper is not None and lower is None:
         lower = 1.0 / upper  # verl's default; below upper only when upper >= 1
         check_range("lower", lower, 0.0, upper)
@@ -50,12 +60,13 @@ def rollout_is_weight(batch: PolicyBatch, *, level: str = "sequence", cap: float
     }
     if cap is not None:
         metrics["rollout_is/frac_capped"] = masked_mean((raw > cap).to(raw.dtype), active)
-    return weight, metrics
+    return weight, torch.where(keep, batch.mask, 0) if drop_rejected else batch.mask, metrics
 
 
 def with_rollout_is(batch: PolicyBatch, **spec) -> tuple[PolicyBatch, dict]:
-    """``batch`` with its token weight multiplied by the rollout-correction weight."""
-    weight, metrics = rollout_is_weight(batch, **spec)
+    """``batch`` with its token weight multiplied by the rollout-correction weight (and its mask
+    without the rejected tokens when ``drop_rejected``)."""
+    weight, mask, metrics = rollout_is_weight(batch, **spec)
     if batch.token_weight is not None:
         weight = weight * batch.token_weight.detach()
-    return batch.with_token_weight(weight), metrics
+    return replace(batch, token_weight=weight, mask=mask), metrics

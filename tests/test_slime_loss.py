@@ -15,8 +15,8 @@ slime_standin.install()
 torch.set_num_threads(1)
 
 RECIPES = load_recipes()
-TABLE1 = [name for name, recipe in RECIPES.items() if recipe.table1] + ["grpo_mu"]
-FIELD = ["m2po", "icepop", "decoupled_ppo", "cispo", "grpo_seq_tis", "grpo_seq_mis"]  # beyond the paper
+TABLE1 = [name for name, recipe in RECIPES.items() if recipe.table1] + ["grpo_mu", "gspo_mu"]
+FIELD = ["m2po", "icepop", "decoupled_ppo", "cispo", "cispo_old", "grpo_seq_tis", "grpo_seq_mis"]  # beyond the paper
 
 
 def grad_of(loss, logits):

@@ -12,6 +12,7 @@ import torch
 import stabilizers
 from stabilizers import (
     PolicyBatch,
+    Recipe,
     api,
     available,
     get,
@@ -210,8 +211,9 @@ def test_params_out_of_range(name, params, message):
 
 def test_recipes_are_the_papers():
     recipes = load_recipes()
-    field = {"m2po", "icepop", "decoupled_ppo", "cispo", "grpo_seq_tis", "grpo_seq_mis"}  # beyond.md
-    assert set(TABLE1) | {"grpo_mu", "grpo_dualclip", "sat_fixed", "sat_random"} | field == set(recipes)
+    field = {"m2po", "icepop", "decoupled_ppo", "cispo", "cispo_old", "grpo_seq_tis", "grpo_seq_mis"}  # beyond.md
+    controls = {"grpo_mu", "gspo_mu", "grpo_mu_r3", "gspo_mu_r3", "grpo_dualclip", "sat_fixed", "sat_random"}
+    assert set(TABLE1) | controls | field == set(recipes)
     for name in TABLE1:
         recipe = recipes[name]
         assert recipe.table1 == name.replace("_tis", "").replace("_r3", "")
@@ -221,13 +223,21 @@ def test_recipes_are_the_papers():
         assert (params["eps_low"], params["eps_high"]) == (0.2, 0.2)
     assert recipes["dppo"].params["delta"] == 1e-3
     assert recipes["sat_grpo"].params["alpha"] == 0.9 and recipes["sat_gspo"].params["alpha"] == 0.9
-    assert recipes["grpo_mu"].params["ratio_against"] == "rollout" and recipes["grpo"].params.get("ratio_against", "old") == "old"
+    for base in ("grpo", "gspo"):  # the ratio against pi_old, the controls' against mu
+        assert parameters(base)["ratio_against"] == "old" and "ratio_against" not in recipes[base].params
+        assert recipes[f"{base}_mu"].params["ratio_against"] == "rollout"
+        assert recipes[f"{base}_mu_r3"] == Recipe(f"{base}_mu_r3", **{**recipes[f"{base}_mu"].as_dict(), "routing_replay": True})
+    # GSPO and SAT-GSPO weigh each response once (GSPO's objective, SAT's Eq. 38), the token losses each token
+    assert parameters("gspo")["aggregation"] == parameters("sat_gspo")["aggregation"] == "sample_mean"
+    assert {parameters(name)["aggregation"] for name in ("grpo", "sat_grpo", "dppo", "cispo")} == {"token_mean"}
     assert recipes["grpo_dualclip"].params["dual_clip_c"] == 3.0
     # the field's defaults (shared/reference/beyond.md)
     assert recipes["m2po"].params == {"tau": 0.04}
     assert (recipes["icepop"].params["alpha"], recipes["icepop"].params["beta"]) == (0.5, 5.0)
     assert recipes["decoupled_ppo"].params["behav_weight_cap"] == 5.0
     assert (recipes["cispo"].params["eps_low"], recipes["cispo"].params["eps_high"]) == (1.0, 4.0)
+    assert parameters("cispo")["ratio_against"] == "rollout"  # the asynchronous form, pi / mu
+    assert recipes["cispo_old"].params == {**recipes["cispo"].params, "ratio_against": "old"}
     assert recipes["grpo_seq_tis"].rollout_is == {"level": "sequence", "cap": 2.0}
     assert recipes["grpo_seq_mis"].rollout_is == {"level": "sequence", "lower": 0.5, "upper": 2.0}
     for recipe in recipes.values():  # each one runs and gives a finite loss
