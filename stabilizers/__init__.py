@@ -22,7 +22,8 @@ from .recipes import (
 
 # the names below are imported on first use: their modules import torch
 _TORCH_EXPORTS = {"tis_weight": "tis", "with_tis": "tis", "offpolicy_diagnostics": "_diagnostics",
-                  "ess_lr_scale": "_diagnostics", "TorchDistributedReduce": "_distributed"}
+                  "ess_lr_scale": "_diagnostics", "TorchDistributedReduce": "_distributed",
+                  "fingerprint": "_fingerprint"}
 
 __all__ = ["LossOutput", "PolicyBatch", "Recipe", "Reduce", "available", "check_values", "get",
            "get_recipe", "load_recipes", "parameters", "recipe_from_dict", "recipe_from_named_dict", "register",
