@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 # the parameters every loss spells alike (stabilizers/api.py, "The contract")
 CONVENTIONS: dict[str, object] = {
-    "aggregation": ("token_mean", "sample_mean"),
+    "aggregation": ("token_mean", "sample_mean", "token_sum_norm"),
     "ratio_against": ("old", "rollout"),
     "quantile_scope": ("microbatch", "global"),
     "seed": "int",

@@ -134,10 +134,14 @@ def _global_count(count: torch.Tensor, batch: PolicyBatch) -> tuple[torch.Tensor
 
 
 def aggregate(objective: torch.Tensor, batch: PolicyBatch, aggregation: str) -> torch.Tensor:
-    """-mean of the per-token objective: over active tokens ("token_mean") or per response then over
-    responses ("sample_mean"). Across ranks the denominator is global and the loss is scaled by the
-    world size, so that the ranks' average equals the loss of the concatenated batch (and DDP's
-    gradient average its gradient). A batch with no active token gives 0 with zero gradient."""
+    """-mean of the per-token objective: over active tokens ("token_mean"), per response then over
+    responses ("sample_mean"), or each response's SUM over a constant, the batch's response width L,
+    then the mean over responses ("token_sum_norm": Dr.GRPO, arXiv 2503.20783 Sec. 3.2, and verl's
+    seq-mean-token-sum-norm, whose constant is the generation budget; an engine that pads responses
+    to its budget, as the tiny engine does, gives exactly that). Across ranks the denominator is
+    global and the loss is scaled by the world size, so that the ranks' average equals the loss of
+    the concatenated batch (and DDP's gradient average its gradient). A batch with no active token
+    gives 0 with zero gradient."""
     check_choice("aggregation", aggregation, AGGREGATIONS)
     active = batch.active
     if batch.token_weight is not None:
@@ -147,9 +151,11 @@ def aggregate(objective: torch.Tensor, batch: PolicyBatch, aggregation: str) -> 
         total, count = objective.sum(), active.count_nonzero()
     else:
         lengths = active.sum(-1)
-        has_tokens = lengths > 0
-        per_response = objective.sum(-1) / lengths.clamp(min=1)
-        total, count = per_response.sum(), has_tokens.count_nonzero()  # empty responses add 0
+        if aggregation == "sample_mean":
+            total = (objective.sum(-1) / lengths.clamp(min=1)).sum()  # empty responses add 0
+        else:
+            total = objective.sum() / max(objective.shape[-1], 1)  # L: a static shape, no host read
+        count = (lengths > 0).count_nonzero()
     count, world = _global_count(count.to(objective.dtype), batch)
     return -(total * world) / count.clamp(min=1)
 

@@ -13,10 +13,11 @@ The contract, checked by register() when the module is imported:
 - every keyword parameter has a declared value range, ``@ranges(...)`` under ``@register``
   (stabilizers._ranges), and its default is inside it; ``aggregation``, ``ratio_against``,
   ``quantile_scope`` and ``seed`` have one meaning and range in every loss (CONVENTIONS);
-- ``aggregation`` is a parameter of every loss: "token_mean" (every active token weighs the same)
-  or "sample_mean" (each response's token mean, then the mean over responses: one weight per
-  response). Its default follows the method's source; the slime adapter maps it to slime's reducer
-  (per-token loss or sample mean), so a loss that aggregates any other way cannot run there;
+- ``aggregation`` is a parameter of every loss: "token_mean" (every active token weighs the same),
+  "sample_mean" (each response's token mean, then the mean over responses: one weight per
+  response) or "token_sum_norm" (Dr.GRPO's sum over a constant; stabilizers._surrogate.aggregate).
+  Its default follows the method's source; the slime adapter maps the first two to slime's
+  reducers (per-token loss, sample mean) and refuses the third by name;
 - a loss that draws random numbers takes ``seed: int`` and draws as a function of (seed, token
   position) alone: no global RNG, no generator state. Recipe.compute_loss passes each training
   step's seed, so a step's draws are the same on a rerun and differ from step to step.

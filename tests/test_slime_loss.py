@@ -14,9 +14,13 @@ from tests.support.slime_standin import get_log_probs_and_entropy, slime_args, s
 slime_standin.install()
 torch.set_num_threads(1)
 
-RECIPES = load_recipes()
+# Geo-RS's band (0.999-1.001) rejects every response of the random batch (zero gradient): its code
+# path is checked with a band this batch passes
+RECIPES = load_recipes(extra={"geo_rs_wide": {"loss": "grpo", "rollout_is": {"level": "geometric", "lower": 0.5,
+                                                                             "upper": 2.0, "reweight": False}}})
 TABLE1 = [name for name, recipe in RECIPES.items() if recipe.table1] + ["grpo_mu", "gspo_mu"]
-FIELD = ["m2po", "icepop", "decoupled_ppo", "cispo", "cispo_old", "grpo_seq_tis", "grpo_seq_mis"]  # beyond the paper
+FIELD = ["m2po", "icepop", "decoupled_ppo", "cispo", "cispo_old", "grpo_seq_tis", "grpo_seq_mis",  # beyond the paper
+         "grpo_clip_higher", "geo_rs_wide", "sapo"]  # issue 26 (grpo_sum_norm: slime refuses it by name)
 
 
 def grad_of(loss, logits):
@@ -135,6 +139,8 @@ def test_a_stabilizer_without_a_slime_normalisation_is_refused():
     recipe = Recipe(name="odd", loss="grpo", params={"aggregation": "seq_sum"})
     with pytest.raises(ValueError, match="no slime normalisation"):
         slime_loss.aggregation_of(recipe)
+    with pytest.raises(ValueError, match="aggregation 'token_sum_norm' has no slime normalisation"):
+        slime_loss.aggregation_of(RECIPES["grpo_sum_norm"])  # Dr.GRPO's constant: no slime reducer
 
 
 @pytest.mark.parametrize("name", ["sat_grpo", "gspo_tis"])

@@ -109,7 +109,7 @@ def undeclared(batch, *, eps: float = 0.1, aggregation="token_mean"):
 
 
 @pytest.mark.parametrize("loss, message", [
-    (no_aggregation, r"every loss takes `aggregation` \(token_mean or sample_mean\)"),
+    (no_aggregation, r"every loss takes `aggregation` \(token_mean or sample_mean or token_sum_norm\)"),
     (positional_eps, r"\['eps'\] must be keyword-only with a default"),
     (no_default, r"\['eps'\] must be keyword-only with a default"),
     (undeclared, r"declare its value ranges with @ranges"),
@@ -201,7 +201,7 @@ def test_a_finite_batch_whose_sum_overflows_is_accepted():
     ("grpo", {"dual_clip_c": 1.0}, r"dual_clip_c = 1.0 is outside \(1.0, inf\)"),
     ("sat_fixed", {"threshold": -0.01}, r"threshold = -0.01 is outside"),
     ("grpo", {"ratio_against": "mu"}, r"ratio_against = 'mu'; expected one of \['old', 'rollout'\]"),
-    ("gspo", {"aggregation": "seq_mean"}, r"aggregation = 'seq_mean'; expected one of \['token_mean', 'sample_mean'\]"),
+    ("gspo", {"aggregation": "seq_mean"}, r"aggregation = 'seq_mean'; expected one of \['token_mean', 'sample_mean', 'token_sum_norm'\]"),
     ("sat_grpo", {"quantile_scope": "rank"}, r"quantile_scope = 'rank'; expected one of \['microbatch', 'global'\]"),
 ])
 def test_params_out_of_range(name, params, message):
@@ -213,7 +213,8 @@ def test_recipes_are_the_papers():
     recipes = load_recipes()
     field = {"m2po", "icepop", "decoupled_ppo", "cispo", "cispo_old", "grpo_seq_tis", "grpo_seq_mis"}  # beyond.md
     controls = {"grpo_mu", "gspo_mu", "grpo_mu_r3", "gspo_mu_r3", "grpo_dualclip", "sat_fixed", "sat_random"}
-    assert set(TABLE1) | controls | field == set(recipes)
+    practice = {"grpo_clip_higher", "grpo_sum_norm", "grpo_geo_rs", "sapo"}  # issue 26
+    assert set(TABLE1) | controls | field | practice == set(recipes)
     for name in TABLE1:
         recipe = recipes[name]
         assert recipe.table1 == name.replace("_tis", "").replace("_r3", "")

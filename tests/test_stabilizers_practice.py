@@ -1,0 +1,73 @@
+"""The methods practitioners use most (issue 26): SAPO, DAPO's clip-higher, Dr.GRPO's aggregation and
+Geo-RS, against values worked out by hand (float64), and each disabled case against its base bit
+for bit. The GRPO batch and its clipped surrogate S are test_stabilizers_hand.py's."""
+import math
+
+import pytest
+import torch
+
+from stabilizers import PolicyBatch, get, get_recipe, load_recipes
+from tests.test_stabilizers_hand import batch_from_ratios, check, grpo_batch
+
+
+def test_sapo_by_hand():
+    # r = 1, 1 + ln 3, 1 with A = +1, +1, -1 (tau 1, 1, 1.05); sigmoid(0) = 1/2, sigmoid(ln 3) = 3/4:
+    #   g = 4 x 1/2 = 2,  4 x 3/4 = 3,  4/1.05 x 1/2 = 1.904761905;  S = g A = 2, 3, -1.904761905
+    #   loss = -(2 + 3 - 1.904761905) / 3; dS/dlogp = A 4 sigmoid (1 - sigmoid) r = 1, 0.75 (1 + ln 3), -1
+    r2 = 1 + math.log(3)
+    two = batch_from_ratios([[1.0, r2], [1.0, 1.0]], [[1.0, 1.0], [-1.0, -1.0]], [[1, 1], [1, 0]])
+    out = get("sapo")(two)
+    check(out, two, -(2 + 3 - 2 / 1.05) / 3, [[-1 / 3, -0.75 * r2 / 3], [1 / 3, 0]])
+    assert out.metrics["sapo/gate_mean"].item() == pytest.approx((2 + 3 + 2 / 1.05) / 3)
+    assert get_recipe("sapo").params == {"tau_pos": 1.0, "tau_neg": 1.05}
+
+
+def test_clip_higher_by_hand_and_at_0_2_it_is_grpo():
+    # eps_high 0.28: r = 1.3 with A = +1 is clipped at 1.28 instead of 1.2: S = 1.1, 1.28, 0.7 | -13.5
+    batch = grpo_batch()
+    check(get_recipe("grpo_clip_higher").compute_loss(batch), batch, -(3.08 - 13.5) / 7,
+          [[-1.1 / 7, 0, -0.7 / 7, 0], [1.8 / 7, 0, 8.0 / 7, 2.1 / 7]])
+    assert get_recipe("grpo_clip_higher").params == {"eps_low": 0.2, "eps_high": 0.28}
+    low, high = grpo_batch(), grpo_batch()
+    at_0_2 = load_recipes(extra={"ch": {"loss": "grpo", "params": {"eps_low": 0.2, "eps_high": 0.2}}})["ch"]
+    a, b = at_0_2.compute_loss(low), get_recipe("grpo").compute_loss(high)
+    a.loss.backward()
+    b.loss.backward()
+    assert torch.equal(a.loss, b.loss) and torch.equal(low.logp.grad, high.logp.grad)
+
+
+def test_dr_grpo_aggregation_by_hand():
+    # each response's token SUM over L = 4 (the batch's width), then the mean over the 2 responses:
+    #   -(3.0 / 4 - 13.5 / 4) / 2 = 1.3125; d loss / d logp = -A r / (4 x 2) where unclipped
+    batch = grpo_batch()
+    check(get_recipe("grpo_sum_norm").compute_loss(batch), batch, 1.3125,
+          [[-1.1 / 8, 0, -0.7 / 8, 0], [1.8 / 8, 0, 8.0 / 8, 2.1 / 8]])
+    # the constant is the width, not the lengths: one more padding column makes L 5
+    wide = batch_from_ratios([row + [1.0] for row in [[1.1, 1.3, 0.7, 1.0], [0.9, 0.75, 4.0, 1.05]]],
+                             [[1.0] * 5, [-2.0] * 5], [[1, 1, 1, 0, 0], [1, 1, 1, 1, 0]])
+    check(get("grpo")(wide, aggregation="token_sum_norm"), wide, 1.3125 * 4 / 5)
+
+
+def test_geo_rs_by_hand_and_with_an_infinite_band_it_is_no_weight():
+    # rho = pi_old / mu per token; geometric means: response 0 (1.0005, 1.0005) -> 1.0005, kept;
+    # response 1 (1.004, 1.0) -> sqrt(1.004) = 1.001998, outside [0.999, 1.001]: rejected (weight 0,
+    # still in the denominator); r = 1 so S = A: loss = -(2 x 1) / 4 = -0.5
+    rho = [[1.0005, 1.0005], [1.004, 1.0]]
+    batch = batch_from_ratios([[1.0, 1.0], [1.0, 1.0]], [[1.0] * 2, [-1.0] * 2], [[1, 1], [1, 1]],
+                              tis_raw=rho)
+    out = get_recipe("grpo_geo_rs").compute_loss(batch)
+    check(out, batch, -0.5, [[-0.25, -0.25], [0, 0]])
+    assert out.metrics["rollout_is/frac_masked"].item() == pytest.approx(0.5)
+    # the infinite band keeps everything and weighs it 1: GRPO bit for bit
+    band = load_recipes(extra={"g": {"loss": "grpo", "rollout_is": {"level": "geometric", "lower": 0.0,
+                                                                    "upper": math.inf, "reweight": False}}})["g"]
+    random = torch.Generator().manual_seed(0)
+    logp = (-2 + torch.randn(3, 5, generator=random, dtype=torch.float64)).requires_grad_(True)
+    kwargs = dict(old_logp=logp.detach() + 0.1 * torch.randn(3, 5, generator=random, dtype=torch.float64),
+                  rollout_logp=logp.detach() + 0.3 * torch.randn(3, 5, generator=random, dtype=torch.float64),
+                  advantages=torch.randn(3, 1, generator=random, dtype=torch.float64).expand(3, 5),
+                  mask=(torch.rand(3, 5, generator=random) > 0.3).double())
+    weighted, plain = band.compute_loss(PolicyBatch(logp=logp, **kwargs)), get("grpo")(PolicyBatch(logp=logp, **kwargs))
+    (weighted_grad,) = torch.autograd.grad(weighted.loss, logp)
+    (plain_grad,) = torch.autograd.grad(plain.loss, logp)
+    assert torch.equal(weighted.loss, plain.loss) and torch.equal(weighted_grad, plain_grad)
