@@ -1,5 +1,5 @@
-"""The methods practitioners use most (issue 26): SAPO, DAPO's clip-higher, Dr.GRPO's aggregation and
-Geo-RS, against values worked out by hand (float64), and each disabled case against its base bit
+"""The methods practitioners use most (issue 26): SAPO, DAPO's clip-higher, Dr.GRPO's aggregation,
+Geo-RS and OPSM, against values worked out by hand (float64), and each disabled case against its base bit
 for bit. The GRPO batch and its clipped surrogate S are test_stabilizers_hand.py's."""
 import math
 
@@ -71,3 +71,21 @@ def test_geo_rs_by_hand_and_with_an_infinite_band_it_is_no_weight():
     (weighted_grad,) = torch.autograd.grad(weighted.loss, logp)
     (plain_grad,) = torch.autograd.grad(plain.loss, logp)
     assert torch.equal(weighted.loss, plain.loss) and torch.equal(weighted_grad, plain_grad)
+
+
+def test_opsm_by_hand_and_with_an_infinite_delta_it_is_grpo():
+    # response 0 (A = +1): r = 1.1, 1.3, 0.7 -> never masked (A > 0): S = 1.1, 1.2, 0.7
+    # response 1 (A = -2): r = 0.9, 0.85, 0.95, 1.0 -> KL = -(ln 0.9 + ln 0.85 + ln 0.95) / 4 = 0.0798 > 1e-4: masked
+    # response 2 (A = -1): r = 1.1, 1.0 -> KL = -ln(1.1) / 2 < 0: kept, S = -1.1, -1.0
+    # loss = -(3.0 - 2.1) / 9 (masked tokens stay in the denominator); d loss / d logp = -A r / 9 where kept and unclipped
+    ratios = [[1.1, 1.3, 0.7, 1.0], [0.9, 0.85, 0.95, 1.0], [1.1, 1.0, 1.0, 1.0]]
+    args = (ratios, [[1.0] * 4, [-2.0] * 4, [-1.0] * 4], [[1, 1, 1, 0], [1, 1, 1, 1], [1, 1, 0, 0]])
+    batch = batch_from_ratios(*args)
+    out = get_recipe("opsm").compute_loss(batch)
+    check(out, batch, -(3.0 - 2.1) / 9, [[-1.1 / 9, 0, -0.7 / 9, 0], [0] * 4, [1.1 / 9, 1.0 / 9, 0, 0]])
+    assert out.metrics["opsm/masked_frac"].item() == pytest.approx(4 / 9)
+    off, grpo = batch_from_ratios(*args), batch_from_ratios(*args)
+    a, b = get("opsm")(off, delta=math.inf), get("grpo")(grpo)
+    a.loss.backward()
+    b.loss.backward()
+    assert torch.equal(a.loss, b.loss) and torch.equal(off.logp.grad, grpo.logp.grad)
