@@ -1,5 +1,5 @@
 """The methods practitioners use most (issue 26): SAPO, DAPO's clip-higher, Dr.GRPO's aggregation,
-Geo-RS and OPSM, against values worked out by hand (float64), and each disabled case against its base bit
+Geo-RS, OPSM and DPPO-Binary-KL, against values worked out by hand (float64), and each disabled case against its base bit
 for bit. The GRPO batch and its clipped surrogate S are test_stabilizers_hand.py's."""
 import math
 
@@ -89,3 +89,34 @@ def test_opsm_by_hand_and_with_an_infinite_delta_it_is_grpo():
     a.loss.backward()
     b.loss.backward()
     assert torch.equal(a.loss, b.loss) and torch.equal(off.logp.grad, grpo.logp.grad)
+
+
+def test_dppo_kl_by_hand_and_without_a_region_it_is_cispo():
+    # (q = mu, p = pi) per token; binary KL D = q ln(q/p) + (1 - q) ln((1 - q)/(1 - p)):
+    #   response 0 (A = +1): (0.5, 0.6): D = 0.0204 kept;  (0.2, 0.5): D = 0.193 > 0.05, p > q: masked
+    #   response 1 (A = -1): (0.5, 0.3): D = 0.0872 > 0.05, p < q: masked;  (0.3, 0.6): p > q, A < 0: kept
+    # w = p / q: 1.2 and 2; loss = -(1.2 x 1 x ln 0.6 + 2 x (-1) x ln 0.6) / 4 = 0.2 ln 0.6
+    # d loss / d logp = -w A / 4 on the kept tokens: -0.3, 0 | 0, +0.5
+    q, p = torch.tensor([[0.5, 0.2], [0.5, 0.3]], dtype=torch.float64), torch.tensor([[0.6, 0.5], [0.3, 0.6]],
+                                                                                       dtype=torch.float64)
+    logp = p.log().requires_grad_(True)
+    batch = PolicyBatch(logp=logp, old_logp=p.log(), rollout_logp=q.log(), mask=torch.ones(2, 2, dtype=torch.float64),
+                        advantages=torch.tensor([[1.0, 1.0], [-1.0, -1.0]], dtype=torch.float64))
+    out = get_recipe("dppo_kl").compute_loss(batch)
+    check(out, batch, 0.2 * math.log(0.6), [[-0.3, 0], [0, 0.5]])
+    assert out.metrics["dppo_kl/masked_frac"].item() == 0.5
+    # no region (both deltas inf): CISPO against mu clamped to [0, 10], bit for bit
+    random = torch.Generator().manual_seed(1)
+    rollout = -2 + torch.randn(3, 6, generator=random, dtype=torch.float64)
+    logp = (rollout + 0.8 * torch.randn(3, 6, generator=random, dtype=torch.float64)).requires_grad_(True)
+    free = PolicyBatch(logp=logp, old_logp=logp.detach(), rollout_logp=rollout,
+                       advantages=torch.randn(3, 1, generator=random, dtype=torch.float64).expand(3, 6),
+                       mask=(torch.rand(3, 6, generator=random) > 0.2).double())
+    a = get("dppo_kl")(free, delta_low=math.inf, delta_high=math.inf)
+    b = get("cispo")(free, eps_low=1.0, eps_high=9.0)
+    (grad_a,), (grad_b,) = torch.autograd.grad(a.loss, logp), torch.autograd.grad(b.loss, logp)
+    assert torch.equal(a.loss, b.loss) and torch.equal(grad_a, grad_b)
+    # DPPO+KL adds kl_coef x the token mean of (log pi / mu)^2
+    plus = get("dppo_kl")(free, kl_coef=0.1).loss - get("dppo_kl")(free).loss
+    expected = 0.1 * ((logp.detach() - rollout) ** 2 * free.mask).sum() / free.mask.sum()
+    assert plus.item() == pytest.approx(expected.item(), rel=1e-12)
