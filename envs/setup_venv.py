@@ -7,12 +7,16 @@ in a venv made by ``python -m venv`` (so $VENV/bin/python, pip, snakemake and py
 tooling looks for them). uv is installed into the venv from PyPI at the pinned version; if that
 fails, pip does every step.
 
+uv reads no pip configuration, so the setup hands it pip's configured sources (index, extra indexes,
+wheel folders: `pip config list`, files and PIP_* variables), choosing among them as pip does (the
+best version over all of them): a machine's mirror or local wheels serve uv as they serve pip.
+
 torch is the one package whose build depends on the machine. PyPI's Linux wheel is the CUDA build
 (and pulls several GB of nvidia-* wheels), so on a machine without an NVIDIA GPU torch comes from
 PyTorch's CPU index, an explicit source for torch alone ([tool.uv.sources] in pyproject.toml, as uv
-documents). Where that index cannot be reached, torch is whatever ``pip install torch==<lock>``
-gets from pip's own configuration (PyPI, a mirror, a local wheel folder). The last line printed
-says which build was installed and why.
+documents). Where that index cannot be reached, torch is the best build of the locked version that
+PyPI and pip's configured sources have (a CPU wheel only where a mirror or wheel folder holds one).
+The last line printed says which build was installed and why.
 """
 from __future__ import annotations
 
@@ -54,23 +58,39 @@ def cpu_index_error() -> str | None:
         return str(getattr(error, "reason", error))
 
 
-def install_steps(venv: Path, uv: bool, gpu: bool, index_error: str | None, torch: str) -> tuple[list[list[str]], str]:
+PIP_TO_UV = {"index-url": "--index-url", "extra-index-url": "--extra-index-url", "find-links": "--find-links"}
+
+
+def pip_sources(pip_config: str) -> list[str]:
+    """uv's options for the package sources in ``pip config list``'s output (lines key='value'), each once."""
+    options: list[str] = []
+    for line in pip_config.splitlines():
+        key, _, value = line.partition("=")
+        flag = PIP_TO_UV.get(key.rpartition(".")[2])
+        for source in value.strip().strip("'\"").split() if flag else []:
+            if source not in options:
+                options += [flag, source]
+    return options + ["--index-strategy", "unsafe-best-match"] if options else []  # pip's choice among indexes
+
+
+def install_steps(venv: Path, uv: bool, gpu: bool, index_error: str | None, torch: str,
+                  pip_config: str) -> tuple[list[list[str]], str]:
     """(the commands that install the venv's packages, why torch is the build it will be)."""
-    pip = [str(venv / "bin" / "pip"), "install", "--quiet"]
     if gpu:
         why = "an NVIDIA GPU is present (nvidia-smi): PyPI's torch, the CUDA build"
     elif index_error is None:
         why = f"no NVIDIA GPU (nvidia-smi): torch from PyTorch's CPU index {CPU_INDEX}"
     else:
-        why = f"no NVIDIA GPU (nvidia-smi), but {CPU_INDEX} cannot be reached ({index_error}): torch from pip's own sources"
+        why = (f"no NVIDIA GPU (nvidia-smi), but {CPU_INDEX} cannot be reached ({index_error}): "
+               "the best torch of PyPI and pip's configured sources")
     if not uv:
+        pip = [str(venv / "bin" / "pip"), "install", "--quiet"]
         torch_source = ["--index-url", CPU_INDEX] if not gpu and index_error is None else []
         return [pip + ["--upgrade", "pip"], pip + torch_source + [torch], pip + PROJECT], why
     uv_install = [str(venv / "bin" / "uv"), "pip", "install", "--quiet", "--python", str(venv / "bin" / "python")]
-    if not gpu and index_error is None:
-        return [uv_install + PROJECT], why  # pyproject's [tool.uv.sources] sends torch to the CPU index
-    steps = [] if gpu else [pip + [torch]]
-    return steps + [uv_install + ["--no-sources"] + PROJECT], why
+    # pyproject's [tool.uv.sources] sends torch to the CPU index; --no-sources leaves it to the other sources
+    sources = [] if not gpu and index_error is None else ["--no-sources"]
+    return [uv_install + pip_sources(pip_config) + sources + PROJECT], why
 
 
 def torch_build(venv: Path) -> str:
@@ -92,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     if not uv:
         print(f"setup: uv=={args.uv_version} could not be installed from PyPI; installing with pip", flush=True)
     gpu = has_nvidia_gpu()
-    steps, why = install_steps(venv, uv, gpu, None if gpu else cpu_index_error(), locked_torch())
+    pip_config = subprocess.run([str(venv / "bin" / "pip"), "config", "list"], capture_output=True, text=True).stdout
+    steps, why = install_steps(venv, uv, gpu, None if gpu else cpu_index_error(), locked_torch(), pip_config)
     for step in steps:
         if subprocess.run(step).returncode != 0:
             raise SystemExit(f"setup: failed: {' '.join(step)}")
