@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from analysis.curves import test_task
+from analysis import curves
 from harness.config import load
 from tests.support.grid_fixture import make_grid
-from tests.support.ui_check import CHROMIUM, ROOT, render, running_ui, synced_grid, visible_text
+from tests.support.ui_check import CHROMIUM, ROOT, chart_traces, render, running_ui, synced_grid, visible_text
 from tracking.sync import sync
 
 SCREENSHOTS = ROOT / "results" / "ui_check"  # git-ignored; kept after the run for a person (or CI) to look at
@@ -39,10 +39,12 @@ def test_ui_serves_the_store_and_prints_the_runs_view_link(tmp_path, monkeypatch
         urllib.request.urlopen(f"{base}/health", timeout=5)
 
 
-def seed_runs_page(text: str, config: dict) -> list[str]:
-    """What a person looks for on the seed runs' page, missing from its rendered text."""
-    wanted = [f"eval/{test_task(config['eval'])}/score", f"{config['recipes'][0]}/lag{config['lags'][0]}/seed0"]
-    return [item for item in wanted if item not in text]
+def seed_runs_page(dom: str, config: dict) -> list[str]:
+    """What a person looks for on the seed runs' page, missing from the rendered page."""
+    chart = f"eval/{curves.test_task(config['eval'])}/score"
+    run = f"{config['recipes'][0]}/lag{config['lags'][0]}/seed0"
+    missing = [] if chart_traces(dom, chart) else [f"the {chart} chart with its curves"]
+    return missing + ([] if run in visible_text(dom) else [f"the run {run}"])
 
 
 # What each link `make ui` prints must show, in the order it prints them: (page name, check). The cell
@@ -59,10 +61,11 @@ def test_printed_links_show_what_a_person_looks_for(tmp_path):
         assert len(links) >= len(PAGES), links
         for (name, check), link in zip(PAGES, links):
             shot = tmp_path / f"{name}.png"
-            missing = check(visible_text(render(link, shot)), config)
+            missing = check(render(link, shot), config)
             kept = SCREENSHOTS / shot.name
             with tempfile.NamedTemporaryFile(dir=SCREENSHOTS, suffix=".png", delete=False) as partial:
                 shutil.copyfile(shot, partial.name)
+            os.chmod(partial.name, 0o644)
             os.replace(partial.name, kept)
             assert not missing, f"the {name} page ({link}) does not show {missing}; screenshot: {kept}"
             assert kept.stat().st_size > 10_000, f"{kept} is nearly empty: the page drew nothing"

@@ -75,6 +75,16 @@ def render(link: str, screenshot: Path, width: int = 1600, height: int = 2000) -
         shutil.rmtree(profile, ignore_errors=True)
 
 
+def chart_traces(dom: str, title: str) -> int:
+    """How many curves the rendered chart card titled ``title`` draws (plotly's scatter traces between its
+    title and the next card's); 0 when there is no such chart."""
+    start = dom.find(f'title="{title}"')
+    if start < 0:
+        return 0
+    end = dom.find("<h4 ", start + 1)
+    return dom[start:end if end > 0 else len(dom)].count('class="trace scatter')
+
+
 def visible_text(dom: str) -> str:
     """The rendered page's text (the DOM without its tags)."""
     return re.sub(r"<[^>]+>", " ", dom)
