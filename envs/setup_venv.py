@@ -77,7 +77,7 @@ def install_steps(venv: Path, uv: bool, gpu: bool, index_error: str | None, torc
                   pip_config: str) -> tuple[list[list[str]], str]:
     """(the commands that install the venv's packages, why torch is the build it will be)."""
     if gpu:
-        why = "an NVIDIA GPU is present (nvidia-smi): PyPI's torch, the CUDA build"
+        why = "an NVIDIA GPU is present (nvidia-smi): the best torch of PyPI (its CUDA build) and pip's configured sources"
     elif index_error is None:
         why = f"no NVIDIA GPU (nvidia-smi): torch from PyTorch's CPU index {CPU_INDEX}"
     else:
