@@ -6,7 +6,8 @@ import shutil
 
 import pytest
 
-from analysis.report import REPORT_FILES, collect, summarize, write_reports
+from analysis.report import REPORT_FILES, write_reports
+from analysis.summary import collect, summarize
 from harness.grid import expand, grid_dir, run_dir
 from harness.io import append_jsonl_atomic, read_jsonl, write_json_atomic
 from tests.support.grid_fixture import COLLAPSED, DIVERGE_STEP, DIVERGED, EARLY_DIVERGED, START_TIME, make_grid
