@@ -7,7 +7,7 @@
    every trainer rank after the log-probs are recomputed and before the step trains. d =
    log_probs - rollout_log_probs (log pi - log mu at the start of the step) over active tokens
    is all-gathered over Megatron's data-parallel group, so mean |d| and the p50/p90/p99/max
-   quantiles are exact over the whole step (torch's linear quantile, engines.mismatch like the tiny engine's
+   quantiles are exact over the whole step (linear quantiles at any size, engines.mismatch like the tiny engine's
    definition, with no size limit), plus the mean raw reward and the realized lag.
 3. slime logs each trained step's scalars (train/loss, train/grad_norm, train/entropy_loss and
    the loss function's metrics such as train/sat/q) through
