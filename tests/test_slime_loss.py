@@ -91,7 +91,7 @@ def test_tis_is_the_formula_of_methods_md():
 def test_kl_and_entropy_terms_follow_slimes_flags():
     recipe = RECIPES["sat_grpo"]
     logits, batch = make_sample_batch(seed=11)
-    args = args_for(recipe, use_kl_loss=True, kl_loss_coef=1e-3, entropy_coef=0.01)
+    args = args_for(recipe, use_kl_loss=True, kl_loss_coef=1e-3, kl_loss_type="low_var_kl", entropy_coef=0.01)
     loss, logged = slime_loss_function(args, batch, logits, slime_loss.policy_loss)
 
     _, current = get_log_probs_and_entropy(
@@ -122,6 +122,17 @@ def test_inconsistent_slime_args_are_refused(overrides, message):
     args = args_for(RECIPES["grpo"])
     vars(args).update(overrides)
     with pytest.raises((ValueError, KeyError), match=message):
+        slime_loss_function(args, batch, logits, slime_loss.policy_loss)
+
+
+@pytest.mark.parametrize("flag, attribute, default", [(flag, attribute, default) for flag, attribute, default, _
+                                                     in slime_loss.UNHANDLED_SLIME_OPTIONS])
+def test_slime_options_that_change_the_loss_inputs_are_refused_by_name(flag, attribute, default):
+    logits, batch = make_sample_batch()
+    args = args_for(RECIPES["grpo"])
+    assert getattr(args, attribute) == default  # the stand-in carries slime's default
+    setattr(args, attribute, not default if isinstance(default, bool) else "set")
+    with pytest.raises(ValueError, match=f"slime runs with {flag} "):
         slime_loss_function(args, batch, logits, slime_loss.policy_loss)
 
 

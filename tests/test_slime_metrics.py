@@ -102,3 +102,12 @@ def test_missing_hooks_are_named(tmp_path):
         metrics.rollout_record(run_args(tmp_path), 3)
     with pytest.raises(ValueError, match="stalebench_run_dir"):
         metrics.train_dir(Namespace())
+
+
+def test_rollout_log_probs_as_old_is_refused_before_the_step_is_measured(tmp_path):
+    """With --use-rollout-logprobs slime never recomputes: no stage has log_probs, and the hook would
+    silently write no row."""
+    args = slime_standin.slime_args(use_rollout_logprobs=True, **vars(run_args(tmp_path)))
+    with pytest.raises(ValueError, match="--use-rollout-logprobs"):
+        metrics.postprocess(args, 0, {"rollout_log_probs": [torch.zeros(3)], "loss_masks": [torch.ones(3)]})
+    assert not (tmp_path / "train" / "metrics.jsonl").exists()

@@ -9,14 +9,17 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from engines.slime import launch, preflight, retention
+from engines.slime import loss as slime_loss
 from eval.score import ScoreError, score_run
 from harness.checkpoint import hf_checkpoint_problem
 from harness.config import load
 from harness.grid import resolve_run_config, run_dir
 from harness.io import read_jsonl
 from tests.support.slime_checkpoints import write_hf_save, write_megatron_save
+from tests.support.workflow_cli import snakemake
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESET = ROOT / "workflow" / "presets" / "table1.yaml"
@@ -153,6 +156,26 @@ def test_extra_args_owned_or_unknown_are_refused(preset, extra, message):
     with pytest.raises(ValueError, match=message):
         launch.write_job_script(resolve_run_config(preset, "grpo", 1, 0), directory, check_files=False)
     assert not directory.exists()
+
+
+def test_a_flag_that_changes_the_loss_inputs_is_refused_by_the_dry_run(preset, tmp_path):
+    """`snakemake -n` (the config check) refuses it before any job is planned, naming the flag."""
+    preset["engine_params"]["extra_args"] = ["--use-rollout-logprobs"]
+    configfile = tmp_path / "preset.yaml"
+    configfile.write_text(yaml.safe_dump(preset))
+    result = snakemake("-n", "--configfile", str(configfile), "-C", f"results_dir={tmp_path / 'results'}", timeout=300)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "config key 'engine_params': engine_params.extra_args sets --use-rollout-logprobs" in output, output
+    assert "Building DAG of jobs" not in output and not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize("flag", [flag for flag, *_ in slime_loss.UNHANDLED_SLIME_OPTIONS])
+def test_every_flag_that_changes_the_loss_inputs_is_refused_in_extra_args(preset, flag):
+    with pytest.raises(ValueError, match=f"engine_params.extra_args sets {flag}: "):
+        params_of(preset, extra_args=[f"{flag}=x" if flag.endswith("-path") else flag])
+    flags, prefixes = preflight.known_flags()
+    assert flag in flags  # a real flag of slime at the pin, not a typo of one
 
 
 def test_known_extra_args_pass_and_every_launcher_flag_is_known(preset):

@@ -204,6 +204,7 @@ def resolve_params(engine_params: dict) -> dict:
         raise ValueError(f"engine_params.gpu_memory_gib must be a number > 0, got {memory!r}")
     if not isinstance(params["extra_args"], list) or not isinstance(params["binds"], list):
         raise ValueError("engine_params.extra_args and engine_params.binds must be lists")
+    slime_loss.refuse_unhandled_flags(params["extra_args"])
     if not isinstance(params["env"], dict):
         raise ValueError("engine_params.env must be a mapping")
     return params

@@ -91,10 +91,17 @@ def slime_loss_function(args, batch, logits, func):
 
 
 def slime_args(**overrides) -> Namespace:
-    """The attributes of slime's parsed args that the adapter reads, with slime's defaults."""
-    values = dict(calculate_per_token_loss=True, use_rollout_routing_replay=False, use_tis=False,
+    """The attributes of slime's parsed args that the adapter reads, with slime's defaults
+    (slime/utils/arguments.py at the pinned commit), including the options that change what a loss
+    receives (the store_false ones, --disable-*, default to True)."""
+    values = dict(calculate_per_token_loss=False, use_rollout_routing_replay=False, use_tis=False,
                   rollout_top_p=1.0, rollout_temperature=1.0, entropy_coef=0.0, use_kl_loss=False,
-                  kl_loss_coef=0.0, kl_loss_type="low_var_kl", seed=1234)
+                  kl_loss_coef=0.0, kl_loss_type="k1", seed=1234,
+                  use_rollout_logprobs=False, use_unbiased_kl=False, keep_old_actor=False, use_routing_replay=False,
+                  partial_rollout=False, normalize_advantages=False, grpo_std_normalization=True,
+                  rewards_normalization=True, custom_reward_post_process_path=None,
+                  custom_advantage_function_path=None, compute_advantages_and_returns=True, use_opd=False,
+                  ref_update_interval=None)
     values.update(overrides)
     return Namespace(**values)
 
