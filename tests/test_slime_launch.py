@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 import stabilizers.api
-from engines import TimeLimitReached
+from engines import EXIT_RESUME, TimeLimitReached
 from engines.slime import launch
 from harness.config import load
 from harness.grid import resolve_run_config, run_dir
@@ -209,13 +209,24 @@ def test_publish_renames_complete_hf_saves_to_step_directories(tmp_path):
 FAKE_RAY = r'''#!{python}
 """A fake `ray`: records its calls; `job submit` plays a slime job writing what slime + the hooks write,
 in slime's order: the Megatron save, then the HF save (config.json, shards, the index last); a job
-killed after FAKE_RAY_FAIL_AFTER steps dies in the middle of its last HF save."""
+killed after FAKE_RAY_FAIL_AFTER steps dies in the middle of its last HF save. SLURM's warning reaches
+the job script after FAKE_RAY_WARN_AFTER steps, or with FAKE_RAY_WARN_AT_START during `ray start`,
+before the job is submitted (bash marks it once `ray start` returns); a warning the script has not
+marked within 10 s fails the job."""
 import json, os, signal, sys, time
 sys.path.insert(0, {tests!r})
 from tests.support.slime_checkpoints import write_hf_save, write_megatron_save
 calls = os.environ["FAKE_RAY_CALLS"]
 with open(calls, "a") as f:
     f.write(json.dumps(sys.argv[1:]) + "\n")
+def wait_for_the_mark(train):
+    deadline = time.monotonic() + 10
+    while not os.path.exists(os.path.join(train, "stop_requested")):
+        if time.monotonic() > deadline:
+            sys.exit("fake ray: the job script did not mark SIGURG within 10 s (no trap installed?)")
+        time.sleep(0.01)
+if sys.argv[1:2] == ["start"] and os.environ.get("FAKE_RAY_WARN_AT_START"):
+    os.kill(os.getppid(), signal.SIGURG)  # as srun would send it
 if sys.argv[1:3] == ["job", "submit"]:
     args = sys.argv[sys.argv.index("--") + 1:]
     def value(flag):
@@ -227,10 +238,11 @@ if sys.argv[1:3] == ["job", "submit"]:
     with open(os.path.join(train, "metrics.jsonl"), "a") as f:
         for rollout_id in range(min(steps, fail_after)):
             f.write(json.dumps({{"step": rollout_id + 1, "loss": -0.1, "grad_norm": 1.0}}) + "\n")
-            if rollout_id + 1 == warn_after:  # SLURM's warning reaches the job script, as srun would send it
+            if rollout_id == 0 and os.environ.get("FAKE_RAY_WARN_AT_START"):
+                wait_for_the_mark(train)
+            if rollout_id + 1 == warn_after:
                 os.kill(os.getppid(), signal.SIGURG)
-                while not os.path.exists(os.path.join(train, "stop_requested")):
-                    time.sleep(0.01)
+                wait_for_the_mark(train)
             stop = os.path.exists(os.path.join(train, "stop_requested"))
             if stop or (rollout_id + 1) % every == 0 or rollout_id == steps - 1:
                 write_megatron_save(value("--save"), rollout_id)
@@ -344,3 +356,20 @@ def test_time_limit_warning_saves_and_stops_without_a_status(table1, tmp_path, m
     (train / "metrics.jsonl").unlink()  # the fake job replays every step (slime's metrics hook cuts back)
     assert launch.run(run_config, directory) == "completed"
     assert sorted(p.name for p in (train / "checkpoints").iterdir()) == ["step_4", "step_8"]
+
+
+def test_a_warning_before_the_job_starts_still_saves_and_exits_75(table1, tmp_path, monkeypatch):
+    """SIGURG during `ray start`, before the job is submitted: the trap is already in place, so the
+    driver stops after its first step with a save, and engines.run exits with EXIT_RESUME."""
+    run_config, directory, _ = fake_slime_job(table1, tmp_path, monkeypatch)
+    monkeypatch.setenv("FAKE_RAY_WARN_AT_START", "1")
+    (directory / "train").mkdir(parents=True)
+    (directory / "train" / "stop_requested").touch()  # a mark left by the last attempt is cleared first
+    result = subprocess.run([sys.executable, "-m", "engines.run", "--run-dir", str(directory),
+                             "--config-json", json.dumps(run_config)], cwd=launch.REPO, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == EXIT_RESUME, result.stderr
+    assert "stopped after step 1 of 8 at the time-limit warning" in result.stderr
+    train = directory / "train"
+    assert [p.name for p in (train / "megatron").glob("iter_*")] == ["iter_0000000"]  # saved after step 1
+    assert not (train / "status.json").exists()

@@ -358,6 +358,15 @@ def job_script_text(run_config: dict, run_dir: str | Path, *, check_files: bool 
         f"SLIME_DIR={shlex.quote(params['slime_dir'])}",
         f"SLIME_COMMIT={pin['slime']['commit']}",
     ]
+    lines += [
+        "# SLURM's time-limit warning (sbatch --signal=URG@<s>, the engine's train resources) asks for a",
+        "# Megatron save now: the constant-lag driver saves after its current step and stops. The trap comes",
+        "# before anything starts (bash ignores SIGURG without one, so an early warning would be lost); the",
+        "# last attempt's mark is cleared once per job, outside the container. bash runs the trap during",
+        "# `wait` at once, after a foreground command when that ends.",
+        f'if [ -z "${{STALEBENCH_IN_CONTAINER:-}}" ]; then rm -f "$RUN_DIR/train/{STOP_FILE}"; fi',
+        f"trap 'touch \"$RUN_DIR/train/{STOP_FILE}\"' URG",
+    ]
     if params["container_runtime"] != "none":
         lines += ['if [ -z "${STALEBENCH_IN_CONTAINER:-}" ]; then',
                   f'  exec {container_prefix(params, binds)} bash "$0"', "fi"]
@@ -382,7 +391,8 @@ def job_script_text(run_config: dict, run_dir: str | Path, *, check_files: bool 
         f"# keep the newest {params['keep_megatron_checkpoints']} Megatron checkpoints while the job runs",
         (f'prune() {{ PYTHONPATH="$REPO" python3 -m engines.slime.retention "$RUN_DIR/train/megatron" '
          f"--keep {params['keep_megatron_checkpoints']}; }}"),
-        "(while sleep 300; do prune; done) &",
+        "# (its sleep is killed with it: an orphaned sleep would hold the job's output open for minutes)",
+        """(trap 'kill "$nap" 2>/dev/null; exit 0' TERM; while true; do sleep 300 & nap=$!; wait "$nap"; prune; done) &""",
         "PRUNER=$!",
         "trap 'kill $PRUNER 2>/dev/null || true; ray stop; prune' EXIT",
         f"RUNTIME_ENV={shlex.quote(runtime_env)}",
@@ -393,11 +403,6 @@ def job_script_text(run_config: dict, run_dir: str | Path, *, check_files: bool 
     lines += [
         '  "${MODEL_ARGS[@]}" &',
         "submit=$!",
-        "# SLURM's time-limit warning (sbatch --signal=URG@<s>, the engine's train resources) asks for a",
-        "# Megatron save now: the constant-lag driver saves after its current step and stops. bash runs",
-        "# the trap at once because it waits in `wait`, not on a foreground command.",
-        f'rm -f "$RUN_DIR/train/{STOP_FILE}"',
-        f"trap 'touch \"$RUN_DIR/train/{STOP_FILE}\"' URG",
         'status=0; wait "$submit" || status=$?',
         'while kill -0 "$submit" 2>/dev/null; do status=0; wait "$submit" || status=$?; done',
         'exit "$status"',
