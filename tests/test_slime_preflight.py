@@ -48,6 +48,28 @@ def test_the_presets_reward_scores_the_shipped_sample_responses(preset):
     assert "dapo scores prompt_format dapo" in preflight.check_reward(params_of(preset), reward)
 
 
+AGREEMENT = preflight.HERE / "reward_agreement.jsonl"
+
+
+def test_the_reward_model_agrees_with_slimes_own_scorers_on_the_agreement_table():
+    """engines/slime/reward_agreement.jsonl: scores of slime's rm_hub at the pinned commit (dapo,
+    deepscaler, math) on sample responses written the ways a policy writes its answer."""
+    rows = read_jsonl(AGREEMENT)
+    assert len(rows) >= 20
+    responses = " ".join(row["response"] for row in rows)
+    for writing in ("\\boxed{", "$", "1,000", "x = 34", "</think>", "###Response", "Answer:"):
+        assert writing in responses, writing
+    assert {row["dapo"] for row in rows} == {1.0, -1.0} and {row["deepscaler"] for row in rows} == {0, 1}
+    disagreements = []
+    for row in rows:
+        for rm_type in ("dapo", "deepscaler", "math"):
+            score = preflight.rule_reward(rm_type)(row["response"], row["label"])
+            score = score["score"] if isinstance(score, dict) else score
+            if score != row[rm_type]:
+                disagreements.append((rm_type, row["label"], row["response"][-40:], row[rm_type], score))
+    assert disagreements == []
+
+
 def test_deepscaler_with_a_base_model_is_refused_naming_reward_and_format(preset, tmp_path):
     # slime's deepscaler needs </think> or ###Response: on DAPO-style answers every score is 0
     with pytest.raises(ValueError, match=r"rm_type = 'deepscaler' cannot score prompt_format 'dapo'.*"
@@ -69,7 +91,7 @@ def test_other_formats_pass_with_a_reward_that_reads_them(preset, rm_type, fmt):
 
 
 def test_a_dict_reward_without_reward_key_is_refused(preset):
-    with pytest.raises(ValueError, match=r"returns \['acc', 'score'\]: set engine_params.reward_key"):
+    with pytest.raises(ValueError, match=r"returns \['acc', 'pred', 'score'\]: set engine_params.reward_key"):
         preflight.check_reward(params_of(preset, reward_key=None), preflight.rule_reward("dapo"))
 
 

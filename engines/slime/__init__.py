@@ -11,6 +11,8 @@ Modules (slime and megatron are imported lazily, inside the functions that run i
 - ``metrics``: the hooks that write train/rollouts.jsonl and train/metrics.jsonl.
 - ``preflight``: the checks before the first GPU-hour (reward vs prompt format, memory per GPU,
   context, extra_args vs known_flags.txt, which ``refresh_known_flags`` rebuilds from the sources).
+- ``reward_model``: the dry run's model of slime's rule-based rewards, held to slime's own scores on
+  reward_agreement.jsonl.
 - ``retention``: keeps the newest Megatron checkpoints of a run.
 The software these target is pinned in envs/slime-container.yaml.
 """

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import yaml
 
+from engines.slime.reward_model import rule_reward
 from harness.io import read_jsonl
 
 HERE = Path(__file__).resolve().parent
@@ -63,50 +64,6 @@ OWNED_FLAGS = frozenset({
 
 
 # --- reward --------------------------------------------------------------------------------------
-
-def _boxed(text: str) -> str | None:
-    """The content of the last \\boxed{...} (braces balanced), or None."""
-    start = text.rfind("\\boxed{")
-    if start < 0:
-        return None
-    depth, begin = 0, start + len("\\boxed{")
-    for i in range(begin - 1, len(text)):
-        depth += {"{": 1, "}": -1}.get(text[i], 0)
-        if depth == 0:
-            return text[begin:i]
-    return None
-
-
-def _same(answer: str | None, label) -> bool:
-    if answer is None:
-        return False
-    answer, label = answer.strip().strip("$. "), str(label).strip()
-    try:
-        return float(answer) == float(label)
-    except ValueError:
-        return answer == label
-
-
-def rule_reward(rm_type: str) -> Callable[[str, str], float | dict]:
-    """A model of slime's rule-based reward ``rm_type`` (slime/rollout/rm_hub at the pinned commit)
-    for the dry run, where slime is not importable: the response parts it reads, the values it returns."""
-    def deepscaler(response, label):
-        for tag in ("</think>", "###Response"):
-            if tag in response:
-                return int(_same(_boxed(response.split(tag)[-1 if tag == "</think>" else 1]), label))
-        return 0
-
-    def dapo(response, label):
-        found = re.findall(r"(?i)Answer\s*:\s*([^\n]+)", response[-300:])
-        correct = bool(found) and found[-1].strip().strip("$. ") == str(int(float(label)))
-        return {"score": 1.0 if correct else -1.0, "acc": correct}
-
-    rules = {"deepscaler": deepscaler, "dapo": dapo, "math": lambda response, label: int(_same(_boxed(response), label))}
-    if rm_type not in rules:
-        raise ValueError(f"engine_params.rm_type = {rm_type!r}: the pre-flight knows no scoring rule for it; "
-                         f"known: {sorted(rules)}")
-    return rules[rm_type]
-
 
 def slime_reward(rm_type: str) -> Callable[[str, str], float | dict]:
     """slime's own reward dispatch (inside the job's container)."""
