@@ -169,6 +169,12 @@ def score_run(run_dir: str | Path, tasks: list[str], settings: dict, *, log=None
     found = checkpoints(run_dir)
     task_dicts = {name: load_task(name, settings) for name in tasks}  # every task loads before any write
     settings["backend"] = settings["backend"] or engine_backend(run_dir)
+    if settings["backend"] == "server":  # the eval key holds whether SGLang samples by the seeds sent
+        from eval.server import with_determinism
+        try:
+            settings["server"] = with_determinism(settings.get("server") or {})
+        except ValueError as error:
+            raise ScoreError(str(error)) from None
     with contextlib.ExitStack() as locks:
         for name in tasks:
             locks.enter_context(writer_lock(run_dir / "locks" / f"evaluate-{name}.lock", f"evaluate {name}"))
