@@ -15,6 +15,8 @@ import yaml
 import stabilizers.api
 from engines import EXIT_RESUME, TimeLimitReached
 from engines.slime import launch
+from engines.slime.job_script import write_job_script
+from engines.slime.params import REPO, check_container
 from harness.config import load
 from harness.grid import resolve_run_config, run_dir
 from stabilizers import LossOutput, parameters
@@ -22,7 +24,7 @@ from tests.support.slime_checkpoints import write_hf_save
 
 PRESET = Path(__file__).resolve().parents[1] / "workflow" / "presets" / "table1.yaml"
 DAPO_PROMPTS = Path(__file__).resolve().parent / "fixtures" / "dapo_prompts.jsonl"
-PIN = yaml.safe_load((Path(launch.REPO) / "envs" / "slime-container.yaml").read_text())
+PIN = yaml.safe_load((Path(REPO) / "envs" / "slime-container.yaml").read_text())
 
 
 @pytest.fixture
@@ -62,7 +64,7 @@ def parse_submit(script: str) -> tuple[list[str], dict[str, list[str]]]:
 def job(config, recipe, lag, seed):
     run_config = resolve_run_config(config, recipe, lag, seed)
     directory = run_dir(config, recipe, lag, seed)
-    script = launch.write_job_script(run_config, directory)
+    script = write_job_script(run_config, directory)
     text = script.read_text()
     subprocess.run(["bash", "-n", str(script)], check=True)  # valid shell
     custom = yaml.safe_load((script.parent / "slime_custom.yaml").read_text())
@@ -113,7 +115,7 @@ def assert_harness_script(text):
     assert "ray start --head" in text and "trap 'kill $PRUNER 2>/dev/null || true; ray stop; prune' EXIT" in text
     assert "trap 'touch \"$RUN_DIR/train/stop_requested\"' URG" in text  # SLURM's time-limit warning
     assert "pkill" not in text and "--force" not in text
-    assert f"{launch.REPO}" in text.split("RUNTIME_ENV=")[1].splitlines()[0]  # the harness on PYTHONPATH
+    assert f"{REPO}" in text.split("RUNTIME_ENV=")[1].splitlines()[0]  # the harness on PYTHONPATH
 
 
 def test_golden_grpo_lag1(table1):
@@ -183,14 +185,14 @@ def test_bad_input_is_refused_before_anything_is_written(table1, change, error, 
     recipe = table1["recipes"][0]
     directory = run_dir(table1, recipe, 8, 0)
     with pytest.raises(error, match=message):  # engine_params errors already when the run config is resolved
-        launch.write_job_script(resolve_run_config(table1, recipe, 8, 0), directory)
+        write_job_script(resolve_run_config(table1, recipe, 8, 0), directory)
     assert not directory.exists()
 
 
 def test_pinned_references_are_accepted():
     for image in (PIN["image"], "slimerl/slime:nightly-dev-20260810a-cu129", "registry:5000/slime:v0.3",
                   "slimerl/slime:latest@sha256:" + "a" * 64):
-        launch.check_container(image)
+        check_container(image)
 
 
 def test_publish_renames_complete_hf_saves_to_step_directories(tmp_path):
@@ -319,7 +321,7 @@ def test_the_job_runs_the_preflight_before_ray_starts(table1, tmp_path, monkeypa
     slime, calls = fake_job_environment(tmp_path, monkeypatch)
     table1["engine_params"].update(container_runtime="none", slime_dir=str(slime), slime_commit_check="warn")
     run_config = resolve_run_config(table1, "grpo", 1, 0)
-    script = launch.write_job_script(run_config, run_dir(table1, "grpo", 1, 0))
+    script = write_job_script(run_config, run_dir(table1, "grpo", 1, 0))
     # a config changed after the dry run (here: the reward) is caught by the job itself
     changed = dict(run_config, engine_params=dict(run_config["engine_params"], rm_type="deepscaler", reward_key=None))
     (script.parent / "run_config.json").write_text(json.dumps(changed))
@@ -337,7 +339,7 @@ def test_one_image_everywhere():
     assert preset["engine_params"]["container"] == PIN["image"]
     assert f"docker://{PIN['image']}" in preset["eval"]["server"]["command_prefix"]
     assert preset["engine_params"]["slime_commit_check"] == "strict"
-    readme = (Path(launch.REPO) / "README.md").read_text()
+    readme = (Path(REPO) / "README.md").read_text()
     assert f"--build-arg SLIME_COMMIT={PIN['slime']['commit']}" in readme and PIN["image"] in readme
 
 
@@ -366,7 +368,7 @@ def test_a_warning_before_the_job_starts_still_saves_and_exits_75(table1, tmp_pa
     (directory / "train").mkdir(parents=True)
     (directory / "train" / "stop_requested").touch()  # a mark left by the last attempt is cleared first
     result = subprocess.run([sys.executable, "-m", "engines.run", "--run-dir", str(directory),
-                             "--config-json", json.dumps(run_config)], cwd=launch.REPO, capture_output=True,
+                             "--config-json", json.dumps(run_config)], cwd=REPO, capture_output=True,
                             text=True, timeout=120)
     assert result.returncode == EXIT_RESUME, result.stderr
     assert "stopped after step 1 of 8 at the time-limit warning" in result.stderr

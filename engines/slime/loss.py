@@ -1,7 +1,7 @@
 """slime's custom-loss entry point: the recipe's stabilizer inside slime's Megatron trainer.
 
     --loss-type custom_loss --custom-loss-function-path engines.slime.loss.policy_loss
-    --custom-config-path <run_dir>/train/slime_custom.yaml     (written by engines.slime.launch)
+    --custom-config-path <run_dir>/train/slime_custom.yaml     (written by engines.slime.job_script)
 
 slime calls ``policy_loss(args, batch, logits, sum_of_sample_mean)`` once per micro-batch
 (slime/backends/megatron_utils/loss.py, ``loss_function``). ``batch`` holds per-sample lists:
@@ -57,7 +57,7 @@ VALIDATE = os.environ.get("STALEBENCH_VALIDATE_BATCH") == "1"
 
 # slime options (at the pinned commit) that change what the custom loss receives or computes and that
 # the adapter does not handle: (flag, attribute on slime's args, slime's default, what it changes).
-# Refused by name in engine_params.extra_args (engines.slime.launch.resolve_params, so `snakemake -n`
+# Refused by name in engine_params.extra_args (engines.slime.params.resolve_params, so `snakemake -n`
 # already says so) and again on the trainer's parsed args (check_args).
 UNHANDLED_SLIME_OPTIONS = (
     ("--use-rollout-logprobs", "use_rollout_logprobs", False,
@@ -94,7 +94,7 @@ def recipe_of(args) -> Recipe:
     spec = getattr(args, RECIPE_KEY, None)
     if not isinstance(spec, dict) or "name" not in spec:
         raise ValueError(f"args.{RECIPE_KEY} is missing or has no 'name': pass the custom-config YAML written by "
-                         "engines.slime.launch with --custom-config-path")
+                         "engines.slime.job_script with --custom-config-path")
     text = json.dumps(spec, sort_keys=True)
     if text not in _RECIPES:
         _RECIPES[text] = recipe_from_named_dict(spec, "--custom-config-path")

@@ -42,7 +42,7 @@ def train_dir(args) -> Path:
     run_dir = getattr(args, "stalebench_run_dir", None)
     if not run_dir:
         raise ValueError("args.stalebench_run_dir is not set: pass the custom-config YAML written by "
-                         "engines.slime.launch with --custom-config-path")
+                         "engines.slime.job_script with --custom-config-path")
     return Path(run_dir) / "train"
 
 
