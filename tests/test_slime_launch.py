@@ -14,7 +14,7 @@ import yaml
 
 import stabilizers.api
 from engines import EXIT_RESUME, TimeLimitReached
-from engines.slime import launch
+from engines.slime import job_script, launch
 from engines.slime.job_script import write_job_script
 from engines.slime.params import REPO, check_container
 from harness.config import load
@@ -375,3 +375,33 @@ def test_a_warning_before_the_job_starts_still_saves_and_exits_75(table1, tmp_pa
     train = directory / "train"
     assert [p.name for p in (train / "megatron").glob("iter_*")] == ["iter_0000000"]  # saved after step 1
     assert not (train / "status.json").exists()
+
+
+@pytest.mark.parametrize("at_the_pin", [True, False])
+def test_strict_commit_check_reads_a_checkout_owned_by_another_user(table1, tmp_path, monkeypatch, at_the_pin):
+    """As in a container whose /root/slime another user built: at the pinned commit the job runs; at
+    another, it exits 3 naming both commits."""
+    slime, calls = fake_job_environment(tmp_path, monkeypatch)
+    git = ["git", "-C", str(slime), "-c", "user.name=test", "-c", "user.email=test@example.org"]
+    for command in (["init", "-q"], ["add", "."], ["commit", "-qm", "slime"]):
+        subprocess.run(git + command, check=True)
+    head = subprocess.run(git + ["rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    if os.geteuid() == 0:
+        for path in (slime, *slime.rglob("*")):
+            os.chown(path, 4321, 4321, follow_symlinks=False)
+    else:  # git's own switch for the same ownership check
+        monkeypatch.setenv("GIT_TEST_ASSUME_DIFFERENT_OWNER", "1")
+    pinned = head if at_the_pin else "0" * 40
+    monkeypatch.setattr(job_script, "pinned_container", lambda: {**PIN, "slime": {**PIN["slime"], "commit": pinned}})
+    table1.update(steps=2, eval_every=1)
+    table1["engine_params"].update(container_runtime="none", slime_dir=str(slime), slime_commit_check="strict")
+    script = write_job_script(resolve_run_config(table1, "grpo", 1, 0), run_dir(table1, "grpo", 1, 0))
+    result = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=120)
+    if at_the_pin:
+        assert result.returncode == 0, result.stderr
+        assert (script.parent / "slime_commit.txt").read_text().strip() == head
+        assert [json.loads(line)[:2] for line in calls.read_text().splitlines()][1] == ["job", "submit"]
+    else:
+        assert result.returncode == 3
+        assert f"is at commit {head}, not the pinned {pinned}" in result.stderr
+        assert not calls.exists()  # stopped before Ray
