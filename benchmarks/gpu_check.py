@@ -133,7 +133,8 @@ def slime_runs():
         def prepare(device):
             logits, batch = make_sample_batch(seed=0)
             return logits.detach().to(device).requires_grad_(True), {
-                key: [t.to(device) if isinstance(t, torch.Tensor) else t for t in value] for key, value in batch.items()}
+                key: None if value is None else [t.to(device) if isinstance(t, torch.Tensor) else t for t in value]
+                for key, value in batch.items()}  # None: a key slime's iterator has no data for
 
         def step(inputs, recipe=recipe):
             logits, batch = inputs

@@ -86,6 +86,14 @@ def test_one_weight_swap_per_checkpoint_scores_every_task(tmp_path, fake_server)
     assert [r for r in rows if r["task"] == "aime24_avg8"] == alone  # as if scored alone
 
 
+def test_a_failing_weight_swap_names_the_checkpoint_and_writes_no_line(tmp_path, fake_server):
+    run = make_run(tmp_path / "run")
+    fake_server.refused.add("step_1")
+    with pytest.raises(ServerError, match=r"refused to load .*step_1: HTTP 400 .*Failed to load weights"):
+        score_run(run, ["aime24_avg8"], settings(fake_server.url))
+    assert fake_server.log == [] and not (run / "eval").exists()
+
+
 def test_launch_command_from_config():
     server = {"url": "http://10.0.0.7:30000/v1", "model": "policy", "tp": 2, "mem_fraction": 0.8,
               "random_seed": 1, "extra_args": ["--context-length", 32768]}

@@ -2,6 +2,7 @@
 refused before anything is written, and run() executing its script against a fake `ray`."""
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import shlex
@@ -20,6 +21,7 @@ from engines.slime.params import REPO, check_container
 from harness.config import load
 from harness.grid import resolve_run_config, run_dir
 from stabilizers import LossOutput, parameters
+from tests.support import slime_standin
 from tests.support.slime_checkpoints import write_hf_save
 
 PRESET = Path(__file__).resolve().parents[1] / "workflow" / "presets" / "table1.yaml"
@@ -405,3 +407,14 @@ def test_strict_commit_check_reads_a_checkout_owned_by_another_user(table1, tmp_
         assert result.returncode == 3
         assert f"is at commit {head}, not the pinned {pinned}" in result.stderr
         assert not calls.exists()  # stopped before Ray
+
+
+def test_every_hook_flag_resolves_as_slime_loads_it(table1):
+    """slime imports each --*-path hook with load_function and calls it with fixed arguments: the
+    functions the launcher names exist and take those arguments."""
+    _, _, flags, _, _ = job(table1, "grpo", 1, 0)
+    hooks = {flag: values[0] for flag, values in flags.items() if flag.endswith("-path") and "/" not in values[0]}
+    assert set(hooks) == set(slime_standin.HOOK_CALLS)
+    for flag, path in hooks.items():
+        function = slime_standin.load_function(path)
+        inspect.signature(function).bind(*slime_standin.HOOK_CALLS[flag])  # raises if slime's call does not fit

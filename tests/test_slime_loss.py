@@ -138,7 +138,7 @@ def test_slime_options_that_change_the_loss_inputs_are_refused_by_name(flag, att
 
 def test_missing_rollout_log_probs_is_refused():
     logits, batch = make_sample_batch()
-    del batch["rollout_log_probs"]
+    batch["rollout_log_probs"] = None  # what slime's data iterator gives for a key the rollout lacks
     with pytest.raises(ValueError, match="rollout_log_probs"):
         slime_loss_function(args_for(RECIPES["grpo"]), batch, logits, slime_loss.policy_loss)
 

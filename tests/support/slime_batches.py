@@ -34,7 +34,10 @@ def make_sample_batch(seed=0, prompt_lengths=(3, 5, 2, 4, 6), response_lengths=(
         "rollout_log_probs": [lp + 0.1 * torch.randn(lp.shape, generator=g) for lp in current],
         "advantages": [torch.full((r,), float(torch.randn((), generator=g))) for r in response_lengths],
         "ref_log_probs": [lp + 0.02 * torch.randn(lp.shape, generator=g) for lp in current],
+        # slime's data iterator gives every key the loss step asks for, None where the rollout has none
+        "values": None, "multimodal_train_inputs": None,
     }
+    batch["returns"] = list(batch["advantages"])  # GRPO: the returns are the advantages
     return logits, batch
 
 

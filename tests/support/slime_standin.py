@@ -10,10 +10,13 @@ from reading that source (not copied):
   ``sum_of_sample_mean`` (or the per-token sum), call the function, rescale the loss, and the
   gradient normalisation of one step (per-token: / step tokens; else / step samples).
 - ``log(args, metrics, step_key)``: slime.observability.logging_utils.log, recording its calls;
+- ``load_function(path)``: how slime resolves every ``--*-path`` hook (slime/utils/misc.py), and
+  ``HOOK_CALLS``: the arguments slime calls each hook of the launcher with;
 - ``install()`` puts these under their slime module names in sys.modules.
 """
 from __future__ import annotations
 
+import importlib
 import sys
 import types
 from argparse import Namespace
@@ -104,6 +107,21 @@ def slime_args(**overrides) -> Namespace:
                   ref_update_interval=None)
     values.update(overrides)
     return Namespace(**values)
+
+
+def load_function(path: str):
+    """slime's hook resolution: the last dotted part is an attribute of the module named by the rest."""
+    module_path, _, attribute = path.rpartition(".")
+    return getattr(importlib.import_module(module_path), attribute)
+
+
+# slime's call of each hook flag's function, by argument name (slime/backends/megatron_utils/loss.py
+# loss_function, actor.py train_actor, observability/rollout_metrics.py log_rollout_data)
+HOOK_CALLS = {
+    "--custom-loss-function-path": ("args", "batch", "logits", "sum_of_sample_mean"),
+    "--rollout-data-postprocess-path": ("args", "rollout_id", "rollout_data"),
+    "--custom-rollout-log-function-path": ("rollout_id", "args", "samples", "rollout_extra_metrics", "rollout_time"),
+}
 
 
 LOGGED: list[tuple[dict, str]] = []  # what slime.observability.logging_utils.log received
