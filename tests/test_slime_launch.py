@@ -6,6 +6,7 @@ import inspect
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -418,3 +419,18 @@ def test_every_hook_flag_resolves_as_slime_loads_it(table1):
     for flag, path in hooks.items():
         function = slime_standin.load_function(path)
         inspect.signature(function).bind(*slime_standin.HOOK_CALLS[flag])  # raises if slime's call does not fit
+
+
+def test_a_finished_run_is_never_relaunched(table1, tmp_path, monkeypatch):
+    """A params-triggered rerun of a completed cluster run starts no job script (no Ray, no model);
+    one whose last HF checkpoint is gone says so instead of starting a job with nothing to train."""
+    run_config, directory, calls = fake_slime_job(table1, tmp_path, monkeypatch)
+    assert launch.run(run_config, directory) == "completed"
+    jobs = calls.read_text()
+    (directory / "train" / "job.sh").unlink()
+    assert launch.run(run_config, directory) == "completed"
+    assert calls.read_text() == jobs and not (directory / "train" / "job.sh").exists()  # no script written or run
+    shutil.rmtree(directory / "train" / "checkpoints" / "step_8")
+    with pytest.raises(FileNotFoundError, match=r"says completed, but its last HF checkpoint .*step_8"):
+        launch.run(run_config, directory)
+    assert calls.read_text() == jobs

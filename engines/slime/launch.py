@@ -29,6 +29,7 @@ reward functions, before it starts Ray.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import re
 import shutil
@@ -86,9 +87,26 @@ def final_status(run_config: dict, run_dir: Path, returncode: int) -> dict:
     return {"status": "failed", "step": last, "message": f"slime job exited with code {returncode} after step {last}"}
 
 
+def finished(run_config: dict, run_dir: Path) -> str | None:
+    """The status of a run that needs no job (diverged, or completed with its last HF checkpoint
+    published whole), None for one that does. A completed run whose last HF checkpoint is missing
+    or incomplete raises: its job would resume after its last step and train nothing."""
+    path = run_dir / "train" / "status.json"
+    status = json.loads(path.read_text()).get("status") if path.is_file() else None
+    if status == "completed":
+        last = run_dir / "train" / "checkpoints" / f"step_{run_config['steps']}"
+        if problem := hf_checkpoint_problem(last):
+            raise FileNotFoundError(f"{path} says completed, but its last HF checkpoint is not there whole "
+                                    f"({problem}); delete {run_dir / 'train'} to train the run again")
+    return status if status in ("completed", "diverged") else None
+
+
 def run(run_config: dict, run_dir: str | Path) -> str:
-    """Train (or resume) one run on slime; returns its final status (failed raises after writing it)."""
+    """Train (or resume) one run on slime; returns its final status (failed raises after writing it).
+    A finished run returns at once: no job starts Ray, loads the model and trains nothing."""
     run_dir = Path(run_dir).resolve()
+    if status := finished(run_config, run_dir):
+        return status
     script = write_job_script(run_config, run_dir)
     returncode = subprocess.run(["bash", str(script)], cwd=run_dir).returncode
     _, incomplete = publish_hf_checkpoints(run_dir, run_config)
