@@ -119,7 +119,7 @@ def test_every_problem_is_reported_at_once():
 
 def test_a_config_recipe_can_join_the_grid():
     extra = {"grpo_wide": {"loss": "grpo", "params": {"eps_low": 0.3, "eps_high": 0.3}}}
-    config = validate(demo(recipes=["grpo", "grpo_wide"], extra_recipes=extra))
+    config = validate(demo(recipes=["grpo", "grpo_wide"], extra_recipes=extra, claims=[]))
     assert config["extra_recipes"] == extra
 
 
@@ -193,7 +193,7 @@ def test_planning_does_not_import_torch():
 
 def test_recipe_values_are_checked_when_jobs_start():
     from harness.config import check_recipe_values
-    config = validate(demo(recipes=["grpo", "bad"], extra_recipes={"bad": {"loss": "sat_grpo", "params": {"alpha": 1.5}}}))
+    config = validate(demo(recipes=["grpo", "bad"], claims=[], extra_recipes={"bad": {"loss": "sat_grpo", "params": {"alpha": 1.5}}}))
     with pytest.raises(ConfigError, match=r"recipe 'bad' \(config 'recipes'\): alpha = 1.5 is outside"):
         check_recipe_values(config)
     check_recipe_values(demo())

@@ -337,12 +337,12 @@ def test_the_job_runs_the_preflight_before_ray_starts(table1, tmp_path, monkeypa
 
 def test_one_image_everywhere():
     """The preset's training image, its evaluation server's image and the pin are the image built at
-    the pinned slime commit (envs/slime-container.yaml says how), so the strict commit check passes."""
+    the pinned slime commit (envs/slime-container.yaml and docs/cluster.md say how), so the strict commit check passes."""
     preset = load(PRESET)
     assert preset["engine_params"]["container"] == PIN["image"]
     assert f"docker://{PIN['image']}" in preset["eval"]["server"]["command_prefix"]
     assert preset["engine_params"]["slime_commit_check"] == "strict"
-    readme = (Path(REPO) / "README.md").read_text()
+    readme = (Path(REPO) / "docs" / "cluster.md").read_text()
     assert f"--build-arg SLIME_COMMIT={PIN['slime']['commit']}" in readme and PIN["image"] in readme
 
 
