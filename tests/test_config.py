@@ -189,9 +189,13 @@ def test_planning_does_not_import_torch():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-def test_recipe_values_are_checked_when_jobs_start():
+def test_recipe_values_are_checked_when_read_and_when_jobs_start():
     from harness.config import check_recipe_values
-    config = validate(demo(recipes=["grpo", "bad"], claims=[], extra_recipes={"bad": {"loss": "sat_grpo", "params": {"alpha": 1.5}}}))
-    with pytest.raises(ConfigError, match=r"recipe 'bad' \(config 'recipes'\): alpha = 1.5 is outside"):
+    # a declared range (stabilizers._ranges) is checked when the config is read, without torch
+    with pytest.raises(ConfigError, match=r"config key 'extra_recipes': recipe 'bad' \(config\): alpha = 1.5 is outside"):
+        validate(demo(recipes=["grpo", "bad"], claims=[], extra_recipes={"bad": {"loss": "sat_grpo", "params": {"alpha": 1.5}}}))
+    # a bound the code derives (verl's lower = 1 / upper) by running the recipe, when jobs start
+    config = validate(demo(recipes=["grpo", "bad"], claims=[], extra_recipes={"bad": {"loss": "grpo", "rollout_is": {"upper": 0.5}}}))
+    with pytest.raises(ConfigError, match=r"recipe 'bad' \(config 'recipes'\): lower = 2.0 is outside \[0.0, 0.5\]"):
         check_recipe_values(config)
     check_recipe_values(demo())

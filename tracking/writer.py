@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from harness.provenance import git_commit
-from tracking.store import KIND, fast_sqlite_commits, local_artifact_dir, tracking_uri
+from tracking.store import KIND, create_local_store, fast_sqlite_commits, local_artifact_dir, tracking_uri
 
 KEY = "run_key"
 MAX_METRICS, MAX_PARAMS, MAX_TAGS = 1000, 100, 100  # MLflow's log_batch limits
@@ -24,6 +24,7 @@ class Writer:
         self.config = config
         self.uri, self.artifact_root = tracking_uri(config)
         if self.uri.startswith("sqlite:"):
+            create_local_store(self.uri)
             fast_sqlite_commits()
         self.client = MlflowClient(self.uri)
         self.now = int(time.time() * 1000)

@@ -7,8 +7,8 @@
    every trainer rank after the log-probs are recomputed and before the step trains. d =
    log_probs - rollout_log_probs (log pi - log mu at the start of the step) over active tokens
    is all-gathered over Megatron's data-parallel group, so mean |d| and the p50/p90/p99/max
-   quantiles are exact over the whole step (torch's linear quantile, engines.mismatch like the tiny engine's
-   definition, with no size limit), plus the mean raw reward and the realized lag.
+   quantiles are exact over the whole step (engines.mismatch, the tiny engine's linear quantiles, at any
+   size), plus the mean raw reward and the realized lag.
 3. slime logs each trained step's scalars (train/loss, train/grad_norm, train/entropy_loss and
    the loss function's metrics such as train/sat/q) through
    ``slime.observability.logging_utils.log`` on one rank (data-parallel 0, tensor-parallel 0,
@@ -30,6 +30,7 @@ import torch
 
 from engines.mismatch import abs_d_stats
 from engines.slime.lag import trainer_version
+from engines.slime.loss import refuse_unhandled_options
 from harness.io import append_jsonl_atomic, read_jsonl
 from harness.run import RunDir
 
@@ -41,7 +42,7 @@ def train_dir(args) -> Path:
     run_dir = getattr(args, "stalebench_run_dir", None)
     if not run_dir:
         raise ValueError("args.stalebench_run_dir is not set: pass the custom-config YAML written by "
-                         "engines.slime.launch with --custom-config-path")
+                         "engines.slime.job_script with --custom-config-path")
     return Path(run_dir) / "train"
 
 
@@ -141,13 +142,14 @@ def tap_slime_train_log(recorder: MetricsRecorder) -> None:
 def postprocess(args, rollout_id, rollout_data) -> None:
     """slime's rollout-data postprocess hook (every trainer rank, before the step trains)."""
     global _recorder
+    refuse_unhandled_options(args)  # e.g. --use-rollout-logprobs: no recompute, so no log_probs on any stage
     if "log_probs" not in rollout_data:  # not the last pipeline stage: nothing to measure here
         return
     if "rollout_log_probs" not in rollout_data:
         raise ValueError("rollout_data has no rollout_log_probs: SGLang log-probs are needed for d = log pi - log mu")
     from megatron.core import parallel_state as mpu
 
-    from stabilizers.distributed import TorchDistributedReduce
+    from stabilizers import TorchDistributedReduce
     group = mpu.get_data_parallel_group(with_context_parallel=True)
     gathered = TorchDistributedReduce(group=group).all_gather(local_abs_d(rollout_data))
     if not is_writer_rank():

@@ -31,8 +31,7 @@ import torch
 from engines.mismatch import abs_d_stats
 from harness.engine import TimeLimitReached, TrainingDiverged, merge_metrics, time_limit_near
 from harness.run import RunConfig, RunDir
-from stabilizers import PolicyBatch, validate_batch
-from stabilizers.diagnostics import ess_lr_scale, offpolicy_diagnostics
+from stabilizers import PolicyBatch, ess_lr_scale, offpolicy_diagnostics, validate_batch
 
 from . import task
 from .checkpoint import load_model, load_state, recover_replaced_dir, replace_dir_atomic, save_checkpoint

@@ -1,35 +1,27 @@
-"""A real `mlflow server` for tests: started on 127.0.0.1 (a free port) over a results folder exactly
-as `make ui` starts it (tracking.ui.server_command), stopped by its process group; REST helpers."""
+"""A real `mlflow server` for tests: started on 127.0.0.1 over a results folder exactly as `make ui`
+starts it (tracking.ui: its command and environment, a port it takes itself), stopped by its process
+group; REST helpers."""
 import json
 import os
 import signal
-import socket
 import subprocess
 import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
-from tracking.ui import server_command, wait_healthy
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from tracking.ui import server_command, server_env, wait_healthy
 
 
 @contextmanager
 def mlflow_server(results_dir: Path, log: Path):
     """Yields the server's base URL; its log goes to ``log`` (shown if it fails to start)."""
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    env = {k: v for k, v in server_env().items() if k != "MLFLOW_TRACKING_URI"}
     with open(log, "w") as out:
-        server = subprocess.Popen(server_command({"results_dir": str(results_dir)}, port), stdout=out,
+        server = subprocess.Popen(server_command({"results_dir": str(results_dir)}, 0), stdout=out,
                                   stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
     try:
         try:
-            wait_healthy(base, server)
+            base = wait_healthy(server, 0)
         except RuntimeError as error:
             raise AssertionError(f"{error}\n{Path(log).read_text()[-3000:]}") from None
         yield base
