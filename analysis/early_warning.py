@@ -12,7 +12,7 @@ was fixed before the field study's ESS was read; collapse steps are known only t
 interval, so a lead time is exact to eval_every steps.
 
 A lead time means something only if the drop is rarer in runs that did not collapse: read the
-false alarms beside it. In the field study (engines/tiny/README.md, "Does a drop in ESS precede
+false alarms beside it. In the field study (the CPU engine's README, "Does a drop in ESS precede
 collapse?") it was not: at lag 8 the drop came in 21/35 collapsed and 36/65 calm runs (Fisher's
 exact p = 0.68), no discrimination.
 """
