@@ -64,7 +64,7 @@ def test_defaults_are_filled_and_the_input_is_not_changed():
 
 @pytest.mark.parametrize(("change", "key", "words"), [
     ({"recipes": ["grpo", "no_such_recipe"]}, "recipes[1]", "unknown recipe 'no_such_recipe'"),
-    ({"lags": [1, 0]}, "lags[1]", "less than the minimum of 1"),
+    ({"lags": [1, -1]}, "lags[1]", "less than the minimum of 0"),
     ({"lags": [1, 2.5]}, "lags[1]", "not of type 'integer'"),
     ({"lags": [1, "8"]}, "lags[1]", "not of type 'integer'"),
     ({"lags": []}, "lags", "non-empty"),

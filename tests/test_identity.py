@@ -12,8 +12,9 @@ import harness.grid
 from engines.tiny import params as tiny_params
 from harness import engine as engines
 from harness.config import load, schema, validate
-from harness.grid import LAG_MODES, resolve_run_config
+from harness.grid import resolve_run_config
 from harness.identity import eval_key, run_key
+from harness.lag import LAG_MODES
 from harness.model import Config
 from harness.provenance import collect, finish_attempt, start_attempt
 from harness.run import RunDir

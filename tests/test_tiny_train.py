@@ -15,12 +15,13 @@ import engines.tiny.trainer
 from engines.run import run
 from engines.tiny import task
 from engines.tiny.checkpoint import load_model
-from engines.tiny.rollout import RolloutEngine, sampling_version
+from engines.tiny.rollout import RolloutEngine
 from engines.tiny.trainer import Trainer, step_seed
 from engines.tiny.warmstart import build_base
 from harness.engine import TimeLimitReached
 from harness.grid import resolve_run_config
 from harness.io import read_jsonl
+from harness.lag import sampling_version
 from harness.run import RunConfig, RunDir
 from tests.support.untimed import untimed_rows
 
@@ -35,9 +36,10 @@ def base(tmp_path_factory):
     return out
 
 
-def config(base, recipe="grpo", lag=2, mode="interval", steps=6, eval_every=2, seed=0, **params):
+def config(base, recipe="grpo", lag=2, mode="interval", steps=6, eval_every=2, seed=0, extra_recipes=None, **params):
     grid = {"grid": "test", "engine": "tiny", "lag_mode": mode, "steps": steps, "eval_every": eval_every,
-            "recipes": [recipe], "lags": [lag], "seeds": [seed], "engine_params": {**SMALL, **params}}
+            "recipes": [recipe], "lags": [lag], "seeds": [seed], "engine_params": {**SMALL, **params},
+            "extra_recipes": extra_recipes or {}}
     run_config = resolve_run_config(grid, recipe, lag, seed)
     run_config["base_model"] = str(base)
     return run_config
@@ -126,7 +128,7 @@ def test_each_batch_is_sampled_by_the_scheduled_policy_version(base, tmp_path, m
             return engine.rollout(step, problems, params["samples_per_step"], params["reward"],
                                   seed=step_seed(0, step, 1))
 
-        version = sampling_version(step, lag, mode)
+        version = sampling_version(step, lag, mode, 0)
         assert batches[step].version == version
         again = resample(version)
         assert torch.equal(again.tokens, batches[step].tokens) and torch.equal(again.logmu_full, batches[step].logmu_full)

@@ -21,8 +21,8 @@ import yaml
 from engines.slime import preflight
 from engines.slime.flags import entrypoint, slime_flags
 from engines.slime.params import REPO, check_paths, pinned_container, resolve_params
-from harness.grid import check_lag
 from harness.io import write_json_atomic, write_text_atomic
+from harness.lag import check_lag
 
 STOP_FILE = "stop_requested"  # train/<this>: the job script's mark that the time-limit warning came
 
