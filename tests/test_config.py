@@ -111,7 +111,7 @@ def test_missing_required_keys_are_named():
 
 
 def test_every_problem_is_reported_at_once():
-    message = rejected(demo(lags=[0], seeds=[], collapse={"fraction": 2}))
+    message = rejected(demo(lags=[-1], seeds=[], collapse={"fraction": 2}))
     assert all(f"config key {key!r}" in message for key in ("lags[0]", "seeds", "collapse.fraction"))
 
 

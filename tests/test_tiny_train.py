@@ -164,8 +164,8 @@ def test_bad_inputs_fail_before_anything_is_written(base, tmp_path):
     bad_recipe = {**cfg, "recipe": {"name": "mystery", "loss": "no_such_loss", "params": {}}}
     with pytest.raises(ValueError, match="no_such_loss"):
         run(bad_recipe, tmp_path / "r")
-    for lag in (0, 1.5, "2"):
-        with pytest.raises(ValueError, match="lag must be an integer >= 1"):
+    for lag in (-1, 1.5, "2"):
+        with pytest.raises(ValueError, match="lag must be an integer >= 0"):
             run({**cfg, "lag": lag}, tmp_path / "r")
     with pytest.raises(ValueError, match=r"unknown key\(s\) \['learning_rate'\]"):
         run({**cfg, "engine_params": {**SMALL, "learning_rate": 1.0}}, tmp_path / "r")
