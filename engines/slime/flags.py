@@ -83,8 +83,6 @@ def slime_flags(run_config: dict, params: dict, run_dir: Path, *, extra: bool = 
         *([("--use-kl-loss",), ("--kl-loss-coef", str(params["kl_loss_coef"])),
            ("--kl-loss-type", params["kl_loss_type"])] if params["kl_loss_coef"] else []),
         ("--kl-coef", "0.0"), ("--entropy-coef", str(params["entropy_coef"])),
-        # the lag
-        *([("--update-weights-interval", str(run_config["lag"]))] if run_config["lag_mode"] == "interval" else []),
         # the harness's hooks
         ("--custom-config-path", str(train / "slime_custom.yaml")),
         ("--rollout-data-postprocess-path", "engines.slime.metrics.postprocess"),
@@ -101,9 +99,7 @@ def slime_flags(run_config: dict, params: dict, run_dir: Path, *, extra: bool = 
     return flags
 
 
-def entrypoint(run_config: dict) -> list[str]:
-    if run_config["lag_mode"] == "interval":
-        return ["python3", "$SLIME_DIR/train_async.py"]
-    return ["python3", "-m", "engines.slime.driver"]
+# every lag mode runs the harness's driver, which pushes the weights itself (no --update-weights-interval)
+ENTRYPOINT = ("python3", "-m", "engines.slime.driver")
 
 
