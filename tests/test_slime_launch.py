@@ -436,3 +436,25 @@ def test_a_finished_run_is_never_relaunched(table1, tmp_path, monkeypatch):
     with pytest.raises(FileNotFoundError, match=r"says completed, but its last HF checkpoint .*step_8"):
         launch.run(run_config, directory)
     assert calls.read_text() == jobs
+
+
+def test_field_switches_map_to_slime_flags(table1):
+    """R2 -> --use-routing-replay (Megatron's replay of the recompute's routing), R3 ->
+    --use-rollout-routing-replay, fp16 -> --fp16, bounded lag -> the harness's driver."""
+    table1["extra_recipes"] = {"grpo_r2": {"loss": "grpo", "params": {"eps_low": 0.2, "eps_high": 0.2},
+                                           "routing_replay": "r2"}}
+    table1["recipes"] = [*table1["recipes"], "grpo_r2"]
+    _, _, r2_flags, custom, _ = job(table1, "grpo_r2", 1, 0)
+    assert r2_flags["--use-routing-replay"] == [] and "--use-rollout-routing-replay" not in r2_flags
+    assert custom["stalebench_recipe"]["routing_replay"] == "r2"
+    _, _, r3_flags, _, _ = job(table1, "grpo_r3", 1, 0)
+    assert r3_flags["--use-rollout-routing-replay"] == [] and "--use-routing-replay" not in r3_flags
+    assert "--fp16" not in r3_flags
+    table1["engine_params"] = {**table1["engine_params"], "precision": "fp16"}
+    table1["lag_mode"] = "bounded"
+    _, entry, fp16_flags, custom, _ = job(table1, "grpo", 4, 0)
+    assert fp16_flags["--fp16"] == [] and entry == ["python3", "-m", "engines.slime.driver"]
+    assert (custom["stalebench_lag_mode"], custom["stalebench_lag"]) == ("bounded", 4)
+    table1["engine_params"]["precision"] = "fp8"
+    with pytest.raises(ValueError, match="engine_params.precision"):
+        job(table1, "grpo", 4, 0)
