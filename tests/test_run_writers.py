@@ -13,9 +13,9 @@ from engines.run import run
 from harness.config import load, train_retries
 from harness.io import append_jsonl_atomic, read_jsonl
 from harness.lock import RunLocked, writer_lock
+from tests.support.tiny_runs import config
 from tests.support.untimed import untimed_rows
 from tests.support.workflow_cli import ROOT
-from tests.test_tiny_train import base, config  # noqa: F401 - a fixture
 
 
 def engines_run(cfg, run_dir, **kwargs):
@@ -23,7 +23,7 @@ def engines_run(cfg, run_dir, **kwargs):
                              json.dumps(cfg)], cwd=ROOT, stderr=subprocess.PIPE, text=True, **kwargs)
 
 
-def test_a_second_writer_fails_at_once_naming_the_holder(base, tmp_path, monkeypatch):  # noqa: F811
+def test_a_second_writer_fails_at_once_naming_the_holder(base, tmp_path, monkeypatch):
     monkeypatch.setenv("SLURM_JOB_ID", "4242")
     cfg = config(base, steps=4)
     with writer_lock(tmp_path / "r" / "locks" / "train.lock", "train"):
@@ -62,7 +62,7 @@ def test_a_step_log_refuses_a_step_that_is_not_after_the_last(tmp_path):
     assert [row["step"] for row in read_jsonl(path)] == [1, 2]  # nothing of a refused append was written
 
 
-def test_time_limit_warning_saves_resume_state_and_the_retry_ends_identical(base, tmp_path):  # noqa: F811
+def test_time_limit_warning_saves_resume_state_and_the_retry_ends_identical(base, tmp_path):
     cfg = config(base, recipe="grpo", lag=2, steps=30, eval_every=7)
     reference = tmp_path / "reference"
     run(cfg, reference)
