@@ -14,6 +14,7 @@ import yaml
 
 from tests.support.grid_fixture import make_grid
 from tests.support.mlflow_server import free_port
+from tests.support.optional import missing
 from tracking.sync import sync
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,7 +56,7 @@ def test_printed_link_shows_the_seed_runs_test_score_chart(tmp_path):
     try:
         ui_screenshot.chromium()
     except RuntimeError as error:
-        pytest.skip(f"no headless browser: {error}")
+        missing("browser", f"no headless browser: {error}")
     link, dom = ui_screenshot.shoot(ui_screenshot.fabricate(tmp_path), tmp_path / "ui.png")
     text = ui_screenshot.visible_text(dom)
     assert "eval/tiny_test/score" in text and "grpo/lag1/seed0" in text, link
