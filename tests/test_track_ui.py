@@ -13,11 +13,27 @@ import pytest
 import yaml
 
 from tests.support.grid_fixture import make_grid
-from tests.support.mlflow_server import free_port
 from tests.support.optional import missing
+from tests.support.ports import free_ports
 from tracking.sync import sync
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def start_ui(config: Path, env: dict, log: Path, attempts: int = 3):
+    """`python -m tracking.ui` on a free port: (process, port, the link it printed). Started again on
+    another port where its server found the port taken meanwhile."""
+    for attempt in range(1, attempts + 1):
+        (port,) = free_ports(1)
+        with open(log, "w") as errors:
+            ui = subprocess.Popen([sys.executable, "-m", "tracking.ui", "--config", str(config), "--port", str(port)],
+                                  cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=errors, text=True,
+                                  start_new_session=True)
+        link = next((line.strip() for line in ui.stdout if line.startswith("http://")), "")
+        if link or attempt == attempts or "address already in use" not in log.read_text().lower():
+            assert link, f"tracking.ui printed no link (exit {ui.wait()}):\n{log.read_text()[-3000:]}"
+            return ui, port, link
+        ui.wait()
 
 
 def test_ui_serves_the_store_and_prints_the_runs_view_link(tmp_path, monkeypatch):
@@ -26,12 +42,8 @@ def test_ui_serves_the_store_and_prints_the_runs_view_link(tmp_path, monkeypatch
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     marker = sync(config, progress=False, final=False)
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
-    port = free_port()
-    ui = subprocess.Popen([sys.executable, "-m", "tracking.ui", "--config", str(tmp_path / "config.yaml"),
-                           "--port", str(port)], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True,
-                          start_new_session=True)
+    ui, port, link = start_ui(tmp_path / "config.yaml", env, tmp_path / "ui.log")
     try:
-        link = next((line.strip() for line in ui.stdout if line.startswith("http://")), "")
         base, _, fragment = link.partition("/#/")
         assert base == f"http://127.0.0.1:{port}" and fragment.startswith(f"experiments/{marker['experiment_id']}/runs?")
         query = urllib.parse.parse_qs(fragment.partition("?")[2])

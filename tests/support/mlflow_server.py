@@ -1,33 +1,44 @@
-"""A real `mlflow server` for tests: started on 127.0.0.1 (a free port) over a results folder exactly
-as `make ui` starts it (tracking.ui.server_command), stopped by its process group; REST helpers."""
+"""A real `mlflow server` for tests: started on 127.0.0.1 over a results folder exactly as `make ui`
+starts it (tracking.ui.server_command), on port 0 (the server binds a free port itself and its log
+names it: no port picked in advance that another process could take), stopped by its process group;
+REST helpers."""
 import json
 import os
+import re
 import signal
-import socket
 import subprocess
+import time
 import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
 from tracking.ui import server_command, wait_healthy
 
+_LISTENING = re.compile(r"Uvicorn running on http://127\.0\.0\.1:(\d+)")
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+
+def listening_port(log: Path, server: subprocess.Popen, timeout_s: float = 300) -> int:
+    """The port the server bound, once its log says so; a clear error if it exits or never does."""
+    deadline = time.monotonic() + timeout_s
+    while not (found := _LISTENING.search(log.read_text())):
+        if server.poll() is not None:
+            raise AssertionError(f"mlflow server exited ({server.returncode}) before it listened:\n"
+                                 f"{log.read_text()[-3000:]}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"mlflow server named no port within {timeout_s:.0f} s:\n{log.read_text()[-3000:]}")
+        time.sleep(0.2)
+    return int(found.group(1))
 
 
 @contextmanager
 def mlflow_server(results_dir: Path, log: Path):
     """Yields the server's base URL; its log goes to ``log`` (shown if it fails to start)."""
-    port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     with open(log, "w") as out:
-        server = subprocess.Popen(server_command({"results_dir": str(results_dir)}, port), stdout=out,
+        server = subprocess.Popen(server_command({"results_dir": str(results_dir)}, 0), stdout=out,
                                   stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
     try:
+        base = f"http://127.0.0.1:{listening_port(Path(log), server)}"
         try:
             wait_healthy(base, server)
         except RuntimeError as error:

@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+from tests.support.ports import free_ports
+
 PACKAGES = ("slurm-wlm", "munge")
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel")
 SYSTEM_CONF = Path("/etc/slurm/slurm.conf")
@@ -61,16 +63,6 @@ def _sbin(name: str) -> str:
     return shutil.which(name) or str(Path("/usr/sbin", name))
 
 
-def _free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for sock in sockets:
-        sock.bind(("127.0.0.1", 0))
-    ports = [sock.getsockname()[1] for sock in sockets]
-    for sock in sockets:
-        sock.close()
-    return ports
-
-
 class SlurmCluster:
     def __init__(self, root: str | Path, *, cpus: int | None = None, memory_mb: int = 8000,
                  min_job_age: int = 120):
@@ -86,7 +78,7 @@ class SlurmCluster:
         self.root.chmod(0o755)  # munged wants its socket's directory searchable by all
         for name in ("spool", "state", "log"):
             (self.root / name).mkdir(parents=True, exist_ok=True)
-        ctld_port, slurmd_port = _free_ports(2)
+        ctld_port, slurmd_port = free_ports(2)
         host = socket.gethostname().split(".")[0]
         node = (f"NodeName=localhost NodeHostname={host} NodeAddr=127.0.0.1 Port={slurmd_port} "
                 f"CPUs={self.cpus} RealMemory={self.memory_mb} State=UNKNOWN")
