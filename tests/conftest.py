@@ -24,7 +24,7 @@ def project_tree_untouched():
     before = tree_state()
     yield
     changes = tree_changes(before, tree_state())
-    assert not changes, f"the tests wrote under the project tree: {changes}"
+    assert not changes, f"the tests (or another process meanwhile) wrote under the project tree: {changes}"
 
 
 @pytest.fixture

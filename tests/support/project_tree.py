@@ -8,7 +8,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 # Outputs of the workflow and its metadata, the environment, and the caches of Python and the test tools.
-EXEMPT_FOLDERS = ("results", ".snakemake", ".venv", "__pycache__", ".pytest_cache", ".hypothesis")
+EXEMPT_FOLDERS = ("results", ".snakemake", ".venv", "__pycache__", ".pytest_cache", ".hypothesis", ".ruff_cache")
 
 
 def _exempt(relative: str) -> bool:
