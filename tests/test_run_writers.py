@@ -15,6 +15,7 @@ from harness.io import append_jsonl_atomic, read_jsonl
 from harness.lock import RunLocked, writer_lock
 from tests.support.tiny_runs import config
 from tests.support.untimed import untimed_rows
+from tests.support.waiting import wait_until
 from tests.support.workflow_cli import ROOT
 
 
@@ -68,10 +69,7 @@ def test_time_limit_warning_saves_resume_state_and_the_retry_ends_identical(base
     run(cfg, reference)
     stopped = tmp_path / "stopped"
     process = engines_run(cfg, stopped)
-    deadline = time.monotonic() + 120
-    while not (stopped / "train" / "checkpoints" / "step_7").exists():
-        assert process.poll() is None and time.monotonic() < deadline, "training never reached step 7"
-        time.sleep(0.01)
+    wait_until((stopped / "train" / "checkpoints" / "step_7").exists, "the checkpoint of step 7", process)
     process.send_signal(engines.TIME_LIMIT_SIGNAL)
     _, err = process.communicate(timeout=120)
     assert process.returncode == engines.EXIT_RESUME, err

@@ -23,6 +23,7 @@ from harness.grid import expand, grid_dir, run_dir
 from harness.io import read_jsonl
 from tests.support.pristine import Pristine
 from tests.support.untimed import untimed_rows
+from tests.support.waiting import wait_until
 from tests.support.workflow_cli import ROOT, SNAKEMAKE, job_counts, planned_jobs, snakemake
 from tracking.store import local_artifact_dir
 from tracking.sync import SUMMARY_SUFFIX
@@ -229,10 +230,7 @@ def test_killed_workflow_resumes_where_it_stopped(scratch):
     process = subprocess.Popen([SNAKEMAKE, *args], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                start_new_session=True)
     try:
-        deadline = time.monotonic() + 300
-        while not (train / "checkpoints" / "step_8").exists():
-            assert process.poll() is None and time.monotonic() < deadline, "training never reached step 8"
-            time.sleep(0.1)
+        wait_until((train / "checkpoints" / "step_8").exists, "the checkpoint of step 8", process, poll_s=0.1)
     finally:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=60)
