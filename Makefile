@@ -6,17 +6,16 @@ BIN := $(VENV)/bin
 CORES ?= 2
 CONFIG ?= config.yaml
 PORT ?= 5000
+UV_VERSION := 0.13.9
 
 .PHONY: setup demo test lint ui
 
 setup: $(VENV)/.installed
 
-# torch first, from the pinned CPU wheel; then the project with every dependency pinned by the lock.
-$(VENV)/.installed: pyproject.toml requirements.lock
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -c requirements.lock -e '.[dev]'
+# The project with every dependency pinned by the lock, installed by uv (pip where uv cannot be installed);
+# torch as the CPU build on a machine without a GPU. The setup's last line says which torch build and why.
+$(VENV)/.installed: pyproject.toml requirements.lock envs/setup_venv.py
+	$(PYTHON) envs/setup_venv.py --venv $(VENV) --uv-version $(UV_VERSION)
 	touch $@
 
 demo: setup

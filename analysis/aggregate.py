@@ -1,4 +1,4 @@
-"""Aggregate a finished grid: tables, plots and summary.json (analysis.report) in <results_dir>/<grid>.
+"""Aggregate a finished grid: the claims' verdicts, tables, plots and summary.json (analysis.report) in <results_dir>/<grid>.
 
     python -m analysis.aggregate --config-json JSON --out <results_dir>/<grid>
 """

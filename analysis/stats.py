@@ -9,17 +9,16 @@ shared machine, 2026-11-30; tests/test_stats.py checks n = 3, 5, 10 on 10,000 tr
   undercover strongly skewed scores (Beta(0.5, 4): t 83-91%). Fallbacks: no finite value ->
   everything NaN ("empty"); one value -> no interval ("n<2"); all values equal -> the point
   interval [x, x] ("degenerate").
-- :func:`difference`: mean(x) - mean(y) with the Welch interval and Welch's t test, plus the
-  seeds per arm that would detect that difference with 80% power from the observed spread
-  (statsmodels ``TTestIndPower``). Seeds of two cells are treated as independent samples.
+- differences of cell means (staleness costs, recipe against recipe) and the seeds they need:
+  analysis.contrasts (paired by seed, or Welch-Satterthwaite).
 - :func:`prob_improvement`: P(X > Y) + 0.5 P(X = Y) over all seed pairs (rliable's probability
   of improvement) with the two-sided Mann-Whitney test (exact without ties; a permutation test
   with ties, exact whenever the partitions number at most N_RESAMPLES). Its bootstrap (BCa)
   interval is given only when both groups have BOOTSTRAP_MIN_SEEDS or more seeds (it covered
   96-97% at 10 and 20 seeds, but 74-88% at 3 and 93% at 5 on normal scores), so small grids get
-  the test and no interval. The Welch interval covered 94-97% at every n.
+  the test and no interval.
 - :func:`collapse_rate`: k/n collapsed with the Wilson score interval; :func:`collapse_difference`:
-  the difference of two rates with Fisher's exact test.
+  the difference of two rates with its Newcombe interval and Fisher's exact test.
 - :func:`holm`: Holm's step-down adjustment of one family of p-values (statsmodels).
 Resampling uses a fixed seed, so the same inputs give the same intervals and p-values.
 """
@@ -33,11 +32,11 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
-from statsmodels.stats.power import TTestIndPower
+from statsmodels.stats.proportion import confint_proportions_2indep
 
 ALPHA = 0.05  # two-sided test level
-CONFIDENCE = 1 - ALPHA  # of every interval: a Welch interval excludes 0 exactly when its p < ALPHA
-POWER = 0.8  # for seeds_needed
+CONFIDENCE = 1 - ALPHA  # of every interval: a t interval excludes 0 exactly when its p < ALPHA
+POWER = 0.8  # of the seeds a claim needs at its declared effect (analysis.contrasts, analysis.survival)
 BOOTSTRAP_MIN_SEEDS = 10  # per group, for the P(improvement) interval (module docstring)
 N_RESAMPLES = 9999
 SEED = 0
@@ -63,10 +62,9 @@ class Comparison:
     high: float
     n_x: int
     n_y: int
-    method: str  # the interval's: "welch" | "BCa" | "percentile" | "degenerate" | "none" | "n<2" | "empty"
+    method: str  # the interval's: "newcombe" | "BCa" | "percentile" | "degenerate" | "none" | "n<2" | "empty"
     p: float
-    test: str  # "welch-t" | "mann-whitney-exact" | "mann-whitney-permutation" | "fisher-exact" | "none"
-    seeds_needed: int | None = None  # per arm, for POWER at ALPHA; None when there is nothing to detect
+    test: str  # "mann-whitney-exact" | "mann-whitney-permutation" | "fisher-exact" | "none"
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -93,14 +91,6 @@ def t_interval(x: np.ndarray, axis: int = -1) -> tuple[np.ndarray, np.ndarray, n
     return np.mean(x, axis=axis), ci.low, ci.high
 
 
-def welch_interval(x: np.ndarray, y: np.ndarray, axis: int = -1):
-    """(mean(x) - mean(y), low, high, p) of the Welch interval and test along ``axis``; vectorised."""
-    with np.errstate(all="ignore"), _constant_group_is_exact():
-        result = stats.ttest_ind(x, y, equal_var=False, axis=axis)
-        ci = result.confidence_interval(CONFIDENCE)
-    return np.mean(x, axis=axis) - np.mean(y, axis=axis), ci.low, ci.high, result.pvalue
-
-
 def mean_ci(values) -> Interval:
     """Mean over seeds and its 95% Student t interval (fallbacks in the module docstring).
     Non-finite and None values are left out; ``n`` counts the values used."""
@@ -116,49 +106,6 @@ def mean_ci(values) -> Interval:
     return Interval(mean, float(low), float(high), len(x), "student-t")
 
 
-def seeds_needed(diff: float, sd_x: float, sd_y: float) -> int | None:
-    """Fewest seeds per arm for which a two-sided two-sample t test at ALPHA detects ``diff`` with
-    POWER (statsmodels ``TTestIndPower``), effect size |diff| / sqrt((sd_x^2 + sd_y^2) / 2).
-    None when diff is 0 (nothing to detect); 2 (the fewest that have a spread) when the spread is
-    0. An integer search over the power function, not ``solve_power``: its root finder fails to
-    converge for large effects (a few seeds)."""
-    if diff == 0:
-        return None
-    spread = math.sqrt((sd_x ** 2 + sd_y ** 2) / 2)
-    if spread == 0:
-        return 2
-    effect = abs(diff) / spread
-
-    def enough(n: int) -> bool:
-        power = TTestIndPower().power(effect_size=effect, nobs1=n, alpha=ALPHA)
-        return not power < POWER  # NaN: scipy's noncentral t fails far in its tail, where power ~ 1
-
-    high = 2
-    while not enough(high):
-        high *= 2
-    low = high // 2  # not enough (or 1, below the fewest)
-    while high - low > 1:
-        mid = (low + high) // 2
-        low, high = (low, mid) if enough(mid) else (mid, high)
-    return high
-
-
-def difference(values, reference) -> Comparison:
-    """mean(values) - mean(reference): Welch 95% interval and p-value, and seeds_needed."""
-    x, y = _finite(values), _finite(reference)
-    if len(x) == 0 or len(y) == 0:
-        return Comparison(math.nan, math.nan, math.nan, len(x), len(y), "empty", math.nan, "none")
-    diff = float(x.mean() - y.mean())
-    if len(x) < 2 or len(y) < 2:
-        return Comparison(diff, math.nan, math.nan, len(x), len(y), "n<2", math.nan, "none")
-    sd_x, sd_y = float(np.std(x, ddof=1)), float(np.std(y, ddof=1))
-    needed = seeds_needed(diff, sd_x, sd_y)
-    if sd_x == 0 and sd_y == 0:  # no spread: the difference is exact, and no test has a statistic
-        return Comparison(diff, diff, diff, len(x), len(y), "degenerate", math.nan, "none", needed)
-    _, low, high, p = welch_interval(x, y)
-    return Comparison(diff, float(low), float(high), len(x), len(y), "welch", float(p), "welch-t", needed)
-
-
 def collapse_rate(k: int, n: int) -> Interval:
     """k of n runs collapsed: the rate and its 95% Wilson score interval."""
     if n == 0:
@@ -167,12 +114,19 @@ def collapse_rate(k: int, n: int) -> Interval:
     return Interval(k / n, float(ci.low), float(ci.high), n, "wilson")
 
 
+def newcombe(k_x: int, n_x: int, k_y: int, n_y: int) -> tuple[float, float]:
+    """95% Newcombe (hybrid Wilson score) interval of k_x/n_x - k_y/n_y (statsmodels)."""
+    low, high = confint_proportions_2indep(k_x, n_x, k_y, n_y, method="newcomb", alpha=ALPHA)
+    return float(low), float(high)
+
+
 def collapse_difference(k_x: int, n_x: int, k_y: int, n_y: int) -> Comparison:
-    """Collapse rate k_x/n_x - k_y/n_y with Fisher's exact test (two-sided); no interval."""
+    """Collapse rate k_x/n_x - k_y/n_y with its Newcombe interval and Fisher's exact test (two-sided)."""
     if n_x == 0 or n_y == 0:
         return Comparison(math.nan, math.nan, math.nan, n_x, n_y, "empty", math.nan, "none")
     p = stats.fisher_exact([[k_x, n_x - k_x], [k_y, n_y - k_y]]).pvalue
-    return Comparison(k_x / n_x - k_y / n_y, math.nan, math.nan, n_x, n_y, "none", float(p), "fisher-exact")
+    low, high = newcombe(k_x, n_x, k_y, n_y)
+    return Comparison(k_x / n_x - k_y / n_y, low, high, n_x, n_y, "newcombe", float(p), "fisher-exact")
 
 
 def _improvement(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:

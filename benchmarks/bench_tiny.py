@@ -1,4 +1,4 @@
-"""Speed and behaviour of the tiny engine (figures for the README; timings on a shared machine are noisy).
+"""Speed and behaviour of the tiny engine (figures for benchmarks/README.md; timings on a shared machine are noisy).
 
     python benchmarks/bench_tiny.py                       # one default run: wall time + per-step split
     python benchmarks/bench_tiny.py --grid --recipes grpo --lags 1 8 --seeds 0 1 2 --jobs 2

@@ -57,7 +57,7 @@ def fabricate(results: Path, runs: int, steps: int, eval_every: int, train_keys:
 
 
 def bench_mlflow(args) -> None:
-    from analysis.report import collect, summarize
+    from analysis.summary import collect, summarize
     from harness.io import write_json_atomic
     from tracking.sync import sync
     os.environ.pop("MLFLOW_TRACKING_URI", None)

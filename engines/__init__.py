@@ -9,7 +9,8 @@ An engine provides everything the workflow needs to know about it (shared/DESIGN
     step_minutes                            an upper estimate of one training step's wall time (minutes):
                                             with the train job's runtime it sets the training job's retries
     train(run_config, run_dir) -> status    train or resume one run; writes train/status.json
-    eval_backend                            the eval/ model back end that scores its checkpoints
+    eval_backend                            the lm-eval model that scores its checkpoints, by its name
+                                            in lm-eval's model registry (eval/__init__.py)
     check_run(run_config)                   optional: what else a run needs before its directory is
                                             written (the tiny engine: its warm-start model)
     prepare(engine_params, out_dir)         optional: a grid-wide step every run depends on (the

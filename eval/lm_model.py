@@ -1,4 +1,4 @@
-"""lm-eval model for embedded-engine (tiny) checkpoints: `--model stalebench-tiny`.
+"""The `tiny` back end (eval/__init__.py): lm-eval model for embedded-engine checkpoints.
 
 The checkpoint is loaded by the engine's own loader (safetensors weights + JSON config, no
 pickle). Generation is batched: all requests with the same generation settings go through
@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
+from contextlib import contextmanager
+from pathlib import Path
 
 import numpy as np
 import torch
 from lm_eval.api.model import LM
-from lm_eval.api.registry import register_model
 
 from engines.tiny.checkpoint import load_policy
 
@@ -27,8 +28,25 @@ def cut_at_stop(text: str, until: list[str]) -> str:
     return text[:min(cuts)] if cuts else text
 
 
-@register_model("stalebench-tiny")
 class TinyCheckpointLM(LM):
+    REQUIRED_FILES = ("model.safetensors", "config.json")  # what engines.tiny.checkpoint saves
+
+    @classmethod
+    def check_settings(cls, settings: dict) -> None:
+        """Every setting it reads (seed, batch_size) is checked by the config schema."""
+
+    @classmethod
+    def checkpoint_problem(cls, checkpoint: Path) -> str | None:
+        missing = [checkpoint / name for name in cls.REQUIRED_FILES if not (checkpoint / name).is_file()]
+        return f"{missing[0]} is missing" if missing else None
+
+    @classmethod
+    @contextmanager
+    def models(cls, settings: dict, checkpoints: list[Path]):
+        """A model per checkpoint, loaded from its files."""
+        yield lambda checkpoint: cls(checkpoint=str(checkpoint), seed=settings["seed"],
+                                     batch_size=settings["batch_size"])
+
     def __init__(self, checkpoint: str, batch_size: int | str = 512, seed: int = 0,
                  threads: int | None = None, **_ignored) -> None:
         super().__init__()
@@ -63,7 +81,7 @@ class TinyCheckpointLM(LM):
         return out
 
     def loglikelihood(self, requests, disable_tqdm: bool = False):
-        raise NotImplementedError("stalebench-tiny only generates (generate_until tasks)")
+        raise NotImplementedError("the tiny back end only generates (generate_until tasks)")
 
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False):
-        raise NotImplementedError("stalebench-tiny only generates (generate_until tasks)")
+        raise NotImplementedError("the tiny back end only generates (generate_until tasks)")

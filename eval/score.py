@@ -5,10 +5,11 @@
 JSON is the eval settings of the run's evaluate job (harness.model.Eval.job_settings; the config's
 whole eval section is accepted too), shared by every task, checked and completed with the defaults
 of the config schema (harness.config.check_eval_settings): k, temperature, top_p, max_gen_toks,
-seed, backend (null = the back end of the run's engine, from the engine registry), server {url,
-model, ...}, data {aime24: path}, problems {task: n} (a prefix of each task's problems),
-batch_size (tiny). One set of settings for all tasks: each checkpoint's model is built once (the
-server back end: its weights swapped in once) and scores every task that has no score for it yet.
+seed, backend (an lm-eval model name, eval/__init__.py; null = the one the run's engine names),
+server {url, model, ...}, data {aime24: path}, problems {task: n} (a prefix of each task's
+problems), batch_size (tiny). One set of settings for all tasks: each checkpoint's model is built
+once (the server back end: its weights swapped in once) and scores every task that has no score
+for it yet.
 Each task is still scored by its own lm-eval `evaluate` call, so its samples are those of scoring
 it alone (the tiny back end seeds its generation per chunk of one call's requests).
 Writes DIR/eval/<task>.jsonl per task (atomically, in step order), one line per checkpoint:
@@ -35,11 +36,11 @@ from pathlib import Path
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from lm_eval.api.registry import get_model  # noqa: E402
 from lm_eval.evaluator import evaluate  # noqa: E402
 from lm_eval.tasks import TaskManager  # noqa: E402
 from lm_eval.tasks._yaml_loader import load_yaml  # noqa: E402
 
-from harness.checkpoint import hf_checkpoint_problem  # noqa: E402
 from harness.config import ConfigError, check_eval_settings  # noqa: E402
 from harness.identity import eval_key  # noqa: E402
 from harness.io import append_jsonl_atomic, read_jsonl, write_text_atomic  # noqa: E402
@@ -47,8 +48,6 @@ from harness.lock import RunLocked, writer_lock  # noqa: E402
 
 TASKS_DIR = Path(__file__).parent / "tasks"
 FILTER = "all_k"  # the filter name in every task YAML
-# Files a checkpoint directory must hold before scoring starts, per back end.
-REQUIRED_FILES = {"tiny": ("model.safetensors", "config.json"), "server": ("config.json",)}
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 
 
@@ -62,13 +61,20 @@ def check_settings(settings: dict) -> dict:
         out = check_eval_settings(settings)
     except ConfigError as error:
         raise ScoreError(str(error)) from None
-    if out["backend"] == "server":
-        from eval.server import base_url
+    if out["backend"] is not None:
         try:
-            base_url(out.get("server") or {})
+            backend(out["backend"]).check_settings(out)
         except ValueError as error:
             raise ScoreError(str(error)) from None
     return out
+
+
+def backend(name: str):
+    """The back end `name` (an lm-eval model class, registered by eval/__init__.py)."""
+    try:
+        return get_model(name)
+    except ValueError as error:
+        raise ScoreError(f"eval.backend: {error}") from None
 
 
 def load_task(name: str, settings: dict):
@@ -125,27 +131,6 @@ def read_json_or_none(path: Path) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def _model(settings: dict, checkpoint: Path, server_lm):
-    if settings["backend"] == "tiny":
-        from eval.lm_model import TinyCheckpointLM
-        return TinyCheckpointLM(checkpoint=str(checkpoint), seed=settings["seed"],
-                                batch_size=settings["batch_size"])
-    from eval.server import load_checkpoint
-    server = settings["server"]
-    if server.get("swap_weights", True):
-        load_checkpoint(server, str(checkpoint), attempts=int(server.get("max_retries", 3)))
-    return server_lm
-
-
-def _server_lm(settings: dict):
-    from eval.server import SeededCompletionsLM, base_url
-    server = settings["server"]
-    return SeededCompletionsLM(
-        base_url=base_url(server) + "/v1/completions", model=server.get("model") or "policy",
-        seed=settings["seed"], num_concurrent=int(server.get("concurrency", 1)),
-        max_retries=int(server.get("max_retries", 3)), timeout=int(server.get("timeout", 3600)))
-
-
 def score_checkpoint(lm, task_dict: dict, name: str, step: int, settings: dict, key: str) -> dict:
     """One eval line: lm-eval's aggregated metrics and per-problem correct counts."""
     out = evaluate(lm=lm, task_dict=task_dict, bootstrap_iters=0, log_samples=True, verbosity="WARNING")
@@ -168,7 +153,8 @@ def score_run(run_dir: str | Path, tasks: list[str], settings: dict, *, log=None
         raise ScoreError(f"give each eval task to score once, and at least one; got {list(tasks)}")
     found = checkpoints(run_dir)
     task_dicts = {name: load_task(name, settings) for name in tasks}  # every task loads before any write
-    settings["backend"] = settings["backend"] or engine_backend(run_dir)
+    if settings["backend"] is None:
+        settings = check_settings({**settings, "backend": engine_backend(run_dir)})
     with contextlib.ExitStack() as locks:
         for name in tasks:
             locks.enter_context(writer_lock(run_dir / "locks" / f"evaluate-{name}.lock", f"evaluate {name}"))
@@ -186,41 +172,30 @@ def _score_unlocked(run_dir: Path, task_dicts: dict[str, dict], settings: dict, 
             for name, path in scores_paths.items()}
     # step -> the tasks that have no score for it yet
     pending = {step: todo for step in found if (todo := [name for name in task_dicts if step not in done[name]])}
+    scorer = backend(settings["backend"])
     for step in pending:  # every checkpoint is checked before the first is scored
-        path = found[step]
-        for required in REQUIRED_FILES[settings["backend"]]:
-            if not (path / required).is_file():
-                raise ScoreError(f"incomplete checkpoint: {path / required} is missing")
-        if settings["backend"] == "server" and (problem := hf_checkpoint_problem(path)):
-            raise ScoreError(f"incomplete checkpoint: {problem}")  # an interrupted HF save is never scored
-    with _server_running(settings, [found[step] for step in pending]):
-        server_lm = _server_lm(settings) if settings["backend"] == "server" and pending else None
-        rows = []
-        for step, todo in pending.items():
-            lm = _model(settings, found[step], server_lm)  # once per checkpoint, for all its tasks
-            for name in todo:
-                start = time.perf_counter()
-                row = score_checkpoint(lm, task_dicts[name], name, step, settings, keys[name])
-                append_jsonl_atomic(scores_paths[name], [row])
-                done[name][step] = row
-                rows.append(row)
-                if log:
-                    log(f"{name} step {step}: avg@{row['k']} {row['score']:.4f} "
-                        f"({time.perf_counter() - start:.2f} s)")
+        if problem := scorer.checkpoint_problem(found[step]):
+            raise ScoreError(f"incomplete checkpoint: {problem}")
+    rows = []
+    if pending:
+        with scorer.models(settings, [found[step] for step in pending]) as model_for:
+            for step, todo in pending.items():
+                lm = model_for(found[step])  # once per checkpoint, for all its tasks
+                for name in todo:
+                    start = time.perf_counter()
+                    row = score_checkpoint(lm, task_dicts[name], name, step, settings, keys[name])
+                    append_jsonl_atomic(scores_paths[name], [row])
+                    done[name][step] = row
+                    rows.append(row)
+                    if log:
+                        log(f"{name} step {step}: avg@{row['k']} {row['score']:.4f} "
+                            f"({time.perf_counter() - start:.2f} s)")
     # The declared outputs last, whole: this run's checkpoints under these settings, in step order
     # (empty for a run that diverged before its first checkpoint).
     for name in task_dicts:
         write_text_atomic(run_dir / "eval" / f"{name}.jsonl",
                           "".join(json.dumps(done[name][step], sort_keys=True) + "\n" for step in found))
     return rows
-
-
-def _server_running(settings: dict, pending: list[Path]):
-    """With eval.server.launch, an SGLang server started here (first pending checkpoint) for the loop."""
-    if settings["backend"] != "server" or not pending or not settings["server"].get("launch"):
-        return contextlib.nullcontext()
-    from eval.server import serve
-    return serve(settings["server"], str(pending[0]))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,8 +2,8 @@
 
 - `launch_command(server, checkpoint)`: the SGLang launch command, generated from the config's
   eval.server section.
-- `SeededCompletionsLM` (`--model stalebench-completions`): lm-eval's `local-completions` with a
-  DIFFERENT seed for every sample. Stock local-completions sends one fixed seed with every
+- `SeededCompletionsLM` (the `server` back end, eval/__init__.py): lm-eval's `local-completions`
+  with a DIFFERENT seed for every sample. Stock local-completions sends one fixed seed with every
   request, so the k repeats of a problem against a seed-honouring server would be identical
   and avg@k would silently become avg@1.
 - `load_checkpoint(server, checkpoint)`: swap the served weights (SGLang /update_weights_from_disk),
@@ -14,19 +14,22 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import shlex
 import subprocess
 import time
 from collections import Counter
 from contextlib import contextmanager
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import aiohttp
 import numpy as np
 import requests
-from lm_eval.api.registry import register_model
 from lm_eval.models.openai_completions import LocalCompletionsAPI
+
+from harness.checkpoint import hf_checkpoint_problem
 
 # Errors that mean "the server did not answer" (sync path: requests; concurrent path: aiohttp).
 NETWORK_ERRORS = (requests.exceptions.RequestException, aiohttp.ClientError, asyncio.TimeoutError)
@@ -126,9 +129,36 @@ def sample_seed(seed: int, doc_id: int, repeat: int) -> int:
     return int(np.random.SeedSequence([seed, doc_id, repeat]).generate_state(1)[0])
 
 
-@register_model("stalebench-completions")
 class SeededCompletionsLM(LocalCompletionsAPI):
     """local-completions, one seed per sample; a dead server raises ServerError naming its URL."""
+
+    @classmethod
+    def check_settings(cls, settings: dict) -> None:
+        base_url(settings.get("server") or {})
+
+    @classmethod
+    def checkpoint_problem(cls, checkpoint: Path) -> str | None:
+        if not (checkpoint / "config.json").is_file():
+            return f"{checkpoint / 'config.json'} is missing"
+        return hf_checkpoint_problem(checkpoint)  # an interrupted HF save is never scored
+
+    @classmethod
+    @contextmanager
+    def models(cls, settings: dict, checkpoints: list[Path]):
+        """One client for every checkpoint, the served weights swapped to each in turn; with
+        eval.server.launch, a server started here (on the first checkpoint) for the block."""
+        server = settings["server"]
+        with serve(server, str(checkpoints[0])) if server.get("launch") else contextlib.nullcontext():
+            lm = cls(base_url=base_url(server) + "/v1/completions", model=server.get("model") or "policy",
+                     seed=settings["seed"], num_concurrent=int(server.get("concurrency", 1)),
+                     max_retries=int(server.get("max_retries", 3)), timeout=int(server.get("timeout", 3600)))
+
+            def model_for(checkpoint: Path):
+                if server.get("swap_weights", True):
+                    load_checkpoint(server, str(checkpoint), attempts=int(server.get("max_retries", 3)))
+                return lm
+
+            yield model_for
 
     def __init__(self, base_url=None, tokenizer_backend="none", tokenized_requests=False, **kwargs):
         super().__init__(base_url=base_url, tokenizer_backend=tokenizer_backend,

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import engines
 from harness.identity import run_key
-from stabilizers import Recipe, get_recipe, load_recipes, parameters, recipe_from_named_dict
-from stabilizers.catalog import function_defaults
+from stabilizers import Recipe, get_recipe, load_recipes, parameters, recipe_from_named_dict, switch_defaults
 
 LAG_MODES = ("interval", "constant")
 
@@ -59,9 +58,9 @@ def resolved_recipe(recipe: Recipe) -> dict:
     spec = recipe.as_dict()
     spec["params"] = {**parameters(recipe.loss), **recipe.params}
     if recipe.tis is not None:
-        spec["tis"] = {**function_defaults("tis", "tis_weight"), **recipe.tis}
+        spec["tis"] = {**switch_defaults("tis"), **recipe.tis}
     if recipe.rollout_is is not None:
-        spec["rollout_is"] = {**function_defaults("rollout_is", "rollout_is_weight"), **recipe.rollout_is}
+        spec["rollout_is"] = {**switch_defaults("rollout_is"), **recipe.rollout_is}
     return {"name": recipe.name, **spec}
 
 

@@ -114,3 +114,72 @@ class Config:
     def prepare_params(self) -> dict:
         """What the engine's grid-wide prepare step reads of the resolved engine params."""
         return {key: self.engine_params[key] for key in self.engine.prepare_keys}
+
+
+# --- claims: the config's `claims` section (analysis.claims answers them; docs/statistics.md) ----
+# Self-contained: defaults live in the schema, the tests in analysis/; harness.config calls
+# claim_errors among its semantic checks, so a claim outside the grid stops before any job runs.
+
+@dataclass(frozen=True)
+class Claim:
+    """One declared claim: a comparison, its endpoint and the smallest effect that matters."""
+
+    name: str  # unique label, the claim's row in table.md / table.csv / summary.json
+    kind: str  # staleness_cost | cost_difference | recipes | collapse
+    recipe: str
+    lag: int
+    expect: str  # greater | less | equivalent: the claimed sign of the contrast, or |contrast| < margin
+    smallest_effect: float  # fraction of the score (or of the collapse rate); the margin of "equivalent"
+    metric: str  # auc | fixed | best | selected (unused by collapse claims)
+    versus: str | None  # the other recipe; None for staleness_cost
+    versus_lag: int | None  # collapse only: the other cell's lag (default: lag)
+
+    @classmethod
+    def build(cls, section: dict) -> "Claim":
+        versus_lag = section.get("versus_lag", section["lag"]) if section["kind"] == "collapse" else None
+        return cls(name=section["name"], kind=section["kind"], recipe=section["recipe"], lag=section["lag"],
+                   expect=section["expect"], smallest_effect=float(section["smallest_effect"]),
+                   metric=section["metric"], versus=section.get("versus"), versus_lag=versus_lag)
+
+    def cells(self, reference_lag: int) -> list[tuple[float, str, int]]:
+        """(weight, recipe, lag) of the cells whose weighted seed means make the contrast."""
+        if self.kind == "staleness_cost":
+            return [(1.0, self.recipe, self.lag), (-1.0, self.recipe, reference_lag)]
+        if self.kind == "cost_difference":
+            return [(1.0, self.recipe, self.lag), (-1.0, self.recipe, reference_lag),
+                    (-1.0, self.versus, self.lag), (1.0, self.versus, reference_lag)]
+        return [(1.0, self.recipe, self.lag), (-1.0, self.versus, self.versus_lag or self.lag)]
+
+
+def claims(config: dict) -> tuple[Claim, ...]:
+    """The checked config's claims, typed."""
+    return tuple(Claim.build(section) for section in config.get("claims") or [])
+
+
+def claim_errors(config: dict) -> list[str]:
+    """Claims that name a recipe or lag outside the grid, repeat a name, or compare a staleness
+    cost at the reference lag (the grid's smallest, where it is 0 by definition)."""
+    messages, names, outside = [], set(), False
+    reference_lag = min(config["lags"])
+    for i, claim in enumerate(claims(config)):
+        key = f"config key 'claims[{i}]"
+        if claim.name in names:
+            messages.append(f"{key}.name': {claim.name!r} is declared twice")
+        names.add(claim.name)
+        for field, grid_key in (("recipe", "recipes"), ("versus", "recipes"), ("lag", "lags"), ("versus_lag", "lags")):
+            value = getattr(claim, field)
+            if value is not None and value not in config[grid_key]:
+                outside = True
+                messages.append(f"{key}.{field}' ({claim.name}): {value!r} is not one of the grid's {grid_key} "
+                                f"{config[grid_key]}")
+        if claim.kind in ("staleness_cost", "cost_difference") and claim.lag == reference_lag:
+            messages.append(f"{key}.lag' ({claim.name}): a staleness cost is measured against lag "
+                            f"{reference_lag}, the grid's smallest; claim it at a larger lag")
+        if claim.kind != "collapse" and "versus_lag" in config["claims"][i]:
+            messages.append(f"{key}.versus_lag' ({claim.name}): only a collapse claim compares two lags")
+        if claim.kind != "collapse" and claim.metric == "selected" and not config["eval"].get("selection_task"):
+            messages.append(f"{key}.metric' ({claim.name}): 'selected' needs eval.selection_task")
+    if outside:
+        messages.append("config key 'claims': a grid narrowed on the command line (-C recipes=... lags=...) "
+                        "answers other questions: restate its claims, or pass claims=[] (exploratory only)")
+    return messages

@@ -7,16 +7,30 @@
 Imports nothing from engines/, eval/ or workflow/. Importing the package does not import torch
 (recipe and parameter checks read the modules' source); the losses import it when first looked up.
 """
-from .api import LossOutput, PolicyBatch, Reduce, available, get, parameters, register, validate_batch
-from .recipes import Recipe, check_values, get_recipe, load_recipes, recipe_from_dict, recipe_from_named_dict
+import importlib
 
-__all__ = ["LossOutput", "PolicyBatch", "Recipe", "Reduce", "available", "check_values", "get", "get_recipe",
-           "load_recipes", "parameters", "recipe_from_dict", "recipe_from_named_dict", "register", "tis_weight", "validate_batch", "with_tis"]
+from .api import LossOutput, PolicyBatch, Reduce, available, get, parameters, register, validate_batch
+from .recipes import (
+    Recipe,
+    check_values,
+    get_recipe,
+    load_recipes,
+    recipe_from_dict,
+    recipe_from_named_dict,
+    switch_defaults,
+)
+
+# the names below are imported on first use: their modules import torch
+_TORCH_EXPORTS = {"tis_weight": "tis", "with_tis": "tis", "offpolicy_diagnostics": "_diagnostics",
+                  "ess_lr_scale": "_diagnostics", "TorchDistributedReduce": "_distributed",
+                  "fingerprint": "_fingerprint"}
+
+__all__ = ["LossOutput", "PolicyBatch", "Recipe", "Reduce", "available", "check_values", "get",
+           "get_recipe", "load_recipes", "parameters", "recipe_from_dict", "recipe_from_named_dict", "register",
+           "switch_defaults", "validate_batch", *_TORCH_EXPORTS]
 
 
 def __getattr__(name: str):
-    """tis_weight and with_tis, imported on first use (their module imports torch)."""
-    if name in ("tis_weight", "with_tis"):
-        from . import tis
-        return getattr(tis, name)
+    if name in _TORCH_EXPORTS:
+        return getattr(importlib.import_module(f"{__name__}.{_TORCH_EXPORTS[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -3,23 +3,43 @@
 A stabilizer is a pure torch function over [B, L] tensors (responses x response tokens),
 registered with ``@register("name")`` and called as ``get("name")(batch, **params)``.
 Every module of this package is imported on first lookup, so adding a stabilizer is one
-new file here; nothing else changes.
+new file here; nothing else changes. Modules whose name starts with an underscore are support
+code (the shared surrogate, the catalog, diagnostics...): the others are the stabilizers.
 
-This module does not import torch: names and parameters come from the modules' source
-(stabilizers.catalog), so a workflow plans a grid without paying torch's import. The call
-path is free of host syncs (validate_batch is for engines to call once per step, at their
-boundary, not inside the loss).
+The contract, checked by register() when the module is imported:
+- the signature is ``(batch, *, param=default, ...)``: every parameter after the batch is
+  keyword-only and has a default, the source's (cite it in the docstring), written as a literal
+  (the workflow reads it from the source);
+- every keyword parameter has a declared value range, ``@ranges(...)`` under ``@register``
+  (stabilizers._ranges), and its default is inside it; ``aggregation``, ``ratio_against``,
+  ``quantile_scope`` and ``seed`` have one meaning and range in every loss (CONVENTIONS);
+- ``aggregation`` is a parameter of every loss: "token_mean" (every active token weighs the same),
+  "sample_mean" (each response's token mean, then the mean over responses: one weight per
+  response) or "token_sum_norm" (Dr.GRPO's sum over a constant; stabilizers._surrogate.aggregate).
+  Its default follows the method's source; the slime adapter maps the first two to slime's
+  reducers (per-token loss, sample mean) and refuses the third by name;
+- a loss that draws random numbers takes ``seed: int`` and draws as a function of (seed, token
+  position) alone: no global RNG, no generator state. Recipe.compute_loss passes each training
+  step's seed, so a step's draws are the same on a rerun and differ from step to step.
+
+This module does not import torch: names, parameters and value ranges come from the modules'
+source (stabilizers._catalog), so a workflow plans and checks a grid without paying torch's
+import. The call path is free of host syncs (validate_batch is for engines to call once per
+step, at their boundary, not inside the loss).
 """
 from __future__ import annotations
 
 import importlib
 import inspect
-import numbers
 import pkgutil
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable, Protocol
 
-from . import catalog
+from . import _catalog as catalog
+from ._ranges import CONVENTIONS, Range, check_range, check_values, complete, keyword_defaults, ranges
+
+__all__ = ["LossOutput", "PolicyBatch", "Reduce", "available", "check_params", "check_range", "get", "parameters",
+           "ranges", "register", "validate_batch", "value_ranges"]
 
 if TYPE_CHECKING:
     import torch
@@ -79,14 +99,33 @@ _REGISTRY: dict[str, Stabilizer] = {}
 
 
 def _where_defined(fn: Callable) -> str:
+    fn = inspect.unwrap(fn)  # the loss under its @ranges check
     try:
         return f"{fn.__module__}.{fn.__qualname__} ({inspect.getsourcefile(fn)}:{inspect.getsourcelines(fn)[1]})"
     except (OSError, TypeError):
         return f"{fn.__module__}.{fn.__qualname__}"
 
 
+def _check_contract(name: str, fn: Stabilizer) -> None:
+    """The contract above, for a function about to be registered as ``name``; a ValueError names it."""
+    where = f"stabilizer {name!r} ({_where_defined(fn)})"
+    parameters = list(inspect.signature(fn).parameters.values())
+    if not parameters or parameters[0].kind not in (inspect.Parameter.POSITIONAL_ONLY,
+                                                    inspect.Parameter.POSITIONAL_OR_KEYWORD):
+        raise ValueError(f"{where}: the first parameter must be the batch")
+    loose = [p.name for p in parameters[1:] if p.kind is not inspect.Parameter.KEYWORD_ONLY or p.default is p.empty]
+    if loose:
+        raise ValueError(f"{where}: {loose} must be keyword-only with a default (write `batch, *, name=default`)")
+    if "aggregation" not in keyword_defaults(fn):
+        raise ValueError(f"{where}: every loss takes `aggregation` ({' or '.join(CONVENTIONS['aggregation'])}), "
+                         "the reducer the slime adapter maps")
+    if not hasattr(fn, "__ranges__"):
+        raise ValueError(f"{where}: declare its value ranges with @ranges(...) under @register")
+
+
 def register(name: str) -> Callable[[Stabilizer], Stabilizer]:
-    """Register a stabilizer under ``name``; a second definition of the same name raises."""
+    """Register a stabilizer under ``name``, checking the contract above; a second definition of the
+    same name raises."""
 
     def decorator(fn: Stabilizer) -> Stabilizer:
         if name in _REGISTRY and _where_defined(_REGISTRY[name]) != _where_defined(fn):
@@ -94,6 +133,7 @@ def register(name: str) -> Callable[[Stabilizer], Stabilizer]:
                 f"stabilizer {name!r} is defined twice: {_where_defined(_REGISTRY[name])} "
                 f"and {_where_defined(fn)}"
             )
+        _check_contract(name, fn)
         _REGISTRY[name] = fn
         return fn
 
@@ -117,22 +157,32 @@ def available() -> list[str]:
 
 def parameters(name: str) -> dict[str, object]:
     """The stabilizer's keyword parameters with their (paper) defaults, read from its module's
-    source without importing it (stabilizers.catalog), or from the signature of one registered at
+    source without importing it (stabilizers._catalog), or from the signature of one registered at
     run time outside this package's files; KeyError naming the known ones if none is."""
     defaults = catalog.keyword_defaults(name)
     if defaults is None and name in _REGISTRY:
-        defaults = {p.name: p.default for p in inspect.signature(_REGISTRY[name]).parameters.values()
-                    if p.kind is inspect.Parameter.KEYWORD_ONLY}
+        defaults = keyword_defaults(_REGISTRY[name])
     if defaults is None:
         raise KeyError(f"unknown stabilizer {name!r}; available: {', '.join(sorted(catalog.signatures()))}")
     return dict(defaults)
 
 
+def value_ranges(name: str) -> dict[str, Range]:
+    """Every keyword parameter's value range (its ``@ranges``, else its convention), from source
+    without torch like parameters()."""
+    declared = catalog.declared_ranges(name)
+    if declared is None and name in _REGISTRY:
+        return dict(_REGISTRY[name].__ranges__)
+    return complete(declared or {}, parameters(name), f"stabilizer {name!r}")
+
+
 def check_params(name: str, params: dict) -> None:
+    """The names and values of ``params`` for stabilizer ``name`` (no torch); a ValueError names the key."""
     accepted = parameters(name)
     unknown = sorted(set(params) - set(accepted))
     if unknown:
         raise ValueError(f"stabilizer {name!r} has no parameter(s) {unknown}; it accepts {sorted(accepted)}")
+    check_values(value_ranges(name), accepted, params)
 
 
 def _lookup(name: str) -> Stabilizer:
@@ -185,14 +235,3 @@ def validate_batch(batch: PolicyBatch) -> None:
             raise ValueError(
                 f"PolicyBatch.{name} has {len(bad)} NaN/inf value(s), first at {tuple(bad[0].tolist())}"
             )
-
-
-def check_range(name: str, value: float, low: float, high: float, *, low_open=False, high_open=False) -> None:
-    """Raise a ValueError naming ``name`` when ``value`` is not a number in [low, high] (or open ends)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(f"{name} = {value!r} is not a number")
-    too_low = value <= low if low_open else value < low
-    too_high = value >= high if high_open else value > high
-    if too_low or too_high:
-        lo, hi = "(" if low_open else "[", ")" if high_open else "]"
-        raise ValueError(f"{name} = {value} is outside {lo}{low}, {high}{hi}")

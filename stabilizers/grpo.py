@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from .api import LossOutput, PolicyBatch, register
-from .surrogate import (
+from ._surrogate import (
     aggregate,
-    check_clip,
     clip_bounds,
     clip_metrics,
     clipped_objective,
@@ -20,9 +18,11 @@ from .surrogate import (
     log_ratio,
     masked_fraction,
 )
+from .api import LossOutput, PolicyBatch, ranges, register
 
 
 @register("grpo")
+@ranges(eps_low="[0, 1)", eps_high="[0, inf)", dual_clip_c="(1, inf) or None")
 def grpo(
     batch: PolicyBatch,
     *,
@@ -32,7 +32,6 @@ def grpo(
     ratio_against: str = "old",
     aggregation: str = "token_mean",
 ) -> LossOutput:
-    check_clip(eps_low, eps_high)
     ratio = torch.exp(log_ratio(batch, ratio_against))
     low, high = clip_bounds(eps_low, eps_high, ratio.dtype)
     clipped = clipped_objective(ratio, batch.advantages, low, high)

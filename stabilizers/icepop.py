@@ -11,15 +11,14 @@ grpo bit for bit.
 """
 from __future__ import annotations
 
-import math
-
 import torch
 
-from .api import LossOutput, PolicyBatch, check_range, register
-from .decoupled_ppo import behaviour_metrics, behaviour_ratio, weighted_clip_loss
+from ._behaviour import behaviour_metrics, behaviour_ratio, weighted_clip_loss
+from .api import LossOutput, PolicyBatch, ranges, register
 
 
 @register("icepop")
+@ranges(alpha="[0, inf)", beta="[alpha, inf]", rho_weight="bool", eps_low="[0, 1)", eps_high="[0, inf)")
 def icepop(
     batch: PolicyBatch,
     *,
@@ -30,8 +29,6 @@ def icepop(
     eps_high: float = 0.2,
     aggregation: str = "token_mean",
 ) -> LossOutput:
-    check_range("alpha", alpha, 0.0, math.inf, high_open=True)
-    check_range("beta", beta, alpha, math.inf)
     rho = behaviour_ratio(batch)
     keep = batch.active & (rho >= alpha) & (rho <= beta)
     weight = torch.where(keep, rho if rho_weight else torch.ones_like(rho), 0.0)

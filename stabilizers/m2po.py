@@ -21,12 +21,10 @@ Removing the largest value never raises the mean, so that k is Algorithm 1's sto
 """
 from __future__ import annotations
 
-import math
-
 import torch
 
-from .api import LossOutput, PolicyBatch, check_range, register
-from .surrogate import aggregate, log_ratio, masked_mean
+from ._surrogate import aggregate, log_ratio, masked_mean
+from .api import LossOutput, PolicyBatch, ranges, register
 
 
 def greedy_m2_mask(m2: torch.Tensor, candidate: torch.Tensor, tau: float) -> torch.Tensor:
@@ -44,6 +42,7 @@ def greedy_m2_mask(m2: torch.Tensor, candidate: torch.Tensor, tau: float) -> tor
 
 
 @register("m2po")
+@ranges(tau="[0, inf]")
 def m2po(
     batch: PolicyBatch,
     *,
@@ -51,7 +50,6 @@ def m2po(
     ratio_against: str = "rollout",
     aggregation: str = "token_mean",
 ) -> LossOutput:
-    check_range("tau", tau, 0.0, math.inf)
     log_w = log_ratio(batch, ratio_against)
     lw = log_w.detach()
     m2 = lw.square()

@@ -1,9 +1,10 @@
 """Recipes: a named loss + params + engine switches, the rows of a grid (Table 1's names and controls).
 
-Reading recipes checks names and parameter names without importing torch (stabilizers.catalog);
-value ranges (eps, alpha, a TIS cap...) are checked by running the recipe once on a one-token
-batch, which needs torch: ``check_values=False`` leaves that to a later check_values() call
-(the workflow does it when jobs are about to start, so that a dry run stays torch-free).
+Reading recipes checks names, parameter names and the value ranges the modules declare (eps,
+alpha, a TIS cap...: stabilizers._ranges) without importing torch (stabilizers._catalog), so a
+dry run refuses them. Then the recipe is run once on a one-token batch, which needs torch and
+catches what a declaration cannot say (a bound the code derives): ``check_values=False`` leaves
+that to a later check_values() call (the workflow does it when jobs are about to start).
 """
 from __future__ import annotations
 
@@ -12,12 +13,15 @@ from pathlib import Path
 
 import yaml
 
+from . import _catalog as catalog
+from ._ranges import check_values as check_ranges
+from ._ranges import complete
 from .api import LossOutput, PolicyBatch, check_params, get, parameters
 
 DEFAULT_RECIPES = Path(__file__).with_name("recipes.yaml")
 _RECIPE_KEYS = {"loss", "params", "routing_replay", "tis", "rollout_is", "table1"}
-_TIS_KEYS = {"cap", "floor"}
-_ROLLOUT_IS_KEYS = {"level", "cap", "lower", "upper"}
+# the weights a recipe switches on: key -> (module, function); their keyword parameters are the keys
+_SWITCHES = {"tis": ("tis", "tis_weight"), "rollout_is": ("rollout_is", "rollout_is_weight")}
 
 
 @dataclass(frozen=True)
@@ -74,13 +78,7 @@ def recipe_from_dict(name: str, spec: dict, source: str = "<dict>", *, check_val
         raise ValueError(f"{where}: unknown key(s) {sorted(unknown)}; allowed {sorted(_RECIPE_KEYS)}")
     if "loss" not in spec:
         raise ValueError(f"{where}: missing 'loss'")
-    tis = spec.get("tis")
-    if tis is not None and (not isinstance(tis, dict) or set(tis) - _TIS_KEYS):
-        raise ValueError(f"{where}: tis must be null or a mapping with keys {sorted(_TIS_KEYS)}, got {tis!r}")
-    rollout_is = spec.get("rollout_is")
-    if rollout_is is not None and (not isinstance(rollout_is, dict) or set(rollout_is) - _ROLLOUT_IS_KEYS):
-        raise ValueError(f"{where}: rollout_is must be null or a mapping with keys {sorted(_ROLLOUT_IS_KEYS)}, "
-                         f"got {rollout_is!r}")
+    tis, rollout_is = (_checked_switch(key, spec.get(key), where) for key in ("tis", "rollout_is"))
     if not isinstance(spec.get("routing_replay", False), bool):
         raise ValueError(f"{where}: routing_replay must be true or false, got {spec['routing_replay']!r}")
     if not isinstance(spec.get("params") or {}, dict):
@@ -91,16 +89,35 @@ def recipe_from_dict(name: str, spec: dict, source: str = "<dict>", *, check_val
         raise ValueError(f"{where}: {error.args[0]}") from None
     recipe = Recipe(name=name, loss=spec["loss"], params=dict(spec.get("params") or {}),
                     routing_replay=spec.get("routing_replay", False),
-                    tis=None if tis is None else dict(tis), table1=spec.get("table1"),
-                    rollout_is=None if rollout_is is None else dict(rollout_is))
+                    tis=tis, table1=spec.get("table1"), rollout_is=rollout_is)
     if check_values:
         _check_values(recipe, where)
     return recipe
 
 
+def switch_defaults(key: str) -> dict[str, object]:
+    """The keyword defaults of a recipe switch's weight ("tis" or "rollout_is"), from source (no torch)."""
+    return catalog.function_signature(*_SWITCHES[key])[0]
+
+
+def _checked_switch(key: str, values: dict | None, where: str) -> dict | None:
+    """A copy of the recipe's ``tis`` or ``rollout_is`` mapping, its keys and declared value ranges
+    checked (no torch); None when off."""
+    if values is None:
+        return None
+    defaults, declared = catalog.function_signature(*_SWITCHES[key])
+    if not isinstance(values, dict) or set(values) - set(defaults):
+        raise ValueError(f"{where}: {key} must be null or a mapping with keys {sorted(defaults)}, got {values!r}")
+    try:
+        check_ranges(complete(declared, defaults, key), defaults, values, prefix=f"{key} ")
+    except ValueError as error:
+        raise ValueError(f"{where}: {error}") from None
+    return dict(values)
+
+
 def _check_values(recipe: Recipe, where: str) -> None:
-    """Run the recipe once on a one-token batch, so that a value out of range (eps, alpha, a TIS
-    cap...) fails when the recipe is read, naming it, rather than at the first training step."""
+    """Run the recipe once on a one-token batch, so that a value its code refuses beyond the declared
+    ranges (a bound it derives) fails when the recipe is read, naming it, not at the first step."""
     import torch
 
     zero, one = torch.zeros(1, 1), torch.ones(1, 1)

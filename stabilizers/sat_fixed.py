@@ -6,15 +6,14 @@ sits. threshold = 0 disables the gate (the fixed-clip loss bit for bit).
 """
 from __future__ import annotations
 
-import math
-
 import torch
 
-from .api import LossOutput, PolicyBatch, check_range, register
-from .surrogate import check_clip, contracted_clip_loss, log_ratio, sat_contraction, tail_gate
+from ._surrogate import contracted_clip_loss, log_ratio, sat_contraction, tail_gate
+from .api import LossOutput, PolicyBatch, ranges, register
 
 
 @register("sat_fixed")
+@ranges(threshold="[0, inf)", eps_low="[0, 1)", eps_high="[0, inf)")
 def sat_fixed(
     batch: PolicyBatch,
     *,
@@ -24,8 +23,6 @@ def sat_fixed(
     ratio_against: str = "rollout",
     aggregation: str = "token_mean",
 ) -> LossOutput:
-    check_clip(eps_low, eps_high)
-    check_range("threshold", threshold, 0.0, math.inf, high_open=True)
     log_r = log_ratio(batch, ratio_against)
     q = torch.tensor(threshold, dtype=log_r.dtype, device=log_r.device)
     gate = tail_gate(log_r.detach().abs(), batch.active, q)

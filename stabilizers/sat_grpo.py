@@ -8,11 +8,12 @@ r = exp(logp - log mu). enabled=False (or q = 0) is the fixed-clip loss bit for 
 """
 from __future__ import annotations
 
-from .api import LossOutput, PolicyBatch, register
-from .surrogate import log_ratio, sat_loss
+from ._surrogate import log_ratio, sat_loss
+from .api import LossOutput, PolicyBatch, ranges, register
 
 
 @register("sat_grpo")
+@ranges(eps_low="[0, 1)", eps_high="[0, inf)", alpha="(0, 1]", enabled="bool")
 def sat_grpo(
     batch: PolicyBatch,
     *,

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from .api import LossOutput, PolicyBatch, register
-from .surrogate import check_clip, contracted_clip_loss, log_ratio, sat_contraction, sat_gate
+from ._surrogate import contracted_clip_loss, log_ratio, sat_contraction, sat_gate
+from .api import LossOutput, PolicyBatch, ranges, register
 
 _MASK32 = 2**32 - 1
 
@@ -30,6 +30,7 @@ def random_keys(n: int, seed: int, device: torch.device) -> torch.Tensor:
 
 
 @register("sat_random")
+@ranges(eps_low="[0, 1)", eps_high="[0, inf)", alpha="(0, 1]")
 def sat_random(
     batch: PolicyBatch,
     *,
@@ -41,7 +42,6 @@ def sat_random(
     ratio_against: str = "rollout",
     aggregation: str = "token_mean",
 ) -> LossOutput:
-    check_clip(eps_low, eps_high)
     log_r = log_ratio(batch, ratio_against)
     q, sat_gated = sat_gate(log_r.detach().abs(), batch, alpha, quantile_scope)
     c_plus, c_minus = sat_contraction(log_r, q, sat_gated)

@@ -6,20 +6,17 @@ default cap is 2.0 (the paper does not state it). Not a loss: a recipe's `tis` s
 """
 from __future__ import annotations
 
-import math
-
 import torch
 
-from .api import PolicyBatch, check_range
-from .surrogate import masked_mean
+from ._surrogate import masked_mean
+from .api import PolicyBatch, ranges
 
 
+@ranges(cap="(0, inf)", floor="[0, cap] or None")
 def tis_weight(batch: PolicyBatch, *, cap: float = 2.0, floor: float | None = None) -> tuple[torch.Tensor, dict]:
-    check_range("tis cap", cap, 0.0, math.inf, low_open=True, high_open=True)
     raw = torch.exp(batch.old_logp.detach() - batch.rollout_logp.detach())
     weight = raw.clamp(max=cap)
     if floor is not None:
-        check_range("tis floor", floor, 0.0, cap)
         weight = weight.clamp(min=floor)
     metrics = {
         "tis/weight_mean": masked_mean(weight, batch.active),

@@ -119,7 +119,7 @@ def test_every_problem_is_reported_at_once():
 
 def test_a_config_recipe_can_join_the_grid():
     extra = {"grpo_wide": {"loss": "grpo", "params": {"eps_low": 0.3, "eps_high": 0.3}}}
-    config = validate(demo(recipes=["grpo", "grpo_wide"], extra_recipes=extra))
+    config = validate(demo(recipes=["grpo", "grpo_wide"], extra_recipes=extra, claims=[]))
     assert config["extra_recipes"] == extra
 
 
@@ -191,9 +191,13 @@ def test_planning_does_not_import_torch():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-def test_recipe_values_are_checked_when_jobs_start():
+def test_recipe_values_are_checked_when_read_and_when_jobs_start():
     from harness.config import check_recipe_values
-    config = validate(demo(recipes=["grpo", "bad"], extra_recipes={"bad": {"loss": "sat_grpo", "params": {"alpha": 1.5}}}))
-    with pytest.raises(ConfigError, match=r"recipe 'bad' \(config 'recipes'\): alpha = 1.5 is outside"):
+    # a declared range (stabilizers._ranges) is checked when the config is read, without torch
+    with pytest.raises(ConfigError, match=r"config key 'extra_recipes': recipe 'bad' \(config\): alpha = 1.5 is outside"):
+        validate(demo(recipes=["grpo", "bad"], claims=[], extra_recipes={"bad": {"loss": "sat_grpo", "params": {"alpha": 1.5}}}))
+    # a bound the code derives (verl's lower = 1 / upper) by running the recipe, when jobs start
+    config = validate(demo(recipes=["grpo", "bad"], claims=[], extra_recipes={"bad": {"loss": "grpo", "rollout_is": {"upper": 0.5}}}))
+    with pytest.raises(ConfigError, match=r"recipe 'bad' \(config 'recipes'\): lower = 2.0 is outside \[0.0, 0.5\]"):
         check_recipe_values(config)
     check_recipe_values(demo())

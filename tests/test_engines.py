@@ -110,7 +110,7 @@ def test_a_toy_engine_added_at_run_time_runs_a_grid_through_snakemake(scratch):
     (scratch / "plugins" / "toy_engine.py").write_text(textwrap.dedent(TOY_ENGINE))
     env = {**os.environ, "STALEBENCH_ENGINES": "toy_engine",
            "PYTHONPATH": os.pathsep.join([str(scratch / "plugins"), str(ROOT)])}
-    overrides = {"engine": "toy", "grid": "toy", "recipes": ["grpo"], "lags": [2], "seeds": [0], "steps": 4,
+    overrides = {"engine": "toy", "grid": "toy", "recipes": ["grpo"], "lags": [2], "seeds": [0], "steps": 4, "claims": [],
                  "eval_every": 2, "baseline": "grpo",
                  "engine_params": {"preset": "demo", "width": 32, "heads": 2, "expert_hidden": 32,
                                    "warmstart_steps": 10, "prompts_per_step": 4, "samples_per_step": 4},

@@ -139,7 +139,7 @@ def test_problems_setting_takes_a_prefix():
 
 def test_the_tiny_tasks_do_not_import_math_verify():
     """math-verify (sympy) is imported on first use: scoring a tiny task never pays for it."""
-    code = "import sys, eval.tasks.tiny_utils; print('math_verify' in sys.modules)"
+    code = "import sys, eval.tasks.tiny.utils; print('math_verify' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                             cwd=Path(__file__).resolve().parents[1])
     assert result.stdout.strip() == "False"

@@ -1,6 +1,7 @@
 """Real tiny-engine checkpoints scored through lm-eval: end to end, determinism, kill + resume."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -12,11 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
-import eval.score
 from engines.tiny.checkpoint import save_checkpoint
 from engines.tiny.model import ModelConfig, TinyMoELM
 from engines.tiny.params import resolve_engine_params
 from engines.tiny.warmstart import exact_match, train_base
+from eval.lm_model import TinyCheckpointLM
 from eval.score import score_run
 from harness.io import read_jsonl
 from tests.support.waiting import wait_until
@@ -68,13 +69,18 @@ def test_real_checkpoints_end_to_end_through_lm_eval(tmp_path, models):
 @pytest.fixture
 def built(monkeypatch) -> list[str]:
     """The checkpoints whose model eval.score builds, in order, one entry per build."""
-    names, build = [], eval.score._model
+    names, models = [], TinyCheckpointLM.models
 
-    def counted(settings, checkpoint, server_lm):
-        names.append(checkpoint.name)
-        return build(settings, checkpoint, server_lm)
+    @contextlib.contextmanager
+    def counted(settings, checkpoints):
+        with models(settings, checkpoints) as model_for:
+            def counted_model_for(checkpoint):
+                names.append(checkpoint.name)
+                return model_for(checkpoint)
 
-    monkeypatch.setattr(eval.score, "_model", counted)
+            yield counted_model_for
+
+    monkeypatch.setattr(TinyCheckpointLM, "models", counted)
     return names
 
 

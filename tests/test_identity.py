@@ -32,7 +32,7 @@ def test_the_run_config_spells_out_the_preset_and_every_stabilizer_default():
     assert run["engine_params"]["lr"] == tiny_params.PRESETS["demo"]["lr"]
     assert run["recipe"]["params"] == {**parameters("grpo"), "eps_low": 0.2, "eps_high": 0.2,
                                        "ratio_against": "rollout"}
-    tis = resolve_run_config(validate({**DEMO, "recipes": ["grpo", "grpo_tis"]}), "grpo_tis", 1, 0)["recipe"]["tis"]
+    tis = resolve_run_config(validate({**DEMO, "recipes": ["grpo", "grpo_tis"], "claims": []}), "grpo_tis", 1, 0)["recipe"]["tis"]
     assert tis == {"cap": 2.0, "floor": None}  # the floor is the TIS weight's default, spelled out
 
 

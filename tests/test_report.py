@@ -1,5 +1,6 @@
 """analysis.aggregate on a fabricated grid: content of summary.json, the tables and the plots."""
 import csv
+import itertools
 import json
 import os
 import shutil
@@ -13,8 +14,13 @@ import pytest
 from statsmodels.stats.multitest import multipletests
 
 from analysis.aggregate import main
-from analysis.report import PRIMARY, REFERENCE, REPORT_FILES, collect, plot_curves
-from analysis.stats import collapse_difference, difference, prob_improvement
+from analysis.contrasts import contrast
+from analysis.plots import plot_curves
+from analysis.reference import REFERENCE
+from analysis.report import REPORT_FILES
+from analysis.stats import collapse_difference, prob_improvement
+from analysis.summary import ENDPOINTS, collect
+from analysis.tables import ENDPOINT_NAMES
 from harness.grid import run_dir
 from tests.support.grid_fixture import COLLAPSED, DIVERGED, EARLY_DIVERGED, EQUAL_CELL, make_grid
 
@@ -99,10 +105,10 @@ def test_reference_column_matches_table1(grid):
 def test_latex_and_plots_are_well_formed(grid):
     _, out, _ = grid
     tex = (out / "table.tex").read_text()
-    assert tex.count(r"\begin{tabular}") == tex.count(r"\end{tabular}") >= 12
+    assert tex.count(r"\begin{tabular}") == tex.count(r"\end{tabular}") >= 15
     assert tex.count(r"\item ") == len(json.loads((out / "summary.json").read_text())["conclusions"])
     assert "sat\\_grpo" in tex and "sat_grpo" not in tex.replace("sat\\_grpo", "")
-    for name in ("curves.png", "mismatch.png", "collapse.png"):
+    for name in ("curves.png", "mismatch.png", "collapse.png", "staleness.png"):
         image = matplotlib.image.imread(out / name)
         assert image.shape[0] > 200 and image.shape[1] > 200
 
@@ -146,6 +152,12 @@ def test_bad_config_and_missing_run_are_named(grid, tmp_path, capsys):
     assert not (tmp_path / "out" / "summary.json").exists()
 
 
+def minus(cell, other, metric):
+    """cell - other paired by seed (every cell of the fixture has seeds 0, 1, 2)."""
+    return contrast([(1.0, cell["per_seed"][metric], cell["seeds"]),
+                     (-1.0, other["per_seed"][metric], other["seeds"])]).as_dict()
+
+
 def test_comparisons_are_the_statistics_of_the_per_seed_values(grid):
     """Each comparison in summary.json is analysis.stats applied to the cells' per-seed values."""
     config, _, summary = grid
@@ -157,10 +169,11 @@ def test_comparisons_are_the_statistics_of_the_per_seed_values(grid):
         assert (cell["staleness_cost"] is None) == (lag == first)
         for metric in ("fixed", "best", "auc"):
             if recipe != "grpo":
-                expected = difference(cell["per_seed"][metric], base["per_seed"][metric]).as_dict()
+                expected = minus(cell, base, metric)
                 assert {k: cell["vs_baseline"][metric][k] for k in expected} == pytest.approx(expected, nan_ok=True)
+                assert cell["vs_baseline"][metric]["method"] in ("paired-t", "degenerate")
             if lag != first:
-                expected = difference(cell["per_seed"][metric], earlier["per_seed"][metric]).as_dict()
+                expected = minus(cell, earlier, metric)
                 assert {k: cell["staleness_cost"][metric][k] for k in expected} == pytest.approx(expected, nan_ok=True)
             expected = prob_improvement(cell["per_seed"][metric], base["per_seed"][metric])
             assert cell["improvement"][metric]["p"] == pytest.approx(expected.p)
@@ -174,14 +187,15 @@ def test_holm_within_each_table(grid):
     _, out, summary = grid
     others = [c for c in summary["cells"] if c["recipe"] != "grpo"]
     markdown = (out / "table.md").read_text()
-    for key, members in (("vs_baseline", others), ("improvement", others),
-                         ("staleness_cost", [c for c in summary["cells"] if c["staleness_cost"]])):
-        stats = [c[key][PRIMARY] for c in members]
-        adjusted = multipletests([s["p"] for s in stats], method="holm")[1]
-        assert [s["p_holm"] for s in stats] == pytest.approx(list(adjusted))
-        assert f"Holm-adjusted over the {len(stats)} tests of this table" in markdown
-    # the baseline against itself is no test of the family
-    assert all(c["improvement"][PRIMARY]["p_holm"] is None for c in summary["cells"] if c["recipe"] == "grpo")
+    for endpoint in ENDPOINTS:
+        for key, members in (("vs_baseline", others), ("improvement", others),
+                             ("staleness_cost", [c for c in summary["cells"] if c["staleness_cost"]])):
+            stats = [c[key][endpoint] for c in members if c[key][endpoint]["p"] is not None]
+            adjusted = multipletests([s["p"] for s in stats], method="holm")[1]
+            assert [s["p_holm"] for s in stats] == pytest.approx(list(adjusted))
+            assert f"exploratory, Holm-adjusted over the {len(stats)} tests of this table" in markdown
+        # the baseline against itself is no test of the family
+        assert all(c["improvement"][endpoint]["p_holm"] is None for c in summary["cells"] if c["recipe"] == "grpo")
 
 
 def test_new_columns_in_csv_and_markdown(grid):
@@ -190,17 +204,22 @@ def test_new_columns_in_csv_and_markdown(grid):
     markdown = (out / "table.md").read_text()
     cell = next(c for c in summary["cells"] if (c["recipe"], c["lag"]) == ("sat_grpo", 8))
     row = table["sat_grpo"]
-    for name, key in (("diff_baseline", "vs_baseline"), ("staleness", "staleness_cost")):
-        stat = cell[key][PRIMARY]
-        for part in ("estimate", "low", "high", "p", "p_holm"):
-            assert float(row[f"{name}_fixed_lag8_{part}"]) == pytest.approx(stat[part])
-        assert int(row[f"{name}_fixed_lag8_seeds_needed"]) == stat["seeds_needed"] >= 2
-        assert f"{stat['estimate'] * 100:+.1f} [" in markdown
-    assert float(row["p_improve_fixed_lag8_p"]) == pytest.approx(cell["improvement"][PRIMARY]["p"])
-    assert float(row["collapse_diff_baseline_lag8_p"]) == pytest.approx(cell["collapse_vs_baseline"]["p"])
+    for endpoint in ENDPOINTS:
+        for name, key in (("diff_baseline", "vs_baseline"), ("staleness", "staleness_cost")):
+            stat = cell[key][endpoint]
+            for part in ("estimate", "low", "high", "p", "p_holm"):
+                assert float(row[f"{name}_{endpoint}_lag8_{part}"]) == pytest.approx(stat[part])
+            assert int(row[f"{name}_{endpoint}_lag8_n"]) == stat["n"] == 3
+            assert row[f"{name}_{endpoint}_lag8_method"] == "paired-t"
+            assert f"{stat['estimate'] * 100:+.1f} [" in markdown
+        assert float(row[f"p_improve_{endpoint}_lag8_p"]) == pytest.approx(cell["improvement"][endpoint]["p"])
+    collapse = cell["collapse_vs_baseline"]
+    assert float(row["collapse_diff_baseline_lag8_p"]) == pytest.approx(collapse["p"])
+    assert float(row["collapse_diff_baseline_lag8_low"]) == pytest.approx(collapse["low"])  # Newcombe
     assert row["fixed_lag8_method"] == "student-t"
     assert table["grpo"]["diff_baseline_fixed_lag8_p"] == ""  # the baseline is not compared with itself
-    assert "seeds for 80% power lag 8" in markdown and "95% CI: Student t" in markdown
+    assert "paired by seed" in markdown and "95% CI: Student t" in markdown and "(n 3)" in markdown
+    assert "Staleness cost: AUC at this lag minus lag 1" in markdown  # AUC tables beside the fixed-step ones
 
 
 def test_conclusions_follow_the_numbers(grid):
@@ -210,11 +229,14 @@ def test_conclusions_follow_the_numbers(grid):
     markdown = (out / "table.md").read_text()
     assert "## What can and cannot be concluded" in markdown and all(line in markdown for line in lines)
     assert any("not evidence of a difference" in line for line in lines)
-    for key, what in (("vs_baseline", "difference to grpo"), ("staleness_cost", "staleness cost")):
+    assert lines[0].startswith("No claims declared")  # this grid declares none: everything is exploratory
+    for (key, what), endpoint in itertools.product((("vs_baseline", "difference to grpo"),
+                                                    ("staleness_cost", "staleness cost")), ENDPOINTS):
+        what = f"{what} in the {ENDPOINT_NAMES[endpoint]}" if key == "vs_baseline" else what
         for cell in summary["cells"]:
-            if cell[key] is None:
+            if cell[key] is None or cell[key][endpoint]["p"] is None:
                 continue
-            stat = cell[key][PRIMARY]
+            stat = cell[key][endpoint]
             name = f"{cell['recipe']} at lag {cell['lag']}: {stat['estimate'] * 100:+.1f}"
             if stat["p_holm"] < 0.05:
                 kind = "Evidence of a"
@@ -222,8 +244,10 @@ def test_conclusions_follow_the_numbers(grid):
                 kind = "Suggestive only"
             else:
                 kind = "No evidence either way"
-            line = next(text for text in lines if text.startswith(kind) and what in text)
+            line = next(text for text in lines if text.startswith(kind) and what in text
+                        and f"in the {ENDPOINT_NAMES[endpoint]}" in text)
             assert name in line
-    # 3 seeds against 3: the exact tests cannot reach 0.05 (smallest p = 2 / C(6, 3) = 0.1)
-    assert sum("complete separation gives p = 0.100" in line for line in lines) == 3
+    # 3 seeds against 3: the exact tests cannot reach 0.05 (smallest p = 2 / C(6, 3) = 0.1):
+    # P(improvement) on both endpoints and the two collapse-rate tables
+    assert sum("complete separation gives p = 0.100" in line for line in lines) == 4
     assert sum(line.startswith("Evidence of a") for line in lines) >= 1  # the fixture has a clear one

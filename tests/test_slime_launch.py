@@ -69,7 +69,7 @@ def job(config, recipe, lag, seed):
     return text, *parse_submit(text), custom, directory.resolve()
 
 
-def assert_paper_settings(flags, train, seed, config):
+def assert_paper_settings(flags, train, seed, config, *, per_token_loss=True):
     engine = config["engine_params"]
     expected = {
         "--hf-checkpoint": [engine["hf_checkpoint"]], "--ref-load": [engine["ref_load"]],
@@ -88,7 +88,7 @@ def assert_paper_settings(flags, train, seed, config):
         "--context-parallel-size": ["1"], "--optimizer": ["adam"], "--lr": ["1e-06"],
         "--lr-decay-style": ["constant"], "--adam-beta1": ["0.9"], "--adam-beta2": ["0.98"],
         "--loss-type": ["custom_loss"], "--custom-loss-function-path": ["engines.slime.loss.policy_loss"],
-        "--calculate-per-token-loss": [], "--advantage-estimator": ["grpo"],
+        "--calculate-per-token-loss": [] if per_token_loss else None, "--advantage-estimator": ["grpo"],
         "--use-kl-loss": [], "--kl-loss-coef": ["0.001"], "--kl-loss-type": ["low_var_kl"],
         "--kl-coef": ["0.0"], "--entropy-coef": ["0.0"],
         "--custom-config-path": [f"{train}/slime_custom.yaml"],
@@ -138,7 +138,8 @@ def test_golden_sat_gspo_r3_lag8_interval(table1):
     assert entry == ["python3", "$SLIME_DIR/train_async.py"]
     assert flags["--update-weights-interval"] == ["8"]
     assert flags["--use-rollout-routing-replay"] == []
-    assert_paper_settings(flags, directory / "train", 1, table1)
+    # SAT-GSPO weighs each response once (sample_mean): slime's per-sample mean, not its per-token loss
+    assert_paper_settings(flags, directory / "train", 1, table1, per_token_loss=False)
     assert_harness_script(text)
     assert custom["stalebench_recipe"]["loss"] == "sat_gspo"
     assert custom["stalebench_recipe"]["params"] == {**parameters("sat_gspo"), "eps_low": 0.2, "eps_high": 0.2,
@@ -176,6 +177,7 @@ def test_golden_constant_lag_runs_the_harness_driver(table1):
 ])
 def test_bad_input_is_refused_before_anything_is_written(table1, change, error, message, monkeypatch):
     # a stabilizer slime cannot express: a loss with no aggregation slime has a normaliser for
+    @stabilizers.api.ranges(eps_low="[0, 1)")
     def summed_loss(batch, *, eps_low: float = 0.2):
         return LossOutput(-(batch.logp * batch.mask).sum())
     monkeypatch.setitem(stabilizers.api._REGISTRY, "summed_loss", summed_loss)
@@ -320,12 +322,12 @@ def test_the_job_runs_the_preflight_before_ray_starts(table1, tmp_path, monkeypa
 
 def test_one_image_everywhere():
     """The preset's training image, its evaluation server's image and the pin are the image built at
-    the pinned slime commit (envs/slime-container.yaml says how), so the strict commit check passes."""
+    the pinned slime commit (envs/slime-container.yaml and docs/cluster.md say how), so the strict commit check passes."""
     preset = load(PRESET)
     assert preset["engine_params"]["container"] == PIN["image"]
     assert f"docker://{PIN['image']}" in preset["eval"]["server"]["command_prefix"]
     assert preset["engine_params"]["slime_commit_check"] == "strict"
-    readme = (Path(launch.REPO) / "README.md").read_text()
+    readme = (Path(launch.REPO) / "docs" / "cluster.md").read_text()
     assert f"--build-arg SLIME_COMMIT={PIN['slime']['commit']}" in readme and PIN["image"] in readme
 
 

@@ -6,8 +6,7 @@ import pytest
 import torch
 
 from engines.slime import loss as slime_loss
-from stabilizers import Recipe, load_recipes, recipe_from_dict
-from stabilizers.diagnostics import offpolicy_diagnostics
+from stabilizers import Recipe, load_recipes, offpolicy_diagnostics, recipe_from_dict
 from tests.support import slime_standin
 from tests.support.slime_batches import args_for, direct_loss, make_sample_batch, padded
 from tests.support.slime_standin import get_log_probs_and_entropy, slime_args, slime_loss_function
@@ -15,9 +14,13 @@ from tests.support.slime_standin import get_log_probs_and_entropy, slime_args, s
 slime_standin.install()
 torch.set_num_threads(1)
 
-RECIPES = load_recipes()
-TABLE1 = [name for name, recipe in RECIPES.items() if recipe.table1] + ["grpo_mu"]
-FIELD = ["m2po", "icepop", "decoupled_ppo", "cispo", "grpo_seq_tis", "grpo_seq_mis"]  # beyond the paper
+# Geo-RS's band (0.999-1.001) rejects every response of the random batch (zero gradient): its code
+# path is checked with a band this batch passes
+RECIPES = load_recipes(extra={"geo_rs_wide": {"loss": "grpo", "rollout_is": {"level": "geometric", "lower": 0.5,
+                                                                             "upper": 2.0, "reweight": False}}})
+TABLE1 = [name for name, recipe in RECIPES.items() if recipe.table1] + ["grpo_mu", "gspo_mu"]
+FIELD = ["m2po", "icepop", "decoupled_ppo", "cispo", "cispo_old", "grpo_seq_tis", "grpo_seq_mis",  # beyond the paper
+         "grpo_clip_higher", "geo_rs_wide", "sapo", "opsm", "dppo_kl"]  # issue 26 (grpo_sum_norm: slime refuses it by name)
 
 
 def grad_of(loss, logits):
@@ -42,7 +45,7 @@ def test_loss_and_gradient_match_the_stabilizer(name):
 
 
 def test_offpolicy_diagnostics_are_logged_for_every_recipe():
-    """ESS, chi^2 and k3 KL of the micro-batch (stabilizers.diagnostics) come out of slime's reduction."""
+    """ESS, chi^2 and k3 KL of the micro-batch (stabilizers._diagnostics) come out of slime's reduction."""
     logits, batch = make_sample_batch(seed=5)
     _, logged = slime_loss_function(args_for(RECIPES["grpo"]), batch, logits, slime_loss.policy_loss)
     length = max(batch["response_lengths"])
@@ -136,6 +139,8 @@ def test_a_stabilizer_without_a_slime_normalisation_is_refused():
     recipe = Recipe(name="odd", loss="grpo", params={"aggregation": "seq_sum"})
     with pytest.raises(ValueError, match="no slime normalisation"):
         slime_loss.aggregation_of(recipe)
+    with pytest.raises(ValueError, match="aggregation 'token_sum_norm' has no slime normalisation"):
+        slime_loss.aggregation_of(RECIPES["grpo_sum_norm"])  # Dr.GRPO's constant: no slime reducer
 
 
 @pytest.mark.parametrize("name", ["sat_grpo", "gspo_tis"])

@@ -40,7 +40,7 @@ from tests.support.untimed import untimed_rows
 from tests.support.workflow_cli import ROOT, SNAKEMAKE, snakemake
 
 OVERRIDES = {
-    "grid": "slurm", "recipes": ["grpo"], "lags": [1, 2], "seeds": [0], "baseline": "grpo",
+    "grid": "slurm", "recipes": ["grpo"], "lags": [1, 2], "seeds": [0], "baseline": "grpo", "claims": [],
     "engine_params": {"preset": "demo", "warmstart_steps": 20},
     "eval": {"tasks": ["tiny_test"], "selection_task": None, "k": 2, "problems": {"tiny_test": 16}},
     # Two-minute jobs, warned 40 s ahead. slurmctld checks limits every 30 s and may warn up to that

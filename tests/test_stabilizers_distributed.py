@@ -4,8 +4,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from stabilizers import PolicyBatch, get
-from stabilizers.distributed import TorchDistributedReduce
+from stabilizers import PolicyBatch, TorchDistributedReduce, get
 
 CASES = [  # (loss, params)
     ("sat_grpo", {"quantile_scope": "global"}),

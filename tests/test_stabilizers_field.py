@@ -7,13 +7,12 @@ import math
 import pytest
 import torch
 
-from stabilizers import PolicyBatch, get, get_recipe, load_recipes
-from stabilizers.diagnostics import ess_lr_scale, offpolicy_diagnostics
+from stabilizers import PolicyBatch, Recipe, ess_lr_scale, get, get_recipe, load_recipes, offpolicy_diagnostics
 from stabilizers.m2po import greedy_m2_mask
 
 F64 = torch.float64
 NEW_LOSSES = ("m2po", "icepop", "decoupled_ppo", "cispo")
-NEW_RECIPES = ("m2po", "icepop", "decoupled_ppo", "cispo", "grpo_seq_tis", "grpo_seq_mis")
+NEW_RECIPES = ("m2po", "icepop", "decoupled_ppo", "cispo", "cispo_old", "grpo_seq_tis", "grpo_seq_mis")
 e = math.exp
 
 
@@ -83,11 +82,28 @@ def test_decoupled_ppo_by_hand():
     assert uncapped.loss.item() == pytest.approx(18.02 / 7, abs=1e-12)
 
 
+def test_cispo_by_hand_against_mu():
+    # the default: the ratio against mu, pi / mu = r rho: 1.1, 0.52, 1.4 | 5.4, 0.75, 2.2, 2.1;
+    # eps_low 1, eps_high 4: w = clamp(r rho, 0, 5) -> 5.4 becomes 5; loss = -sum(w A logp) / 7 and
+    # d loss / d logp_t = -w_t A_t / 7: -1.1/7, -0.52/7, -1.4/7 | 10/7, 1.5/7, 4.4/7, 4.2/7
+    batch = make(R, RHO, ADV, MASK)
+    out = get_recipe("cispo").compute_loss(batch)
+    loss, grad = loss_and_grad(out, batch)
+    w = t([[1.1, 0.52, 1.4, 0], [5.0, 0.75, 2.2, 2.1]])
+    assert loss.item() == pytest.approx((-(w * t(ADV) * batch.logp.detach()).sum() / 7).item(), abs=1e-12)
+    torch.testing.assert_close(grad, t([[-1.1, -0.52, -1.4, 0], [10, 1.5, 4.4, 4.2]]) / 7, rtol=0, atol=1e-12)
+    assert out.metrics["cispo/frac_clipped"].item() == pytest.approx(1 / 7)
+    # cispo_old: the ratio against the trainer's recompute, w = clamp(r, 0, 5) = r (no behaviour weight)
+    old = get_recipe("cispo_old").compute_loss(batch := make(R, RHO, ADV, MASK))
+    _, grad = loss_and_grad(old, batch)
+    torch.testing.assert_close(grad, -t([[1.1, 1.3, 0.7, 0], [0.9, 0.75, 4.0, 1.05]]) * t(ADV) / 7, rtol=0, atol=1e-12)
+
+
 def test_cispo_by_hand_and_its_gradient_direction():
-    # eps_low 1, eps_high 2: w = clamp(r, 0, 3) = r except r = 4 -> 3; loss = -sum(w A logp) / 7,
+    # against old_logp, eps_low 1, eps_high 2: w = clamp(r, 0, 3) = r except r = 4 -> 3; loss = -sum(w A logp) / 7,
     # d loss / d logp_t = -w_t A_t / 7 on EVERY active token (PPO's clip would zero 1.3, 0.75 and keep 4)
     batch = make(R, RHO, ADV, MASK)
-    out = get("cispo")(batch, eps_low=1.0, eps_high=2.0)
+    out = get("cispo")(batch, eps_low=1.0, eps_high=2.0, ratio_against="old")
     loss, grad = loss_and_grad(out, batch)
     w = t([[1.1, 1.3, 0.7, 0], [0.9, 0.75, 3.0, 1.05]])
     expected = -(w * t(ADV) * batch.logp.detach()).sum() / 7
@@ -102,7 +118,7 @@ def test_cispo_without_bounds_has_the_policy_gradient():
     """With the band [0, inf) CISPO's gradient is the unclipped r A policy gradient."""
     batch = random_batch(1)
     _, grad = loss_and_grad(get("cispo")(batch, eps_low=1.0, eps_high=1e300), batch)
-    ratio = (batch.logp - batch.old_logp).exp()
+    ratio = (batch.logp - batch.rollout_logp).exp()
     surrogate = -(torch.where(batch.mask.bool(), ratio * batch.advantages, 0.0)).sum() / batch.mask.sum()
     (expected,) = torch.autograd.grad(surrogate, batch.logp)
     torch.testing.assert_close(grad, expected, rtol=1e-12, atol=1e-15)
@@ -166,6 +182,18 @@ def test_sequence_tis_and_masked_is_by_hand():
                                         "rollout_is": {"level": "sequence", "cap": 2.0}}})["both"]
     expected = -(1.8 * (1.2 + 1.5) - 0.4 * (0.5 + 0.8)) / 4
     assert both.compute_loss(batch).loss.item() == pytest.approx(expected, abs=1e-12)
+    # drop_rejected (verl's convention): the rejected response 1 leaves the denominator too,
+    # loss -(2 x 1.8) / 2 = -1.8 and d loss / d logp = -1.8 A / 2 on response 0's tokens
+    drop = load_recipes(extra={"drop": {"loss": "grpo", "rollout_is": {"level": "sequence", "lower": 0.5,
+                                                                       "upper": 2.0, "drop_rejected": True}}})["drop"]
+    loss, grad = loss_and_grad(drop.compute_loss(batch), batch)
+    assert loss.item() == pytest.approx(-1.8, abs=1e-12)
+    torch.testing.assert_close(grad, t([[-0.9, -0.9, 0], [0, 0, 0]]), rtol=0, atol=1e-12)
+    # with nothing rejected, dropping changes nothing, bit for bit
+    keep, drop = (load_recipes(extra={"r": {"loss": "sat_gspo", "rollout_is": {"level": "token", "upper": 200.0,
+                                                                             "drop_rejected": flag}}})["r"]
+                  for flag in (False, True))
+    assert torch.equal(keep.compute_loss(batch).loss, drop.compute_loss(batch).loss)
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -250,12 +278,32 @@ def test_offpolicy_diagnostics_by_hand():
     assert ess_lr_scale(torch.tensor(1.0), rho_base=0.5).item() == 1.0
 
 
+SAT_BASES = {"sat_grpo": "grpo", "sat_gspo": "gspo"}  # SAT's loss -> the loss it contracts
+SAT_ONLY = {"alpha", "quantile_scope", "enabled"}  # the parameters SAT adds to its base
+
+
+def one_difference_control(sat: Recipe) -> dict:
+    """The recipe that differs from ``sat`` in SAT alone: its base loss with the ratio against mu."""
+    params = {key: value for key, value in sat.params.items() if key not in SAT_ONLY}
+    return {**sat.as_dict(), "loss": SAT_BASES[sat.loss], "params": {**params, "ratio_against": "rollout"},
+            "table1": None}
+
+
 def test_field_preset_holds_the_whole_field_on_the_stress_preset():
     from engines.tiny.params import resolve_engine_params
     from harness.config import load
 
     config = load("workflow/presets/field.yaml")
-    table1 = [name for name, recipe in load_recipes().items() if recipe.table1]
-    assert set(config["recipes"]) == set(table1) | {"grpo_mu"} | set(NEW_RECIPES)
+    recipes = load_recipes()
+    table1 = [name for name, recipe in recipes.items() if recipe.table1]
+    controls = {"grpo_mu", "gspo_mu", "grpo_mu_r3", "gspo_mu_r3", "sat_fixed", "sat_random"}
+    practice = {"grpo_clip_higher", "grpo_sum_norm", "grpo_geo_rs", "sapo", "opsm", "dppo_kl"}  # issue 26
+    assert set(config["recipes"]) == set(table1) | controls | set(NEW_RECIPES) | practice
+    # every SAT recipe of the preset has its one-difference control there (with sat_grpo's defaults)
+    in_preset = [recipes[name] for name in config["recipes"]]
+    for sat in in_preset:
+        if sat.loss in SAT_BASES:
+            assert one_difference_control(sat) in [{**r.as_dict(), "table1": None} for r in in_preset], sat.name
+    assert {"sat_grpo", "grpo_mu"} <= set(config["recipes"])  # sat_fixed's and sat_random's references
     assert config["lags"] == [1, 8] and len(config["seeds"]) >= 5
     assert resolve_engine_params(config["engine_params"])["lr"] == 7e-4

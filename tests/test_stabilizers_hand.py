@@ -88,17 +88,23 @@ def test_grpo_against_rollout_and_metrics():
 
 
 def test_gspo_both_aggregations():
-    # s_0 = (1.1 * 1.3 * 0.7)^(1/3) = 1.001^(1/3) = 1.000333222 (inside [0.8, 1.2]), S = +1 s_0 on 3 tokens
-    # s_1 = (0.9 * 0.75 * 4.0 * 1.05)^(1/4) = 2.835^(1/4) = 1.297592318; A = -2 < 0 so S = A max(s, 0.8) = -2 s_1
-    # token mean: -(3 s_0 - 8 s_1) / 7 = 1.054248411; sample mean: -(s_0 - 2 s_1) / 2 = 0.797425707
-    # every token of a response gets d loss / d logp = -A s_b / 7 (the mean's 1/len cancels the len tokens)
+    # responses of unequal length (3 and 4 active tokens):
+    # s_0 = (1.1 * 1.3 * 0.7)^(1/3) = 1.001^(1/3) = 1.000333222 (inside [0.8, 1.2]), S_0 = +1 s_0
+    # s_1 = (0.9 * 0.75 * 4.0 * 1.05)^(1/4) = 2.835^(1/4) = 1.297592318; A = -2 < 0 so S_1 = A max(s, 0.8) = -2 s_1
+    # the default, GSPO's per-response mean: -mean_b S_b = -(s_0 - 2 s_1) / 2 = 0.797425707;
+    #   d loss / d logp = -A_b s_b / (2 len_b) on each token of b (the 1/len of s_b's mean, the 1/2 of the mean over b)
+    # token mean (length-weighted): -(3 s_0 - 8 s_1) / 7 = 1.054248411; d loss / d logp = -A_b s_b / 7
     s0, s1 = 1.001 ** (1 / 3), 2.835 ** (1 / 4)
     batch = grpo_batch()
-    check(get("gspo")(batch), batch, 1.054248411,
-          [[-s0 / 7] * 3 + [0], [2 * s1 / 7] * 4])
-    batch = grpo_batch()
-    check(get("gspo")(batch, aggregation="sample_mean"), batch, 0.797425707,
+    check(get("gspo")(batch), batch, -(s0 - 2 * s1) / 2,
           [[-s0 / 6] * 3 + [0], [2 * s1 / 8] * 4])
+    assert -(s0 - 2 * s1) / 2 == pytest.approx(0.797425707, abs=1e-9)
+    batch = grpo_batch()
+    check(get("gspo")(batch, aggregation="token_mean"), batch, 1.054248411,
+          [[-s0 / 7] * 3 + [0], [2 * s1 / 7] * 4])
+    # gspo_mu: the same loss with the ratio against mu
+    batch = grpo_batch(against="rollout")
+    check(get_recipe("gspo_mu").compute_loss(batch), batch, 0.797425707, [[-s0 / 6] * 3 + [0], [2 * s1 / 8] * 4])
 
 
 def test_tis_weight_on_grpo():
@@ -211,22 +217,24 @@ def test_sat_gspo_both_aggregations():
     #   response 2 (A=-1): d = -0.05 -> -0.05 (x1)
     # |rho| sorted: .03 .03 .05 .12 .12 .12; alpha = 0.5: k = 3 -> q = 0.05; gated: response 1 (|-0.05| = q is not > q)
     #   c+ = 1 / (1 + (0.12/0.05)^2) = 1 / 6.76; upper bound 1 + 0.2 / 6.76 = 1.029585799 < e^.12 -> S = 1.029585799
+    # sample mean (the default, one weight per response): -(e^.03 + 1.029585799 - e^-.05) / 3 = -0.369603636
     # token mean: -(2 e^.03 + 3 x 1.029585799 - e^-.05) / 6 = -0.699739507
-    # sample mean: -(e^.03 + 1.029585799 - e^-.05) / 3 = -0.369603636
     d = [[0.02, 0.04, 0.0], [0.10, 0.14, 0.12], [-0.05, 0.0, 0.0]]
     args = ([[e(x) for x in row] for row in d], [[1.0] * 3, [1.0] * 3, [-1.0] * 3],
             [[1, 1, 0], [1, 1, 1], [1, 0, 0]])
     batch = batch_from_ratios(*args, against="rollout")
-    out = get("sat_gspo")(batch, alpha=0.5)
+    out = get("sat_gspo")(batch, alpha=0.5, aggregation="token_mean")
     check(out, batch, -0.699739507, [[-e(0.03) / 6] * 2 + [0], [0] * 3, [e(-0.05) / 6, 0, 0]])
     assert out.metrics["sat/q"].item() == pytest.approx(0.05)
     assert out.metrics["sat/gate_rate"].item() == pytest.approx(0.5)
-    check(get("sat_gspo")(batch_from_ratios(*args, against="rollout"), alpha=0.5, aggregation="sample_mean"),
-          batch, -0.369603636)
+    # sample mean: each token of response b gets -A_b rho_b' / (3 len_b) where unclipped
+    batch = batch_from_ratios(*args, against="rollout")
+    check(get("sat_gspo")(batch, alpha=0.5), batch, -0.369603636,
+          [[-e(0.03) / 6] * 2 + [0], [0] * 3, [e(-0.05) / 3, 0, 0]])
     # alpha = 0.6: k = ceil(3.6) = 4 -> q = 0.12, a tie: no token has |rho| > q, so nothing is gated (GSPO vs mu)
     out = get("sat_gspo")(batch_from_ratios(*args, against="rollout"), alpha=0.6)
     assert out.metrics["sat/gate_rate"].item() == 0.0
-    assert out.loss.item() == pytest.approx(-(2 * e(0.03) + 3 * e(0.12) - e(-0.05)) / 6, abs=1e-9)
+    assert out.loss.item() == pytest.approx(-(e(0.03) + e(0.12) - e(-0.05)) / 3, abs=1e-9)
 
 
 @pytest.mark.parametrize("aggregation", ["token_mean", "sample_mean"])

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stabilizers import PolicyBatch, available, get, get_recipe, load_recipes
-from stabilizers.surrogate import kth_smallest, lower_quantile, sat_contraction, sat_gate, tail_gate
+from stabilizers._surrogate import kth_smallest, lower_quantile, sat_contraction, sat_gate, tail_gate
 
 D_VALUES = st.one_of(
     st.floats(-0.05, 0.05),                                    # the LLM regime (mean |d| ~ 0.01)
@@ -276,7 +276,7 @@ def test_clipped_objective_is_min_and_clamp_with_their_gradient(log_r, advantage
     """clipped_objective (its derivative written out, its indicator computed in floats) equals
     torch.minimum(r A, clamp(r, low, high) A) under autograd, value and gradient bit for bit,
     at exact bound ties, exp overflow (r = inf) and zero advantages."""
-    from stabilizers.surrogate import clip_bounds, clipped_objective
+    from stabilizers._surrogate import clip_bounds, clipped_objective
 
     def objective_and_grad(fn):
         x = torch.tensor(log_r, dtype=torch.float32, requires_grad=True)

@@ -10,6 +10,7 @@ import torch
 import stabilizers
 from stabilizers import (
     PolicyBatch,
+    Recipe,
     api,
     available,
     get,
@@ -20,6 +21,7 @@ from stabilizers import (
     register,
     validate_batch,
 )
+from stabilizers.api import ranges
 
 TABLE1 = ["grpo", "gspo", "grpo_r3", "gspo_r3", "grpo_tis", "gspo_tis", "grpo_tis_r3", "gspo_tis_r3",
           "dppo", "sat_grpo", "sat_gspo", "sat_grpo_r3", "sat_gspo_r3"]
@@ -41,14 +43,16 @@ def plugin_module(scratch, monkeypatch):
     name = "_plugin_test"
     (scratch / f"{name}.py").write_text(textwrap.dedent(f'''
         """A test stabilizer: GRPO's surrogate with a scaled advantage."""
-        from .api import LossOutput, register
-        from .surrogate import aggregate, clip_bounds, clipped_objective, log_ratio
+        from ._surrogate import aggregate, clip_bounds, clipped_objective, log_ratio
+        from .api import LossOutput, ranges, register
 
         @register("{name}")
-        def scaled(batch, *, scale: float = 2.0, eps_low: float = 0.2, eps_high: float = 0.2):
+        @ranges(scale="(0, inf)", eps_low="[0, 1)", eps_high="[0, inf)")
+        def scaled(batch, *, scale: float = 2.0, eps_low: float = 0.2, eps_high: float = 0.2,
+                   aggregation: str = "token_mean"):
             ratio = log_ratio(batch, "old").exp()
             objective = clipped_objective(ratio, scale * batch.advantages, *clip_bounds(eps_low, eps_high, ratio.dtype))
-            return LossOutput(aggregate(objective, batch, "token_mean"), {{"{name}/scale": ratio.new_tensor(scale)}})
+            return LossOutput(aggregate(objective, batch, aggregation), {{"{name}/scale": ratio.new_tensor(scale)}})
     '''))
     monkeypatch.setattr(stabilizers, "__path__", [*stabilizers.__path__, str(scratch)])
     yield name
@@ -61,7 +65,7 @@ def test_a_new_stabilizer_is_one_new_file(plugin_module):
     b = batch()
     out = get(plugin_module)(b)  # found by name, no other change
     assert plugin_module in available()
-    assert parameters(plugin_module) == {"scale": 2.0, "eps_low": 0.2, "eps_high": 0.2}
+    assert parameters(plugin_module) == {"scale": 2.0, "eps_low": 0.2, "eps_high": 0.2, "aggregation": "token_mean"}
     torch.testing.assert_close(out.loss, 2 * get("grpo")(b).loss)
     recipe = recipe_from_dict("scaled3", {"loss": plugin_module, "params": {"scale": 3.0}, "tis": {"cap": 2.0}})
     assert recipe.compute_loss(b).metrics[f"{plugin_module}/scale"].item() == 3.0
@@ -80,6 +84,56 @@ def test_duplicate_name_raises_naming_both_definitions():
     assert "stabilizers.grpo.grpo" in message and "grpo.py" in message  # the first definition, with its file
     assert "another_grpo" in message and "test_stabilizers_registry.py" in message  # the second
     assert get("grpo").__doc__ == api._REGISTRY["grpo"].__doc__  # the original survives
+
+
+def no_aggregation(batch, *, eps: float = 0.1):
+    raise AssertionError("never called")
+
+
+def positional_eps(batch, eps=0.1, *, aggregation="token_mean"):
+    raise AssertionError("never called")
+
+
+def no_default(batch, *, eps: float, aggregation="token_mean"):
+    raise AssertionError("never called")
+
+
+def undeclared(batch, *, eps: float = 0.1, aggregation="token_mean"):
+    raise AssertionError("never called")
+
+
+@pytest.mark.parametrize("loss, message", [
+    (no_aggregation, r"every loss takes `aggregation` \(token_mean or sample_mean or token_sum_norm\)"),
+    (positional_eps, r"\['eps'\] must be keyword-only with a default"),
+    (no_default, r"\['eps'\] must be keyword-only with a default"),
+    (undeclared, r"declare its value ranges with @ranges"),
+])
+def test_register_checks_the_contract(loss, message):
+    with pytest.raises(ValueError, match=message):
+        register("contract_test")(loss)
+    assert "contract_test" not in api._REGISTRY
+
+
+def test_ranges_cover_every_parameter_and_hold_the_defaults():
+    with pytest.raises(ValueError, match=r"undeclared: no value range declared for \['eps'\]"):
+        ranges()(undeclared)
+    with pytest.raises(ValueError, match=r"a default is outside its range: eps = 0.1 is outside \[0.5, 1.0\]"):
+        ranges(eps="[0.5, 1]")(undeclared)
+    with pytest.raises(ValueError, match=r"ranges declared for \['epsilon'\], which are not its keyword"):
+        ranges(eps="[0, 1]", epsilon="[0, 1]")(undeclared)
+    with pytest.raises(ValueError, match=r"the range of eps names 'top', which is not a parameter"):
+        ranges(eps="[0, top]")(undeclared)
+    with pytest.raises(ValueError, match=r"range '0 to 1' is not an interval"):
+        ranges(eps="0 to 1")(undeclared)
+    checked = register("contract_test")(ranges(eps="(0, 1)")(lambda batch, *, eps=0.1, aggregation="token_mean": eps))
+    try:
+        assert get("contract_test")(None, eps=0.5) == 0.5
+        with pytest.raises(ValueError, match=r"eps = 1 is outside \(0.0, 1.0\)"):
+            checked(None, eps=1)
+        with pytest.raises(ValueError, match=r"aggregation = 'sum'; expected one of"):
+            checked(None, aggregation="sum")
+    finally:
+        api._REGISTRY.pop("contract_test")
 
 
 def test_unknown_name_lists_the_available_ones():
@@ -141,7 +195,7 @@ def test_a_finite_batch_whose_sum_overflows_is_accepted():
     ("grpo", {"dual_clip_c": 1.0}, r"dual_clip_c = 1.0 is outside \(1.0, inf\)"),
     ("sat_fixed", {"threshold": -0.01}, r"threshold = -0.01 is outside"),
     ("grpo", {"ratio_against": "mu"}, r"ratio_against = 'mu'; expected one of \['old', 'rollout'\]"),
-    ("gspo", {"aggregation": "seq_mean"}, r"aggregation = 'seq_mean'; expected one of \['token_mean', 'sample_mean'\]"),
+    ("gspo", {"aggregation": "seq_mean"}, r"aggregation = 'seq_mean'; expected one of \['token_mean', 'sample_mean', 'token_sum_norm'\]"),
     ("sat_grpo", {"quantile_scope": "rank"}, r"quantile_scope = 'rank'; expected one of \['microbatch', 'global'\]"),
 ])
 def test_params_out_of_range(name, params, message):
@@ -151,8 +205,10 @@ def test_params_out_of_range(name, params, message):
 
 def test_recipes_are_the_papers():
     recipes = load_recipes()
-    field = {"m2po", "icepop", "decoupled_ppo", "cispo", "grpo_seq_tis", "grpo_seq_mis"}  # beyond.md
-    assert set(TABLE1) | {"grpo_mu", "grpo_dualclip", "sat_fixed", "sat_random"} | field == set(recipes)
+    field = {"m2po", "icepop", "decoupled_ppo", "cispo", "cispo_old", "grpo_seq_tis", "grpo_seq_mis"}  # beyond.md
+    controls = {"grpo_mu", "gspo_mu", "grpo_mu_r3", "gspo_mu_r3", "grpo_dualclip", "sat_fixed", "sat_random"}
+    practice = {"grpo_clip_higher", "grpo_sum_norm", "grpo_geo_rs", "sapo", "opsm", "dppo_kl"}  # issue 26
+    assert set(TABLE1) | controls | field | practice == set(recipes)
     for name in TABLE1:
         recipe = recipes[name]
         assert recipe.table1 == name.replace("_tis", "").replace("_r3", "")
@@ -162,13 +218,21 @@ def test_recipes_are_the_papers():
         assert (params["eps_low"], params["eps_high"]) == (0.2, 0.2)
     assert recipes["dppo"].params["delta"] == 1e-3
     assert recipes["sat_grpo"].params["alpha"] == 0.9 and recipes["sat_gspo"].params["alpha"] == 0.9
-    assert recipes["grpo_mu"].params["ratio_against"] == "rollout" and recipes["grpo"].params.get("ratio_against", "old") == "old"
+    for base in ("grpo", "gspo"):  # the ratio against pi_old, the controls' against mu
+        assert parameters(base)["ratio_against"] == "old" and "ratio_against" not in recipes[base].params
+        assert recipes[f"{base}_mu"].params["ratio_against"] == "rollout"
+        assert recipes[f"{base}_mu_r3"] == Recipe(f"{base}_mu_r3", **{**recipes[f"{base}_mu"].as_dict(), "routing_replay": True})
+    # GSPO and SAT-GSPO weigh each response once (GSPO's objective, SAT's Eq. 38), the token losses each token
+    assert parameters("gspo")["aggregation"] == parameters("sat_gspo")["aggregation"] == "sample_mean"
+    assert {parameters(name)["aggregation"] for name in ("grpo", "sat_grpo", "dppo", "cispo")} == {"token_mean"}
     assert recipes["grpo_dualclip"].params["dual_clip_c"] == 3.0
     # the field's defaults (shared/reference/beyond.md)
     assert recipes["m2po"].params == {"tau": 0.04}
     assert (recipes["icepop"].params["alpha"], recipes["icepop"].params["beta"]) == (0.5, 5.0)
     assert recipes["decoupled_ppo"].params["behav_weight_cap"] == 5.0
     assert (recipes["cispo"].params["eps_low"], recipes["cispo"].params["eps_high"]) == (1.0, 4.0)
+    assert parameters("cispo")["ratio_against"] == "rollout"  # the asynchronous form, pi / mu
+    assert recipes["cispo_old"].params == {**recipes["cispo"].params, "ratio_against": "old"}
     assert recipes["grpo_seq_tis"].rollout_is == {"level": "sequence", "cap": 2.0}
     assert recipes["grpo_seq_mis"].rollout_is == {"level": "sequence", "lower": 0.5, "upper": 2.0}
     for recipe in recipes.values():  # each one runs and gives a finite loss

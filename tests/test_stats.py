@@ -7,20 +7,16 @@ import numpy as np
 import pytest
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
-from statsmodels.stats.power import TTestIndPower
 
 from analysis.stats import (
     BOOTSTRAP_MIN_SEEDS,
     collapse_difference,
     collapse_rate,
-    difference,
     holm,
     mean_ci,
     prob_improvement,
-    seeds_needed,
     smallest_p,
     t_interval,
-    welch_interval,
 )
 from benchmarks.bench_coverage import DISTRIBUTIONS, analytic_coverage
 
@@ -62,43 +58,6 @@ def test_degenerate_fallbacks():
     one = mean_ci([0.3, None, math.nan])
     assert one.n == 1 and one.estimate == 0.3 and math.isnan(one.low) and one.method == "n<2"
     assert mean_ci([]).method == "empty" and math.isnan(collapse_rate(0, 0).estimate)
-    assert difference([0.3], Y).method == "n<2" and math.isnan(difference([0.3], Y).p)
-    flat = difference([0.3, 0.3], [0.2, 0.2])
-    assert (flat.estimate, flat.low, flat.high, flat.method, flat.seeds_needed) == \
-        (pytest.approx(0.1), pytest.approx(0.1), pytest.approx(0.1), "degenerate", 2)
-    assert difference([], Y).method == "empty"
-
-
-def test_welch_difference_by_formula_and_scipy():
-    x, y = np.array(X), np.array(Y)
-    vx, vy = x.var(ddof=1) / len(x), y.var(ddof=1) / len(y)
-    df = (vx + vy) ** 2 / (vx ** 2 / (len(x) - 1) + vy ** 2 / (len(y) - 1))  # Welch-Satterthwaite
-    diff, se = x.mean() - y.mean(), math.sqrt(vx + vy)
-    d = difference(X, Y)
-    assert d.method == "welch" and d.test == "welch-t" and (d.n_x, d.n_y) == (5, 4)
-    assert d.estimate == pytest.approx(diff)
-    assert (d.low, d.high) == (pytest.approx(diff - stats.t.ppf(0.975, df) * se),
-                               pytest.approx(diff + stats.t.ppf(0.975, df) * se))
-    assert d.p == pytest.approx(2 * stats.t.sf(abs(diff) / se, df))
-    assert d.p == pytest.approx(stats.ttest_ind(x, y, equal_var=False).pvalue)
-
-
-def test_seeds_needed_against_statsmodels_and_the_noncentral_t():
-    d = difference(X, Y)
-    spread = math.sqrt((np.var(X, ddof=1) + np.var(Y, ddof=1)) / 2)
-    assert d.seeds_needed == seeds_needed(d.estimate, np.std(X, ddof=1), np.std(Y, ddof=1))
-
-    def power(effect, n):  # two-sided two-sample t test, from scipy's noncentral t
-        df, nc, c = 2 * n - 2, effect * math.sqrt(n / 2), stats.t.ppf(0.975, 2 * n - 2)
-        return stats.nct.sf(c, df, nc) + stats.nct.cdf(-c, df, nc)
-
-    for diff in (0.002, 0.02, 0.05, d.estimate, 0.3):
-        n = seeds_needed(diff, spread, spread)
-        effect = diff / spread
-        assert power(effect, n) >= 0.8 and (n == 2 or power(effect, n - 1) < 0.8), (diff, n)
-        if effect < 2.5:  # solve_power's root finder converges (seeds_needed's docstring)
-            assert n == math.ceil(TTestIndPower().solve_power(effect_size=effect, alpha=0.05, power=0.8))
-    assert seeds_needed(0.0, 0.1, 0.1) is None and seeds_needed(10.0, 0.1, 0.1) == 2
 
 
 def exact_mann_whitney(x, y):
@@ -150,7 +109,7 @@ def test_collapse_difference_is_fisher_by_hypergeometric_sum(kx, nx, ky, ny):
     p = sum(law.pmf(k) for k in support if law.pmf(k) <= law.pmf(kx) * (1 + 1e-7))
     c = collapse_difference(kx, nx, ky, ny)
     assert c.estimate == pytest.approx(kx / nx - ky / ny) and c.test == "fisher-exact"
-    assert c.p == pytest.approx(min(1.0, p)) and math.isnan(c.low)
+    assert c.p == pytest.approx(min(1.0, p)) and c.method == "newcombe" and c.low <= c.estimate <= c.high
     assert math.isnan(collapse_difference(0, 0, 1, 3).p)
 
 
@@ -180,13 +139,10 @@ def test_smallest_p():
 
 def test_vectorised_intervals_match_the_per_cell_ones():
     rng = np.random.default_rng(5)
-    x, y = rng.normal(size=(4, 5)), rng.normal(size=(4, 3))
+    x = rng.normal(size=(4, 5))
     _, low, high = t_interval(x)
-    _, d_low, d_high, p = welch_interval(x, y)
     for i in range(4):
         assert (low[i], high[i]) == (pytest.approx(mean_ci(x[i]).low), pytest.approx(mean_ci(x[i]).high))
-        d = difference(x[i], y[i])
-        assert (d_low[i], d_high[i], p[i]) == (pytest.approx(d.low), pytest.approx(d.high), pytest.approx(d.p))
 
 
 @pytest.mark.parametrize("scores", DISTRIBUTIONS[:2], ids=lambda s: s.name)  # normal, skewed beta

@@ -6,7 +6,8 @@ import shutil
 
 import pytest
 
-from analysis.report import REPORT_FILES, collect, summarize, write_reports
+from analysis.report import REPORT_FILES, write_reports
+from analysis.summary import collect, summarize
 from harness.grid import expand, grid_dir, run_dir
 from harness.io import append_jsonl_atomic, read_jsonl, write_json_atomic
 from tests.support.grid_fixture import COLLAPSED, DIVERGE_STEP, DIVERGED, EARLY_DIVERGED, START_TIME, make_grid
@@ -224,6 +225,9 @@ def test_filters_timestamps_and_a_moved_store_through_mlflow_server(synced, tmp_
             experiment = rest(base, "/api/2.0/mlflow/experiments/get-by-name?experiment_name=" + config["grid"])
             experiment_id = experiment["experiment"]["experiment_id"]
             assert experiment_id == first["experiment_id"]
+            experiments = rest(base, "/api/2.0/mlflow/experiments/search", {"max_results": 100})["experiments"]
+            assert "Default" in {e["name"] for e in experiments}  # MLflow's own, created with the store
+            assert all(e["artifact_location"].startswith("mlflow-artifacts:/") for e in experiments), experiments
             search = {"experiment_ids": [experiment_id], "max_results": 1000}
             assert len(rest(base, "/api/2.0/mlflow/runs/search", search)["runs"]) == first_count
             grpo = rest(base, "/api/2.0/mlflow/runs/search", {**search, "filter": "params.recipe = 'grpo'"})["runs"]

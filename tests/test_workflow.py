@@ -41,7 +41,7 @@ def test_dry_run_of_the_demo_grid_lists_every_job(scratch):
 
 
 def test_command_line_overrides_are_typed(scratch):
-    result = snakemake("-n", "-C", f"results_dir={scratch}", "grid=quick", "recipes=[gspo]", "baseline=gspo", "lags=[3]",
+    result = snakemake("-n", "-C", f"results_dir={scratch}", "grid=quick", "recipes=[gspo]", "baseline=gspo", "lags=[3]", "claims=[]",
                        "seeds=[5,6]", "eval={tasks: [tiny_test], selection_task: null}")
     assert result.returncode == 0, result.stderr
     assert job_counts(result.stdout) == {"prepare": 1, "train": 2, "evaluate": 2, "aggregate": 1, "track": 1,
@@ -73,7 +73,8 @@ def _resources(output: str, rule: str) -> list[str]:
 
 def test_slurm_profile_gives_cluster_jobs_their_gpus(scratch):
     result = snakemake("-n", "--profile", "workflow/profiles/slurm", "--configfile", "workflow/presets/table1.yaml",
-                       "-C", f"results_dir={scratch}", "recipes=[grpo,sat_gspo_r3]", "seeds=[0]", "baseline=grpo")
+                       "-C", f"results_dir={scratch}", "recipes=[grpo,sat_gspo_r3]", "seeds=[0]", "baseline=grpo",
+                       "claims=[]")
     assert result.returncode == 0, result.stdout + result.stderr
     counts = job_counts(result.stdout)
     assert counts["train"] == 4 and counts["evaluate"] == 4 and "prepare" not in counts

@@ -30,7 +30,7 @@ from tracking.sync import SUMMARY_SUFFIX
 
 RECIPES, LAGS, SEEDS = ["grpo", "grpo_dualclip"], [1, 4], [0, 1]
 OVERRIDES = {
-    "grid": "ci", "steps": 12, "eval_every": 4, "recipes": RECIPES, "lags": LAGS, "seeds": SEEDS,
+    "grid": "ci", "steps": 12, "eval_every": 4, "recipes": RECIPES, "lags": LAGS, "seeds": SEEDS, "claims": [],
     "baseline": "grpo", "engine_params": {"preset": "demo", "warmstart_steps": 60},
     # No selection task: it would double the scoring time (test_workflow.py checks it is planned).
     "eval": {"tasks": ["tiny_test"], "selection_task": None, "k": 4, "problems": {"tiny_test": 48}},
@@ -221,6 +221,7 @@ def test_killed_workflow_resumes_where_it_stopped(scratch):
     the run continues from its checkpoint, and its metrics equal an uninterrupted
     run's byte for byte."""
     overrides = {"grid": "kill", "recipes": ["grpo"], "lags": [2], "seeds": [0], "baseline": "grpo", "steps": 40,
+                 "claims": [],
                  "eval_every": 4, "engine_params": {"preset": "demo", "warmstart_steps": 20},
                  "eval": {"tasks": ["tiny_test"], "selection_task": None, "k": 2, "problems": {"tiny_test": 16}}}
     args = ["-c1", "-C", f"results_dir={scratch}", *(f"{key}={json.dumps(value)}" for key, value in overrides.items())]

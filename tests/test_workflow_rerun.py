@@ -21,7 +21,7 @@ from tests.support.pristine import Pristine
 from tests.support.workflow_cli import ROOT, SNAKEMAKE, job_counts, planned_jobs, planned_outputs
 
 EVAL = {"tasks": ["tiny_test"], "selection_task": None, "k": 2, "problems": {"tiny_test": 8}}
-OVERRIDES = {"grid": "rerun", "recipes": ["grpo", "grpo_dualclip"], "baseline": "grpo", "lags": [1], "seeds": [0],
+OVERRIDES = {"grid": "rerun", "recipes": ["grpo", "grpo_dualclip"], "baseline": "grpo", "lags": [1], "seeds": [0], "claims": [],
              "steps": 4, "eval_every": 2, "engine_params": {"preset": "demo", "warmstart_steps": 10}, "eval": EVAL}
 RUNS = ("grpo/lag1/seed0", "grpo_dualclip/lag1/seed0")
 DOWNSTREAM = {"aggregate": 1, "track": 1, "all": 1}

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 
-from analysis.report import SCORES
+from analysis.summary import SCORES
 
 PERCENT = 100.0
 EVAL_CURVE_KEYS = ("score", "pass_at_k", "maj_at_k")  # all scores: logged in percent

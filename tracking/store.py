@@ -52,6 +52,15 @@ def local_artifact_dir(config: dict, artifact_uri: str) -> Path | None:
     return artifact_destination(config) / artifact_uri[len(PROXIED):].lstrip("/")
 
 
+def create_local_store(uri: str) -> None:
+    """Create a new sqlite store as the UI server would (the default artifact root proxied): MLflow's
+    Default experiment then records ``mlflow-artifacts:/0``, where MlflowClient would have written the
+    absolute path of the writer's ./mlruns."""
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+    if not Path(uri.removeprefix("sqlite:///")).exists():
+        SqlAlchemyStore(uri, f"{PROXIED}/")
+
+
 _PRAGMA_SET = False
 
 

@@ -62,6 +62,7 @@ from tracking import layout
 from tracking.store import (
     KIND,
     LockHeld,
+    create_local_store,
     fast_sqlite_commits,
     local_artifact_dir,
     results_root,
@@ -99,6 +100,7 @@ class Tracker:
         self.config = config
         self.uri, self.artifact_root = tracking_uri(config)
         if self.uri.startswith("sqlite:"):
+            create_local_store(self.uri)
             fast_sqlite_commits()
         self.client = MlflowClient(self.uri)
         self.experiment_id = self._experiment(config["grid"], UNITS_NOTE.format(grid=config["grid"]))

@@ -1,10 +1,13 @@
 """Open the MLflow UI on a grid's store at its runs view (``make ui``).
 
-    python -m tracking.ui [--config config.yaml] [--grid NAME] [--port 5000]
+    python -m tracking.ui [--config config.yaml] [--grid NAME] [--port 5000]   # --port 0: a free port
 
 Starts ``mlflow server`` on 127.0.0.1 over <results_dir>/mlflow.db, serving the artifacts from
 <results_dir>/mlartifacts (wherever results/ now lives: the store is relocatable, tracking.store),
 waits until it answers, prints the direct link to the grid's runs view and runs until Ctrl-C.
+The server runs without MLflow's job runner (its huey workers serve GenAI jobs this harness never
+submits; with them the UI's processes took 2.7 GB instead of 0.75, docs/mlflow.md):
+MLFLOW_SERVER_ENABLE_JOB_EXECUTION=true in the environment turns it back on.
 If $MLFLOW_TRACKING_URI names a server, prints that server's link instead and starts nothing.
 """
 from __future__ import annotations
@@ -16,6 +19,8 @@ import subprocess
 import sys
 import time
 import urllib.request
+
+import psutil
 
 from harness.config import ConfigError, load
 from tracking.store import artifact_destination, results_root, tracking_uri, ui_link
@@ -37,25 +42,47 @@ def server_command(config: dict, port: int) -> list[str]:
             "--host", HOST, "--port", str(port), "--workers", "1"]
 
 
-def wait_healthy(base: str, process: subprocess.Popen, timeout_s: float = 120) -> None:
+def server_env() -> dict[str, str]:
+    """The server's environment: no telemetry and no job runner, unless the caller's environment says otherwise."""
+    return {"MLFLOW_DISABLE_TELEMETRY": "true", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ}
+
+
+def listening_port(process: subprocess.Popen) -> int | None:
+    """The TCP port the server's process tree listens on (the uvicorn child opens it); None before it does."""
+    tree = psutil.Process(process.pid)
+    for member in [tree] + tree.children(recursive=True):
+        try:
+            ports = [c.laddr.port for c in member.net_connections("tcp") if c.status == psutil.CONN_LISTEN]
+        except psutil.NoSuchProcess:
+            continue
+        if ports:
+            return ports[0]
+    return None
+
+
+def wait_healthy(process: subprocess.Popen, port: int, timeout_s: float = 120) -> str:
+    """The base URL of the server once it answers; ``port`` 0: the one it took."""
     deadline = time.monotonic() + timeout_s
     while True:
+        bound = port or listening_port(process)
         try:
-            urllib.request.urlopen(base + "/health", timeout=2)
-            return
+            if bound:
+                urllib.request.urlopen(f"http://{HOST}:{bound}/health", timeout=2)
+                return f"http://{HOST}:{bound}"
         except OSError:
-            if process.poll() is not None:
-                raise RuntimeError(f"mlflow server exited with status {process.returncode}") from None
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"mlflow server did not answer at {base} within {timeout_s:.0f} s") from None
-            time.sleep(0.5)
+            pass
+        if process.poll() is not None:
+            raise RuntimeError(f"mlflow server exited with status {process.returncode}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"mlflow server did not answer on {HOST}:{port or 'its port'} within {timeout_s:.0f} s")
+        time.sleep(0.5)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tracking.ui", description=__doc__.split("\n")[0])
     parser.add_argument("--config", default="config.yaml", help="workflow config naming the grid and results_dir")
     parser.add_argument("--grid", help="the grid's name (default: the config's), e.g. after snakemake -C grid=NAME")
-    parser.add_argument("--port", type=int, default=5000)
+    parser.add_argument("--port", type=int, default=5000, help="0: a free port, which the link names")
     args = parser.parse_args(argv)
     try:
         config = load(args.config, {"grid": args.grid} if args.grid else None)
@@ -68,13 +95,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not (results_root(config) / "mlflow.db").exists():
         parser.error(f"no MLflow store at {results_root(config) / 'mlflow.db'}: run the grid (make demo) first")
-    link = ui_link(f"http://{HOST}:{args.port}", experiment_id(uri, config["grid"]))
-    process = subprocess.Popen(server_command(config, args.port), start_new_session=True)
+    experiment = experiment_id(uri, config["grid"])
+    process = subprocess.Popen(server_command(config, args.port), env=server_env(), start_new_session=True)
     # SIGTERM (e.g. from a test) goes through the finally below, which stops the server's process group
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
-        wait_healthy(f"http://{HOST}:{args.port}", process)
-        print(f"MLflow UI of grid {config['grid']!r} (Ctrl-C stops it):\n{link}", flush=True)
+        base = wait_healthy(process, args.port)
+        print(f"MLflow UI of grid {config['grid']!r} (Ctrl-C stops it):\n{ui_link(base, experiment)}", flush=True)
         return process.wait()
     except KeyboardInterrupt:
         return 0

@@ -37,7 +37,7 @@ def _train(run_config: dict, run_dir: Path) -> str:
 # `resources: {train: {slurm_partition: ...}}`): the paper trained on 8 x H200 per run
 # (shared/reference/methods.md); evaluation serves one checkpoint on one node. Training asks for
 # the time-limit warning 15 minutes ahead (a Megatron save of the 30B model with its optimizer
-# takes minutes; SLURM may send it up to a minute early); a step takes 15-25 min (README, Cost).
+# takes minutes; SLURM may send it up to a minute early); a step takes 15-25 min (docs/cluster.md, Cost).
 ENGINE = register(Engine(
     name="slime",
     resolve_params=_resolve_params,

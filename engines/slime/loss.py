@@ -19,7 +19,7 @@ gradient is  sum over micro-batches and ranks of grad(loss_mb) / N,  with N the 
 count under ``--calculate-per-token-loss`` and the step's sample count otherwise. The stabilizer
 returns a mean, -sum(S) / D, over its own denominator D (active tokens for ``token_mean``,
 responses for ``sample_mean``; with the global quantile scope D is the all-ranks count divided
-by the world size, stabilizers.surrogate.aggregate). Returning loss x D = -sum(S) makes the
+by the world size, stabilizers._surrogate.aggregate). Returning loss x D = -sum(S) makes the
 step's gradient exactly the stabilizer's mean over the whole step: token_mean needs
 ``--calculate-per-token-loss`` (the launcher sets it), sample_mean needs it off. Both are checked
 here. slime's token count counts a response without active tokens as 1; the stabilizer does not,
@@ -46,8 +46,7 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 
 from engines import merge_metrics
-from stabilizers import PolicyBatch, Recipe, parameters, recipe_from_named_dict, validate_batch
-from stabilizers.diagnostics import offpolicy_diagnostics
+from stabilizers import PolicyBatch, Recipe, offpolicy_diagnostics, parameters, recipe_from_named_dict, validate_batch
 
 RECIPE_KEY = "stalebench_recipe"  # the custom-config key holding the run's recipe (name + recipe dict)
 _AGGREGATIONS = {"token_mean": True, "sample_mean": False}  # -> value of args.calculate_per_token_loss
@@ -132,12 +131,12 @@ def quantile_reduce(recipe: Recipe):
         return None
     from megatron.core import parallel_state
 
-    from stabilizers.distributed import TorchDistributedReduce
+    from stabilizers import TorchDistributedReduce
     return TorchDistributedReduce(group=parallel_state.get_data_parallel_group(with_context_parallel=True))
 
 
 def stabilizer_denominator(batch: PolicyBatch, aggregation: str) -> torch.Tensor:
-    """D with stabilizer loss = -sum(S) / D (stabilizers.surrogate.aggregate): active tokens or
+    """D with stabilizer loss = -sum(S) / D (stabilizers._surrogate.aggregate): active tokens or
     responses with tokens, and across ranks the global count over the number of ranks."""
     active = batch.mask.bool()
     count = active.sum() if aggregation == "token_mean" else (active.sum(-1) > 0).sum()
@@ -200,7 +199,7 @@ def recipe_loss(args, batch: dict, log_probs: list[torch.Tensor], entropy: list[
         loss = loss + 0 * flat_log_probs.sum()
     metrics["loss"] = loss.detach().clone()
 
-    # the off-policy diagnostics of every recipe (stabilizers.diagnostics), per micro-batch: slime's
+    # the off-policy diagnostics of every recipe (stabilizers._diagnostics), per micro-batch: slime's
     # reduction logs their normaliser-weighted mean over the step's micro-batches
     loss_metrics = {**out.metrics, **offpolicy_diagnostics(policy_batch.old_logp, policy_batch.rollout_logp,
                                                            policy_batch.mask)}

@@ -148,7 +148,7 @@ def postprocess(args, rollout_id, rollout_data) -> None:
         raise ValueError("rollout_data has no rollout_log_probs: SGLang log-probs are needed for d = log pi - log mu")
     from megatron.core import parallel_state as mpu
 
-    from stabilizers.distributed import TorchDistributedReduce
+    from stabilizers import TorchDistributedReduce
     group = mpu.get_data_parallel_group(with_context_parallel=True)
     gathered = TorchDistributedReduce(group=group).all_gather(local_abs_d(rollout_data))
     if not is_writer_rank():

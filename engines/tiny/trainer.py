@@ -31,8 +31,7 @@ from engines import TimeLimitReached, TrainingDiverged, merge_metrics, time_limi
 from engines.mismatch import abs_d_stats
 from harness.grid import check_run
 from harness.io import append_jsonl_atomic, read_jsonl, write_json_atomic, write_text_atomic
-from stabilizers import PolicyBatch, Recipe, validate_batch
-from stabilizers.diagnostics import ess_lr_scale, offpolicy_diagnostics
+from stabilizers import PolicyBatch, Recipe, ess_lr_scale, offpolicy_diagnostics, validate_batch
 
 from . import task
 from .checkpoint import load_model, load_state, read_config, recover_replaced_dir, replace_dir_atomic, save_checkpoint

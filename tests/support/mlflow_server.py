@@ -1,46 +1,27 @@
 """A real `mlflow server` for tests: started on 127.0.0.1 over a results folder exactly as `make ui`
-starts it (tracking.ui.server_command), on port 0 (the server binds a free port itself and its log
-names it: no port picked in advance that another process could take), stopped by its process group;
-REST helpers."""
+starts it (tracking.ui: its command and environment, a port it takes itself), stopped by its process
+group; REST helpers."""
 import json
 import os
-import re
 import signal
 import subprocess
-import time
 import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
-from tracking.ui import server_command, wait_healthy
-
-_LISTENING = re.compile(r"Uvicorn running on http://127\.0\.0\.1:(\d+)")
-
-
-def listening_port(log: Path, server: subprocess.Popen, timeout_s: float = 300) -> int:
-    """The port the server bound, once its log says so; a clear error if it exits or never does."""
-    deadline = time.monotonic() + timeout_s
-    while not (found := _LISTENING.search(log.read_text())):
-        if server.poll() is not None:
-            raise AssertionError(f"mlflow server exited ({server.returncode}) before it listened:\n"
-                                 f"{log.read_text()[-3000:]}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"mlflow server named no port within {timeout_s:.0f} s:\n{log.read_text()[-3000:]}")
-        time.sleep(0.2)
-    return int(found.group(1))
+from tracking.ui import server_command, server_env, wait_healthy
 
 
 @contextmanager
 def mlflow_server(results_dir: Path, log: Path):
     """Yields the server's base URL; its log goes to ``log`` (shown if it fails to start)."""
-    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    env = {k: v for k, v in server_env().items() if k != "MLFLOW_TRACKING_URI"}
     with open(log, "w") as out:
         server = subprocess.Popen(server_command({"results_dir": str(results_dir)}, 0), stdout=out,
                                   stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
-        base = f"http://127.0.0.1:{listening_port(Path(log), server)}"
         try:
-            wait_healthy(base, server)
+            base = wait_healthy(server, 0)
         except RuntimeError as error:
             raise AssertionError(f"{error}\n{Path(log).read_text()[-3000:]}") from None
         yield base

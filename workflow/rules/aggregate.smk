@@ -13,6 +13,7 @@ rule aggregate:
         curves=report(f"{GRID}/curves.png", category="Plots"),
         mismatch=report(f"{GRID}/mismatch.png", category="Plots"),
         collapse=report(f"{GRID}/collapse.png", category="Plots"),
+        staleness=report(f"{GRID}/staleness.png", category="Plots"),
     params:
         config=CONFIG_JSON,
         out=lambda wildcards, output: os.path.dirname(output.table),

@@ -15,16 +15,13 @@ from fractions import Fraction
 
 import torch
 
+from ._ranges import CONVENTIONS
 from .api import LossOutput, PolicyBatch, check_range
 
-AGGREGATIONS = ("token_mean", "sample_mean")
-RATIO_AGAINST = ("old", "rollout")
-QUANTILE_SCOPES = ("microbatch", "global")
-
-
-def check_clip(eps_low: float, eps_high: float) -> None:
-    check_range("eps_low", eps_low, 0.0, 1.0, high_open=True)
-    check_range("eps_high", eps_high, 0.0, math.inf, high_open=True)
+# the helpers below branch on these strings: a value outside them raises rather than taking a branch
+AGGREGATIONS = CONVENTIONS["aggregation"]
+RATIO_AGAINST = CONVENTIONS["ratio_against"]
+QUANTILE_SCOPES = CONVENTIONS["quantile_scope"]
 
 
 def check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
@@ -125,7 +122,6 @@ def dual_clip(objective: torch.Tensor, advantages: torch.Tensor, dual_clip_c: fl
     """Bound negative-advantage tokens from below by c A (Ye et al. 2020); None leaves S unchanged."""
     if dual_clip_c is None:
         return objective
-    check_range("dual_clip_c", dual_clip_c, 1.0, math.inf, low_open=True, high_open=True)
     return torch.where(advantages < 0, torch.maximum(objective, dual_clip_c * advantages), objective)
 
 
@@ -138,10 +134,14 @@ def _global_count(count: torch.Tensor, batch: PolicyBatch) -> tuple[torch.Tensor
 
 
 def aggregate(objective: torch.Tensor, batch: PolicyBatch, aggregation: str) -> torch.Tensor:
-    """-mean of the per-token objective: over active tokens ("token_mean") or per response then over
-    responses ("sample_mean"). Across ranks the denominator is global and the loss is scaled by the
-    world size, so that the ranks' average equals the loss of the concatenated batch (and DDP's
-    gradient average its gradient). A batch with no active token gives 0 with zero gradient."""
+    """-mean of the per-token objective: over active tokens ("token_mean"), per response then over
+    responses ("sample_mean"), or each response's SUM over a constant, the batch's response width L,
+    then the mean over responses ("token_sum_norm": Dr.GRPO, arXiv 2503.20783 Sec. 3.2, and verl's
+    seq-mean-token-sum-norm, whose constant is the generation budget; an engine that pads responses
+    to its budget, as the tiny engine does, gives exactly that). Across ranks the denominator is
+    global and the loss is scaled by the world size, so that the ranks' average equals the loss of
+    the concatenated batch (and DDP's gradient average its gradient). A batch with no active token
+    gives 0 with zero gradient."""
     check_choice("aggregation", aggregation, AGGREGATIONS)
     active = batch.active
     if batch.token_weight is not None:
@@ -151,9 +151,11 @@ def aggregate(objective: torch.Tensor, batch: PolicyBatch, aggregation: str) -> 
         total, count = objective.sum(), active.count_nonzero()
     else:
         lengths = active.sum(-1)
-        has_tokens = lengths > 0
-        per_response = objective.sum(-1) / lengths.clamp(min=1)
-        total, count = per_response.sum(), has_tokens.count_nonzero()  # empty responses add 0
+        if aggregation == "sample_mean":
+            total = (objective.sum(-1) / lengths.clamp(min=1)).sum()  # empty responses add 0
+        else:
+            total = objective.sum() / max(objective.shape[-1], 1)  # L: a static shape, no host read
+        count = (lengths > 0).count_nonzero()
     count, world = _global_count(count.to(objective.dtype), batch)
     return -(total * world) / count.clamp(min=1)
 
@@ -320,13 +322,10 @@ def sat_loss(batch: PolicyBatch, log_r: torch.Tensor, *, eps_low: float, eps_hig
     """SAT on a per-token log ratio ``log_r`` (the token ratio for SAT-GRPO, the broadcast sequence
     ratio for SAT-GSPO): q from |log_r|, the gate, the contraction and the contracted clip.
     enabled=False gates nothing: the fixed-clip loss bit for bit, with q = 0."""
-    check_clip(eps_low, eps_high)
     magnitude = log_r.detach().abs()
     if enabled:
         q, gate = sat_gate(magnitude, batch, alpha, quantile_scope)
     else:
-        check_range("alpha", alpha, 0.0, 1.0, low_open=True)
-        check_choice("quantile_scope", quantile_scope, QUANTILE_SCOPES)
         q = magnitude.new_zeros(())
         gate = torch.zeros_like(batch.active)
     c_plus, c_minus = sat_contraction(log_r, q, gate)

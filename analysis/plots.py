@@ -1,0 +1,145 @@
+"""The report's plots, each written atomically: score curves (percent), |d| quantiles, Kaplan-Meier
+curves of collapse per lag, and the staleness cost per recipe with its interval, claims marked."""
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+import textwrap
+from pathlib import Path
+
+import numpy as np
+
+from analysis.stats import mean_ci
+from analysis.summary import ENDPOINTS, Run, by_cell, summary_cells
+from analysis.survival import kaplan_meier
+from analysis.tables import ENDPOINT_NAMES
+
+QUANTILES = ("d/mean_abs", "d/p50", "d/p90", "d/p99")
+
+
+def _score_at_steps(run: Run, steps: list[int]) -> list[float]:
+    """The run's test score at each step (0 after a divergence, NaN where not evaluated)."""
+    scores = dict(run.curve)
+    last = run.curve[-1][0] if run.curve else 0
+    diverged = run.summary.status == "diverged"
+    return [scores.get(s, 0.0 if diverged and s > last else math.nan) for s in steps]
+
+
+def plot_curves(config: dict, runs: list[Run], path: Path) -> None:
+    """Test score (%) vs step: the seed mean per recipe with its 95% Student t band, one panel per lag."""
+    import matplotlib.pyplot as plt
+    cells = by_cell(runs)
+    lags = list(config["lags"])
+    fig, axes = plt.subplots(1, len(lags), figsize=(5 * len(lags), 4), squeeze=False, sharey=True)
+    for ax, lag in zip(axes[0], lags):
+        for recipe in config["recipes"]:
+            cell = cells.get((recipe, lag), [])
+            steps = sorted({s for run in cell for s, _ in run.curve} | {int(config["steps"])})
+            per_run = 100 * np.array([_score_at_steps(run, steps) for run in cell])
+            intervals = [mean_ci(per_run[:, i]) for i in range(len(steps))]
+            mean = np.array([ci.estimate for ci in intervals])
+            line, = ax.plot(steps, mean, marker=".", label=recipe)
+            ax.fill_between(steps, [ci.low for ci in intervals], [ci.high for ci in intervals],
+                            color=line.get_color(), alpha=0.2, linewidth=0)
+        ax.set(title=f"lag {lag}", xlabel="step", ylabel="test score (%, avg@k)")
+        ax.grid(alpha=0.3)
+    axes[0][-1].legend(fontsize=7)
+    _save(fig, path)
+
+
+def plot_mismatch(config: dict, runs: list[Run], path: Path) -> None:
+    """|d| = |log pi/mu| quantiles vs step (seed mean): one row per quantile, one column per lag."""
+    import matplotlib.pyplot as plt
+    cells = by_cell(runs)
+    lags = list(config["lags"])
+    fig, axes = plt.subplots(len(QUANTILES), len(lags), figsize=(5 * len(lags), 2.6 * len(QUANTILES)),
+                             squeeze=False, sharex=True)
+    for col, lag in enumerate(lags):
+        for row, key in enumerate(QUANTILES):
+            ax = axes[row][col]
+            for recipe in config["recipes"]:
+                series: dict[int, list[float]] = {}
+                for run in cells.get((recipe, lag), []):
+                    for line in run.train:
+                        value = line.get(key)
+                        if value is not None and math.isfinite(value) and value > 0:
+                            series.setdefault(line["step"], []).append(value)
+                steps = sorted(series)
+                ax.plot(steps, [np.mean(series[s]) for s in steps], label=recipe, linewidth=1)
+            ax.set_yscale("log")
+            ax.set(title=f"lag {lag}: {key}", xlabel="step" if row == len(QUANTILES) - 1 else None)
+            ax.grid(alpha=0.3)
+    axes[0][-1].legend(fontsize=7)
+    _save(fig, path)
+
+
+def plot_collapse(summary: dict, path: Path) -> None:
+    """Kaplan-Meier curves of collapse, one panel per lag: the fraction of a recipe's runs not yet
+    collapsed vs step, runs that never collapsed censored at the step budget."""
+    import matplotlib.pyplot as plt
+    cells = summary_cells(summary)
+    lags = summary["lags"]
+    fig, axes = plt.subplots(1, len(lags), figsize=(5 * len(lags), 4), squeeze=False, sharey=True)
+    for ax, lag in zip(axes[0], lags):
+        for i, recipe in enumerate(summary["recipes"]):
+            cell = cells[recipe, lag]
+            steps, alive = kaplan_meier(cell["per_seed"]["collapse_step"], summary["steps"])
+            offset = 0.004 * i  # overlapping curves (no collapse: all at 1) stay apart
+            ax.step(steps, np.array(alive) - offset, where="post",
+                    label=f"{recipe} ({cell['collapse']['k']}/{cell['collapse']['n']})")
+        ax.set(title=f"lag {lag}: runs not yet collapsed (Kaplan-Meier)", xlabel="step",
+               ylabel="fraction of runs", ylim=(-0.05, 1.05))
+        ax.grid(alpha=0.3)
+    axes[0][-1].legend(fontsize=7, title="recipe (collapsed k/n)", title_fontsize=7)
+    _save(fig, path)
+
+
+def plot_staleness(summary: dict, path: Path) -> None:
+    """Staleness cost (lag L minus the reference lag) per recipe with its 95% interval, one panel
+    per endpoint and later lag; recipes named by a staleness or cost-difference claim at that lag
+    are marked in red and their claims' verdicts listed under the panel."""
+    import matplotlib.pyplot as plt
+    cells = summary_cells(summary)
+    recipes, reference_lag = summary["recipes"], summary["reference_lag"]
+    later = [lag for lag in summary["lags"] if lag != reference_lag] or [reference_lag]
+    panels = [(e, lag) for e in ENDPOINTS for lag in later]
+    fig, axes = plt.subplots(1, len(panels), figsize=(max(5.0, 0.7 * len(recipes)) * len(panels), 4.8),
+                             squeeze=False)
+    for ax, (endpoint, lag) in zip(axes[0], panels):
+        claimed = [c for c in summary["claims"] if c["kind"] in ("staleness_cost", "cost_difference")
+                   and c["lag"] == lag and c["metric"] == endpoint]
+        marked = {c["recipe"] for c in claimed} | {c["versus"] for c in claimed if c["versus"]}
+        for x, recipe in enumerate(recipes):
+            stat = (cells[recipe, lag]["staleness_cost"] or {}).get(endpoint)
+            if stat is None or stat["estimate"] is None:
+                continue
+            low = stat["estimate"] if stat["low"] is None else stat["low"]
+            high = stat["estimate"] if stat["high"] is None else stat["high"]
+            color = "tab:red" if recipe in marked else "tab:blue"
+            ax.errorbar(x, 100 * stat["estimate"], yerr=[[100 * (stat["estimate"] - low)],
+                                                         [100 * (high - stat["estimate"])]],
+                        fmt="o", color=color, capsize=3)
+        ax.axhline(0, color="grey", linewidth=0.8)
+        ax.set_xticks(range(len(recipes)), recipes, rotation=30, ha="right")
+        ax.set(title=f"{ENDPOINT_NAMES[endpoint]}: lag {lag} minus lag {reference_lag}",
+               ylabel="staleness cost (points, 95% CI)")
+        ax.grid(alpha=0.3, axis="y")
+        if claimed:
+            text = "claims (red): " + "; ".join(f"{c['name']}: {c['verdict']}" for c in claimed)
+            ax.set_xlabel(textwrap.fill(text, 70), fontsize=7)  # wrapped: a long list stays inside its panel
+    _save(fig, path)
+
+
+def _save(fig, path: Path) -> None:
+    """Render to a temp file beside the target, then rename (atomic like harness.io)."""
+    import matplotlib.pyplot as plt
+    fig.tight_layout()
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=110)
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        Path(tmp).unlink(missing_ok=True)

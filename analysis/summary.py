@@ -1,0 +1,191 @@
+"""Collect a finished grid into cells (recipe x lag) and their statistics: summary.json.
+
+:func:`collect` reads every run of the grid (harness.grid.expand / run_dir) through
+analysis.curves.read_run; :func:`summarize` computes each cell's statistics and the comparisons
+between cells (analysis.stats, analysis.contrasts), and answers the config's claims
+(analysis.claims): the claims are the confirmatory family, every other comparison is exploratory.
+"""
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+from tqdm import tqdm
+
+from analysis.claims import answer
+from analysis.contrasts import contrast
+from analysis.curves import RunSummary, read_run, test_task
+from analysis.reference import load_reference, reference_for
+from analysis.stats import (
+    ALPHA,
+    BOOTSTRAP_MIN_SEEDS,
+    CONFIDENCE,
+    POWER,
+    collapse_difference,
+    collapse_rate,
+    holm,
+    mean_ci,
+    prob_improvement,
+)
+from harness.grid import expand, run_dir
+from harness.io import read_jsonl
+from harness.model import claims
+
+SCORES = {"fixed": "Fixed-step score", "best": "Best-checkpoint score (optimistic: chosen on the test set)",
+          "selected": "Selected-checkpoint score (chosen on the selection task)",
+          "auc": "AUC (area under the score curve / step budget)"}
+MISMATCH = {"dbar": "d-bar: mean |log pi/mu| over the last 10% of steps",
+            "dtail": "Tail of |d|: mean p99 |log pi/mu| over the last 10% of steps"}
+# the endpoints whose comparison tables the report shows, each with its own tests; AUC first, the
+# claims' default endpoint (docs/statistics.md says why); summary.json has every score's
+ENDPOINTS = ("auc", "fixed")
+FAMILY = "exploratory: one table (one comparison and endpoint over every recipe and lag)"
+
+
+@dataclass(frozen=True)
+class Run:
+    recipe: str
+    lag: int
+    seed: int
+    run_key: str
+    recipe_spec: dict  # config.json's resolved recipe (the published row it reproduces)
+    summary: RunSummary
+    curve: list[tuple[int, float]]  # test-task (step, score)
+    train: list[dict]  # train/metrics.jsonl rows
+
+
+def collect(config: dict, progress: bool = True) -> list[Run]:
+    """Every run of the grid, read and summarized; a missing or bad file fails with its path."""
+    runs = []
+    for recipe, lag, seed in tqdm(expand(config), desc="aggregate: reading runs", unit="run",
+                                  disable=not progress, file=sys.stderr):
+        directory = run_dir(config, recipe, lag, seed)
+        summary, run_config, curve = read_run(directory, config)
+        runs.append(Run(recipe, lag, seed, run_config.get("run_key", ""), run_config.get("recipe") or {},
+                        summary, curve, read_jsonl(directory / "train" / "metrics.jsonl")))
+    return runs
+
+
+def by_cell(runs: list[Run]) -> dict[tuple[str, int], list[Run]]:
+    """The runs grouped by cell (recipe, lag)."""
+    cells: dict[tuple[str, int], list[Run]] = {}
+    for run in runs:
+        cells.setdefault((run.recipe, run.lag), []).append(run)
+    return cells
+
+
+def summary_cells(summary: dict) -> dict[tuple[str, int], dict]:
+    """summary.json's cells by (recipe, lag)."""
+    return {(cell["recipe"], cell["lag"]): cell for cell in summary["cells"]}
+
+
+def _cell(recipe: str, lag: int, runs: list[Run], reference: dict) -> dict:
+    seeds = {m: [getattr(r.summary, m) for r in runs]
+             for m in (*SCORES, *MISMATCH, "collapsed", "collapse_step", "best_step", "selected_step", "status")}
+    seeds["collapse_step"] = [step if collapsed else None
+                              for step, collapsed in zip(seeds["collapse_step"], seeds["collapsed"])]
+    k = sum(seeds["collapsed"])
+    return {"recipe": recipe, "lag": lag, "seeds": [r.seed for r in runs],
+            "run_keys": [r.run_key for r in runs], "per_seed": seeds,
+            "stats": {m: mean_ci(seeds[m]).as_dict() for m in (*SCORES, *MISMATCH)},
+            "collapse": {"k": k, **collapse_rate(k, len(runs)).as_dict()},
+            "improvement": None, "vs_baseline": None, "collapse_vs_baseline": None,
+            "reference": reference_for(runs[0].recipe_spec, lag, reference) if runs else None}
+
+
+def summarize(config: dict, runs: list[Run]) -> dict:
+    """The machine-readable summary (summary.json): one entry per cell with per-seed values,
+    mean + 95% CI per metric, collapse k/n with Wilson CI, and the exploratory comparisons:
+    P(improvement) over the baseline (``improvement``), the difference to the baseline at the same
+    lag (``vs_baseline``), the staleness cost against the smallest lag (``staleness_cost``; both
+    analysis.contrasts, paired by seed where the cells share seeds) and the collapse-rate
+    differences (``collapse_vs_baseline``, ``collapse_vs_reference_lag``), each with its p-value
+    Holm-adjusted within its table (``p_holm``); then the claims' verdicts (``claims``, Holm over
+    the claims). analysis.report adds the generated conclusions (analysis.tables)."""
+    baseline = config.get("baseline")
+    if baseline is not None and baseline not in config["recipes"]:
+        raise ValueError(f"baseline {baseline!r} is not one of the grid's recipes {config['recipes']}")
+    reference = load_reference()
+    reference_lag = min(config["lags"])
+    grouped = by_cell(runs)
+    cells = {(recipe, lag): _cell(recipe, lag, grouped.get((recipe, lag), []), reference)
+             for recipe in config["recipes"] for lag in config["lags"]}
+
+    def minus(cell, other):
+        return {m: _comparison(contrast([(1.0, cell["per_seed"][m], cell["seeds"]),
+                                         (-1.0, other["per_seed"][m], other["seeds"])])) for m in SCORES}
+
+    def improvement(cell, other):
+        return {m: _comparison(prob_improvement(cell["per_seed"][m], other["per_seed"][m])) for m in SCORES}
+
+    def compare_collapse(cell, other):
+        return _comparison(collapse_difference(cell["collapse"]["k"], cell["collapse"]["n"],
+                                               other["collapse"]["k"], other["collapse"]["n"]))
+
+    for (recipe, lag), cell in cells.items():
+        first = cells[recipe, reference_lag]
+        cell["staleness_cost"] = None if lag == reference_lag else minus(cell, first)
+        cell["collapse_vs_reference_lag"] = None if lag == reference_lag else compare_collapse(cell, first)
+        if baseline is not None:
+            base = cells[baseline, lag]
+            cell["improvement"] = improvement(cell, base)
+            if recipe != baseline:
+                cell["vs_baseline"] = minus(cell, base)
+                cell["collapse_vs_baseline"] = compare_collapse(cell, base)
+    _adjust(list(cells.values()), baseline)
+    settings = config.get("eval") or {}
+    summary = {"grid": config["grid"], "engine": config["engine"], "recipes": list(config["recipes"]),
+               "lags": list(config["lags"]), "seeds": list(config["seeds"]), "steps": config["steps"],
+               "test_task": test_task(settings), "selection_task": settings.get("selection_task"),
+               "fixed_step": settings.get("fixed_step"), "baseline": baseline,
+               "collapse_fraction": float((config.get("collapse") or {}).get("fraction", 0.5)),
+               "reference_lag": reference_lag,
+               "comparisons": {"confidence": CONFIDENCE, "alpha": ALPHA, "power": POWER,
+                               "correction": "holm", "family": FAMILY, "endpoints": list(ENDPOINTS),
+                               "bootstrap_min_seeds": BOOTSTRAP_MIN_SEEDS,
+                               "claims": "confirmatory: Holm over the claims only"},
+               "claims": _json_safe(answer(claims(config), cells, reference_lag, int(config["steps"]))),
+               "cells": _json_safe(list(cells.values()))}
+    return summary
+
+
+def _comparison(comparison) -> dict:
+    return {**comparison.as_dict(), "p_holm": None}  # filled by _adjust for the tests of a family
+
+
+def _families(cells: list[dict], baseline: str | None) -> dict[str, list[dict]]:
+    """The comparisons of each table (FAMILY): key or key/metric -> the cells' comparison dicts.
+    The baseline against itself is no comparison: its P(improvement) is left out."""
+    families: dict[str, list[dict]] = {}
+    for cell in cells:
+        for key in ("vs_baseline", "staleness_cost", "improvement"):
+            if cell[key] is None or (key == "improvement" and cell["recipe"] == baseline):
+                continue
+            for metric, stat in cell[key].items():
+                families.setdefault(f"{key}/{metric}", []).append(stat)
+        for key in ("collapse_vs_baseline", "collapse_vs_reference_lag"):
+            if cell[key] is not None:
+                families.setdefault(key, []).append(cell[key])
+    return families
+
+
+def _adjust(cells: list[dict], baseline: str | None) -> None:
+    """Holm within each family, in place."""
+    for members in _families(cells, baseline).values():
+        for stat, adjusted in zip(members, holm([s["p"] for s in members])):
+            stat["p_holm"] = adjusted
+
+
+def _json_safe(obj):
+    """NaN -> None: summary.json is strict JSON."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    if isinstance(obj, np.generic):
+        return _json_safe(obj.item())
+    return obj

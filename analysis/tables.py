@@ -1,0 +1,310 @@
+"""The report's text from summary.json (analysis.summary): the claims' verdicts first, then the
+cell tables and the exploratory comparison tables of each endpoint (analysis.summary.ENDPOINTS),
+the generated conclusions, and the Markdown / LaTeX / CSV renderers of one set of sections."""
+from __future__ import annotations
+
+import csv
+import io
+
+from analysis.stats import ALPHA, BOOTSTRAP_MIN_SEEDS, smallest_p
+from analysis.summary import ENDPOINTS, MISMATCH, SCORES, summary_cells
+
+ENDPOINT_NAMES = {"auc": "AUC", "fixed": "fixed-step score", "best": "best-checkpoint score",
+                  "selected": "selected-checkpoint score"}
+METHOD_NAMES = {"student-t": "Student t", "paired-t": "paired by seed (Student t of per-seed differences)",
+                "welch-satterthwaite": "Welch-Satterthwaite (seeds differ between cells)",
+                "BCa": "BCa bootstrap", "percentile": "percentile bootstrap", "newcombe": "Newcombe",
+                "degenerate": "equal seeds: a point",
+                "none": f"no interval below {BOOTSTRAP_MIN_SEEDS} seeds per arm", "n<2": "one seed: none",
+                "empty": "no value"}
+CLAIM_FIELDS = ("statement", "kind", "metric", "expect", "smallest_effect", "estimate", "low", "high",
+                "method", "n", "test", "p", "p_holm", "verdict", "why", "seeds_needed")
+
+
+def _fmt(value, scale: float, digits: int, sign: bool = False) -> str:
+    return "–" if value is None else f"{value * scale:{'+' if sign else ''}.{digits}f}"
+
+
+def _interval_text(stat: dict, values: list | None, scale: float, digits: int, sign: bool = False) -> str:
+    """"mean [low, high] (per-seed values)"; no brackets when there is no interval."""
+    text = _fmt(stat["estimate"], scale, digits, sign)
+    if stat["low"] is not None:
+        text += f" [{_fmt(stat['low'], scale, digits, sign)}, {_fmt(stat['high'], scale, digits, sign)}]"
+    if values is not None:
+        text += " (" + ", ".join(_fmt(v, scale, digits) for v in values) + ")"
+    return text
+
+
+def _p(value) -> str:
+    return "–" if value is None else "<0.001" if value < 0.001 else f"{value:.3f}"
+
+
+def _n(stat: dict) -> str:
+    return f"n {stat['n']}" if "n" in stat else f"n {stat['n_x']} vs {stat['n_y']}"
+
+
+def _comparison_text(stat: dict, scale: float, digits: int, sign: bool = True) -> str:
+    """"+d [low, high] (n 3), p 0.012 (Holm 0.048)"; parts without a value are left out."""
+    text = f"{_interval_text(stat, None, scale, digits, sign)} ({_n(stat)})"
+    if stat["p"] is not None:
+        text += f", p {_p(stat['p'])} (Holm {_p(stat['p_holm'])})"
+    return text
+
+
+def _methods(stats: list[dict]) -> str:
+    """The interval methods used in one table, in METHOD_NAMES order."""
+    used = {s["method"] for s in stats}
+    return "; ".join(name for method, name in METHOD_NAMES.items() if method in used)
+
+
+def _holm_note(stats: list[dict]) -> str:
+    return f"exploratory, Holm-adjusted over the {sum(s['p_holm'] is not None for s in stats)} tests of this table"
+
+
+def claim_text(claim: dict) -> str:
+    """"+3.1 [-1.2, +7.4] points (paired-t, n 5)": the claim's estimate with its method and n."""
+    scale, unit = (1, "") if claim["kind"] == "collapse" else (100, " points")
+    digits = 2 if claim["kind"] == "collapse" else 1
+    return f"{_interval_text(claim, None, scale, digits, sign=True)}{unit} ({claim['method']}, n {claim['n']})"
+
+
+def claims_section(summary: dict) -> tuple[str, list[str], list[list[str]]] | None:
+    claims = summary["claims"]
+    if not claims:
+        return None
+    rows = [[c["name"], c["statement"], claim_text(c), f"{c['test']}: {_p(c['p'])} (Holm {_p(c['p_holm'])})",
+             f"{c['verdict']}: {c['why']}"] for c in claims]
+    title = (f"Claims (confirmatory, declared in the config: Holm over these {len(claims)} only, read at "
+             f"{ALPHA:g}; every other table is exploratory)")
+    return title, ["claim", "statement", "estimate [95% CI] (method, n)", "p", "verdict"], rows
+
+
+def sections(summary: dict) -> list[tuple[str, list[str], list[list[str]]]]:
+    """The report's tables, rendered to text once and shared by the Markdown and LaTeX writers:
+    (title, header, rows); the claims first. Rows = recipes; one column per lag for each column
+    group (the value, then the published value)."""
+    cells = summary_cells(summary)
+    baseline, reference_lag = summary["baseline"], summary["reference_lag"]
+    others = [r for r in summary["recipes"] if r != baseline]
+    later = [lag for lag in summary["lags"] if lag != reference_lag]
+    out = [section for section in [claims_section(summary)] if section]
+
+    def table(title, columns, recipes=summary["recipes"], lags=summary["lags"]):
+        """columns: (header prefix, text of a cell), each one column per lag."""
+        header = ["recipe"] + [f"{prefix}lag {lag}" for prefix, _ in columns for lag in lags]
+        rows = [[recipe] + [text(cells[recipe, lag]) for _, text in columns for lag in lags]
+                for recipe in recipes]
+        out.append((title, header, rows))
+
+    def shown(get, recipes=summary["recipes"], lags=summary["lags"]):
+        return [get(cells[recipe, lag]) for recipe in recipes for lag in lags]
+
+    def paper_value(key, scale=1.0, digits=2):
+        return lambda c: ("–" if c["reference"] is None or c["reference"][key] is None
+                          else f"{c['reference'][key] * scale:.{digits}f}")
+
+    fixed = summary["fixed_step"] if summary["fixed_step"] is not None else "last evaluated"
+    for metric, title in SCORES.items():
+        if metric == "selected" and summary["selection_task"] is None:
+            continue
+        if metric == "fixed":
+            title += f" (step {fixed})"
+        columns = [("", lambda c, m=metric: _interval_text(c["stats"][m], c["per_seed"][m], 100, 1))]
+        if metric != "auc":  # the paper's number is a best observed score: no counterpart for an area
+            columns.append(("paper best ", paper_value("aime24")))
+        table(f"{title}, % (mean [95% CI: {_methods(shown(lambda c, m=metric: c['stats'][m]))}] (per seed))",
+              columns)
+    table("Collapsed runs k/n [95% Wilson CI] (per seed: 1 = collapsed)",
+          [("", lambda c: (f"{c['collapse']['k']}/{c['collapse']['n']} [{_fmt(c['collapse']['low'], 1, 2)}, "
+                           f"{_fmt(c['collapse']['high'], 1, 2)}] "
+                           f"({', '.join(str(int(v)) for v in c['per_seed']['collapsed'])})")),
+           ("paper collapsed ", lambda c: "–" if c["reference"] is None else
+            ("yes" if c["reference"]["collapsed"] else "no"))])
+    for endpoint in ENDPOINTS:
+        name = ENDPOINT_NAMES[endpoint]
+        if baseline is not None and others:
+            stats = shown(lambda c, e=endpoint: c["vs_baseline"][e], others)
+            table(f"Difference to {baseline} at the same lag, {name}, points (mean difference "
+                  f"[95% CI: {_methods(stats)}] (n), t test p, {_holm_note(stats)})",
+                  [("", lambda c, e=endpoint: _comparison_text(c["vs_baseline"][e], 100, 1))], recipes=others)
+            stats = shown(lambda c, e=endpoint: c["improvement"][e], others)
+            table(f"P(improvement) over {baseline} at the same lag, {name} ([95% CI: {_methods(stats)}] (n), "
+                  f"two-sided Mann-Whitney p, {_holm_note(stats)})",
+                  [("", lambda c, e=endpoint: _comparison_text(c["improvement"][e], 1, 2, sign=False))],
+                  recipes=others)
+        if later:
+            stats = shown(lambda c, e=endpoint: c["staleness_cost"][e], lags=later)
+            table(f"Staleness cost: {name} at this lag minus lag {reference_lag}, points (mean difference "
+                  f"[95% CI: {_methods(stats)}] (n), t test p, {_holm_note(stats)})",
+                  [("", lambda c, e=endpoint: _comparison_text(c["staleness_cost"][e], 100, 1))], lags=later)
+    if later:
+        stats = shown(lambda c: c["collapse_vs_reference_lag"], lags=later)
+        table(f"Collapse rate at this lag minus lag {reference_lag} ([95% CI: Newcombe], Fisher exact p, "
+              f"{_holm_note(stats)})", [("", lambda c: _comparison_text(c["collapse_vs_reference_lag"], 1, 2))],
+              lags=later)
+    if baseline is not None and others:
+        stats = shown(lambda c: c["collapse_vs_baseline"], others)
+        table(f"Collapse rate minus {baseline}'s at the same lag ([95% CI: Newcombe], Fisher exact p, "
+              f"{_holm_note(stats)})", [("", lambda c: _comparison_text(c["collapse_vs_baseline"], 1, 2))],
+              recipes=others)
+    for metric, title in MISMATCH.items():
+        columns = [("", lambda c, m=metric: _interval_text(c["stats"][m], c["per_seed"][m], 1, 4))]
+        if metric == "dbar":
+            columns.append(("paper ", paper_value("dbar", 1, 4)))
+        table(f"{title} (mean [95% CI: {_methods(shown(lambda c, m=metric: c['stats'][m]))}] (per seed))",
+              columns)
+    return out
+
+
+def claim_conclusions(summary: dict) -> list[str]:
+    """The claims' verdicts as sentences: what the grid was run to answer."""
+    claims = summary["claims"]
+    if not claims:
+        return ["No claims declared (config key `claims`): nothing here is confirmatory; every comparison "
+                "below is exploratory, a lead for a claim to declare and test on a new grid."]
+    counts = {v: sum(c["verdict"] == v for c in claims) for v in
+              ("supported", "contradicted", "equivalent", "inconclusive")}
+    lines = [f"Claims (confirmatory, Holm over {len(claims)}): "
+             + ", ".join(f"{k} {v}" for k, v in counts.items() if v) + "."]
+    lines += [f"{c['name']} ({c['statement']}): {c['verdict']}, {claim_text(c)}; {c['why']}." for c in claims]
+    return lines
+
+
+def conclusions(summary: dict) -> list[str]:
+    """The claims' verdicts, then what each endpoint's exploratory comparisons do and do not show,
+    as sentences generated from the numbers (the report's last section and summary.json's
+    ``conclusions``)."""
+    cells, baseline, reference_lag = summary["cells"], summary["baseline"], summary["reference_lag"]
+    lines = claim_conclusions(summary)
+    lines.append("Exploratory (not claims): intervals are 95%; p-values are two-sided and Holm-adjusted within "
+                 f"each table, read at {ALPHA:g}. A difference whose interval contains 0 is not evidence of a "
+                 "difference in either direction: ranking recipes by point estimates inside their intervals "
+                 "is not a result.")
+
+    def sort(what, stats, null, text, smallest=None):
+        """Sort one table's comparisons into evidence / suggestive / not distinguishable / untested."""
+        tested = [(c, s) for c, s in stats if s["p"] is not None]
+        groups = {"evidence": [], "suggestive": [], "inside": []}
+        for c, s in tested:
+            excludes = s["low"] is not None and not s["low"] <= null <= s["high"]
+            kind = "evidence" if s["p_holm"] < ALPHA else "suggestive" if excludes else "inside"
+            groups[kind].append(f"{c['recipe']} at lag {c['lag']}: {text(s)}")
+        if smallest is not None and tested:
+            best = min((s for _, s in tested), key=smallest)
+            if smallest(best) >= ALPHA:
+                lines.append(f"{what.capitalize()}: with {best['n_x']} vs {best['n_y']} seeds even complete "
+                             f"separation gives p = {smallest(best):.3f} >= {ALPHA:g}, so no comparison in "
+                             "this table can be significant: its values are descriptive.")
+        titles = {"evidence": f"Evidence of a {what} (exploratory, Holm p < {ALPHA:g})",
+                  "suggestive": f"Suggestive only, {what} (the 95% interval excludes {null:g}, the Holm p "
+                                f"does not reach {ALPHA:g})",
+                  "inside": f"No evidence either way, {what} (not significant after Holm)"}
+        for kind, items in groups.items():
+            if items:
+                lines.append(f"{titles[kind]}: " + "; ".join(items) + ".")
+        if len(tested) < len(stats):
+            lines.append(f"No test for {len(stats) - len(tested)} of the {len(stats)} comparisons of the "
+                         f"{what} (fewer than 2 seeds, or no spread).")
+
+    def points(stat):
+        return f"{_interval_text(stat, None, 100, 1, sign=True)} points ({_n(stat)})"
+
+    def separation(s):
+        return smallest_p(s["test"], s["n_x"], s["n_y"])
+
+    for endpoint in ENDPOINTS:
+        name = ENDPOINT_NAMES[endpoint]
+        if baseline is not None:
+            sort(f"difference to {baseline} in the {name}",
+                 [(c, c["vs_baseline"][endpoint]) for c in cells if c["vs_baseline"] is not None], 0.0, points)
+            sort(f"P(improvement) over {baseline} in the {name}",
+                 [(c, c["improvement"][endpoint]) for c in cells if c["recipe"] != baseline], 0.5,
+                 lambda s: _interval_text(s, None, 1, 2), separation)
+        sort(f"staleness cost (lag L minus lag {reference_lag}) in the {name}",
+             [(c, c["staleness_cost"][endpoint]) for c in cells if c["staleness_cost"] is not None], 0.0, points)
+    for key, what in (("collapse_vs_reference_lag", f"collapse-rate change from lag {reference_lag}"),
+                      ("collapse_vs_baseline", f"collapse-rate difference to {baseline}")):
+        sort(what, [(c, c[key]) for c in cells if c[key] is not None], 0.0,
+             lambda s: _interval_text(s, None, 1, 2, sign=True), separation)
+    return lines
+
+
+def render_markdown(summary: dict) -> str:
+    lines = [f"# {summary['grid']}: {summary['engine']} engine, {len(summary['seeds'])} seeds, "
+             f"{summary['steps']} steps",
+             "",
+             f"Test task `{summary['test_task']}`; selection task `{summary['selection_task']}`; "
+             f"collapse = diverged, or below {summary['collapse_fraction']} x peak after the peak "
+             "through the last evaluation. Per-seed values in parentheses, in seed order "
+             f"{summary['seeds']}. Paper columns: Table 1 of the SAT paper (AIME24, %, one seed).", ""]
+    for title, header, rows in sections(summary):
+        lines += [f"## {title}", "", "| " + " | ".join(header) + " |",
+                  "|" + "---|" * len(header)]
+        lines += ["| " + " | ".join(row) + " |" for row in rows]
+        lines.append("")
+    lines += ["## What can and cannot be concluded", ""]
+    lines += [f"- {line}" for line in summary["conclusions"]] + [""]
+    return "\n".join(lines)
+
+
+def _tex(text: str) -> str:
+    for char, escaped in (("\\", r"\textbackslash{}"), ("_", r"\_"), ("%", r"\%"), ("&", r"\&"),
+                          ("#", r"\#"), ("–", "--"), ("|", r"$|$"), ("<", r"$<$"), (">", r"$>$")):
+        text = text.replace(char, escaped)
+    return text
+
+
+def render_latex(summary: dict) -> str:
+    parts = [f"% {summary['grid']}: generated by analysis.aggregate; per-seed values in parentheses"]
+    for title, header, rows in sections(summary):
+        parts += [r"\begin{table}[ht]", r"\centering", r"\small", f"\\caption{{{_tex(title)}}}",
+                  r"\begin{tabular}{l" + "l" * (len(header) - 1) + "}", r"\hline",
+                  " & ".join(_tex(h) for h in header) + r" \\", r"\hline"]
+        parts += [" & ".join(_tex(v) for v in row) + r" \\" for row in rows]
+        parts += [r"\hline", r"\end{tabular}", r"\end{table}", ""]
+    parts += [r"\paragraph{What can and cannot be concluded}", r"\begin{itemize}"]
+    parts += [f"\\item {_tex(line)}" for line in summary["conclusions"]] + [r"\end{itemize}", ""]
+    return "\n".join(parts)
+
+
+def render_csv(summary: dict) -> str:
+    """First one row per claim (``claim`` = its name; claim_* = its verdict and numbers), then one
+    row per recipe; per lag: mean/low/high/method/per-seed of every metric, collapse k/n, the
+    comparisons of each endpoint (difference to the baseline, staleness cost, P(improvement):
+    estimate/low/high/method/n/p/p_holm), the collapse-rate comparisons (estimate/low/high/p/p_holm),
+    and the published values. Scores as fractions (avg@k), paper in %."""
+    cells = summary_cells(summary)
+    header, rows = ["recipe", "claim"], []
+    for claim in summary["claims"]:
+        rows.append({"recipe": claim["recipe"], "claim": claim["name"],
+                     **{f"claim_{field}": claim[field] for field in CLAIM_FIELDS}})
+    for recipe in summary["recipes"]:
+        row = {"recipe": recipe}
+        for lag in summary["lags"]:
+            c = cells[recipe, lag]
+            for metric, stat in c["stats"].items():
+                row.update({f"{metric}_lag{lag}_{part}": stat[part] for part in ("estimate", "low", "high", "method")})
+                row[f"{metric}_lag{lag}_per_seed"] = ";".join("" if v is None else repr(v)
+                                                             for v in c["per_seed"][metric])
+            row.update({f"collapse_lag{lag}_{part}": c["collapse"][part] for part in ("k", "n", "low", "high")})
+            for key, name in (("vs_baseline", "diff_baseline"), ("staleness_cost", "staleness"),
+                              ("improvement", "p_improve")):
+                for endpoint in ENDPOINTS if c[key] is not None else ():
+                    stat = c[key][endpoint]
+                    row.update({f"{name}_{endpoint}_lag{lag}_{part}": stat.get(part) for part in
+                                ("estimate", "low", "high", "method", "n", "p", "p_holm")})
+            for key, name in (("collapse_vs_baseline", "collapse_diff_baseline"),
+                              ("collapse_vs_reference_lag", f"collapse_diff_lag{summary['reference_lag']}")):
+                if c[key] is not None:
+                    row.update({f"{name}_lag{lag}_{part}": c[key][part] for part in
+                                ("estimate", "low", "high", "p", "p_holm")})
+            ref = c["reference"] or {}
+            row.update({f"paper_{key}_lag{lag}": ref.get(key) for key in ("aime24", "collapsed", "dbar")})
+        rows.append(row)
+    for row in rows:
+        header += [k for k in row if k not in header]
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=header, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows({k: "" if v is None else v for k, v in row.items()} for row in rows)
+    return buffer.getvalue()

@@ -1,0 +1,53 @@
+"""A recipe's fingerprint on the canned batch (stabilizers._fingerprint): the same recipe gives the
+same fingerprint, every recipe its own, and a recipe whose module runs another loss is caught."""
+from __future__ import annotations
+
+import pytest
+
+from stabilizers import api, fingerprint, load_recipes, recipe_from_dict, recipe_from_named_dict, validate_batch
+from stabilizers._fingerprint import canned_batch
+
+RECIPES = load_recipes()
+
+
+def test_the_canned_batch_is_valid_and_fixed():
+    batch = canned_batch()
+    validate_batch(batch)
+    assert batch.mask.sum(-1).tolist() == [12, 8, 4, 10, 1]
+    assert fingerprint(RECIPES["grpo"]) == fingerprint(RECIPES["grpo"])
+
+
+def test_every_recipe_has_its_own_loss_on_the_canned_batch():
+    """Only the R3 twins share a loss (routing replay is an engine switch): a swapped loss, a
+    parameter that did not reach it, or a switch left off changes the fingerprint."""
+    by_loss: dict[tuple, set[str]] = {}
+    for name, recipe in RECIPES.items():
+        taken = fingerprint(recipe)
+        by_loss.setdefault((taken["loss"], taken["gradient"]), set()).add(name)
+    shared = [names for names in by_loss.values() if len(names) > 1]
+    twins = [{name.removesuffix("_r3"), name} for name in RECIPES if name.endswith("_r3")]
+    assert sorted(map(sorted, shared)) == sorted(map(sorted, twins))
+
+
+def test_a_run_config_recipe_has_the_fingerprint_of_its_source():
+    recipe = RECIPES["sat_gspo_r3"]
+    again = recipe_from_named_dict({"name": recipe.name, **recipe.as_dict()}, "run config")
+    assert fingerprint(again) == fingerprint(recipe)
+    # a parameter that did not reach the loss is another fingerprint
+    clip_higher = recipe_from_dict("grpo_high", {"loss": "grpo", "params": {"eps_high": 0.28}})
+    assert fingerprint(clip_higher)["loss"] != fingerprint(RECIPES["grpo"])["loss"]
+
+
+def test_a_module_that_runs_another_loss_is_caught(monkeypatch):
+    recorded = fingerprint(RECIPES["gspo"])  # what the train job would record
+    monkeypatch.setitem(api._REGISTRY, "gspo", api._REGISTRY["grpo"])  # the planted fault
+    ran = fingerprint(RECIPES["gspo"])
+    assert ran["digest"] != recorded["digest"]
+    assert ran["loss"] == fingerprint(RECIPES["grpo"])["loss"]  # gspo's parameters, grpo's loss
+
+
+@pytest.mark.parametrize("name", ["sat_random", "sat_grpo"])
+def test_metrics_are_part_of_the_digest(name):
+    out = fingerprint(RECIPES[name])
+    assert set(out) == {"loss", "gradient", "metrics", "digest"}
+    assert out["metrics"] != fingerprint(RECIPES["grpo_mu"])["metrics"]
