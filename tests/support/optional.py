@@ -1,4 +1,4 @@
-"""Tests of optional inputs (a data file, root + apt for SLURM, a headless browser): where the input
+"""Tests of optional inputs (a data file, SLURM installed and root): where the input
 is missing the test skips with the reason, unless $STALEBENCH_REQUIRE names it, and then it fails.
 CI sets STALEBENCH_REQUIRE to everything it provides (.ci/run), so nothing is skipped there by
 accident; only what needs hardware (a GPU) may still skip."""
