@@ -115,7 +115,7 @@ def test_latex_and_plots_are_well_formed(grid):
 
 def test_the_curves_plot_draws_each_cells_seed_mean(grid, scratch, monkeypatch):
     """By hand (tests/support/grid_fixture.py): every seed of sat_grpo at lag 1 scores 0.30, 0.35,
-    0.40, 0.45 at steps 5-20, so its line in the lag-1 panel is those points and its band is a line."""
+    0.40, 0.45 at steps 5-20, so its line in the lag-1 panel is those points in percent."""
     config, _, _ = grid
     drawn = []
     monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda figure, *args, **kwargs: drawn.append(figure))
@@ -125,7 +125,7 @@ def test_the_curves_plot_draws_each_cells_seed_mean(grid, scratch, monkeypatch):
     lines = {line.get_label(): line for line in figure.axes[0].get_lines()}
     assert set(lines) == set(config["recipes"])
     steps, mean = lines[EQUAL_CELL[0]].get_data()
-    assert list(steps) == [5, 10, 15, 20] and list(mean) == pytest.approx([0.30, 0.35, 0.40, 0.45], abs=1e-12)
+    assert list(steps) == [5, 10, 15, 20] and list(mean) == pytest.approx([30.0, 35.0, 40.0, 45.0], abs=1e-9)
 
 
 def test_summary_is_the_same_from_another_process(grid, scratch):
