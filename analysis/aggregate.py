@@ -1,6 +1,6 @@
 """Aggregate a finished grid: the claims' verdicts, tables, plots and summary.json (analysis.report) in <results_dir>/<grid>.
 
-    python -m analysis.aggregate --config-json JSON --out <results_dir>/<grid>
+    python -m analysis.aggregate --config-json <results_dir>/<grid>/config.json --out <results_dir>/<grid>
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from harness.cli import parse_config, run_stage
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m analysis.aggregate", description=__doc__.split("\n")[0])
-    parser.add_argument("--config-json", required=True, help="the workflow config, as JSON")
+    parser.add_argument("--config-json", required=True, help="the checked workflow config: <grid>/config.json or inline JSON")
     parser.add_argument("--out", required=True, help="output folder, <results_dir>/<grid>")
     args = parser.parse_args(argv)
     config = parse_config(parser, args.config_json)

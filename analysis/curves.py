@@ -12,7 +12,7 @@ averages over seeds. Every rule below is declared here, before any result is see
   starts at the first evaluated checkpoint (step 0 counts only if the base model was scored:
   nothing is extrapolated before the first point) and ends at the step budget; a completed run
   whose last evaluation falls before the budget holds its last score to the budget.
-- diverged runs (train/status.json "diverged": non-finite loss or weights) score 0 from the step
+- diverged runs (the run status "diverged": non-finite loss or weights) score 0 from the step
   they diverged at through the budget: a run that produced no usable model counts as no score,
   not as a missing seed (dropping it would flatter the recipe). So its fixed-step score at a step
   it never reached is 0, and its AUC includes the zeros. Its best-checkpoint score is the max over
@@ -28,7 +28,6 @@ averages over seeds. Every rule below is declared here, before any result is see
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +35,8 @@ from pathlib import Path
 import numpy as np
 
 from harness.io import read_jsonl
+from harness.model import Collapse, Eval
+from harness.run import RunDir
 
 TAIL_FRACTION = 0.1  # d-bar window: the last 10% of optimizer steps
 
@@ -83,7 +84,7 @@ def summarize_run(test: list[tuple[int, float]], *, budget: int, status: str = "
                   selection: list[tuple[int, float]] | None = None, collapse_fraction: float = 0.5,
                   train_metrics: list[dict] | None = None) -> RunSummary:
     """All per-run numbers (module docstring) from the test curve and, optionally, the selection
-    curve and the training log. ``status``/``status_step`` come from train/status.json."""
+    curve and the training log. ``status``/``status_step`` come from the run status (harness.run.RunDir.read_status)."""
     if status not in ("completed", "diverged"):
         raise ValueError(f"run status {status!r} cannot be scored (only completed or diverged runs)")
     if not 0 < collapse_fraction < 1:
@@ -204,24 +205,23 @@ def test_task(eval_settings: dict) -> str:
     return tasks[0]
 
 
-def read_run(run_dir: str | Path, config: dict) -> tuple[RunSummary, dict, list[tuple[int, float]]]:
-    """Summarize one run directory (layout in shared/DESIGN.md) under the workflow ``config``;
-    returns the summary, the run's config.json and its test curve. Errors name the bad file."""
-    run_dir = Path(run_dir)
-    for name in ("config.json", "train/status.json"):
-        if not (run_dir / name).exists():
-            raise FileNotFoundError(f"run output missing: {run_dir / name}")
-    run_config = json.loads((run_dir / "config.json").read_text())
-    status = json.loads((run_dir / "train/status.json").read_text())
-    settings = config.get("eval") or {}
-    selection_task = settings.get("selection_task")
+def read_run(run_dir: str | Path, config: dict) -> tuple[RunSummary, dict, list[tuple[int, float]], list[dict]]:
+    """Summarize one run directory (harness.run.RunDir) under the checked workflow ``config``;
+    returns the summary, the run's config.json, its test curve and its training metrics rows.
+    Errors name the bad file (and line)."""
+    run = RunDir(run_dir)
+    run_config = run.read_config()
+    status = run.read_status()
+    if status is None:
+        raise FileNotFoundError(f"run output missing: {run.status_path}")
+    settings = Eval.build(config["eval"])
     diverged = status.get("status") == "diverged"
-    test = load_curve(run_dir / "eval" / f"{test_task(settings)}.jsonl", allow_empty=diverged)
+    test = load_curve(run.eval_path(test_task(config["eval"])), allow_empty=diverged)
+    train_metrics = run.read_metrics()
+    selection = settings.selection_task
     summary = summarize_run(
         test, budget=int(config["steps"]), status=status.get("status"), status_step=status.get("step"),
-        fixed_step=settings.get("fixed_step"),
-        selection=(load_curve(run_dir / "eval" / f"{selection_task}.jsonl", allow_empty=diverged)
-                   if selection_task else None),
-        collapse_fraction=float((config.get("collapse") or {}).get("fraction", 0.5)),
-        train_metrics=read_jsonl(run_dir / "train" / "metrics.jsonl"))
-    return summary, run_config, test
+        fixed_step=settings.fixed_step,
+        selection=load_curve(run.eval_path(selection), allow_empty=diverged) if selection else None,
+        collapse_fraction=Collapse.build(config["collapse"]).fraction, train_metrics=train_metrics)
+    return summary, run_config, test, train_metrics

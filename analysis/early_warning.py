@@ -12,7 +12,7 @@ was fixed before the field study's ESS was read; collapse steps are known only t
 interval, so a lead time is exact to eval_every steps.
 
 A lead time means something only if the drop is rarer in runs that did not collapse: read the
-false alarms beside it. In the field study (engines/tiny/README.md, "Does a drop in ESS precede
+false alarms beside it. In the field study (the CPU engine's README, "Does a drop in ESS precede
 collapse?") it was not: at lag 8 the drop came in 21/35 collapsed and 36/65 calm runs (Fisher's
 exact p = 0.68), no discrimination.
 """
@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 from collections import defaultdict
 from pathlib import Path
 
 from analysis.curves import read_run
-from harness.cli import parse_json_arg
+from harness.cli import parse_config, run_stage
 from harness.grid import expand, run_dir
-from harness.io import read_jsonl, write_text_atomic
+from harness.io import write_text_atomic
 
 BASELINE_STEPS = (11, 30)
 WINDOW = 10
@@ -54,9 +55,8 @@ def run_leads(config: dict) -> list[dict]:
     """Per run: recipe, lag, seed, collapsed, collapse step, ESS drop step, lead time (or None)."""
     out = []
     for recipe, lag, seed in expand(config):
-        directory = run_dir(config, recipe, lag, seed)
-        summary, _, _ = read_run(directory, config)
-        drop = ess_drop_step(read_jsonl(directory / "train" / "metrics.jsonl"))
+        summary, _, _, train = read_run(run_dir(config, recipe, lag, seed), config)
+        drop = ess_drop_step(train)
         lead = summary.collapse_step - drop if summary.collapsed and drop is not None else None
         out.append({"recipe": recipe, "lag": lag, "seed": seed, "collapsed": summary.collapsed,
                     "collapse_step": summary.collapse_step, "drop_step": drop, "lead": lead})
@@ -83,17 +83,23 @@ def table(leads: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m analysis.early_warning", description=__doc__.split("\n")[0])
-    parser.add_argument("--config-json", required=True, help="the checked workflow config, inline JSON or a file")
+    parser.add_argument("--config-json", required=True,
+                        help="the checked workflow config: <grid>/config.json or inline JSON")
     parser.add_argument("--out", type=Path, help="write the table here (else print it)")
     args = parser.parse_args(argv)
-    text = table(run_leads(parse_json_arg(args.config_json, "--config-json")))
-    if args.out:
-        write_text_atomic(args.out, text)
-    else:
-        print(text, end="")
+    config = parse_config(parser, args.config_json)
 
+    def work():
+        leads = run_leads(config)
+        if args.out:
+            write_text_atomic(args.out, table(leads))
+        else:
+            print(table(leads), end="")
+        return leads
+
+    return run_stage("analysis.early_warning", work, lambda leads, seconds: f"{len(leads)} runs in {seconds:.1f} s")
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

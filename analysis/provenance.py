@@ -12,14 +12,12 @@ rule's jobs cost.
 from __future__ import annotations
 
 import csv
-import json
 import statistics
 from collections import defaultdict
 
+from harness.engine import RULES
 from harness.grid import expand, grid_dir, run_dir
-from harness.provenance import FILE
-
-RULES = ("prepare", "train", "evaluate", "aggregate", "track")
+from harness.run import PROVENANCE, RunDir
 
 
 def _attempts(config: dict) -> tuple[list[tuple[str, dict]], list[str]]:
@@ -27,11 +25,11 @@ def _attempts(config: dict) -> tuple[list[tuple[str, dict]], list[str]]:
     attempts, missing = [], []
     for recipe, lag, seed in expand(config):
         name = f"{recipe}/lag{lag}/seed{seed}"
-        path = run_dir(config, recipe, lag, seed) / FILE
-        if not path.is_file():
+        record = RunDir(run_dir(config, recipe, lag, seed)).read_provenance()
+        if record is None:
             missing.append(name)
             continue
-        attempts += [(name, attempt) for attempt in json.loads(path.read_text())["attempts"]]
+        attempts += [(name, attempt) for attempt in record["attempts"]]
     return attempts, missing
 
 
@@ -76,7 +74,7 @@ def provenance_lines(config: dict) -> list[str]:
             lines += [f"- {group}: {len(names)} run(s): {_listed(names)}" for group, names in groups.items()]
         lines.append("")
     if missing:
-        lines += [f"{len(missing)} run(s) have no {FILE} (trained before it was recorded): {_listed(missing)}", ""]
+        lines += [f"{len(missing)} run(s) have no {PROVENANCE} (trained before it was recorded): {_listed(missing)}", ""]
     return lines
 
 

@@ -30,8 +30,7 @@ from analysis.stats import (
     prob_improvement,
 )
 from harness.grid import expand, run_dir
-from harness.io import read_jsonl
-from harness.model import claims
+from harness.model import Collapse, claims
 
 SCORES = {"fixed": "Fixed-step score", "best": "Best-checkpoint score (optimistic: chosen on the test set)",
           "selected": "Selected-checkpoint score (chosen on the selection task)",
@@ -53,7 +52,7 @@ class Run:
     recipe_spec: dict  # config.json's resolved recipe (the published row it reproduces)
     summary: RunSummary
     curve: list[tuple[int, float]]  # test-task (step, score)
-    train: list[dict]  # train/metrics.jsonl rows
+    train: list[dict]  # the run's training metrics rows
 
 
 def collect(config: dict, progress: bool = True) -> list[Run]:
@@ -61,10 +60,9 @@ def collect(config: dict, progress: bool = True) -> list[Run]:
     runs = []
     for recipe, lag, seed in tqdm(expand(config), desc="aggregate: reading runs", unit="run",
                                   disable=not progress, file=sys.stderr):
-        directory = run_dir(config, recipe, lag, seed)
-        summary, run_config, curve = read_run(directory, config)
+        summary, run_config, curve, train = read_run(run_dir(config, recipe, lag, seed), config)
         runs.append(Run(recipe, lag, seed, run_config.get("run_key", ""), run_config.get("recipe") or {},
-                        summary, curve, read_jsonl(directory / "train" / "metrics.jsonl")))
+                        summary, curve, train))
     return runs
 
 
@@ -140,7 +138,7 @@ def summarize(config: dict, runs: list[Run]) -> dict:
                "lags": list(config["lags"]), "seeds": list(config["seeds"]), "steps": config["steps"],
                "test_task": test_task(settings), "selection_task": settings.get("selection_task"),
                "fixed_step": settings.get("fixed_step"), "baseline": baseline,
-               "collapse_fraction": float((config.get("collapse") or {}).get("fraction", 0.5)),
+               "collapse_fraction": Collapse.build(config["collapse"]).fraction,
                "reference_lag": reference_lag,
                "comparisons": {"confidence": CONFIDENCE, "alpha": ALPHA, "power": POWER,
                                "correction": "holm", "family": FAMILY, "endpoints": list(ENDPOINTS),

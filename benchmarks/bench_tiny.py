@@ -26,7 +26,7 @@ from engines.run import run  # noqa: E402
 from engines.tiny.checkpoint import load_model  # noqa: E402
 from engines.tiny.warmstart import build_base, exact_match  # noqa: E402
 from harness.grid import resolve_run_config, run_dir  # noqa: E402
-from harness.io import read_jsonl  # noqa: E402
+from harness.run import RunDir  # noqa: E402
 
 
 def grid_config(args, recipes, lags, seeds) -> dict:
@@ -39,17 +39,15 @@ def grid_config(args, recipes, lags, seeds) -> dict:
 def one_run(job) -> dict:
     config, recipe, lag, seed = job
     torch.set_num_threads(1)
-    directory = run_dir(config, recipe, lag, seed)
+    folder = RunDir(run_dir(config, recipe, lag, seed))
     start, cpu = time.perf_counter(), time.process_time()
-    status = run(resolve_run_config(config, recipe, lag, seed), directory)
+    status = run(resolve_run_config(config, recipe, lag, seed), folder.path)
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu
-    rows = read_jsonl(directory / "train" / "metrics.jsonl")
-    scores = {}
-    for ckpt in sorted((directory / "train" / "checkpoints").iterdir(), key=lambda p: int(p.name[5:])):
-        scores[int(ckpt.name[5:])] = exact_match(load_model(ckpt), "validation", 256)
+    rows = folder.read_metrics()
+    scores = {step: exact_match(load_model(ckpt), "validation", 256) for step, ckpt in folder.checkpoints().items()}
     last = rows[-20:]
     return {"recipe": recipe, "lag": lag, "seed": seed, "status": status, "wall_s": wall, "cpu_s": cpu,
-            "seconds": json.loads((directory / "train" / "status.json").read_text()).get("seconds"),
+            "seconds": folder.read_status().get("seconds"),
             "scores": scores, "d_mean_abs": statistics.fmean(r.get("d/mean_abs", float("nan")) for r in rows),
             "d_p99": statistics.fmean(r.get("d/p99", float("nan")) for r in rows),
             "sat_q": statistics.fmean(r["sat/q"] for r in rows) if "sat/q" in rows[0] else None,

@@ -11,7 +11,6 @@ Hook: the workflow's `snakemake -n` figure is a second part; add it to PARTS.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -20,7 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from harness.config import validate  # noqa: E402
 from harness.grid import expand, resolve_run_config, run_dir  # noqa: E402
+from harness.run import RunDir  # noqa: E402
 from stabilizers import load_recipes  # noqa: E402
 from tracking.sync import TRAIN_POINTS  # noqa: E402
 
@@ -33,26 +34,21 @@ TRAIN_KEYS = ["reward", "entropy", "grad_norm", "loss", "realized_lag", "d/mean_
 def fabricate(results: Path, runs: int, steps: int, eval_every: int, train_keys: int) -> dict:
     recipes, lags = list(load_recipes())[:10], [1, 8]
     seeds = list(range(max(1, runs // 20)))  # 10 recipes x 2 lags x runs/20 seeds
-    config = {"grid": "scale", "results_dir": str(results), "engine": "tiny", "recipes": recipes,
+    config = validate({"grid": "scale", "results_dir": str(results), "engine": "tiny", "recipes": recipes,
               "extra_recipes": {}, "lags": lags, "lag_mode": "interval", "seeds": seeds, "steps": steps,
               "eval_every": eval_every, "engine_params": {},
               "eval": {"tasks": ["tiny_val", "tiny_test"], "selection_task": "tiny_val", "fixed_step": None},
-              "collapse": {"fraction": 0.5}, "baseline": "grpo"}
+              "collapse": {"fraction": 0.5}, "baseline": "grpo"})  # defaults filled, as every stage gets it
     keys = TRAIN_KEYS[:train_keys]
     for i, (recipe, lag, seed) in enumerate(expand(config)):
-        directory = run_dir(config, recipe, lag, seed)
-        (directory / "train").mkdir(parents=True)
-        (directory / "eval").mkdir()
-        # plain writes: fabrication speed is not what is measured
-        (directory / "config.json").write_text(json.dumps(resolve_run_config(config, recipe, lag, seed)))
-        (directory / "train" / "status.json").write_text(json.dumps({"status": "completed", "step": steps}))
-        (directory / "train" / "metrics.jsonl").write_text("".join(
-            json.dumps({"step": s, **{k: (i + s + j) * 1e-3 for j, k in enumerate(keys)}}) + "\n"
-            for s in range(1, steps + 1)))
+        run = RunDir(run_dir(config, recipe, lag, seed))
+        run.pin_config(resolve_run_config(config, recipe, lag, seed))
+        run.write_status("completed", steps, "")
+        run.append_metrics([{"step": s, **{k: (i + s + j) * 1e-3 for j, k in enumerate(keys)}}
+                            for s in range(1, steps + 1)])
         for task in config["eval"]["tasks"]:
-            (directory / "eval" / f"{task}.jsonl").write_text("".join(
-                json.dumps({"step": s, "score": ((i * 7 + s) % 97) / 97, "k": 8, "pass_at_k": 0.5,
-                            "maj_at_k": 0.5}) + "\n" for s in range(eval_every, steps + 1, eval_every)))
+            run.write_eval(task, [{"step": s, "score": ((i * 7 + s) % 97) / 97, "k": 8, "pass_at_k": 0.5,
+                                   "maj_at_k": 0.5} for s in range(eval_every, steps + 1, eval_every)])
     return config
 
 

@@ -10,8 +10,10 @@ tests/support/slime_batches.py, every recipe slime can express), it prints the l
 their difference, the largest gradient difference, the number of host-device synchronisations
 during the CUDA forward + backward (torch.cuda.set_sync_debug_mode("warn") warns once per sync)
 and the median CUDA time of forward + backward (inputs already on the device). Without CUDA it prints the CPU columns and says that the CUDA ones are
-skipped. "ok" means loss and gradients agree to 1e-4 (relative to their scale); stabilizers that
-draw random numbers get the same seed on both devices.
+skipped. "ok" means loss and gradients agree to 1e-4 (relative to their scale) and the CUDA forward
++ backward made no host sync (README: every loss is free of them; a sync stalls every micro-batch of a
+cluster step); the exit code is 1 otherwise. Stabilizers that draw random numbers get the same seed on
+both devices.
 """
 from __future__ import annotations
 
@@ -85,9 +87,17 @@ def compare(prepare, step, cuda: bool, repeats: int) -> dict:
     dgrad = float((grad_cuda.cpu() - grad).abs().max()) if grad.numel() else 0.0
     scale = max(float(grad.abs().max()) if grad.numel() else 0.0, 1e-12)
     row.update(loss_cuda=float(loss_cuda), dloss=dloss, dgrad=dgrad, syncs=syncs,
-               ms=cuda_ms(lambda: step(inputs), repeats),
-               ok=dloss <= TOLERANCE * max(1.0, abs(float(loss))) and dgrad <= TOLERANCE * scale)
+               ms=cuda_ms(lambda: step(inputs), repeats))
+    row["verdict"] = verdict(row, scale)
+    row["ok"] = row["verdict"] == "ok"
     return row
+
+
+def verdict(row: dict, grad_scale: float) -> str:
+    """'ok', 'DIFFERS' (loss or gradient off by more than TOLERANCE) or 'SYNCS' (a host sync)."""
+    if row["dloss"] > TOLERANCE * max(1.0, abs(row["loss_cpu"])) or row["dgrad"] > TOLERANCE * grad_scale:
+        return "DIFFERS"
+    return "SYNCS" if row["syncs"] else "ok"
 
 
 def stabilizer_check(name: str, n_tokens: int):
@@ -123,7 +133,8 @@ def slime_runs():
         def prepare(device):
             logits, batch = make_sample_batch(seed=0)
             return logits.detach().to(device).requires_grad_(True), {
-                key: [t.to(device) if isinstance(t, torch.Tensor) else t for t in value] for key, value in batch.items()}
+                key: None if value is None else [t.to(device) if isinstance(t, torch.Tensor) else t for t in value]
+                for key, value in batch.items()}  # None: a key slime's iterator has no data for
 
         def step(inputs, recipe=recipe):
             logits, batch = inputs
@@ -168,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         line = f"{kind:<11} {name:<14} {row['loss_cpu']:>12.6f}"
         if cuda:
             line += (f" {row['loss_cuda']:>12.6f} {row['dloss']:>9.2e} {row['dgrad']:>10.2e} {row['syncs']:>5d} "
-                     f"{row['ms']:>8.2f}  {'ok' if row['ok'] else 'DIFFERS'}")
+                     f"{row['ms']:>8.2f}  {row['verdict']}")
         print(line)
     if args.json:
         args.json.write_text(json.dumps([{"kind": k, "name": n, **r} for k, n, r in rows], indent=1))

@@ -27,7 +27,6 @@ import argparse
 import contextlib
 import json
 import os
-import re
 import sys
 import time
 from pathlib import Path
@@ -41,14 +40,13 @@ from lm_eval.evaluator import evaluate  # noqa: E402
 from lm_eval.tasks import TaskManager  # noqa: E402
 from lm_eval.tasks._yaml_loader import load_yaml  # noqa: E402
 
+from harness.cli import run_stage  # noqa: E402
 from harness.config import ConfigError, check_eval_settings  # noqa: E402
 from harness.identity import eval_key  # noqa: E402
-from harness.io import append_jsonl_atomic, read_jsonl, write_text_atomic  # noqa: E402
-from harness.lock import RunLocked, writer_lock  # noqa: E402
+from harness.run import RunDir  # noqa: E402
 
 TASKS_DIR = Path(__file__).parent / "tasks"
 FILTER = "all_k"  # the filter name in every task YAML
-_STEP_DIR = re.compile(r"^step_(\d+)$")
 
 
 class ScoreError(ValueError):
@@ -99,36 +97,27 @@ def load_task(name: str, settings: dict):
     return manager.load(config)
 
 
-def checkpoints(run_dir: Path) -> dict[int, Path]:
+def checkpoints(run: RunDir) -> dict[int, Path]:
     """step -> checkpoint directory, in step order.
 
     A run that diverged before its first checkpoint has none, and that is a result, not an
-    error (train/status.json says "diverged"); any other run without checkpoints is an error."""
-    root = Path(run_dir) / "train" / "checkpoints"
-    found = {int(m.group(1)): p for p in root.iterdir()
-             if (m := _STEP_DIR.match(p.name)) and p.is_dir()} if root.is_dir() else {}
-    if not found:
-        status = read_json_or_none(Path(run_dir) / "train" / "status.json")
-        if (status or {}).get("status") != "diverged":
-            raise ScoreError(f"no checkpoints (step_<N>/) under {root}")
-    return dict(sorted(found.items()))
+    error (its status says "diverged"); any other run without checkpoints is an error."""
+    found = run.checkpoints()
+    if not found and (run.read_status() or {}).get("status") != "diverged":
+        raise ScoreError(f"no checkpoints (step_<N>/) under {run.checkpoints_dir}")
+    return found
 
 
-def engine_backend(run_dir: Path) -> str:
+def engine_backend(run: RunDir) -> str:
     """The eval back end of the engine that trained the run (its config.json names the engine)."""
-    import engines
+    from harness import engine as engines
 
-    config = read_json_or_none(run_dir / "config.json")
-    if config is None:
-        raise ScoreError(f"{run_dir / 'config.json'} is missing: not a run directory")
+    if not run.config_path.is_file():
+        raise ScoreError(f"{run.config_path} is missing: not a run directory")
     try:
-        return engines.get(config["engine"]).eval_backend
+        return engines.get(run.read_config()["engine"]).eval_backend
     except KeyError as error:
-        raise ScoreError(f"{run_dir / 'config.json'}: {error.args[0]}") from None
-
-
-def read_json_or_none(path: Path) -> dict | None:
-    return json.loads(path.read_text()) if path.is_file() else None
+        raise ScoreError(f"{run.config_path}: {error.args[0]}") from None
 
 
 def score_checkpoint(lm, task_dict: dict, name: str, step: int, settings: dict, key: str) -> dict:
@@ -146,30 +135,29 @@ def score_checkpoint(lm, task_dict: dict, name: str, step: int, settings: dict, 
 def score_run(run_dir: str | Path, tasks: list[str], settings: dict, *, log=None) -> list[dict]:
     """Score the run's unscored checkpoints on every task of `tasks`; returns the new lines, in step
     order and, within a step, in the order of `tasks`. One scorer per run and task: it holds
-    locks/evaluate-<task>.lock of each task (harness.lock; RunLocked otherwise)."""
-    run_dir = Path(run_dir)
+    the run's evaluate-<task> lock of each task (RunDir.lock; RunLocked otherwise)."""
+    run = RunDir(run_dir)
     settings = check_settings(settings)
     if isinstance(tasks, str) or not tasks or len(set(tasks)) != len(tasks):
         raise ScoreError(f"give each eval task to score once, and at least one; got {list(tasks)}")
-    found = checkpoints(run_dir)
+    found = checkpoints(run)
     task_dicts = {name: load_task(name, settings) for name in tasks}  # every task loads before any write
     if settings["backend"] is None:
-        settings = check_settings({**settings, "backend": engine_backend(run_dir)})
+        settings = check_settings({**settings, "backend": engine_backend(run)})
     with contextlib.ExitStack() as locks:
         for name in tasks:
-            locks.enter_context(writer_lock(run_dir / "locks" / f"evaluate-{name}.lock", f"evaluate {name}"))
-        return _score_unlocked(run_dir, task_dicts, settings, found, log)
+            locks.enter_context(run.lock(f"evaluate-{name}", f"evaluate {name}"))
+        return _score_unlocked(run, task_dicts, settings, found, log)
 
 
-def _score_unlocked(run_dir: Path, task_dicts: dict[str, dict], settings: dict, found: dict[int, Path],
+def _score_unlocked(run: RunDir, task_dicts: dict[str, dict], settings: dict, found: dict[int, Path],
                     log) -> list[dict]:
     # The run key too: a score is of these checkpoints, not of a retrained run in the same folder.
-    run_key = (read_json_or_none(run_dir / "config.json") or {}).get("run_key")
+    run_key = run.read_config().get("run_key") if run.config_path.is_file() else None
     keys = {name: eval_key(name, task_dict["tasks"][name].VERSION, settings, run_key)
             for name, task_dict in task_dicts.items()}
-    scores_paths = {name: run_dir / "eval" / f".{name}.scores.jsonl" for name in task_dicts}
-    done = {name: {int(row["step"]): row for row in read_jsonl(path) if row.get("eval_key") == keys[name]}
-            for name, path in scores_paths.items()}
+    done = {name: {int(row["step"]): row for row in run.read_scores(name) if row.get("eval_key") == keys[name]}
+            for name in task_dicts}
     # step -> the tasks that have no score for it yet
     pending = {step: todo for step in found if (todo := [name for name in task_dicts if step not in done[name]])}
     scorer = backend(settings["backend"])
@@ -184,7 +172,7 @@ def _score_unlocked(run_dir: Path, task_dicts: dict[str, dict], settings: dict, 
                 for name in todo:
                     start = time.perf_counter()
                     row = score_checkpoint(lm, task_dicts[name], name, step, settings, keys[name])
-                    append_jsonl_atomic(scores_paths[name], [row])
+                    run.append_scores(name, [row])
                     done[name][step] = row
                     rows.append(row)
                     if log:
@@ -193,8 +181,7 @@ def _score_unlocked(run_dir: Path, task_dicts: dict[str, dict], settings: dict, 
     # The declared outputs last, whole: this run's checkpoints under these settings, in step order
     # (empty for a run that diverged before its first checkpoint).
     for name in task_dicts:
-        write_text_atomic(run_dir / "eval" / f"{name}.jsonl",
-                          "".join(json.dumps(done[name][step], sort_keys=True) + "\n" for step in found))
+        run.write_eval(name, [done[name][step] for step in found])
     return rows
 
 
@@ -209,18 +196,16 @@ def main(argv: list[str] | None = None) -> int:
     except json.JSONDecodeError as error:
         parser.error(f"--settings-json is not valid JSON: {error}")
     from eval.server import ServerError
-    start = time.perf_counter()
-    try:
-        rows = score_run(args.run_dir, args.tasks, settings, log=lambda m: print(m, file=sys.stderr))
-    except (ValueError, OSError, ServerError, RunLocked) as error:  # bad input: one clear line, no traceback
-        print(f"eval.score: error: {error}", file=sys.stderr)
-        return 2
-    for task in args.tasks:
-        scored = sum(row["task"] == task for row in rows)
-        print(f"eval.score: {scored} checkpoint(s) of {args.run_dir} scored on {task}", file=sys.stderr)
-    print(f"eval.score: done in {time.perf_counter() - start:.2f} s", file=sys.stderr)
-    return 0
 
+    def work():
+        try:
+            return score_run(args.run_dir, args.tasks, settings, log=lambda m: print(m, file=sys.stderr))
+        except ServerError as error:  # an unreachable or failing server: bad input, one clear line
+            raise ScoreError(str(error)) from None
+
+    return run_stage("eval.score", work, lambda rows, seconds: "\neval.score: ".join(
+        [f"{sum(row['task'] == task for row in rows)} checkpoint(s) of {args.run_dir} scored on {task}"
+         for task in args.tasks] + [f"done in {seconds:.2f} s"]))
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,7 +1,9 @@
 """Cluster back end: checkpoints served by SGLang, scored through lm-eval's OpenAI-completions client.
 
 - `launch_command(server, checkpoint)`: the SGLang launch command, generated from the config's
-  eval.server section.
+  eval.server section; with `--enable-deterministic-inference` unless eval.server.deterministic is
+  false (`with_determinism`: SGLang samples a request by its seed only in that mode, so only then does
+  a rescore give the same scores; the eval key records the setting).
 - `SeededCompletionsLM` (the `server` back end, eval/__init__.py): lm-eval's `local-completions`
   with a DIFFERENT seed for every sample. Stock local-completions sends one fixed seed with every
   request, so the k repeats of a problem against a seed-honouring server would be identical
@@ -49,13 +51,27 @@ def base_url(server: dict) -> str:
     return url.rstrip("/").removesuffix("/v1/completions").removesuffix("/v1")
 
 
+def with_determinism(server: dict) -> dict:
+    """eval.server with ``deterministic`` spelled out (default true), so the eval key holds it.
+
+    SGLang uses a request's seed only when it runs with --enable-deterministic-inference; otherwise
+    the batch a request lands in decides its samples, and a rescore of the same checkpoint gives other
+    numbers. A launched server gets the flag; a server started elsewhere (launch: false) must have
+    been started with it, or the config says ``deterministic: false`` and the scores are keyed as not
+    reproducible."""
+    value = server.get("deterministic", True)
+    if not isinstance(value, bool):
+        raise ValueError(f"eval.server.deterministic must be true or false, got {value!r}")
+    return {**server, "deterministic": value}
+
+
 def launch_command(server: dict, checkpoint: str) -> list[str]:
     """`python -m sglang.launch_server ...` serving `checkpoint` at eval.server.url.
 
     Keys of eval.server: url, model (served name), tp (tensor parallel, default 1),
-    mem_fraction (optional), random_seed (optional), extra_args (list of further flags),
-    command_prefix (words put before it, e.g. `apptainer exec --nv <image>` so that SGLang runs
-    inside the slime container on a cluster).
+    mem_fraction (optional), random_seed (optional), deterministic (default true: see
+    with_determinism), extra_args (list of further flags), command_prefix (words put before it,
+    e.g. `apptainer exec --nv <image>` so that SGLang runs inside the slime container on a cluster).
     """
     parts = urlsplit(base_url(server))
     command = [str(word) for word in server.get("command_prefix", [])]
@@ -68,6 +84,8 @@ def launch_command(server: dict, checkpoint: str) -> list[str]:
         command += ["--mem-fraction-static", str(float(server["mem_fraction"]))]
     if server.get("random_seed") is not None:
         command += ["--random-seed", str(int(server["random_seed"]))]
+    if with_determinism(server)["deterministic"]:
+        command += ["--enable-deterministic-inference"]
     return command + [str(arg) for arg in server.get("extra_args", [])]
 
 
@@ -134,7 +152,10 @@ class SeededCompletionsLM(LocalCompletionsAPI):
 
     @classmethod
     def check_settings(cls, settings: dict) -> None:
+        """Also spells out eval.server.deterministic in ``settings``, so that the eval key records
+        whether the scores are reproducible (with_determinism)."""
         base_url(settings.get("server") or {})
+        settings["server"] = with_determinism(settings.get("server") or {})
 
     @classmethod
     def checkpoint_problem(cls, checkpoint: Path) -> str | None:

@@ -1,2 +1,4 @@
-"""What every stage shares: the config model (defaults + checks), grid expansion, run identity,
-atomic file io and the small CLI helpers. Imports only ``stabilizers`` (shared/DESIGN.md)."""
+"""The contracts every stage shares, each defined once (shared/DESIGN.md, "The house"): the engine
+(engine.py), the run on disk (run.py), the config (model.py typed, config.py checked; jobs.py its
+Snakemake plumbing), grid expansion and run identity, provenance, atomic io, the one writer lock,
+and the stage CLI (cli.py). Imports only ``stabilizers``."""

@@ -8,11 +8,15 @@ import time
 from pathlib import Path
 
 
+def _json_text(value: str) -> str:
+    """``value`` itself (inline JSON) or the content of the file it names."""
+    return Path(value).read_text() if not value.lstrip().startswith("{") and Path(value).is_file() else value
+
+
 def parse_json_arg(value: str, flag: str) -> dict:
     """A JSON object given inline or as a path to a file holding one; a bad one exits naming ``flag``."""
-    text = Path(value).read_text() if not value.lstrip().startswith("{") and Path(value).is_file() else value
     try:
-        obj = json.loads(text)
+        obj = json.loads(_json_text(value))
     except json.JSONDecodeError as error:
         raise SystemExit(f"{flag}: not valid JSON ({error})") from None
     if not isinstance(obj, dict):
@@ -20,26 +24,45 @@ def parse_json_arg(value: str, flag: str) -> dict:
     return obj
 
 
-def parse_config(parser: argparse.ArgumentParser, text: str) -> dict:
-    """A --config-json argument, validated (harness.config) before any work; errors name the key."""
+def parse_config(parser: argparse.ArgumentParser, value: str) -> dict:
+    """A --config-json argument (inline, or the grid's config.json that the workflow writes),
+    validated (harness.config) before any work; errors name the key."""
     from harness.config import ConfigError, validate
 
     try:
-        return validate(json.loads(text))
+        return validate(json.loads(_json_text(value)))
     except json.JSONDecodeError as error:
         parser.error(f"--config-json is not valid JSON: {error}")
     except ConfigError as error:
         parser.error(str(error))
 
 
+# A stage's exit status says why it stopped, so that a caller (Snakemake's retries, a script) can tell:
+EXIT_OK = 0
+EXIT_BAD_INPUT = 2  # bad input or a missing/malformed file: the message names it; rerunning will not help
+EXIT_LOCKED = 3  # another process writes the same run or grid (harness.lock): the message names it
+# EXIT_RESUME (75, harness.engine): stopped before the job's time limit, its state saved; run again
+
+
 def run_stage(prog: str, work, describe) -> int:
-    """Run ``work()``; bad input or a missing/malformed file (ValueError, OSError) is one clear
-    line and exit status 2, success one line ``describe(result, seconds)``."""
+    """Run ``work()`` and return the stage's exit status: success is one line ``describe(result,
+    seconds)`` and EXIT_OK; bad input or a missing/malformed file (ValueError, OSError) one clear
+    line and EXIT_BAD_INPUT; a held writer lock EXIT_LOCKED; a stop before the time limit
+    (harness.engine.TimeLimitReached) EXIT_RESUME."""
+    from harness.engine import EXIT_RESUME, TimeLimitReached
+    from harness.lock import RunLocked
+
     start = time.perf_counter()
     try:
         result = work()
+    except TimeLimitReached as stop:
+        print(f"{prog}: {stop}", file=sys.stderr)
+        return EXIT_RESUME
+    except RunLocked as error:
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        return EXIT_LOCKED
     except (ValueError, OSError) as error:
         print(f"{prog}: error: {error}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     print(f"{prog}: {describe(result, time.perf_counter() - start)}", file=sys.stderr)
-    return 0
+    return EXIT_OK

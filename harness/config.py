@@ -6,19 +6,18 @@ eval-task names exist, the baseline is in the grid, the fixed step is an evaluat
 engine's own parameter checks). Every error names the config key, e.g.
 ``config key 'lags[1]': 0 is less than the minimum of 1``. The allowed values that code defines
 (engines, lag modes, eval back ends) are filled into the schema from that code, not repeated.
-harness.model turns the checked config into typed objects.
+harness.model turns the checked config into typed objects; harness.jobs holds the Snakemake
+plumbing (CLI retyping, job resources, retries, the grid's config.json).
 """
 from __future__ import annotations
 
 import copy
-import math
-import re
 from pathlib import Path
 
 import jsonschema
 import yaml
 
-import engines
+from harness import engine as engines
 from harness.grid import LAG_MODES
 from harness.model import claim_errors
 from stabilizers import check_values, load_recipes
@@ -183,22 +182,6 @@ def check_recipe_values(config: dict) -> None:
         raise ConfigError(f"invalid workflow config:\n  {error}") from None
 
 
-def retype_cli_values(value):
-    """Snakemake reads a list or mapping given with ``-C`` (``lags=[1,8]``) through YAML's
-    BaseLoader, which leaves every leaf a string ('1', 'null'); read each leaf string as a YAML
-    scalar again so that ``-C lags=[1,8]`` means integers, as it would in a config file."""
-    if isinstance(value, dict):
-        return {key: retype_cli_values(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [retype_cli_values(item) for item in value]
-    if isinstance(value, str):
-        try:
-            return yaml.safe_load(value) if value else value
-        except yaml.YAMLError:
-            return value
-    return value
-
-
 def load(path: str | Path, overrides: dict | None = None, **kwargs) -> dict:
     """Read a YAML config, apply top-level ``overrides``, validate (see ``validate``)."""
     path = Path(path)
@@ -209,35 +192,3 @@ def load(path: str | Path, overrides: dict | None = None, **kwargs) -> dict:
     if not isinstance(config, dict):
         raise ConfigError(f"config file {path}: expected a mapping at the top level")
     return validate({**config, **(overrides or {})}, **kwargs)
-
-
-def rule_resources(config: dict, rule: str) -> dict:
-    """Resources of ``rule``'s jobs, threads included: one thread, updated by the engine's defaults
-    (its package's ``resources``), updated by config['resources'][rule]."""
-    engine = engines.get(config["engine"])
-    return {"threads": 1, **engine.resources.get(rule, {}), **(config.get("resources") or {}).get(rule, {})}
-
-
-def job_resources(config: dict, rule: str) -> dict:
-    """``rule_resources`` without threads, for a rule's ``resources:`` (threads go to ``threads:``)."""
-    return {key: value for key, value in rule_resources(config, rule).items() if key != "threads"}
-
-
-_WARNING_LEAD = re.compile(r"--signal=(?:[RB]:)?\w+@(\d+)")
-
-
-def train_retries(config: dict) -> int:
-    """How often a failed training job is submitted again: the jobs its step budget needs within
-    the job's time limit (steps x the engine's step_minutes, over the train runtime less the
-    warning lead of slurm_extra's --signal), less the first job, plus one spare for a job lost to
-    a cancel, a node failure or a preemption. Each job resumes where the previous one stopped."""
-    resources = rule_resources(config, "train")
-    if not resources.get("runtime"):  # no time limit the config knows of
-        return 1
-    lead = _WARNING_LEAD.search(resources.get("slurm_extra", ""))
-    usable = resources["runtime"] - (int(lead.group(1)) / 60 if lead else 0)
-    if usable <= 0:
-        raise ConfigError(f"config key 'resources.train.runtime': {resources['runtime']} minutes leave no time "
-                          f"before the time-limit warning ({lead.group(0)})")
-    jobs = math.ceil(config["steps"] * engines.get(config["engine"]).step_minutes / usable)
-    return max(jobs, 1)  # (jobs - 1) resubmissions + 1 spare

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import engines
+from harness import engine as engines
 from harness.identity import run_key
 from stabilizers import Recipe, get_recipe, load_recipes, parameters, recipe_from_named_dict, switch_defaults
 

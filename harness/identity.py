@@ -1,17 +1,14 @@
-"""Run identity: the run key (a hash of the resolved run config) and the run directory's pin;
-the eval key (a hash of the settings that change a task's scores).
+"""Run identity: the run key (a hash of the resolved run config) and the eval key (a hash of the settings that change a task's scores).
 
 The run key names a run in MLflow and guards its directory: config.json pins the config a run
-directory was started with, and a different config is refused before anything is written.
+directory was started with (harness.run.RunDir.pin_config), and a different config is refused
+before anything is written.
 The eval key marks each score line, so that a score is reused only under the same settings.
 """
 from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
-
-from harness.io import write_json_atomic
 
 # How the harness reaches an evaluation server, not what the server computes: changing one
 # re-scores nothing.
@@ -38,22 +35,3 @@ def eval_key(task: str, task_version, settings: dict, run_key: str | None) -> st
     body["server"] = {key: value for key, value in (settings.get("server") or {}).items()
                       if key not in SERVER_TRANSPORT_KEYS}
     return _digest({**body, "task": task, "task_version": task_version, "run_key": run_key})
-
-
-def pin_config(run_config: dict, run_dir: Path) -> dict:
-    """Write run_dir/config.json, or check that the one there is this config."""
-    run_config = {**run_config, "run_key": run_key(run_config)}
-    path = run_dir / "config.json"
-    if path.exists():
-        try:
-            existing = json.loads(path.read_text())
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{path} is not valid JSON ({error}); refusing to overwrite it") from None
-        if run_key(existing) != run_config["run_key"]:
-            changed = sorted(k for k in set(existing) | set(run_config)
-                             if k != "run_key" and existing.get(k) != run_config.get(k))
-            raise ValueError(f"{run_dir} holds a run with a different config (keys differing: {changed}); "
-                             f"nothing was overwritten — use another directory or delete it")
-    else:
-        write_json_atomic(path, run_config)
-    return run_config

@@ -26,11 +26,34 @@ def write_json_atomic(path: str | Path, obj) -> None:
     write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
+def write_jsonl_atomic(path: str | Path, rows: list[dict]) -> None:
+    write_text_atomic(path, "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows))
+
+
+def read_json(path: str | Path):
+    """A JSON file's content; a damaged file raises ValueError naming it."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}: not valid JSON ({error})") from None
+
+
 def read_jsonl(path: str | Path) -> list[dict]:
+    """The rows of a JSON-lines file ([] if there is none); a damaged line (a cut last line after a
+    disk error or a bad copy) raises ValueError naming the file and the line."""
     path = Path(path)
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [_parse_line(path, number, line)
+            for number, line in enumerate(path.read_text().splitlines(), start=1) if line.strip()]
+
+
+def _parse_line(path: Path, number: int, line: str):
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}, line {number}: not valid JSON ({error})") from None
 
 
 def append_jsonl_atomic(path: str | Path, rows: list[dict], *, increasing: str | None = None) -> None:
@@ -43,7 +66,7 @@ def append_jsonl_atomic(path: str | Path, rows: list[dict], *, increasing: str |
     existing = path.read_text() if path.exists() else ""
     if increasing is not None:
         lines = existing.splitlines()
-        last = json.loads(lines[-1])[increasing] if lines and lines[-1].strip() else None
+        last = _parse_line(path, len(lines), lines[-1])[increasing] if lines and lines[-1].strip() else None
         for row in rows:
             if last is not None and not row[increasing] > last:
                 raise ValueError(f"{path}: refusing {increasing} {row[increasing]} after {increasing} {last} "

@@ -1,6 +1,7 @@
-"""One writer per run: an exclusive lock on a lock file in the run directory.
+"""One writer at a time: an exclusive lock on a lock file, the one lock primitive of the project
+(a run's locks/<name>.lock through harness.run.RunDir.lock, a grid's tracking.lock for MLflow).
 
-    with writer_lock(run_dir / "locks" / "train.lock", "train"):
+    with RunDir(path).lock("train", "train"):
         ...                       # nobody else writes train/ meanwhile
 
 A second process asking for the same lock fails at once with ``RunLocked``, whose message names
@@ -41,16 +42,22 @@ def describe(info: dict | None) -> str:
 
 
 @contextlib.contextmanager
-def writer_lock(path: str | Path, purpose: str):
-    """Hold the exclusive lock ``path`` for the ``with`` block; ``RunLocked`` if another process holds it."""
+def writer_lock(path: str | Path, purpose: str, wait_s: float = 0.0):
+    """Hold the exclusive lock ``path`` for the ``with`` block. Held by another process: wait up to
+    ``wait_s`` seconds (default: not at all), then raise ``RunLocked`` naming the holder."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    deadline = time.monotonic() + wait_s
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise RunLocked(f"{path} is held by another writer: {describe(_read(fd))}") from None
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise RunLocked(f"{path} is held by another writer: {describe(_read(fd))}") from None
+                time.sleep(min(1.0, max(deadline - time.monotonic(), 0.01)))
         # written in place (a rename would swap the locked file); readers tolerate a partial write
         text = json.dumps({**holder(), "purpose": purpose}, sort_keys=True).encode()
         os.ftruncate(fd, 0)

@@ -1,54 +1,82 @@
-"""The config model: typed, read-only views of a checked workflow config, built once per process.
+"""The typed config: read-only views of a checked workflow config, one class per section, a
+docstring per field, built once per process.
 
     config = Config.build(harness.config.validate(raw))    # the Snakefile does this once
     config.runs                # every (recipe, lag, seed), in config order
     config.run_config(run)     # the resolved run config of one run (its hash is the run key)
     config.eval.job_settings() # exactly what each run's evaluate job reads
+    config.collapse.fraction   # what aggregation reads
 
 Every default is the schema's (workflow/schemas/config.schema.yaml) and every check is
 harness.config's: these classes only give the checked values names and types, and say which
-settings each stage reads, so that a stage is rerun only when something it reads changed.
+settings each stage reads, so that a stage is rerun only when something it reads changed. A
+section's fields are read from the checked dict by name (``_section``): a new key of a section is
+its schema entry, a field here, and the code that reads it.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
-import engines
+from harness import engine as engines
 from harness.grid import expand, grid_dir, resolve_run_config
 from stabilizers import load_recipes
 
 Run = tuple[str, int, int]  # (recipe, lag, seed)
 
 
+def _frozen(value):
+    """A checked value made read-only: mappings as MappingProxyType, lists as tuples."""
+    if isinstance(value, dict):
+        return MappingProxyType({key: _frozen(item) for key, item in value.items()})
+    if isinstance(value, list):
+        return tuple(_frozen(item) for item in value)
+    return value
+
+
+def _section(cls, section: dict):
+    """``cls`` (a dataclass of this module) from its checked config section, field by field (the
+    schema gives every field a value or a default)."""
+    return cls(**{field.name: _frozen(section[field.name]) for field in dataclasses.fields(cls)})
+
+
 @dataclass(frozen=True)
 class Eval:
-    """The config's eval section."""
+    """The config's ``eval`` section: what every checkpoint is scored on, and how."""
 
     tasks: tuple[str, ...]
+    """lm-eval task names (eval/tasks/*.yaml) scored on every checkpoint; the first that is not the
+    selection task is the test task the table reports."""
     selection_task: str | None
+    """The task whose score selects the checkpoint reported on the test task; None = no selection."""
     k: int
+    """Samples per problem: scores are avg@k (and pass@k, maj@k)."""
     temperature: float
+    """Sampling temperature of evaluation (0 = greedy)."""
     top_p: float
+    """Nucleus sampling mass of evaluation."""
     max_gen_toks: int | None
+    """Generation length limit; None = the task's own."""
     fixed_step: int | None
+    """The pre-declared step of the fixed-step score; None = the last step (read by aggregation only)."""
     seed: int
+    """Seed of evaluation's sampling."""
     backend: str | None
+    """The eval back end that scores checkpoints; None = the engine's own (Engine.eval_backend)."""
     server: MappingProxyType
+    """Settings of the server back end (url, model, launch, transport)."""
     data: MappingProxyType
+    """Local data files per task family, e.g. {aime24: /path/aime24.jsonl}."""
     problems: MappingProxyType
+    """Problems per task (a prefix of the task's data), e.g. for a quick look; a task not named: all."""
     batch_size: int
+    """Generation batch size of the tiny back end (its sampling seeds are per batch)."""
 
     @classmethod
     def build(cls, section: dict) -> "Eval":
-        return cls(tasks=tuple(section["tasks"]), selection_task=section["selection_task"], k=section["k"],
-                   temperature=section["temperature"], top_p=section["top_p"],
-                   max_gen_toks=section["max_gen_toks"], fixed_step=section["fixed_step"], seed=section["seed"],
-                   backend=section["backend"], server=MappingProxyType(dict(section["server"])),
-                   data=MappingProxyType(dict(section.get("data") or {})),
-                   problems=MappingProxyType(dict(section.get("problems") or {})),
-                   batch_size=section["batch_size"])
+        return _section(cls, section)
 
     @property
     def scored_tasks(self) -> list[str]:
@@ -65,29 +93,75 @@ class Eval:
         reruns the job but re-scores only that task."""
         settings = {"k": self.k, "temperature": self.temperature, "top_p": self.top_p,
                     "max_gen_toks": self.max_gen_toks, "seed": self.seed, "backend": self.backend,
-                    "server": dict(self.server), "data": dict(self.data), "batch_size": self.batch_size}
+                    "server": _thawed(self.server), "data": dict(self.data), "batch_size": self.batch_size}
         problems = {task: self.problems[task] for task in self.scored_tasks if task in self.problems}
         if problems:
             settings["problems"] = problems
         return settings
 
 
+def _thawed(value):
+    """The plain JSON value of a _frozen one (for a job's command line)."""
+    if isinstance(value, MappingProxyType):
+        return {key: _thawed(item) for key, item in value.items()}
+    if isinstance(value, tuple):
+        return [_thawed(item) for item in value]
+    return value
+
+
+@dataclass(frozen=True)
+class Collapse:
+    """The config's ``collapse`` section: when a run counts as collapsed (analysis.curves)."""
+
+    fraction: float
+    """A run collapsed if after its peak its test score falls below fraction x peak and stays there."""
+
+    @classmethod
+    def build(cls, section: dict) -> "Collapse":
+        return _section(cls, section)
+
+
 @dataclass(frozen=True)
 class Config:
     """A checked workflow config (harness.config.validate), with its runs resolved."""
 
-    raw: MappingProxyType  # the checked config, defaults filled in (what aggregate and track read)
+    raw: MappingProxyType
+    """The checked config, defaults filled in, as <grid>/config.json holds it."""
     grid: str
+    """The grid's name: outputs go to <results_dir>/<grid>/, MLflow experiment <grid>."""
+    results_dir: Path
+    """Where every grid's folder (and the MLflow store) lives."""
     grid_dir: Path
+    """<results_dir>/<grid>."""
     engine: engines.Engine
-    engine_params: MappingProxyType  # resolved by the engine: a preset expanded to its values
+    """The registered engine that trains every run (harness.engine)."""
+    engine_params: MappingProxyType
+    """The engine's settings, resolved by the engine (a preset expanded to its values)."""
     recipes: tuple[str, ...]
+    """Recipe names (stabilizers/recipes.yaml or extra_recipes): the rows of the table."""
+    extra_recipes: MappingProxyType
+    """The config's own recipes, name -> {loss, params, routing_replay, tis, rollout_is}."""
     lags: tuple[int, ...]
+    """Configured staleness values: the columns of the table."""
+    lag_mode: str
+    """How the lag is realized (harness.grid.LAG_MODES): interval or constant."""
     seeds: tuple[int, ...]
+    """Seeds of every (recipe, lag) cell."""
     steps: int
+    """Optimizer steps per run (the step budget)."""
     eval_every: int
+    """A checkpoint is saved and evaluated every eval_every steps (and at the last)."""
     eval: Eval
-    run_configs: MappingProxyType  # Run -> resolved run config
+    """How checkpoints are scored."""
+    collapse: Collapse
+    """When a run counts as collapsed."""
+    baseline: str
+    """The recipe (one of recipes) that probability of improvement is measured against."""
+    resources: MappingProxyType
+    """Per-rule job resources over the engine's defaults (harness.jobs.rule_resources)."""
+    run_configs: MappingProxyType
+    """Run -> its resolved run config (harness.grid.resolve_run_config)."""
+    # Sections added by later issues (e.g. claims) go here: a class above, a field, a line in build.
 
     @classmethod
     def build(cls, config: dict) -> "Config":
@@ -98,11 +172,13 @@ class Config:
         recipes = load_recipes(extra=config["extra_recipes"], check_values=False)
         run_configs = {run: resolve_run_config(config, *run, recipes=recipes, engine_params=engine_params)
                        for run in expand(config)}
-        return cls(raw=MappingProxyType(config), grid=config["grid"], grid_dir=grid_dir(config), engine=engine,
-                   engine_params=MappingProxyType(engine_params), recipes=tuple(config["recipes"]),
-                   lags=tuple(config["lags"]), seeds=tuple(config["seeds"]), steps=config["steps"],
-                   eval_every=config["eval_every"], eval=Eval.build(config["eval"]),
-                   run_configs=MappingProxyType(run_configs))
+        return cls(raw=MappingProxyType(config), grid=config["grid"], results_dir=Path(config["results_dir"]),
+                   grid_dir=grid_dir(config), engine=engine, engine_params=MappingProxyType(engine_params),
+                   recipes=tuple(config["recipes"]), extra_recipes=_frozen(config["extra_recipes"]),
+                   lags=tuple(config["lags"]), lag_mode=config["lag_mode"], seeds=tuple(config["seeds"]),
+                   steps=config["steps"], eval_every=config["eval_every"], eval=Eval.build(config["eval"]),
+                   collapse=Collapse.build(config["collapse"]), baseline=config["baseline"],
+                   resources=_frozen(config["resources"]), run_configs=MappingProxyType(run_configs))
 
     @property
     def runs(self) -> list[Run]:

@@ -26,16 +26,14 @@ from __future__ import annotations
 import datetime
 import hashlib
 import importlib.metadata
-import json
 import platform
 import socket
 import subprocess
 from pathlib import Path
 
-from harness.io import write_json_atomic
+from harness.run import RunDir
 
 ROOT = Path(__file__).resolve().parents[1]
-FILE = "provenance.json"
 # Instruction-set flags that select different float kernels (and so can change low-order bits).
 NUMERIC_CPU_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512_bf16", "avx512_fp16",
                      "avx512_vnni", "amx_bf16", "amx_tile", "asimd", "sve")
@@ -54,6 +52,12 @@ def _git(*args: str) -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return result.stdout if result.returncode == 0 else None
+
+
+def git_commit() -> str | None:
+    """The checkout's HEAD commit (None outside a git checkout): the one reader of it."""
+    commit = _git("rev-parse", "HEAD")
+    return commit.strip() if commit else None
 
 
 def _cpuinfo() -> tuple[str | None, list[str]]:
@@ -84,12 +88,12 @@ def now() -> str:
 
 def collect() -> dict:
     """The facts of this process and machine (see the module docstring), without times."""
-    commit = _git("rev-parse", "HEAD")
+    commit = git_commit()
     status = _git("status", "--porcelain") if commit else None
     lock = ROOT / "requirements.lock"
     cpu_model, cpu_flags = _cpuinfo()
     return {
-        "git_commit": commit.strip() if commit else None,
+        "git_commit": commit,
         "git_dirty": bool(status.strip()) if status is not None else None,
         "stalebench": _version("stalebench"),
         "python": platform.python_version(),
@@ -104,20 +108,15 @@ def collect() -> dict:
     }
 
 
-def _read(run_dir: Path) -> dict:
-    path = Path(run_dir) / FILE
-    return json.loads(path.read_text()) if path.is_file() else {"attempts": []}
-
-
-def start_attempt(run_dir: str | Path) -> None:
-    """Append this attempt (started now, not finished) to run_dir/provenance.json."""
-    record = _read(run_dir)
+def start_attempt(run: RunDir) -> None:
+    """Append this attempt (started now, not finished) to the run's provenance.json."""
+    record = run.read_provenance() or {"attempts": []}
     record["attempts"].append({"started": now(), "finished": None, "status": None, **collect()})
-    write_json_atomic(Path(run_dir) / FILE, record)
+    run.write_provenance(record)
 
 
-def finish_attempt(run_dir: str | Path, status: str) -> None:
+def finish_attempt(run: RunDir, status: str) -> None:
     """Mark the last attempt finished with ``status``."""
-    record = _read(run_dir)
+    record = run.read_provenance()
     record["attempts"][-1].update(finished=now(), status=status)
-    write_json_atomic(Path(run_dir) / FILE, record)
+    run.write_provenance(record)

@@ -7,19 +7,17 @@ import jsonschema
 import pytest
 import yaml
 
-import engines
+from harness import engine as engines
 from harness.config import (
     SCHEMA,
     TASKS_DIR,
     ConfigError,
     available_tasks,
-    job_resources,
     key_path,
     load,
-    retype_cli_values,
-    rule_resources,
     validate,
 )
+from harness.jobs import job_resources, retype_cli_values, rule_resources
 from stabilizers import load_recipes
 
 DEMO = yaml.safe_load(open("config.yaml"))

@@ -1,4 +1,5 @@
 """Per-run metrics: fixed/best/selected scores, AUC against known areas, the collapse rule, d-bar."""
+import json
 import math
 
 import pytest
@@ -6,7 +7,7 @@ import pytest
 from analysis.curves import auc, load_curve, mismatch_tail, read_run, summarize_run
 from harness.grid import run_dir
 from harness.io import append_jsonl_atomic
-from tests.support.grid_fixture import COLLAPSED, DIVERGE_STEP, DIVERGED, make_grid
+from tests.support.grid_fixture import COLLAPSED, DIVERGE_STEP, DIVERGED, STEPS, make_grid
 
 CURVE = [(5, 0.2), (10, 0.6), (15, 0.4), (20, 0.5)]
 
@@ -86,11 +87,12 @@ def test_mismatch_tail_uses_last_ten_percent_and_skips_nan():
 
 def test_read_run_on_fabricated_grid(tmp_path):
     config = make_grid(tmp_path)
-    s, run_config, curve = read_run(run_dir(config, *COLLAPSED), config)
+    s, run_config, curve, train = read_run(run_dir(config, *COLLAPSED), config)
     assert s.collapsed and s.collapse_step == 15 and run_config["recipe"]["name"] == "grpo"
     assert [v for _, v in curve] == [0.40, 0.50, 0.20, 0.10]
+    assert [row["step"] for row in train] == list(range(1, STEPS + 1))
     assert s.selected_step == 5  # validation is best one checkpoint before the test peak (10)
-    d, _, _ = read_run(run_dir(config, *DIVERGED), config)
+    d, _, _, _ = read_run(run_dir(config, *DIVERGED), config)
     assert d.status == "diverged" and d.collapse_step == DIVERGE_STEP and d.fixed == 0.0
     assert math.isfinite(d.dbar)  # the NaN at the diverging step is left out
 
@@ -109,3 +111,17 @@ def test_diverged_before_first_checkpoint_scores_zero():
                       train_metrics=[{"step": 1, "d/mean_abs": 0.2, "d/p99": 0.9}])
     assert (s.fixed, s.best, s.selected, s.auc, s.best_step) == (0.0, 0.0, 0.0, 0.0, None)
     assert s.collapsed and s.collapse_step == 3 and s.dbar == 0.2
+
+
+def test_a_cut_last_line_of_metrics_stops_aggregate_naming_the_file(tmp_path, capsys):
+    """A metrics file whose last line was cut (a disk error, a bad copy) is named, with its line."""
+    from analysis.aggregate import main
+    from harness.run import RunDir
+
+    config = make_grid(tmp_path)
+    run = RunDir(run_dir(config, *COLLAPSED))
+    text = run.metrics_path.read_text()
+    run.metrics_path.write_text(text[:-40])  # the last row loses its end (and its newline)
+    assert main(["--config-json", json.dumps(config), "--out", str(tmp_path / config["grid"])]) == 2
+    message = capsys.readouterr().err
+    assert f"{run.metrics_path}, line {STEPS}: not valid JSON" in message, message

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-import engines
+from harness import engine as engines
 from harness.config import ConfigError, load
 from harness.io import read_jsonl
 from tests.support.workflow_cli import ROOT, job_counts, snakemake
@@ -69,9 +69,10 @@ def _imports(path: Path) -> set[str]:
 
 @pytest.mark.parametrize("stage", ["analysis", "tracking", "harness", "stabilizers"])
 def test_stages_import_no_engine_internals(stage):
-    """Data flows one way; a later stage may use the engine registry (engines/__init__), never an engine."""
+    """Data flows one way; a later stage may use the engine registry (harness.engine), never an engine."""
     for path in (ROOT / stage).glob("*.py"):
-        internals = {m for m in _imports(path) if m.startswith("engines.")}
+        internals = {m for m in _imports(path) if m.startswith("engines.")
+                     or (stage == "harness" and m == "engines")}  # harness finds the engines by importlib
         assert not internals, f"{path.relative_to(ROOT)} imports {internals}"
     if stage == "stabilizers":
         assert not any(m.split(".")[0] in {"engines", "harness", "eval", "analysis", "tracking"}
@@ -88,13 +89,13 @@ TOY_ENGINE = '''
 its own default resources and a marker in every run directory."""
 from pathlib import Path
 
-from engines import Engine, get, register
+from harness.engine import Engine, get, register
 
 tiny = get("tiny")
 
 
 def train(run_config, run_dir):
-    (Path(run_dir) / "trained_by_toy").write_text(run_config["engine"])
+    (run_dir.path / "trained_by_toy").write_text(run_config.engine.name)
     return tiny.train(run_config, run_dir)
 
 
@@ -122,10 +123,19 @@ def test_a_toy_engine_added_at_run_time_runs_a_grid_through_snakemake(scratch):
     assert "mem_mb=321" in dry.stdout  # the toy engine's own resources reach its train job
     result = snakemake(*args, env=env, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert job_counts(result.stdout + result.stderr) == {"prepare": 1, "train": 1, "evaluate": 1, "aggregate": 1,
-                                                         "track": 1, "all": 1}
+    assert job_counts(result.stdout + result.stderr) == {"grid_config": 1, "prepare": 1, "train": 1, "evaluate": 1,
+                                                         "aggregate": 1, "track": 1, "all": 1}
     run = scratch / "results" / "toy" / "runs" / "grpo" / "lag2" / "seed0"
     assert (run / "trained_by_toy").read_text() == "toy"
     assert json.loads((run / "config.json").read_text())["engine"] == "toy"
     assert [row["step"] for row in read_jsonl(run / "eval" / "tiny_test.jsonl")] == [2, 4]
     assert (scratch / "results" / "toy" / "table.md").is_file()
+
+
+def test_only_harness_run_spells_a_run_folders_file_names():
+    """Every stage reads and writes a run through harness.run.RunDir (shared/DESIGN.md, "The house")."""
+    sources = [p for p in ROOT.rglob("*") if p.suffix in (".py", ".smk") or p.name in ("Snakefile", "Makefile")]
+    sources = [p for p in sources if not p.relative_to(ROOT).parts[0].startswith((".", "tests"))]
+    spelled = sorted(str(p.relative_to(ROOT)) for p in sources if p.is_file()
+                     and any(name in p.read_text() for name in ("status.json", "metrics.jsonl")))
+    assert spelled == ["harness/run.py"]

@@ -11,8 +11,8 @@ import pytest
 from lm_eval.api.model import LM
 from lm_eval.api.registry import get_model
 
-import engines
 from eval.score import ScoreError, backend
+from harness import engine as engines
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,7 +44,7 @@ from contextlib import contextmanager
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 
-from engines import Engine, get, register
+from harness.engine import Engine, get, register
 from engines.tiny import task
 
 register(Engine(name="oracle", resolve_params=get("tiny").resolve_params, train=lambda c, d: "completed",

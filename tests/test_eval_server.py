@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import eval.server
-from eval.score import main, score_run
+from eval.score import ScoreError, main, score_run
 from eval.server import ServerError, launch_command, sample_seed
 from harness.io import read_jsonl
 from tests.support.fake_sglang import GOLD, PORT_TAKEN, FakeSGLang
@@ -87,17 +87,53 @@ def test_one_weight_swap_per_checkpoint_scores_every_task(tmp_path, fake_server)
     assert [r for r in rows if r["task"] == "aime24_avg8"] == alone  # as if scored alone
 
 
+def test_a_failing_weight_swap_names_the_checkpoint_and_writes_no_line(tmp_path, fake_server):
+    run = make_run(tmp_path / "run")
+    fake_server.refused.add("step_1")
+    with pytest.raises(ServerError, match=r"refused to load .*step_1: HTTP 400 .*Failed to load weights"):
+        score_run(run, ["aime24_avg8"], settings(fake_server.url))
+    assert fake_server.log == [] and not (run / "eval").exists()
+
+
 def test_launch_command_from_config():
     server = {"url": "http://10.0.0.7:30000/v1", "model": "policy", "tp": 2, "mem_fraction": 0.8,
               "random_seed": 1, "extra_args": ["--context-length", 32768]}
     assert launch_command(server, "/ckpt/step_100") == [
         "python3", "-m", "sglang.launch_server", "--model-path", "/ckpt/step_100",
         "--served-model-name", "policy", "--host", "10.0.0.7", "--port", "30000", "--tp-size", "2",
-        "--mem-fraction-static", "0.8", "--random-seed", "1", "--context-length", "32768"]
+        "--mem-fraction-static", "0.8", "--random-seed", "1", "--enable-deterministic-inference",
+        "--context-length", "32768"]
+    assert "--enable-deterministic-inference" not in launch_command({**server, "deterministic": False}, "/ckpt")
     with pytest.raises(ValueError, match="eval.server.url"):
         launch_command({"url": "10.0.0.7:30000"}, "/ckpt")
+    with pytest.raises(ValueError, match="eval.server.deterministic must be true or false"):
+        launch_command({**server, "deterministic": "yes"}, "/ckpt")
     in_container = launch_command({**server, "command_prefix": ["apptainer", "exec", "--nv", "img.sif"]}, "/ckpt")
     assert in_container[:5] == ["apptainer", "exec", "--nv", "img.sif", "python3"]
+
+
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_a_rescore_repeats_its_scores_only_with_deterministic_inference(tmp_path, deterministic):
+    server = FakeSGLang(deterministic=deterministic)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        config = settings(server.url, deterministic=deterministic)
+        first = score_run(make_run(tmp_path / "first"), ["aime24_avg8"], config)
+        again = score_run(make_run(tmp_path / "again"), ["aime24_avg8"], config)  # the same server, later
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert ([r["per_problem"] for r in first] == [r["per_problem"] for r in again]) is deterministic
+    assert [r["eval_key"] for r in first] == [r["eval_key"] for r in again]
+
+
+def test_the_eval_key_holds_whether_the_server_is_deterministic(tmp_path, fake_server):
+    def key(name, **server):
+        return score_run(make_run(tmp_path / name), ["aime24_avg8"], settings(fake_server.url, **server))[0]["eval_key"]
+    assert key("default") == key("on", deterministic=True) != key("off", deterministic=False)
+    with pytest.raises(ScoreError, match="eval.server.deterministic must be true or false"):
+        key("bad", deterministic="yes")
 
 
 @pytest.fixture
@@ -146,6 +182,7 @@ def test_launched_server_scores_every_checkpoint(tmp_path, monkeypatch):
         except ServerError as error:
             if attempt == 3 or f"exited with code {PORT_TAKEN} " not in str(error):
                 raise
+    # the fake follows the seeds only when launched with --enable-deterministic-inference, as SGLang
     even = [sum(sample_seed(5, d, r) % 2 == 0 for r in range(8)) for d in range(len(GOLD))]
     assert [r["per_problem"] for r in rows] == [[0, 0, 0], even]
     with pytest.raises(ServerError, match="unreachable"):  # the server was stopped

@@ -8,14 +8,15 @@ import json
 import pytest
 import yaml
 
-import engines
 import harness.grid
 from engines.tiny import params as tiny_params
+from harness import engine as engines
 from harness.config import load, schema, validate
 from harness.grid import LAG_MODES, resolve_run_config
-from harness.identity import eval_key, pin_config, run_key
+from harness.identity import eval_key, run_key
 from harness.model import Config
 from harness.provenance import collect, finish_attempt, start_attempt
+from harness.run import RunDir
 from stabilizers import parameters
 
 DEMO = yaml.safe_load(open("config.yaml"))
@@ -88,12 +89,12 @@ def test_allowed_values_come_from_the_code_that_implements_them():
 
 def test_a_directory_pinned_to_another_key_is_refused_and_kept(tmp_path):
     run = resolve_run_config(load("config.yaml"), "grpo", 1, 0)
-    pin_config(run, tmp_path)
+    RunDir(tmp_path).pin_config(run)
     before = (tmp_path / "config.json").read_bytes()
     other = {**run, "engine_params": {**run["engine_params"], "lr": 1e-4}}
     assert run_key(other) != run["run_key"]
     with pytest.raises(ValueError, match=r"different config \(keys differing: \['engine_params'\]\)"):
-        pin_config(other, tmp_path)
+        RunDir(tmp_path).pin_config(other)
     assert (tmp_path / "config.json").read_bytes() == before
 
 
@@ -101,9 +102,9 @@ def test_provenance_is_recorded_per_attempt(tmp_path):
     facts = collect()
     assert facts["python"] and facts["torch"] and facts["host"] and len(facts["requirements_lock_sha256"]) == 64
     assert facts["git_commit"] is None or len(facts["git_commit"]) == 40
-    start_attempt(tmp_path)  # killed: never finished
-    start_attempt(tmp_path)
-    finish_attempt(tmp_path, "completed")
+    start_attempt(RunDir(tmp_path))  # killed: never finished
+    start_attempt(RunDir(tmp_path))
+    finish_attempt(RunDir(tmp_path), "completed")
     attempts = json.loads((tmp_path / "provenance.json").read_text())["attempts"]
     assert [a["status"] for a in attempts] == [None, "completed"]
     assert attempts[0]["finished"] is None and attempts[1]["finished"] >= attempts[1]["started"]

@@ -8,10 +8,12 @@ import time
 
 import pytest
 
-import engines
 from engines.run import run
-from harness.config import load, train_retries
+from harness import engine as engines
+from harness.cli import EXIT_LOCKED
+from harness.config import load
 from harness.io import append_jsonl_atomic, read_jsonl
+from harness.jobs import train_retries
 from harness.lock import RunLocked, writer_lock
 from tests.support.tiny_runs import config
 from tests.support.untimed import untimed_rows
@@ -31,7 +33,7 @@ def test_a_second_writer_fails_at_once_naming_the_holder(base, tmp_path, monkeyp
         start = time.monotonic()
         second = engines_run(cfg, tmp_path / "r")
         _, err = second.communicate(timeout=120)
-        assert second.returncode == 1 and time.monotonic() - start < 60
+        assert second.returncode == EXIT_LOCKED and time.monotonic() - start < 60
         assert f"pid {os.getpid()}" in err and "SLURM job 4242" in err and "scancel 4242" in err, err
         assert not (tmp_path / "r" / "train").exists()  # it wrote nothing
         with pytest.raises(RunLocked, match=f"pid {os.getpid()}"):

@@ -2,9 +2,11 @@
 refused before anything is written, and run() executing its script against a fake `ray`."""
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,16 +15,19 @@ import pytest
 import yaml
 
 import stabilizers.api
-from engines import TimeLimitReached
-from engines.slime import launch
+from engines.slime import job_script, launch
+from engines.slime.job_script import write_job_script
+from engines.slime.params import REPO, check_container
 from harness.config import load
+from harness.engine import EXIT_RESUME, TimeLimitReached
 from harness.grid import resolve_run_config, run_dir
 from stabilizers import LossOutput, parameters
+from tests.support import slime_standin
 from tests.support.slime_checkpoints import write_hf_save
 
 PRESET = Path(__file__).resolve().parents[1] / "workflow" / "presets" / "table1.yaml"
 DAPO_PROMPTS = Path(__file__).resolve().parent / "fixtures" / "dapo_prompts.jsonl"
-PIN = yaml.safe_load((Path(launch.REPO) / "envs" / "slime-container.yaml").read_text())
+PIN = yaml.safe_load((Path(REPO) / "envs" / "slime-container.yaml").read_text())
 
 
 @pytest.fixture
@@ -62,7 +67,7 @@ def parse_submit(script: str) -> tuple[list[str], dict[str, list[str]]]:
 def job(config, recipe, lag, seed):
     run_config = resolve_run_config(config, recipe, lag, seed)
     directory = run_dir(config, recipe, lag, seed)
-    script = launch.write_job_script(run_config, directory)
+    script = write_job_script(run_config, directory)
     text = script.read_text()
     subprocess.run(["bash", "-n", str(script)], check=True)  # valid shell
     custom = yaml.safe_load((script.parent / "slime_custom.yaml").read_text())
@@ -113,7 +118,7 @@ def assert_harness_script(text):
     assert "ray start --head" in text and "trap 'kill $PRUNER 2>/dev/null || true; ray stop; prune' EXIT" in text
     assert "trap 'touch \"$RUN_DIR/train/stop_requested\"' URG" in text  # SLURM's time-limit warning
     assert "pkill" not in text and "--force" not in text
-    assert f"{launch.REPO}" in text.split("RUNTIME_ENV=")[1].splitlines()[0]  # the harness on PYTHONPATH
+    assert f"{REPO}" in text.split("RUNTIME_ENV=")[1].splitlines()[0]  # the harness on PYTHONPATH
 
 
 def test_golden_grpo_lag1(table1):
@@ -185,14 +190,14 @@ def test_bad_input_is_refused_before_anything_is_written(table1, change, error, 
     recipe = table1["recipes"][0]
     directory = run_dir(table1, recipe, 8, 0)
     with pytest.raises(error, match=message):  # engine_params errors already when the run config is resolved
-        launch.write_job_script(resolve_run_config(table1, recipe, 8, 0), directory)
+        write_job_script(resolve_run_config(table1, recipe, 8, 0), directory)
     assert not directory.exists()
 
 
 def test_pinned_references_are_accepted():
     for image in (PIN["image"], "slimerl/slime:nightly-dev-20260810a-cu129", "registry:5000/slime:v0.3",
                   "slimerl/slime:latest@sha256:" + "a" * 64):
-        launch.check_container(image)
+        check_container(image)
 
 
 def test_publish_renames_complete_hf_saves_to_step_directories(tmp_path):
@@ -211,13 +216,24 @@ def test_publish_renames_complete_hf_saves_to_step_directories(tmp_path):
 FAKE_RAY = r'''#!{python}
 """A fake `ray`: records its calls; `job submit` plays a slime job writing what slime + the hooks write,
 in slime's order: the Megatron save, then the HF save (config.json, shards, the index last); a job
-killed after FAKE_RAY_FAIL_AFTER steps dies in the middle of its last HF save."""
+killed after FAKE_RAY_FAIL_AFTER steps dies in the middle of its last HF save. SLURM's warning reaches
+the job script after FAKE_RAY_WARN_AFTER steps, or with FAKE_RAY_WARN_AT_START during `ray start`,
+before the job is submitted (bash marks it once `ray start` returns); a warning the script has not
+marked within 10 s fails the job."""
 import json, os, signal, sys, time
 sys.path.insert(0, {tests!r})
 from tests.support.slime_checkpoints import write_hf_save, write_megatron_save
 calls = os.environ["FAKE_RAY_CALLS"]
 with open(calls, "a") as f:
     f.write(json.dumps(sys.argv[1:]) + "\n")
+def wait_for_the_mark(train):
+    deadline = time.monotonic() + 10
+    while not os.path.exists(os.path.join(train, "stop_requested")):
+        if time.monotonic() > deadline:
+            sys.exit("fake ray: the job script did not mark SIGURG within 10 s (no trap installed?)")
+        time.sleep(0.01)
+if sys.argv[1:2] == ["start"] and os.environ.get("FAKE_RAY_WARN_AT_START"):
+    os.kill(os.getppid(), signal.SIGURG)  # as srun would send it
 if sys.argv[1:3] == ["job", "submit"]:
     args = sys.argv[sys.argv.index("--") + 1:]
     def value(flag):
@@ -229,10 +245,11 @@ if sys.argv[1:3] == ["job", "submit"]:
     with open(os.path.join(train, "metrics.jsonl"), "a") as f:
         for rollout_id in range(min(steps, fail_after)):
             f.write(json.dumps({{"step": rollout_id + 1, "loss": -0.1, "grad_norm": 1.0}}) + "\n")
-            if rollout_id + 1 == warn_after:  # SLURM's warning reaches the job script, as srun would send it
+            if rollout_id == 0 and os.environ.get("FAKE_RAY_WARN_AT_START"):
+                wait_for_the_mark(train)
+            if rollout_id + 1 == warn_after:
                 os.kill(os.getppid(), signal.SIGURG)
-                while not os.path.exists(os.path.join(train, "stop_requested")):
-                    time.sleep(0.01)
+                wait_for_the_mark(train)
             stop = os.path.exists(os.path.join(train, "stop_requested"))
             if stop or (rollout_id + 1) % every == 0 or rollout_id == steps - 1:
                 write_megatron_save(value("--save"), rollout_id)
@@ -309,7 +326,7 @@ def test_the_job_runs_the_preflight_before_ray_starts(table1, tmp_path, monkeypa
     slime, calls = fake_job_environment(tmp_path, monkeypatch)
     table1["engine_params"].update(container_runtime="none", slime_dir=str(slime), slime_commit_check="warn")
     run_config = resolve_run_config(table1, "grpo", 1, 0)
-    script = launch.write_job_script(run_config, run_dir(table1, "grpo", 1, 0))
+    script = write_job_script(run_config, run_dir(table1, "grpo", 1, 0))
     # a config changed after the dry run (here: the reward) is caught by the job itself
     changed = dict(run_config, engine_params=dict(run_config["engine_params"], rm_type="deepscaler", reward_key=None))
     (script.parent / "run_config.json").write_text(json.dumps(changed))
@@ -327,7 +344,7 @@ def test_one_image_everywhere():
     assert preset["engine_params"]["container"] == PIN["image"]
     assert f"docker://{PIN['image']}" in preset["eval"]["server"]["command_prefix"]
     assert preset["engine_params"]["slime_commit_check"] == "strict"
-    readme = (Path(launch.REPO) / "docs" / "cluster.md").read_text()
+    readme = (Path(REPO) / "docs" / "cluster.md").read_text()
     assert f"--build-arg SLIME_COMMIT={PIN['slime']['commit']}" in readme and PIN["image"] in readme
 
 
@@ -346,3 +363,76 @@ def test_time_limit_warning_saves_and_stops_without_a_status(table1, tmp_path, m
     (train / "metrics.jsonl").unlink()  # the fake job replays every step (slime's metrics hook cuts back)
     assert launch.run(run_config, directory) == "completed"
     assert sorted(p.name for p in (train / "checkpoints").iterdir()) == ["step_4", "step_8"]
+
+
+def test_a_warning_before_the_job_starts_still_saves_and_exits_75(table1, tmp_path, monkeypatch):
+    """SIGURG during `ray start`, before the job is submitted: the trap is already in place, so the
+    driver stops after its first step with a save, and engines.run exits with EXIT_RESUME."""
+    run_config, directory, _ = fake_slime_job(table1, tmp_path, monkeypatch)
+    monkeypatch.setenv("FAKE_RAY_WARN_AT_START", "1")
+    (directory / "train").mkdir(parents=True)
+    (directory / "train" / "stop_requested").touch()  # a mark left by the last attempt is cleared first
+    result = subprocess.run([sys.executable, "-m", "engines.run", "--run-dir", str(directory),
+                             "--config-json", json.dumps(run_config)], cwd=REPO, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == EXIT_RESUME, result.stderr
+    assert "stopped after step 1 of 8 at the time-limit warning" in result.stderr
+    train = directory / "train"
+    assert [p.name for p in (train / "megatron").glob("iter_*")] == ["iter_0000000"]  # saved after step 1
+    assert not (train / "status.json").exists()
+
+
+@pytest.mark.parametrize("at_the_pin", [True, False])
+def test_strict_commit_check_reads_a_checkout_owned_by_another_user(table1, tmp_path, monkeypatch, at_the_pin):
+    """As in a container whose /root/slime another user built: at the pinned commit the job runs; at
+    another, it exits 3 naming both commits."""
+    slime, calls = fake_job_environment(tmp_path, monkeypatch)
+    git = ["git", "-C", str(slime), "-c", "user.name=test", "-c", "user.email=test@example.org"]
+    for command in (["init", "-q"], ["add", "."], ["commit", "-qm", "slime"]):
+        subprocess.run(git + command, check=True)
+    head = subprocess.run(git + ["rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    if os.geteuid() == 0:
+        for path in (slime, *slime.rglob("*")):
+            os.chown(path, 4321, 4321, follow_symlinks=False)
+    else:  # git's own switch for the same ownership check
+        monkeypatch.setenv("GIT_TEST_ASSUME_DIFFERENT_OWNER", "1")
+    pinned = head if at_the_pin else "0" * 40
+    monkeypatch.setattr(job_script, "pinned_container", lambda: {**PIN, "slime": {**PIN["slime"], "commit": pinned}})
+    table1.update(steps=2, eval_every=1)
+    table1["engine_params"].update(container_runtime="none", slime_dir=str(slime), slime_commit_check="strict")
+    script = write_job_script(resolve_run_config(table1, "grpo", 1, 0), run_dir(table1, "grpo", 1, 0))
+    result = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=120)
+    if at_the_pin:
+        assert result.returncode == 0, result.stderr
+        assert (script.parent / "slime_commit.txt").read_text().strip() == head
+        assert [json.loads(line)[:2] for line in calls.read_text().splitlines()][1] == ["job", "submit"]
+    else:
+        assert result.returncode == 3
+        assert f"is at commit {head}, not the pinned {pinned}" in result.stderr
+        assert not calls.exists()  # stopped before Ray
+
+
+def test_every_hook_flag_resolves_as_slime_loads_it(table1):
+    """slime imports each --*-path hook with load_function and calls it with fixed arguments: the
+    functions the launcher names exist and take those arguments."""
+    _, _, flags, _, _ = job(table1, "grpo", 1, 0)
+    hooks = {flag: values[0] for flag, values in flags.items() if flag.endswith("-path") and "/" not in values[0]}
+    assert set(hooks) == set(slime_standin.HOOK_CALLS)
+    for flag, path in hooks.items():
+        function = slime_standin.load_function(path)
+        inspect.signature(function).bind(*slime_standin.HOOK_CALLS[flag])  # raises if slime's call does not fit
+
+
+def test_a_finished_run_is_never_relaunched(table1, tmp_path, monkeypatch):
+    """A params-triggered rerun of a completed cluster run starts no job script (no Ray, no model);
+    one whose last HF checkpoint is gone says so instead of starting a job with nothing to train."""
+    run_config, directory, calls = fake_slime_job(table1, tmp_path, monkeypatch)
+    assert launch.run(run_config, directory) == "completed"
+    jobs = calls.read_text()
+    (directory / "train" / "job.sh").unlink()
+    assert launch.run(run_config, directory) == "completed"
+    assert calls.read_text() == jobs and not (directory / "train" / "job.sh").exists()  # no script written or run
+    shutil.rmtree(directory / "train" / "checkpoints" / "step_8")
+    with pytest.raises(FileNotFoundError, match=r"says completed, but its last HF checkpoint .*step_8"):
+        launch.run(run_config, directory)
+    assert calls.read_text() == jobs

@@ -94,7 +94,7 @@ def test_tis_is_the_formula_of_methods_md():
 def test_kl_and_entropy_terms_follow_slimes_flags():
     recipe = RECIPES["sat_grpo"]
     logits, batch = make_sample_batch(seed=11)
-    args = args_for(recipe, use_kl_loss=True, kl_loss_coef=1e-3, entropy_coef=0.01)
+    args = args_for(recipe, use_kl_loss=True, kl_loss_coef=1e-3, kl_loss_type="low_var_kl", entropy_coef=0.01)
     loss, logged = slime_loss_function(args, batch, logits, slime_loss.policy_loss)
 
     _, current = get_log_probs_and_entropy(
@@ -128,9 +128,20 @@ def test_inconsistent_slime_args_are_refused(overrides, message):
         slime_loss_function(args, batch, logits, slime_loss.policy_loss)
 
 
+@pytest.mark.parametrize("flag, attribute, default", [(flag, attribute, default) for flag, attribute, default, _
+                                                     in slime_loss.UNHANDLED_SLIME_OPTIONS])
+def test_slime_options_that_change_the_loss_inputs_are_refused_by_name(flag, attribute, default):
+    logits, batch = make_sample_batch()
+    args = args_for(RECIPES["grpo"])
+    assert getattr(args, attribute) == default  # the stand-in carries slime's default
+    setattr(args, attribute, not default if isinstance(default, bool) else "set")
+    with pytest.raises(ValueError, match=f"slime runs with {flag} "):
+        slime_loss_function(args, batch, logits, slime_loss.policy_loss)
+
+
 def test_missing_rollout_log_probs_is_refused():
     logits, batch = make_sample_batch()
-    del batch["rollout_log_probs"]
+    batch["rollout_log_probs"] = None  # what slime's data iterator gives for a key the rollout lacks
     with pytest.raises(ValueError, match="rollout_log_probs"):
         slime_loss_function(args_for(RECIPES["grpo"]), batch, logits, slime_loss.policy_loss)
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from engines.mismatch import abs_d_stats
+from engines.mismatch import QUANTILES, abs_d_stats, linear_quantiles
 from engines.slime import metrics
 from harness.io import append_jsonl_atomic, read_jsonl
 from tests.support import slime_standin
@@ -52,6 +52,26 @@ def test_statistics_are_numpys_linear_quantiles():
     assert all(math.isnan(v) for v in abs_d_stats(torch.zeros(0)).values())
 
 
+def test_quantiles_are_exact_beyond_torch_quantiles_size_limit():
+    """A Table-1 step holds ~20M active tokens; torch.quantile refuses more than 2^24 elements."""
+    values = torch.from_numpy(np.random.default_rng(1).exponential(0.01, size=2**24 + 1).astype(np.float32))
+    with pytest.raises(RuntimeError, match="too large"):
+        torch.quantile(values.double(), torch.tensor(QUANTILES, dtype=torch.float64))
+    stats = abs_d_stats(values)
+    expected = np.quantile(values.double().numpy(), QUANTILES)
+    # numpy interpolates with its own rounding of the same formula: at most one unit in the last place
+    np.testing.assert_array_max_ulp(np.array([stats["d/p50"], stats["d/p90"], stats["d/p99"]]), expected, maxulp=1)
+    assert stats["d/max"] == float(values.max())
+
+
+@pytest.mark.parametrize("size", [1, 2, 7, 100, 10_001])
+def test_quantiles_below_the_limit_are_torch_quantiles_bit_for_bit(size):
+    values = torch.from_numpy(np.random.default_rng(size).exponential(0.01, size=size)).round(decimals=3)  # ties
+    assert linear_quantiles(values, QUANTILES) == torch.quantile(values, torch.tensor(QUANTILES, dtype=torch.float64)).tolist()
+    with_nan = torch.cat([values, torch.tensor([math.nan], dtype=torch.float64)])
+    assert all(math.isnan(v) for v in linear_quantiles(with_nan, QUANTILES))
+
+
 def test_a_resumed_job_drops_rows_it_will_recompute_and_rows_need_the_train_log(tmp_path, monkeypatch):
     args = run_args(tmp_path)
     path = tmp_path / "train" / "metrics.jsonl"
@@ -82,3 +102,12 @@ def test_missing_hooks_are_named(tmp_path):
         metrics.rollout_record(run_args(tmp_path), 3)
     with pytest.raises(ValueError, match="stalebench_run_dir"):
         metrics.train_dir(Namespace())
+
+
+def test_rollout_log_probs_as_old_is_refused_before_the_step_is_measured(tmp_path):
+    """With --use-rollout-logprobs slime never recomputes: no stage has log_probs, and the hook would
+    silently write no row."""
+    args = slime_standin.slime_args(use_rollout_logprobs=True, **vars(run_args(tmp_path)))
+    with pytest.raises(ValueError, match="--use-rollout-logprobs"):
+        metrics.postprocess(args, 0, {"rollout_log_probs": [torch.zeros(3)], "loss_masks": [torch.ones(3)]})
+    assert not (tmp_path / "train" / "metrics.jsonl").exists()

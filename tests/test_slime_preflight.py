@@ -9,14 +9,20 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
-from engines.slime import launch, preflight, retention
+from engines.slime import loss as slime_loss
+from engines.slime import preflight, retention
+from engines.slime.flags import slime_flags
+from engines.slime.job_script import write_job_script
+from engines.slime.params import model_context, model_shape, resolve_params
 from eval.score import ScoreError, score_run
 from harness.checkpoint import hf_checkpoint_problem
 from harness.config import load
 from harness.grid import resolve_run_config, run_dir
 from harness.io import read_jsonl
 from tests.support.slime_checkpoints import write_hf_save, write_megatron_save
+from tests.support.workflow_cli import snakemake
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESET = ROOT / "workflow" / "presets" / "table1.yaml"
@@ -32,7 +38,7 @@ def preset(tmp_path):
 
 
 def params_of(config, **changes):
-    return launch.resolve_params({**config["engine_params"], **changes})
+    return resolve_params({**config["engine_params"], **changes})
 
 
 # --- reward ---------------------------------------------------------------------------------------
@@ -45,6 +51,28 @@ def test_the_presets_reward_scores_the_shipped_sample_responses(preset):
     assert "dapo scores prompt_format dapo" in preflight.check_reward(params_of(preset), reward)
 
 
+AGREEMENT = preflight.HERE / "reward_agreement.jsonl"
+
+
+def test_the_reward_model_agrees_with_slimes_own_scorers_on_the_agreement_table():
+    """engines/slime/reward_agreement.jsonl: scores of slime's rm_hub at the pinned commit (dapo,
+    deepscaler, math) on sample responses written the ways a policy writes its answer."""
+    rows = read_jsonl(AGREEMENT)
+    assert len(rows) >= 20
+    responses = " ".join(row["response"] for row in rows)
+    for writing in ("\\boxed{", "$", "1,000", "x = 34", "</think>", "###Response", "Answer:"):
+        assert writing in responses, writing
+    assert {row["dapo"] for row in rows} == {1.0, -1.0} and {row["deepscaler"] for row in rows} == {0, 1}
+    disagreements = []
+    for row in rows:
+        for rm_type in ("dapo", "deepscaler", "math"):
+            score = preflight.rule_reward(rm_type)(row["response"], row["label"])
+            score = score["score"] if isinstance(score, dict) else score
+            if score != row[rm_type]:
+                disagreements.append((rm_type, row["label"], row["response"][-40:], row[rm_type], score))
+    assert disagreements == []
+
+
 def test_deepscaler_with_a_base_model_is_refused_naming_reward_and_format(preset, tmp_path):
     # slime's deepscaler needs </think> or ###Response: on DAPO-style answers every score is 0
     with pytest.raises(ValueError, match=r"rm_type = 'deepscaler' cannot score prompt_format 'dapo'.*"
@@ -55,7 +83,7 @@ def test_deepscaler_with_a_base_model_is_refused_naming_reward_and_format(preset
     preset["engine_params"].update(rm_type="deepscaler", reward_key=None)
     directory = run_dir(preset, "grpo", 1, 0)
     with pytest.raises(ValueError, match="'deepscaler' cannot score prompt_format 'dapo'"):
-        launch.write_job_script(resolve_run_config(preset, "grpo", 1, 0), directory, check_files=False)
+        write_job_script(resolve_run_config(preset, "grpo", 1, 0), directory, check_files=False)
     assert not directory.exists()
 
 
@@ -66,7 +94,7 @@ def test_other_formats_pass_with_a_reward_that_reads_them(preset, rm_type, fmt):
 
 
 def test_a_dict_reward_without_reward_key_is_refused(preset):
-    with pytest.raises(ValueError, match=r"returns \['acc', 'score'\]: set engine_params.reward_key"):
+    with pytest.raises(ValueError, match=r"returns \['acc', 'pred', 'score'\]: set engine_params.reward_key"):
         preflight.check_reward(params_of(preset, reward_key=None), preflight.rule_reward("dapo"))
 
 
@@ -101,7 +129,7 @@ def test_memory_estimate_of_the_preset_and_of_slimes_own_example(preset):
       per GPU 385,273,344 + 28,991,029,248/8 = 385,273,344 + 3,623,878,656 = 4,009,152,000 params
       weights 7.47 GiB, gradients 14.94 GiB; activations 1,006,632,960 + 356,515,840 + 6,223,298,560 B
       = 7.07 GiB -> 29.47 GiB. Without offload: Adam 12 B * (385,273,344/2 + 3,623,878,656/1) = 42.65 GiB."""
-    shape = preflight.model_shape("qwen3-30B-A3B")
+    shape = model_shape("qwen3-30B-A3B")
     assert preflight.parameter_counts(shape) == (1_541_093_376, 28_991_029_248)
     memory = preflight.estimate_memory(params_of(preset), shape)
     assert memory["parameters_per_gpu"] == 7_633_030_656
@@ -127,7 +155,7 @@ def test_memory_estimate_of_the_preset_and_of_slimes_own_example(preset):
 
 
 def test_context_leaves_room_for_a_prompt(preset, tmp_path):
-    shape = preflight.model_shape("qwen3-30B-A3B")
+    shape = model_shape("qwen3-30B-A3B")
     assert preflight.check_context(params_of(preset), shape) == (
         "context: 32768 tokens = prompts up to 2048 + responses up to 30720")
     with pytest.raises(ValueError, match="rollout_max_response_len = 32768 leaves no room for a prompt"):
@@ -135,7 +163,7 @@ def test_context_leaves_room_for_a_prompt(preset, tmp_path):
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text(json.dumps({"max_position_embeddings": 40960}))
-    assert preflight.model_context(params_of(preset, hf_checkpoint=str(model)), shape) == 40960  # the model's own
+    assert model_context(params_of(preset, hf_checkpoint=str(model)), shape) == 40960  # the model's own
 
 
 # --- extra_args -----------------------------------------------------------------------------------
@@ -151,8 +179,28 @@ def test_extra_args_owned_or_unknown_are_refused(preset, extra, message):
     preset["engine_params"]["extra_args"] = extra
     directory = run_dir(preset, "grpo", 1, 0)
     with pytest.raises(ValueError, match=message):
-        launch.write_job_script(resolve_run_config(preset, "grpo", 1, 0), directory, check_files=False)
+        write_job_script(resolve_run_config(preset, "grpo", 1, 0), directory, check_files=False)
     assert not directory.exists()
+
+
+def test_a_flag_that_changes_the_loss_inputs_is_refused_by_the_dry_run(preset, tmp_path):
+    """`snakemake -n` (the config check) refuses it before any job is planned, naming the flag."""
+    preset["engine_params"]["extra_args"] = ["--use-rollout-logprobs"]
+    configfile = tmp_path / "preset.yaml"
+    configfile.write_text(yaml.safe_dump(preset))
+    result = snakemake("-n", "--configfile", str(configfile), "-C", f"results_dir={tmp_path / 'results'}", timeout=300)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "config key 'engine_params': engine_params.extra_args sets --use-rollout-logprobs" in output, output
+    assert "Building DAG of jobs" not in output and not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize("flag", [flag for flag, *_ in slime_loss.UNHANDLED_SLIME_OPTIONS])
+def test_every_flag_that_changes_the_loss_inputs_is_refused_in_extra_args(preset, flag):
+    with pytest.raises(ValueError, match=f"engine_params.extra_args sets {flag}: "):
+        params_of(preset, extra_args=[f"{flag}=x" if flag.endswith("-path") else flag])
+    flags, prefixes = preflight.known_flags()
+    assert flag in flags  # a real flag of slime at the pin, not a typo of one
 
 
 def test_known_extra_args_pass_and_every_launcher_flag_is_known(preset):
@@ -161,8 +209,8 @@ def test_known_extra_args_pass_and_every_launcher_flag_is_known(preset):
     for recipe, lag_mode in (("grpo", "interval"), ("gspo_tis_r3", "constant")):
         preset["lag_mode"] = lag_mode
         run_config = resolve_run_config(preset, recipe, 8, 0)
-        params = launch.resolve_params(run_config["engine_params"])
-        emitted = {flag[0] for flag in launch.slime_flags(run_config, params, Path("/r"), extra=False)}
+        params = resolve_params(run_config["engine_params"])
+        emitted = {flag[0] for flag in slime_flags(run_config, params, Path("/r"), extra=False)}
         unknown = sorted(flag for flag in emitted if flag not in flags and not flag.startswith(prefixes))
         assert not unknown  # the known-flag list is not stale for the launcher
         assert "extra_args: 3 argument(s)" in preflight.check_extra_args(params["extra_args"], emitted)

@@ -31,6 +31,7 @@ import pytest
 
 from engines.run import run
 from engines.tiny.warmstart import build_base
+from harness.cli import EXIT_LOCKED
 from harness.config import load
 from harness.grid import grid_dir, resolve_run_config, run_dir
 from harness.io import read_jsonl
@@ -151,7 +152,7 @@ def test_grid_through_slurm_survives_time_limits_cancel_and_a_second_writer(clus
 
         assert cancelled is not None, "no running training job of the lag-2 run was found to cancel"
         job, result = second_writer
-        assert result.returncode == 1 and f"SLURM job {job}" in result.stderr, result.stderr
+        assert result.returncode == EXIT_LOCKED and f"SLURM job {job}" in result.stderr, result.stderr
         assert jobs[cancelled]["state"] == "CANCELLED"
         train_jobs = {job: info for job, info in jobs.items() if "rule_train" in info["comment"]}
         states = [info["state"] for info in train_jobs.values()]

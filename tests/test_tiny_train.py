@@ -12,14 +12,15 @@ import torch
 import yaml
 
 import engines.tiny.trainer
-from engines import TimeLimitReached
 from engines.run import run
 from engines.tiny import task
 from engines.tiny.checkpoint import load_model
 from engines.tiny.rollout import RolloutEngine, sampling_version
 from engines.tiny.trainer import Trainer, step_seed
 from engines.tiny.warmstart import build_base
+from harness.engine import TimeLimitReached
 from harness.io import read_jsonl
+from harness.run import RunConfig, RunDir
 from tests.support.tiny_runs import SMALL, config
 from tests.support.untimed import untimed_rows
 from tests.support.waiting import wait_until
@@ -87,7 +88,7 @@ def test_kill_9_at_a_random_step_then_resume_is_bit_identical(base, tmp_path):
 def test_each_batch_is_sampled_by_the_scheduled_policy_version(base, tmp_path, mode):
     lag, steps = 3, 8
     cfg = config(base, lag=lag, mode=mode, steps=steps, eval_every=1)
-    trainer = Trainer(cfg, tmp_path)
+    trainer = Trainer(RunConfig.check(cfg), RunDir(tmp_path))
     batches = {}
     generate = trainer.generate
 
@@ -172,7 +173,7 @@ def test_a_directory_holding_another_config_is_refused(base, tmp_path):
 
 def test_corrupt_or_missing_resume_state_is_an_error(base, tmp_path):
     cfg = config(base, steps=4)
-    trainer = Trainer(cfg, tmp_path)
+    trainer = Trainer(RunConfig.check(cfg), RunDir(tmp_path))
     trainer.steps = 2  # stop part way, as a killed run would
     trainer.run()
     (tmp_path / "train" / "status.json").unlink()
@@ -180,10 +181,10 @@ def test_corrupt_or_missing_resume_state_is_an_error(base, tmp_path):
     state.write_bytes(state.read_bytes()[:100])
     metrics = (tmp_path / "train" / "metrics.jsonl").read_text()
     with pytest.raises(ValueError, match="corrupt checkpoint file .*state.safetensors"):
-        Trainer(cfg, tmp_path).run()
+        Trainer(RunConfig.check(cfg), RunDir(tmp_path)).run()
     state.unlink()
     with pytest.raises(FileNotFoundError, match="state.safetensors"):
-        Trainer(cfg, tmp_path).run()
+        Trainer(RunConfig.check(cfg), RunDir(tmp_path)).run()
     assert (tmp_path / "train" / "metrics.jsonl").read_text() == metrics
 
 
@@ -196,7 +197,7 @@ def test_a_kill_between_the_two_renames_of_a_resume_save_is_recovered(base, tmp_
     polls = iter(range(1, 100))  # the trainer polls once per step: "near" at step 4 stops it there
     monkeypatch.setattr(engines.tiny.trainer, "time_limit_near", lambda: next(polls) == 4)
     with pytest.raises(TimeLimitReached, match="after step 4"):
-        Trainer(cfg, tmp_path / "killed").run()
+        Trainer(RunConfig.check(cfg), RunDir(tmp_path / "killed")).run()
     monkeypatch.undo()
     train = tmp_path / "killed" / "train"
     aside = train / ".resume.old-killed"
@@ -204,7 +205,7 @@ def test_a_kill_between_the_two_renames_of_a_resume_save_is_recovered(base, tmp_
     os.replace(train / "resume", aside / "x")  # the first rename of the next save
     (train / ".resume.tmp-killed").mkdir()
     (train / ".resume.tmp-killed" / "state.safetensors").write_bytes(b"half written")
-    assert Trainer(cfg, tmp_path / "killed").run() == "completed"
+    assert Trainer(RunConfig.check(cfg), RunDir(tmp_path / "killed")).run() == "completed"
     assert untimed_rows(train / "metrics.jsonl") == untimed_rows(tmp_path / "reference" / "train" / "metrics.jsonl")
     for step in (2, 4, 6):
         name = f"checkpoints/step_{step}/model.safetensors"

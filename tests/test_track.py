@@ -13,8 +13,9 @@ from harness.io import append_jsonl_atomic, read_jsonl, write_json_atomic
 from tests.support.grid_fixture import COLLAPSED, DIVERGE_STEP, DIVERGED, EARLY_DIVERGED, START_TIME, make_grid
 from tests.support.mlflow_server import mlflow_server, rest, run_params, run_tags
 from tracking import layout
+from tracking.runs import SUMMARY_SUFFIX
 from tracking.store import KIND, local_artifact_dir, tracking_uri
-from tracking.sync import SUMMARY_SUFFIX, main, sync
+from tracking.sync import main, sync
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 EXTRA_STEP_RUN = ("sat_grpo", 8, 2)  # gets one more training step between the two syncs

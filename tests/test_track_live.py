@@ -16,8 +16,9 @@ from harness.io import read_jsonl, write_text_atomic
 from tests.support.grid_fixture import DIVERGED, make_grid
 from tests.support.mlflow_server import mlflow_server, rest, run_tags
 from tests.support.waiting import GENEROUS_S, wait_until
+from tracking.runs import SUMMARY_SUFFIX
 from tracking.store import KIND
-from tracking.sync import SUMMARY_SUFFIX, main
+from tracking.sync import main
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAINING = ("sat_grpo", 8, 1)  # half-way: 10 of 20 steps, evaluated at step 5 and 10, no status
@@ -69,7 +70,7 @@ def test_follow_a_running_grid_then_finish_it(tmp_path, monkeypatch, capsys):
         # a second writer is refused while the follower holds the lock, naming it
         assert main(["--config-json", config_json, "--live"]) == 3
         error = capsys.readouterr().err
-        assert "another MLflow writer holds" in error and "tracking.lock" in error and '"mode": "follow"' in error
+        assert "tracking.lock is held by another writer" in error and "(MLflow writer, follow, since" in error
         assert not (grid_dir(config) / "mlflow.json").exists()  # a live sync writes no marker
 
         with mlflow_server(tmp_path / "results", tmp_path / "server.log") as base:

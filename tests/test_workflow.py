@@ -7,8 +7,8 @@ import re
 import pytest
 import yaml
 
-import engines
 from analysis.report import REPORT_FILES
+from harness import engine as engines
 from harness.config import load
 from harness.grid import expand
 from tests.support.workflow_cli import ROOT, job_counts, planned_jobs, planned_outputs, snakemake
@@ -26,7 +26,7 @@ def test_dry_run_of_the_demo_grid_lists_every_job(scratch):
     result = snakemake("-n", "-C", f"results_dir={scratch}")
     assert result.returncode == 0, result.stderr
     runs = expand(DEMO)
-    assert job_counts(result.stdout) == {"prepare": 1, "train": len(runs), "evaluate": len(runs),
+    assert job_counts(result.stdout) == {"grid_config": 1, "prepare": 1, "train": len(runs), "evaluate": len(runs),
                                          "aggregate": 1, "track": 1, "all": 1}
     trained = {path for rule, path in planned_jobs(result.stdout) if rule == "train"}
     assert trained == {f"{scratch}/demo/runs/{r}/lag{lag}/seed{s}/train/status.json" for r, lag, s in runs}
@@ -44,8 +44,8 @@ def test_command_line_overrides_are_typed(scratch):
     result = snakemake("-n", "-C", f"results_dir={scratch}", "grid=quick", "recipes=[gspo]", "baseline=gspo", "lags=[3]", "claims=[]",
                        "seeds=[5,6]", "eval={tasks: [tiny_test], selection_task: null}")
     assert result.returncode == 0, result.stderr
-    assert job_counts(result.stdout) == {"prepare": 1, "train": 2, "evaluate": 2, "aggregate": 1, "track": 1,
-                                         "all": 1}
+    assert job_counts(result.stdout) == {"grid_config": 1, "prepare": 1, "train": 2, "evaluate": 2,
+                                         "aggregate": 1, "track": 1, "all": 1}
     assert ("evaluate", f"{scratch}/quick/runs/gspo/lag3/seed6/eval/tiny_test.jsonl") in planned_jobs(result.stdout)
 
 
@@ -90,7 +90,7 @@ def test_slurm_profile_keeps_a_tiny_grid_on_the_cpu_partition(scratch):
     for rule in ("prepare", "train", "evaluate", "aggregate", "track"):
         lines = _resources(result.stdout, rule)
         assert lines and all("slurm_partition=cpu" in line and "gpu" not in line for line in lines), rule
-    # training asks for SLURM's time-limit warning (engines.TIME_LIMIT_SIGNAL)
+    # training asks for SLURM's time-limit warning (harness.engine.TIME_LIMIT_SIGNAL)
     assert all("slurm_extra=--signal=URG@" in line for line in _resources(result.stdout, "train"))
 
 

@@ -25,8 +25,8 @@ from tests.support.pristine import Pristine
 from tests.support.untimed import untimed_rows
 from tests.support.waiting import wait_until
 from tests.support.workflow_cli import ROOT, SNAKEMAKE, job_counts, planned_jobs, snakemake
+from tracking.runs import SUMMARY_SUFFIX
 from tracking.store import local_artifact_dir
-from tracking.sync import SUMMARY_SUFFIX
 
 RECIPES, LAGS, SEEDS = ["grpo", "grpo_dualclip"], [1, 4], [0, 1]
 OVERRIDES = {
@@ -71,8 +71,8 @@ def run_grid(results: Path):
     result = snakemake("-c2", *args, env=env, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     runs = len(RECIPES) * len(LAGS) * len(SEEDS)
-    assert job_counts(result.stdout + result.stderr) == {"prepare": 1, "train": runs, "evaluate": runs,
-                                                         "aggregate": 1, "track": 1, "all": 1}
+    assert job_counts(result.stdout + result.stderr) == {"grid_config": 1, "prepare": 1, "train": runs,
+                                                         "evaluate": runs, "aggregate": 1, "track": 1, "all": 1}
     config = load(ROOT / "config.yaml", {"results_dir": str(results), **OVERRIDES})
     return config, env, args
 

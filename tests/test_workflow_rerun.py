@@ -25,6 +25,7 @@ OVERRIDES = {"grid": "rerun", "recipes": ["grpo", "grpo_dualclip"], "baseline": 
              "steps": 4, "eval_every": 2, "engine_params": {"preset": "demo", "warmstart_steps": 10}, "eval": EVAL}
 RUNS = ("grpo/lag1/seed0", "grpo_dualclip/lag1/seed0")
 DOWNSTREAM = {"aggregate": 1, "track": 1, "all": 1}
+CHANGED = {"grid_config": 1, **DOWNSTREAM}  # a changed config rewrites <grid>/config.json, aggregate's input
 
 
 def copy_checkout(to: Path) -> Path:
@@ -86,17 +87,17 @@ def grid(completed_grid):
     {"eval": {**EVAL, "fixed_step": 2}},
 ])
 def test_an_aggregation_key_reruns_no_train_and_no_evaluate_job(grid, change):
-    assert grid.plan(**change)[0] == DOWNSTREAM
+    assert grid.plan(**change)[0] == CHANGED
 
 
 def test_a_scoring_setting_reruns_the_evaluate_jobs_only(grid):
-    assert grid.plan(eval={**EVAL, "k": 3})[0] == {"evaluate": 2, **DOWNSTREAM}  # one per run
+    assert grid.plan(eval={**EVAL, "k": 3})[0] == {"evaluate": 2, **CHANGED}  # one per run
 
 
 def test_a_new_task_reruns_each_runs_evaluate_job_for_all_its_tasks(grid):
     counts, printed = grid.plan(eval={**EVAL, "tasks": ["tiny_test", "tiny_val"],
                                       "problems": {"tiny_test": 8, "tiny_val": 8}})
-    assert counts == {"evaluate": 2, **DOWNSTREAM}
+    assert counts == {"evaluate": 2, **CHANGED}
     # (which then scores only tiny_val: test_a_new_or_changed_task_is_the_only_one_scored)
     assert sorted(planned_outputs(printed, "evaluate")) == [
         [str(grid.run_dir(run) / "eval" / f"{task}.jsonl") for task in ("tiny_test", "tiny_val")] for run in RUNS]
@@ -104,10 +105,10 @@ def test_a_new_task_reruns_each_runs_evaluate_job_for_all_its_tasks(grid):
 
 def test_a_preset_override_reruns_the_train_jobs_but_not_the_base_model(grid):
     counts, _ = grid.plan(engine_params={**OVERRIDES["engine_params"], "lr": 1e-4})
-    assert counts == {"train": 2, "evaluate": 2, **DOWNSTREAM}
+    assert counts == {"train": 2, "evaluate": 2, **CHANGED}
     # A warm-start knob is read by the prepare job too: the base model and every run are redone.
     assert grid.plan(engine_params={**OVERRIDES["engine_params"], "warmstart_steps": 11})[0] == {
-        "prepare": 1, "train": 2, "evaluate": 2, **DOWNSTREAM}
+        "prepare": 1, "train": 2, "evaluate": 2, **CHANGED}
 
 
 def test_a_stabilizer_default_reruns_the_runs_that_use_it(grid):
@@ -181,7 +182,7 @@ def test_a_new_or_changed_task_is_the_only_one_scored(grid):
     two = {**EVAL, "tasks": ["tiny_test", "tiny_val"], "problems": {"tiny_test": 8, "tiny_val": 8}}
     changed = {**two, "problems": {"tiny_test": 8, "tiny_val": 6}}
     for settings in (two, changed):  # tiny_val added, then its problem count changed
-        assert grid.plan(eval=settings)[0] == {"evaluate": 2, **DOWNSTREAM}
+        assert grid.plan(eval=settings)[0] == {"evaluate": 2, **CHANGED}
         result = grid.snakemake("-c2", eval=settings)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
         for run in RUNS:

@@ -1,4 +1,4 @@
-"""Where the MLflow store lives, how it stays relocatable, the single-writer lock and the UI link.
+"""Where the MLflow store lives, how it stays relocatable, the single-writer lock's name and the UI link.
 
 Default store: ``sqlite:///<results_dir>/mlflow.db`` with artifacts under ``<results_dir>/mlartifacts``.
 The experiments of that store record their artifact location as ``mlflow-artifacts:/<experiment>``,
@@ -10,18 +10,13 @@ later reads them from. If $MLFLOW_TRACKING_URI names a server, both runs and art
 """
 from __future__ import annotations
 
-import fcntl
-import json
 import os
-import socket
 import sqlite3
-import time
 import urllib.parse
-from contextlib import contextmanager
 from pathlib import Path
 
 PROXIED = "mlflow-artifacts:"
-LOCK_NAME = "tracking.lock"
+LOCK_NAME = "tracking.lock"  # <grid>/<this>: the grid's one MLflow writer (harness.lock.writer_lock)
 KIND = "stalebench.kind"  # the tag naming a run's kind: parent | run | cell
 SEED_RUNS_FILTER = f"tags.\"{KIND}\" = 'run'"
 
@@ -80,41 +75,6 @@ def fast_sqlite_commits() -> None:
             dbapi_connection.execute("PRAGMA synchronous=OFF")
 
     _PRAGMA_SET = True
-
-
-class LockHeld(RuntimeError):
-    """Another tracking.sync holds the grid's writer lock."""
-
-
-@contextmanager
-def writer_lock(grid_path: Path, mode: str, wait_s: float = 0.0):
-    """Hold ``<grid>/tracking.lock`` (fcntl.lockf: released by the kernel if the holder dies, and
-    honoured over NFS) for the block. Held: wait up to ``wait_s`` seconds, then raise LockHeld
-    naming the holder (pid, host, mode, since) that the file records."""
-    path = Path(grid_path) / LOCK_NAME
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle = open(path, "a+")
-    deadline = time.monotonic() + wait_s
-    try:
-        while True:
-            try:
-                fcntl.lockf(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError:
-                if time.monotonic() >= deadline:
-                    handle.seek(0)
-                    holder = handle.read().strip() or "unknown"
-                    raise LockHeld(f"another MLflow writer holds {path} ({holder}); only one tracking.sync "
-                                   "may write a grid at a time: stop it, or let it finish") from None
-                time.sleep(min(1.0, max(deadline - time.monotonic(), 0.01)))
-        handle.seek(0)
-        handle.truncate()
-        handle.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "mode": mode,
-                                 "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}) + "\n")
-        handle.flush()
-        yield
-    finally:
-        handle.close()  # closing the file releases the lock
 
 
 def ui_link(base_url: str, experiment_id: str) -> str:

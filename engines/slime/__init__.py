@@ -1,36 +1,41 @@
 """The cluster engine: THUDM/slime (SGLang rollout + Megatron-core training) driven by the harness.
 
 Modules (slime and megatron are imported lazily, inside the functions that run in the container):
-- ``launch``: run config -> validated job script (train/job.sh) -> run, HF checkpoints published as
-  train/checkpoints/step_<N>/, train/status.json. ``launch.run(run_config, run_dir)`` is what
-  the engine registry calls; ``launch.resolve_params(engine_params)`` checks a config's engine_params
-  (no file access) and ``launch.write_job_script`` is the dry run.
+- ``params``: engine_params with their defaults, the container pin, the model's shape.
+  ``params.resolve_params(engine_params)`` checks a config's engine_params (no file access).
+- ``flags``: every slime / Megatron flag of a run, and the flags the launcher owns.
+- ``job_script``: run config -> validated job script (train/job.sh); ``job_script.write_job_script``
+  is the dry run.
+- ``launch``: runs the job script, publishes HF checkpoints as train/checkpoints/step_<N>/, writes
+  the run's status (harness.run.RunDir). ``launch.run(run_config, run_dir)`` is what the engine registry calls.
 - ``loss``: the ``--custom-loss-function-path`` entry point (the recipe's stabilizer, TIS, KL).
 - ``driver``: the constant-lag training loop over slime's Ray actors.
 - ``lag``: slime weight version -> trainer version, per lag mode.
-- ``metrics``: the hooks that write train/rollouts.jsonl and train/metrics.jsonl.
+- ``metrics``: the hooks that write train/rollouts.jsonl and the run's training metrics (RunDir).
 - ``preflight``: the checks before the first GPU-hour (reward vs prompt format, memory per GPU,
   context, extra_args vs known_flags.txt, which ``refresh_known_flags`` rebuilds from the sources).
+- ``reward_model``: the dry run's model of slime's rule-based rewards, held to slime's own scores on
+  reward_agreement.jsonl.
 - ``retention``: keeps the newest Megatron checkpoints of a run.
+- ``check_pin``: checks slime / Megatron-LM checkouts for every flag, symbol and file the adapter uses.
 The software these target is pinned in envs/slime-container.yaml.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
-from engines import Engine, register
+from harness.engine import Engine, register
 
 
 def _resolve_params(engine_params: dict) -> dict:
-    from .launch import resolve_params
+    from .params import resolve_params
 
     return resolve_params(engine_params)
 
 
-def _train(run_config: dict, run_dir: Path) -> str:
+def _train(run_config, run_dir) -> str:
+    """``run_config``: a checked harness.run.RunConfig; ``run_dir``: its harness.run.RunDir."""
     from .launch import run
 
-    return run(run_config, run_dir)
+    return run(run_config.as_dict(), run_dir.path)
 
 
 # GPU jobs on a SLURM partition (named `gpu` here; a site renames it with the config's

@@ -24,7 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from engines.slime.launch import STOP_FILE
+from engines.slime.job_script import STOP_FILE
 
 
 def constant_lag_loop(args, rollout_manager, actor_model, *, lag: int, num_rollout_per_epoch: int | None,

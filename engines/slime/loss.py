@@ -1,7 +1,7 @@
 """slime's custom-loss entry point: the recipe's stabilizer inside slime's Megatron trainer.
 
     --loss-type custom_loss --custom-loss-function-path engines.slime.loss.policy_loss
-    --custom-config-path <run_dir>/train/slime_custom.yaml     (written by engines.slime.launch)
+    --custom-config-path <run_dir>/train/slime_custom.yaml     (written by engines.slime.job_script)
 
 slime calls ``policy_loss(args, batch, logits, sum_of_sample_mean)`` once per micro-batch
 (slime/backends/megatron_utils/loss.py, ``loss_function``). ``batch`` holds per-sample lists:
@@ -45,7 +45,7 @@ import os
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
-from engines import merge_metrics
+from harness.engine import merge_metrics
 from stabilizers import PolicyBatch, Recipe, offpolicy_diagnostics, parameters, recipe_from_named_dict, validate_batch
 
 RECIPE_KEY = "stalebench_recipe"  # the custom-config key holding the run's recipe (name + recipe dict)
@@ -54,13 +54,46 @@ _calls = itertools.count()  # micro-batch counter: a distinct seed per call for 
 _RECIPES: dict[str, Recipe] = {}  # parsed recipes by their custom-config text
 VALIDATE = os.environ.get("STALEBENCH_VALIDATE_BATCH") == "1"
 
+# slime options (at the pinned commit) that change what the custom loss receives or computes and that
+# the adapter does not handle: (flag, attribute on slime's args, slime's default, what it changes).
+# Refused by name in engine_params.extra_args (engines.slime.params.resolve_params, so `snakemake -n`
+# already says so) and again on the trainer's parsed args (check_args).
+UNHANDLED_SLIME_OPTIONS = (
+    ("--use-rollout-logprobs", "use_rollout_logprobs", False,
+     "slime then passes SGLang's log mu as the old log-probs and never recomputes them: the ratio is 1, "
+     "clipping does nothing and the step's |d| statistics are not written"),
+    ("--use-unbiased-kl", "use_unbiased_kl", False,
+     "slime's unbiased KL weights the KL term by an importance ratio the adapter's KL loss does not apply"),
+    ("--keep-old-actor", "keep_old_actor", False,
+     "the old log-probs come from a kept copy of the previous actor, not from the policy at the step's start"),
+    ("--use-routing-replay", "use_routing_replay", False,
+     "the recompute's MoE routing is replayed in training; recipes ask only for rollout routing replay (R3)"),
+    ("--partial-rollout", "partial_rollout", False,
+     "a response then holds tokens of several policy versions, so log mu and the realized lag mix versions"),
+    ("--normalize-advantages", "normalize_advantages", False,
+     "the advantages are whitened over the data-parallel group"),
+    ("--disable-grpo-std-normalization", "grpo_std_normalization", True,
+     "the group advantages are no longer divided by the group's standard deviation"),
+    ("--disable-rewards-normalization", "rewards_normalization", True,
+     "the rewards are no longer normalised within their group"),
+    ("--custom-reward-post-process-path", "custom_reward_post_process_path", None,
+     "a custom function replaces slime's group normalisation of the rewards"),
+    ("--custom-advantage-function-path", "custom_advantage_function_path", None,
+     "a custom function replaces the advantages"),
+    ("--disable-compute-advantages-and-returns", "compute_advantages_and_returns", True,
+     "no advantages are computed"),
+    ("--use-opd", "use_opd", False, "on-policy distillation subtracts a teacher's KL from the advantages"),
+    ("--ref-update-interval", "ref_update_interval", None,
+     "the KL reference is replaced by the actor during the run"),
+)
+
 
 def recipe_of(args) -> Recipe:
     """The run's recipe from ``args.stalebench_recipe`` (a dict with its name), checked."""
     spec = getattr(args, RECIPE_KEY, None)
     if not isinstance(spec, dict) or "name" not in spec:
         raise ValueError(f"args.{RECIPE_KEY} is missing or has no 'name': pass the custom-config YAML written by "
-                         "engines.slime.launch with --custom-config-path")
+                         "engines.slime.job_script with --custom-config-path")
     text = json.dumps(spec, sort_keys=True)
     if text not in _RECIPES:
         _RECIPES[text] = recipe_from_named_dict(spec, "--custom-config-path")
@@ -86,8 +119,27 @@ def per_token_loss_flag(recipe: Recipe) -> bool:
     return _AGGREGATIONS[aggregation_of(recipe)]
 
 
+def refuse_unhandled_flags(extra_args: list) -> None:
+    """Raise, naming the flag, when extra_args sets one of UNHANDLED_SLIME_OPTIONS."""
+    given = {str(arg).split("=", 1)[0] for arg in extra_args}
+    for flag, _, _, effect in UNHANDLED_SLIME_OPTIONS:
+        if flag in given:
+            raise ValueError(f"engine_params.extra_args sets {flag}: {effect}; engines.slime does not handle it, "
+                             "so the run would not train the recipe's loss")
+
+
+def refuse_unhandled_options(args) -> None:
+    """Raise, naming the flag, when slime's parsed args differ from slime's default on one of
+    UNHANDLED_SLIME_OPTIONS (an attribute slime does not have counts as its default)."""
+    for flag, attribute, default, effect in UNHANDLED_SLIME_OPTIONS:
+        if getattr(args, attribute, default) != default:
+            raise ValueError(f"slime runs with {flag} ({attribute} = {getattr(args, attribute)!r}): {effect}; "
+                             "engines.slime does not handle it")
+
+
 def check_args(args, recipe: Recipe) -> None:
     """The slime flags the recipe relies on; a mismatch means the job was not launched by engines.slime."""
+    refuse_unhandled_options(args)
     want = per_token_loss_flag(recipe)
     if bool(getattr(args, "calculate_per_token_loss", False)) != want:
         raise ValueError(f"recipe {recipe.name!r} aggregates with {aggregation_of(recipe)!r}: slime must run "

@@ -1,4 +1,4 @@
-"""A slime run's train/metrics.jsonl, in the tiny engine's schema, from three slime hooks.
+"""A slime run's training metrics (harness.run.RunDir.metrics_path), in the tiny engine's schema, from three slime hooks.
 
 1. Rollout side, ``--custom-rollout-log-function-path engines.slime.metrics.log_rollout``: for
    every generated rollout, the SGLang weight versions of its samples (Sample.weight_versions)
@@ -7,8 +7,8 @@
    every trainer rank after the log-probs are recomputed and before the step trains. d =
    log_probs - rollout_log_probs (log pi - log mu at the start of the step) over active tokens
    is all-gathered over Megatron's data-parallel group, so mean |d| and the p50/p90/p99/max
-   quantiles are exact over the whole step (torch's linear quantile, engines.mismatch like the tiny engine's
-   definition, with no size limit), plus the mean raw reward and the realized lag.
+   quantiles are exact over the whole step (engines.mismatch, the tiny engine's linear quantiles, at any
+   size), plus the mean raw reward and the realized lag.
 3. slime logs each trained step's scalars (train/loss, train/grad_norm, train/entropy_loss and
    the loss function's metrics such as train/sat/q) through
    ``slime.observability.logging_utils.log`` on one rank (data-parallel 0, tensor-parallel 0,
@@ -21,7 +21,6 @@ The run directory, lag mode and lag come from the custom-config YAML (args.stale
 """
 from __future__ import annotations
 
-import json
 import math
 import time
 from pathlib import Path
@@ -31,7 +30,9 @@ import torch
 
 from engines.mismatch import abs_d_stats
 from engines.slime.lag import trainer_version
-from harness.io import append_jsonl_atomic, read_jsonl, write_text_atomic
+from engines.slime.loss import refuse_unhandled_options
+from harness.io import append_jsonl_atomic, read_jsonl
+from harness.run import RunDir
 
 _first_rollout_id: int | None = None  # rollout manager process: the first rollout id of this job
 _recorder = None  # trainer writer rank: the MetricsRecorder
@@ -41,7 +42,7 @@ def train_dir(args) -> Path:
     run_dir = getattr(args, "stalebench_run_dir", None)
     if not run_dir:
         raise ValueError("args.stalebench_run_dir is not set: pass the custom-config YAML written by "
-                         "engines.slime.launch with --custom-config-path")
+                         "engines.slime.job_script with --custom-config-path")
     return Path(run_dir) / "train"
 
 
@@ -93,13 +94,12 @@ class MetricsRecorder:
 
     def __init__(self, args):
         self.args, self.pending = args, {}
-        self.path = train_dir(args) / "metrics.jsonl"
+        self.run = RunDir(train_dir(args).parent)
         self.started = False
 
     def begin_step(self, rollout_id: int, row: dict) -> None:
         if not self.started:  # a resumed job recomputes every step from its first rollout on
-            kept = [r for r in read_jsonl(self.path) if r["step"] <= rollout_id]
-            write_text_atomic(self.path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
+            self.run.keep_metrics_through(rollout_id)
             self.started = True
         self.pending[rollout_id] = row
 
@@ -112,7 +112,7 @@ class MetricsRecorder:
         row.update(scalars)
         row.update({"loss": scalars.get("loss", math.nan), "grad_norm": scalars.get("grad_norm", math.nan),
                     "entropy": scalars.get("entropy_loss", math.nan)})
-        append_jsonl_atomic(self.path, [row], increasing="step")
+        self.run.append_metrics([row])
 
 
 def is_writer_rank() -> bool:
@@ -142,6 +142,7 @@ def tap_slime_train_log(recorder: MetricsRecorder) -> None:
 def postprocess(args, rollout_id, rollout_data) -> None:
     """slime's rollout-data postprocess hook (every trainer rank, before the step trains)."""
     global _recorder
+    refuse_unhandled_options(args)  # e.g. --use-rollout-logprobs: no recompute, so no log_probs on any stage
     if "log_probs" not in rollout_data:  # not the last pipeline stage: nothing to measure here
         return
     if "rollout_log_probs" not in rollout_data:

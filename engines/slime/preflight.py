@@ -1,6 +1,6 @@
 """Checks that must pass before a slime job spends its first GPU-hour.
 
-Run by the dry run (engines.slime.launch writes their report into train/job.sh) and by every job
+Run by the dry run (engines.slime.job_script writes their report into train/job.sh) and by every job
 before it starts Ray (``python3 -m engines.slime.preflight --run-dir DIR``, with slime's own reward
 functions). Each check raises ValueError naming the engine_params key:
 
@@ -29,84 +29,24 @@ from argparse import Namespace
 from collections.abc import Callable
 from pathlib import Path
 
-import yaml
-
+from engines.slime.flags import OWNED_FLAGS, slime_flags
+from engines.slime.params import PROMPT_FORMATS, model_context, model_shape, resolve_params
+from engines.slime.reward_model import rule_reward
 from harness.io import read_jsonl
 
 HERE = Path(__file__).resolve().parent
-MODELS = HERE / "models.yaml"
 REWARD_SAMPLES = HERE / "reward_samples.jsonl"
 KNOWN_FLAGS = HERE / "known_flags.txt"
 GIB = 1024 ** 3
 
-# What the prompts make the policy write, and the text every prompt of that format carries.
-PROMPT_FORMATS = {
-    "dapo": ("a last line 'Answer: <integer>' (DAPO-Math-17k prompts)", "Answer:"),
-    "boxed": ("the final answer in \\boxed{...}", "\\boxed"),
-    "think": ("reasoning closed by </think> (a thinking chat template), then \\boxed{...}", None),
-}
 # What each of slime's rule-based rewards needs in a response to give it a positive score.
 REWARD_NEEDS = {
     "dapo": "a line 'Answer: <integer>' in the last 300 characters; the result is a dict (reward_key: score)",
     "deepscaler": "'</think>' or '###Response' before a \\boxed{...} answer, else 0",
     "math": "a \\boxed{...} answer",
 }
-# Flags the launcher owns although it emits them only in some runs, or never (they would bypass a
-# check or change what the harness measures); the flags it emits for the run are owned too.
-OWNED_FLAGS = frozenset({
-    "--apply-chat-template", "--no-save-optim", "--sequence-parallel", "--calculate-per-token-loss",
-    "--use-rollout-routing-replay", "--use-kl-loss", "--kl-loss-coef", "--kl-loss-type", "--reward-key",
-    "--update-weights-interval", "--optimizer-cpu-offload", "--overlap-cpu-optimizer-d2h-h2d",
-    "--use-precision-aware-optimizer", "--colocate", "--use-tis", "--custom-rm-path", "--eval-interval",
-    "--rollout-max-prompt-len", "--save-hf",
-})
-
 
 # --- reward --------------------------------------------------------------------------------------
-
-def _boxed(text: str) -> str | None:
-    """The content of the last \\boxed{...} (braces balanced), or None."""
-    start = text.rfind("\\boxed{")
-    if start < 0:
-        return None
-    depth, begin = 0, start + len("\\boxed{")
-    for i in range(begin - 1, len(text)):
-        depth += {"{": 1, "}": -1}.get(text[i], 0)
-        if depth == 0:
-            return text[begin:i]
-    return None
-
-
-def _same(answer: str | None, label) -> bool:
-    if answer is None:
-        return False
-    answer, label = answer.strip().strip("$. "), str(label).strip()
-    try:
-        return float(answer) == float(label)
-    except ValueError:
-        return answer == label
-
-
-def rule_reward(rm_type: str) -> Callable[[str, str], float | dict]:
-    """A model of slime's rule-based reward ``rm_type`` (slime/rollout/rm_hub at the pinned commit)
-    for the dry run, where slime is not importable: the response parts it reads, the values it returns."""
-    def deepscaler(response, label):
-        for tag in ("</think>", "###Response"):
-            if tag in response:
-                return int(_same(_boxed(response.split(tag)[-1 if tag == "</think>" else 1]), label))
-        return 0
-
-    def dapo(response, label):
-        found = re.findall(r"(?i)Answer\s*:\s*([^\n]+)", response[-300:])
-        correct = bool(found) and found[-1].strip().strip("$. ") == str(int(float(label)))
-        return {"score": 1.0 if correct else -1.0, "acc": correct}
-
-    rules = {"deepscaler": deepscaler, "dapo": dapo, "math": lambda response, label: int(_same(_boxed(response), label))}
-    if rm_type not in rules:
-        raise ValueError(f"engine_params.rm_type = {rm_type!r}: the pre-flight knows no scoring rule for it; "
-                         f"known: {sorted(rules)}")
-    return rules[rm_type]
-
 
 def slime_reward(rm_type: str) -> Callable[[str, str], float | dict]:
     """slime's own reward dispatch (inside the job's container)."""
@@ -162,14 +102,6 @@ def check_prompts(params: dict) -> str:
 
 
 # --- memory and context --------------------------------------------------------------------------
-
-def model_shape(model_type: str) -> dict:
-    shapes = yaml.safe_load(MODELS.read_text())
-    if model_type not in shapes:
-        raise ValueError(f"engine_params.model_type = {model_type!r} has no shape in {MODELS}; add it from "
-                         f"slime's scripts/models/{model_type}.sh")
-    return shapes[model_type]
-
 
 def parameter_counts(shape: dict) -> tuple[int, int]:
     """(non-expert, expert) parameters of a Megatron GPT model with SwiGLU MLPs and RMSNorm."""
@@ -232,17 +164,6 @@ def check_memory(params: dict, shape: dict) -> str:
     return line
 
 
-def model_context(params: dict, shape: dict) -> int:
-    """The rollout context: engine_params.rollout_max_context_len, else the model's config.json, else
-    engine/slime/models.yaml."""
-    if params["rollout_max_context_len"] is not None:
-        return params["rollout_max_context_len"]
-    config = Path(params["hf_checkpoint"]) / "config.json"
-    if config.is_file():
-        return int(json.loads(config.read_text())["max_position_embeddings"])
-    return shape["max_position_embeddings"]
-
-
 def check_context(params: dict, shape: dict) -> str:
     context, response = model_context(params, shape), params["rollout_max_response_len"]
     if response >= context:
@@ -287,8 +208,6 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="The slime job's pre-flight checks (with slime's reward functions).")
     parser.add_argument("--run-dir", required=True, type=Path)
     args = parser.parse_args(argv)
-    from engines.slime.launch import resolve_params, slime_flags
-
     try:
         run_config = json.loads((args.run_dir / "train" / "run_config.json").read_text())
         params = resolve_params(run_config.get("engine_params") or {})

@@ -36,7 +36,7 @@ def _is_flag(value) -> bool:
     return isinstance(value, str) and value.startswith("--") and value[2:3].isalnum() and " " not in value
 
 
-def _flag_literals(node: ast.AST) -> set[str]:
+def flag_literals(node: ast.AST) -> set[str]:
     return {n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and _is_flag(n.value)}
 
 
@@ -67,7 +67,7 @@ def dataclass_flags(trees: dict[Path, ast.AST], factory_classes: set[str]) -> se
         seen.add(name)
         node = classes[name]
         todo += [base.id if isinstance(base, ast.Name) else getattr(base, "attr", "") for base in node.bases]
-        flags |= _flag_literals(node)
+        flags |= flag_literals(node)
         for item in node.body:
             if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) and item.target.id[0] != "_":
                 field = item.target.id.replace("_", "-")

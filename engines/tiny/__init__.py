@@ -4,21 +4,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engines import Engine, register
+from harness.engine import Engine, register
 
 from .params import MODEL_KNOBS, WARMSTART_KNOBS, resolve_engine_params
 
 
-def _train(run_config: dict, run_dir: Path) -> str:
+def _train(run_config, run_dir) -> str:
+    """``run_config``: a checked harness.run.RunConfig; ``run_dir``: its harness.run.RunDir."""
     from .trainer import Trainer
 
     return Trainer(run_config, run_dir).run()
 
 
-def _check_run(run_config: dict) -> None:
-    from .trainer import check_base_model, check_run_config
+def _check_run(run_config) -> None:
+    from .warmstart import check_base_model
 
-    check_base_model(run_config, check_run_config(run_config)[1])
+    check_base_model(run_config)
 
 
 def _prepare(engine_params: dict, out_dir: Path):
@@ -29,7 +30,7 @@ def _prepare(engine_params: dict, out_dir: Path):
 
 # Single-threaded CPU jobs: these small matmuls run fastest one per core. No partition: the
 # profile's default (CPU) one. A step takes ~0.1 s, so a minute's warning before the time limit
-# (engines.TIME_LIMIT_SIGNAL; SLURM may send it up to a minute early) leaves ample time to save.
+# (harness.engine.TIME_LIMIT_SIGNAL; SLURM may send it up to a minute early) leaves ample time to save.
 ENGINE = register(Engine(
     name="tiny",
     resolve_params=resolve_engine_params,

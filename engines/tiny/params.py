@@ -92,5 +92,5 @@ def model_knobs(params: dict) -> dict:
 
 def warmstart_knobs(params: dict) -> dict:
     """What determines the base model: a base is reused only when these are equal (and the
-    workflow's prepare job is given only these: engines.Engine.prepare_keys)."""
+    workflow's prepare job is given only these: harness.engine.Engine.prepare_keys)."""
     return {k: params[k] for k in MODEL_KNOBS + WARMSTART_KNOBS}

@@ -14,7 +14,7 @@ One trainer step s (1-based), as in an asynchronous system with one batch in fli
 Every random draw comes from a generator seeded by (seed, step), so the state to resume is
 just tensors: trainer weights, Adam moments, the weight snapshots the engine may still be
 broadcast, and the batch in flight. The engine's own weights are the bf16 cast of the snapshot
-of its version, so a resumed run re-broadcasts them before its first rollout (same bits). A run killed at any point ends with the same metrics.jsonl
+of its version, so a resumed run re-broadcasts them before its first rollout (same bits). A run killed at any point ends with the same training metrics
 as an uninterrupted one, but for each row's ``time`` (when the step was produced, unix seconds).
 """
 from __future__ import annotations
@@ -23,19 +23,18 @@ import json
 import math
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from engines import TimeLimitReached, TrainingDiverged, merge_metrics, time_limit_near
 from engines.mismatch import abs_d_stats
-from harness.grid import check_run
-from harness.io import append_jsonl_atomic, read_jsonl, write_json_atomic, write_text_atomic
-from stabilizers import PolicyBatch, Recipe, ess_lr_scale, offpolicy_diagnostics, validate_batch
+from harness.engine import TimeLimitReached, TrainingDiverged, merge_metrics, time_limit_near
+from harness.run import RunConfig, RunDir
+from stabilizers import PolicyBatch, ess_lr_scale, offpolicy_diagnostics, validate_batch
 
 from . import task
-from .checkpoint import load_model, load_state, read_config, recover_replaced_dir, replace_dir_atomic, save_checkpoint
-from .params import resolve_engine_params, warmstart_knobs
+from .checkpoint import load_model, load_state, recover_replaced_dir, replace_dir_atomic, save_checkpoint
 from .rollout import Rollout, RolloutEngine, sampling_version
 
 RESUME_TENSORS, RESUME_META = "state.safetensors", "state.json"
@@ -44,25 +43,6 @@ RESUME_TENSORS, RESUME_META = "state.safetensors", "state.json"
 def step_seed(seed: int, step: int, stream: int) -> int:
     """A distinct, stable seed per (run seed, step, purpose)."""
     return (seed * 1_000_003 + step) * 8 + stream
-
-
-def check_run_config(run_config: dict) -> tuple[Recipe, dict]:
-    """Validate everything before any work: the run config (harness.grid) and the engine params."""
-    if "base_model" not in run_config:
-        raise ValueError("run config is missing 'base_model'")
-    return check_run(run_config), resolve_engine_params(run_config.get("engine_params"))
-
-
-def check_base_model(run_config: dict, params: dict) -> Path:
-    """The grid's warm-start model exists and was made with this run's model and warm-start knobs."""
-    base_dir = Path(run_config["base_model"])
-    if not (base_dir / "config.json").exists():
-        raise FileNotFoundError(f"base model not found at {base_dir}; make it with "
-                                f"python -m engines.prepare --engine tiny --engine-params-json ... --out {base_dir}")
-    if read_config(base_dir).get("warmstart") != warmstart_knobs(params):
-        raise ValueError(f"base model {base_dir} was made with other engine_params "
-                         f"({read_config(base_dir).get('warmstart')}); rebuild it with engines.prepare")
-    return base_dir
 
 
 def group_advantages(rewards: torch.Tensor, samples: int) -> torch.Tensor:
@@ -77,19 +57,35 @@ def routing_mismatch(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.sort(-1).values != b.sort(-1).values).any(-1).float().mean())
 
 
+@dataclass(frozen=True)
+class Recomputed:
+    """A batch as the trainer sees it before its update (Trainer.recompute)."""
+
+    plen: int  # prompt length: response position t is predicted at input position plen - 1 + t
+    inputs: torch.Tensor
+    response: torch.Tensor
+    replay: torch.Tensor | None  # the engine's routing, replayed under R3
+    logmu: torch.Tensor  # the sampler's log-probabilities of the sampled tokens
+    logp_full: torch.Tensor  # the trainer's log-softmax over the vocabulary
+    old_logp: torch.Tensor
+    ref_logp: torch.Tensor | None  # the base model's, when the KL term is on
+    routing: torch.Tensor  # the trainer's routing (replayed or not)
+    own_routing: torch.Tensor  # the trainer's own routing choice
+
+
 class Trainer:
-    def __init__(self, run_config: dict, run_dir: str | Path, progress=sys.stderr):
-        self.recipe, self.params = check_run_config(run_config)
-        self.config = run_config
-        self.lag, self.mode, self.seed = run_config["lag"], run_config["lag_mode"], run_config["seed"]
-        self.steps, self.eval_every = run_config["steps"], run_config["eval_every"]
-        self.train_dir = Path(run_dir) / "train"
-        self.metrics_path = self.train_dir / "metrics.jsonl"
-        self.resume_dir = self.train_dir / "resume"
+    def __init__(self, run_config: RunConfig, run: RunDir, progress=sys.stderr):
+        """``run_config``: checked by RunConfig.check, which ran the engine's check_run (the base model)."""
+        self.recipe, self.params = run_config.recipe, run_config.engine_params
+        self.run_key = run_config.run_key
+        self.lag, self.mode, self.seed = run_config.lag, run_config.lag_mode, run_config.seed
+        self.steps, self.eval_every = run_config.steps, run_config.eval_every
+        self.run_dir = run
+        self.resume_dir = run.train_dir / "resume"
         self.progress = progress
         self.seconds = {"generate": 0.0, "train": 0.0}
 
-        base_dir = check_base_model(run_config, self.params)
+        base_dir = run_config.base_model
         self.base = load_model(base_dir).eval()
         for p in self.base.parameters():
             p.requires_grad_(False)
@@ -116,13 +112,18 @@ class Trainer:
 
     # ---------------------------------------------------------------- trainer side
     def train_on(self, batch: Rollout) -> dict:
+        """One trainer step on ``batch``: recompute, update, diagnostics; returns the metrics row."""
+        recomputed = self.recompute(batch)
+        update = self.update(batch, recomputed)
+        return self.diagnostics(batch, recomputed, update)
+
+    def recompute(self, batch: Rollout) -> Recomputed:
+        """The trainer's view of the batch before any update (no grad): old_logp with the current
+        weights (replaying the engine's routing under R3), and the base model's for the KL term."""
         temperature = self.params["temperature"]
         plen = batch.tokens.shape[1] - batch.mask.shape[1]
         inputs, response = batch.tokens[:, :-1], batch.tokens[:, plen:]
         replay = batch.routing if self.recipe.routing_replay else None
-        mask = batch.mask
-        logmu = batch.logmu_full.gather(-1, response[..., None])[..., 0]
-
         with torch.no_grad():
             out = self.model(inputs, replay=replay)
             logp_full = (out.logits[:, plen - 1:] / temperature).log_softmax(-1)
@@ -133,10 +134,21 @@ class Trainer:
                 ref_logp = ref_logits.log_softmax(-1).gather(-1, response[..., None])[..., 0]
         if not torch.isfinite(old_logp).all():
             raise TrainingDiverged("non-finite log-probabilities")
+        return Recomputed(plen=plen, inputs=inputs, response=response, replay=replay,
+                          logmu=batch.logmu_full.gather(-1, response[..., None])[..., 0],
+                          logp_full=logp_full, old_logp=old_logp, ref_logp=ref_logp, routing=out.routing,
+                          own_routing=out.own_routing)
 
+    def update(self, batch: Rollout, recomputed: Recomputed) -> dict[str, list[float]]:
+        """The recipe's stabilizer on ``minibatches`` PolicyBatches, an Adam step after each (with
+        the k3 KL to the base model, VCPO's ESS-scaled lr); returns each minibatch's numbers."""
+        temperature, plen, mask = self.params["temperature"], recomputed.plen, batch.mask
+        inputs, response, replay = recomputed.inputs, recomputed.response, recomputed.replay
+        old_logp, ref_logp, logmu = recomputed.old_logp, recomputed.ref_logp, recomputed.logmu
         advantages = group_advantages(batch.rewards, self.params["samples_per_step"])[:, None].expand_as(old_logp)
         rows = torch.arange(inputs.shape[0]).chunk(self.params["minibatches"])
-        losses, grad_norms, kls, stab, lr_scales = [], [], [], {}, []
+        numbers: dict[str, list[float]] = {"loss": [], "grad_norm": [], "kl/k3": [], "vcpo/lr_scale": []}
+        stab: dict[str, list[float]] = {}
         max_norm = self.params["max_grad_norm"] or math.inf
         for index, idx in enumerate(rows):
             mb_out = self.model(inputs[idx], replay=None if replay is None else replay[idx])
@@ -153,32 +165,38 @@ class Trainer:
                 delta = ref_logp[idx] - logp
                 k3 = ((delta.exp() - delta - 1) * mask[idx]).sum() / mask[idx].sum().clamp(min=1)
                 loss = loss + self.params["kl_coef"] * k3
-                kls.append(float(k3.detach()))
+                numbers["kl/k3"].append(float(k3.detach()))
             if not torch.isfinite(loss):
                 raise TrainingDiverged("non-finite loss")
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            grad_norms.append(float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)))
+            numbers["grad_norm"].append(float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)))
             if self.params["vcpo_ess_lr"]:  # VCPO: this step's lr scaled by its minibatch's ESS
                 ess = offpolicy_diagnostics(old_logp[idx], logmu[idx], mask[idx])["offpolicy/ess"]
-                lr_scales.append(float(ess_lr_scale(ess)))
+                numbers["vcpo/lr_scale"].append(float(ess_lr_scale(ess)))
                 for group in self.optimizer.param_groups:
-                    group["lr"] = self.params["lr"] * lr_scales[-1]
+                    group["lr"] = self.params["lr"] * numbers["vcpo/lr_scale"][-1]
             self.optimizer.step()
-            losses.append(float(loss.detach()))
+            numbers["loss"].append(float(loss.detach()))
             for key, value in result.metrics.items():
                 stab.setdefault(key, []).append(float(value))
         if not all(torch.isfinite(p).all() for p in self.model.parameters()):
             raise TrainingDiverged("non-finite weights")
+        return {"numbers": numbers, "stabilizer": stab}
 
+    def diagnostics(self, batch: Rollout, recomputed: Recomputed, update: dict) -> dict:
+        """The step's metrics row (keys in shared/DESIGN.md): reward, entropy, the mismatch between
+        the trainer's and the sampler's log-probabilities, routing, and the loss's own diagnostics."""
+        mask, logmu, old_logp, logp_full = batch.mask, recomputed.logmu, recomputed.old_logp, recomputed.logp_full
+        numbers = update["numbers"]
         d = old_logp - logmu
         tv = 0.5 * (logp_full.exp() - batch.logmu_full.exp()).abs().sum(-1)
         row = {
             "reward": float(batch.rewards.mean()),
             "reward/exact": float(batch.exact.mean()),
             "entropy": float(-(logp_full.exp() * logp_full).sum(-1)[mask.bool()].mean()),
-            "grad_norm": sum(grad_norms) / len(grad_norms),
-            "loss": sum(losses) / len(losses),
+            "grad_norm": sum(numbers["grad_norm"]) / len(numbers["grad_norm"]),
+            "loss": sum(numbers["loss"]) / len(numbers["loss"]),
             **abs_d_stats(d.abs()[mask.bool()]),
             "d/mean": float(d[mask.bool()].mean()),
             "d/lag_mean_abs": float((old_logp - batch.logp_sampler)[mask.bool()].abs().mean()),
@@ -187,25 +205,24 @@ class Trainer:
             "tv/p90": float(torch.quantile(tv[mask.bool()].double(), 0.9)),
             # E_mu[|pi/mu - 1|] / 2 = TV(mu, pi): the estimate a cluster can make from sampled tokens only
             "tv/sampled_estimate": float(0.5 * (d.exp() - 1).abs()[mask.bool()].mean()),
-            "routing/mismatch_rate": routing_mismatch(out.routing, batch.routing),
-            "routing/own_mismatch_rate": routing_mismatch(out.own_routing, batch.routing),
+            "routing/mismatch_rate": routing_mismatch(recomputed.routing, batch.routing),
+            "routing/own_mismatch_rate": routing_mismatch(recomputed.own_routing, batch.routing),
         }
-        if kls:
-            row["kl/k3"] = sum(kls) / len(kls)
-        if lr_scales:
-            row["vcpo/lr_scale"] = sum(lr_scales) / len(lr_scales)
+        for key in ("kl/k3", "vcpo/lr_scale"):  # only when the recipe uses them
+            if numbers[key]:
+                row[key] = sum(numbers[key]) / len(numbers[key])
         row.update({k: float(v) for k, v in offpolicy_diagnostics(old_logp, logmu, mask).items()})
-        return merge_metrics(row, {k: sum(v) / len(v) for k, v in stab.items()})
+        return merge_metrics(row, {k: sum(v) / len(v) for k, v in update["stabilizer"].items()})
 
     # ---------------------------------------------------------------- persistence
     def save(self, pending_rows: list[dict], checkpoint: bool = True) -> None:
         """Metrics rows, then the checkpoint, then the resume state (each atomic; a kill between
         them leaves an older resume state, from which the same files are rewritten identically).
         checkpoint=False (a stop before the time limit): no checkpoint, so evaluation is unchanged."""
-        append_jsonl_atomic(self.metrics_path, pending_rows, increasing="step")
+        self.run_dir.append_metrics(pending_rows)
         if checkpoint:
-            save_checkpoint(self.model, self.train_dir / "checkpoints" / f"step_{self.step}",
-                            extra={"step": self.step, "run_key": self.config.get("run_key")})
+            save_checkpoint(self.model, self.run_dir.checkpoint_path(self.step),
+                            extra={"step": self.step, "run_key": self.run_key})
         tensors = {f"model.{k}": v for k, v in self.model.state_dict().items()}
         for index, state in self.optimizer.state_dict()["state"].items():
             for name, value in state.items():
@@ -215,7 +232,7 @@ class Trainer:
         tensors.update({f"batch.{k}": v for k, v in self.in_flight.tensors().items()})
         meta = {"step": self.step, "snapshots": sorted(self.snapshots), "engine_version": self.engine.version,
                 "batch": {"step": self.in_flight.step, "version": self.in_flight.version},
-                "run_key": self.config.get("run_key")}
+                "run_key": self.run_key}
 
         def fill(tmp: Path) -> None:
             from safetensors.torch import save_file
@@ -252,30 +269,27 @@ class Trainer:
         except (KeyError, RuntimeError, ValueError, TypeError) as error:
             raise ValueError(f"corrupt resume state in {self.resume_dir}: {error!r}") from None
         self.step = step
-        rows = [r for r in read_jsonl(self.metrics_path) if r["step"] <= step]
-        write_text_atomic(self.metrics_path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+        self.run_dir.keep_metrics_through(step)
 
     def write_status(self, status: str, message: str) -> None:
-        write_json_atomic(self.train_dir / "status.json", {
-            "status": status, "step": self.step, "message": message,
-            "seconds": {k: round(v, 3) for k, v in self.seconds.items()}})
+        self.run_dir.write_status(status, self.step, message,
+                                  seconds={k: round(v, 3) for k, v in self.seconds.items()})
 
     # ---------------------------------------------------------------- the loop
     def run(self) -> str:
-        status_path = self.train_dir / "status.json"
-        if status_path.exists():
-            previous = json.loads(status_path.read_text())
-            if previous.get("status") in ("completed", "diverged"):
-                return previous["status"]  # finished runs are not redone
+        previous = self.run_dir.read_status()
+        if previous and previous.get("status") in ("completed", "diverged"):
+            return previous["status"]  # finished runs are not redone
         torch.set_num_threads(1)
         recover_replaced_dir(self.resume_dir)  # a kill inside save()'s swap leaves the previous state aside
         if self.resume_dir.exists():
             self.restore()
         else:
-            if (self.train_dir / "checkpoints").exists() and any((self.train_dir / "checkpoints").iterdir()):
-                raise FileNotFoundError(f"{self.train_dir / 'checkpoints'} holds checkpoints but the resume "
+            checkpoints = self.run_dir.checkpoints_dir
+            if checkpoints.exists() and any(checkpoints.iterdir()):
+                raise FileNotFoundError(f"{checkpoints} holds checkpoints but the resume "
                                         f"state {self.resume_dir} is missing; delete the run directory to restart")
-            write_text_atomic(self.metrics_path, "")  # metrics of a run killed before its first checkpoint
+            self.run_dir.keep_metrics_through(0)  # metrics of a run killed before its first checkpoint
             start = time.perf_counter()
             self.in_flight = self.generate(1)
             self.seconds["generate"] += time.perf_counter() - start
@@ -303,7 +317,7 @@ class Trainer:
                 row = self.train_on(batch)
             except TrainingDiverged as reason:
                 self.step = step
-                append_jsonl_atomic(self.metrics_path, pending + [{**head, "loss": float("nan")}], increasing="step")
+                self.run_dir.append_metrics(pending + [{**head, "loss": float("nan")}])
                 self.write_status("diverged", f"diverged at step {step}: {reason}")
                 return "diverged"
             self.seconds["train"] += time.perf_counter() - start
@@ -316,7 +330,7 @@ class Trainer:
             if step % self.eval_every == 0 or step == self.steps:
                 self.save(pending)
                 pending = []
-            if time_limit_near() and step < self.steps:  # SLURM's warning (engines.TIME_LIMIT_SIGNAL)
+            if time_limit_near() and step < self.steps:  # SLURM's warning (harness.engine.TIME_LIMIT_SIGNAL)
                 if pending:
                     self.save(pending, checkpoint=False)
                 raise TimeLimitReached(f"stopped after step {step} of {self.steps} before the job's time limit; "
@@ -327,8 +341,3 @@ class Trainer:
                       f"({time.perf_counter() - wall:.1f}s)", file=self.progress, flush=True)
         self.write_status("completed", f"completed {self.steps} steps")
         return "completed"
-
-
-def run(run_config: dict, run_dir: str | Path) -> str:
-    """Train (or resume) one run; returns its final status."""
-    return Trainer(run_config, run_dir).run()

@@ -14,6 +14,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from harness.run import RunConfig
+
 from . import task
 from .checkpoint import read_config, save_checkpoint
 from .model import EOS, TOKEN_ID, ModelConfig, TinyMoELM, TinyPolicy, encode_prompt
@@ -80,3 +82,17 @@ def build_base(engine_params: dict, out: str | Path) -> dict:
     print(f"warmstart: {params['warmstart_steps']} steps in {seconds:.1f}s, greedy exact match "
           f"{score:.3f} on 256 validation problems -> {out}", file=sys.stderr)
     return read_config(out)
+
+
+def check_base_model(run_config: RunConfig) -> None:
+    """The grid's warm-start model exists and was made with this run's model and warm-start knobs
+    (the engine's check_run: before the run directory is written)."""
+    if run_config.base_model is None:
+        raise ValueError("run config is missing 'base_model'")
+    base_dir = run_config.base_model
+    if not (base_dir / "config.json").exists():
+        raise FileNotFoundError(f"base model not found at {base_dir}; make it with "
+                                f"python -m engines.prepare --engine tiny --engine-params-json ... --out {base_dir}")
+    if read_config(base_dir).get("warmstart") != warmstart_knobs(dict(run_config.engine_params)):
+        raise ValueError(f"base model {base_dir} was made with other engine_params "
+                         f"({read_config(base_dir).get('warmstart')}); rebuild it with engines.prepare")

@@ -6,8 +6,9 @@ import math
 
 import numpy as np
 
+from harness.config import validate
 from harness.grid import expand, resolve_run_config, run_dir
-from harness.io import append_jsonl_atomic, write_json_atomic
+from harness.run import RunDir
 
 STEPS, EVAL_EVERY = 20, 5
 COLLAPSED = ("grpo", 8, 0)  # peaks then falls below half its peak and stays there
@@ -19,14 +20,15 @@ START_TIME = 1.8e9  # unix seconds of step 0; a step takes 2 s (the rows' ``time
 
 
 def make_config(results_dir, grid: str = "demo", seeds=(0, 1, 2)) -> dict:
-    return {"grid": grid, "results_dir": str(results_dir), "engine": "tiny",
+    """The grid's workflow config, checked and completed with the schema's defaults (as every stage gets it)."""
+    return validate({"grid": grid, "results_dir": str(results_dir), "engine": "tiny",
             "recipes": ["grpo", "sat_grpo", "grpo_r3"], "extra_recipes": {}, "lags": [1, 8],
             "lag_mode": "interval", "seeds": list(seeds), "steps": STEPS, "eval_every": EVAL_EVERY,
             "engine_params": {"preset": "demo"},
             "eval": {"tasks": ["tiny_val", "tiny_test"], "selection_task": "tiny_val", "k": 8,
                      "temperature": 1.0, "top_p": 1.0, "max_gen_toks": 16, "fixed_step": None,
                      "seed": 0, "backend": "tiny"},
-            "collapse": {"fraction": 0.5}, "baseline": "grpo"}
+            "collapse": {"fraction": 0.5}, "baseline": "grpo"})
 
 
 def scores_of(recipe: str, lag: int, seed: int) -> list[float]:
@@ -44,8 +46,8 @@ def make_grid(results_dir, **kwargs) -> dict:
     """Write every run of the grid; returns the workflow config."""
     config = make_config(results_dir, **kwargs)
     for recipe, lag, seed in expand(config):
-        directory = run_dir(config, recipe, lag, seed)
-        write_json_atomic(directory / "config.json", resolve_run_config(config, recipe, lag, seed))
+        run = RunDir(run_dir(config, recipe, lag, seed))
+        run.pin_config(resolve_run_config(config, recipe, lag, seed))
         diverged = (recipe, lag, seed) in (DIVERGED, EARLY_DIVERGED)
         last = {DIVERGED: DIVERGE_STEP, EARLY_DIVERGED: 3}.get((recipe, lag, seed), STEPS)
         rng = np.random.default_rng([lag, seed, 7])
@@ -58,16 +60,14 @@ def make_grid(results_dir, **kwargs) -> dict:
                          "grad_norm": math.nan if nan else 1.0, "loss": math.nan if nan else -0.1,
                          "d/mean_abs": math.nan if nan else d, "d/p50": d / 2, "d/p90": 2 * d,
                          "d/p99": math.nan if nan else 4 * d, "d/max": 8 * d})
-        append_jsonl_atomic(directory / "train" / "metrics.jsonl", rows)
-        write_json_atomic(directory / "train" / "status.json",
-                          {"status": "diverged" if diverged else "completed", "step": last,
-                           "message": "non-finite loss" if diverged else ""})
+        run.append_metrics(rows)
+        run.write_status("diverged" if diverged else "completed", last, "non-finite loss" if diverged else "")
         scores = scores_of(recipe, lag, seed)
         eval_steps = [s for s in range(EVAL_EVERY, STEPS + 1, EVAL_EVERY) if s < last or not diverged]
         for task, shift in (("tiny_test", 0.0), ("tiny_val", 0.01)):
             # the validation curve peaks one checkpoint earlier than the test curve on purpose
             val = scores[1:] + scores[-1:] if task == "tiny_val" else scores
-            append_jsonl_atomic(directory / "eval" / f"{task}.jsonl", [
+            run.write_eval(task, [
                 {"step": s, "score": round(v + shift, 4), "k": 8, "per_problem": [], "n_problems": 0,
                  "pass_at_k": v, "maj_at_k": v, "seed": 0, "task": task, "task_version": 1}
                 for s, v in zip(eval_steps, val)])

@@ -8,14 +8,17 @@ from stabilizers import PolicyBatch
 
 from .slime_standin import get_log_probs_and_entropy, slime_args
 
-VOCAB = 11
+VOCAB = 11  # the tokenizer's
+# slime's Megatron model emits padded_vocab_size logits (the vocabulary rounded up to a multiple of
+# --make-vocab-size-divisible-by x TP); the log-softmax runs over all of them, tokens stay below VOCAB
+PADDED_VOCAB = 16
 
 
 def make_sample_batch(seed=0, prompt_lengths=(3, 5, 2, 4, 6), response_lengths=(4, 7, 1, 5, 3)):
     """A slime micro-batch: packed logits [1, T, V] (the leaf we differentiate) and the per-sample lists."""
     g = torch.Generator().manual_seed(seed)
     totals = [p + r for p, r in zip(prompt_lengths, response_lengths)]
-    logits = (2 * torch.randn(1, sum(totals), VOCAB, generator=g)).requires_grad_()
+    logits = (2 * torch.randn(1, sum(totals), PADDED_VOCAB, generator=g)).requires_grad_()
     tokens = [torch.randint(0, VOCAB, (t,), generator=g) for t in totals]
     current = [lp.detach() for lp in get_log_probs_and_entropy(
         logits, args=slime_args(), unconcat_tokens=tokens, total_lengths=totals,
@@ -34,7 +37,10 @@ def make_sample_batch(seed=0, prompt_lengths=(3, 5, 2, 4, 6), response_lengths=(
         "rollout_log_probs": [lp + 0.1 * torch.randn(lp.shape, generator=g) for lp in current],
         "advantages": [torch.full((r,), float(torch.randn((), generator=g))) for r in response_lengths],
         "ref_log_probs": [lp + 0.02 * torch.randn(lp.shape, generator=g) for lp in current],
+        # slime's data iterator gives every key the loss step asks for, None where the rollout has none
+        "values": None, "multimodal_train_inputs": None,
     }
+    batch["returns"] = list(batch["advantages"])  # GRPO: the returns are the advantages
     return logits, batch
 
 

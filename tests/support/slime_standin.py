@@ -10,10 +10,13 @@ from reading that source (not copied):
   ``sum_of_sample_mean`` (or the per-token sum), call the function, rescale the loss, and the
   gradient normalisation of one step (per-token: / step tokens; else / step samples).
 - ``log(args, metrics, step_key)``: slime.observability.logging_utils.log, recording its calls;
+- ``load_function(path)``: how slime resolves every ``--*-path`` hook (slime/utils/misc.py), and
+  ``HOOK_CALLS``: the arguments slime calls each hook of the launcher with;
 - ``install()`` puts these under their slime module names in sys.modules.
 """
 from __future__ import annotations
 
+import importlib
 import sys
 import types
 from argparse import Namespace
@@ -91,12 +94,34 @@ def slime_loss_function(args, batch, logits, func):
 
 
 def slime_args(**overrides) -> Namespace:
-    """The attributes of slime's parsed args that the adapter reads, with slime's defaults."""
-    values = dict(calculate_per_token_loss=True, use_rollout_routing_replay=False, use_tis=False,
+    """The attributes of slime's parsed args that the adapter reads, with slime's defaults
+    (slime/utils/arguments.py at the pinned commit), including the options that change what a loss
+    receives (the store_false ones, --disable-*, default to True)."""
+    values = dict(calculate_per_token_loss=False, use_rollout_routing_replay=False, use_tis=False,
                   rollout_top_p=1.0, rollout_temperature=1.0, entropy_coef=0.0, use_kl_loss=False,
-                  kl_loss_coef=0.0, kl_loss_type="low_var_kl", seed=1234)
+                  kl_loss_coef=0.0, kl_loss_type="k1", seed=1234,
+                  use_rollout_logprobs=False, use_unbiased_kl=False, keep_old_actor=False, use_routing_replay=False,
+                  partial_rollout=False, normalize_advantages=False, grpo_std_normalization=True,
+                  rewards_normalization=True, custom_reward_post_process_path=None,
+                  custom_advantage_function_path=None, compute_advantages_and_returns=True, use_opd=False,
+                  ref_update_interval=None)
     values.update(overrides)
     return Namespace(**values)
+
+
+def load_function(path: str):
+    """slime's hook resolution: the last dotted part is an attribute of the module named by the rest."""
+    module_path, _, attribute = path.rpartition(".")
+    return getattr(importlib.import_module(module_path), attribute)
+
+
+# slime's call of each hook flag's function, by argument name (slime/backends/megatron_utils/loss.py
+# loss_function, actor.py train_actor, observability/rollout_metrics.py log_rollout_data)
+HOOK_CALLS = {
+    "--custom-loss-function-path": ("args", "batch", "logits", "sum_of_sample_mean"),
+    "--rollout-data-postprocess-path": ("args", "rollout_id", "rollout_data"),
+    "--custom-rollout-log-function-path": ("rollout_id", "args", "samples", "rollout_extra_metrics", "rollout_time"),
+}
 
 
 LOGGED: list[tuple[dict, str]] = []  # what slime.observability.logging_utils.log received

@@ -4,7 +4,8 @@
 
 rule aggregate:
     input:
-        RUN_OUTPUTS,
+        runs=RUN_OUTPUTS,
+        config=rules.grid_config.output,
     output:
         table=report(f"{GRID}/table.md", category="Tables"),
         csv=report(f"{GRID}/table.csv", category="Tables"),
@@ -15,7 +16,6 @@ rule aggregate:
         collapse=report(f"{GRID}/collapse.png", category="Plots"),
         staleness=report(f"{GRID}/staleness.png", category="Plots"),
     params:
-        config=CONFIG_JSON,
         out=lambda wildcards, output: os.path.dirname(output.table),
     log:
         f"{LOGS}/aggregate.log",
@@ -27,4 +27,4 @@ rule aggregate:
     resources:
         **job_resources(CONFIG, "aggregate"),
     shell:
-        "python -m analysis.aggregate --config-json {params.config:q} --out {params.out:q} > {log:q} 2>&1"
+        "python -m analysis.aggregate --config-json {input.config:q} --out {params.out:q} > {log:q} 2>&1"

@@ -8,9 +8,9 @@
 
 rule evaluate:
     input:
-        f"{RUN}/train/status.json",
+        f"{RUN}/{STATUS_PATTERN}",
     output:
-        [f"{RUN}/eval/{task}.jsonl" for task in TASKS],
+        [f"{RUN}/{eval_file_pattern(task)}" for task in TASKS],
     params:
         run_dir=lambda wildcards, output: os.path.dirname(os.path.dirname(output[0])),
         tasks=TASKS,

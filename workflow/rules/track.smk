@@ -6,11 +6,11 @@
 
 rule track:
     input:
-        rules.aggregate.output,
+        aggregated=rules.aggregate.output,
+        config=rules.grid_config.output,
     output:
         f"{GRID}/mlflow.json",
     params:
-        config=CONFIG_JSON,
         grid_dir=lambda wildcards, output: os.path.dirname(output[0]),
     log:
         f"{LOGS}/track.log",
@@ -22,5 +22,5 @@ rule track:
     resources:
         **job_resources(CONFIG, "track"),
     shell:
-        "python -m tracking.sync --config-json {params.config:q} --grid-dir {params.grid_dir:q} --wait-lock 3600"
+        "python -m tracking.sync --config-json {input.config:q} --grid-dir {params.grid_dir:q} --wait-lock 3600"
         " > {log:q} 2>&1 && tail -n 1 {log:q}"

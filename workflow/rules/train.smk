@@ -1,10 +1,10 @@
 # Training: one job per (recipe, lag, seed); an engine with a grid-wide prepare step (e.g. a
 # warm-start model) runs it first. engines.run resumes from the run's last checkpoint,
-# so a killed job run again (--rerun-incomplete) redoes only the missing steps; it writes status.json last.
+# so a killed job run again (--rerun-incomplete) redoes only the missing steps; it writes the run's status last.
 # A train job's params are its resolved run config (presets expanded, every stabilizer default):
 # a change to any of it reruns the job; the prepare job gets only the engine params it reads.
 # A job stopped before its time limit (exit 75) is retried too: TRAIN_RETRIES covers the jobs the step
-# budget needs within the time limit, plus one (harness.config.train_retries).
+# budget needs within the time limit, plus one (harness.jobs.train_retries).
 
 if ENGINE.prepare_outputs:
 
@@ -33,7 +33,7 @@ rule train:
     input:
         rules.prepare.output if ENGINE.prepare_outputs else [],
     output:
-        f"{RUN}/train/status.json",
+        f"{RUN}/{STATUS_PATTERN}",
     params:
         run_dir=lambda wildcards, output: os.path.dirname(os.path.dirname(output[0])),
         run_config=lambda wc: json.dumps(MODEL.run_config((wc.recipe, int(wc.lag), int(wc.seed))), sort_keys=True),

@@ -1,0 +1,188 @@
+"""Two grids side by side: does grid B reproduce grid A within their noise?
+
+    python -m analysis.compare A B [--json]
+
+A and B are two grids' folders (<results_dir>/<grid>) or their summary.json files (analysis.summary).
+For every cell (recipe x lag) both grids have, and for each endpoint (analysis.summary.ENDPOINTS)
+and the collapse rate: B minus A with its 95% interval and two-sided test. The grids are
+independent samples (other machines, kernels or seeds), so a score's difference is
+Welch-Satterthwaite on the two cells' seeds (analysis.contrasts; never paired, even where the seed
+numbers match) and a collapse rate's is Newcombe's interval with Fisher's exact test
+(analysis.stats). Holm runs over every test of the comparison (one family). Each claim both grids
+declare (same name and statement) shows both verdicts. Cells and claims in one grid only are
+listed, not compared. Exit status: 0 the grids agree (AGREEMENT), 1 they do not, 2 bad input.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from analysis.contrasts import contrast
+from analysis.stats import ALPHA, collapse_difference, holm
+from analysis.summary import ENDPOINTS, _json_safe, summary_cells
+from analysis.tables import ENDPOINT_NAMES, _comparison_text, _interval_text
+from harness.cli import run_stage
+
+METRICS = (*ENDPOINTS, "collapse")
+METRIC_NAMES = {**ENDPOINT_NAMES, "collapse": "collapse rate"}
+# a cell means the same thing in two grids only under the same budget, test task, step and collapse rule
+SAME_SETTINGS = ("steps", "test_task", "fixed_step", "collapse_fraction")
+REQUIRED = ("grid", "engine", "seeds", "cells", "claims", *SAME_SETTINGS)
+AGREEMENT = (f"the grids agree within their noise when no cell comparison (B minus A) has Holm p < {ALPHA:g} "
+             f"(Holm over every comparison with a test; one without spread in either grid, every seed "
+             f"equal, differs when its means differ) and every claim both grids declare has the same "
+             f"verdict. Agreement means no evidence of a difference, not a test of equivalence: at few seeds "
+             f"only large shifts are detected")
+
+
+def load_summary(path: str | Path) -> tuple[Path, dict]:
+    """A grid's summary.json, from its folder or the file; a missing or foreign file fails naming it."""
+    path = Path(path)
+    file = path / "summary.json" if path.is_dir() else path
+    try:
+        summary = json.loads(file.read_text())
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{file}: not valid JSON ({error})") from None
+    missing = [key for key in REQUIRED if not isinstance(summary, dict) or key not in summary]
+    if missing:
+        raise ValueError(f"{file}: no key {missing[0]!r}: not a summary.json of python -m analysis.aggregate")
+    return file, summary
+
+
+def difference(metric: str, a: dict, b: dict) -> dict:
+    """B's cell minus A's: Welch-Satterthwaite for a score, Newcombe + Fisher for the collapse rate."""
+    if metric == "collapse":
+        result = collapse_difference(b["collapse"]["k"], b["collapse"]["n"], a["collapse"]["k"], a["collapse"]["n"])
+    else:
+        # seeds labelled by grid: contrast pairs cells that share seeds, and two grids share none
+        result = contrast([(1.0, b["per_seed"][metric], [("B", s) for s in b["seeds"]]),
+                           (-1.0, a["per_seed"][metric], [("A", s) for s in a["seeds"]])])
+    return _json_safe(result.as_dict())
+
+
+def differs(stat: dict) -> bool | None:
+    """Whether a comparison shows a difference (AGREEMENT); None where it has no test (under 2 seeds)."""
+    if stat["method"] == "degenerate":
+        return stat["estimate"] != 0
+    return None if stat["p_holm"] is None else stat["p_holm"] < ALPHA
+
+
+def compare(a: dict, b: dict) -> dict:
+    """The comparison of two summaries (the --json output); ``agree`` per AGREEMENT."""
+    cells_a, cells_b = summary_cells(a), summary_cells(b)
+    shared = [cell for cell in cells_a if cell in cells_b]
+    if not shared:
+        raise ValueError("the grids share no cell (recipe x lag): nothing to compare")
+    rows = [{"recipe": recipe, "lag": lag, "metric": metric,
+             "difference": difference(metric, cells_a[recipe, lag], cells_b[recipe, lag])}
+            for recipe, lag in shared for metric in METRICS]
+    for row, adjusted in zip(rows, holm([row["difference"]["p"] for row in rows])):
+        row["difference"]["p_holm"] = adjusted
+        row["differs"] = differs(row["difference"])
+    claims_a, claims_b = ({c["name"]: c for c in s["claims"]} for s in (a, b))
+    both = [name for name in claims_a if name in claims_b]
+    alike = [name for name in both if claims_a[name]["statement"] == claims_b[name]["statement"]]
+    claims = [{"name": name, "statement": claims_a[name]["statement"], "a": claims_a[name], "b": claims_b[name],
+               "same_verdict": claims_a[name]["verdict"] == claims_b[name]["verdict"]} for name in alike]
+    return {"agree": not any(row["differs"] for row in rows) and all(c["same_verdict"] for c in claims),
+            "tests": sum(row["difference"]["p_holm"] is not None for row in rows),
+            "agreement": AGREEMENT, "cells": rows, "claims": claims,
+            "cells_only_in": {"a": [list(c) for c in cells_a if c not in cells_b],
+                              "b": [list(c) for c in cells_b if c not in cells_a]},
+            "claims_only_in": {"a": [n for n in claims_a if n not in claims_b],
+                               "b": [n for n in claims_b if n not in claims_a]},
+            "claims_defined_differently": [name for name in both if name not in alike]}
+
+
+def _cell_text(metric: str, cell: dict) -> str:
+    if metric == "collapse":
+        return f"{cell['collapse']['k']}/{cell['collapse']['n']}"
+    return f"{_interval_text(cell['stats'][metric], None, 100, 1)} (n {cell['stats'][metric]['n']})"
+
+
+def _claim_text(claim: dict) -> str:
+    scale, digits = (1, 2) if claim["kind"] == "collapse" else (100, 1)
+    return f"**{claim['verdict']}**: {_interval_text(claim, None, scale, digits, sign=True)} ({claim['method']})"
+
+
+def _verdict_line(result: dict) -> str:
+    shifted = [f"{r['recipe']} lag {r['lag']} {METRIC_NAMES[r['metric']]}" for r in result["cells"] if r["differs"]]
+    flipped = [f"{c['name']} ({c['a']['verdict']} in A, {c['b']['verdict']} in B)"
+               for c in result["claims"] if not c["same_verdict"]]
+    if result["agree"]:
+        return (f"**The grids agree within their noise**: none of the {result['tests']} cell comparisons "
+                f"differs after Holm, and the {len(result['claims'])} claims both declare have the same verdicts.")
+    reasons = ([f"cells that differ after Holm over {result['tests']}: " + "; ".join(shifted)] if shifted else []) + \
+        (["claims with another verdict: " + "; ".join(flipped)] if flipped else [])
+    return "**The grids do not agree within their noise**: " + ". ".join(reasons) + "."
+
+
+def render_markdown(result: dict, a: dict, b: dict, files: tuple[Path, Path]) -> str:
+    """The comparison as Markdown: the verdict line, the cells, the claims, what was not compared."""
+    cells_a, cells_b = summary_cells(a), summary_cells(b)
+    lines = ["# Comparing two grids: B minus A", ""]
+    for label, summary, file in (("A", a, files[0]), ("B", b, files[1])):
+        lines.append(f"- {label}: `{file}` (grid {summary['grid']}, engine {summary['engine']}, "
+                     f"seeds {summary['seeds']})")
+    lines += ["", _verdict_line(result), "", f"Agreement: {result['agreement']}.", "",
+              "## Cells", "", "Scores in points, collapse as a rate; B minus A with its 95% interval "
+              "(Welch-Satterthwaite for scores, Newcombe for collapse), p (Fisher's exact test for collapse) "
+              f"and Holm p over the {result['tests']} comparisons with a test.", "",
+              "| recipe | lag | metric | A | B | B minus A | differs |", "|---|---|---|---|---|---|---|"]
+    for row in result["cells"]:
+        key, metric = (row["recipe"], row["lag"]), row["metric"]
+        scale, digits = (1, 2) if metric == "collapse" else (100, 1)
+        verdict = {True: "**yes**", False: "no", None: "no test"}[row["differs"]]
+        lines.append(f"| {key[0]} | {key[1]} | {METRIC_NAMES[metric]} | {_cell_text(metric, cells_a[key])} | "
+                     f"{_cell_text(metric, cells_b[key])} | {_comparison_text(row['difference'], scale, digits)} | "
+                     f"{verdict} |")
+    if result["claims"]:
+        lines += ["", "## Claims", "", "| claim | A | B | same verdict |", "|---|---|---|---|"]
+        lines += [f"| {c['name']}: {c['statement']} | {_claim_text(c['a'])} | {_claim_text(c['b'])} | "
+                  f"{'yes' if c['same_verdict'] else '**no**'} |" for c in result["claims"]]
+    missing = [f"cells only in {g.upper()}: " + ", ".join(f"{r} lag {lag}" for r, lag in cells)
+               for g, cells in result["cells_only_in"].items() if cells]
+    missing += [f"claims only in {g.upper()}: " + ", ".join(names) for g, names in result["claims_only_in"].items()
+                if names]
+    if result["claims_defined_differently"]:
+        missing.append("claims of one name but other statements: " + ", ".join(result["claims_defined_differently"]))
+    if missing:
+        lines += ["", "## Not compared", "", *(f"- {line}" for line in missing)]
+    return "\n".join(lines) + "\n"
+
+
+def run(path_a: str, path_b: str, as_json: bool) -> dict:
+    """Load, check that the grids measure the same things, compare, print; returns the comparison."""
+    (file_a, a), (file_b, b) = load_summary(path_a), load_summary(path_b)
+    for key in SAME_SETTINGS:
+        if a[key] != b[key]:
+            raise ValueError(f"summary.json key {key!r} is {a[key]!r} in {file_a} but {b[key]!r} in {file_b}: "
+                             f"the grids' cells measure different things")
+    result = compare(a, b)
+    print(json.dumps({"a": str(file_a), "b": str(file_b), **result}, indent=1) if as_json
+          else render_markdown(result, a, b, (file_a, file_b)), end="\n" if as_json else "")
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m analysis.compare", description=__doc__.split("\n")[0])
+    parser.add_argument("a", help="grid A: its folder <results_dir>/<grid> or its summary.json (e.g. published)")
+    parser.add_argument("b", help="grid B: its folder or summary.json (e.g. your reproduction)")
+    parser.add_argument("--json", action="store_true", help="print the comparison as JSON, not Markdown")
+    args = parser.parse_args(argv)
+    result: dict = {}
+
+    def work() -> dict:
+        result.update(run(args.a, args.b, args.json))
+        return result
+
+    status = run_stage("analysis.compare", work, lambda _, seconds: (
+        f"{'agree' if result['agree'] else 'do not agree'} ({result['tests']} tests, "
+        f"{len(result['claims'])} claims) in {seconds:.2f} s"))
+    return status or (0 if result["agree"] else 1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,140 @@
+"""The engine contract: the Engine record, the registry every engine registers into, and the
+signals and errors an engine and the training entry point (engines.run) share.
+
+An engine provides everything the workflow needs to know about it (shared/DESIGN.md):
+
+    resolve_params(engine_params) -> dict   the config's engine_params checked and completed
+                                            (ValueError naming the key); no file access
+    resources[rule]                         default job resources per rule (config `resources` overrides);
+                                            train's slurm_extra asks for the time-limit warning signal
+    step_minutes                            an upper estimate of one training step's wall time (minutes):
+                                            with the train job's runtime it sets the training job's retries
+    train(run_config, run_dir) -> status    train or resume one run (a checked harness.run.RunConfig and
+                                            its harness.run.RunDir); writes its status (RunDir.write_status)
+    eval_backend                            the lm-eval model that scores its checkpoints, by its name
+                                            in lm-eval's model registry (eval/__init__.py)
+    check_run(run_config)                   optional: what else a run needs before its directory is
+                                            written (the tiny engine: its warm-start model); given the
+                                            RunConfig while RunConfig.check builds it
+    prepare(engine_params, out_dir)         optional: a grid-wide step every run depends on (the
+                                            tiny engine's warm-start model), writing prepare_outputs
+    prepare_keys                            the resolved engine_params that step reads: it is given
+                                            only these, so that changing another one (lr) does not
+                                            redo it
+
+Adding an engine = a package under engines/ that calls ``harness.engine.register(Engine(...))``
+in its ``__init__``, or any importable module named in $STALEBENCH_ENGINES (comma separated) that
+does. The packages are found on the ``engines`` package's path when an engine is first looked up
+(importlib, not a static import: harness/ imports only stabilizers/). Nothing in workflow/rules/
+names an engine. Callables are imported lazily by the engine packages, so looking an engine up
+does not import torch.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import pkgutil
+import signal
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+RULES = ("prepare", "train", "evaluate", "aggregate", "track")
+ENGINES_PACKAGE = "engines"  # the namespace whose sub-packages are the built-in engines
+
+
+@dataclass(frozen=True)
+class Engine:
+    name: str
+    resolve_params: Callable[[dict], dict]
+    train: Callable[..., str]  # (harness.run.RunConfig, harness.run.RunDir) -> status
+    eval_backend: str
+    resources: dict[str, dict] = field(default_factory=dict)
+    check_run: Callable[..., None] | None = None  # (harness.run.RunConfig) -> None
+    prepare: Callable[[dict, Path], object] | None = None
+    prepare_outputs: tuple[str, ...] = ()
+    prepare_keys: tuple[str, ...] = ()
+    step_minutes: float = 0.0
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.resources) - set(RULES))
+        if unknown:
+            raise ValueError(f"engine {self.name!r}: resources for unknown rule(s) {unknown}; rules: {list(RULES)}")
+        if len({self.prepare is None, not self.prepare_outputs, not self.prepare_keys}) > 1:
+            raise ValueError(f"engine {self.name!r}: prepare, prepare_outputs and prepare_keys go together")
+
+
+class TrainingDiverged(Exception):
+    """Training met a non-finite loss, log-probability or weight; the message says which.
+    Engines raise it where they detect it and catch it in one place, which writes status "diverged"."""
+
+
+# SLURM's warning before a job's time limit: the engines' train resources ask for it with
+# `sbatch --signal=URG@<seconds>`. SIGURG because its default action is "ignore": SLURM signals
+# every process of the job step, and Snakemake's own processes there must survive it (SIGUSR1
+# would kill them). An engine that sees it saves its resume state and raises TimeLimitReached;
+# engines.run then exits with EXIT_RESUME, the job fails before its limit, and the retry resumes.
+TIME_LIMIT_SIGNAL = signal.SIGURG
+EXIT_RESUME = os.EX_TEMPFAIL  # 75
+_TIME_LIMIT_NEAR = threading.Event()
+
+
+class TimeLimitReached(Exception):
+    """Training stopped early because the job's time limit is near; its resume state is on disk."""
+
+
+def watch_time_limit() -> None:
+    """From now on, TIME_LIMIT_SIGNAL marks the time limit as near (engines poll time_limit_near)."""
+    signal.signal(TIME_LIMIT_SIGNAL, lambda signum, frame: _TIME_LIMIT_NEAR.set())
+
+
+def time_limit_near() -> bool:
+    return _TIME_LIMIT_NEAR.is_set()
+
+
+def merge_metrics(engine_metrics: dict, loss_metrics: dict) -> dict:
+    """One metrics row from the engine's keys and the loss's namespaced diagnostics; a loss key that
+    would overwrite an engine key raises instead of silently replacing a number."""
+    clash = sorted(set(engine_metrics) & set(loss_metrics))
+    if clash:
+        raise ValueError(f"loss metric(s) {clash} collide with the engine's metrics; namespace them ('<loss>/...')")
+    return {**engine_metrics, **loss_metrics}
+
+
+_REGISTRY: dict[str, Engine] = {}
+_DISCOVERED = False
+
+
+def register(engine: Engine) -> Engine:
+    """Add ``engine``; a second engine of the same name raises (nothing is silently replaced)."""
+    if engine.name in _REGISTRY and _REGISTRY[engine.name] is not engine:
+        raise ValueError(f"engine {engine.name!r} is registered twice")
+    _REGISTRY[engine.name] = engine
+    return engine
+
+
+def _discover() -> None:
+    global _DISCOVERED
+    if _DISCOVERED:
+        return
+    _DISCOVERED = True
+    package = importlib.util.find_spec(ENGINES_PACKAGE)
+    for module in pkgutil.iter_modules(package.submodule_search_locations if package else []):
+        if module.ispkg:
+            importlib.import_module(f"{ENGINES_PACKAGE}.{module.name}")
+    for name in filter(None, (part.strip() for part in os.environ.get("STALEBENCH_ENGINES", "").split(","))):
+        importlib.import_module(name)
+
+
+def available() -> list[str]:
+    _discover()
+    return sorted(_REGISTRY)
+
+
+def get(name: str) -> Engine:
+    _discover()
+    if name not in _REGISTRY:
+        raise KeyError(f"unknown engine {name!r}; available: {', '.join(sorted(_REGISTRY))}")
+    return _REGISTRY[name]

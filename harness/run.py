@@ -1,0 +1,212 @@
+"""The run on disk: ``RunDir`` owns every path and file of one run folder, ``RunConfig`` is its
+resolved config, typed and checked once per process.
+
+    run = RunDir("results/demo/runs/grpo/lag1/seed0")
+    run.read_config()        config.json: the resolved run config the folder was started with
+    run.read_status()        train/status.json ({"status", "step", "message", ...}) or None
+    run.read_metrics()       train/metrics.jsonl rows, one per training step
+    run.checkpoints()        step -> train/checkpoints/step_<N>/
+    run.eval_path(task)      eval/<task>.jsonl (one score line per checkpoint)
+
+Layout (shared/DESIGN.md): config.json and provenance.json at the top; train/ (status.json,
+metrics.jsonl, fingerprint.json, checkpoints/step_<N>/ and the engine's own files); eval/ (the
+declared <task>.jsonl files and the score caches .<task>.scores.jsonl); locks/<name>.lock. No other
+module spells these names: a stage that needs one asks this class. Every reader of a JSON or JSONL
+file names the file (and the line) it could not read.
+"""
+from __future__ import annotations
+
+import contextlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+
+from harness import engine as engines
+from harness.grid import check_run
+from harness.identity import run_key
+from harness.io import append_jsonl_atomic, read_json, read_jsonl, write_json_atomic, write_jsonl_atomic
+from harness.lock import writer_lock
+from stabilizers import Recipe
+
+CONFIG, PROVENANCE = "config.json", "provenance.json"
+STATUS, METRICS, FINGERPRINT = "status.json", "metrics.jsonl", "fingerprint.json"
+STATUS_PATTERN = f"train/{STATUS}"  # relative to a run folder: the workflow's train output
+_STEP_DIR = re.compile(r"^step_(\d+)$")
+
+
+def eval_file_pattern(task: str) -> str:
+    """A task's score file relative to a run folder (the workflow's evaluate outputs)."""
+    return f"eval/{task}.jsonl"
+
+
+class RunDir:
+    """One run folder; paths are properties, files are read and written by methods."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r})"
+
+    # ------------------------------------------------------------------ paths
+    @property
+    def config_path(self) -> Path:
+        return self.path / CONFIG
+
+    @property
+    def provenance_path(self) -> Path:
+        return self.path / PROVENANCE
+
+    @property
+    def train_dir(self) -> Path:
+        """The engine's folder: besides the files named here, it keeps its own (resume state, logs)."""
+        return self.path / "train"
+
+    @property
+    def status_path(self) -> Path:
+        return self.train_dir / STATUS
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.train_dir / METRICS
+
+    @property
+    def fingerprint_path(self) -> Path:
+        return self.train_dir / FINGERPRINT
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        return self.train_dir / "checkpoints"
+
+    def checkpoint_path(self, step: int) -> Path:
+        return self.checkpoints_dir / f"step_{step}"
+
+    @property
+    def eval_dir(self) -> Path:
+        return self.path / "eval"
+
+    def eval_path(self, task: str) -> Path:
+        return self.path / eval_file_pattern(task)
+
+    def scores_path(self, task: str) -> Path:
+        """Every score of ``task`` ever computed for this run (eval.score's cache, not a declared output)."""
+        return self.eval_dir / f".{task}.scores.jsonl"
+
+    def lock_path(self, name: str) -> Path:
+        return self.path / "locks" / f"{name}.lock"
+
+    # ------------------------------------------------------------------ files
+    def read_config(self) -> dict:
+        """config.json; FileNotFoundError or ValueError naming the file."""
+        if not self.config_path.is_file():
+            raise FileNotFoundError(f"run output missing: {self.config_path}")
+        return read_json(self.config_path)
+
+    def pin_config(self, run_config: dict) -> dict:
+        """Write config.json, or check that the one there is this config (same run key); returns
+        the config with its run key. A folder holding another config is refused, nothing written."""
+        run_config = {**run_config, "run_key": run_key(run_config)}
+        if self.config_path.exists():
+            try:
+                existing = read_json(self.config_path)
+            except ValueError as error:
+                raise ValueError(f"{error}; refusing to overwrite it") from None
+            if run_key(existing) != run_config["run_key"]:
+                changed = sorted(k for k in set(existing) | set(run_config)
+                                 if k != "run_key" and existing.get(k) != run_config.get(k))
+                raise ValueError(f"{self.path} holds a run with a different config (keys differing: {changed}); "
+                                 f"nothing was overwritten — use another directory or delete it")
+        else:
+            write_json_atomic(self.config_path, run_config)
+        return run_config
+
+    def read_status(self) -> dict | None:
+        """train/status.json, or None before training has ended once."""
+        return read_json(self.status_path) if self.status_path.is_file() else None
+
+    def write_status(self, status: str, step: int, message: str, **extra) -> None:
+        """The engine's last word on a run (completed | diverged | failed), written last."""
+        write_json_atomic(self.status_path, {"status": status, "step": step, "message": message, **extra})
+
+    def read_metrics(self) -> list[dict]:
+        return read_jsonl(self.metrics_path)
+
+    def append_metrics(self, rows: list[dict]) -> None:
+        """Append training steps; a step not after the last one raises (two writers on one run)."""
+        append_jsonl_atomic(self.metrics_path, rows, increasing="step")
+
+    def keep_metrics_through(self, step: int) -> None:
+        """Cut metrics.jsonl back to the steps up to ``step`` (a resume redoes the later ones)."""
+        write_jsonl_atomic(self.metrics_path, [row for row in self.read_metrics() if row["step"] <= step])
+
+    def checkpoints(self) -> dict[int, Path]:
+        """step -> checkpoint folder, in step order ({} before the first checkpoint)."""
+        root = self.checkpoints_dir
+        found = {int(m.group(1)): p for p in root.iterdir()
+                 if (m := _STEP_DIR.match(p.name)) and p.is_dir()} if root.is_dir() else {}
+        return dict(sorted(found.items()))
+
+    def read_eval(self, task: str) -> list[dict]:
+        return read_jsonl(self.eval_path(task))
+
+    def write_eval(self, task: str, rows: list[dict]) -> None:
+        write_jsonl_atomic(self.eval_path(task), rows)
+
+    def read_scores(self, task: str) -> list[dict]:
+        return read_jsonl(self.scores_path(task))
+
+    def append_scores(self, task: str, rows: list[dict]) -> None:
+        append_jsonl_atomic(self.scores_path(task), rows)
+
+    def read_provenance(self) -> dict | None:
+        return read_json(self.provenance_path) if self.provenance_path.is_file() else None
+
+    def write_provenance(self, record: dict) -> None:
+        write_json_atomic(self.provenance_path, record)
+
+    def lock(self, name: str, purpose: str) -> contextlib.AbstractContextManager:
+        """The exclusive writer lock ``locks/<name>.lock`` (harness.lock; RunLocked if held)."""
+        return writer_lock(self.lock_path(name), purpose)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """A resolved run config (harness.grid.resolve_run_config), checked: the harness's checks
+    (harness.grid.check_run), the engine's parameter checks and the engine's check_run. Built once
+    per training process (``RunConfig.check``) and handed to the engine."""
+
+    raw: MappingProxyType  # the config as config.json pins it, run key included
+    engine: engines.Engine
+    recipe: Recipe
+    engine_params: MappingProxyType  # resolved by the engine
+    grid: str
+    lag: int
+    lag_mode: str
+    seed: int
+    steps: int
+    eval_every: int
+    base_model: Path | None  # the grid's prepared base model (engines with a prepare step)
+    run_key: str
+
+    @classmethod
+    def check(cls, run_config: dict) -> "RunConfig":
+        """The typed, checked run config; ValueError (or FileNotFoundError for a missing input of the
+        engine) naming the key. A stale or missing run key is recomputed."""
+        try:
+            engine = engines.get(run_config.get("engine"))
+        except KeyError as error:
+            raise ValueError(f"run config 'engine': {error.args[0]}") from None
+        raw = {**run_config, "run_key": run_key(run_config)}
+        recipe = check_run(raw)
+        typed = cls(raw=MappingProxyType(raw), engine=engine, recipe=recipe,
+                    engine_params=MappingProxyType(engine.resolve_params(raw.get("engine_params") or {})),
+                    grid=raw.get("grid", ""), lag=raw["lag"], lag_mode=raw["lag_mode"], seed=raw["seed"],
+                    steps=raw["steps"], eval_every=raw["eval_every"],
+                    base_model=Path(raw["base_model"]) if raw.get("base_model") else None, run_key=raw["run_key"])
+        if engine.check_run is not None:
+            engine.check_run(typed)
+        return typed
+
+    def as_dict(self) -> dict:
+        return dict(self.raw)

@@ -1,0 +1,26 @@
+"""Megatron-LM's parser at the pin: the flags engines.slime uses that Megatron defines."""
+
+
+def add_arguments(parser):
+    parser.add_argument("--accumulate-allreduce-grads-in-fp32")
+    parser.add_argument("--adam-beta1")
+    parser.add_argument("--adam-beta2")
+    parser.add_argument("--attention-backend")
+    parser.add_argument("--attention-dropout")
+    parser.add_argument("--attention-softmax-in-fp32")
+    parser.add_argument("--context-parallel-size")
+    parser.add_argument("--expert-model-parallel-size")
+    parser.add_argument("--expert-tensor-parallel-size")
+    parser.add_argument("--hidden-dropout")
+    parser.add_argument("--lr-decay-style")
+    parser.add_argument("--optimizer")
+    parser.add_argument("--optimizer-cpu-offload")
+    parser.add_argument("--overlap-cpu-optimizer-d2h-h2d")
+    parser.add_argument("--pipeline-model-parallel-size")
+    parser.add_argument("--recompute-granularity")
+    parser.add_argument("--recompute-method")
+    parser.add_argument("--recompute-num-layers")
+    parser.add_argument("--sequence-parallel")
+    parser.add_argument("--tensor-model-parallel-size")
+    parser.add_argument("--use-precision-aware-optimizer")
+    parser.add_argument("--weight-decay")

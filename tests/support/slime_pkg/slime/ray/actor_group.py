@@ -1,0 +1,12 @@
+"""slime.ray.actor_group.RayTrainGroup: the calls of the constant-lag driver."""
+
+
+class RayTrainGroup:
+    def async_train(self, rollout_id, rollout_data_ref, external_data=None):
+        raise NotImplementedError("stand-in")
+
+    def update_weights(self):
+        raise NotImplementedError("stand-in")
+
+    def save_model(self, rollout_id, force_sync=False):
+        raise NotImplementedError("stand-in")

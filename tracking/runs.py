@@ -1,0 +1,145 @@
+"""What each MLflow run of a grid gets (tracking.sync's layout): the parent run (the grid), a
+seed run per (recipe, lag, seed) read through harness.run.RunDir, a summary run per cell. The
+MLflow calls themselves are tracking.writer's."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from analysis.report import REPORT_FILES
+from harness.grid import expand, run_dir
+from harness.io import write_json_atomic
+from harness.model import Eval
+from harness.run import RunDir
+from tracking import layout
+from tracking.store import results_root
+from tracking.writer import Writer
+
+SYNCED = "stalebench.synced_step."  # + "train" or "eval.<task>": last step already logged
+SUMMARY_SUFFIX = " summary"  # the summary runs' experiment: "<grid> summary"
+MLFLOW_STATUS = {"completed": "FINISHED", "diverged": "FAILED", "failed": "FAILED"}
+SCORE_UNITS = ("Scores (eval/TASK/score, fixed, best, selected, auc and their intervals) are in percent "
+               "(avg@k x 100), as in table.md.")
+UNITS_NOTE = SCORE_UNITS + " Seed runs are here; the per-cell summaries are in the experiment '{grid}" + \
+    SUMMARY_SUFFIX + "'."
+
+
+class Tracker:
+    """One pass of one grid into one MLflow store (tracking.sync's module docstring)."""
+
+    def __init__(self, config: dict, stride: int):
+        """``stride``: training metrics are logged at every stride-th step (plus the first and last)."""
+        self.config = config
+        self.writer = Writer(config)
+        self.experiment_id = self.writer.experiment(config["grid"], UNITS_NOTE.format(grid=config["grid"]))
+        self.summary_experiment_id, self.cells = None, {}  # the summary experiment: final sync only
+        self.existing = self.writer.existing(self.experiment_id)
+        self.stride = stride
+        self.tasks = Eval.build(config["eval"]).scored_tasks
+
+    def _run(self, key: str, kind: str, name: str, tags: dict, start_ms: int | None = None):
+        """A run of the grid's experiment (found by key, or created)."""
+        return self.writer.run(key, kind, name, tags, self.experiment_id, self.existing, start_ms)
+
+    def sync_parent(self, grid_path: Path, final: bool) -> str:
+        run_id, found = self._run(f"grid:{self.config['grid']}", "parent", self.config["grid"],
+                                  {"engine": self.config["engine"], "grid": self.config["grid"]})
+        self.writer.log(run_id, tags={"n_runs": len(expand(self.config)), "mlflow.source.git.commit": self.writer.commit})
+        if final:
+            with tempfile.TemporaryDirectory(prefix="track_") as tmp:
+                write_json_atomic(Path(tmp) / "workflow_config.json", self.config)
+                self.writer.log_artifacts(run_id, [Path(tmp) / "workflow_config.json"] + [
+                    grid_path / name for name in REPORT_FILES if (grid_path / name).exists()])
+        self.writer.set_status(run_id, found, "FINISHED" if final else "RUNNING")
+        return run_id
+
+    def sync_run(self, parent_id: str, recipe: str, lag: int, seed: int, numbers: dict | None) -> bool:
+        """Sync one seed run; ``numbers`` = its per-seed numbers (final sync) or None (live).
+        Returns False for a run that has not started (live sync only)."""
+        from mlflow.entities import Metric
+        run = RunDir(run_dir(self.config, recipe, lag, seed))
+        if numbers is not None:
+            for path in (run.config_path, run.status_path):
+                if not path.exists():
+                    raise FileNotFoundError(f"run output missing: {path}")
+        if not run.config_path.exists():
+            return False
+        run_config, status = run.read_config(), run.read_status()
+        key = run_config.get("run_key")
+        if not key:
+            raise ValueError(f"{run.config_path} has no run_key")
+        start_ms = int(run.config_path.stat().st_mtime * 1000)
+        run_id, found = self._run(key, "run", f"{recipe}/lag{lag}/seed{seed}", {"mlflow.parentRunId": parent_id},
+                                  start_ms)
+        tags = found.data.tags if found is not None else {}
+        train_rows = run.read_metrics()
+        times = layout.step_times_ms(train_rows, start_ms)
+        metrics, problems = [], {}
+        new_tags = {**layout.identity_tags(run_config),
+                    "run_dir": os.path.relpath(run.path.resolve(), results_root(self.config))}
+        provenance = run.read_provenance()
+        if provenance is not None:
+            new_tags.update(layout.provenance_tags(provenance))
+        done = int(tags.get(SYNCED + "train", -1))
+        rows = [row for row in train_rows if row["step"] > done and (
+            row["step"] % self.stride == 0 or row["step"] == 1 or row is train_rows[-1])]
+        for row in rows:  # every stride-th step, the first and the last (tracking.sync's docstring)
+            for name, value in row.items():
+                if name not in ("step", "time") and layout.number(value) is not None:
+                    metrics.append(Metric("train/" + name, layout.number(value), times[row["step"]], row["step"]))
+        if rows:
+            new_tags[SYNCED + "train"] = rows[-1]["step"]
+        for task in self.tasks:
+            every = run.read_eval(task)
+            if every and layout.number(every[-1].get("n_problems")) is not None:
+                problems[task] = int(every[-1]["n_problems"])
+            done = int(tags.get(SYNCED + f"eval.{task}", -1))
+            points = [p for p in layout.eval_metrics(every) if p[0] > done]
+            metrics += [Metric(f"eval/{task}/{name}", value, times.get(step, start_ms + step), step)
+                        for step, name, value in points]
+            if points:
+                new_tags[SYNCED + f"eval.{task}"] = max(p[0] for p in points)
+        if status is not None:
+            new_tags.update({"status": status.get("status"), "status_step": status.get("step")})
+            if MLFLOW_STATUS.get(status.get("status")) != "FINISHED":  # the reason, also as the run's description
+                new_tags["status_reason"] = new_tags["mlflow.note.content"] = status.get("message") or status.get("status")
+        if numbers is not None:
+            metrics += self.writer.changed(found, layout.seed_values(numbers))
+            if "collapsed" in numbers:
+                new_tags["collapsed"] = str(bool(numbers["collapsed"])).lower()
+        have = found.data.params if found is not None else {}
+        params = {k: v for k, v in layout.run_params(run_config, self.config["eval"], problems).items()
+                  if k not in have}
+        self.writer.log(run_id, metrics, params=params, tags=new_tags)
+        if status is None:
+            self.writer.set_status(run_id, found, "RUNNING")
+        else:
+            end_ms = int(run.status_path.stat().st_mtime * 1000)
+            self.writer.set_status(run_id, found, MLFLOW_STATUS.get(status.get("status"), "FAILED"),
+                                   max(end_ms, start_ms))
+        return True
+
+    def sync_cell(self, parent_id: str, cell: dict) -> None:
+        """A summary run in the "<grid> summary" experiment: every number of the cell (layout.cell_values)."""
+        if self.summary_experiment_id is None:
+            name = self.config["grid"] + SUMMARY_SUFFIX
+            self.summary_experiment_id = self.writer.experiment(
+                name, f"One run per cell (recipe x lag) of grid '{self.config['grid']}': means over seeds "
+                      "with their intervals and tests. " + SCORE_UNITS)
+            self.cells = self.writer.existing(self.summary_experiment_id)
+        recipe, lag = cell["recipe"], cell["lag"]
+        run_id, found = self.writer.run(f"cell:{self.config['grid']}:{recipe}:lag{lag}", "cell",
+                                        f"summary {recipe}/lag{lag}", {"stalebench.grid_run": parent_id},
+                                        self.summary_experiment_id, self.cells)
+        values, tags = layout.cell_values(cell)
+        tags.update({"seeds": json.dumps(cell["seeds"]), "run_keys": json.dumps(cell.get("run_keys", []))})
+        params = {}
+        if found is None:  # the params its seeds share (from the first seed's config)
+            first = RunDir(run_dir(self.config, recipe, lag, cell["seeds"][0])) if cell["seeds"] else None
+            if first is not None and first.config_path.exists():
+                params = layout.cell_params(first.read_config())
+            params.update({"recipe": recipe, "lag": str(lag)})
+        self.writer.log(run_id, self.writer.changed(found, values), params=params, tags=tags)
+        self.writer.set_status(run_id, found, "FINISHED")

@@ -1,0 +1,77 @@
+# Plumbing (shared/DESIGN.md, "The house"): the config checked once, the typed model, the paths
+# and resources every rule file uses. The rules stay thin; what a config means to Snakemake lives in
+# harness.jobs, what it means to a stage in harness.model.
+import json
+import os
+import sys
+
+from snakemake.exceptions import WorkflowError
+from snakemake.utils import update_config
+
+from harness.config import ConfigError, check_recipe_values, validate
+from harness.io import write_json_atomic
+from harness.jobs import GRID_CONFIG, job_resources, retype_cli_values, rule_resources, train_retries
+from harness.model import Config
+from harness.run import STATUS_PATTERN, eval_file_pattern
+
+
+# `-C lags=[1,8]` arrives as strings; give the overrides their YAML types again.
+update_config(config, retype_cli_values(workflow.config_settings.overwrite_config))
+try:
+    CONFIG = validate(config)
+    MODEL = Config.build(CONFIG)  # resolves every run (engine params, stabilizer defaults) once
+    TRAIN_RETRIES = train_retries(CONFIG)
+except (ConfigError, ValueError) as error:
+    raise WorkflowError(str(error)) from None
+
+# Rules call `python -m ...`: put the interpreter running snakemake (the project's venv) first on
+# PATH so that `make demo` needs no activated venv; a conda env (--sdm conda) still goes before it.
+VENV_BIN = os.path.dirname(sys.executable)
+os.environ["PATH"] = f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}"
+
+ENGINE = MODEL.engine
+GRID = str(MODEL.grid_dir)
+RUN = f"{GRID}/runs/{{recipe}}/lag{{lag}}/seed{{seed}}"
+LOGS = f"{GRID}/logs"
+BENCHMARKS = f"{LOGS}/benchmarks"  # one TSV per job (analysis.provenance tabulates them per rule)
+RUN_WILDCARDS = dict(zip(("recipe", "lag", "seed"), zip(*MODEL.runs)))
+TASKS = MODEL.eval.scored_tasks
+# Every run's training status and scores (one evaluate job per run writes all its tasks'). Also
+# targets of `all`: Snakemake reruns no job whose outputs exist because an input went missing, so a
+# deleted run is redone only if it is a target.
+RUN_OUTPUTS = expand(f"{RUN}/{STATUS_PATTERN}", zip, **RUN_WILDCARDS) + [
+    path for task in TASKS for path in expand(f"{RUN}/{eval_file_pattern(task)}", zip, **RUN_WILDCARDS)]
+
+
+wildcard_constraints:
+    recipe=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
+    lag=r"\d+",
+    seed=r"\d+",
+
+
+# The checked config, written once per change to <grid>/config.json: the input of aggregate and
+# track. Its params are the config, so the job reruns (and the file is rewritten) only when the
+# config changes, and a dry run writes nothing.
+localrules:
+    grid_config,
+
+
+rule grid_config:
+    output:
+        f"{GRID}/{GRID_CONFIG}",
+    params:
+        config=json.dumps(CONFIG, sort_keys=True),
+    log:
+        f"{LOGS}/grid_config.log",  # (empty: the job writes one file and prints nothing)
+    benchmark:
+        f"{BENCHMARKS}/grid_config.tsv"
+    run:
+        write_json_atomic(output[0], CONFIG)
+
+
+onstart:
+    # not in a dry run: the value checks run the loss code, which imports torch (~2 s)
+    try:
+        check_recipe_values(CONFIG)
+    except ConfigError as error:
+        raise WorkflowError(str(error)) from None
