@@ -14,8 +14,8 @@ from harness import lag as lag_schedule
 from harness.io import read_jsonl
 from harness.lag import LagOutOfBound, bounded_draw, check_realized_lag, lag_bound, sampling_version
 from harness.run import RunConfig, RunDir
+from tests.support.tiny_runs import config
 from tests.support.untimed import untimed_rows
-from tests.test_tiny_train import base, config  # noqa: F401 (base: the module's small base model)
 
 
 def realized_lags(run_dir) -> list[int]:
@@ -50,7 +50,7 @@ def test_the_bound_of_each_mode():
         lag_bound(3, 2, "random")
 
 
-def test_bounded_lag_realizes_its_seeded_schedule(base, tmp_path):  # noqa: F811
+def test_bounded_lag_realizes_its_seeded_schedule(base, tmp_path):
     lag, steps = 3, 12
     for seed in (0, 1):
         assert run(config(base, lag=lag, mode="bounded", steps=steps, eval_every=4, seed=seed),
@@ -61,7 +61,7 @@ def test_bounded_lag_realizes_its_seeded_schedule(base, tmp_path):  # noqa: F811
     assert set(realized_lags(tmp_path / "seed0")) - {0} and 0 in realized_lags(tmp_path / "seed0")[1:]
 
 
-def test_bounded_lag_resumes_bit_identical_after_a_time_limit_stop(base, tmp_path, monkeypatch):  # noqa: F811
+def test_bounded_lag_resumes_bit_identical_after_a_time_limit_stop(base, tmp_path, monkeypatch):
     cfg = config(base, lag=3, mode="bounded", steps=10, eval_every=3, seed=1)
     assert run(cfg, tmp_path / "reference") == "completed"
     polls = iter(range(1, 100))
@@ -74,7 +74,7 @@ def test_bounded_lag_resumes_bit_identical_after_a_time_limit_stop(base, tmp_pat
         untimed_rows(tmp_path / "reference" / "train" / "metrics.jsonl")
 
 
-def test_a_schedule_past_its_bound_fails_the_run_naming_the_step(base, tmp_path, monkeypatch):  # noqa: F811
+def test_a_schedule_past_its_bound_fails_the_run_naming_the_step(base, tmp_path, monkeypatch):
     """Planted fault: from step 4 on the engine is sent weights one version older than its schedule's;
     at step 5 that is a realized lag of 3, past interval lag 2's bound."""
     honest = lag_schedule.sampling_version
@@ -106,7 +106,7 @@ def synchronous_rows(run_config: dict, directory) -> list[str]:
 
 
 @pytest.mark.parametrize("mode", ["interval", "constant", "bounded"])
-def test_lag_0_is_the_synchronous_loop_bit_for_bit(base, tmp_path, mode):  # noqa: F811
+def test_lag_0_is_the_synchronous_loop_bit_for_bit(base, tmp_path, mode):
     """The one difference from a textbook synchronous loop is by design, not of the loop: the
     engine samples in bf16, so mu != pi at lag 0 (d/mean_abs > 0), as SGLang vs Megatron."""
     cfg = config(base, lag=0, mode=mode, steps=5, eval_every=5, recipe="grpo_r3")
@@ -116,7 +116,7 @@ def test_lag_0_is_the_synchronous_loop_bit_for_bit(base, tmp_path, mode):  # noq
     assert all(row["d/mean_abs"] > 0 for row in read_jsonl(tmp_path / "lag0" / "train" / "metrics.jsonl"))
 
 
-def test_a_lag_1_run_is_not_the_synchronous_loop(base, tmp_path):  # noqa: F811
+def test_a_lag_1_run_is_not_the_synchronous_loop(base, tmp_path):
     """Planted fault for the lag-0 test: the same comparison fails on a run one version behind."""
     cfg = config(base, lag=1, mode="constant", steps=5, eval_every=5, recipe="grpo_r3")
     assert run(cfg, tmp_path / "lag1") == "completed"
@@ -130,7 +130,7 @@ R2 = {"grpo_r2": {"loss": "grpo", "params": {"eps_low": 0.2, "eps_high": 0.2}, "
       "grpo_r3_spelled": {"loss": "grpo", "params": {"eps_low": 0.2, "eps_high": 0.2}, "routing_replay": "r3"}}
 
 
-def test_r2_replays_the_trainers_own_routing_and_r3_spelled_r3_is_true(base, tmp_path):  # noqa: F811
+def test_r2_replays_the_trainers_own_routing_and_r3_spelled_r3_is_true(base, tmp_path):
     runs = {}
     for recipe in ("grpo", "grpo_r3", "grpo_r2", "grpo_r3_spelled"):
         cfg = config(base, recipe=recipe, lag=2, steps=6, extra_recipes=R2)
@@ -147,7 +147,7 @@ def test_r2_replays_the_trainers_own_routing_and_r3_spelled_r3_is_true(base, tmp
     assert [r["loss"] for r in rows["grpo_r2"]] != [r["loss"] for r in rows["grpo_r3"]]
 
 
-def test_fp16_rollouts_sample_in_float16(base, tmp_path):  # noqa: F811
+def test_fp16_rollouts_sample_in_float16(base, tmp_path):
     cfg = config(base, lag=1, steps=3, rollout_dtype="float16")
     trainer = Trainer(RunConfig.check(cfg), RunDir(tmp_path))
     assert next(trainer.engine.model.parameters()).dtype == torch.float16
