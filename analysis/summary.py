@@ -148,7 +148,8 @@ def summarize(config: dict, runs: list[Run]) -> dict:
     _adjust(list(cells.values()), baseline)
     settings = config.get("eval") or {}
     summary = {"grid": config["grid"], "engine": config["engine"], "recipes": list(config["recipes"]),
-               "lags": list(config["lags"]), "lag_mode": config.get("lag_mode", "interval"), "seeds": list(config["seeds"]), "steps": config["steps"],
+               "lags": list(config["lags"]), "lag_mode": config["lag_mode"], "seeds": list(config["seeds"]),
+               "steps": config["steps"],
                "test_task": test_task(settings), "selection_task": settings.get("selection_task"),
                "fixed_step": settings.get("fixed_step"), "baseline": baseline,
                "collapse_fraction": Collapse.build(config["collapse"]).fraction,

@@ -155,7 +155,7 @@ def sections(summary: dict) -> list[tuple[str, list[str], list[list[str]]]]:
         table(f"Collapse rate minus {baseline}'s at the same lag ([95% CI: Newcombe], Fisher exact p, "
               f"{_holm_note(stats)})", [("", lambda c: _comparison_text(c["collapse_vs_baseline"], 1, 2))],
               recipes=others)
-    table(f"Realized lag ({summary.get('lag_mode', 'interval')} mode): lowest..highest over every trained step "
+    table(f"Realized lag ({summary['lag_mode']} mode): lowest..highest over every trained step "
           "of every seed (mean)", [("", realized_lag_text)])
     for metric, title in MISMATCH.items():
         columns = [("", lambda c, m=metric: _interval_text(c["stats"][m], c["per_seed"][m], 1, 4))]
