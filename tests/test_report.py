@@ -6,6 +6,7 @@ import shutil
 
 import matplotlib.image
 import pytest
+from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
 from analysis.aggregate import main
@@ -16,7 +17,7 @@ from analysis.stats import collapse_difference, prob_improvement
 from analysis.summary import ENDPOINTS, collect, summarize
 from analysis.tables import ENDPOINT_NAMES, conclusions
 from harness.grid import run_dir
-from tests.support.grid_fixture import COLLAPSED, DIVERGED, EARLY_DIVERGED, EQUAL_CELL, make_grid
+from tests.support.grid_fixture import COLLAPSED, DIVERGED, EARLY_DIVERGED, EQUAL_CELL, make_grid, scores_of
 
 
 @pytest.fixture(scope="module")
@@ -224,3 +225,22 @@ def test_conclusions_follow_the_numbers(grid):
     # P(improvement) on both endpoints and the two collapse-rate tables
     assert sum("complete separation gives p = 0.100" in line for line in lines) == 4
     assert sum(line.startswith("Evidence of a") for line in lines) >= 1  # the fixture has a clear one
+
+
+def test_cell_curve_is_the_seed_mean_with_its_interval_at_every_evaluation_step(grid):
+    """summary.json's per-step cell curve (what the MLflow summary runs chart): one point per
+    evaluation step; the diverged seed counts 0 after it stopped; the interval is mean_ci's."""
+    config, _, summary = grid
+    cells = {(c["recipe"], c["lag"]): c for c in summary["cells"]}
+    grpo8 = cells["grpo", 8]
+    assert [p["step"] for p in grpo8["curve"]] == [5, 10, 15, 20]
+    by_seed = {seed: scores_of("grpo", 8, seed) for seed in config["seeds"]}
+    by_seed[DIVERGED[2]] = by_seed[DIVERGED[2]][:2] + [0.0, 0.0]  # diverged at step 12: 0 afterwards
+    for i, point in enumerate(grpo8["curve"]):
+        values = [by_seed[seed][i] for seed in config["seeds"]]
+        expected = stats.ttest_1samp(values, 0.0).confidence_interval(0.95)
+        assert point["estimate"] == pytest.approx(sum(values) / 3) and point["n"] == 3
+        assert (point["low"], point["high"]) == pytest.approx((expected.low, expected.high))
+    equal = cells[EQUAL_CELL]["curve"]
+    assert {p["method"] for p in equal} == {"degenerate"} and all(p["low"] == p["high"] for p in equal)
+    assert [p["low"] for p in equal] == pytest.approx([0.30, 0.35, 0.40, 0.45])
