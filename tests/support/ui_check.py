@@ -22,12 +22,13 @@ CHROMIUM = "/usr/bin/chromium"  # Debian's package (apt-get install chromium), a
 
 
 def synced_grid(folder: Path) -> Path:
-    """The reduced test grid under ``folder``, aggregated and synced; returns its config file."""
+    """The reduced test grid under ``folder`` with its claims, aggregated and synced; returns its config file."""
     from analysis.report import write_reports
+    from harness.config import validate
     from harness.grid import grid_dir
-    from tests.support.grid_fixture import make_grid
+    from tests.support.grid_fixture import CLAIMS, make_grid
     from tracking.sync import sync
-    config = make_grid(folder / "results")
+    config = validate({**make_grid(folder / "results"), "claims": CLAIMS})
     write_reports(config, grid_dir(config), progress=False)
     sync(config, progress=False)
     path = folder / "config.yaml"
