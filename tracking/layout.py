@@ -165,10 +165,13 @@ def curve_metrics(task: str, curve: list[dict], time_ms: int) -> list:
 
 def comparison_view(task: str) -> dict:
     """The summary experiment's shared view (tracking.store.comparison_link): every run shown (the UI
-    draws the first 10 otherwise), one group per cell (recipe, lag), runs in name order, and only the
-    charts of the test-score curve and its bounds (else the ~70 per-cell numbers' bar charts come first)."""
+    draws the first 10 otherwise), the table grouped by cell (recipe, lag), runs in name order, and only
+    the charts of the test-score curve and its bounds (else the ~70 per-cell numbers' bar charts come
+    first). The charts draw each run (a cell), not the groups' aggregates: those add a min-max band of
+    one run per group, empty, as two more traces per cell."""
     return {"searchFilter": "", "orderByKey": "tags.`mlflow.runName`", "orderByAsc": True,
             "runsHiddenMode": "SHOW_ALL", "chartsSearchFilter": f"eval/{task}/score",
+            "useGroupedValuesInCharts": False,
             "groupBy": {"aggregateFunction": "average",
                         "groupByKeys": [{"mode": "param", "groupByData": "recipe"},
                                         {"mode": "param", "groupByData": "lag"}]}}
