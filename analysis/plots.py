@@ -10,20 +10,11 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.stats import mean_ci
-from analysis.summary import ENDPOINTS, Run, by_cell, summary_cells
+from analysis.summary import ENDPOINTS, Run, by_cell, score_curve, summary_cells
 from analysis.survival import kaplan_meier
 from analysis.tables import ENDPOINT_NAMES
 
 QUANTILES = ("d/mean_abs", "d/p50", "d/p90", "d/p99")
-
-
-def _score_at_steps(run: Run, steps: list[int]) -> list[float]:
-    """The run's test score at each step (0 after a divergence, NaN where not evaluated)."""
-    scores = dict(run.curve)
-    last = run.curve[-1][0] if run.curve else 0
-    diverged = run.summary.status == "diverged"
-    return [scores.get(s, 0.0 if diverged and s > last else math.nan) for s in steps]
 
 
 def plot_curves(config: dict, runs: list[Run], path: Path) -> None:
@@ -34,13 +25,10 @@ def plot_curves(config: dict, runs: list[Run], path: Path) -> None:
     fig, axes = plt.subplots(1, len(lags), figsize=(5 * len(lags), 4), squeeze=False, sharey=True)
     for ax, lag in zip(axes[0], lags):
         for recipe in config["recipes"]:
-            cell = cells.get((recipe, lag), [])
-            steps = sorted({s for run in cell for s, _ in run.curve} | {int(config["steps"])})
-            per_run = 100 * np.array([_score_at_steps(run, steps) for run in cell])
-            intervals = [mean_ci(per_run[:, i]) for i in range(len(steps))]
-            mean = np.array([ci.estimate for ci in intervals])
-            line, = ax.plot(steps, mean, marker=".", label=recipe)
-            ax.fill_between(steps, [ci.low for ci in intervals], [ci.high for ci in intervals],
+            curve = score_curve(cells.get((recipe, lag), []), int(config["steps"]))
+            steps = [point["step"] for point in curve]
+            line, = ax.plot(steps, [100 * point["estimate"] for point in curve], marker=".", label=recipe)
+            ax.fill_between(steps, [100 * point["low"] for point in curve], [100 * point["high"] for point in curve],
                             color=line.get_color(), alpha=0.2, linewidth=0)
         ax.set(title=f"lag {lag}", xlabel="step", ylabel="test score (%, avg@k)")
         ax.grid(alpha=0.3)

@@ -91,7 +91,23 @@ def realized_lag_distribution(runs: list[Run]) -> dict:
             "steps": {str(int(v)): int(n) for v, n in zip(values, counts)}}
 
 
-def _cell(recipe: str, lag: int, runs: list[Run], reference: dict) -> dict:
+def score_at_steps(run: Run, steps: list[int]) -> list[float]:
+    """The run's test score at each step (0 after a divergence, NaN where not evaluated)."""
+    scores = dict(run.curve)
+    last = run.curve[-1][0] if run.curve else 0
+    diverged = run.summary.status == "diverged"
+    return [scores.get(s, 0.0 if diverged and s > last else math.nan) for s in steps]
+
+
+def score_curve(runs: list[Run], budget: int) -> list[dict]:
+    """A cell's test-score curve: at each step any of its runs was evaluated (and the budget's last
+    step), the mean over its seeds with the 95% interval of mean_ci, as the cell's other scores."""
+    steps = sorted({s for run in runs for s, _ in run.curve} | {budget})
+    per_run = np.array([score_at_steps(run, steps) for run in runs]).reshape(len(runs), len(steps))
+    return [{"step": step, **mean_ci(per_run[:, i]).as_dict()} for i, step in enumerate(steps)]
+
+
+def _cell(recipe: str, lag: int, runs: list[Run], reference: dict, budget: int) -> dict:
     seeds = {m: [getattr(r.summary, m) for r in runs]
              for m in (*SCORES, *MISMATCH, "collapsed", "collapse_step", "best_step", "selected_step", "status")}
     seeds["collapse_step"] = [step if collapsed else None
@@ -100,6 +116,7 @@ def _cell(recipe: str, lag: int, runs: list[Run], reference: dict) -> dict:
     return {"recipe": recipe, "lag": lag, "seeds": [r.seed for r in runs],
             "run_keys": [r.run_key for r in runs], "per_seed": seeds,
             "stats": {m: mean_ci(seeds[m]).as_dict() for m in (*SCORES, *MISMATCH)},
+            "curve": score_curve(runs, budget),
             "collapse": {"k": k, **collapse_rate(k, len(runs)).as_dict()},
             "realized_lag": realized_lag_distribution(runs),
             "improvement": None, "vs_baseline": None, "collapse_vs_baseline": None,
@@ -121,7 +138,7 @@ def summarize(config: dict, runs: list[Run]) -> dict:
     reference = load_reference()
     reference_lag = min(config["lags"])
     grouped = by_cell(runs)
-    cells = {(recipe, lag): _cell(recipe, lag, grouped.get((recipe, lag), []), reference)
+    cells = {(recipe, lag): _cell(recipe, lag, grouped.get((recipe, lag), []), reference, int(config["steps"]))
              for recipe in config["recipes"] for lag in config["lags"]}
 
     def minus(cell, other):

@@ -239,6 +239,12 @@ def conclusions(summary: dict) -> list[str]:
     return lines
 
 
+def markdown_section(title: str, header: list[str], rows: list[list[str]]) -> list[str]:
+    """One section of sections() as Markdown lines: its title, its table, a blank line."""
+    return [f"## {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+            *("| " + " | ".join(row) + " |" for row in rows), ""]
+
+
 def render_markdown(summary: dict) -> str:
     lines = [f"# {summary['grid']}: {summary['engine']} engine, {len(summary['seeds'])} seeds, "
              f"{summary['steps']} steps",
@@ -247,11 +253,8 @@ def render_markdown(summary: dict) -> str:
              f"collapse = diverged, or below {summary['collapse_fraction']} x peak after the peak "
              "through the last evaluation. Per-seed values in parentheses, in seed order "
              f"{summary['seeds']}. Paper columns: Table 1 of the SAT paper (AIME24, %, one seed).", ""]
-    for title, header, rows in sections(summary):
-        lines += [f"## {title}", "", "| " + " | ".join(header) + " |",
-                  "|" + "---|" * len(header)]
-        lines += ["| " + " | ".join(row) + " |" for row in rows]
-        lines.append("")
+    for section in sections(summary):
+        lines += markdown_section(*section)
     lines += ["## What can and cannot be concluded", ""]
     lines += [f"- {line}" for line in summary["conclusions"]] + [""]
     return "\n".join(lines)

@@ -12,19 +12,7 @@ from analysis.aggregate import main
 from analysis.claims import verdict
 from harness.config import ConfigError, load
 from harness.model import Claim
-from tests.support.grid_fixture import make_grid
-
-CLAIMS = [
-    {"name": "grpo_cost", "kind": "staleness_cost", "recipe": "grpo", "lag": 8, "expect": "less",
-     "smallest_effect": 0.05},
-    {"name": "sat_cost_below_grpo", "kind": "cost_difference", "recipe": "sat_grpo", "versus": "grpo", "lag": 8,
-     "expect": "greater", "smallest_effect": 0.05},
-    {"name": "r3_beats_grpo_lag1", "kind": "recipes", "recipe": "grpo_r3", "versus": "grpo", "lag": 1,
-     "metric": "fixed", "expect": "greater", "smallest_effect": 0.02},
-    {"name": "sat_no_cost", "kind": "staleness_cost", "recipe": "sat_grpo", "lag": 8, "expect": "equivalent",
-     "smallest_effect": 0.1},
-    {"name": "grpo_collapses_at_lag8", "kind": "collapse", "recipe": "grpo", "lag": 8, "versus": "grpo",
-     "versus_lag": 1, "expect": "greater", "smallest_effect": 0.5}]
+from tests.support.grid_fixture import CLAIMS, make_grid
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ from pathlib import Path
 import matplotlib.figure
 import matplotlib.image
 import pytest
+from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
 from analysis.aggregate import main
@@ -22,7 +23,7 @@ from analysis.stats import collapse_difference, prob_improvement
 from analysis.summary import ENDPOINTS, collect
 from analysis.tables import ENDPOINT_NAMES
 from harness.grid import run_dir
-from tests.support.grid_fixture import COLLAPSED, DIVERGED, EARLY_DIVERGED, EQUAL_CELL, make_grid
+from tests.support.grid_fixture import COLLAPSED, DIVERGED, EARLY_DIVERGED, EQUAL_CELL, make_grid, scores_of
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -269,3 +270,22 @@ def test_realized_lag_distribution_per_cell(grid):
         row = next(line for line in markdown.splitlines()
                    if line.startswith(f"| {cell['recipe']} |") and "(mean" in line and ".." in line)
         assert f"1..{cell['lag']} (mean {distribution['mean']:.2f})" in row
+
+
+def test_cell_curve_is_the_seed_mean_with_its_interval_at_every_evaluation_step(grid):
+    """summary.json's per-step cell curve (what the MLflow summary runs chart): one point per
+    evaluation step; the diverged seed counts 0 after it stopped; the interval is mean_ci's."""
+    config, _, summary = grid
+    cells = {(c["recipe"], c["lag"]): c for c in summary["cells"]}
+    grpo8 = cells["grpo", 8]
+    assert [p["step"] for p in grpo8["curve"]] == [5, 10, 15, 20]
+    by_seed = {seed: scores_of("grpo", 8, seed) for seed in config["seeds"]}
+    by_seed[DIVERGED[2]] = by_seed[DIVERGED[2]][:2] + [0.0, 0.0]  # diverged at step 12: 0 afterwards
+    for i, point in enumerate(grpo8["curve"]):
+        values = [by_seed[seed][i] for seed in config["seeds"]]
+        expected = stats.ttest_1samp(values, 0.0).confidence_interval(0.95)
+        assert point["estimate"] == pytest.approx(sum(values) / 3) and point["n"] == 3
+        assert (point["low"], point["high"]) == pytest.approx((expected.low, expected.high))
+    equal = cells[EQUAL_CELL]["curve"]
+    assert {p["method"] for p in equal} == {"degenerate"} and all(p["low"] == p["high"] for p in equal)
+    assert [p["low"] for p in equal] == pytest.approx([0.30, 0.35, 0.40, 0.45])

@@ -8,9 +8,10 @@ import pytest
 
 from analysis.report import REPORT_FILES, write_reports
 from analysis.summary import collect, summarize
+from harness.config import validate
 from harness.grid import expand, grid_dir, run_dir
 from harness.io import append_jsonl_atomic, read_jsonl, write_json_atomic
-from tests.support.grid_fixture import COLLAPSED, DIVERGE_STEP, DIVERGED, EARLY_DIVERGED, START_TIME, make_grid
+from tests.support.grid_fixture import CLAIMS, COLLAPSED, DIVERGE_STEP, DIVERGED, EARLY_DIVERGED, START_TIME, make_grid
 from tests.support.mlflow_server import mlflow_server, rest, run_params, run_tags
 from tracking import layout
 from tracking.runs import SUMMARY_SUFFIX
@@ -40,7 +41,7 @@ def synced(tmp_path_factory):
     from mlflow.tracking import MlflowClient
     saved = os.environ.pop("MLFLOW_TRACKING_URI", None)
     try:
-        config = make_grid(tmp_path_factory.mktemp("track") / "results")
+        config = validate({**make_grid(tmp_path_factory.mktemp("track") / "results"), "claims": CLAIMS})
         write_reports(config, grid_dir(config), progress=False)
         first = track(config)
         client = MlflowClient(tracking_uri(config)[0])
@@ -249,6 +250,36 @@ def test_filters_timestamps_and_a_moved_store_through_mlflow_server(synced, tmp_
                 assert body == (moved / config["grid"] / name).read_bytes()
     finally:
         os.rename(original + ".away", original)
+
+
+def test_summary_runs_chart_the_cell_curves_and_the_parent_carries_the_verdicts(synced, tmp_path):
+    """The must-show REST check (after two syncs): every summary run has eval/<task>/score at each
+    evaluation step, once, with /low and /high beside it (summary.json's curve, in percent), names the
+    baseline; the parent run carries each claim's verdict and the claims table as its description."""
+    config, _, first, _, _ = synced
+    summary = json.loads((grid_dir(config) / "summary.json").read_text())
+    curves = {(c["recipe"], str(c["lag"])): c["curve"] for c in summary["cells"]}
+    name = f"eval/{summary['test_task']}/score"
+    with mlflow_server(config["results_dir"], tmp_path / "server.log") as base:
+        cells = rest(base, "/api/2.0/mlflow/runs/search",
+                     {"experiment_ids": [first["summary_experiment_id"]], "max_results": 100})["runs"]
+        assert len(cells) == len(curves)
+        for run in cells:
+            params, run_id = run_params(run), run["info"]["run_id"]
+            curve = curves[params["recipe"], params["lag"]]
+            assert run_tags(run)["baseline"] == config["baseline"] and len(curve) == 4
+            for suffix, part in (("", "estimate"), ("/low", "low"), ("/high", "high")):
+                history = rest(base, f"/api/2.0/mlflow/metrics/get-history?run_id={run_id}&metric_key={name}{suffix}")
+                points = sorted((m["step"], m["value"]) for m in history["metrics"])
+                assert points == [(p["step"], pytest.approx(100 * p[part])) for p in curve], (params, suffix)
+        parent = rest(base, f"/api/2.0/mlflow/runs/get?run_id={first['parent_run_id']}")["run"]
+        tags = run_tags(parent)
+        assert summary["claims"] and {c["name"]: c["verdict"] for c in summary["claims"]} == {
+            c["name"]: tags[f"claim.{c['name']}"] for c in summary["claims"]}
+        description = tags["mlflow.note.content"]
+        assert description.startswith("## Claims (confirmatory") and all(
+            f"| {c['name']} | {c['statement']} |" in description and f"{c['verdict']}: {c['why']}" in description
+            for c in summary["claims"])
 
 
 def test_store_location(monkeypatch, tmp_path):

@@ -47,9 +47,26 @@ def seed_runs_page(dom: str, config: dict) -> list[str]:
     return missing + ([] if run in visible_text(dom) else [f"the run {run}"])
 
 
-# What each link `make ui` prints must show, in the order it prints them: (page name, check). The cell
-# comparison (every cell's curve) and the claims' verdicts on the parent run join here as their links land.
-PAGES = [("seed_runs", seed_runs_page)]
+def comparison_page(dom: str, config: dict) -> list[str]:
+    """The cell comparison: one curve per cell (recipe x lag) on the test-score chart, every cell listed."""
+    chart = f"eval/{curves.test_task(config['eval'])}/score"
+    cells = [f"summary {recipe}/lag{lag}" for recipe in config["recipes"] for lag in config["lags"]]
+    drawn = chart_traces(dom, chart)
+    missing = [] if drawn == len(cells) else [f"{len(cells)} curves on the {chart} chart (it draws {drawn})"]
+    return missing + [cell for cell in cells if cell not in visible_text(dom)]
+
+
+def parent_run_page(dom: str, config: dict) -> list[str]:
+    """The grid's parent run: each claim's name and verdict in its description."""
+    text = visible_text(dom)
+    return [f"claim {c['name']}: {c['verdict']}" for c in json.loads(
+        (Path(config["results_dir"]) / config["grid"] / "summary.json").read_text())["claims"]
+            if c["name"] not in text or c["verdict"] not in text]
+
+
+# What each link `make ui` prints must show, in the order it prints them: (page name, check); then the
+# parent run's page (its link: the seed runs' experiment at the run mlflow.json names).
+PAGES = [("seed_runs", seed_runs_page), ("comparison", comparison_page)]
 
 
 def test_printed_links_show_what_a_person_looks_for(tmp_path):
@@ -57,9 +74,12 @@ def test_printed_links_show_what_a_person_looks_for(tmp_path):
     config_path = synced_grid(tmp_path)
     config = load(config_path)
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    marker = json.loads((Path(config["results_dir"]) / config["grid"] / "mlflow.json").read_text())
     with running_ui(config_path) as (_, links):
-        assert len(links) >= len(PAGES), links
-        for (name, check), link in zip(PAGES, links):
+        assert len(links) == len(PAGES), links
+        base = links[0].partition("/#/")[0]
+        parent = f"{base}/#/experiments/{marker['experiment_id']}/runs/{marker['parent_run_id']}"
+        for (name, check), link in [*zip(PAGES, links), (("parent_run", parent_run_page), parent)]:
             shot = tmp_path / f"{name}.png"
             missing = check(render(link, shot), config)
             kept = SCREENSHOTS / shot.name

@@ -22,8 +22,8 @@ from analysis.summary import SCORES
 PERCENT = 100.0
 EVAL_CURVE_KEYS = ("score", "pass_at_k", "maj_at_k")  # all scores: logged in percent
 # summary.json cell keys that are not aggregate numbers: identity (params), per-seed values (on the
-# seed runs), the published numbers (tags)
-CELL_SKIP = ("recipe", "lag", "seeds", "run_keys", "per_seed", "reference")
+# seed runs), the published numbers (tags), the per-step curve (step metrics: curve_metrics)
+CELL_SKIP = ("recipe", "lag", "seeds", "run_keys", "per_seed", "reference", "curve")
 ALIASES = {"collapse": "collapsed"}  # the summary's section -> the seed runs' name for the quantity
 PROBABILITY_SECTIONS = ("improvement",)  # P(improvement): a probability even where it names a score
 INTERVAL_PARTS = ("estimate", "low", "high")
@@ -150,3 +150,28 @@ def eval_metrics(rows: list[dict]) -> list[tuple[int, str, float]]:
     """(step, key, value in percent) of an eval file's curve keys."""
     return [(int(row["step"]), key, percent(number(row[key]))) for row in rows
             for key in EVAL_CURVE_KEYS if number(row.get(key)) is not None]
+
+
+def curve_metrics(task: str, curve: list[dict], time_ms: int) -> list:
+    """A cell's per-step test-score curve (summary.json's cell["curve"]) as step metrics in percent:
+    eval/<task>/score (the seed mean, the seed runs' name for the quantity) with eval/<task>/score/low
+    and /high (its 95% interval) at each step; a bound the interval lacks (fewer than 2 seeds) is left out."""
+    from mlflow.entities import Metric
+    name = f"eval/{task}/score"
+    return [Metric(name + suffix, percent(point[part]), time_ms, int(point["step"]))
+            for point in curve for suffix, part in (("", "estimate"), ("/low", "low"), ("/high", "high"))
+            if number(point[part]) is not None]
+
+
+def comparison_view(task: str) -> dict:
+    """The summary experiment's shared view (tracking.store.comparison_link): every run shown (the UI
+    draws the first 10 otherwise), the table grouped by cell (recipe, lag), runs in name order, and only
+    the charts of the test-score curve and its bounds (else the ~70 per-cell numbers' bar charts come
+    first). The charts draw each run (a cell), not the groups' aggregates: those add a min-max band of
+    one run per group, empty, as two more traces per cell."""
+    return {"searchFilter": "", "orderByKey": "tags.`mlflow.runName`", "orderByAsc": True,
+            "runsHiddenMode": "SHOW_ALL", "chartsSearchFilter": f"eval/{task}/score",
+            "useGroupedValuesInCharts": False,
+            "groupBy": {"aggregateFunction": "average",
+                        "groupByKeys": [{"mode": "param", "groupByData": "recipe"},
+                                        {"mode": "param", "groupByData": "lag"}]}}

@@ -3,22 +3,25 @@ seed run per (recipe, lag, seed) read through harness.run.RunDir, a summary run 
 MLflow calls themselves are tracking.writer's."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
 from pathlib import Path
 
 from analysis.report import REPORT_FILES
+from analysis.tables import claim_conclusions, claim_text, claims_section, markdown_section
 from harness.grid import expand, run_dir
 from harness.io import write_json_atomic
 from harness.model import Eval
 from harness.run import RunDir
 from tracking import layout
-from tracking.store import results_root
+from tracking.store import COMPARISON_VIEW, results_root
 from tracking.writer import Writer
 
 SYNCED = "stalebench.synced_step."  # + "train" or "eval.<task>": last step already logged
-SUMMARY_SUFFIX = " summary"  # the summary runs' experiment: "<grid> summary"
+SUMMARY_SUFFIX = " summary"
+CURVE_DIGEST = "stalebench.curve_digest"  # a summary run's: the curve last logged  # the summary runs' experiment: "<grid> summary"
 MLFLOW_STATUS = {"completed": "FINISHED", "diverged": "FAILED", "failed": "FAILED"}
 SCORE_UNITS = ("Scores (eval/TASK/score, fixed, best, selected, auc and their intervals) are in percent "
                "(avg@k x 100), as in table.md.")
@@ -43,10 +46,17 @@ class Tracker:
         """A run of the grid's experiment (found by key, or created)."""
         return self.writer.run(key, kind, name, tags, self.experiment_id, self.existing, start_ms)
 
-    def sync_parent(self, grid_path: Path, final: bool) -> str:
+    def sync_parent(self, grid_path: Path, summary: dict | None) -> str:
+        """The grid's run; ``summary`` (final sync): its claims' verdicts as tags (``claim.<name>``,
+        ``claim.<name>.estimate``, ``claims``) and as the run's description (the claims table of
+        table.md), the report files as artifacts."""
+        final = summary is not None
         run_id, found = self._run(f"grid:{self.config['grid']}", "parent", self.config["grid"],
                                   {"engine": self.config["engine"], "grid": self.config["grid"]})
-        self.writer.log(run_id, tags={"n_runs": len(expand(self.config)), "mlflow.source.git.commit": self.writer.commit})
+        tags = {"n_runs": len(expand(self.config)), "mlflow.source.git.commit": self.writer.commit}
+        if final:
+            tags.update(claim_tags(summary))
+        self.writer.log(run_id, tags=tags)
         if final:
             with tempfile.TemporaryDirectory(prefix="track_") as tmp:
                 write_json_atomic(Path(tmp) / "workflow_config.json", self.config)
@@ -121,25 +131,54 @@ class Tracker:
                                    max(end_ms, start_ms))
         return True
 
-    def sync_cell(self, parent_id: str, cell: dict) -> None:
-        """A summary run in the "<grid> summary" experiment: every number of the cell (layout.cell_values)."""
+    def sync_cell(self, parent_id: str, cell: dict, summary: dict) -> None:
+        """A summary run in the "<grid> summary" experiment: every number of the cell (layout.cell_values),
+        its test-score curve with its interval (layout.curve_metrics) and the baseline it is compared to."""
         if self.summary_experiment_id is None:
             name = self.config["grid"] + SUMMARY_SUFFIX
             self.summary_experiment_id = self.writer.experiment(
                 name, f"One run per cell (recipe x lag) of grid '{self.config['grid']}': means over seeds "
                       "with their intervals and tests. " + SCORE_UNITS)
+            self.writer.share_view(self.summary_experiment_id, COMPARISON_VIEW, layout.comparison_view(summary["test_task"]))
             self.cells = self.writer.existing(self.summary_experiment_id)
         recipe, lag = cell["recipe"], cell["lag"]
         run_id, found = self.writer.run(f"cell:{self.config['grid']}:{recipe}:lag{lag}", "cell",
                                         f"summary {recipe}/lag{lag}", {"stalebench.grid_run": parent_id},
                                         self.summary_experiment_id, self.cells)
         values, tags = layout.cell_values(cell)
-        tags.update({"seeds": json.dumps(cell["seeds"]), "run_keys": json.dumps(cell.get("run_keys", []))})
+        tags.update({"seeds": json.dumps(cell["seeds"]), "run_keys": json.dumps(cell.get("run_keys", [])),
+                     "baseline": str(summary["baseline"]), "mlflow.note.content": baseline_note(summary, lag)})
+        curve = layout.curve_metrics(summary["test_task"], cell["curve"], self.writer.now)
+        digest = hashlib.sha256(json.dumps(cell["curve"], sort_keys=True).encode()).hexdigest()[:16]
+        if found is not None and found.data.tags.get(CURVE_DIGEST) == digest:
+            curve = []  # a re-sync sends a changed curve only
+        tags[CURVE_DIGEST] = digest
         params = {}
         if found is None:  # the params its seeds share (from the first seed's config)
             first = RunDir(run_dir(self.config, recipe, lag, cell["seeds"][0])) if cell["seeds"] else None
             if first is not None and first.config_path.exists():
                 params = layout.cell_params(first.read_config())
             params.update({"recipe": recipe, "lag": str(lag)})
-        self.writer.log(run_id, self.writer.changed(found, values), params=params, tags=tags)
+        self.writer.log(run_id, curve + self.writer.changed(found, values), params=params, tags=tags)
         self.writer.set_status(run_id, found, "FINISHED")
+
+
+def claim_tags(summary: dict) -> dict[str, str]:
+    """The claims' verdicts as the parent run's tags, and its description: the claims table of
+    table.md (or why there is none)."""
+    claims = summary["claims"]
+    tags = {f"claim.{c['name']}": c["verdict"] for c in claims}
+    tags.update({f"claim.{c['name']}.estimate": claim_text(c) for c in claims})
+    verdicts = [c["verdict"] for c in claims]
+    tags["claims"] = ", ".join(f"{verdicts.count(v)} {v}" for v in dict.fromkeys(verdicts)) or "none declared"
+    section = claims_section(summary)
+    tags["mlflow.note.content"] = "\n".join(markdown_section(*section)) if section else claim_conclusions(summary)[0]
+    return tags
+
+
+def baseline_note(summary: dict, lag: int) -> str:
+    """A summary run's description: what its comparisons are measured against."""
+    if summary["baseline"] is None:
+        return "No baseline declared (config key `baseline`): no vs_baseline comparisons."
+    return (f"vs_baseline/* and improvement/*: this cell against the baseline {summary['baseline']} at lag {lag}; "
+            f"staleness_cost/*: against this recipe at lag {summary['reference_lag']}. " + SCORE_UNITS)

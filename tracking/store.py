@@ -19,6 +19,8 @@ PROXIED = "mlflow-artifacts:"
 LOCK_NAME = "tracking.lock"  # <grid>/<this>: the grid's one MLflow writer (harness.lock.writer_lock)
 KIND = "stalebench.kind"  # the tag naming a run's kind: parent | run | cell
 SEED_RUNS_FILTER = f"tags.\"{KIND}\" = 'run'"
+COMPARISON_VIEW = "stalebench-cells"  # the summary experiment's shared view (comparison_link)
+SHARED_VIEW_TAG = "mlflow.sharedViewState."  # + key: an experiment tag the UI opens with ?viewStateShareKey=key
 
 
 def results_root(config: dict) -> Path:
@@ -86,3 +88,12 @@ def ui_link(base_url: str, experiment_id: str) -> str:
                                     "searchFilter": SEED_RUNS_FILTER, "orderByKey": "tags.`mlflow.runName`",
                                     "orderByAsc": "true"}, quote_via=urllib.parse.quote)
     return f"{base_url.rstrip('/')}/#/experiments/{experiment_id}/runs?{query}"
+
+
+def comparison_link(base_url: str, summary_experiment_id: str) -> str:
+    """The cell comparison: the summary experiment's runs as charts, in the shared view the final sync
+    stores on it (layout.comparison_view: every cell shown, grouped by recipe and lag). The UI reads a
+    shared view only from a link without search keys (searchFilter, orderByKey...): the view has them."""
+    query = urllib.parse.urlencode({"workflowType": "machine_learning", "compareRunsMode": "CHART",
+                                    "viewStateShareKey": COMPARISON_VIEW})
+    return f"{base_url.rstrip('/')}/#/experiments/{summary_experiment_id}/runs?{query}"

@@ -100,7 +100,7 @@ def sync(config: dict, grid_path: str | Path | None = None, progress: bool = Tru
             for i, seed in enumerate(cell["seeds"]):
                 numbers[cell["recipe"], cell["lag"], seed] = {k: v[i] for k, v in cell["per_seed"].items()}
     tracker = Tracker(config, stride=math.ceil(int(config["steps"]) / max_train_points) if max_train_points else 1)
-    parent_id = tracker.sync_parent(grid_path, final)
+    parent_id = tracker.sync_parent(grid_path, summary)
     runs = expand(config)
     synced = 0
     for recipe, lag, seed in tqdm(runs, desc="track: runs", unit="run", disable=not progress,
@@ -108,7 +108,7 @@ def sync(config: dict, grid_path: str | Path | None = None, progress: bool = Tru
         synced += tracker.sync_run(parent_id, recipe, lag, seed, numbers.get((recipe, lag, seed), {})
                                    if final else None)
     for cell in summary["cells"] if final else []:
-        tracker.sync_cell(parent_id, cell)
+        tracker.sync_cell(parent_id, cell, summary)
     marker = {"tracking_uri": tracker.writer.uri, "experiment": config["grid"],
               "experiment_id": tracker.experiment_id, "summary_experiment_id": tracker.summary_experiment_id,
               "parent_run_id": parent_id, "runs": synced, "cells": len(summary["cells"]) if final else 0,

@@ -4,7 +4,9 @@
 
 Starts ``mlflow server`` on 127.0.0.1 over <results_dir>/mlflow.db, serving the artifacts from
 <results_dir>/mlartifacts (wherever results/ now lives: the store is relocatable, tracking.store),
-waits until it answers, prints the direct link to the grid's runs view and runs until Ctrl-C.
+waits until it answers, prints two links and runs until Ctrl-C: the grid's seed runs as charts, and
+the cell comparison (the "<grid> summary" experiment as charts in the view tracking.sync shares
+on it: one curve per cell with its interval, every cell shown; tracking.store.comparison_link).
 The server runs without MLflow's job runner (its huey workers serve GenAI jobs this harness never
 submits; with them the UI's processes took 2.7 GB instead of 0.75, docs/mlflow.md):
 MLFLOW_SERVER_ENABLE_JOB_EXECUTION=true in the environment turns it back on.
@@ -23,17 +25,27 @@ import urllib.request
 import psutil
 
 from harness.config import ConfigError, load
-from tracking.store import artifact_destination, results_root, tracking_uri, ui_link
+from tracking.runs import SUMMARY_SUFFIX
+from tracking.store import artifact_destination, comparison_link, results_root, tracking_uri, ui_link
 
 HOST = "127.0.0.1"
 
 
-def experiment_id(uri: str, name: str) -> str:
+def experiment_id(uri: str, name: str) -> str | None:
     from mlflow.tracking import MlflowClient
     experiment = MlflowClient(uri).get_experiment_by_name(name)
-    if experiment is None:
-        raise ValueError(f"no experiment {name!r} in {uri}: run the grid (make demo) or tracking.sync first")
-    return experiment.experiment_id
+    return None if experiment is None else experiment.experiment_id
+
+
+def links(base_url: str, uri: str, grid: str) -> str:
+    """The seed runs' link, then the cell comparison's (the summary experiment: once the grid is aggregated)."""
+    seeds = experiment_id(uri, grid)
+    if seeds is None:
+        raise ValueError(f"no experiment {grid!r} in {uri}: run the grid (make demo) or tracking.sync first")
+    cells = experiment_id(uri, grid + SUMMARY_SUFFIX)
+    return (f"Seed runs (charts):\n{ui_link(base_url, seeds)}\nCell comparison (one curve per recipe x lag, "
+            "with its 95% interval as /low, /high):\n" + (comparison_link(base_url, cells) if cells is not None
+                                                          else "(none yet: the grid is not aggregated and synced)"))
 
 
 def server_command(config: dict, port: int) -> list[str]:
@@ -91,17 +103,17 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     uri = tracking_uri(config)[0]
     if not uri.startswith("sqlite:"):
-        print(ui_link(uri, experiment_id(uri, config["grid"])), flush=True)
+        print(links(uri, uri, config["grid"]), flush=True)
         return 0
     if not (results_root(config) / "mlflow.db").exists():
         parser.error(f"no MLflow store at {results_root(config) / 'mlflow.db'}: run the grid (make demo) first")
-    experiment = experiment_id(uri, config["grid"])
+    links(HOST, uri, config["grid"])  # refuses a store without the grid before a server starts
     process = subprocess.Popen(server_command(config, args.port), env=server_env(), start_new_session=True)
     # SIGTERM (e.g. from a test) goes through the finally below, which stops the server's process group
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         base = wait_healthy(process, args.port)
-        print(f"MLflow UI of grid {config['grid']!r} (Ctrl-C stops it):\n{ui_link(base, experiment)}", flush=True)
+        print(f"MLflow UI of grid {config['grid']!r} (Ctrl-C stops it).\n{links(base, uri, config['grid'])}", flush=True)
         return process.wait()
     except KeyboardInterrupt:
         return 0

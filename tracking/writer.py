@@ -5,12 +5,20 @@ A ``Writer`` is one pass's connection to the store; tracking.runs decides what e
 """
 from __future__ import annotations
 
+import json
 import math
 import time
 from pathlib import Path
 
 from harness.provenance import git_commit
-from tracking.store import KIND, create_local_store, fast_sqlite_commits, local_artifact_dir, tracking_uri
+from tracking.store import (
+    KIND,
+    SHARED_VIEW_TAG,
+    create_local_store,
+    fast_sqlite_commits,
+    local_artifact_dir,
+    tracking_uri,
+)
 
 KEY = "run_key"
 MAX_METRICS, MAX_PARAMS, MAX_TAGS = 1000, 100, 100  # MLflow's log_batch limits
@@ -43,6 +51,11 @@ class Writer:
                 self.client.restore_experiment(experiment_id)
         self.client.set_experiment_tag(experiment_id, "mlflow.note.content", note)  # the UI's description
         return experiment_id
+
+    def share_view(self, experiment_id: str, key: str, view: dict) -> None:
+        """Store ``view`` as the experiment's shared view ``key``: the state the UI's Share button saves
+        (plain JSON, which the UI reads as well as its compressed form), opened by ?viewStateShareKey=key."""
+        self.client.set_experiment_tag(experiment_id, SHARED_VIEW_TAG + key, json.dumps(view))
 
     def existing(self, experiment_id: str) -> dict:
         """Every active run of the experiment, once, keyed by its run_key tag."""

@@ -16,6 +16,18 @@ DIVERGED = ("grpo", 8, 1)  # non-finite at step 12: training stops, status "dive
 DIVERGE_STEP = 12
 EARLY_DIVERGED = ("grpo_r3", 8, 0)  # non-finite at step 3, before its first checkpoint: empty eval files
 EQUAL_CELL = ("sat_grpo", 1)  # every seed has the same curve: a point interval
+# claims of each kind on this grid (tests/test_claims.py checks their verdicts)
+CLAIMS = [
+    {"name": "grpo_cost", "kind": "staleness_cost", "recipe": "grpo", "lag": 8, "expect": "less",
+     "smallest_effect": 0.05},
+    {"name": "sat_cost_below_grpo", "kind": "cost_difference", "recipe": "sat_grpo", "versus": "grpo", "lag": 8,
+     "expect": "greater", "smallest_effect": 0.05},
+    {"name": "r3_beats_grpo_lag1", "kind": "recipes", "recipe": "grpo_r3", "versus": "grpo", "lag": 1,
+     "metric": "fixed", "expect": "greater", "smallest_effect": 0.02},
+    {"name": "sat_no_cost", "kind": "staleness_cost", "recipe": "sat_grpo", "lag": 8, "expect": "equivalent",
+     "smallest_effect": 0.1},
+    {"name": "grpo_collapses_at_lag8", "kind": "collapse", "recipe": "grpo", "lag": 8, "versus": "grpo",
+     "versus_lag": 1, "expect": "greater", "smallest_effect": 0.5}]
 START_TIME = 1.8e9  # unix seconds of step 0; a step takes 2 s (the rows' ``time`` field)
 
 

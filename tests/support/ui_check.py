@@ -22,12 +22,13 @@ CHROMIUM = "/usr/bin/chromium"  # Debian's package (apt-get install chromium), a
 
 
 def synced_grid(folder: Path) -> Path:
-    """The reduced test grid under ``folder``, aggregated and synced; returns its config file."""
+    """The reduced test grid under ``folder`` with its claims, aggregated and synced; returns its config file."""
     from analysis.report import write_reports
+    from harness.config import validate
     from harness.grid import grid_dir
-    from tests.support.grid_fixture import make_grid
+    from tests.support.grid_fixture import CLAIMS, make_grid
     from tracking.sync import sync
-    config = make_grid(folder / "results")
+    config = validate({**make_grid(folder / "results"), "claims": CLAIMS})
     write_reports(config, grid_dir(config), progress=False)
     sync(config, progress=False)
     path = folder / "config.yaml"
@@ -76,13 +77,14 @@ def render(link: str, screenshot: Path, width: int = 1600, height: int = 2000) -
 
 
 def chart_traces(dom: str, title: str) -> int:
-    """How many curves the rendered chart card titled ``title`` draws (plotly's scatter traces between its
-    title and the next card's); 0 when there is no such chart."""
+    """How many distinct curves the rendered chart card titled ``title`` draws (the paths of plotly's
+    line traces between its title and the next card's; the UI draws each run's line twice, on top of
+    each other); 0 when there is no such chart."""
     start = dom.find(f'title="{title}"')
     if start < 0:
         return 0
     end = dom.find("<h4 ", start + 1)
-    return dom[start:end if end > 0 else len(dom)].count('class="trace scatter')
+    return len(set(re.findall(r'class="js-line"[^>]*? d="([^"]+)"', dom[start:end if end > 0 else len(dom)])))
 
 
 def visible_text(dom: str) -> str:
