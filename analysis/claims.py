@@ -88,10 +88,16 @@ def verdict(claim: Claim, tested: dict) -> tuple[str, str]:
         if has_interval and (high < effect if sign > 0 else low > -effect):
             bound = f"{sign * effect * scale:+g}{unit}"
             return "contradicted", f"the 95% interval excludes the smallest effect that matters ({bound})"
-    needed = tested["seeds_needed"]
-    more = f"about {needed} seeds per cell would resolve it at the declared effect" if needed else \
-        "no spread measured yet (fewer than 2 seeds)"
-    return "inconclusive", more
+    needed, n = tested["seeds_needed"], tested["n"]
+    if not needed:
+        return "inconclusive", "no spread measured yet (fewer than 2 seeds)"
+    if needed <= n:
+        # The seed count already gives the planned power: the estimate itself sits between the decisions.
+        boundary = "the margin" if claim.expect == "equivalent" else "0 and the smallest effect that matters"
+        return "inconclusive", (f"{n} seeds per cell already give 80% power at the declared effect (about "
+                                f"{needed} would); the estimate lies between {boundary}, where more seeds "
+                                "narrow the interval but no seed count is promised to decide it")
+    return "inconclusive", f"about {needed} seeds per cell would resolve it at the declared effect"
 
 
 def answer(claims: tuple[Claim, ...], cells: dict, reference_lag: int, budget: int) -> list[dict]:

@@ -46,7 +46,8 @@ def dppo_kl(
 ) -> LossOutput:
     reference = reference_logp(batch, ratio_against)
     log_r = batch.logp - reference
-    p, q = batch.logp.detach().exp(), reference.exp()
+    # A log-prob a hair above 0 (an engine's rounding) would put 1 - q below 0 and the log at NaN.
+    p, q = batch.logp.detach().exp().clamp(max=1.0), reference.exp().clamp(max=1.0)
     divergence = q * (reference - batch.logp.detach()) + (1 - q) * torch.log((1 - q + _EPS) / (1 - p + _EPS))
     positive = batch.advantages > 0
     outside = torch.where(positive, (divergence > delta_high) & (p > q), (divergence > delta_low) & (p < q))

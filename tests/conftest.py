@@ -1,5 +1,6 @@
-"""Shared test settings: one CPU thread (the CI machine is shared), a modest hypothesis profile, and
-the ``scratch`` fixture. Shared helpers live in tests/support/."""
+"""Shared test settings: one CPU thread (the CI machine is shared), a modest hypothesis profile, the
+``scratch`` and ``base`` fixtures, and a check that the suite writes nothing under the project tree.
+Shared helpers live in tests/support/."""
 import tempfile
 from pathlib import Path
 
@@ -7,9 +8,23 @@ import pytest
 import torch
 from hypothesis import settings
 
+from tests.support.project_tree import tree_changes, tree_state
+from tests.support.tiny_runs import SMALL
+
 torch.set_num_threads(1)
 settings.register_profile("stalebench", max_examples=30, deadline=None, derandomize=True)
 settings.load_profile("stalebench")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def project_tree_untouched():
+    """Fails the session (an error at its last teardown) if a test wrote into the checkout: tests
+    write to temporary folders only, so that concurrent suites and a `snakemake -n` in the checkout
+    never see their files."""
+    before = tree_state()
+    yield
+    changes = tree_changes(before, tree_state())
+    assert not changes, f"the tests (or another process meanwhile) wrote under the project tree: {changes}"
 
 
 @pytest.fixture
@@ -18,3 +33,12 @@ def scratch():
     prune each other's old base folders, which removed a grid from under a running test."""
     with tempfile.TemporaryDirectory(prefix="stalebench-test-") as path:
         yield Path(path)
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    """A tiny-engine base model of tests.support.tiny_runs.SMALL, built once per test module."""
+    from engines.tiny.warmstart import build_base  # here: the other test modules need no engine import
+    out = tmp_path_factory.mktemp("grid") / "base"
+    build_base(SMALL, out)
+    return out

@@ -1,16 +1,20 @@
 """Answer checking and avg@k / pass@k / maj@k, alone and through lm-eval with canned outputs."""
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 
+import datasets
 import pytest
 from lm_eval.api.model import LM
 
 from eval.answers import equivalent, extract_answer, majority, score_math_samples
 from eval.score import load_task, score_checkpoint
+from tests.support.optional import missing
 
 FIXTURE = Path(__file__).parent / "fixtures" / "aime_mini.jsonl"
 
@@ -95,14 +99,35 @@ def test_canned_outputs_through_lm_eval_give_exact_metrics():
     assert (row["step"], row["k"], row["seed"], row["task"], row["task_version"]) == (5, 8, 3, "aime24_avg8", 1.0)
 
 
-def test_real_aime24_file_loads_through_the_local_path_loader():
-    shared = Path("/work/shared/data/aime24.jsonl")  # exercised when this machine has it
-    if not shared.exists():
-        shared = FIXTURE
-    task = load_task("aime24_avg8", {"data": {"aime24": str(shared)}})["tasks"]["aime24_avg8"]
+def test_both_published_layouts_load_through_the_local_path_loader(scratch):
+    """The Hub's columns (ID, Problem, Solution, Answer; integer answers) as parquet, and DAPO's
+    export (index, Problem, Answer) as JSONL, written here from the fixture's problems."""
+    rows = [json.loads(line) for line in FIXTURE.read_text().splitlines()]
+    datasets.Dataset.from_dict({"ID": [f"2024-I-{i}" for i in range(1, 4)], "Problem": [r["Problem"] for r in rows],
+                                "Solution": ["..."] * 3, "Answer": [int(r["Answer"]) for r in rows]}
+                               ).to_parquet(scratch / "hub.parquet")
+    (scratch / "dapo.jsonl").write_text("".join(
+        json.dumps({"index": i, "Problem": r["Problem"], "Answer": r["Answer"]}) + "\n" for i, r in enumerate(rows)))
+    for path in (scratch / "hub.parquet", scratch / "dapo.jsonl"):
+        task = load_task("aime24_avg8", {"data": {"aime24": str(path)}})["tasks"]["aime24_avg8"]
+        docs = list(task.test_docs())
+        assert [(d["problem"], d["answer"]) for d in docs] == [("Compute $6 \\cdot 7$.", "42"), (
+            "Find the positive integer $n$ with $n^2 = 49$.", "7"), (
+            "How many positive integers at most $100$ are there?", "100")], path.name
+        assert task.doc_to_text(docs[0]).endswith("Problem: Compute $6 \\cdot 7$.\n\nSolution:")
+
+
+def test_the_published_aime24_file_loads_through_the_local_path_loader():
+    """$STALEBENCH_AIME24: a copy of the 30 AIME 2024 problems (the Hub's Maxwell-Jia/AIME_2024, or
+    DAPO's export of it); CI downloads one (.ci/run)."""
+    path = os.environ.get("STALEBENCH_AIME24")
+    if not path:
+        missing("aime24", "STALEBENCH_AIME24 names no copy of the AIME 2024 problems")
+    task = load_task("aime24_avg8", {"data": {"aime24": path}})["tasks"]["aime24_avg8"]
     docs = list(task.test_docs())
-    assert len(docs) == (30 if shared.name == "aime24.jsonl" else 3)
-    assert all(doc["answer"].strip().isdigit() for doc in docs)
+    # AIME 2024 had two papers of 15 problems, every answer an integer 0-999
+    assert len(docs) == 30 and len({d["problem"] for d in docs}) == 30
+    assert all(d["answer"].strip().isdigit() and 0 <= int(d["answer"]) <= 999 for d in docs)
     assert "\\boxed{}" in task.doc_to_text(docs[0]) and docs[0]["problem"] in task.doc_to_text(docs[0])
 
 

@@ -14,7 +14,8 @@ import eval.server
 from eval.score import ScoreError, main, score_run
 from eval.server import ServerError, launch_command, sample_seed
 from harness.io import read_jsonl
-from tests.support.fake_sglang import GOLD, FakeSGLang
+from tests.support.fake_sglang import GOLD, PORT_TAKEN, FakeSGLang
+from tests.support.ports import free_ports
 from tests.support.slime_checkpoints import write_hf_save
 
 FIXTURE = Path(__file__).parent / "fixtures" / "aime_mini.jsonl"
@@ -135,24 +136,26 @@ def test_the_eval_key_holds_whether_the_server_is_deterministic(tmp_path, fake_s
         key("bad", deterministic="yes")
 
 
-def closed_port_url() -> str:
+@pytest.fixture
+def closed_url():
+    """A URL where nothing listens, nor can start to while the test runs: this socket holds its port,
+    bound but not listening (a connection is refused)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
 
 
 @pytest.mark.parametrize("swap_weights", [True, False])
-def test_unreachable_server_retries_then_names_the_url(tmp_path, swap_weights):
-    url = closed_port_url()
+def test_unreachable_server_retries_then_names_the_url(tmp_path, swap_weights, closed_url):
+    url = closed_url
     run = make_run(tmp_path / "run")
     with pytest.raises(ServerError, match=f"unreachable (or failing )?at {url}/.* after 2 attempts"):
         score_run(run, ["aime24_avg8"], settings(url, swap_weights=swap_weights))
     assert not (run / "eval").exists()
 
 
-def test_cli_reports_unreachable_server_in_one_line(tmp_path, capsys):
-    url = closed_port_url()
+def test_cli_reports_unreachable_server_in_one_line(tmp_path, capsys, closed_url):
+    url = closed_url
     run = make_run(tmp_path / "run")
     code = main(["--run-dir", str(run), "--tasks", "aime24_avg8",
                  "--settings-json", json.dumps(settings(url, max_retries=1))])
@@ -170,8 +173,15 @@ def test_launched_server_scores_every_checkpoint(tmp_path, monkeypatch):
         return [sys.executable, str(FAKE)] + generated(server, checkpoint)[3:]
 
     monkeypatch.setattr(eval.server, "launch_command", fake_program)
-    url = closed_port_url()
-    rows = score_run(make_run(tmp_path / "run"), ["aime24_avg8"], settings(url, launch=True, ready_timeout=60))
+    for attempt in range(1, 4):  # a new port where another process took the picked one before the server
+        url = f"http://127.0.0.1:{free_ports(1)[0]}"
+        try:
+            rows = score_run(make_run(tmp_path / f"run{attempt}"), ["aime24_avg8"],
+                             settings(url, launch=True, ready_timeout=60))
+            break
+        except ServerError as error:
+            if attempt == 3 or f"exited with code {PORT_TAKEN} " not in str(error):
+                raise
     # the fake follows the seeds only when launched with --enable-deterministic-inference, as SGLang
     even = [sum(sample_seed(5, d, r) % 2 == 0 for r in range(8)) for d in range(len(GOLD))]
     assert [r["per_problem"] for r in rows] == [[0, 0, 0], even]
@@ -179,9 +189,9 @@ def test_launched_server_scores_every_checkpoint(tmp_path, monkeypatch):
         eval.server.load_checkpoint({"url": url}, "x", attempts=1, timeout=2)
 
 
-def test_launched_server_that_dies_is_reported(tmp_path, monkeypatch):
+def test_launched_server_that_dies_is_reported(tmp_path, monkeypatch, closed_url):
     monkeypatch.setattr(eval.server, "launch_command", lambda server, ckpt: [sys.executable, "-c", "exit(3)"])
     run = make_run(tmp_path / "run")
     with pytest.raises(ServerError, match="exited with code 3 before it was ready"):
-        score_run(run, ["aime24_avg8"], settings(closed_port_url(), launch=True))
+        score_run(run, ["aime24_avg8"], settings(closed_url, launch=True))
     assert not (run / "eval").exists()

@@ -8,7 +8,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from engines.tiny.warmstart import exact_match, train_base
 from eval.lm_model import TinyCheckpointLM
 from eval.score import score_run
 from harness.io import read_jsonl
+from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 N = 64  # problems per tiny task in these tests
@@ -149,10 +149,7 @@ def test_killed_scoring_resumes_without_rescoring(tmp_path, models):
     scores = out.with_name(".tiny_test.scores.jsonl")  # kept outside the declared output
     proc = subprocess.Popen(cli(run, settings), cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while not (scores.exists() and scores.read_text().strip()) and time.monotonic() < deadline:
-        assert proc.poll() is None, "scoring ended before writing its first line"
-        time.sleep(0.01)
+    wait_until(lambda: scores.exists() and scores.read_text().strip(), "the first score line", proc)
     proc.send_signal(signal.SIGKILL)  # half way: after the first checkpoint line
     proc.wait()
     partial = read_jsonl(scores)

@@ -2,21 +2,29 @@
 import csv
 import itertools
 import json
+import os
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
+import matplotlib.figure
 import matplotlib.image
 import pytest
 from statsmodels.stats.multitest import multipletests
 
 from analysis.aggregate import main
 from analysis.contrasts import contrast
+from analysis.plots import plot_curves
 from analysis.reference import REFERENCE
 from analysis.report import REPORT_FILES
 from analysis.stats import collapse_difference, prob_improvement
-from analysis.summary import ENDPOINTS, collect, summarize
-from analysis.tables import ENDPOINT_NAMES, conclusions
+from analysis.summary import ENDPOINTS, collect
+from analysis.tables import ENDPOINT_NAMES
 from harness.grid import run_dir
 from tests.support.grid_fixture import COLLAPSED, DIVERGED, EARLY_DIVERGED, EQUAL_CELL, make_grid
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -105,11 +113,30 @@ def test_latex_and_plots_are_well_formed(grid):
         assert image.shape[0] > 200 and image.shape[1] > 200
 
 
-def test_summary_is_deterministic(grid):
+def test_the_curves_plot_draws_each_cells_seed_mean(grid, scratch, monkeypatch):
+    """By hand (tests/support/grid_fixture.py): every seed of sat_grpo at lag 1 scores 0.30, 0.35,
+    0.40, 0.45 at steps 5-20, so its line in the lag-1 panel is those points in percent."""
+    config, _, _ = grid
+    drawn = []
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda figure, *args, **kwargs: drawn.append(figure))
+    plot_curves(config, collect(config, progress=False), scratch / "curves.png")
+    (figure,) = drawn
+    assert [ax.get_title() for ax in figure.axes] == ["lag 1", "lag 8"]
+    lines = {line.get_label(): line for line in figure.axes[0].get_lines()}
+    assert set(lines) == set(config["recipes"])
+    steps, mean = lines[EQUAL_CELL[0]].get_data()
+    assert list(steps) == [5, 10, 15, 20] and list(mean) == pytest.approx([30.0, 35.0, 40.0, 45.0], abs=1e-9)
+
+
+def test_summary_is_the_same_from_another_process(grid, scratch):
+    """Same runs, same summary.json, from a second aggregate in a process with another hash seed (set
+    and dict orders differ)."""
     config, _, summary = grid
-    again = summarize(config, collect(config, progress=False))
-    again["conclusions"] = conclusions(again)
-    assert json.loads(json.dumps(again)) == summary
+    result = subprocess.run([sys.executable, "-m", "analysis.aggregate", "--config-json", json.dumps(config),
+                             "--out", str(scratch)], capture_output=True, text=True, cwd=ROOT,
+                            env={**os.environ, "PYTHONHASHSEED": "12345"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads((scratch / "summary.json").read_text()) == summary
 
 
 def test_bad_config_and_missing_run_are_named(grid, tmp_path, capsys):

@@ -15,9 +15,10 @@ from harness.config import load
 from harness.io import append_jsonl_atomic, read_jsonl
 from harness.jobs import train_retries
 from harness.lock import RunLocked, writer_lock
+from tests.support.tiny_runs import config
 from tests.support.untimed import untimed_rows
+from tests.support.waiting import wait_until
 from tests.support.workflow_cli import ROOT
-from tests.test_tiny_train import base, config  # noqa: F401 - a fixture
 
 
 def engines_run(cfg, run_dir, **kwargs):
@@ -25,7 +26,7 @@ def engines_run(cfg, run_dir, **kwargs):
                              json.dumps(cfg)], cwd=ROOT, stderr=subprocess.PIPE, text=True, **kwargs)
 
 
-def test_a_second_writer_fails_at_once_naming_the_holder(base, tmp_path, monkeypatch):  # noqa: F811
+def test_a_second_writer_fails_at_once_naming_the_holder(base, tmp_path, monkeypatch):
     monkeypatch.setenv("SLURM_JOB_ID", "4242")
     cfg = config(base, steps=4)
     with writer_lock(tmp_path / "r" / "locks" / "train.lock", "train"):
@@ -64,16 +65,13 @@ def test_a_step_log_refuses_a_step_that_is_not_after_the_last(tmp_path):
     assert [row["step"] for row in read_jsonl(path)] == [1, 2]  # nothing of a refused append was written
 
 
-def test_time_limit_warning_saves_resume_state_and_the_retry_ends_identical(base, tmp_path):  # noqa: F811
+def test_time_limit_warning_saves_resume_state_and_the_retry_ends_identical(base, tmp_path):
     cfg = config(base, recipe="grpo", lag=2, steps=30, eval_every=7)
     reference = tmp_path / "reference"
     run(cfg, reference)
     stopped = tmp_path / "stopped"
     process = engines_run(cfg, stopped)
-    deadline = time.monotonic() + 120
-    while not (stopped / "train" / "checkpoints" / "step_7").exists():
-        assert process.poll() is None and time.monotonic() < deadline, "training never reached step 7"
-        time.sleep(0.01)
+    wait_until((stopped / "train" / "checkpoints" / "step_7").exists, "the checkpoint of step 7", process)
     process.send_signal(engines.TIME_LIMIT_SIGNAL)
     _, err = process.communicate(timeout=120)
     assert process.returncode == engines.EXIT_RESUME, err
@@ -96,14 +94,14 @@ def test_time_limit_warning_saves_resume_state_and_the_retry_ends_identical(base
 
 
 def test_training_retries_cover_the_step_budget_within_the_time_limit():
+    """By hand: table1's 544 steps x 25 min = 13600 min of training. A week's job (10080 min, warned
+    15 min ahead: 10065 usable) needs 2 jobs; a day's (1425 usable) 13600 / 1425 = 9.5 -> 10 jobs.
+    Retries = jobs - 1 resubmissions + 1 spare = jobs."""
     slime = load(ROOT / "workflow" / "presets" / "table1.yaml")
-    runtime = slime["resources"]["train"]["runtime"] if "runtime" in slime["resources"].get("train", {}) else \
-        engines.get("slime").resources["train"]["runtime"]
-    lead_minutes = 900 / 60  # the slime engine's --signal=URG@900
-    jobs = -(-slime["steps"] * engines.get("slime").step_minutes // (runtime - lead_minutes))
-    assert train_retries(slime) == jobs and jobs >= 2  # resubmissions + one spare
-    week = {**slime, "resources": {"train": {"runtime": 60 * 24}}}
-    assert train_retries(week) == -(-slime["steps"] * 25 // (60 * 24 - 15))
+    assert (slime["steps"], engines.get("slime").step_minutes) == (544, 25)  # the figures above
+    assert train_retries(slime) == 2
+    day = {**slime, "resources": {"train": {"runtime": 60 * 24}}}
+    assert train_retries(day) == 10
     assert train_retries(load(ROOT / "config.yaml")) == 1  # tiny: one job, one spare
     with pytest.raises(ValueError, match="resources.train.runtime"):
         train_retries({**slime, "resources": {"train": {"runtime": 10}}})

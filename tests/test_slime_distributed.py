@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 from argparse import Namespace
 
 import numpy as np
@@ -15,15 +14,8 @@ import torch.multiprocessing as mp
 WORLD = 2
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def rank_main(rank: int, port: int, tmp: str) -> None:
+def rank_main(rank: int, tmp: str) -> None:
     torch.set_num_threads(1)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     import torch.distributed as dist
     from megatron.core import parallel_state as mpu
 
@@ -34,7 +26,8 @@ def rank_main(rank: int, port: int, tmp: str) -> None:
     from tests.support.slime_batches import args_for, direct_loss, direct_loss_of_many, make_sample_batch
 
     slime_standin.install()
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+    # a rendezvous file, not a port picked in advance that another process may take meanwhile
+    dist.init_process_group("gloo", init_method=f"file://{tmp}/rendezvous", rank=rank, world_size=WORLD)
     mpu.initialize_model_parallel(tensor_model_parallel_size=1, pipeline_model_parallel_size=1)
     try:
         # --- SAT with the global quantile scope: each rank holds its own micro-batch ---
@@ -112,4 +105,4 @@ def rank_main(rank: int, port: int, tmp: str) -> None:
 
 
 def test_global_quantile_scope_and_step_statistics_over_data_parallel_ranks(tmp_path):
-    mp.spawn(rank_main, args=(free_port(), str(tmp_path)), nprocs=WORLD, join=True)
+    mp.spawn(rank_main, args=(str(tmp_path),), nprocs=WORLD, join=True)

@@ -1,7 +1,5 @@
-"""Two gloo processes (torch.multiprocessing spawn on 127.0.0.1) against one process on the
-concatenated batch: the global SAT quantile, the loss and the gradient must agree."""
-import socket
-
+"""Two gloo processes (torch.multiprocessing spawn, meeting through a rendezvous file) against one
+process on the concatenated batch: the global SAT quantile, the loss and the gradient must agree."""
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -35,8 +33,9 @@ def as_batch(parts, reduce=None):
                        advantages=advantages.contiguous(), mask=mask, reduce=reduce)
 
 
-def worker(rank, port, out_dir):
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+def worker(rank, out_dir):
+    # a rendezvous file, not a port picked in advance that another process may take meanwhile
+    dist.init_process_group("gloo", init_method=f"file://{out_dir}/rendezvous", rank=rank, world_size=2)
     try:
         reduce = TorchDistributedReduce()
         results = {"gathered": reduce.all_gather(torch.arange(3.0 * rank, dtype=torch.float64))}
@@ -50,14 +49,8 @@ def worker(rank, port, out_dir):
         dist.destroy_process_group()
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_two_gloo_ranks_match_one_process(tmp_path):
-    mp.spawn(worker, args=(free_port(), str(tmp_path)), nprocs=2, join=True)
+    mp.spawn(worker, args=(str(tmp_path),), nprocs=2, join=True)
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     # variable-size gather: rank 0 sent 0 values, rank 1 sent 3
     for result in ranks:

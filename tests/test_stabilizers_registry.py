@@ -1,10 +1,8 @@
 """The registry (a new stabilizer is one new file), recipes, and clear errors on bad input."""
 import math
-import os
 import re
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 import torch
@@ -38,12 +36,12 @@ def batch(b=2, length=3, **overrides):
 
 
 @pytest.fixture
-def plugin_module():
-    """A stabilizer module written into stabilizers/ at run time (a unique name: the checkout is shared)."""
-    name = f"_plugin_test_{os.getpid()}"
-    path = Path(stabilizers.__file__).with_name(f"{name}.py")
-    staging = path.with_suffix(".staging")  # written aside, then renamed: another process may be scanning
-    staging.write_text(textwrap.dedent(f'''
+def plugin_module(scratch, monkeypatch):
+    """A stabilizer module in a temporary folder added to the stabilizers package's search path: the
+    registry finds it like a file of stabilizers/, and the checkout (where a concurrent
+    `snakemake -n` or catalog scan would see it) is never written."""
+    name = "_plugin_test"
+    (scratch / f"{name}.py").write_text(textwrap.dedent(f'''
         """A test stabilizer: GRPO's surrogate with a scaled advantage."""
         from ._surrogate import aggregate, clip_bounds, clipped_objective, log_ratio
         from .api import LossOutput, ranges, register
@@ -56,15 +54,11 @@ def plugin_module():
             objective = clipped_objective(ratio, scale * batch.advantages, *clip_bounds(eps_low, eps_high, ratio.dtype))
             return LossOutput(aggregate(objective, batch, aggregation), {{"{name}/scale": ratio.new_tensor(scale)}})
     '''))
-    staging.replace(path)
-    try:
-        yield name
-    finally:
-        path.unlink()
-        api._REGISTRY.pop(name, None)
-        sys.modules.pop(f"stabilizers.{name}", None)
-        for cached in path.parent.joinpath("__pycache__").glob(f"{name}.*"):
-            cached.unlink()
+    monkeypatch.setattr(stabilizers, "__path__", [*stabilizers.__path__, str(scratch)])
+    yield name
+    api._REGISTRY.pop(name, None)
+    sys.modules.pop(f"stabilizers.{name}", None)
+    vars(stabilizers).pop(name, None)
 
 
 def test_a_new_stabilizer_is_one_new_file(plugin_module):

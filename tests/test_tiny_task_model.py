@@ -115,7 +115,7 @@ def test_moe_output_is_each_tokens_gated_sum_of_its_experts(top_k):
     out[r] = sum_k gate[r, k] * expert_{chosen[r, k]}(x[r]); and the balance loss only when asked for."""
     torch.manual_seed(0)
     moe = TinyMoELM(ModelConfig(top_k=top_k, experts=4)).blocks[0].moe
-    x = torch.randn(3, 5, moe.w1.shape[1])
+    x = torch.randn(3, 5, moe.w1.shape[1], generator=torch.Generator().manual_seed(0))
     out, chosen, own, balance = moe(x, None)
     assert balance is None and torch.equal(chosen, own)
     logits = moe.router(x.reshape(-1, x.shape[-1]))

@@ -19,28 +19,11 @@ from engines.tiny.rollout import RolloutEngine, sampling_version
 from engines.tiny.trainer import Trainer, step_seed
 from engines.tiny.warmstart import build_base
 from harness.engine import TimeLimitReached
-from harness.grid import resolve_run_config
 from harness.io import read_jsonl
 from harness.run import RunConfig, RunDir
+from tests.support.tiny_runs import SMALL, config
 from tests.support.untimed import untimed_rows
-
-SMALL = {"preset": "demo", "width": 32, "heads": 2, "expert_hidden": 32, "top_k": 2, "warmstart_steps": 30,
-         "warmstart_batch": 64, "prompts_per_step": 4, "samples_per_step": 4, "progress_every": 1000}
-
-
-@pytest.fixture(scope="module")
-def base(tmp_path_factory):
-    out = tmp_path_factory.mktemp("grid") / "base"
-    build_base(SMALL, out)
-    return out
-
-
-def config(base, recipe="grpo", lag=2, mode="interval", steps=6, eval_every=2, seed=0, **params):
-    grid = {"grid": "test", "engine": "tiny", "lag_mode": mode, "steps": steps, "eval_every": eval_every,
-            "recipes": [recipe], "lags": [lag], "seeds": [seed], "engine_params": {**SMALL, **params}}
-    run_config = resolve_run_config(grid, recipe, lag, seed)
-    run_config["base_model"] = str(base)
-    return run_config
+from tests.support.waiting import wait_until
 
 
 def test_warm_start_is_cached(base):
@@ -72,24 +55,30 @@ def test_same_config_twice_gives_identical_metrics(base, tmp_path):
 
 
 def test_kill_9_at_a_random_step_then_resume_is_bit_identical(base, tmp_path):
+    """The step after which the run is killed, and how far into the next steps, come from a seed
+    printed here (pytest shows it with a failure); STALEBENCH_KILL_SEED=<seed> replays that kill."""
+    seed = int(os.environ.get("STALEBENCH_KILL_SEED") or random.SystemRandom().randrange(2**32))
+    print(f"kill -9 seed {seed} (replay: STALEBENCH_KILL_SEED={seed})")
+    choice = random.Random(seed)
+    kill_after, delay = choice.choice([3, 6, 9]), choice.uniform(0, 0.05)
     cfg = config(base, recipe="grpo_r3", lag=3, steps=14, eval_every=3)
     run(cfg, tmp_path / "reference")
-    kill_after = random.Random().choice([3, 6, 9])
-    process = subprocess.Popen([sys.executable, "-m", "engines.run", "--run-dir", str(tmp_path / "killed"),
-                                "--config-json", json.dumps(cfg)], stderr=subprocess.PIPE)
+    with open(tmp_path / "killed.log", "w") as log:
+        process = subprocess.Popen([sys.executable, "-m", "engines.run", "--run-dir", str(tmp_path / "killed"),
+                                    "--config-json", json.dumps(cfg)], stderr=log)
     target = tmp_path / "killed" / "train" / "checkpoints" / f"step_{kill_after}"
-    deadline = time.time() + 120
-    while not target.exists() and process.poll() is None and time.time() < deadline:
-        time.sleep(0.01)
-    time.sleep(random.Random().uniform(0, 0.05))  # anywhere inside the next steps, writes included
+    wait_until(target.exists, f"the checkpoint of step {kill_after} (seed {seed})", process)
+    time.sleep(delay)  # anywhere inside the next steps, writes included
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
     status = tmp_path / "killed" / "train" / "status.json"
-    assert not status.exists() or json.loads(status.read_text())["status"] != "completed" or process.returncode == 0
+    assert process.returncode == -signal.SIGKILL, f"seed {seed}: the run was not killed (exit {process.returncode})"
+    assert not status.exists(), f"seed {seed}: the killed run wrote its status: {status.read_text()}"
     subprocess.run([sys.executable, "-m", "engines.run", "--run-dir", str(tmp_path / "killed"),
                     "--config-json", json.dumps(cfg)], check=True, capture_output=True)
     reference = untimed_rows(tmp_path / "reference" / "train" / "metrics.jsonl")
-    assert untimed_rows(tmp_path / "killed" / "train" / "metrics.jsonl") == reference, f"killed after step {kill_after}"
+    assert untimed_rows(tmp_path / "killed" / "train" / "metrics.jsonl") == reference, \
+        f"seed {seed}: killed after step {kill_after}"
     for step in (3, 6, 9, 12, 14):
         name = f"checkpoints/step_{step}/model.safetensors"
         assert (tmp_path / "killed" / "train" / name).read_bytes() == (tmp_path / "reference" / "train" / name).read_bytes()

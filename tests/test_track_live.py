@@ -5,7 +5,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import urllib.parse
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from harness.grid import expand, grid_dir, run_dir
 from harness.io import read_jsonl, write_text_atomic
 from tests.support.grid_fixture import DIVERGED, make_grid
 from tests.support.mlflow_server import mlflow_server, rest, run_tags
+from tests.support.waiting import GENEROUS_S, wait_until
 from tracking.runs import SUMMARY_SUFFIX
 from tracking.store import KIND
 from tracking.sync import main
@@ -43,13 +43,6 @@ def unfinish(config, tmp_path):
     return finish
 
 
-def wait_for(condition, what, timeout=180):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.5)
-
-
 def search(base, experiment_id):
     return rest(base, "/api/2.0/mlflow/runs/search", {"experiment_ids": [experiment_id], "max_results": 1000})["runs"]
 
@@ -70,8 +63,10 @@ def test_follow_a_running_grid_then_finish_it(tmp_path, monkeypatch, capsys):
         follower = subprocess.Popen([sys.executable, "-m", "tracking.sync", "--config-json", config_json,
                                      "--follow", "1"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
-        wait_for(lambda: "live pass 1:" in log.read_text() or follower.poll() is not None, "the first live pass")
-        assert follower.poll() is None, log.read_text()
+        try:
+            wait_until(lambda: "live pass 1:" in log.read_text(), "the first live pass", follower, poll_s=0.5)
+        except AssertionError as error:
+            raise AssertionError(f"{error}:\n{log.read_text()[-3000:]}") from None
         # a second writer is refused while the follower holds the lock, naming it
         assert main(["--config-json", config_json, "--live"]) == 3
         error = capsys.readouterr().err
@@ -98,7 +93,7 @@ def test_follow_a_running_grid_then_finish_it(tmp_path, monkeypatch, capsys):
             # the grid completes and is aggregated: the follower stops by itself
             finish()
             write_reports(config, grid_dir(config), progress=False)
-            wait_for(lambda: follower.poll() is not None, "the follower to stop")
+            follower.wait(timeout=GENEROUS_S)  # it stops by itself once the grid is aggregated
             assert follower.returncode == 0, log.read_text()
             # the final sync (the track rule) finishes the same runs: nothing duplicated
             assert main(["--config-json", config_json, "--wait-lock", "60"]) == 0

@@ -15,11 +15,15 @@ from pathlib import Path
 import mlflow
 import numpy as np
 import pytest
+from statsmodels.stats.proportion import proportion_confint
+from statsmodels.stats.weightstats import DescrStatsW
 
 from harness.config import load
 from harness.grid import expand, grid_dir, run_dir
 from harness.io import read_jsonl
+from tests.support.pristine import Pristine
 from tests.support.untimed import untimed_rows
+from tests.support.waiting import wait_until
 from tests.support.workflow_cli import ROOT, SNAKEMAKE, job_counts, planned_jobs, snakemake
 from tracking.runs import SUMMARY_SUFFIX
 from tracking.store import local_artifact_dir
@@ -39,10 +43,25 @@ def cli_overrides(results_dir: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def grid():
-    """Run the reduced grid once; yields (config, env, snakemake arguments)."""
-    with tempfile.TemporaryDirectory(prefix="stalebench-e2e-") as folder:  # see workflow_cli.scratch
-        yield run_grid(Path(folder))
+def completed_grid():
+    """Run the reduced grid once; yields ((config, env, snakemake arguments), a copy of it as it was)."""
+    with tempfile.TemporaryDirectory(prefix="stalebench-e2e-") as folder:  # see conftest.scratch
+        results = Path(folder) / "results"
+        yield run_grid(results), Pristine(results)
+
+
+@pytest.fixture
+def grid(completed_grid):
+    """The completed grid, for a test that only reads it."""
+    return completed_grid[0]
+
+
+@pytest.fixture
+def grid_to_change(completed_grid):
+    """The completed grid, put back as it was after the test: the next test sees it completed, in any order."""
+    grid, pristine = completed_grid
+    yield grid
+    pristine.restore()
 
 
 def run_grid(results: Path):
@@ -94,23 +113,33 @@ def test_per_seed_values_come_from_the_runs_files(grid):
             assert len(read_jsonl(folder / "train" / "metrics.jsonl")) == 12
 
 
-def test_intervals_contain_the_mean(grid):
+def test_intervals_are_the_t_and_wilson_intervals_of_the_per_seed_values(grid):
+    """Each cell's interval recomputed from its per-seed values with statsmodels (analysis.stats
+    uses scipy): mean +- t(0.975, n - 1) s / sqrt(n) over seeds, and Wilson's for k of n collapsed."""
     config, _, _ = grid
     summary = json.loads((grid_dir(config) / "summary.json").read_text())
+    methods = set()
     for cell in summary["cells"]:
         for metric in METRICS:
-            stat = cell["stats"][metric]
-            assert stat["estimate"] == pytest.approx(np.mean(cell["per_seed"][metric]))
-            assert stat["low"] - 1e-12 <= stat["estimate"] <= stat["high"] + 1e-12, (cell["recipe"], metric, stat)
+            stat, values = cell["stats"][metric], [v for v in cell["per_seed"][metric] if v is not None]
+            values = [v for v in values if np.isfinite(v)]
+            where = (cell["recipe"], cell["lag"], metric, stat)
+            assert stat["estimate"] == pytest.approx(np.mean(values)) and stat["n"] == len(values), where
+            methods.add(stat["method"])
+            if stat["method"] == "student-t":
+                assert (stat["low"], stat["high"]) == pytest.approx(
+                    DescrStatsW(values).tconfint_mean(alpha=0.05), rel=1e-9, abs=1e-12), where
+            else:  # every seed gave the same value
+                assert stat["method"] == "degenerate" and stat["low"] == stat["high"] == values[0], where
         collapse = cell["collapse"]
-        assert collapse["low"] <= collapse["k"] / collapse["n"] <= collapse["high"]
+        wilson = proportion_confint(collapse["k"], collapse["n"], alpha=0.05, method="wilson")
+        assert (collapse["low"], collapse["high"]) == pytest.approx(wilson, rel=1e-9, abs=1e-12)
         for metric in ("fixed", "best", "auc"):
             stat = cell["improvement"][metric]
             assert 0 <= stat["estimate"] <= 1 and 0 < stat["p"] <= 1
             if stat["low"] is not None:  # an interval only from 10 seeds per arm (analysis.stats)
                 assert stat["low"] - 1e-12 <= stat["estimate"] <= stat["high"] + 1e-12
-    # Some score moved off zero, so the intervals above were not all trivially [0, 0].
-    assert any(max(cell["per_seed"]["best"]) > 0 for cell in summary["cells"])
+    assert "student-t" in methods  # some seeds differ: not every interval is a point
 
 
 def _mlflow_runs(config, experiment: str = ""):
@@ -120,8 +149,8 @@ def _mlflow_runs(config, experiment: str = ""):
     return client, client.search_runs([experiment.experiment_id], max_results=1000)
 
 
-def test_mlflow_holds_each_run_once_under_the_parent(grid):
-    config, env, _ = grid
+def test_mlflow_holds_each_run_once_under_the_parent(grid_to_change):
+    config, env, _ = grid_to_change
     client, runs = _mlflow_runs(config)
     by_kind = {}
     for run in runs:
@@ -153,8 +182,8 @@ def test_a_finished_grid_has_nothing_to_do(grid):
     assert result.returncode == 0 and "Nothing to be done" in result.stdout + result.stderr
 
 
-def test_resume_redoes_only_the_lost_run_and_gives_the_same_table(grid):
-    config, env, args = grid
+def test_resume_redoes_only_the_lost_run_and_gives_the_same_table(grid_to_change):
+    config, env, args = grid_to_change
     before = (grid_dir(config) / "table.csv").read_text()
     lost = run_dir(config, "grpo_dualclip", 4, 1)
     kept = run_dir(config, "grpo", 4, 1) / "train" / "status.json"
@@ -178,8 +207,8 @@ def test_resume_redoes_only_the_lost_run_and_gives_the_same_table(grid):
     assert json.loads((grid_dir(config) / "mlflow.json").read_text())["created"] == 0
 
 
-def test_snakemake_report_holds_the_tables_and_plots(grid):
-    config, env, args = grid
+def test_snakemake_report_holds_the_tables_and_plots(grid_to_change):
+    config, env, args = grid_to_change
     report = grid_dir(config) / "report.html"
     result = snakemake("--report", str(report), *args, env=env, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -202,10 +231,7 @@ def test_killed_workflow_resumes_where_it_stopped(scratch):
     process = subprocess.Popen([SNAKEMAKE, *args], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                start_new_session=True)
     try:
-        deadline = time.monotonic() + 300
-        while not (train / "checkpoints" / "step_8").exists():
-            assert process.poll() is None and time.monotonic() < deadline, "training never reached step 8"
-            time.sleep(0.1)
+        wait_until((train / "checkpoints" / "step_8").exists, "the checkpoint of step 8", process, poll_s=0.1)
     finally:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=60)

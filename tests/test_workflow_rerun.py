@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from harness.io import read_jsonl
+from tests.support.pristine import Pristine
 from tests.support.workflow_cli import SNAKEMAKE, copy_checkout, job_counts, planned_jobs, planned_outputs
 
 EVAL = {"tasks": ["tiny_test"], "selection_task": None, "k": 2, "problems": {"tiny_test": 8}}
@@ -50,13 +51,22 @@ class Grid:
 
 
 @pytest.fixture(scope="module")
-def grid():
+def completed_grid():
+    """The small grid, run to completion once, and a copy of it as it was then."""
     with tempfile.TemporaryDirectory(prefix="stalebench-rerun-") as folder:
-        grid = Grid(Path(folder))
+        grid = Grid(Path(folder) / "grid")
         done = grid.snakemake("-c2")
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         assert grid.plan() == (Counter(), "")
-        yield grid
+        yield grid, Pristine(Path(folder) / "grid")
+
+
+@pytest.fixture
+def grid(completed_grid):
+    """The completed grid, put back as it was after each test: every test starts from it, in any order."""
+    grid, pristine = completed_grid
+    yield grid
+    pristine.restore()
 
 
 @pytest.mark.parametrize("change", [
@@ -76,7 +86,7 @@ def test_a_new_task_reruns_each_runs_evaluate_job_for_all_its_tasks(grid):
     counts, printed = grid.plan(eval={**EVAL, "tasks": ["tiny_test", "tiny_val"],
                                       "problems": {"tiny_test": 8, "tiny_val": 8}})
     assert counts == {"evaluate": 2, **CHANGED}
-    # (which then scores only tiny_val: test_a_new_or_changed_task_is_the_only_one_scored, last)
+    # (which then scores only tiny_val: test_a_new_or_changed_task_is_the_only_one_scored)
     assert sorted(planned_outputs(printed, "evaluate")) == [
         [str(grid.run_dir(run) / "eval" / f"{task}.jsonl") for task in ("tiny_test", "tiny_val")] for run in RUNS]
 
@@ -110,8 +120,6 @@ def _scored(grid: Grid, run: str) -> dict[str, int]:
     return {task: int(n) for n, task in re.findall(r"^eval\.score: (\d+) checkpoint\(s\) of .* scored on (\S+)$",
                                                   log, re.MULTILINE)}
 
-
-# The tests below run jobs; they come last so that the dry runs above see the completed grid.
 
 def test_a_killed_evaluate_job_rescores_only_the_checkpoints_it_had_not_finished(grid):
     run = grid.run_dir("grpo/lag1/seed0")
@@ -157,7 +165,6 @@ def test_every_rule_has_a_benchmark_file_and_the_report_tabulates_them(grid):
 
 
 def test_a_new_or_changed_task_is_the_only_one_scored(grid):
-    # Last: it leaves the grid scored on two tasks.
     outputs = {run: grid.run_dir(run) / "eval" / "tiny_test.jsonl" for run in RUNS}
     before = {run: path.read_text() for run, path in outputs.items()}
     two = {**EVAL, "tasks": ["tiny_test", "tiny_val"], "problems": {"tiny_test": 8, "tiny_val": 8}}

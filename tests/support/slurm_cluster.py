@@ -4,8 +4,12 @@
     cluster.env                            # environment for sbatch/squeue/scancel/snakemake
     cluster.stop()                         # stops the daemons it started, by their pids
 
+    python -m tests.support.slurm_cluster install   # slurm-wlm + munge with apt-get (root), before
+                                                    # the tests: not inside a test's time limit
+
 The munge key, socket, spool and state directories, logs and slurm.conf live under ``root``, the
-ports are free ones picked at start, and no accounting daemon runs (the executor plugin then polls
+ports are free ones picked at start (picked again if a daemon finds its port taken meanwhile), and
+no accounting daemon runs (the executor plugin then polls
 ``squeue``, which needs MinJobAge >= 120 s). One system-wide trace: /etc/slurm/slurm.conf is a
 symlink to the private config while the cluster runs, because the executor plugin's job step
 drops $SLURM_CONF before it calls srun; a config already there (a real cluster, or another test
@@ -19,8 +23,11 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
+
+from tests.support.ports import free_ports
 
 PACKAGES = ("slurm-wlm", "munge")
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel")
@@ -31,33 +38,29 @@ def missing_binaries() -> list[str]:
     return [name for name in DAEMONS if shutil.which(name) is None and not Path("/usr/sbin", name).exists()]
 
 
-def install_reason() -> str | None:
-    """Install the packages when absent and possible; None when ready, else why not (the skip reason)."""
+def unavailable_reason() -> str | None:
+    """None when SLURM's programs are installed and a cluster can start here, else why not."""
+    if os.geteuid() != 0:
+        return "a private SLURM cluster needs root (its daemons run as SlurmUser=root)"
+    if missing_binaries():
+        return (f"SLURM is not installed ({', '.join(missing_binaries())} missing): "
+                "run `python -m tests.support.slurm_cluster install` (root + apt-get) first")
+    return None
+
+
+def install() -> None:
+    """Install the packages with apt-get when a program is missing; raises naming what failed."""
     if not missing_binaries():
-        return None
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        return f"SLURM is not installed ({', '.join(missing_binaries())} missing) and installing needs root + apt-get"
+        return
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     for command in (["apt-get", "update"], ["apt-get", "install", "-y", "--no-install-recommends", *PACKAGES]):
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
-        if done.returncode != 0:
-            return f"{' '.join(command)} failed (exit {done.returncode}): {done.stderr.strip()[-300:]}"
-    missing = missing_binaries()
-    return f"installed {PACKAGES} but {missing} are still missing" if missing else None
+        subprocess.run(command, env=env, check=True)
+    if missing_binaries():
+        raise RuntimeError(f"installed {PACKAGES} but {missing_binaries()} are still missing")
 
 
 def _sbin(name: str) -> str:
     return shutil.which(name) or str(Path("/usr/sbin", name))
-
-
-def _free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for sock in sockets:
-        sock.bind(("127.0.0.1", 0))
-    ports = [sock.getsockname()[1] for sock in sockets]
-    for sock in sockets:
-        sock.close()
-    return ports
 
 
 class SlurmCluster:
@@ -75,7 +78,7 @@ class SlurmCluster:
         self.root.chmod(0o755)  # munged wants its socket's directory searchable by all
         for name in ("spool", "state", "log"):
             (self.root / name).mkdir(parents=True, exist_ok=True)
-        ctld_port, slurmd_port = _free_ports(2)
+        ctld_port, slurmd_port = free_ports(2)
         host = socket.gethostname().split(".")[0]
         node = (f"NodeName=localhost NodeHostname={host} NodeAddr=127.0.0.1 Port={slurmd_port} "
                 f"CPUs={self.cpus} RealMemory={self.memory_mb} State=UNKNOWN")
@@ -122,9 +125,20 @@ class SlurmCluster:
         self.processes[name] = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=self.env,
                                                 start_new_session=True)
 
-    def start(self, timeout: float = 60) -> "SlurmCluster":
+    def start(self, timeout: float = 60, attempts: int = 3) -> "SlurmCluster":
+        """Start the daemons; where one exits because another process took its port between the
+        pick and its bind, start again on new ports (up to ``attempts`` times)."""
         if SYSTEM_CONF.exists() or SYSTEM_CONF.is_symlink():
             raise RuntimeError(f"{SYSTEM_CONF} exists (a real cluster, or another test cluster): not starting one")
+        for _ in range(attempts - 1):
+            try:
+                return self._started(timeout)
+            except RuntimeError:
+                if "Address already in use" not in self.logs():
+                    raise
+        return self._started(timeout)
+
+    def _started(self, timeout: float) -> "SlurmCluster":
         try:
             self._start_daemons(timeout)
         except BaseException:
@@ -133,10 +147,13 @@ class SlurmCluster:
         return self
 
     def _start_daemons(self, timeout: float) -> None:
+        shutil.rmtree(self.root / "log", ignore_errors=True)  # a new attempt's logs only
+        (self.root / "munge.sock").unlink(missing_ok=True)  # waited for below: not an old attempt's
         self.write_config()
         SYSTEM_CONF.parent.mkdir(parents=True, exist_ok=True)
         SYSTEM_CONF.symlink_to(self.conf)
         key = self.root / "munge.key"
+        key.unlink(missing_ok=True)
         subprocess.run([_sbin("mungekey"), "--create", f"--keyfile={key}"], check=True, capture_output=True)
         key.chmod(0o600)
         self._start("munged", [_sbin("munged"), "--foreground", "--force", f"--socket={self.root / 'munge.sock'}",
@@ -169,6 +186,9 @@ class SlurmCluster:
         return "\n".join(f"--- {path.name}\n{path.read_text()[-2000:]}"
                          for path in sorted((self.root / "log").glob("*")) if path.is_file())
 
+    def scontrol(self, *args: str) -> subprocess.CompletedProcess:
+        return self._run(["scontrol", *args])
+
     def squeue(self, *fields: str) -> list[list[str]]:
         """Every job slurmctld still knows (any state), as rows of the given squeue format fields."""
         out = self._run(["squeue", "--states=all", "-h", "-o", "|".join(fields)]).stdout
@@ -196,3 +216,9 @@ class SlurmCluster:
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["install"]:
+        sys.exit("usage: python -m tests.support.slurm_cluster install")
+    install()
