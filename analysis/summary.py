@@ -83,6 +83,18 @@ def summary_cells(summary: dict) -> dict[tuple[str, int], dict]:
     return {(cell["recipe"], cell["lag"]): cell for cell in summary["cells"]}
 
 
+def realized_lag_distribution(runs: list[Run]) -> dict:
+    """The realized lag of every trained step of the cell's runs (train/metrics.jsonl): lowest,
+    highest, mean and how many steps had each lag, pooled over seeds (the engines fail a run whose
+    realized lag leaves its mode's bound, harness.lag.check_realized_lag)."""
+    lags = [int(row["realized_lag"]) for run in runs for row in run.train if "realized_lag" in row]
+    if not lags:
+        return {"min": None, "max": None, "mean": None, "steps": {}}
+    values, counts = np.unique(lags, return_counts=True)
+    return {"min": min(lags), "max": max(lags), "mean": float(np.mean(lags)),
+            "steps": {str(int(v)): int(n) for v, n in zip(values, counts)}}
+
+
 def _cell(recipe: str, lag: int, runs: list[Run], reference: dict) -> dict:
     seeds = {m: [getattr(r.summary, m) for r in runs]
              for m in (*SCORES, *MISMATCH, "collapsed", "collapse_step", "best_step", "selected_step", "status")}
@@ -93,6 +105,7 @@ def _cell(recipe: str, lag: int, runs: list[Run], reference: dict) -> dict:
             "run_keys": [r.run_key for r in runs], "per_seed": seeds,
             "stats": {m: mean_ci(seeds[m]).as_dict() for m in (*SCORES, *MISMATCH)},
             "collapse": {"k": k, **collapse_rate(k, len(runs)).as_dict()},
+            "realized_lag": realized_lag_distribution(runs),
             "improvement": None, "vs_baseline": None, "collapse_vs_baseline": None,
             "reference": reference_for(runs[0].recipe_spec, lag, reference) if runs else None}
 
@@ -139,7 +152,8 @@ def summarize(config: dict, runs: list[Run]) -> dict:
     _adjust(list(cells.values()), baseline)
     settings = config.get("eval") or {}
     summary = {"grid": config["grid"], "engine": config["engine"], "recipes": list(config["recipes"]),
-               "lags": list(config["lags"]), "seeds": list(config["seeds"]), "steps": config["steps"],
+               "lags": list(config["lags"]), "lag_mode": config["lag_mode"], "seeds": list(config["seeds"]),
+               "steps": config["steps"],
                "test_task": test_task(settings), "selection_task": settings.get("selection_task"),
                "fixed_step": settings.get("fixed_step"), "baseline": baseline,
                "collapse_fraction": Collapse.build(config["collapse"]).fraction,

@@ -79,6 +79,14 @@ def claims_section(summary: dict) -> tuple[str, list[str], list[list[str]]] | No
     return title, ["claim", "statement", "estimate [95% CI] (method, n)", "p", "verdict"], rows
 
 
+def realized_lag_text(cell: dict) -> str:
+    """e.g. "1..8 (mean 4.5)"; "–" for a cell without training rows."""
+    lags = cell.get("realized_lag") or {}
+    if lags.get("min") is None:
+        return "–"
+    return f"{lags['min']}..{lags['max']} (mean {lags['mean']:.2f})"
+
+
 def sections(summary: dict) -> list[tuple[str, list[str], list[list[str]]]]:
     """The report's tables, rendered to text once and shared by the Markdown and LaTeX writers:
     (title, header, rows); the claims first. Rows = recipes; one column per lag for each column
@@ -147,6 +155,8 @@ def sections(summary: dict) -> list[tuple[str, list[str], list[list[str]]]]:
         table(f"Collapse rate minus {baseline}'s at the same lag ([95% CI: Newcombe], Fisher exact p, "
               f"{_holm_note(stats)})", [("", lambda c: _comparison_text(c["collapse_vs_baseline"], 1, 2))],
               recipes=others)
+    table(f"Realized lag ({summary['lag_mode']} mode): lowest..highest over every trained step "
+          "of every seed (mean)", [("", realized_lag_text)])
     for metric, title in MISMATCH.items():
         columns = [("", lambda c, m=metric: _interval_text(c["stats"][m], c["per_seed"][m], 1, 4))]
         if metric == "dbar":

@@ -4,7 +4,7 @@ Two layers: the JSON schema (workflow/schemas/config.schema.yaml: types, ranges,
 and every default, in that one place) and the checks a schema cannot express (recipe and
 eval-task names exist, the baseline is in the grid, the fixed step is an evaluated step, the
 engine's own parameter checks). Every error names the config key, e.g.
-``config key 'lags[1]': 0 is less than the minimum of 1``. The allowed values that code defines
+``config key 'lags[1]': -1 is less than the minimum of 0``. The allowed values that code defines
 (engines, lag modes, eval back ends) are filled into the schema from that code, not repeated.
 harness.model turns the checked config into typed objects; harness.jobs holds the Snakemake
 plumbing (CLI retyping, job resources, retries, the grid's config.json).
@@ -18,7 +18,7 @@ import jsonschema
 import yaml
 
 from harness import engine as engines
-from harness.grid import LAG_MODES
+from harness.lag import LAG_MODES
 from harness.model import claim_errors
 from stabilizers import check_values, load_recipes
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from harness import engine as engines
 from harness.identity import run_key
+from harness.lag import check_lag
 from stabilizers import Recipe, get_recipe, load_recipes, parameters, recipe_from_named_dict, switch_defaults
 
-LAG_MODES = ("interval", "constant")
 # The grid's prepared base model as a run config names it: a folder relative to the grid folder
 # (<results_dir>/<grid>), so that moving or renaming results/ keeps every run key and eval key.
 BASE_MODEL = "base"
@@ -32,13 +32,6 @@ def expand(config: dict) -> list[tuple[str, int, int]]:
     """Every (recipe, lag, seed) of the grid, in config order."""
     return [(recipe, int(lag), int(seed))
             for recipe in config["recipes"] for lag in config["lags"] for seed in config["seeds"]]
-
-
-def check_lag(lag, mode: str) -> None:
-    if isinstance(lag, bool) or not isinstance(lag, int) or lag < 1:
-        raise ValueError(f"lag must be an integer >= 1, got {lag!r}")
-    if mode not in LAG_MODES:
-        raise ValueError(f"lag_mode must be one of {list(LAG_MODES)}, got {mode!r}")
 
 
 def check_run(run_config: dict) -> Recipe:

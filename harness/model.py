@@ -144,7 +144,7 @@ class Config:
     lags: tuple[int, ...]
     """Configured staleness values: the columns of the table."""
     lag_mode: str
-    """How the lag is realized (harness.grid.LAG_MODES): interval or constant."""
+    """How the lag is realized (harness.lag.LAG_MODES): interval, constant or bounded."""
     seeds: tuple[int, ...]
     """Seeds of every (recipe, lag) cell."""
     steps: int

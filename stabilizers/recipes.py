@@ -29,7 +29,7 @@ class Recipe:
     name: str
     loss: str
     params: dict = field(default_factory=dict)
-    routing_replay: bool = False
+    routing_replay: bool | str = False  # true = R3 (the engine's routing), "r2" (the trainer's recompute's)
     tis: dict | None = None  # {"cap": C, "floor": F or absent}; None = no TIS
     table1: str | None = None  # the method column of Table 1 this recipe reproduces
     rollout_is: dict | None = None  # sequence/token TIS and masked IS (stabilizers.rollout_is); None = off
@@ -52,6 +52,12 @@ class Recipe:
         out = get(self.loss)(batch, **params)
         out.metrics.update(metrics)
         return out
+
+    @property
+    def replay(self) -> str | None:
+        """The MoE routing the update replays: "r3" (the rollout engine's), "r2" (the trainer's own
+        old-logp recompute's) or None."""
+        return {False: None, True: "r3", "r2": "r2"}[self.routing_replay]
 
     def as_dict(self) -> dict:
         spec = {"loss": self.loss, "params": dict(self.params), "routing_replay": self.routing_replay,
@@ -79,8 +85,11 @@ def recipe_from_dict(name: str, spec: dict, source: str = "<dict>", *, check_val
     if "loss" not in spec:
         raise ValueError(f"{where}: missing 'loss'")
     tis, rollout_is = (_checked_switch(key, spec.get(key), where) for key in ("tis", "rollout_is"))
-    if not isinstance(spec.get("routing_replay", False), bool):
-        raise ValueError(f"{where}: routing_replay must be true or false, got {spec['routing_replay']!r}")
+    # "r3" is spelled true in the recipes (and run keys) that predate R2, so it is stored as true
+    routing_replay = spec.get("routing_replay", False)
+    routing_replay = True if routing_replay == "r3" else routing_replay
+    if routing_replay not in (False, True, "r2") or not isinstance(routing_replay, (bool, str)):
+        raise ValueError(f"{where}: routing_replay must be false, true (= r3), r3 or r2, got {spec['routing_replay']!r}")
     if not isinstance(spec.get("params") or {}, dict):
         raise ValueError(f"{where}: params must be a mapping, got {spec['params']!r}")
     try:
@@ -88,7 +97,7 @@ def recipe_from_dict(name: str, spec: dict, source: str = "<dict>", *, check_val
     except (KeyError, ValueError) as error:
         raise ValueError(f"{where}: {error.args[0]}") from None
     recipe = Recipe(name=name, loss=spec["loss"], params=dict(spec.get("params") or {}),
-                    routing_replay=spec.get("routing_replay", False),
+                    routing_replay=routing_replay,
                     tis=tis, table1=spec.get("table1"), rollout_is=rollout_is)
     if check_values:
         _check_values(recipe, where)

@@ -20,7 +20,7 @@ from harness.config import (
 from harness.jobs import job_resources, retype_cli_values, rule_resources
 from stabilizers import load_recipes
 
-DEMO = yaml.safe_load(open("config.yaml"))
+DEMO = yaml.safe_load(open("tests/support/interval_grid.yaml"))
 
 
 def demo(**changes) -> dict:
@@ -39,14 +39,19 @@ def test_schema_is_a_valid_json_schema():
     jsonschema.Draft202012Validator.check_schema(yaml.safe_load(SCHEMA.read_text()))
 
 
-def test_demo_config_is_valid_and_has_the_required_grid():
-    config = load("config.yaml")
-    assert config["engine"] == "tiny"
-    assert {"grpo", "gspo", "dppo", "sat_grpo", "sat_gspo", "grpo_mu", "grpo_dualclip"} <= set(config["recipes"])
-    recipes = load_recipes()
-    assert any(recipes[name].routing_replay for name in config["recipes"]), "an R3 recipe"
-    assert config["lags"] == [1, 8] and len(config["seeds"]) >= 3
+def test_demo_config_is_valid_and_answers_the_papers_question():
+    config = validate(load("config.yaml"))
+    assert config["engine"] == "tiny" and config["lags"] == [1, 8] and len(config["seeds"]) >= 3
     assert config["baseline"] in config["recipes"]
+    # issue 24's claims: (a) GRPO's cost, (b) SAT's cost against its fixed-clip counterpart's, (c) the
+    # control that differs from SAT-GSPO in the clip alone (GSPO against mu), (d) an equivalence
+    claims = {(c["kind"], c["recipe"], c.get("versus"), c["expect"]) for c in config["claims"]}
+    assert ("staleness_cost", "grpo", None, "less") in claims
+    assert ("cost_difference", "sat_gspo", "gspo", "greater") in claims
+    assert ("cost_difference", "sat_gspo", "gspo_mu", "greater") in claims
+    assert any(expect == "equivalent" for *_, expect in claims)
+    recipes = load_recipes()
+    assert recipes["gspo_mu"].params.get("ratio_against") == "rollout"
 
 
 def test_defaults_are_filled_and_the_input_is_not_changed():
@@ -64,7 +69,7 @@ def test_defaults_are_filled_and_the_input_is_not_changed():
 
 @pytest.mark.parametrize(("change", "key", "words"), [
     ({"recipes": ["grpo", "no_such_recipe"]}, "recipes[1]", "unknown recipe 'no_such_recipe'"),
-    ({"lags": [1, 0]}, "lags[1]", "less than the minimum of 1"),
+    ({"lags": [1, -1]}, "lags[1]", "less than the minimum of 0"),
     ({"lags": [1, 2.5]}, "lags[1]", "not of type 'integer'"),
     ({"lags": [1, "8"]}, "lags[1]", "not of type 'integer'"),
     ({"lags": []}, "lags", "non-empty"),
@@ -111,7 +116,7 @@ def test_missing_required_keys_are_named():
 
 
 def test_every_problem_is_reported_at_once():
-    message = rejected(demo(lags=[0], seeds=[], collapse={"fraction": 2}))
+    message = rejected(demo(lags=[-1], seeds=[], collapse={"fraction": 2}))
     assert all(f"config key {key!r}" in message for key in ("lags[0]", "seeds", "collapse.fraction"))
 
 

@@ -13,14 +13,15 @@ import harness.grid
 from engines.tiny import params as tiny_params
 from harness import engine as engines
 from harness.config import load, schema, validate
-from harness.grid import BASE_MODEL, LAG_MODES, resolve_run_config
+from harness.grid import BASE_MODEL, resolve_run_config
 from harness.identity import eval_key, run_key
+from harness.lag import LAG_MODES
 from harness.model import Config
 from harness.provenance import collect, finish_attempt, start_attempt
 from harness.run import RunConfig, RunDir
 from stabilizers import parameters
 
-DEMO = yaml.safe_load(open("config.yaml"))
+DEMO = yaml.safe_load(open("tests/support/interval_grid.yaml"))
 
 
 def key_of(**changes) -> str:
@@ -29,7 +30,7 @@ def key_of(**changes) -> str:
 
 
 def test_the_run_config_spells_out_the_preset_and_every_stabilizer_default():
-    run = resolve_run_config(load("config.yaml"), "grpo_mu", 8, 2)
+    run = resolve_run_config(load("tests/support/interval_grid.yaml"), "grpo_mu", 8, 2)
     assert run["engine_params"] == tiny_params.resolve_engine_params({"preset": "demo"})
     assert run["engine_params"]["lr"] == tiny_params.PRESETS["demo"]["lr"]
     assert run["recipe"]["params"] == {**parameters("grpo"), "eps_low": 0.2, "eps_high": 0.2,
@@ -55,7 +56,7 @@ def test_a_stabilizer_default_is_in_the_key(monkeypatch):
 
 
 def test_the_eval_key_changes_with_what_changes_a_score():
-    settings = Config.build(load("config.yaml")).eval.job_settings()
+    settings = Config.build(load("tests/support/interval_grid.yaml")).eval.job_settings()
     key = eval_key("tiny_test", 1.0, settings, "run-a")
     for change in ({"k": 4}, {"seed": 1}, {"temperature": 0.5}, {"batch_size": 64}, {"backend": "server"},
                    {"problems": {"tiny_test": 64}}):
@@ -68,13 +69,13 @@ def test_the_eval_key_changes_with_what_changes_a_score():
 
 
 def test_the_evaluate_job_gets_only_the_settings_of_its_tasks():
-    model = Config.build(load("config.yaml"))
+    model = Config.build(load("tests/support/interval_grid.yaml"))
     settings = model.eval.job_settings()
     assert settings["problems"] == {"tiny_test": 128, "tiny_val": 128} and settings["seed"] == 1234
     assert not {"tasks", "selection_task", "fixed_step"} & set(settings)
     assert model.eval.scored_tasks == ["tiny_test", "tiny_val"]
     # An unscored task's problem count is not read.
-    test_only = Config.build(load("config.yaml", {"eval": {"tasks": ["tiny_test"], "selection_task": None,
+    test_only = Config.build(load("tests/support/interval_grid.yaml", {"eval": {"tasks": ["tiny_test"], "selection_task": None,
                                                            "problems": {"tiny_test": 128, "tiny_val": 7}}}))
     assert test_only.eval.job_settings()["problems"] == {"tiny_test": 128}
     assert model.prepare_params() == tiny_params.warmstart_knobs(model.engine_params)
@@ -89,7 +90,7 @@ def test_allowed_values_come_from_the_code_that_implements_them():
 
 
 def test_a_directory_pinned_to_another_key_is_refused_and_kept(tmp_path):
-    run = resolve_run_config(load("config.yaml"), "grpo", 1, 0)
+    run = resolve_run_config(load("tests/support/interval_grid.yaml"), "grpo", 1, 0)
     RunDir(tmp_path).pin_config(run)
     before = (tmp_path / "config.json").read_bytes()
     other = {**run, "engine_params": {**run["engine_params"], "lr": 1e-4}}

@@ -251,3 +251,21 @@ def test_conclusions_follow_the_numbers(grid):
     # P(improvement) on both endpoints and the two collapse-rate tables
     assert sum("complete separation gives p = 0.100" in line for line in lines) == 4
     assert sum(line.startswith("Evidence of a") for line in lines) >= 1  # the fixture has a clear one
+
+
+def test_realized_lag_distribution_per_cell(grid):
+    """Each cell's realized lags, pooled over its seeds' metrics rows, in summary.json and table.md."""
+    config, out, summary = grid
+    markdown = (out / "table.md").read_text()
+    assert "## Realized lag (interval mode)" in markdown and summary["lag_mode"] == "interval"
+    for cell in summary["cells"]:
+        lags = [row["realized_lag"] for seed in config["seeds"]
+                for row in map(json.loads, (run_dir(config, cell["recipe"], cell["lag"], seed) / "train" /
+                                            "metrics.jsonl").read_text().splitlines())]
+        distribution = cell["realized_lag"]
+        assert (distribution["min"], distribution["max"]) == (min(lags), max(lags)) == (1, cell["lag"])
+        assert distribution["mean"] == pytest.approx(sum(lags) / len(lags))
+        assert distribution["steps"] == {str(v): lags.count(v) for v in sorted(set(lags))}
+        row = next(line for line in markdown.splitlines()
+                   if line.startswith(f"| {cell['recipe']} |") and "(mean" in line and ".." in line)
+        assert f"1..{cell['lag']} (mean {distribution['mean']:.2f})" in row

@@ -61,7 +61,8 @@ def rank_main(rank: int, tmp: str) -> None:
         assert differs.item() > 0
 
         # --- exact |d| statistics over both shards, written by rank 0 only ---
-        run_args = Namespace(stalebench_run_dir=tmp, stalebench_lag_mode="interval", stalebench_lag=8)
+        run_args = Namespace(stalebench_run_dir=tmp, stalebench_lag_mode="interval", stalebench_lag=8,
+                             stalebench_seed=0)
         rollout_id = 9
         if rank == 0:  # train_async with interval 8: rollouts 0..8 sampled after push 1, rollout 9 after push 2
             for r in range(rollout_id + 1):

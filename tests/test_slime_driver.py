@@ -1,12 +1,13 @@
-"""The constant-lag driver against fake slime Ray actors, and the weight-version -> trainer-version map."""
+"""The lag driver (every mode) against fake slime Ray actors, and the weight-version -> trainer-version map."""
 from __future__ import annotations
 
 from argparse import Namespace
 
 import pytest
 
-from engines.slime.driver import check_args, constant_lag_loop
-from engines.slime.lag import constant_lag_version, trainer_version
+from engines.slime.driver import check_args, lag_loop
+from engines.slime.lag import driver_version, trainer_version
+from harness.lag import LAG_MODES, sampling_version
 
 
 class FakeRef:
@@ -70,27 +71,30 @@ def periodic(rollout_id, interval, num_rollout_per_epoch=None, num_rollout=None)
     return (rollout_id + 1) % interval == 0
 
 
-def run(lag, steps=20, start=0, save_interval=5):
+def run(lag, mode="constant", steps=20, start=0, save_interval=5, seed=0, stop_after=None):
     cluster = FakeCluster()
     cluster.trainer_version = start
     args = Namespace(start_rollout_id=start, num_rollout=steps, save_interval=save_interval,
                      rollout_global_dataset=False)
-    constant_lag_loop(args, cluster, cluster, lag=lag, num_rollout_per_epoch=None, get=cluster.get,
-                      periodic=periodic)
+    lag_loop(args, cluster, cluster, mode=mode, lag=lag, seed=seed, num_rollout_per_epoch=None, get=cluster.get,
+             periodic=periodic, stop_requested=lambda: stop_after is not None and cluster.trainer_version > stop_after)
     return cluster
 
 
-@pytest.mark.parametrize("lag", [1, 2, 3, 8])
-def test_batch_trained_at_step_k_was_sampled_by_version_k_minus_lag(lag):
-    cluster = run(lag)
-    assert [r for r, _, _ in cluster.trained] == list(range(20))
-    for rollout_id, version, push in cluster.trained:
-        assert version == max(0, rollout_id - lag)  # warm-up: the first batches come from version 0
-        assert version == constant_lag_version(rollout_id, lag=lag, start=0)
-        # the metrics hook recovers the version from slime's weight_version alone
-        assert trainer_version(push, mode="constant", lag=lag, start=0) == version
-    realized = [rollout_id - version for rollout_id, version, _ in cluster.trained]
-    assert realized[lag:] == [lag] * (20 - lag)
+@pytest.mark.parametrize("mode", LAG_MODES)
+@pytest.mark.parametrize("lag", [0, 1, 3, 8])
+def test_every_mode_realizes_the_tiny_engines_schedule(mode, lag):
+    """The realized-lag sequence of a driver run is the tiny engine's for the same mode, lag, seed
+    and steps (harness.lag.sampling_version, which the tiny trainer reads), and the metrics hook
+    recovers each version from slime's weight_version alone."""
+    for seed in (0, 3) if mode == "bounded" else (0,):
+        cluster = run(lag, mode=mode, seed=seed)
+        assert [r for r, _, _ in cluster.trained] == list(range(20))
+        tiny = [step - 1 - sampling_version(step, lag, mode, seed) for step in range(1, 21)]
+        assert [rollout_id - version for rollout_id, version, _ in cluster.trained] == tiny
+        for _rollout_id, version, push in cluster.trained:
+            assert trainer_version(push, mode=mode, lag=lag, seed=seed, start=0) == version
+        assert max(tiny) == lag if mode != "bounded" else 0 <= min(tiny) <= max(tiny) <= lag
 
 
 @pytest.mark.parametrize("lag", [1, 3])
@@ -99,60 +103,35 @@ def test_weights_reach_the_engine_after_every_step_a_later_batch_needs(lag):
     # first push before any training; then after step j while rollout j + lag + 1 is still to come
     assert cluster.push_after == [0] + [j + 1 for j in range(20) if j + lag + 1 < 20]
     assert cluster.saved == [4, 9, 14, 19]
+    interval = run(4, mode="interval")  # a push after every 4th step, the version's 4 rollouts generated together
+    assert interval.push_after == [0, 4, 8, 12, 16]
 
 
 def test_a_resumed_job_warms_up_from_its_own_start():
     cluster = run(lag=3, steps=12, start=5)
     assert [(r, v) for r, v, _ in cluster.trained] == [(5, 5), (6, 5), (7, 5), (8, 5), (9, 6), (10, 7), (11, 8)]
-    for _rollout_id, version, push in cluster.trained:
-        assert trainer_version(push, mode="constant", lag=3, start=5) == version
+    for rollout_id, version, push in cluster.trained:
+        assert trainer_version(push, mode="constant", lag=3, seed=0, start=5) == version
+        assert driver_version(rollout_id, mode="constant", lag=3, seed=0, start=5) == version
 
 
-def test_interval_mode_map_matches_train_async_schedule():
-    """train_async.py: push at start, then after rollout r when (r + 1) % n == 0; rollout r + 1 is
-    generated during the training of r, with the weights held then."""
-    for n, start in ((1, 0), (8, 0), (8, 5), (3, 9)):
-        engine, pushes, lags = start, 1, []
-        versions = {start: (start, pushes)}  # rollout id -> (sampling version, push count)
-        trainer = start
-        for r in range(start, start + 30):
-            versions[r + 1] = (engine, pushes)
-            version, push = versions[r]
-            assert trainer_version(push, mode="interval", lag=n, start=start) == version
-            lags.append(r - version)
-            trainer += 1
-            if (r + 1) % n == 0:
-                engine, pushes = trainer, pushes + 1
-                # train_async waits for the generation in flight, then regenerates nothing: the
-                # already generated rollout r + 1 keeps its (older) weights
-        if start % n == 0:
-            assert lags[n + 1:2 * n + 1] == list(range(1, n + 1))  # cycles 1..n after warm-up (n = 1: lag 1)
+@pytest.mark.parametrize("mode", LAG_MODES)
+def test_the_time_limit_warning_saves_and_stops_in_every_mode(mode):
+    cluster = run(3, mode=mode, stop_after=6)
+    assert [r for r, _, _ in cluster.trained] == list(range(7)) and cluster.saved == [4, 6]
+    assert not cluster.queue  # nothing left generating
 
 
 def test_bad_lag_and_unsupported_slime_modes_are_refused():
-    with pytest.raises(ValueError, match="integer >= 1"):
-        run(lag=0)
-    with pytest.raises(ValueError, match="stalebench_lag_mode"):
+    with pytest.raises(ValueError, match="integer >= 0"):
+        run(lag=-1)
+    with pytest.raises(ValueError, match="lag_mode must be one of"):
+        check_args(Namespace(stalebench_lag=2, stalebench_lag_mode="random", stalebench_seed=0))
+    with pytest.raises(ValueError, match="lacks"):
         check_args(Namespace(stalebench_lag=2, stalebench_lag_mode="interval"))
     with pytest.raises(ValueError, match="--colocate"):
-        check_args(Namespace(stalebench_lag=2, stalebench_lag_mode="constant", colocate=True))
+        check_args(Namespace(stalebench_lag=2, stalebench_lag_mode="constant", stalebench_seed=0, colocate=True))
+    assert check_args(Namespace(stalebench_lag=2, stalebench_lag_mode="bounded", stalebench_seed=4)) == \
+        {"mode": "bounded", "lag": 2, "seed": 4}
     with pytest.raises(ValueError, match="first push"):
-        trainer_version(0, mode="interval", lag=2, start=0)
-
-
-def test_time_limit_warning_saves_after_the_current_step_and_stops():
-    cluster = FakeCluster()
-    args = Namespace(start_rollout_id=0, num_rollout=20, save_interval=5, rollout_global_dataset=False)
-    constant_lag_loop(args, cluster, cluster, lag=2, num_rollout_per_epoch=None, get=cluster.get,
-                      periodic=periodic, stop_requested=lambda: len(cluster.trained) >= 8)
-    assert [r for r, _, _ in cluster.trained] == list(range(8))  # stopped after the step it was training
-    assert cluster.saved == [4, 7]  # the periodic save, then one at the stop, for the retry to resume from
-    assert not cluster.queue  # no generation left running
-
-
-def test_a_warning_at_the_last_step_is_a_normal_end():
-    cluster = FakeCluster()
-    args = Namespace(start_rollout_id=0, num_rollout=6, save_interval=5, rollout_global_dataset=False)
-    constant_lag_loop(args, cluster, cluster, lag=1, num_rollout_per_epoch=None, get=cluster.get,
-                      periodic=periodic, stop_requested=lambda: len(cluster.trained) >= 6)
-    assert len(cluster.trained) == 6 and cluster.saved == [4, 5]
+        trainer_version(0, mode="interval", lag=2, seed=0, start=0)

@@ -123,8 +123,8 @@ def assert_harness_script(text):
 
 def test_golden_grpo_lag1(table1):
     text, entry, flags, custom, directory = job(table1, "grpo", 1, 0)
-    assert entry == ["python3", "$SLIME_DIR/train_async.py"]
-    assert flags["--update-weights-interval"] == ["1"]
+    assert entry == ["python3", "-m", "engines.slime.driver"]  # every lag mode: slime's train_async.py is not used
+    assert "--update-weights-interval" not in flags  # the driver pushes weights itself
     assert flags["--eps-clip"] == ["0.2"] and flags["--eps-clip-high"] == ["0.2"]
     assert "--use-rollout-routing-replay" not in flags
     assert_paper_settings(flags, directory / "train", 0, table1)
@@ -135,13 +135,13 @@ def test_golden_grpo_lag1(table1):
     assert custom == {"stalebench_recipe": {"name": "grpo", "loss": "grpo", "params": params,
                                             "routing_replay": False, "tis": None, "table1": "grpo"},
                       "stalebench_run_dir": str(directory), "stalebench_lag_mode": "interval", "stalebench_lag": 1,
+                      "stalebench_seed": 0,
                       "stalebench_run_key": resolve_run_config(table1, "grpo", 1, 0)["run_key"]}
 
 
 def test_golden_sat_gspo_r3_lag8_interval(table1):
     text, entry, flags, custom, directory = job(table1, "sat_gspo_r3", 8, 1)
-    assert entry == ["python3", "$SLIME_DIR/train_async.py"]
-    assert flags["--update-weights-interval"] == ["8"]
+    assert entry == ["python3", "-m", "engines.slime.driver"]
     assert flags["--use-rollout-routing-replay"] == []
     # SAT-GSPO weighs each response once (sample_mean): slime's per-sample mean, not its per-token loss
     assert_paper_settings(flags, directory / "train", 1, table1, per_token_loss=False)
@@ -150,7 +150,7 @@ def test_golden_sat_gspo_r3_lag8_interval(table1):
     assert custom["stalebench_recipe"]["params"] == {**parameters("sat_gspo"), "eps_low": 0.2, "eps_high": 0.2,
                                                      "alpha": 0.9}
     assert custom["stalebench_recipe"]["routing_replay"] is True
-    assert (custom["stalebench_lag_mode"], custom["stalebench_lag"]) == ("interval", 8)
+    assert (custom["stalebench_lag_mode"], custom["stalebench_lag"], custom["stalebench_seed"]) == ("interval", 8, 1)
 
 
 def test_golden_constant_lag_runs_the_harness_driver(table1):
@@ -318,7 +318,7 @@ def test_run_executes_the_script_and_writes_status(table1, tmp_path, monkeypatch
     assert [c[:2] for c in recorded] == [["start", "--head"], ["job", "submit"], ["stop"]]
     submit = recorded[1]
     assert submit[-4:] == ["--num-layers", "2", "--hidden-size", "8"]  # MODEL_ARGS expanded last
-    assert submit[submit.index("--update-weights-interval") + 1] == "8"
+    assert submit[submit.index("--") + 1:submit.index("--") + 4] == ["python3", "-m", "engines.slime.driver"]
     assert (directory / "train" / "slime_commit.txt").read_text().strip() == "unknown"
 
 
@@ -436,3 +436,25 @@ def test_a_finished_run_is_never_relaunched(table1, tmp_path, monkeypatch):
     with pytest.raises(FileNotFoundError, match=r"says completed, but its last HF checkpoint .*step_8"):
         launch.run(run_config, directory)
     assert calls.read_text() == jobs
+
+
+def test_field_switches_map_to_slime_flags(table1):
+    """R2 -> --use-routing-replay (Megatron's replay of the recompute's routing), R3 ->
+    --use-rollout-routing-replay, fp16 -> --fp16, bounded lag -> the harness's driver."""
+    table1["extra_recipes"] = {"grpo_r2": {"loss": "grpo", "params": {"eps_low": 0.2, "eps_high": 0.2},
+                                           "routing_replay": "r2"}}
+    table1["recipes"] = [*table1["recipes"], "grpo_r2"]
+    _, _, r2_flags, custom, _ = job(table1, "grpo_r2", 1, 0)
+    assert r2_flags["--use-routing-replay"] == [] and "--use-rollout-routing-replay" not in r2_flags
+    assert custom["stalebench_recipe"]["routing_replay"] == "r2"
+    _, _, r3_flags, _, _ = job(table1, "grpo_r3", 1, 0)
+    assert r3_flags["--use-rollout-routing-replay"] == [] and "--use-routing-replay" not in r3_flags
+    assert "--fp16" not in r3_flags
+    table1["engine_params"] = {**table1["engine_params"], "precision": "fp16"}
+    table1["lag_mode"] = "bounded"
+    _, entry, fp16_flags, custom, _ = job(table1, "grpo", 4, 0)
+    assert fp16_flags["--fp16"] == [] and entry == ["python3", "-m", "engines.slime.driver"]
+    assert (custom["stalebench_lag_mode"], custom["stalebench_lag"]) == ("bounded", 4)
+    table1["engine_params"]["precision"] = "fp8"
+    with pytest.raises(ValueError, match="engine_params.precision"):
+        job(table1, "grpo", 4, 0)

@@ -168,3 +168,16 @@ def test_the_entry_point_traces_without_a_graph_break(name):
     torch._dynamo.reset()
     explanation = torch._dynamo.explain(lambda lg: slime_loss.policy_loss(args, batch, lg, reducer))(logits)
     assert explanation.graph_break_count == 0, [r.reason for r in explanation.break_reasons]
+
+
+@pytest.mark.parametrize("replay, rollout_flag, recompute_flag", [
+    (False, False, False), (True, True, False), ("r2", False, True)])
+def test_each_routing_replay_needs_its_own_slime_flag(replay, rollout_flag, recompute_flag):
+    from engines.slime.loss import check_args
+    recipe = recipe_from_dict("x", {"loss": "grpo", "routing_replay": replay}, "test")
+    flags = {"use_rollout_routing_replay": rollout_flag, "use_routing_replay": recompute_flag,
+             "calculate_per_token_loss": True}  # grpo: token_mean
+    check_args(slime_standin.slime_args(**flags), recipe)
+    for flipped in ({"use_rollout_routing_replay": not rollout_flag}, {"use_routing_replay": not recompute_flag}):
+        with pytest.raises(ValueError, match="routing_replay"):
+            check_args(slime_standin.slime_args(**{**flags, **flipped}), recipe)

@@ -13,13 +13,14 @@ import torch
 from engines.mismatch import QUANTILES, abs_d_stats, linear_quantiles
 from engines.slime import metrics
 from harness.io import append_jsonl_atomic, read_jsonl
+from harness.lag import LagOutOfBound
 from tests.support import slime_standin
 
 slime_standin.install()
 
 
 def run_args(tmp_path, mode="interval", lag=8):
-    return Namespace(stalebench_run_dir=str(tmp_path), stalebench_lag_mode=mode, stalebench_lag=lag)
+    return Namespace(stalebench_run_dir=str(tmp_path), stalebench_lag_mode=mode, stalebench_lag=lag, stalebench_seed=0)
 
 
 def test_rollout_records_follow_train_async_interval_schedule(tmp_path, monkeypatch):
@@ -111,3 +112,23 @@ def test_rollout_log_probs_as_old_is_refused_before_the_step_is_measured(tmp_pat
     with pytest.raises(ValueError, match="--use-rollout-logprobs"):
         metrics.postprocess(args, 0, {"rollout_log_probs": [torch.zeros(3)], "loss_masks": [torch.ones(3)]})
     assert not (tmp_path / "train" / "metrics.jsonl").exists()
+
+
+def test_a_rollout_past_its_lag_bound_fails_the_step(tmp_path, monkeypatch):
+    """Planted fault: at interval lag 4, rollout 6 sampled by push 1 (version 0: realized lag 6)."""
+    monkeypatch.setattr(metrics, "_first_rollout_id", None)
+    args = run_args(tmp_path, lag=4)
+    for rollout_id, push in enumerate([1, 1, 1, 1, 1, 2, 1]):
+        metrics.log_rollout(rollout_id, args, [Namespace(weight_versions=[str(push)])], None, 0.0)
+    assert [metrics.checked_rollout_record(args, r)["realized_lag"] for r in range(6)] == [0, 1, 2, 3, 4, 1]
+    with pytest.raises(LagOutOfBound, match=r"step 7: realized lag 6 leaves the interval bound 1\.\.4 of lag 4"):
+        metrics.checked_rollout_record(args, 6)
+
+
+def test_a_resumed_jobs_bound_counts_from_its_start(tmp_path, monkeypatch):
+    """Constant lag 3 resumed at rollout 5: its first rollouts are younger than 3 (the fresh warm-up)."""
+    monkeypatch.setattr(metrics, "_first_rollout_id", None)
+    args = run_args(tmp_path, mode="constant", lag=3)
+    for rollout_id, push in zip(range(5, 11), [1, 1, 1, 1, 2, 3]):
+        metrics.log_rollout(rollout_id, args, [Namespace(weight_versions=[str(push)])], None, 0.0)
+    assert [metrics.checked_rollout_record(args, r)["realized_lag"] for r in range(5, 11)] == [0, 1, 2, 3, 3, 3]

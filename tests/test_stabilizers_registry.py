@@ -262,7 +262,7 @@ def test_sat_random_recipe_draws_per_step():
     ({"loss": "grpo", "tis": {"cap": 2.0, "lower": 0.5}}, r"tis must be null or a mapping with keys \['cap', 'floor'\]"),
     ({"loss": "grpo", "tis": {"cap": 0.0}}, r"recipe 'bad' \(<dict>\): tis cap = 0.0 is outside"),
     ({"loss": "sat_grpo", "params": {"alpha": 1.2}}, r"recipe 'bad' \(<dict>\): alpha = 1.2 is outside"),
-    ({"loss": "grpo", "routing_replay": "yes"}, r"routing_replay must be true or false"),
+    ({"loss": "grpo", "routing_replay": "yes"}, r"routing_replay must be false, true"),
     ("grpo", r"recipe 'bad' \(<dict>\): expected a mapping, got str"),
 ])
 def test_bad_recipes_are_rejected_when_read(spec, message):

@@ -15,11 +15,12 @@ import engines.tiny.trainer
 from engines.run import run
 from engines.tiny import task
 from engines.tiny.checkpoint import load_model
-from engines.tiny.rollout import RolloutEngine, sampling_version
+from engines.tiny.rollout import RolloutEngine
 from engines.tiny.trainer import Trainer, step_seed
 from engines.tiny.warmstart import build_base
 from harness.engine import TimeLimitReached
 from harness.io import read_jsonl
+from harness.lag import sampling_version
 from harness.run import RunConfig, RunDir
 from tests.support.tiny_runs import SMALL, config
 from tests.support.untimed import untimed_rows
@@ -115,7 +116,7 @@ def test_each_batch_is_sampled_by_the_scheduled_policy_version(base, tmp_path, m
             return engine.rollout(step, problems, params["samples_per_step"], params["reward"],
                                   seed=step_seed(0, step, 1))
 
-        version = sampling_version(step, lag, mode)
+        version = sampling_version(step, lag, mode, 0)
         assert batches[step].version == version
         again = resample(version)
         assert torch.equal(again.tokens, batches[step].tokens) and torch.equal(again.logmu_full, batches[step].logmu_full)
@@ -151,8 +152,8 @@ def test_bad_inputs_fail_before_anything_is_written(base, tmp_path):
     bad_recipe = {**cfg, "recipe": {"name": "mystery", "loss": "no_such_loss", "params": {}}}
     with pytest.raises(ValueError, match="no_such_loss"):
         run(bad_recipe, tmp_path / "r")
-    for lag in (0, 1.5, "2"):
-        with pytest.raises(ValueError, match="lag must be an integer >= 1"):
+    for lag in (-1, 1.5, "2"):
+        with pytest.raises(ValueError, match="lag must be an integer >= 0"):
             run({**cfg, "lag": lag}, tmp_path / "r")
     with pytest.raises(ValueError, match=r"unknown key\(s\) \['learning_rate'\]"):
         run({**cfg, "engine_params": {**SMALL, "learning_rate": 1.0}}, tmp_path / "r")

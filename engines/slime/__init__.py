@@ -9,8 +9,8 @@ Modules (slime and megatron are imported lazily, inside the functions that run i
 - ``launch``: runs the job script, publishes HF checkpoints as train/checkpoints/step_<N>/, writes
   the run's status (harness.run.RunDir). ``launch.run(run_config, run_dir)`` is what the engine registry calls.
 - ``loss``: the ``--custom-loss-function-path`` entry point (the recipe's stabilizer, TIS, KL).
-- ``driver``: the constant-lag training loop over slime's Ray actors.
-- ``lag``: slime weight version -> trainer version, per lag mode.
+- ``driver``: the training loop of every lag mode over slime's Ray actors.
+- ``lag``: the harness's lag schedule as the driver runs it; slime weight version -> trainer version.
 - ``metrics``: the hooks that write train/rollouts.jsonl and the run's training metrics (RunDir).
 - ``preflight``: the checks before the first GPU-hour (reward vs prompt format, memory per GPU,
   context, extra_args vs known_flags.txt, which ``refresh_known_flags`` rebuilds from the sources).

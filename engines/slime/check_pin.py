@@ -11,8 +11,8 @@ adapter's own code where they can be, so that they cannot fall behind it:
   import statements, lazy ones included), and every attribute they read of an imported module
   (``mpu.get_data_parallel_group``), defined or imported at the top level of that module; and
   SLIME_MEMBERS, the methods and fields the driver and hooks use on slime's objects;
-- files: what the job script runs or sources in slime: the interval-lag entry point and
-  scripts/models/<model_type>.sh of every model in engines/slime/models.yaml.
+- files: what the job script runs or sources in slime: scripts/models/<model_type>.sh of every
+  model in engines/slime/models.yaml (every lag mode runs the harness's own driver).
 Prints one line per problem and exits 1 if there is any; the commits are not checked here
 (refresh_known_flags and the job script do that).
 """
@@ -25,7 +25,6 @@ from pathlib import Path
 
 import yaml
 
-from engines.slime.flags import entrypoint
 from engines.slime.loss import UNHANDLED_SLIME_OPTIONS
 from engines.slime.params import MODELS
 from engines.slime.refresh_known_flags import flag_literals, known_flags
@@ -111,8 +110,7 @@ def symbol_problems(checkouts: dict[str, Path]) -> list[str]:
 
 def job_files() -> list[str]:
     """Paths under the slime checkout that the job script runs or sources."""
-    interval = entrypoint({"lag_mode": "interval"})[1].removeprefix("$SLIME_DIR/")
-    return [interval, *(f"scripts/models/{model}.sh" for model in yaml.safe_load(MODELS.read_text()))]
+    return [f"scripts/models/{model}.sh" for model in yaml.safe_load(MODELS.read_text())]
 
 
 def check(slime: Path, megatron: Path, sglang_server_args: Path | None = None) -> list[str]:

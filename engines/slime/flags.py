@@ -12,7 +12,8 @@ from stabilizers import recipe_from_named_dict
 # check or change what the harness measures); the flags it emits for the run are owned too.
 OWNED_FLAGS = frozenset({
     "--apply-chat-template", "--no-save-optim", "--sequence-parallel", "--calculate-per-token-loss",
-    "--use-rollout-routing-replay", "--use-kl-loss", "--kl-loss-coef", "--kl-loss-type", "--reward-key",
+    "--use-rollout-routing-replay", "--use-routing-replay", "--fp16", "--bf16", "--use-kl-loss", "--kl-loss-coef",
+    "--kl-loss-type", "--reward-key",
     "--update-weights-interval", "--optimizer-cpu-offload", "--overlap-cpu-optimizer-d2h-h2d",
     "--use-precision-aware-optimizer", "--colocate", "--use-tis", "--custom-rm-path", "--eval-interval",
     "--rollout-max-prompt-len", "--save-hf",
@@ -79,12 +80,11 @@ def slime_flags(run_config: dict, params: dict, run_dir: Path, *, extra: bool = 
         *([("--calculate-per-token-loss",)] if slime_loss.per_token_loss_flag(recipe) else []),
         # slime's built-in clip, unused by the custom loss: set to the recipe's for the record
         ("--eps-clip", str(eps_low)), ("--eps-clip-high", str(eps_high)),
-        *([("--use-rollout-routing-replay",)] if recipe.routing_replay else []),
+        *([("--use-rollout-routing-replay",)] if recipe.replay == "r3" else []),  # R3: SGLang's routing
+        *([("--use-routing-replay",)] if recipe.replay == "r2" else []),  # R2: the trainer's recompute's routing
         *([("--use-kl-loss",), ("--kl-loss-coef", str(params["kl_loss_coef"])),
            ("--kl-loss-type", params["kl_loss_type"])] if params["kl_loss_coef"] else []),
         ("--kl-coef", "0.0"), ("--entropy-coef", str(params["entropy_coef"])),
-        # the lag
-        *([("--update-weights-interval", str(run_config["lag"]))] if run_config["lag_mode"] == "interval" else []),
         # the harness's hooks
         ("--custom-config-path", str(train / "slime_custom.yaml")),
         ("--rollout-data-postprocess-path", "engines.slime.metrics.postprocess"),
@@ -93,6 +93,7 @@ def slime_flags(run_config: dict, params: dict, run_dir: Path, *, extra: bool = 
         ("--attention-dropout", "0.0"), ("--hidden-dropout", "0.0"),
         ("--accumulate-allreduce-grads-in-fp32",), ("--attention-softmax-in-fp32",),
         ("--attention-backend", "flash"),
+        *([("--fp16",)] if params["precision"] == "fp16" else []),  # FP16 training + rollouts, arXiv 2510.26788
     ]
     if params["optimizer_cpu_offload"]:  # as slime's own Qwen3-30B-A3B script
         flags += [("--optimizer-cpu-offload",), ("--overlap-cpu-optimizer-d2h-h2d",), ("--use-precision-aware-optimizer",)]
@@ -101,9 +102,7 @@ def slime_flags(run_config: dict, params: dict, run_dir: Path, *, extra: bool = 
     return flags
 
 
-def entrypoint(run_config: dict) -> list[str]:
-    if run_config["lag_mode"] == "interval":
-        return ["python3", "$SLIME_DIR/train_async.py"]
-    return ["python3", "-m", "engines.slime.driver"]
+# every lag mode runs the harness's driver, which pushes the weights itself (no --update-weights-interval)
+ENTRYPOINT = ("python3", "-m", "engines.slime.driver")
 
 

@@ -2,11 +2,10 @@
 
 The script re-executes itself inside the pinned slime container (apptainer or docker;
 ``container_runtime: none`` when already inside), checks slime's commit, runs the pre-flight again
-with slime's own rewards, starts a private Ray head, submits ``train_async.py`` (interval lag:
-``--update-weights-interval lag``) or the harness's constant-lag driver (``python3 -m
-engines.slime.driver``) with every flag of engines.slime.flags, and stops its own Ray on exit.
+with slime's own rewards, starts a private Ray head, submits the harness's lag driver (``python3 -m
+engines.slime.driver``, every lag mode) with every flag of engines.slime.flags, and stops its own Ray on exit.
 SLURM's time-limit warning (SIGURG) makes the script touch train/stop_requested (STOP_FILE); the
-constant-lag driver then saves Megatron's state after its current step and stops. It never kills
+driver then saves Megatron's state after its current step and stops. It never kills
 other processes (slime's example scripts run ``pkill -9 python``). The recipe reaches the trainer
 through ``--custom-config-path train/slime_custom.yaml`` (keys land on slime's args).
 """
@@ -19,10 +18,10 @@ from pathlib import Path
 import yaml
 
 from engines.slime import preflight
-from engines.slime.flags import entrypoint, slime_flags
+from engines.slime.flags import ENTRYPOINT, slime_flags
 from engines.slime.params import REPO, check_paths, pinned_container, resolve_params
-from harness.grid import check_lag
 from harness.io import write_json_atomic, write_text_atomic
+from harness.lag import check_lag
 
 STOP_FILE = "stop_requested"  # train/<this>: the job script's mark that the time-limit warning came
 
@@ -31,6 +30,7 @@ def custom_config(run_config: dict, run_dir: Path) -> dict:
     """The --custom-config-path YAML: its keys land on slime's args (see engines.slime.loss / metrics)."""
     return {"stalebench_recipe": dict(run_config["recipe"]), "stalebench_run_dir": str(run_dir),
             "stalebench_lag_mode": run_config["lag_mode"], "stalebench_lag": run_config["lag"],
+            "stalebench_seed": run_config["seed"],
             "stalebench_run_key": run_config.get("run_key")}
 
 
@@ -82,7 +82,7 @@ def job_script_text(run_config: dict, run_dir: str | Path, *, check_files: bool 
     ]
     lines += [
         "# SLURM's time-limit warning (sbatch --signal=URG@<s>, the engine's train resources) asks for a",
-        "# Megatron save now: the constant-lag driver saves after its current step and stops. The trap comes",
+        "# Megatron save now: the lag driver saves after its current step and stops. The trap comes",
         "# before anything starts (bash ignores SIGURG without one, so an early warning would be lost); the",
         "# last attempt's mark is cleared once per job, outside the container. bash runs the trap during",
         "# `wait` at once, after a foreground command when that ends.",
@@ -121,7 +121,7 @@ def job_script_text(run_config: dict, run_dir: str | Path, *, check_files: bool 
         "trap 'kill $PRUNER 2>/dev/null || true; ray stop; prune' EXIT",
         f"RUNTIME_ENV={shlex.quote(runtime_env)}",
         'ray job submit --address="http://127.0.0.1:8265" --runtime-env-json="$RUNTIME_ENV" \\',
-        f"  -- {' '.join(entrypoint(run_config))} \\",
+        f"  -- {' '.join(ENTRYPOINT)} \\",
     ]
     lines += [f"  {' '.join(shlex.quote(part) for part in flag)} \\" for flag in flags]
     lines += [

@@ -8,10 +8,9 @@ The modules behind it, in the order they build on each other: ``params`` (engine
 container pin, the model's shape), ``flags`` (every slime / Megatron flag of the run),
 ``preflight`` (the checks before the first GPU-hour), ``job_script`` (train/job.sh).
 
-At SLURM's time-limit warning the job script marks train/stop_requested; the constant-lag driver
-then saves Megatron's state after its current step and stops, and ``run`` raises TimeLimitReached
-(engines.run exits 75, the retry resumes). slime's train_async.py (interval lag) has no such hook:
-it resumes from its last ``--save-interval`` save.
+At SLURM's time-limit warning the job script marks train/stop_requested; the lag driver (every
+mode) then saves Megatron's state after its current step and stops, and ``run`` raises
+TimeLimitReached (engines.run exits 75, the retry resumes).
 
 Checkpoints: Megatron's (for resuming) in train/megatron/, the last ``keep_megatron_checkpoints``
 kept (engines.slime.retention, every few minutes while the job runs); HF ones written by slime's

@@ -66,8 +66,6 @@ UNHANDLED_SLIME_OPTIONS = (
      "slime's unbiased KL weights the KL term by an importance ratio the adapter's KL loss does not apply"),
     ("--keep-old-actor", "keep_old_actor", False,
      "the old log-probs come from a kept copy of the previous actor, not from the policy at the step's start"),
-    ("--use-routing-replay", "use_routing_replay", False,
-     "the recompute's MoE routing is replayed in training; recipes ask only for rollout routing replay (R3)"),
     ("--partial-rollout", "partial_rollout", False,
      "a response then holds tokens of several policy versions, so log mu and the realized lag mix versions"),
     ("--normalize-advantages", "normalize_advantages", False,
@@ -144,9 +142,11 @@ def check_args(args, recipe: Recipe) -> None:
     if bool(getattr(args, "calculate_per_token_loss", False)) != want:
         raise ValueError(f"recipe {recipe.name!r} aggregates with {aggregation_of(recipe)!r}: slime must run "
                          f"{'with' if want else 'without'} --calculate-per-token-loss")
-    if bool(getattr(args, "use_rollout_routing_replay", False)) != recipe.routing_replay:
-        raise ValueError(f"recipe {recipe.name!r} has routing_replay={recipe.routing_replay} but slime runs "
-                         f"with use_rollout_routing_replay={getattr(args, 'use_rollout_routing_replay', False)}")
+    # R3 replays SGLang's routing (--use-rollout-routing-replay), R2 the recompute's (--use-routing-replay)
+    for replay, attribute in (("r3", "use_rollout_routing_replay"), ("r2", "use_routing_replay")):
+        if bool(getattr(args, attribute, False)) != (recipe.replay == replay):
+            raise ValueError(f"recipe {recipe.name!r} has routing_replay={recipe.routing_replay} but slime runs "
+                             f"with {attribute}={getattr(args, attribute, False)}")
     if getattr(args, "use_tis", False):
         raise ValueError("--use-tis is slime's TIS for its built-in loss; the recipe applies TIS itself "
                          "(recipe 'tis'), so launch without --use-tis")

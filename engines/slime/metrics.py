@@ -8,7 +8,8 @@
    log_probs - rollout_log_probs (log pi - log mu at the start of the step) over active tokens
    is all-gathered over Megatron's data-parallel group, so mean |d| and the p50/p90/p99/max
    quantiles are exact over the whole step (engines.mismatch, the tiny engine's linear quantiles, at any
-   size), plus the mean raw reward and the realized lag.
+   size), plus the mean raw reward and the realized lag, checked against its mode's bound
+   (harness.lag.check_realized_lag: outside it the hook raises, naming the step, and the job fails).
 3. slime logs each trained step's scalars (train/loss, train/grad_norm, train/entropy_loss and
    the loss function's metrics such as train/sat/q) through
    ``slime.observability.logging_utils.log`` on one rank (data-parallel 0, tensor-parallel 0,
@@ -17,7 +18,7 @@
 
 Rows: step = rollout id + 1, time (unix seconds, when the step began training), policy_version,
 realized_lag, reward, entropy, grad_norm, loss, d/mean_abs, d/p50, d/p90, d/p99, d/max, and slime's train scalars without the ``train/`` prefix.
-The run directory, lag mode and lag come from the custom-config YAML (args.stalebench_*).
+The run directory, lag mode, lag and seed come from the custom-config YAML (args.stalebench_*).
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ from engines.mismatch import abs_d_stats
 from engines.slime.lag import trainer_version
 from engines.slime.loss import refuse_unhandled_options
 from harness.io import append_jsonl_atomic, read_jsonl
+from harness.lag import check_realized_lag
 from harness.run import RunDir
 
 _first_rollout_id: int | None = None  # rollout manager process: the first rollout id of this job
@@ -53,17 +55,17 @@ def sampling_version(args, rollout_id: int, weight_versions: list[list[str]], st
     pushes = sorted({int(v) for versions in weight_versions for v in versions})
     if not pushes:
         raise ValueError(f"rollout {rollout_id}: no sample carries a weight version (Sample.weight_versions)")
-    mode, lag = args.stalebench_lag_mode, int(args.stalebench_lag)
-    oldest, newest = (trainer_version(p, mode=mode, lag=lag, start=start) for p in (pushes[0], pushes[-1]))
+    schedule = {"mode": args.stalebench_lag_mode, "lag": int(args.stalebench_lag), "seed": int(args.stalebench_seed)}
+    oldest, newest = (trainer_version(p, **schedule, start=start) for p in (pushes[0], pushes[-1]))
     return {"rollout_id": rollout_id, "policy_version": oldest, "policy_version_newest": newest,
-            "realized_lag": rollout_id - oldest, "weight_versions": pushes}
+            "realized_lag": rollout_id - oldest, "weight_versions": pushes, "start_version": start}
 
 
 def log_rollout(rollout_id, args, samples, rollout_extra_metrics, rollout_time) -> bool:
     """slime's custom rollout log function; returns False so that slime's own logging still runs."""
     global _first_rollout_id
     if _first_rollout_id is None:
-        _first_rollout_id = rollout_id  # train_async and the driver generate start_rollout_id first
+        _first_rollout_id = rollout_id  # the driver generates start_rollout_id first
     record = sampling_version(args, rollout_id, [sample.weight_versions for sample in samples], _first_rollout_id)
     append_jsonl_atomic(train_dir(args) / "rollouts.jsonl", [record])
     return False
@@ -78,6 +80,14 @@ def rollout_record(args, rollout_id: int) -> dict:
                          "--custom-rollout-log-function-path engines.slime.metrics.log_rollout set?")
     return records[-1]
 
+
+
+def checked_rollout_record(args, rollout_id: int) -> dict:
+    """``rollout_record``, its realized lag checked against its mode's bound (LagOutOfBound names the step)."""
+    record = rollout_record(args, rollout_id)
+    check_realized_lag(rollout_id + 1, record["realized_lag"], int(args.stalebench_lag), args.stalebench_lag_mode,
+                       start_version=record["start_version"])
+    return record
 
 # --- 2. trainer side -----------------------------------------------------------------------
 
@@ -152,12 +162,12 @@ def postprocess(args, rollout_id, rollout_data) -> None:
     from stabilizers import TorchDistributedReduce
     group = mpu.get_data_parallel_group(with_context_parallel=True)
     gathered = TorchDistributedReduce(group=group).all_gather(local_abs_d(rollout_data))
+    record = checked_rollout_record(args, rollout_id)  # every rank: a batch past its bound stops the whole job
     if not is_writer_rank():
         return
     if _recorder is None:
         _recorder = MetricsRecorder(args)
         tap_slime_train_log(_recorder)
-    record = rollout_record(args, rollout_id)
     rewards = [float(r) for r in rollout_data["raw_reward"]]
     row = {"step": rollout_id + 1, "time": time.time(), "policy_version": record["policy_version"],
            "realized_lag": record["realized_lag"], "reward": float(np.mean(rewards)) if rewards else math.nan,

@@ -71,6 +71,7 @@ DEFAULTS = {
     "sglang_mem_fraction": 0.7,
     "gpu_memory_gib": None,          # memory of one GPU: the pre-flight memory estimate must fit in it
     "optimizer_cpu_offload": False,  # Adam states on the CPU (slime's Qwen3-30B-A3B example does this)
+    "precision": "bf16",             # bf16 (slime's default) or fp16: Megatron's --fp16 (arXiv 2510.26788)
     # optimisation
     "lr": 1.0e-6,
     "adam_beta1": 0.9,
@@ -160,6 +161,8 @@ def resolve_params(engine_params: dict) -> dict:
     if params["rollout_top_p"] != 1.0:
         raise ValueError("engine_params.rollout_top_p must be 1.0 (the paper's; slime's top-p log-prob replay "
                          "is not wired into the loss adapter)")
+    if params["precision"] not in ("bf16", "fp16"):
+        raise ValueError(f"engine_params.precision = {params['precision']!r}; expected 'bf16' or 'fp16'")
     if params["prompt_format"] not in PROMPT_FORMATS:
         raise ValueError(f"engine_params.prompt_format = {params['prompt_format']!r}; expected one of "
                          f"{sorted(PROMPT_FORMATS)}")

@@ -73,8 +73,9 @@ def _check(p: dict) -> None:
         raise ValueError(f"engine_params.vcpo_ess_lr must be true or false, got {p['vcpo_ess_lr']!r}")
     if p["reward"] not in ("exact", "partial"):
         raise ValueError(f"engine_params.reward must be 'exact' or 'partial', got {p['reward']!r}")
-    if p["rollout_dtype"] not in ("bfloat16", "float32"):
-        raise ValueError(f"engine_params.rollout_dtype must be 'bfloat16' or 'float32', got {p['rollout_dtype']!r}")
+    if p["rollout_dtype"] not in ("bfloat16", "float16", "float32"):
+        raise ValueError("engine_params.rollout_dtype must be 'bfloat16', 'float16' or 'float32', "
+                         f"got {p['rollout_dtype']!r}")
     if p["top_k"] > p["experts"]:
         raise ValueError(f"engine_params.top_k ({p['top_k']}) must be <= experts ({p['experts']})")
     betas = p["adam_betas"]

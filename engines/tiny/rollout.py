@@ -1,14 +1,10 @@
-"""The rollout engine and the lag schedule.
+"""The rollout engine.
 
 The engine holds its own copy of the weights in ``rollout_dtype`` (bfloat16 by default, so
-mu != pi even at lag 0, like SGLang vs Megatron) and samples with it, recording per token the
-full sampling distribution (log mu) and the experts each position was routed to. Weights reach
-it only by ``broadcast``, on the schedule of ``sampling_version``.
-
-Versions: version v = the trainer's weights after v optimizer steps (version 0 = the base).
-The batch of trainer step s (1-based) is generated while step s - 1 runs, so the trainer, holding
-version s - 1, trains on a batch sampled by version ``sampling_version(s)``; realized lag is
-(s - 1) - that version.
+mu != pi even at lag 0, like SGLang vs Megatron; float16 for the FP16 rollouts of arXiv
+2510.26788) and samples with it, recording per token the full sampling distribution (log mu) and
+the experts each position was routed to. Weights reach it only by ``broadcast``, on the lag
+schedule of harness.lag.sampling_version (versions and realized lag are defined there).
 """
 from __future__ import annotations
 
@@ -16,27 +12,10 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.grid import LAG_MODES
-
 from . import task
 from .model import EOS, ModelConfig, TinyMoELM, decode_response, encode_prompt, generate
 
-DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
-
-
-def sampling_version(step: int, lag: int, mode: str) -> int:
-    """The policy version that samples the batch of trainer step ``step``.
-
-    interval (the paper's): weights are broadcast after every ``lag``-th step and the next batch
-    is generated during the current step, so the engine holds version lag * floor((step - 2) / lag)
-    and realized lag cycles 1..lag. constant: exactly ``lag`` versions old, step - 1 - lag.
-    Both are clamped at version 0 (the first batches can only come from the base model).
-    """
-    if mode == "interval":
-        return 0 if step < 2 else lag * ((step - 2) // lag)
-    if mode == "constant":
-        return max(0, step - 1 - lag)
-    raise ValueError(f"lag_mode must be one of {list(LAG_MODES)}, got {mode!r}")
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
 @dataclass

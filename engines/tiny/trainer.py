@@ -1,10 +1,14 @@
 """The tiny engine's RL loop: lagged bf16 rollouts, an fp32 trainer, resumable bit for bit.
 
 One trainer step s (1-based), as in an asynchronous system with one batch in flight:
-  1. the rollout engine generates the batch of step s + 1 (with the weights it was last
-     broadcast; see rollout.sampling_version),
-  2. the trainer recomputes old_logp on the batch of step s (float32, replaying the engine's
-     routing when the recipe asks for R3), builds group-normalised advantages (GRPO, Shao et al.
+  1. the rollout engine generates the batch of step s + 1 (with the weights of the version the
+     lag schedule harness.lag.sampling_version names). Where that is version s, the weights this
+     step produces (lag 0, or a bounded draw of 0), it is generated after step 2, as in a
+     synchronous loop,
+  2. the trainer checks that the batch's realized lag is within its mode's bound
+     (harness.lag.check_realized_lag: the run fails naming the step otherwise), recomputes
+     old_logp on the batch of step s (float32, replaying the engine's routing under R3, or the
+     routing of the trainer's own recompute in the update under R2), builds group-normalised advantages (GRPO, Shao et al.
      2024), calls the recipe's stabilizer on ``minibatches`` PolicyBatches and steps Adam after
      each; optional KL to the base model with the k3 estimator (Schulman 2020):
      k3 = exp(ref - logp) - (ref - logp) - 1,
@@ -30,12 +34,13 @@ import torch
 
 from engines.mismatch import abs_d_stats
 from harness.engine import TimeLimitReached, TrainingDiverged, merge_metrics, time_limit_near
+from harness.lag import check_realized_lag, oldest_needed_version, sampling_version
 from harness.run import RunConfig, RunDir
 from stabilizers import PolicyBatch, ess_lr_scale, offpolicy_diagnostics, validate_batch
 
 from . import task
 from .checkpoint import load_model, load_state, recover_replaced_dir, replace_dir_atomic, save_checkpoint
-from .rollout import Rollout, RolloutEngine, sampling_version
+from .rollout import Rollout, RolloutEngine
 
 RESUME_TENSORS, RESUME_META = "state.safetensors", "state.json"
 
@@ -64,7 +69,7 @@ class Recomputed:
     plen: int  # prompt length: response position t is predicted at input position plen - 1 + t
     inputs: torch.Tensor
     response: torch.Tensor
-    replay: torch.Tensor | None  # the engine's routing, replayed under R3
+    replay: torch.Tensor | None  # the routing the update replays: the engine's (R3) or the recompute's (R2)
     logmu: torch.Tensor  # the sampler's log-probabilities of the sampled tokens
     logp_full: torch.Tensor  # the trainer's log-softmax over the vocabulary
     old_logp: torch.Tensor
@@ -103,7 +108,7 @@ class Trainer:
 
     def generate(self, step: int) -> Rollout:
         """The batch of ``step``, sampled by the engine after any broadcast the schedule calls for."""
-        version = sampling_version(step, self.lag, self.mode)
+        version = sampling_version(step, self.lag, self.mode, self.seed)
         if self.engine.version != version:
             self.engine.broadcast(self.snapshots[version], version)
         problems = task.problems("train", self.params["prompts_per_step"], seed=step_seed(self.seed, step, 0))
@@ -119,13 +124,15 @@ class Trainer:
 
     def recompute(self, batch: Rollout) -> Recomputed:
         """The trainer's view of the batch before any update (no grad): old_logp with the current
-        weights (replaying the engine's routing under R3), and the base model's for the KL term."""
+        weights (replaying the engine's routing under R3; under R2 the update replays the routing
+        this recompute chose), and the base model's for the KL term (with the update's routing)."""
         temperature = self.params["temperature"]
         plen = batch.tokens.shape[1] - batch.mask.shape[1]
         inputs, response = batch.tokens[:, :-1], batch.tokens[:, plen:]
-        replay = batch.routing if self.recipe.routing_replay else None
+        replay_mode = self.recipe.replay
         with torch.no_grad():
-            out = self.model(inputs, replay=replay)
+            out = self.model(inputs, replay=batch.routing if replay_mode == "r3" else None)
+            replay = {"r3": batch.routing, "r2": out.routing, None: None}[replay_mode]
             logp_full = (out.logits[:, plen - 1:] / temperature).log_softmax(-1)
             old_logp = logp_full.gather(-1, response[..., None])[..., 0]
             ref_logp = None
@@ -307,12 +314,15 @@ class Trainer:
         while self.step < self.steps:
             step = self.step + 1
             batch = self.in_flight
-            start = time.perf_counter()
-            next_batch = self.generate(step + 1) if step < self.steps else batch
-            self.seconds["generate"] += time.perf_counter() - start
-            start = time.perf_counter()
             head = {"step": step, "policy_version": batch.version, "realized_lag": step - 1 - batch.version,
                     "time": time.time()}  # when the step was produced (unix s): MLflow's wall-time axis
+            check_realized_lag(step, head["realized_lag"], self.lag, self.mode)
+            # the next batch now, while this step trains, unless it needs this step's weights
+            overlapped = step < self.steps and sampling_version(step + 1, self.lag, self.mode, self.seed) < step
+            start = time.perf_counter()
+            next_batch = self.generate(step + 1) if overlapped else batch
+            self.seconds["generate"] += time.perf_counter() - start
+            start = time.perf_counter()
             try:
                 row = self.train_on(batch)
             except TrainingDiverged as reason:
@@ -321,11 +331,16 @@ class Trainer:
                 self.write_status("diverged", f"diverged at step {step}: {reason}")
                 return "diverged"
             self.seconds["train"] += time.perf_counter() - start
-            self.step, self.in_flight = step, next_batch
+            self.step = step
             pending.append({**head, **row})
-            # keep only the snapshots a later batch may still be sampled by
             self.snapshots[step] = self.state_copy()
-            oldest = sampling_version(step + 2, self.lag, self.mode)
+            if not overlapped and step < self.steps:  # the synchronous order: generate with the new weights
+                start = time.perf_counter()
+                next_batch = self.generate(step + 1)
+                self.seconds["generate"] += time.perf_counter() - start
+            self.in_flight = next_batch
+            # keep only the snapshots a later batch may still be sampled by
+            oldest = oldest_needed_version(step + 2, self.lag, self.mode, self.seed)
             self.snapshots = {v: s for v, s in self.snapshots.items() if v >= oldest}
             if step % self.eval_every == 0 or step == self.steps:
                 self.save(pending)

@@ -12,6 +12,8 @@ def add_arguments(parser):
     parser.add_argument("--expert-model-parallel-size")
     parser.add_argument("--expert-tensor-parallel-size")
     parser.add_argument("--hidden-dropout")
+    parser.add_argument("--bf16")
+    parser.add_argument("--fp16")
     parser.add_argument("--lr-decay-style")
     parser.add_argument("--optimizer")
     parser.add_argument("--optimizer-cpu-offload")

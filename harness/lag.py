@@ -1,0 +1,93 @@
+"""The lag schedule of every engine: which policy version samples the batch of each trainer step.
+
+Versions: version v = the trainer's weights after v optimizer steps (version 0 = the base). The
+batch of trainer step s (1-based; slime's rollout id s - 1) is trained by version s - 1, so its
+realized lag is (s - 1) - the version that sampled it. Modes (shared/DESIGN.md, "Lag"):
+
+- interval (the paper's): weights are broadcast after every ``lag``-th step and the next batch is
+  generated during the current step: version lag * floor((s - 2) / lag), realized lag cycles 1..lag.
+- constant: exactly ``lag`` versions old: version s - 1 - lag.
+- bounded (AReaL's max_head_offpolicyness, arXiv 2505.24298): each batch's lag is a seeded draw
+  d(s) in 0..lag, and the version is max(version(s - 1), s - 1 - d(s)): a rollout engine holds one
+  copy of the weights and only ever receives newer ones (as SGLang in slime, AReaL's servers), so
+  the version never goes back and the realized lag is at most d(s).
+
+Every mode is clamped at version 0 (the first batches can only come from the base model), and at
+lag 0 every mode is the synchronous loop: the batch of step s is sampled by version s - 1, the
+weights that train on it. Pure functions of (mode, lag, step, seed), read by both engines (the
+tiny trainer and engines.slime.driver); ``check_realized_lag`` is the bound each engine checks on
+every step it trains, written independently of the schedule so that a wrong schedule fails it.
+"""
+from __future__ import annotations
+
+import hashlib
+from functools import lru_cache
+
+LAG_MODES = ("interval", "constant", "bounded")
+
+
+class LagOutOfBound(RuntimeError):
+    """A step trained on a batch whose realized lag leaves its mode's bound."""
+
+
+def check_lag(lag, mode: str) -> None:
+    if isinstance(lag, bool) or not isinstance(lag, int) or lag < 0:
+        raise ValueError(f"lag must be an integer >= 0, got {lag!r}")
+    if mode not in LAG_MODES:
+        raise ValueError(f"lag_mode must be one of {list(LAG_MODES)}, got {mode!r}")
+
+
+def bounded_draw(step: int, lag: int, seed: int) -> int:
+    """The seeded lag drawn for ``step`` in 0..lag (sha256 of the run seed and step: the same
+    number on every machine and Python, independent of any random generator's state)."""
+    digest = hashlib.sha256(f"stalebench-bounded-lag:{seed}:{step}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") % (lag + 1)
+
+
+@lru_cache(maxsize=64)
+def _bounded_versions(lag: int, seed: int, steps: int) -> tuple[int, ...]:
+    versions, version = [], 0
+    for step in range(1, steps + 1):
+        version = max(version, step - 1 - bounded_draw(step, lag, seed))
+        versions.append(version)
+    return tuple(versions)
+
+
+def sampling_version(step: int, lag: int, mode: str, seed: int) -> int:
+    """The policy version that samples the batch of trainer step ``step`` (1-based)."""
+    check_lag(lag, mode)
+    if step < 1:
+        raise ValueError(f"trainer steps count from 1, got {step}")
+    if lag == 0:
+        return step - 1
+    if mode == "interval":
+        return 0 if step < 2 else lag * ((step - 2) // lag)
+    if mode == "constant":
+        return max(0, step - 1 - lag)
+    # bounded: the cache holds whole schedules, so grow it in blocks rather than step by step
+    return _bounded_versions(lag, seed, -(-step // 256) * 256)[step - 1]
+
+
+def oldest_needed_version(step: int, lag: int, mode: str, seed: int) -> int:
+    """The oldest version that samples any batch of step ``step`` or later (every mode's version
+    is non-decreasing in the step): older weights may be dropped."""
+    return sampling_version(step, lag, mode, seed)
+
+
+def lag_bound(step: int, lag: int, mode: str, start_version: int = 0) -> tuple[int, int]:
+    """The realized lags (lowest, highest) that ``mode`` allows at ``step``: interval 1..lag,
+    constant exactly lag, bounded 0..lag, each capped at step - 1 - ``start_version`` (no batch
+    is older than the first weights of the job: the base model, or on slime a resumed job's
+    trainer, which keeps no older weights)."""
+    check_lag(lag, mode)
+    highest = min(lag, step - 1 - start_version)
+    lowest = {"interval": min(1, highest), "constant": highest, "bounded": 0}[mode]
+    return lowest, highest
+
+
+def check_realized_lag(step: int, realized_lag: int, lag: int, mode: str, start_version: int = 0) -> None:
+    """LagOutOfBound naming the step when ``realized_lag`` leaves its mode's bound at ``step``."""
+    lowest, highest = lag_bound(step, lag, mode, start_version)
+    if not lowest <= realized_lag <= highest:
+        raise LagOutOfBound(f"step {step}: realized lag {realized_lag} leaves the {mode} bound "
+                            f"{lowest}..{highest} of lag {lag}")

@@ -1,1 +1,0 @@
-"""slime's interval-lag entry point (the job script runs it); the stand-in only marks that it exists."""
