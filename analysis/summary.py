@@ -31,6 +31,7 @@ from analysis.stats import (
 )
 from harness.grid import expand, run_dir
 from harness.model import Collapse, claims
+from harness.run import RunDir
 
 SCORES = {"fixed": "Fixed-step score", "best": "Best-checkpoint score (optimistic: chosen on the test set)",
           "selected": "Selected-checkpoint score (chosen on the selection task)",
@@ -56,11 +57,14 @@ class Run:
 
 
 def collect(config: dict, progress: bool = True) -> list[Run]:
-    """Every run of the grid, read and summarized; a missing or bad file fails with its path."""
+    """Every run of the grid, read and summarized; a missing or bad file fails with its path, and a
+    run whose loss is not its recipe's is refused (harness.run.RunDir.check_fingerprint)."""
     runs = []
     for recipe, lag, seed in tqdm(expand(config), desc="aggregate: reading runs", unit="run",
                                   disable=not progress, file=sys.stderr):
-        summary, run_config, curve, train = read_run(run_dir(config, recipe, lag, seed), config)
+        folder = run_dir(config, recipe, lag, seed)
+        summary, run_config, curve, train = read_run(folder, config)
+        RunDir(folder).check_fingerprint()
         runs.append(Run(recipe, lag, seed, run_config.get("run_key", ""), run_config.get("recipe") or {},
                         summary, curve, train))
     return runs

@@ -5,6 +5,9 @@ The run is checked once (harness.run.RunConfig.check: the harness's checks, the 
 checks and its check_run) before anything is written; the run directory's config.json then pins it
 (harness.run.RunDir.pin_config): a directory holding a different config is refused, the same config
 resumes where it stopped. The engine's train is given the checked RunConfig and the RunDir.
+Before it trains, the job evaluates the recipe on a canned batch (stabilizers.fingerprint) and records it
+in train/fingerprint.json: aggregate refuses a run whose loss is not its recipe's
+(harness.run.RunDir.check_fingerprint), and a resume refuses a run that started with another loss.
 Each attempt is recorded in run_dir/provenance.json (harness.provenance: code, versions, machine).
 The engine is looked up by config["engine"] in the registry (harness.engine).
 
@@ -24,17 +27,30 @@ from harness.cli import parse_json_arg, run_stage
 from harness.engine import watch_time_limit
 from harness.provenance import finish_attempt, start_attempt
 from harness.run import RunConfig, RunDir
+from stabilizers import fingerprint
 
 
 def run(run_config: dict, run_dir: str | Path) -> str:
-    checked = RunConfig.check(run_config)  # the one check of this process: the engine is given it typed
     run = RunDir(run_dir)
+    checked = RunConfig.check(run_config, run.grid_dir)  # the one check of this process: the engine is given it typed
     with run.lock("train", "train"):
         run.pin_config(checked.as_dict())
+        record_fingerprint(run, checked)
         start_attempt(run)
         status = checked.engine.train(checked, run)
         finish_attempt(run, status)
         return status
+
+
+def record_fingerprint(run: RunDir, checked: RunConfig) -> None:
+    """The recipe on the canned batch, as this process computes it (train/fingerprint.json)."""
+    ran = fingerprint(checked.recipe)
+    started = run.read_fingerprint()
+    if started is not None and started["digest"] != ran["digest"]:
+        raise ValueError(f"{run.path} started with another loss (train/fingerprint.json {started['digest']}, "
+                         f"recipe {checked.recipe.name!r} now {ran['digest']}): its stabilizer code changed; "
+                         f"nothing was overwritten — train it in another directory or delete it")
+    run.write_fingerprint(ran)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,6 +15,10 @@ from harness.identity import run_key
 from harness.lag import check_lag
 from stabilizers import Recipe, get_recipe, load_recipes, parameters, recipe_from_named_dict, switch_defaults
 
+# The grid's prepared base model as a run config names it: a folder relative to the grid folder
+# (<results_dir>/<grid>), so that moving or renaming results/ keeps every run key and eval key.
+BASE_MODEL = "base"
+
 
 def run_dir(config: dict, recipe: str, lag: int, seed: int) -> Path:
     return grid_dir(config) / "runs" / recipe / f"lag{lag}" / f"seed{seed}"
@@ -76,7 +80,7 @@ def resolve_run_config(config: dict, recipe: str, lag: int, seed: int, recipes: 
         "steps": int(config["steps"]),
         "eval_every": int(config["eval_every"]),
         "engine_params": dict(engine_params),
-        "base_model": str(grid_dir(config) / "base"),
+        "base_model": BASE_MODEL,
     }
     run_config["run_key"] = run_key(run_config)
     return run_config

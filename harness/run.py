@@ -7,6 +7,7 @@ resolved config, typed and checked once per process.
     run.read_metrics()       train/metrics.jsonl rows, one per training step
     run.checkpoints()        step -> train/checkpoints/step_<N>/
     run.eval_path(task)      eval/<task>.jsonl (one score line per checkpoint)
+    run.read_fingerprint()   train/fingerprint.json: the recipe on the canned batch, as the job ran it
 
 Layout (shared/DESIGN.md): config.json and provenance.json at the top; train/ (status.json,
 metrics.jsonl, fingerprint.json, checkpoints/step_<N>/ and the engine's own files); eval/ (the
@@ -17,17 +18,19 @@ file names the file (and the line) it could not read.
 from __future__ import annotations
 
 import contextlib
+import functools
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
 from harness import engine as engines
-from harness.grid import check_run
+from harness.grid import BASE_MODEL, check_run
 from harness.identity import run_key
 from harness.io import append_jsonl_atomic, read_json, read_jsonl, write_json_atomic, write_jsonl_atomic
 from harness.lock import writer_lock
-from stabilizers import Recipe
+from stabilizers import Recipe, recipe_from_named_dict
 
 CONFIG, PROVENANCE = "config.json", "provenance.json"
 STATUS, METRICS, FINGERPRINT = "status.json", "metrics.jsonl", "fingerprint.json"
@@ -57,6 +60,12 @@ class RunDir:
     @property
     def provenance_path(self) -> Path:
         return self.path / PROVENANCE
+
+    @property
+    def grid_dir(self) -> Path:
+        """The grid folder of a run folder laid out by harness.grid.run_dir
+        (<grid>/runs/<recipe>/lag<lag>/seed<seed>): what a run config's relative paths are under."""
+        return self.path.parents[3]
 
     @property
     def train_dir(self) -> Path:
@@ -115,6 +124,13 @@ class RunDir:
             if run_key(existing) != run_config["run_key"]:
                 changed = sorted(k for k in set(existing) | set(run_config)
                                  if k != "run_key" and existing.get(k) != run_config.get(k))
+                if changed == ["base_model"] and run_config.get("base_model") == BASE_MODEL:
+                    raise ValueError(
+                        f"{self.path} was started when run keys held the base model's path "
+                        f"({existing.get('base_model')!r}), which changes when results/ moves; they now name "
+                        f"it relative to the grid folder ({BASE_MODEL!r}). Its run key and its scores' eval "
+                        f"keys are of the old form: nothing was overwritten — train it again in a new "
+                        f"results_dir, or delete the folder")
                 raise ValueError(f"{self.path} holds a run with a different config (keys differing: {changed}); "
                                  f"nothing was overwritten — use another directory or delete it")
         else:
@@ -159,6 +175,29 @@ class RunDir:
     def append_scores(self, task: str, rows: list[dict]) -> None:
         append_jsonl_atomic(self.scores_path(task), rows)
 
+    def read_fingerprint(self) -> dict | None:
+        """train/fingerprint.json (stabilizers.fingerprint of the recipe as the train job ran it), or
+        None for a run trained before train jobs recorded it."""
+        return read_json(self.fingerprint_path) if self.fingerprint_path.is_file() else None
+
+    def write_fingerprint(self, fingerprint: dict) -> None:
+        write_json_atomic(self.fingerprint_path, fingerprint)
+
+    def check_fingerprint(self) -> None:
+        """The loss that ran is the loss configured: train/fingerprint.json is the fingerprint of the
+        recipe in config.json, computed now (once per recipe per process). ValueError naming the run
+        and both hashes otherwise, or naming the missing file."""
+        recorded = self.read_fingerprint()
+        if recorded is None:
+            raise ValueError(f"{self.fingerprint_path} is missing: the run was trained before train jobs "
+                             f"recorded the loss that ran; train it again (python -m engines.run --run-dir "
+                             f"{self.path} --config-json {self.config_path} records it and resumes)")
+        expected = recipe_fingerprint(json.dumps(self.read_config().get("recipe"), sort_keys=True))
+        if recorded.get("digest") != expected["digest"]:
+            raise ValueError(f"{self.path}: the loss that ran is not its recipe's (train/fingerprint.json "
+                             f"{recorded.get('digest')}, recipe in config.json {expected['digest']}): the train "
+                             f"job's stabilizer code or parameters differ from this checkout's")
+
     def read_provenance(self) -> dict | None:
         return read_json(self.provenance_path) if self.provenance_path.is_file() else None
 
@@ -168,6 +207,14 @@ class RunDir:
     def lock(self, name: str, purpose: str) -> contextlib.AbstractContextManager:
         """The exclusive writer lock ``locks/<name>.lock`` (harness.lock; RunLocked if held)."""
         return writer_lock(self.lock_path(name), purpose)
+
+
+@functools.lru_cache(maxsize=None)
+def recipe_fingerprint(recipe_json: str) -> dict:
+    """stabilizers.fingerprint of a run config's resolved recipe (as JSON text: the cache key)."""
+    from stabilizers import fingerprint  # imports torch
+
+    return fingerprint(recipe_from_named_dict(json.loads(recipe_json), "run config 'recipe'"))
 
 
 @dataclass(frozen=True)
@@ -186,13 +233,14 @@ class RunConfig:
     seed: int
     steps: int
     eval_every: int
-    base_model: Path | None  # the grid's prepared base model (engines with a prepare step)
+    base_model: Path | None  # the grid's prepared base model (engines with a prepare step), resolved
     run_key: str
 
     @classmethod
-    def check(cls, run_config: dict) -> "RunConfig":
+    def check(cls, run_config: dict, grid_dir: str | Path = ".") -> "RunConfig":
         """The typed, checked run config; ValueError (or FileNotFoundError for a missing input of the
-        engine) naming the key. A stale or missing run key is recomputed."""
+        engine) naming the key. A stale or missing run key is recomputed. ``grid_dir``: the grid
+        folder (RunDir.grid_dir), which a relative base_model (harness.grid.BASE_MODEL) is under."""
         try:
             engine = engines.get(run_config.get("engine"))
         except KeyError as error:
@@ -203,7 +251,7 @@ class RunConfig:
                     engine_params=MappingProxyType(engine.resolve_params(raw.get("engine_params") or {})),
                     grid=raw.get("grid", ""), lag=raw["lag"], lag_mode=raw["lag_mode"], seed=raw["seed"],
                     steps=raw["steps"], eval_every=raw["eval_every"],
-                    base_model=Path(raw["base_model"]) if raw.get("base_model") else None, run_key=raw["run_key"])
+                    base_model=Path(grid_dir) / raw["base_model"] if raw.get("base_model") else None, run_key=raw["run_key"])
         if engine.check_run is not None:
             engine.check_run(typed)
         return typed

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -12,12 +13,12 @@ import harness.grid
 from engines.tiny import params as tiny_params
 from harness import engine as engines
 from harness.config import load, schema, validate
-from harness.grid import resolve_run_config
+from harness.grid import BASE_MODEL, resolve_run_config
 from harness.identity import eval_key, run_key
 from harness.lag import LAG_MODES
 from harness.model import Config
 from harness.provenance import collect, finish_attempt, start_attempt
-from harness.run import RunDir
+from harness.run import RunConfig, RunDir
 from stabilizers import parameters
 
 DEMO = yaml.safe_load(open("tests/support/interval_grid.yaml"))
@@ -110,3 +111,23 @@ def test_provenance_is_recorded_per_attempt(tmp_path):
     assert [a["status"] for a in attempts] == [None, "completed"]
     assert attempts[0]["finished"] is None and attempts[1]["finished"] >= attempts[1]["started"]
     assert attempts[1]["cpu_capability"] == facts["cpu_capability"]
+
+
+def test_the_run_key_does_not_name_where_results_live():
+    assert key_of(results_dir="results") == key_of(results_dir="/elsewhere/renamed")
+    run = resolve_run_config(load("config.yaml"), "grpo", 1, 0)
+    assert run["base_model"] == BASE_MODEL  # relative to the grid folder
+    folder = Path("/data/results/demo/runs/grpo/lag1/seed0")
+    assert RunDir(folder).grid_dir == Path("/data/results/demo")
+    with pytest.raises(FileNotFoundError, match="base model not found at /data/results/demo/base;"):
+        RunConfig.check(run, RunDir(folder).grid_dir)  # the tiny engine's check_run, at the resolved path
+
+
+def test_a_run_folder_with_the_old_location_dependent_key_is_refused_by_name(tmp_path):
+    run = resolve_run_config(load("config.yaml"), "grpo", 1, 0)
+    old = {**run, "base_model": "results/demo/base"}  # what run configs held before
+    folder = RunDir(tmp_path / "run")
+    folder.pin_config(old)
+    with pytest.raises(ValueError, match="run keys held the base model's path .*'results/demo/base'"):
+        folder.pin_config(run)
+    assert folder.read_config()["base_model"] == "results/demo/base"  # nothing overwritten

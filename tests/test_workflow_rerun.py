@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import tempfile
 from collections import Counter
@@ -18,7 +17,7 @@ import pytest
 
 from harness.io import read_jsonl
 from tests.support.pristine import Pristine
-from tests.support.workflow_cli import ROOT, SNAKEMAKE, job_counts, planned_jobs, planned_outputs
+from tests.support.workflow_cli import SNAKEMAKE, copy_checkout, job_counts, planned_jobs, planned_outputs
 
 EVAL = {"tasks": ["tiny_test"], "selection_task": None, "k": 2, "problems": {"tiny_test": 8}}
 OVERRIDES = {"grid": "rerun", "recipes": ["grpo", "grpo_dualclip"], "baseline": "grpo", "lags": [1], "seeds": [0], "claims": [],
@@ -26,17 +25,6 @@ OVERRIDES = {"grid": "rerun", "recipes": ["grpo", "grpo_dualclip"], "baseline": 
 RUNS = ("grpo/lag1/seed0", "grpo_dualclip/lag1/seed0")
 DOWNSTREAM = {"aggregate": 1, "track": 1, "all": 1}
 CHANGED = {"grid_config": 1, **DOWNSTREAM}  # a changed config rewrites <grid>/config.json, aggregate's input
-
-
-def copy_checkout(to: Path) -> Path:
-    """The checkout's files (tracked and new, not ignored) copied to ``to``."""
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True,
-                            capture_output=True, text=True).stdout.split("\0")
-    for name in filter(None, listed):
-        if (ROOT / name).is_file():
-            (to / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, to / name)
-    return to
 
 
 class Grid:

@@ -3,7 +3,7 @@
     python -m engines.prepare --engine tiny --engine-params-json '{"preset": "demo"}' --out results/<grid>/base
 
 Cached: when --out already holds a base made from the same model and warm-start knobs, nothing
-is done. The base is shared by every RL run of a grid (its path is the run config's base_model).
+is done. The base is shared by every RL run of a grid (the run config's base_model, under the grid folder).
 """
 from __future__ import annotations
 

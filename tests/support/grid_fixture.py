@@ -2,13 +2,14 @@
 known cases: a collapse, a diverged run, a cell whose seeds are all equal, a selection task."""
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
 
 from harness.config import validate
 from harness.grid import expand, resolve_run_config, run_dir
-from harness.run import RunDir
+from harness.run import RunDir, recipe_fingerprint
 
 STEPS, EVAL_EVERY = 20, 5
 COLLAPSED = ("grpo", 8, 0)  # peaks then falls below half its peak and stays there
@@ -59,7 +60,8 @@ def make_grid(results_dir, **kwargs) -> dict:
     config = make_config(results_dir, **kwargs)
     for recipe, lag, seed in expand(config):
         run = RunDir(run_dir(config, recipe, lag, seed))
-        run.pin_config(resolve_run_config(config, recipe, lag, seed))
+        run_config = run.pin_config(resolve_run_config(config, recipe, lag, seed))
+        run.write_fingerprint(recipe_fingerprint(json.dumps(run_config["recipe"], sort_keys=True)))
         diverged = (recipe, lag, seed) in (DIVERGED, EARLY_DIVERGED)
         last = {DIVERGED: DIVERGE_STEP, EARLY_DIVERGED: 3}.get((recipe, lag, seed), STEPS)
         rng = np.random.default_rng([lag, seed, 7])

@@ -8,7 +8,7 @@ from pathlib import Path
 
 class Pristine:
     """``Pristine(folder)`` keeps a copy of ``folder`` beside it; ``restore()`` puts it back in place:
-    the same absolute paths (a grid's run keys name its results folder) and modification times
+    the same absolute paths (Snakemake keeps its metadata by output path) and modification times
     (Snakemake compares them), so Snakemake sees the folder exactly as it was."""
 
     def __init__(self, folder: Path):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -31,3 +32,14 @@ def job_counts(output: str) -> Counter:
     table = output.split("Job stats:", 1)[1]
     return Counter({name: int(count) for name, count in re.findall(r"^(\w+)\s+(\d+)$", table, re.MULTILINE)
                     if name != "total"})
+
+
+def copy_checkout(to: Path) -> Path:
+    """The checkout's files (tracked and new, not ignored) copied to ``to``."""
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True,
+                            capture_output=True, text=True).stdout.split("\0")
+    for name in filter(None, listed):
+        if (ROOT / name).is_file():
+            (to / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, to / name)
+    return to

@@ -9,6 +9,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import update_config
 
 from harness.config import ConfigError, check_recipe_values, validate
+from harness.grid import BASE_MODEL
 from harness.io import write_json_atomic
 from harness.jobs import GRID_CONFIG, job_resources, retype_cli_values, rule_resources, train_retries
 from harness.model import Config

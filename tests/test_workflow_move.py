@@ -1,0 +1,65 @@
+"""Run and eval keys do not depend on where results/ lives: a completed grid moved with `mv` plans no
+train and no evaluate job, resolves the run keys its folders hold, and a train job forced there
+resumes (the same run key) and its evaluation reuses every score (the same eval keys).
+
+The grid runs in a copy of the checkout (its own .snakemake metadata). Snakemake keeps its metadata
+per output path: at the new paths it has none, so its params and code triggers say nothing, and `mv`
+keeps the mtimes its mtime trigger compares."""
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+from harness.config import load
+from harness.grid import run_dir
+from harness.io import read_jsonl
+from harness.model import Config
+from harness.run import RunDir
+from tests.support.workflow_cli import SNAKEMAKE, copy_checkout, job_counts
+
+OVERRIDES = {"grid": "moved", "recipes": ["grpo"], "baseline": "grpo", "lags": [1], "seeds": [0], "claims": [],
+             "steps": 4, "eval_every": 2, "engine_params": {"preset": "demo", "warmstart_steps": 10},
+             "eval": {"tasks": ["tiny_test"], "selection_task": None, "k": 2, "problems": {"tiny_test": 8}}}
+
+
+def snakemake(code: Path, results: Path, *args: str) -> subprocess.CompletedProcess:
+    command = [SNAKEMAKE, *args, "-C", f"results_dir={results}",
+               *(f"{key}={json.dumps(value)}" for key, value in OVERRIDES.items())]
+    done = subprocess.run(command, cwd=code, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
+
+
+def planned(code: Path, results: Path) -> Counter:
+    printed = snakemake(code, results, "-n").stdout
+    return Counter() if "Job stats:" not in printed else job_counts(printed)
+
+
+def test_a_moved_grid_plans_no_train_or_evaluate_job_and_keeps_its_keys():
+    with tempfile.TemporaryDirectory(prefix="stalebench-move-") as folder:
+        folder = Path(folder)
+        code = copy_checkout(folder / "code")
+        before, after = folder / "disk_a" / "results", folder / "disk_b" / "renamed"
+        snakemake(code, before, "-c2")
+        after.parent.mkdir()
+        subprocess.run(["mv", str(before), str(after)], check=True)
+
+        counts = planned(code, after)
+        assert counts["train"] == 0 and counts["evaluate"] == 0, counts
+
+        config = load(code / "config.yaml", {"results_dir": str(after), **OVERRIDES})
+        model = Config.build(config)
+        for run in model.runs:
+            assert RunDir(run_dir(config, *run)).read_config()["run_key"] == model.run_config(run)["run_key"], run
+
+        run = RunDir(run_dir(config, "grpo", 1, 0))
+        scores = run.read_scores("tiny_test")
+        snakemake(code, after, "-c1", "--force", str(run.status_path))  # the train job, at the new place
+        assert run.read_status()["status"] == "completed"
+        snakemake(code, after, "-c1", str(run.eval_path("tiny_test")))  # its evaluate job again (newer input)
+        assert run.read_scores("tiny_test") == scores  # every score reused: the same eval keys
+        assert [row["eval_key"] for row in read_jsonl(run.eval_path("tiny_test"))] == [
+            row["eval_key"] for row in scores]
