@@ -8,9 +8,13 @@ import time
 from pathlib import Path
 
 
+def _names_a_file(value: str) -> bool:
+    return not value.lstrip().startswith("{") and Path(value).is_file()
+
+
 def _json_text(value: str) -> str:
     """``value`` itself (inline JSON) or the content of the file it names."""
-    return Path(value).read_text() if not value.lstrip().startswith("{") and Path(value).is_file() else value
+    return Path(value).read_text() if _names_a_file(value) else value
 
 
 def parse_json_arg(value: str, flag: str) -> dict:
@@ -30,9 +34,15 @@ def parse_config(parser: argparse.ArgumentParser, value: str) -> dict:
     from harness.config import ConfigError, validate
 
     try:
-        return validate(json.loads(_json_text(value)))
+        config = json.loads(_json_text(value))
     except json.JSONDecodeError as error:
         parser.error(f"--config-json is not valid JSON: {error}")
+    # A grid's own config.json is read where it lies: a grid folder that was moved (a new disk, a copy to a
+    # laptop) is aggregated and tracked at its new place, whatever results_dir the file recorded.
+    if isinstance(config, dict) and _names_a_file(value) and Path(value).parent.name == config.get("grid"):
+        config["results_dir"] = str(Path(value).parent.parent)
+    try:
+        return validate(config)
     except ConfigError as error:
         parser.error(str(error))
 

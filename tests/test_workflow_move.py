@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -54,6 +55,14 @@ def test_a_moved_grid_plans_no_train_or_evaluate_job_and_keeps_its_keys():
         model = Config.build(config)
         for run in model.runs:
             assert RunDir(run_dir(config, *run)).read_config()["run_key"] == model.run_config(run)["run_key"], run
+
+        # aggregate reads the grid's config.json where it now lies (it recorded the old results_dir)
+        grid = model.grid_dir
+        aggregated = subprocess.run([sys.executable, "-m", "analysis.aggregate", "--config-json",
+                                     str(grid / "config.json"), "--out", str(grid)],
+                                    cwd=code, capture_output=True, text=True)
+        assert aggregated.returncode == 0, aggregated.stderr[-3000:]
+        assert (grid / "table.md").stat().st_mtime > (grid / "config.json").stat().st_mtime
 
         run = RunDir(run_dir(config, "grpo", 1, 0))
         scores = run.read_scores("tiny_test")
