@@ -30,9 +30,10 @@ def test_dry_run_of_the_demo_grid_lists_every_job(scratch):
                                          "aggregate": 1, "track": 1, "all": 1}
     trained = {path for rule, path in planned_jobs(result.stdout) if rule == "train"}
     assert trained == {f"{scratch}/demo/runs/{r}/lag{lag}/seed{s}/train/status.json" for r, lag, s in runs}
-    # One evaluate job per run scores the test task and the selection task.
+    # One evaluate job per run scores every task the config names (the test task, and a selection task if any).
+    tasks = DEMO["eval"]["tasks"] + ([DEMO["eval"]["selection_task"]] if DEMO["eval"].get("selection_task") else [])
     assert sorted(planned_outputs(result.stdout, "evaluate")) == sorted(
-        [f"{scratch}/demo/runs/{r}/lag{lag}/seed{s}/eval/{task}.jsonl" for task in ("tiny_test", "tiny_val")]
+        [f"{scratch}/demo/runs/{r}/lag{lag}/seed{s}/eval/{task}.jsonl" for task in tasks]
         for r, lag, s in runs)
     # The aggregate rule declares exactly the files analysis.aggregate writes.
     aggregate = re.search(r"^(?:local)?rule aggregate:\n(?:    .*\n)*?    output: (.*)$", result.stdout, re.MULTILINE)
