@@ -84,7 +84,7 @@ def summary_cells(summary: dict) -> dict[tuple[str, int], dict]:
 
 
 def realized_lag_distribution(runs: list[Run]) -> dict:
-    """The realized lag of every trained step of the cell's runs (train/metrics.jsonl): lowest,
+    """The realized lag of every trained step of the cell's runs (its training rows): lowest,
     highest, mean and how many steps had each lag, pooled over seeds (the engines fail a run whose
     realized lag leaves its mode's bound, harness.lag.check_realized_lag)."""
     lags = [int(row["realized_lag"]) for run in runs for row in run.train if "realized_lag" in row]

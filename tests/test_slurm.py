@@ -35,6 +35,7 @@ from harness.cli import EXIT_LOCKED
 from harness.config import load
 from harness.grid import grid_dir, resolve_run_config, run_dir
 from harness.io import read_jsonl
+from harness.run import RunDir
 from tests.support.optional import missing
 from tests.support.slurm_cluster import SlurmCluster, unavailable_reason
 from tests.support.untimed import untimed_rows
@@ -62,9 +63,10 @@ def sized_grid(folder: Path) -> dict:
     (measured on a 40-step run), so that every run needs two or more jobs however fast the
     machine; 4 checkpoints per run."""
     config = load(ROOT / "config.yaml", {"results_dir": str(folder), **OVERRIDES, "steps": 40, "eval_every": 40})
-    build_base(config["engine_params"], grid_dir(config) / "base")
-    run(resolve_run_config(config, "grpo", 1, 0), folder / "probe")
-    seconds = sum(json.loads((folder / "probe" / "train" / "status.json").read_text())["seconds"].values()) / 40
+    probe = {**config, "grid": "probe"}  # a grid of its own: its run folder is laid out as a grid's
+    build_base(probe["engine_params"], grid_dir(probe) / "base")
+    run(resolve_run_config(probe, "grpo", 1, 0), run_dir(probe, "grpo", 1, 0))
+    seconds = sum(RunDir(run_dir(probe, "grpo", 1, 0)).read_status()["seconds"].values()) / 40
     steps = max(200, 40 * math.ceil(TRAINING_SECONDS / seconds / 40))
     return {**OVERRIDES, "steps": steps, "eval_every": steps // 4}
 

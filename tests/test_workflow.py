@@ -52,7 +52,7 @@ def test_command_line_overrides_are_typed(scratch):
 
 @pytest.mark.parametrize(("override", "key"), [
     ("recipes=[grpo,no_such_recipe]", "recipes[1]"),
-    ("lags=[1,0]", "lags[1]"),
+    ("lags=[1,-1]", "lags[1]"),  # lag 0 is the synchronous loop; a negative lag is nothing
     ("seeds=[]", "seeds"),
     ("collapse={fraction: 1.0}", "collapse.fraction"),
     ("collapse={fraction: 0}", "collapse.fraction"),

@@ -248,7 +248,11 @@ def test_killed_workflow_resumes_where_it_stopped(scratch):
     assert (grid_dir(config) / "mlflow.json").exists()
 
     # The same run, uninterrupted, through the engine's CLI.
-    reference = scratch / "uninterrupted"
+    # Its run folder is laid out as a grid's, the grid's base model beside it (a run config names it
+    # relative to its grid folder).
+    reference = scratch / "uninterrupted" / train.parent.relative_to(grid_dir(config))
+    reference.parents[3].mkdir(parents=True)
+    (reference.parents[3] / "base").symlink_to(grid_dir(config) / "base")
     subprocess.run([sys.executable, "-m", "engines.run", "--run-dir", str(reference), "--config-json",
                     (train.parent / "config.json").read_text()], cwd=ROOT, check=True, capture_output=True,
                    timeout=600)
