@@ -1,5 +1,5 @@
 """The methods practitioners use most (issue 26): SAPO, DAPO's clip-higher, Dr.GRPO's aggregation,
-Geo-RS, OPSM and DPPO-Binary-KL, against values worked out by hand (float64), and each disabled case against its base bit
+Geo-RS, OPSM, DPPO-Binary-KL and prime-rl's DPPO+KL, against values worked out by hand (float64), and each disabled case against its base bit
 for bit. The GRPO batch and its clipped surrogate S are test_stabilizers_hand.py's."""
 import math
 
@@ -120,3 +120,26 @@ def test_dppo_kl_by_hand_and_without_a_region_it_is_cispo():
     plus = get("dppo_kl")(free, kl_coef=0.1).loss - get("dppo_kl")(free).loss
     expected = 0.1 * ((logp.detach() - rollout) ** 2 * free.mask).sum() / free.mask.sum()
     assert plus.item() == pytest.approx(expected.item(), rel=1e-12)
+
+
+def test_dppo_pkl_by_hand_prime_rls_dppo_plus_kl():
+    # prime-rl's default loss: mask where pi - mu > 0.2 (A > 0) or < -0.2 (A <= 0), w = pi/mu uncapped,
+    # plus 1e-3 (ln pi/mu)^2 on every token, masked or not; (q = mu, p = pi) per token:
+    #   response 0 (A = +1): (0.01, 0.15): p - q = 0.14 kept, w = 15 (dppo_kl would cap it at 10);
+    #                        (0.2, 0.5): p - q = 0.3 masked
+    #   response 1 (A = -1): (0.5, 0.2): p - q = -0.3 masked;  (0.3, 0.6): p > q, A < 0: kept, w = 2
+    # policy term: -(15 ln 0.15 - 2 ln 0.6) / 4; KL term: 1e-3 (ln^2 15 + ln^2 2.5 + ln^2 0.4 + ln^2 2) / 4
+    # d loss / d logp = -w A / 4 on the kept tokens + 2e-3 ln(pi/mu) / 4 on every token
+    q, p = (torch.tensor(rows, dtype=torch.float64) for rows in ([[0.01, 0.2], [0.5, 0.3]], [[0.15, 0.5], [0.2, 0.6]]))
+    logp = p.log().requires_grad_(True)
+    batch = PolicyBatch(logp=logp, old_logp=p.log(), rollout_logp=q.log(), mask=torch.ones(2, 2, dtype=torch.float64),
+                        advantages=torch.tensor([[1.0, 1.0], [-1.0, -1.0]], dtype=torch.float64))
+    ln = math.log
+    kl_term = 1e-3 * (ln(15) ** 2 + ln(2.5) ** 2 + ln(0.4) ** 2 + ln(2) ** 2) / 4
+    assert kl_term == pytest.approx(0.00237329, rel=1e-5)  # on paper: 1e-3 (7.33354 + 2 x 0.83959 + 0.48045) / 4
+    out = get_recipe("dppo_pkl").compute_loss(batch)
+    check(out, batch, -(15 * ln(0.15) - 2 * ln(0.6)) / 4 + kl_term,
+          [[-15 / 4 + 0.5e-3 * ln(15), 0.5e-3 * ln(2.5)], [0.5e-3 * ln(0.4), 2 / 4 + 0.5e-3 * ln(2)]])
+    assert out.metrics["dppo_tv/masked_frac"].item() == 0.5
+    assert out.metrics["dppo_tv/divergence_mean"].item() == pytest.approx((0.14 + 0.3 + 0.3 + 0.3) / 4)
+    assert get_recipe("dppo_pkl").params == {"delta_low": 0.2, "delta_high": 0.2, "kl_coef": 1e-3}

@@ -207,7 +207,7 @@ def test_recipes_are_the_papers():
     recipes = load_recipes()
     field = {"m2po", "icepop", "decoupled_ppo", "cispo", "cispo_old", "grpo_seq_tis", "grpo_seq_mis"}  # beyond.md
     controls = {"grpo_mu", "gspo_mu", "grpo_mu_r3", "gspo_mu_r3", "grpo_dualclip", "sat_fixed", "sat_random"}
-    practice = {"grpo_clip_higher", "grpo_sum_norm", "grpo_geo_rs", "sapo", "opsm", "dppo_kl"}  # issue 26
+    practice = {"grpo_clip_higher", "grpo_sum_norm", "grpo_geo_rs", "sapo", "opsm", "dppo_kl", "dppo_pkl"}  # issue 26
     assert set(TABLE1) | controls | field | practice == set(recipes)
     for name in TABLE1:
         recipe = recipes[name]
