@@ -181,3 +181,14 @@ def test_each_routing_replay_needs_its_own_slime_flag(replay, rollout_flag, reco
     for flipped in ({"use_rollout_routing_replay": not rollout_flag}, {"use_routing_replay": not recompute_flag}):
         with pytest.raises(ValueError, match="routing_replay"):
             check_args(slime_standin.slime_args(**{**flags, **flipped}), recipe)
+
+
+def test_dr_grpos_advantages_need_slimes_std_free_normalisation():
+    from engines.slime.loss import check_args
+    std_free = recipe_from_dict("x", {"loss": "grpo", "std_normalization": False}, "test")
+    check_args(slime_standin.slime_args(calculate_per_token_loss=True, grpo_std_normalization=False), std_free)
+    with pytest.raises(ValueError, match="std_normalization=False but slime runs with grpo_std_normalization=True"):
+        check_args(slime_standin.slime_args(calculate_per_token_loss=True), std_free)
+    with pytest.raises(ValueError, match="std_normalization=True but slime runs with grpo_std_normalization=False"):
+        check_args(slime_standin.slime_args(calculate_per_token_loss=True, grpo_std_normalization=False),
+                   recipe_from_dict("y", {"loss": "grpo"}, "test"))
