@@ -19,7 +19,7 @@ from ._ranges import complete
 from .api import LossOutput, PolicyBatch, check_params, get, parameters
 
 DEFAULT_RECIPES = Path(__file__).with_name("recipes.yaml")
-_RECIPE_KEYS = {"loss", "params", "routing_replay", "tis", "rollout_is", "table1"}
+_RECIPE_KEYS = {"loss", "params", "routing_replay", "tis", "rollout_is", "std_normalization", "table1"}
 # the weights a recipe switches on: key -> (module, function); their keyword parameters are the keys
 _SWITCHES = {"tis": ("tis", "tis_weight"), "rollout_is": ("rollout_is", "rollout_is_weight")}
 
@@ -33,6 +33,9 @@ class Recipe:
     tis: dict | None = None  # {"cap": C, "floor": F or absent}; None = no TIS
     table1: str | None = None  # the method column of Table 1 this recipe reproduces
     rollout_is: dict | None = None  # sequence/token TIS and masked IS (stabilizers.rollout_is); None = off
+    # the engine divides each group's advantages by the group's reward std (GRPO); false = Dr.GRPO's
+    # advantages, the reward minus the group mean only (arXiv 2503.20783)
+    std_normalization: bool = True
 
     def compute_loss(self, batch: PolicyBatch, *, step_seed: int | None = None) -> LossOutput:
         """The recipe's loss on ``batch``: TIS weight, then the rollout-correction weight (if any;
@@ -64,6 +67,8 @@ class Recipe:
                 "tis": None if self.tis is None else dict(self.tis), "table1": self.table1}
         if self.rollout_is is not None:  # absent when off, so that the run keys of older recipes stay the same
             spec["rollout_is"] = dict(self.rollout_is)
+        if not self.std_normalization:  # absent when on, for the same reason
+            spec["std_normalization"] = False
         return spec
 
 
@@ -90,6 +95,9 @@ def recipe_from_dict(name: str, spec: dict, source: str = "<dict>", *, check_val
     routing_replay = True if routing_replay == "r3" else routing_replay
     if routing_replay not in (False, True, "r2") or not isinstance(routing_replay, (bool, str)):
         raise ValueError(f"{where}: routing_replay must be false, true (= r3), r3 or r2, got {spec['routing_replay']!r}")
+    std_normalization = spec.get("std_normalization", True)
+    if not isinstance(std_normalization, bool):
+        raise ValueError(f"{where}: std_normalization must be true or false, got {std_normalization!r}")
     if not isinstance(spec.get("params") or {}, dict):
         raise ValueError(f"{where}: params must be a mapping, got {spec['params']!r}")
     try:
@@ -97,8 +105,8 @@ def recipe_from_dict(name: str, spec: dict, source: str = "<dict>", *, check_val
     except (KeyError, ValueError) as error:
         raise ValueError(f"{where}: {error.args[0]}") from None
     recipe = Recipe(name=name, loss=spec["loss"], params=dict(spec.get("params") or {}),
-                    routing_replay=routing_replay,
-                    tis=tis, table1=spec.get("table1"), rollout_is=rollout_is)
+                    routing_replay=routing_replay, tis=tis, table1=spec.get("table1"), rollout_is=rollout_is,
+                    std_normalization=std_normalization)
     if check_values:
         _check_values(recipe, where)
     return recipe

@@ -440,12 +440,18 @@ def test_a_finished_run_is_never_relaunched(table1, tmp_path, monkeypatch):
 
 def test_field_switches_map_to_slime_flags(table1):
     """R2 -> --use-routing-replay (Megatron's replay of the recompute's routing), R3 ->
-    --use-rollout-routing-replay, fp16 -> --fp16, bounded lag -> the harness's driver."""
+    --use-rollout-routing-replay, std_normalization: false -> --disable-grpo-std-normalization,
+    fp16 -> --fp16, bounded lag -> the harness's driver."""
     table1["extra_recipes"] = {"grpo_r2": {"loss": "grpo", "params": {"eps_low": 0.2, "eps_high": 0.2},
                                            "routing_replay": "r2"}}
-    table1["recipes"] = [*table1["recipes"], "grpo_r2"]
+    table1["extra_recipes"]["grpo_std_free"] = {"loss": "grpo", "std_normalization": False}  # Dr.GRPO's advantages
+    table1["recipes"] = [*table1["recipes"], "grpo_r2", "grpo_std_free"]
     _, _, r2_flags, custom, _ = job(table1, "grpo_r2", 1, 0)
     assert r2_flags["--use-routing-replay"] == [] and "--use-rollout-routing-replay" not in r2_flags
+    assert "--disable-grpo-std-normalization" not in r2_flags
+    _, _, std_free_flags, std_free_custom, _ = job(table1, "grpo_std_free", 1, 0)
+    assert std_free_flags["--disable-grpo-std-normalization"] == []
+    assert std_free_custom["stalebench_recipe"]["std_normalization"] is False
     assert custom["stalebench_recipe"]["routing_replay"] == "r2"
     _, _, r3_flags, _, _ = job(table1, "grpo_r3", 1, 0)
     assert r3_flags["--use-rollout-routing-replay"] == [] and "--use-routing-replay" not in r3_flags

@@ -2,13 +2,15 @@
 the loss and the logits' gradient equal those of the recipe called directly on the same [B, L] batch."""
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
 from engines.slime import loss as slime_loss
 from stabilizers import Recipe, load_recipes, offpolicy_diagnostics, recipe_from_dict
 from tests.support import slime_standin
-from tests.support.slime_batches import args_for, direct_loss, make_sample_batch, padded
+from tests.support.slime_batches import PADDED_VOCAB, args_for, direct_loss, make_sample_batch, padded
 from tests.support.slime_standin import get_log_probs_and_entropy, slime_args, slime_loss_function
 
 slime_standin.install()
@@ -67,28 +69,39 @@ def test_sample_mean_aggregation_uses_slimes_per_sample_normalisation():
     torch.testing.assert_close(grad_of(loss, logits), grad_of(expected.loss, logits), rtol=1e-5, atol=1e-7)
 
 
-def test_tis_is_the_formula_of_methods_md():
-    """w = min(exp(old_logp - log mu), C), C = 2; per-token objective times sg(w), token mean."""
+def test_tis_against_values_worked_by_hand():
+    """w = min(exp(old_logp - log mu), C), C = 2 (methods.md); per-token GRPO objective times sg(w), token mean.
+
+    Zero logits make every current log-prob -ln 16 (PADDED_VOCAB = 16), so the ratios and weights are
+    the ones chosen here: old = -ln 16 - ln r and log mu = old - ln w_raw.
+      sample 0, A = +1: r = 1.1, 1, 1;  w_raw = 0.5, 3, 10 -> w = 0.5, 2, (masked out)   w S = 0.55, 2
+      sample 1, A = -1: r = 1;          w_raw = 1.5         -> w = 1.5                  w S = -1.5
+    loss = -(0.55 + 2 - 1.5) / 3 = -0.35; 1 of the 3 active weights is capped (the masked 10 does not count);
+    weight mean (0.5 + 2 + 1.5) / 3 = 4/3. d loss / d logp = -w A r / 3 = -0.55/3, -2/3, 0 | +0.5.
+    """
     recipe = RECIPES["grpo_tis"]
-    logits, batch = make_sample_batch(seed=7)
-    batch["rollout_log_probs"] = [lp - 0.9 * (i % 2) for i, lp in enumerate(batch["log_probs"])]  # some w > C
+    ln16 = math.log(16)
+    # prompt 2 + response 3, prompt 2 + response 1: 8 packed positions
+    logits = torch.zeros(1, 8, PADDED_VOCAB, requires_grad=True)
+    tokens = [torch.tensor([1, 2, 3, 4, 5]), torch.tensor([6, 7, 8])]
+    old = [torch.tensor([-ln16 - math.log(1.1), -ln16, -ln16]), torch.tensor([-ln16])]
+    w_raw = [torch.tensor([0.5, 3.0, 10.0]), torch.tensor([1.5])]
+    advantages = [torch.full((3,), 1.0), torch.full((1,), -1.0)]
+    batch = {"unconcat_tokens": tokens, "total_lengths": [5, 3], "response_lengths": [3, 1],
+             "loss_masks": [torch.tensor([1, 1, 0]), torch.tensor([1])], "log_probs": old,
+             "rollout_log_probs": [o - w.log() for o, w in zip(old, w_raw)], "advantages": advantages,
+             "returns": advantages, "ref_log_probs": old, "values": None, "multimodal_train_inputs": None}
     loss, logged = slime_loss_function(args_for(recipe), batch, logits, slime_loss.policy_loss)
 
-    _, current = get_log_probs_and_entropy(
-        logits, args=slime_args(), unconcat_tokens=batch["unconcat_tokens"],
-        total_lengths=batch["total_lengths"], response_lengths=batch["response_lengths"])
-    total, count, capped = 0.0, 0, 0
-    for logp, old, mu, adv, mask in zip(current["log_probs"], batch["log_probs"], batch["rollout_log_probs"],
-                                        batch["advantages"], batch["loss_masks"]):
-        ratio = torch.exp(logp - old)
-        surrogate = torch.minimum(ratio * adv, ratio.clamp(0.8, 1.2) * adv)
-        weight = torch.exp(old - mu).clamp(max=2.0)
-        total = total + (surrogate * weight * mask).sum()
-        count += int(mask.sum())
-        capped += int(((torch.exp(old - mu) > 2.0) & mask.bool()).sum())
-    torch.testing.assert_close(loss, -total / count, rtol=1e-6, atol=1e-7)
-    assert capped > 0
-    torch.testing.assert_close(logged["tis/frac_capped"], torch.tensor(capped / count), rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(loss, torch.tensor(-0.35), rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(logged["tis/frac_capped"], torch.tensor(1 / 3), rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(logged["tis/weight_mean"], torch.tensor(4 / 3), rtol=1e-6, atol=1e-7)
+    # the logits' gradient: the row before each response token gets g (onehot(token) - 1/16), g = d loss / d logp
+    expected_grad = torch.zeros(8, PADDED_VOCAB)
+    for row, token, g in ((1, 3, -0.55 / 3), (2, 4, -2 / 3), (3, 5, 0.0), (6, 8, 0.5)):
+        expected_grad[row] = -g / PADDED_VOCAB
+        expected_grad[row, token] += g
+    torch.testing.assert_close(grad_of(loss, logits)[0], expected_grad, rtol=1e-5, atol=1e-7)
 
 
 def test_kl_and_entropy_terms_follow_slimes_flags():
@@ -181,3 +194,14 @@ def test_each_routing_replay_needs_its_own_slime_flag(replay, rollout_flag, reco
     for flipped in ({"use_rollout_routing_replay": not rollout_flag}, {"use_routing_replay": not recompute_flag}):
         with pytest.raises(ValueError, match="routing_replay"):
             check_args(slime_standin.slime_args(**{**flags, **flipped}), recipe)
+
+
+def test_dr_grpos_advantages_need_slimes_std_free_normalisation():
+    from engines.slime.loss import check_args
+    std_free = recipe_from_dict("x", {"loss": "grpo", "std_normalization": False}, "test")
+    check_args(slime_standin.slime_args(calculate_per_token_loss=True, grpo_std_normalization=False), std_free)
+    with pytest.raises(ValueError, match="std_normalization=False but slime runs with grpo_std_normalization=True"):
+        check_args(slime_standin.slime_args(calculate_per_token_loss=True), std_free)
+    with pytest.raises(ValueError, match="std_normalization=True but slime runs with grpo_std_normalization=False"):
+        check_args(slime_standin.slime_args(calculate_per_token_loss=True, grpo_std_normalization=False),
+                   recipe_from_dict("y", {"loss": "grpo"}, "test"))

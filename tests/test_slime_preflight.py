@@ -203,6 +203,12 @@ def test_every_flag_that_changes_the_loss_inputs_is_refused_in_extra_args(preset
     assert flag in flags  # a real flag of slime at the pin, not a typo of one
 
 
+def test_a_flag_a_recipe_switches_is_refused_in_extra_args(preset):
+    with pytest.raises(ValueError, match="sets --disable-grpo-std-normalization: the recipe switches it "
+                                         r"\(std_normalization: false\)"):
+        params_of(preset, extra_args=["--disable-grpo-std-normalization"])
+
+
 def test_known_extra_args_pass_and_every_launcher_flag_is_known(preset):
     preset["engine_params"]["extra_args"] = ["--moe-enable-deepep", "--sglang-enable-metrics", "--log-interval=5"]
     flags, prefixes = preflight.known_flags()

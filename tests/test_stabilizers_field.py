@@ -297,7 +297,8 @@ def test_field_preset_holds_the_whole_field_on_the_stress_preset():
     recipes = load_recipes()
     table1 = [name for name, recipe in recipes.items() if recipe.table1]
     controls = {"grpo_mu", "gspo_mu", "grpo_mu_r3", "gspo_mu_r3", "sat_fixed", "sat_random"}
-    practice = {"grpo_clip_higher", "grpo_sum_norm", "grpo_geo_rs", "sapo", "opsm", "dppo_kl", "dppo_pkl"}  # issue 26
+    practice = {"grpo_clip_higher", "grpo_sum_norm", "grpo_dr", "grpo_geo_rs", "sapo", "opsm", "dppo_kl",
+                "dppo_pkl"}  # issue 26
     assert set(config["recipes"]) == set(table1) | controls | set(NEW_RECIPES) | practice
     # every SAT recipe of the preset has its one-difference control there (with sat_grpo's defaults)
     in_preset = [recipes[name] for name in config["recipes"]]

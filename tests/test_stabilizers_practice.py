@@ -1,13 +1,13 @@
 """The methods practitioners use most (issue 26): SAPO, DAPO's clip-higher, Dr.GRPO's aggregation,
-Geo-RS, OPSM, DPPO-Binary-KL and prime-rl's DPPO+KL, against values worked out by hand (float64), and each disabled case against its base bit
-for bit. The GRPO batch and its clipped surrogate S are test_stabilizers_hand.py's."""
+Geo-RS, OPSM, DPPO-Binary-KL and prime-rl's DPPO+KL, against values worked out by hand (float64), and each
+disabled case against its base bit for bit. The GRPO batch and its clipped surrogate S are tests/support/hand_batches.py's."""
 import math
 
 import pytest
 import torch
 
 from stabilizers import PolicyBatch, get, get_recipe, load_recipes
-from tests.test_stabilizers_hand import batch_from_ratios, check, grpo_batch
+from tests.support.hand_batches import batch_from_ratios, check, grpo_batch
 
 
 def test_sapo_by_hand():

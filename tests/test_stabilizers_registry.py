@@ -207,8 +207,12 @@ def test_recipes_are_the_papers():
     recipes = load_recipes()
     field = {"m2po", "icepop", "decoupled_ppo", "cispo", "cispo_old", "grpo_seq_tis", "grpo_seq_mis"}  # beyond.md
     controls = {"grpo_mu", "gspo_mu", "grpo_mu_r3", "gspo_mu_r3", "grpo_dualclip", "sat_fixed", "sat_random"}
-    practice = {"grpo_clip_higher", "grpo_sum_norm", "grpo_geo_rs", "sapo", "opsm", "dppo_kl", "dppo_pkl"}  # issue 26
+    practice = {"grpo_clip_higher", "grpo_sum_norm", "grpo_dr", "grpo_geo_rs", "sapo", "opsm", "dppo_kl",
+                "dppo_pkl"}  # issue 26
     assert set(TABLE1) | controls | field | practice == set(recipes)
+    assert [name for name, recipe in recipes.items() if not recipe.std_normalization] == ["grpo_dr"]
+    assert recipes["grpo_dr"].as_dict()["params"] == recipes["grpo_sum_norm"].as_dict()["params"]
+    assert "std_normalization" not in recipes["grpo_sum_norm"].as_dict()  # on by default: old run keys unchanged
     for name in TABLE1:
         recipe = recipes[name]
         assert recipe.table1 == name.replace("_tis", "").replace("_r3", "")
@@ -263,6 +267,7 @@ def test_sat_random_recipe_draws_per_step():
     ({"loss": "grpo", "tis": {"cap": 0.0}}, r"recipe 'bad' \(<dict>\): tis cap = 0.0 is outside"),
     ({"loss": "sat_grpo", "params": {"alpha": 1.2}}, r"recipe 'bad' \(<dict>\): alpha = 1.2 is outside"),
     ({"loss": "grpo", "routing_replay": "yes"}, r"routing_replay must be false, true"),
+    ({"loss": "grpo", "std_normalization": "no"}, r"std_normalization must be true or false, got 'no'"),
     ("grpo", r"recipe 'bad' \(<dict>\): expected a mapping, got str"),
 ])
 def test_bad_recipes_are_rejected_when_read(spec, message):

@@ -109,7 +109,11 @@ def test_collapse_difference_is_fisher_by_hypergeometric_sum(kx, nx, ky, ny):
     p = sum(law.pmf(k) for k in support if law.pmf(k) <= law.pmf(kx) * (1 + 1e-7))
     c = collapse_difference(kx, nx, ky, ny)
     assert c.estimate == pytest.approx(kx / nx - ky / ny) and c.test == "fisher-exact"
-    assert c.p == pytest.approx(min(1.0, p)) and c.method == "newcombe" and c.low <= c.estimate <= c.high
+    assert c.p == pytest.approx(min(1.0, p)) and c.method == "newcombe"
+    # Newcombe's hybrid score interval (1998, method 10) from the two Wilson intervals written out above
+    (low_x, high_x), (low_y, high_y), px, py = wilson(kx, nx), wilson(ky, ny), kx / nx, ky / ny
+    assert (c.low, c.high) == (pytest.approx(px - py - math.hypot(px - low_x, high_y - py)),
+                               pytest.approx(px - py + math.hypot(high_x - px, py - low_y)))
     assert math.isnan(collapse_difference(0, 0, 1, 3).p)
 
 

@@ -9,7 +9,8 @@ import torch
 import engines.tiny.trainer
 from engines.run import run
 from engines.tiny import task
-from engines.tiny.trainer import Trainer, step_seed
+from engines.tiny.batch import step_seed
+from engines.tiny.trainer import Trainer
 from harness import lag as lag_schedule
 from harness.io import read_jsonl
 from harness.lag import LagOutOfBound, bounded_draw, check_realized_lag, lag_bound, sampling_version

@@ -14,9 +14,10 @@ import yaml
 import engines.tiny.trainer
 from engines.run import run
 from engines.tiny import task
+from engines.tiny.batch import group_advantages, step_seed
 from engines.tiny.checkpoint import load_model
 from engines.tiny.rollout import RolloutEngine
-from engines.tiny.trainer import Trainer, step_seed
+from engines.tiny.trainer import Trainer
 from engines.tiny.warmstart import build_base
 from harness.engine import TimeLimitReached
 from harness.io import read_jsonl
@@ -132,6 +133,20 @@ def test_routing_replay_makes_the_trainer_route_like_the_engine(base, tmp_path):
     assert any(r["routing/own_mismatch_rate"] > 0 for r in replayed)
     assert any(r["routing/mismatch_rate"] > 0 for r in plain)
     assert all(r["routing/mismatch_rate"] == r["routing/own_mismatch_rate"] for r in plain)
+
+
+def test_dr_grpo_advantages_are_the_reward_minus_the_group_mean(base, tmp_path):
+    rewards = torch.tensor([1.0, 0.0, 0.25, 0.25])  # two prompts, two samples each
+    # by hand: group (1, 0) has mean 0.5 and population std 0.5; group (0.25, 0.25) has std 0
+    assert group_advantages(rewards, 2, std_normalization=False).tolist() == [0.5, -0.5, 0.0, 0.0]
+    torch.testing.assert_close(group_advantages(rewards, 2), torch.tensor([0.5 / 0.500001, -0.5 / 0.500001, 0, 0]))
+    # the recipe switch reaches the trainer: the same first batch, a different update
+    dr = {"grpo_std_free": {"loss": "grpo", "params": {"eps_low": 0.2, "eps_high": 0.2}, "std_normalization": False}}
+    assert run(config(base, steps=2), tmp_path / "grpo") == "completed"
+    assert run(config(base, recipe="grpo_std_free", steps=2, extra_recipes=dr), tmp_path / "dr") == "completed"
+    plain = read_jsonl(tmp_path / "grpo" / "train" / "metrics.jsonl")
+    std_free = read_jsonl(tmp_path / "dr" / "train" / "metrics.jsonl")
+    assert plain[0]["reward"] == std_free[0]["reward"] and plain[0]["grad_norm"] != std_free[0]["grad_norm"]
 
 
 def test_vcpo_scales_each_steps_lr_by_its_ess(base, tmp_path):

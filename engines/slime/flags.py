@@ -76,6 +76,7 @@ def slime_flags(run_config: dict, params: dict, run_dir: Path, *, extra: bool = 
         ("--adam-beta2", str(params["adam_beta2"])), ("--clip-grad", str(params["clip_grad"])),
         # the policy loss: the recipe's stabilizer (TIS inside it), slime's group-normalised advantages
         ("--advantage-estimator", "grpo"), ("--loss-type", "custom_loss"),
+        *([("--disable-grpo-std-normalization",)] if not recipe.std_normalization else []),  # Dr.GRPO
         ("--custom-loss-function-path", "engines.slime.loss.policy_loss"),
         *([("--calculate-per-token-loss",)] if slime_loss.per_token_loss_flag(recipe) else []),
         # slime's built-in clip, unused by the custom loss: set to the recipe's for the record

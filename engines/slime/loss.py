@@ -70,8 +70,6 @@ UNHANDLED_SLIME_OPTIONS = (
      "a response then holds tokens of several policy versions, so log mu and the realized lag mix versions"),
     ("--normalize-advantages", "normalize_advantages", False,
      "the advantages are whitened over the data-parallel group"),
-    ("--disable-grpo-std-normalization", "grpo_std_normalization", True,
-     "the group advantages are no longer divided by the group's standard deviation"),
     ("--disable-rewards-normalization", "rewards_normalization", True,
      "the rewards are no longer normalised within their group"),
     ("--custom-reward-post-process-path", "custom_reward_post_process_path", None,
@@ -84,6 +82,10 @@ UNHANDLED_SLIME_OPTIONS = (
     ("--ref-update-interval", "ref_update_interval", None,
      "the KL reference is replaced by the actor during the run"),
 )
+
+# slime options a recipe switches (the launcher sets them from the recipe): refused in extra_args, so
+# that a run's recipe, and with it its run key, says what the run trains.
+RECIPE_SWITCHED_FLAGS = {"--disable-grpo-std-normalization": "std_normalization: false"}
 
 
 def recipe_of(args) -> Recipe:
@@ -118,12 +120,16 @@ def per_token_loss_flag(recipe: Recipe) -> bool:
 
 
 def refuse_unhandled_flags(extra_args: list) -> None:
-    """Raise, naming the flag, when extra_args sets one of UNHANDLED_SLIME_OPTIONS."""
+    """Raise, naming the flag, when extra_args sets one of UNHANDLED_SLIME_OPTIONS or of RECIPE_SWITCHED_FLAGS."""
     given = {str(arg).split("=", 1)[0] for arg in extra_args}
     for flag, _, _, effect in UNHANDLED_SLIME_OPTIONS:
         if flag in given:
             raise ValueError(f"engine_params.extra_args sets {flag}: {effect}; engines.slime does not handle it, "
                              "so the run would not train the recipe's loss")
+    for flag, switch in RECIPE_SWITCHED_FLAGS.items():
+        if flag in given:
+            raise ValueError(f"engine_params.extra_args sets {flag}: the recipe switches it ({switch}), "
+                             "so that the recipe and its run key say what the run trains")
 
 
 def refuse_unhandled_options(args) -> None:
@@ -147,6 +153,10 @@ def check_args(args, recipe: Recipe) -> None:
         if bool(getattr(args, attribute, False)) != (recipe.replay == replay):
             raise ValueError(f"recipe {recipe.name!r} has routing_replay={recipe.routing_replay} but slime runs "
                              f"with {attribute}={getattr(args, attribute, False)}")
+    # Dr.GRPO's advantages: slime's group normalisation without the std division
+    if bool(getattr(args, "grpo_std_normalization", True)) != recipe.std_normalization:
+        raise ValueError(f"recipe {recipe.name!r} has std_normalization={recipe.std_normalization} but slime runs "
+                         f"with grpo_std_normalization={getattr(args, 'grpo_std_normalization', True)}")
     if getattr(args, "use_tis", False):
         raise ValueError("--use-tis is slime's TIS for its built-in loss; the recipe applies TIS itself "
                          "(recipe 'tis'), so launch without --use-tis")

@@ -27,7 +27,6 @@ import json
 import math
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -39,43 +38,11 @@ from harness.run import RunConfig, RunDir
 from stabilizers import PolicyBatch, ess_lr_scale, offpolicy_diagnostics, validate_batch
 
 from . import task
+from .batch import Recomputed, group_advantages, routing_mismatch, step_seed
 from .checkpoint import load_model, load_state, recover_replaced_dir, replace_dir_atomic, save_checkpoint
 from .rollout import Rollout, RolloutEngine
 
 RESUME_TENSORS, RESUME_META = "state.safetensors", "state.json"
-
-
-def step_seed(seed: int, step: int, stream: int) -> int:
-    """A distinct, stable seed per (run seed, step, purpose)."""
-    return (seed * 1_000_003 + step) * 8 + stream
-
-
-def group_advantages(rewards: torch.Tensor, samples: int) -> torch.Tensor:
-    """GRPO advantages: reward minus its prompt group's mean, over the group's std (+1e-6)."""
-    groups = rewards.view(-1, samples)
-    adv = (groups - groups.mean(1, keepdim=True)) / (groups.std(1, unbiased=False, keepdim=True) + 1e-6)
-    return adv.reshape(-1)
-
-
-def routing_mismatch(a: torch.Tensor, b: torch.Tensor) -> float:
-    """Fraction of (position, layer) whose expert sets differ; [B, T, layers, k] each."""
-    return float((a.sort(-1).values != b.sort(-1).values).any(-1).float().mean())
-
-
-@dataclass(frozen=True)
-class Recomputed:
-    """A batch as the trainer sees it before its update (Trainer.recompute)."""
-
-    plen: int  # prompt length: response position t is predicted at input position plen - 1 + t
-    inputs: torch.Tensor
-    response: torch.Tensor
-    replay: torch.Tensor | None  # the routing the update replays: the engine's (R3) or the recompute's (R2)
-    logmu: torch.Tensor  # the sampler's log-probabilities of the sampled tokens
-    logp_full: torch.Tensor  # the trainer's log-softmax over the vocabulary
-    old_logp: torch.Tensor
-    ref_logp: torch.Tensor | None  # the base model's, when the KL term is on
-    routing: torch.Tensor  # the trainer's routing (replayed or not)
-    own_routing: torch.Tensor  # the trainer's own routing choice
 
 
 class Trainer:
@@ -152,7 +119,8 @@ class Trainer:
         temperature, plen, mask = self.params["temperature"], recomputed.plen, batch.mask
         inputs, response, replay = recomputed.inputs, recomputed.response, recomputed.replay
         old_logp, ref_logp, logmu = recomputed.old_logp, recomputed.ref_logp, recomputed.logmu
-        advantages = group_advantages(batch.rewards, self.params["samples_per_step"])[:, None].expand_as(old_logp)
+        advantages = group_advantages(batch.rewards, self.params["samples_per_step"],
+                                      std_normalization=self.recipe.std_normalization)[:, None].expand_as(old_logp)
         rows = torch.arange(inputs.shape[0]).chunk(self.params["minibatches"])
         numbers: dict[str, list[float]] = {"loss": [], "grad_norm": [], "kl/k3": [], "vcpo/lr_scale": []}
         stab: dict[str, list[float]] = {}
