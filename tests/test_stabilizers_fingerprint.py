@@ -18,14 +18,16 @@ def test_the_canned_batch_is_valid_and_fixed():
 
 
 def test_every_recipe_has_its_own_loss_on_the_canned_batch():
-    """Only the R3 twins share a loss (routing replay is an engine switch): a swapped loss, a
-    parameter that did not reach it, or a switch left off changes the fingerprint."""
+    """Only the R3 twins and Dr.GRPO's pair (grpo_dr = grpo_sum_norm with std-free advantages) share
+    a loss (routing replay and the advantages' std are engine switches): a swapped loss, a parameter
+    that did not reach it, or a switch left off changes the fingerprint."""
     by_loss: dict[tuple, set[str]] = {}
     for name, recipe in RECIPES.items():
         taken = fingerprint(recipe)
         by_loss.setdefault((taken["loss"], taken["gradient"]), set()).add(name)
     shared = [names for names in by_loss.values() if len(names) > 1]
-    twins = [{name.removesuffix("_r3"), name} for name in RECIPES if name.endswith("_r3")]
+    twins = [{name.removesuffix("_r3"), name} for name in RECIPES if name.endswith("_r3")] + \
+        [{"grpo_sum_norm", "grpo_dr"}]
     assert sorted(map(sorted, shared)) == sorted(map(sorted, twins))
 
 
