@@ -8,9 +8,10 @@ One trainer step s (1-based), as in an asynchronous system with one batch in fli
   2. the trainer checks that the batch's realized lag is within its mode's bound
      (harness.lag.check_realized_lag: the run fails naming the step otherwise), recomputes
      old_logp on the batch of step s (float32, replaying the engine's routing under R3, or the
-     routing of the trainer's own recompute in the update under R2), builds group-normalised advantages (GRPO, Shao et al.
-     2024), calls the recipe's stabilizer on ``minibatches`` PolicyBatches and steps Adam after
-     each; optional KL to the base model with the k3 estimator (Schulman 2020):
+     routing of the trainer's own recompute in the update under R2), builds group-normalised
+     advantages (GRPO, Shao et al. 2024; without the std division under the recipe's
+     std_normalization: false, Dr.GRPO's), calls the recipe's stabilizer on ``minibatches``
+     PolicyBatches and steps Adam after each; optional KL to the base model with the k3 estimator (Schulman 2020):
      k3 = exp(ref - logp) - (ref - logp) - 1,
   3. appends one metrics row (keys in shared/DESIGN.md), and every ``eval_every`` steps writes
      a checkpoint and the resume state.
