@@ -53,8 +53,9 @@ OVERRIDES = {
 TRAINING_SECONDS = 100  # per run: more than one job trains before its warning (at most ~65 s)
 CANCELLED_RUN = ("grpo", 2, 0)
 GRID_SECONDS, LOCAL_SECONDS = 1200, 900  # the SLURM grid's and the local grid's limits
-# The whole test: cluster start, the probe run that sizes the grid, both grids and the comparison.
-TIME_LIMIT = GRID_SECONDS + LOCAL_SECONDS + 600
+CLUSTER_WAIT = 1800  # for another suite's test cluster on this machine to stop (one per machine)
+# The whole test: the wait, cluster start, the probe run that sizes the grid, both grids and the comparison.
+TIME_LIMIT = CLUSTER_WAIT + GRID_SECONDS + LOCAL_SECONDS + 600
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(TIME_LIMIT)]
 
 
@@ -81,7 +82,7 @@ def cluster():
     if reason:
         missing("slurm", reason)
     with tempfile.TemporaryDirectory(prefix="stalebench-slurm-") as root:
-        cluster = SlurmCluster(root).start()
+        cluster = SlurmCluster(root).start(wait=CLUSTER_WAIT)
         try:
             yield cluster
         finally:

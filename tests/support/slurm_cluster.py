@@ -12,18 +12,22 @@ ports are free ones picked at start (picked again if a daemon finds its port tak
 no accounting daemon runs (the executor plugin then polls
 ``squeue``, which needs MinJobAge >= 120 s). One system-wide trace: /etc/slurm/slurm.conf is a
 symlink to the private config while the cluster runs, because the executor plugin's job step
-drops $SLURM_CONF before it calls srun; a config already there (a real cluster, or another test
+drops $SLURM_CONF before it calls srun. So one test cluster runs per machine at a time: a second one
+(a concurrent test suite) waits for the machine-wide lock CLUSTER_LOCK that the first holds until it
+stops (released by the kernel if its process dies); a config there without that lock held (a real
 cluster) is left alone and the cluster refuses to start.
 Two partitions on the one node: ``cpu`` (default) and ``gpu``.
 """
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -32,6 +36,7 @@ from tests.support.ports import free_ports
 PACKAGES = ("slurm-wlm", "munge")
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel")
 SYSTEM_CONF = Path("/etc/slurm/slurm.conf")
+CLUSTER_LOCK = Path(tempfile.gettempdir()) / "stalebench-slurm-cluster.lock"
 
 
 def missing_binaries() -> list[str]:
@@ -57,6 +62,21 @@ def install() -> None:
         subprocess.run(command, env=env, check=True)
     if missing_binaries():
         raise RuntimeError(f"installed {PACKAGES} but {missing_binaries()} are still missing")
+
+
+def machine_lock(path: Path, timeout: float):
+    """The open file holding an exclusive lock on ``path``, waited for up to ``timeout`` seconds."""
+    handle = open(path, "a+")
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return handle
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                handle.close()
+                raise RuntimeError(f"another test cluster held {path} for {timeout:g} s: not starting one") from None
+            time.sleep(1)
 
 
 def _sbin(name: str) -> str:
@@ -125,24 +145,32 @@ class SlurmCluster:
         self.processes[name] = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=self.env,
                                                 start_new_session=True)
 
-    def start(self, timeout: float = 60, attempts: int = 3) -> "SlurmCluster":
-        """Start the daemons; where one exits because another process took its port between the
-        pick and its bind, start again on new ports (up to ``attempts`` times)."""
-        if SYSTEM_CONF.exists() or SYSTEM_CONF.is_symlink():
-            raise RuntimeError(f"{SYSTEM_CONF} exists (a real cluster, or another test cluster): not starting one")
-        for _ in range(attempts - 1):
-            try:
-                return self._started(timeout)
-            except RuntimeError:
-                if "Address already in use" not in self.logs():
-                    raise
-        return self._started(timeout)
+    def start(self, timeout: float = 60, attempts: int = 3, wait: float = 0) -> "SlurmCluster":
+        """Start the daemons once no other test cluster runs here (waiting up to ``wait`` seconds for
+        one to stop); where a daemon exits because another process took its port between the pick
+        and its bind, start again on new ports (up to ``attempts`` times)."""
+        self.lock = machine_lock(CLUSTER_LOCK, wait)
+        try:
+            if SYSTEM_CONF.exists() or SYSTEM_CONF.is_symlink():
+                raise RuntimeError(f"{SYSTEM_CONF} exists and no test cluster holds {CLUSTER_LOCK}: a real "
+                                   "cluster, or a symlink left by a test cluster killed before it could remove "
+                                   "it: not starting one")
+            for _ in range(attempts - 1):
+                try:
+                    return self._started(timeout)
+                except RuntimeError:
+                    if "Address already in use" not in self.logs():
+                        raise
+            return self._started(timeout)
+        except BaseException:
+            self.lock.close()
+            raise
 
     def _started(self, timeout: float) -> "SlurmCluster":
         try:
             self._start_daemons(timeout)
         except BaseException:
-            self.stop()
+            self._stop_daemons()
             raise
         return self
 
@@ -196,7 +224,11 @@ class SlurmCluster:
 
     def stop(self) -> None:
         """Cancel the jobs left on this private cluster, stop the daemons this object started (by
-        pid), newest first, and remove the symlink it made."""
+        pid), newest first, remove the symlink it made, and let the next test cluster start."""
+        self._stop_daemons()
+        self.lock.close()
+
+    def _stop_daemons(self) -> None:
         if "slurmctld" in self.processes and self.processes["slurmctld"].poll() is None:
             jobs = [row[0] for row in self.squeue("%i", "%T") if row[1] in ("PENDING", "RUNNING", "COMPLETING")]
             if jobs:
