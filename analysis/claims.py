@@ -1,114 +1,228 @@
 """The verdict on each claim of the config (harness.model.Claim): the confirmatory family.
 
 Each claim is a contrast of cell means (analysis.contrasts: paired by seed where the cells share
-their seeds, else Welch-Satterthwaite) or, for collapse, a log-rank test of two cells' collapse
-times with the Newcombe interval of their collapse rates (analysis.survival). Holm runs over the
-claims' p-values only. Verdicts, at ALPHA after Holm:
-
-- supported: the test rejects 0 and the estimate has the claimed sign (greater / less).
-- contradicted: the test rejects 0 with the other sign, or the 95% interval rules out the
-  smallest effect that matters on the claimed side; for "equivalent", the interval lies outside
-  +-margin.
-- equivalent within +-margin: TOST (two one-sided tests) rejects |contrast| >= margin.
-- inconclusive: none of these; with the seeds per cell at which the test would reach POWER at
-  the declared smallest effect, given the spread measured so far.
+their seeds, else Welch-Satterthwaite) or, for collapse, a difference of two cells' collapse rates
+(Newcombe interval; the log-rank test of their collapse times beside it, stratified by seed where the
+cells share their seeds). Its outcome is where its interval lies against 0 and the smallest effect
+(analysis.decision: one rule, exclusive outcomes), read at ALPHA / m for the m claims this grid
+tests, at each look of the declared seed schedule (config ``seeding``) until the outcome is final.
+Beside each outcome: the probability that an independent rerun of the same design gives it again
+(a plug-in parametric bootstrap of the whole rule, looks included), and while it is not final the
+seeds per cell that would likely decide it. A claim naming a cell this grid does not have (a grid
+narrowed on the command line) is "not tested in this grid" and outside the family.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
-from analysis.contrasts import contrast, seeds_needed, seeds_needed_equivalence, tost
-from analysis.stats import ALPHA, holm
+import numpy as np
+from scipy import stats
+
+from analysis.contrasts import contrast, seeds_needed, seeds_needed_equivalence
+from analysis.decision import (
+    is_final,
+    look_levels,
+    newcombe_bounds,
+    outcome,
+    reading,
+    simulate_collapse,
+    simulate_contrast,
+    t_bounds,
+)
+from analysis.stats import ALPHA
 from analysis.survival import collapse_test, seeds_needed_collapse
-from harness.model import Claim
+from harness.model import Claim, Seeding
 
+NOT_TESTED = "not tested in this grid"
+REPLICATION_METHOD = ("plug-in parametric bootstrap: 4000 reruns of the design (its looks and levels) "
+                      "with normal per-seed contrasts at the measured mean and sd (collapse: binomial at "
+                      "the measured rates)")
 KIND_TEXT = {"staleness_cost": "staleness cost of {recipe} (lag {lag} minus lag {reference_lag})",
              "cost_difference": "staleness cost of {recipe} minus that of {versus} (lag {lag} minus lag "
                                 "{reference_lag})",
              "recipes": "{recipe} minus {versus} at lag {lag}",
-             "collapse": "collapse of {recipe} at lag {lag} against {versus} at lag {versus_lag}"}
+             "collapse": "collapse rate of {recipe} at lag {lag} minus that of {versus} at lag {versus_lag}"}
 METRIC_TEXT = {"auc": "AUC", "fixed": "fixed-step score", "best": "best-checkpoint score",
                "selected": "selected-checkpoint score"}
 
 
+@dataclass(frozen=True)
+class Schedule:
+    """The looks a grid reads its claims at: seeds[:n] for each n of ``looks`` (a fixed design: one
+    look at every seed), each look's interval at ``levels`` (analysis.decision.look_levels)."""
+    looks: tuple[int, ...]
+    levels: tuple[float, ...]
+    seeds: tuple[int, ...]
+    boundary: str | None
+
+    @classmethod
+    def build(cls, seeding: Seeding | None, seeds, family_size: int) -> "Schedule":
+        level = ALPHA / max(family_size, 1)
+        if seeding is None:
+            return cls((len(seeds),), (level,), tuple(seeds), None)
+        return cls(seeding.looks, look_levels(seeding.looks, level, seeding.boundary), tuple(seeds),
+                   seeding.boundary)
+
+    def through(self, look: int) -> "Schedule":
+        """The schedule read only through its ``look``-th look (1-based), each look at its own level."""
+        return Schedule(self.looks[:look], self.levels[:look], self.seeds, self.boundary)
+
+
 def statement(claim: Claim, reference_lag: int) -> str:
-    """The claim in words, with its endpoint and its smallest effect (points or rate)."""
+    """The claim in words: what is tested, its endpoint and its smallest effect (points or rate)."""
     what = KIND_TEXT[claim.kind].format(reference_lag=reference_lag, **vars(claim))
     if claim.kind == "collapse":
-        more = "more" if claim.expect == "greater" else "less"
-        return f"{what}: {claim.recipe} collapses {more} (by >= {claim.smallest_effect:.2f} in rate)"
-    effect = f"{claim.smallest_effect * 100:.1f} points"
-    if claim.expect == "equivalent":
-        return f"{what}, {METRIC_TEXT[claim.metric]}: within +-{effect} of 0"
-    sign = ">" if claim.expect == "greater" else "<"
-    return f"{what}, {METRIC_TEXT[claim.metric]}: {sign} 0 (smallest effect that matters: {effect})"
-
-
-def test_claim(claim: Claim, cells: dict, reference_lag: int, budget: int) -> dict:
-    """The claim's estimate, interval, test (p before Holm) and the seeds needed at its declared effect."""
-    if claim.kind == "collapse":
-        x = cells[claim.recipe, claim.lag]["per_seed"]["collapse_step"]
-        y = cells[claim.versus, claim.versus_lag]["per_seed"]["collapse_step"]
-        result = collapse_test(x, y, budget)
-        pooled = (result.rate_x * result.n_x + result.rate_y * result.n_y) / max(result.n_x + result.n_y, 1)
-        return {"estimate": result.estimate, "low": result.low, "high": result.high, "z": result.z,
-                "n": min(result.n_x, result.n_y), "method": "newcombe", "test": "log-rank", "p": result.p,
-                "seeds_needed": seeds_needed_collapse(claim.smallest_effect, pooled)}
-    arms = [(weight, cells[recipe, lag]["per_seed"][claim.metric], cells[recipe, lag]["seeds"])
-            for weight, recipe, lag in claim.cells(reference_lag)]
-    result = contrast(arms)
-    fields = {"estimate": result.estimate, "low": result.low, "high": result.high, "n": result.n,
-              "method": result.method}
-    if claim.expect == "equivalent":
-        return {**fields, "test": f"tost ({result.method})", "p": tost(result, claim.smallest_effect),
-                "seeds_needed": seeds_needed_equivalence(claim.smallest_effect, result.spread)}
-    return {**fields, "test": result.method, "p": result.p,
-            "seeds_needed": seeds_needed(claim.smallest_effect, result.spread)}
-
-
-def verdict(claim: Claim, tested: dict) -> tuple[str, str]:
-    """(verdict, why) from the claim's tested numbers and its Holm-adjusted p."""
-    p, low, high = tested["p_holm"], tested["low"], tested["high"]
-    rejects = p is not None and p < ALPHA
-    has_interval = low is not None and high is not None and math.isfinite(low) and math.isfinite(high)
-    effect = claim.smallest_effect
-    scale, unit = (1, "") if claim.kind == "collapse" else (100, " points")
-    if claim.expect == "equivalent":
-        if rejects:
-            return "equivalent", f"TOST Holm p {p:.3g} < {ALPHA:g}: within +-{effect * scale:g}{unit}"
-        if has_interval and (low > effect or high < -effect):
-            return "contradicted", f"the 95% interval lies outside +-{effect * scale:g}{unit}"
+        effect, endpoint = f"{claim.smallest_effect:.2f} in rate", "by the step budget"
     else:
-        sign = 1 if claim.expect == "greater" else -1
-        observed = tested["z"] if claim.kind == "collapse" else tested["estimate"]
-        if rejects and sign * observed > 0:
-            return "supported", f"Holm p {p:.3g} < {ALPHA:g}, the claimed sign"
-        if rejects:
-            return "contradicted", f"Holm p {p:.3g} < {ALPHA:g}, the opposite sign"
-        if has_interval and (high < effect if sign > 0 else low > -effect):
-            bound = f"{sign * effect * scale:+g}{unit}"
-            return "contradicted", f"the 95% interval excludes the smallest effect that matters ({bound})"
-    needed, n = tested["seeds_needed"], tested["n"]
-    if not needed:
-        return "inconclusive", "no spread measured yet (fewer than 2 seeds)"
-    if needed <= n:
-        # The seed count already gives the planned power: the estimate itself sits between the decisions.
-        boundary = "the margin" if claim.expect == "equivalent" else "0 and the smallest effect that matters"
-        return "inconclusive", (f"{n} seeds per cell already give 80% power at the declared effect (about "
-                                f"{needed} would); the estimate lies between {boundary}, where more seeds "
-                                "narrow the interval but no seed count is promised to decide it")
-    return "inconclusive", f"about {needed} seeds per cell would resolve it at the declared effect"
+        effect, endpoint = f"{claim.smallest_effect * 100:.1f} points", METRIC_TEXT[claim.metric]
+    if claim.expect == "equivalent":
+        return f"{what}, {endpoint}: within +-{effect} of 0"
+    sign = ">" if claim.expect == "greater" else "<"
+    return f"{what}, {endpoint}: {sign} 0 by at least {effect}"
 
 
-def answer(claims: tuple[Claim, ...], cells: dict, reference_lag: int, budget: int) -> list[dict]:
-    """Every claim tested, Holm over the family, and its verdict (summary.json's ``claims``)."""
-    tested = [test_claim(claim, cells, reference_lag, budget) for claim in claims]
-    for row, adjusted in zip(tested, holm([row["p"] for row in tested])):
-        row["p_holm"] = adjusted
+def claim_cells(claim: Claim, reference_lag: int) -> list[tuple[str, int]]:
+    """The cells (recipe, lag) whose runs the claim reads."""
+    if claim.kind == "collapse":
+        return [(claim.recipe, claim.lag), (claim.versus, claim.versus_lag)]
+    return [(recipe, lag) for _, recipe, lag in claim.cells(reference_lag)]
+
+
+def tested_in(claim: Claim, cells: dict, reference_lag: int) -> bool:
+    """Whether the grid has every cell the claim reads."""
+    return all(cell in cells for cell in claim_cells(claim, reference_lag))
+
+
+def _values(cell: dict, key: str, seeds: set[int]) -> tuple[list, list]:
+    pairs = [(value, seed) for value, seed in zip(cell["per_seed"][key], cell["seeds"]) if seed in seeds]
+    return [v for v, _ in pairs], [s for _, s in pairs]
+
+
+def measure(claim: Claim, cells: dict, reference_lag: int, budget: int, seeds: set[int]) -> dict:
+    """The claim's estimate and what its interval rests on, from the cells' runs of ``seeds``."""
+    if claim.kind == "collapse":
+        (x, seeds_x), (y, seeds_y) = (_values(cells[cell], "collapse_step", seeds)
+                                      for cell in ((claim.recipe, claim.lag), (claim.versus, claim.versus_lag)))
+        result = collapse_test(x, y, budget, strata=(seeds_x, seeds_y))
+        return {"estimate": result.estimate, "n": min(result.n_x, result.n_y), "method": "newcombe",
+                "test": result.method, "p": result.p, "z": result.z,
+                "counts": [round(result.rate_x * result.n_x), result.n_x, round(result.rate_y * result.n_y), result.n_y],
+                "rates": [result.rate_x, result.rate_y]}
+    result = contrast([(weight, *_values(cells[recipe, lag], claim.metric, seeds))
+                       for weight, recipe, lag in claim.cells(reference_lag)])
+    return {"estimate": result.estimate, "n": result.n, "method": result.method, "test": result.method,
+            "p": result.p, "se": result.se, "df": result.df, "spread": result.spread}
+
+
+def interval(claim: Claim, measured: dict, level: float) -> tuple[float, float]:
+    """The claim's two-sided interval at ``level`` (NaN bounds: none)."""
+    if claim.kind == "collapse":
+        if min(measured["counts"][1], measured["counts"][3]) == 0:
+            return math.nan, math.nan
+        low, high = newcombe_bounds(*measured["counts"], level)
+        return float(low), float(high)
+    if measured["method"] == "degenerate":
+        return measured["estimate"], measured["estimate"]
+    if not math.isfinite(measured["se"]):
+        return math.nan, math.nan
+    low, high = t_bounds(measured["estimate"], measured["se"], measured["df"], level)
+    return float(low), float(high)
+
+
+def decide(claim: Claim, cells: dict, reference_lag: int, budget: int, schedule: Schedule) -> dict:
+    """The claim read at each look of the schedule until its outcome is final (or the last look)."""
+    for look, (n, level) in enumerate(zip(schedule.looks, schedule.levels)):
+        measured = measure(claim, cells, reference_lag, budget, set(schedule.seeds[:n]))
+        low, high = interval(claim, measured, level)
+        name = outcome(low, high, claim.smallest_effect, claim.expect)
+        if is_final(name, claim.expect) or look == len(schedule.looks) - 1:
+            return {**measured, "low": low, "high": high, "confidence": 1 - level, "look": look + 1,
+                    "looks": len(schedule.looks), "outcome": name, "final": bool(is_final(name, claim.expect))}
+    raise AssertionError("a schedule has at least one look")
+
+
+def replication(claim: Claim, decided: dict, schedule: Schedule) -> float | None:
+    """P(an independent rerun of the design gives the same outcome), plug-in (REPLICATION_METHOD);
+    None where nothing was measured to simulate from."""
+    args = (schedule.looks, schedule.levels, claim.smallest_effect, claim.expect)
+    if claim.kind == "collapse":
+        if min(decided["counts"][1], decided["counts"][3]) == 0:
+            return None
+        outcomes, _ = simulate_collapse(*decided["rates"], *args)
+    else:
+        if decided["method"] not in ("paired-t", "welch-satterthwaite"):
+            return None
+        outcomes, _ = simulate_contrast(decided["estimate"], decided["spread"], *args)
+    return float(np.mean(outcomes == decided["outcome"]))
+
+
+def plan_seeds(claim: Claim, decided: dict, level: float) -> int | None:
+    """Seeds per cell at which the claim would likely (POWER) leave its current, not final outcome:
+    at a true contrast of the smallest effect (0 for an equivalence claim), at ``level``, from an
+    80% upper confidence bound of the spread measured so far (never the observed effect)."""
+    if decided["final"]:
+        return None
+    if claim.kind == "collapse":
+        counts = decided["counts"]
+        pooled = (counts[0] + counts[2]) / max(counts[1] + counts[3], 1)
+        return seeds_needed_collapse(claim.smallest_effect, pooled, alpha=level)
+    spread, n = decided.get("spread", math.nan), decided["n"]
+    if not (math.isfinite(spread) and n >= 2):
+        return None
+    upper = spread * math.sqrt((n - 1) / stats.chi2.ppf(0.2, n - 1)) if spread > 0 else 0.0
+    if claim.expect == "equivalent":
+        return seeds_needed_equivalence(claim.smallest_effect, upper, alpha=level)
+    return seeds_needed(claim.smallest_effect, upper, alpha=level)
+
+
+def why(claim: Claim, decided: dict) -> str:
+    """The outcome in words: what it says of the claim, at which look and level."""
+    where = f"look {decided['look']} of {decided['looks']}, " if decided["looks"] > 1 else ""
+    text = f"{reading(decided['outcome'], claim.expect)} ({where}{decided['confidence']:.2%} interval)"
+    if claim.expect == "equivalent" and decided["low"] is not None and (decided["low"] > 0 or decided["high"] < 0):
+        text += f"; the contrast is not 0 either: {'above' if decided['low'] > 0 else 'below'} 0"
+    if not decided["final"] and decided["seeds_needed"]:
+        text += f"; about {decided['seeds_needed']} seeds per cell would likely decide it"
+    return text
+
+
+def family(claims: tuple[Claim, ...], cells: dict, reference_lag: int, seeding: Seeding | None,
+           seeds=None) -> tuple[list[Claim], Schedule]:
+    """The claims this grid tests (its confirmatory family) and the schedule they are read at."""
+    seeds = seeds if seeds is not None else sorted({s for cell in cells.values() for s in cell["seeds"]})
+    tested = [claim for claim in claims if tested_in(claim, cells, reference_lag)]
+    return tested, Schedule.build(seeding, seeds, len(tested))
+
+
+def open_cells(claims: tuple[Claim, ...], cells: dict, reference_lag: int, budget: int, seeding: Seeding,
+               seeds, look: int) -> list[tuple[str, int]]:
+    """The cells of the claims whose outcome is not final at ``look`` (1-based): they get the next
+    look's seeds; in the order of ``cells``."""
+    tested, schedule = family(claims, cells, reference_lag, seeding, seeds)
+    wanted = {cell for claim in tested
+              if not decide(claim, cells, reference_lag, budget, schedule.through(look))["final"]
+              for cell in claim_cells(claim, reference_lag)}
+    return [cell for cell in cells if cell in wanted]
+
+
+def answer(claims: tuple[Claim, ...], cells: dict, reference_lag: int, budget: int,
+           seeding: Seeding | None = None, seeds=None) -> list[dict]:
+    """Every claim decided (summary.json's ``claims``): its statement, numbers, outcome (``verdict``),
+    what it says (``why``) and its replication probability. ``seeds``: the grid's seeds in their
+    declared order (default: the seeds of the cells)."""
+    tested, schedule = family(claims, cells, reference_lag, seeding, seeds)
     out = []
-    for claim, row in zip(claims, tested):
-        row = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
-        name, why = verdict(claim, row)
-        out.append({**vars(claim), "statement": statement(claim, reference_lag), **row,
-                    "verdict": name, "why": why, "family_size": len(claims)})
+    for claim in claims:
+        row = {**vars(claim), "statement": statement(claim, reference_lag), "family_size": len(tested)}
+        if claim not in tested:
+            out.append({**row, "verdict": NOT_TESTED, "why": "a cell it compares is not in this grid",
+                        "final": False, "replication": None})
+            continue
+        decided = decide(claim, cells, reference_lag, budget, schedule)
+        decided["seeds_needed"] = plan_seeds(claim, decided, schedule.levels[-1])
+        decided = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in decided.items()}
+        out.append({**row, **decided, "verdict": decided["outcome"], "why": why(claim, decided),
+                    "replication": replication(claim, decided, schedule),
+                    "replication_method": REPLICATION_METHOD, "boundary": schedule.boundary})
     return out

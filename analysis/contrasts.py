@@ -153,9 +153,9 @@ def _fewest(enough) -> int:
     return high
 
 
-def seeds_needed(smallest_effect: float, spread: float) -> int | None:
+def seeds_needed(smallest_effect: float, spread: float, alpha: float = ALPHA) -> int | None:
     """Seeds per cell at which the two-sided t test of a paired contrast (one value per seed, sd
-    ``spread``) detects ``smallest_effect`` with POWER at ALPHA (statsmodels TTestPower). For
+    ``spread``) detects ``smallest_effect`` with POWER at ``alpha`` (statsmodels TTestPower). For
     Welch-Satterthwaite contrasts ``spread`` is sqrt(sum w_i^2 s_i^2): the same count, slightly
     conservative (its degrees of freedom are more than n - 1). None without a measured spread."""
     if not math.isfinite(spread):
@@ -163,21 +163,22 @@ def seeds_needed(smallest_effect: float, spread: float) -> int | None:
     if spread == 0:
         return 2
     effect = abs(smallest_effect) / spread
-    return _fewest(lambda n: not TTestPower().power(effect_size=effect, nobs=n, alpha=ALPHA) < POWER)
+    return _fewest(lambda n: not TTestPower().power(effect_size=effect, nobs=n, alpha=alpha) < POWER)
 
 
-def tost_power(margin: float, spread: float, n: int) -> float:
-    """A lower bound of TOST's power at a true contrast of 0 with n seeds: 1 - 2 P(T < t_crit),
-    T noncentral t (n - 1 df, noncentrality margin sqrt(n) / spread), by Bonferroni's inequality."""
-    critical = stats.t.ppf(1 - ALPHA, n - 1)
+def tost_power(margin: float, spread: float, n: int, alpha: float = ALPHA) -> float:
+    """A lower bound of TOST's power at a true contrast of 0 with n seeds, each one-sided test at
+    ``alpha``: 1 - 2 P(T < t_crit), T noncentral t (n - 1 df, noncentrality margin sqrt(n) / spread),
+    by Bonferroni's inequality."""
+    critical = stats.t.ppf(1 - alpha, n - 1)
     return float(max(0.0, 1 - 2 * stats.nct.cdf(critical, n - 1, margin * math.sqrt(n) / spread)))
 
 
-def seeds_needed_equivalence(margin: float, spread: float) -> int | None:
-    """Seeds per cell at which TOST shows equivalence within +-margin with POWER when the true
-    contrast is 0 (tost_power), from the spread measured so far."""
+def seeds_needed_equivalence(margin: float, spread: float, alpha: float = 2 * ALPHA) -> int | None:
+    """Seeds per cell at which the two-sided interval at ``alpha`` (TOST at alpha / 2 a side) lies
+    inside +-margin with POWER when the true contrast is 0 (tost_power), from the spread given."""
     if not math.isfinite(spread):
         return None
     if spread == 0:
         return 2
-    return _fewest(lambda n: tost_power(margin, spread, n) >= POWER)
+    return _fewest(lambda n: tost_power(margin, spread, n, alpha / 2) >= POWER)

@@ -18,9 +18,10 @@ averages over seeds. Every rule below is declared here, before any result is see
   it never reached is 0, and its AUC includes the zeros. Its best-checkpoint score is the max over
   the checkpoints it did produce; one that diverged before its first checkpoint scores 0 on every
   metric (best_step and selected_step None).
-- collapse (config ``collapse.fraction`` = f, default 0.5): diverged, or after its peak the score
-  falls below f x peak and stays below through the last evaluation. A run whose peak is 0 never
-  collapses (nothing to fall from).
+- collapse (config ``collapse.fraction`` = f, default 0.5, and ``collapse.confirm`` = c, default 2):
+  diverged, or after its peak the score falls below f x peak and stays below through the last
+  evaluation, over at least c evaluations (so one noisy last evaluation is not a collapse). A run
+  whose peak is 0 never collapses (nothing to fall from).
 - d-bar: the mean of the per-step "d/mean_abs" (mean |log pi/mu| over active tokens) over the
   last 10% of optimizer steps (at least one step), and the tail: the mean of "d/p99" over the same
   steps. Steps are weighted equally (the per-step token counts are not logged); non-finite values
@@ -82,7 +83,7 @@ def load_curve(path: str | Path, allow_empty: bool = False) -> list[tuple[int, f
 def summarize_run(test: list[tuple[int, float]], *, budget: int, status: str = "completed",
                   status_step: int | None = None, fixed_step: int | None = None,
                   selection: list[tuple[int, float]] | None = None, collapse_fraction: float = 0.5,
-                  train_metrics: list[dict] | None = None) -> RunSummary:
+                  collapse_confirm: int = 1, train_metrics: list[dict] | None = None) -> RunSummary:
     """All per-run numbers (module docstring) from the test curve and, optionally, the selection
     curve and the training log. ``status``/``status_step`` come from the run status (harness.run.RunDir.read_status)."""
     if status not in ("completed", "diverged"):
@@ -113,7 +114,7 @@ def summarize_run(test: list[tuple[int, float]], *, budget: int, status: str = "
         selected_step = selection[int(np.argmax([v for _, v in selection]))][0]
         selected = _score_at(test, selected_step, diverged)
 
-    collapse_step = _collapse_step(test, collapse_fraction)
+    collapse_step = _collapse_step(test, collapse_fraction, collapse_confirm)
     if diverged:
         collapse_step = status_step if status_step is not None else steps[-1]
     return RunSummary(status=status, fixed_step=int(fixed_step), fixed=fixed,
@@ -167,9 +168,9 @@ def auc(curve: list[tuple[int, float]], budget: int, *, diverged: bool = False,
     return float(np.trapezoid(y, x) / width)
 
 
-def _collapse_step(curve: list[tuple[int, float]], fraction: float) -> int | None:
+def _collapse_step(curve: list[tuple[int, float]], fraction: float, confirm: int = 1) -> int | None:
     """First step of the stretch, after the peak, that stays below fraction x peak through the
-    last evaluation; None if the last evaluation is not below (then no such stretch exists)."""
+    last evaluation and spans at least ``confirm`` evaluations; None if there is none."""
     scores = [v for _, v in curve]
     peak_i = int(np.argmax(scores))
     threshold = fraction * scores[peak_i]
@@ -178,7 +179,7 @@ def _collapse_step(curve: list[tuple[int, float]], fraction: float) -> int | Non
     first = len(scores) - 1
     while first - 1 > peak_i and scores[first - 1] < threshold:
         first -= 1
-    return int(curve[first][0])
+    return int(curve[first][0]) if len(scores) - first >= confirm else None
 
 
 def mismatch_tail(train_metrics: list[dict]) -> tuple[float, float]:
@@ -219,9 +220,10 @@ def read_run(run_dir: str | Path, config: dict) -> tuple[RunSummary, dict, list[
     test = load_curve(run.eval_path(test_task(config["eval"])), allow_empty=diverged)
     train_metrics = run.read_metrics()
     selection = settings.selection_task
+    collapse = Collapse.build(config["collapse"])
     summary = summarize_run(
         test, budget=int(config["steps"]), status=status.get("status"), status_step=status.get("step"),
         fixed_step=settings.fixed_step,
         selection=load_curve(run.eval_path(selection), allow_empty=diverged) if selection else None,
-        collapse_fraction=Collapse.build(config["collapse"]).fraction, train_metrics=train_metrics)
+        collapse_fraction=collapse.fraction, collapse_confirm=collapse.confirm, train_metrics=train_metrics)
     return summary, run_config, test, train_metrics

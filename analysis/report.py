@@ -8,6 +8,7 @@ from pathlib import Path
 
 from analysis import provenance
 from analysis.plots import plot_collapse, plot_curves, plot_mismatch, plot_staleness
+from analysis.looks import scheduled_runs
 from analysis.summary import collect, summarize
 from analysis.tables import conclusions, render_csv, render_latex, render_markdown
 from harness.io import write_json_atomic, write_text_atomic
@@ -22,7 +23,7 @@ def write_reports(config: dict, out: str | Path, progress: bool = True) -> dict:
     matplotlib.use("Agg")  # files only: no display on a cluster node or in CI
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    runs = collect(config, progress=progress)
+    runs = collect(config, progress=progress, which=scheduled_runs(config))
     summary = summarize(config, runs)
     summary["conclusions"] = conclusions(summary)
     # then what the runs ran on and what they cost (analysis.provenance)

@@ -30,7 +30,7 @@ from analysis.stats import (
     prob_improvement,
 )
 from harness.grid import expand, run_dir
-from harness.model import Collapse, claims
+from harness.model import Collapse, Seeding, claims
 from harness.run import RunDir
 
 SCORES = {"fixed": "Fixed-step score", "best": "Best-checkpoint score (optimistic: chosen on the test set)",
@@ -56,12 +56,13 @@ class Run:
     train: list[dict]  # the run's training metrics rows
 
 
-def collect(config: dict, progress: bool = True) -> list[Run]:
-    """Every run of the grid, read and summarized; a missing or bad file fails with its path, and a
-    run whose loss is not its recipe's is refused (harness.run.RunDir.check_fingerprint)."""
+def collect(config: dict, progress: bool = True, which: list[tuple[str, int, int]] | None = None) -> list[Run]:
+    """The runs ``which`` (default: every run of the grid), read and summarized; a missing or bad file
+    fails with its path, and a run whose loss is not its recipe's is refused
+    (harness.run.RunDir.check_fingerprint)."""
     runs = []
-    for recipe, lag, seed in tqdm(expand(config), desc="aggregate: reading runs", unit="run",
-                                  disable=not progress, file=sys.stderr):
+    for recipe, lag, seed in tqdm(expand(config) if which is None else which, desc="aggregate: reading runs",
+                                  unit="run", disable=not progress, file=sys.stderr):
         folder = run_dir(config, recipe, lag, seed)
         summary, run_config, curve, train = read_run(folder, config)
         RunDir(folder).check_fingerprint()
@@ -127,6 +128,13 @@ def _cell(recipe: str, lag: int, runs: list[Run], reference: dict, budget: int) 
             "reference": reference_for(runs[0].recipe_spec, lag, reference) if runs else None}
 
 
+def build_cells(config: dict, runs: list[Run]) -> dict[tuple[str, int], dict]:
+    """Every cell (recipe, lag) of the grid with its runs' per-seed values and statistics."""
+    reference, grouped = load_reference(), by_cell(runs)
+    return {(recipe, lag): _cell(recipe, lag, grouped.get((recipe, lag), []), reference, int(config["steps"]))
+            for recipe in config["recipes"] for lag in config["lags"]}
+
+
 def summarize(config: dict, runs: list[Run]) -> dict:
     """The machine-readable summary (summary.json): one entry per cell with per-seed values,
     mean + 95% CI per metric, collapse k/n with Wilson CI, and the exploratory comparisons:
@@ -139,11 +147,8 @@ def summarize(config: dict, runs: list[Run]) -> dict:
     baseline = config.get("baseline")
     if baseline is not None and baseline not in config["recipes"]:
         raise ValueError(f"baseline {baseline!r} is not one of the grid's recipes {config['recipes']}")
-    reference = load_reference()
     reference_lag = min(config["lags"])
-    grouped = by_cell(runs)
-    cells = {(recipe, lag): _cell(recipe, lag, grouped.get((recipe, lag), []), reference, int(config["steps"]))
-             for recipe in config["recipes"] for lag in config["lags"]}
+    cells = build_cells(config, runs)
 
     def minus(cell, other):
         return {m: _comparison(contrast([(1.0, cell["per_seed"][m], cell["seeds"]),
@@ -174,12 +179,16 @@ def summarize(config: dict, runs: list[Run]) -> dict:
                "test_task": test_task(settings), "selection_task": settings.get("selection_task"),
                "fixed_step": settings.get("fixed_step"), "baseline": baseline,
                "collapse_fraction": Collapse.build(config["collapse"]).fraction,
+               "collapse_confirm": Collapse.build(config["collapse"]).confirm,
+               "seeding": config.get("seeding"),
                "reference_lag": reference_lag,
                "comparisons": {"confidence": CONFIDENCE, "alpha": ALPHA, "power": POWER,
                                "correction": "holm", "family": FAMILY, "endpoints": list(ENDPOINTS),
                                "bootstrap_min_seeds": BOOTSTRAP_MIN_SEEDS,
-                               "claims": "confirmatory: Holm over the claims only"},
-               "claims": _json_safe(answer(claims(config), cells, reference_lag, int(config["steps"]))),
+                               "claims": "confirmatory: each claim's interval at alpha / the claims tested "
+                                         "(Bonferroni), spent over the looks of the seed schedule"},
+               "claims": _json_safe(answer(claims(config), cells, reference_lag, int(config["steps"]),
+                                           Seeding.build(config.get("seeding")), config["seeds"])),
                "cells": _json_safe(list(cells.values()))}
     return summary
 

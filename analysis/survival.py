@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 from scipy import stats
+from statsmodels.duration.survfunc import survdiff
 from statsmodels.stats.power import NormalIndPower
 from statsmodels.stats.proportion import proportion_effectsize
 
@@ -67,21 +68,39 @@ def logrank(x: list[int | None], y: list[int | None], budget: int) -> tuple[floa
     return float(result.statistic), float(result.pvalue)
 
 
-def collapse_test(x: list[int | None], y: list[int | None], budget: int) -> CollapseTest:
-    """Log-rank test and Newcombe rate-difference interval of two cells' collapse steps."""
+def stratified_logrank(x: list[int | None], y: list[int | None], budget: int, strata: list) -> float:
+    """Two-sided p of the log-rank test stratified by ``strata`` (one per run, the same for x and y:
+    runs paired by seed compared within their seed; statsmodels' survdiff); NaN without a collapse."""
+    if all(t is None for t in [*x, *y]):
+        return math.nan
+    times = np.array([budget if t is None else t for t in [*x, *y]], dtype=float)
+    status = np.array([t is not None for t in [*x, *y]], dtype=int)
+    group = np.array([0] * len(x) + [1] * len(y))
+    with np.errstate(all="ignore"):
+        _, p = survdiff(times, status, group, strata=np.array([*strata, *strata]))
+    return float(p)
+
+
+def collapse_test(x: list[int | None], y: list[int | None], budget: int,
+                  strata: tuple[list, list] | None = None) -> CollapseTest:
+    """Log-rank test and Newcombe rate-difference interval of two cells' collapse steps; the test is
+    stratified by seed where ``strata`` (the runs' seeds) pairs the two cells run for run."""
     n_x, n_y = len(x), len(y)
     if n_x == 0 or n_y == 0:
         nan = math.nan
         return CollapseTest(nan, nan, nan, nan, nan, nan, nan, n_x, n_y, "empty")
     k_x, k_y = sum(t is not None for t in x), sum(t is not None for t in y)
     z, p = logrank(x, y, budget)
+    method = "log-rank; newcombe"
+    if strata is not None and list(strata[0]) == list(strata[1]):
+        p, method = stratified_logrank(x, y, budget, list(strata[0])), "log-rank stratified by seed; newcombe"
     low, high = newcombe(k_x, n_x, k_y, n_y)
-    return CollapseTest(z, p, k_x / n_x, k_y / n_y, k_x / n_x - k_y / n_y, low, high, n_x, n_y)
+    return CollapseTest(z, p, k_x / n_x, k_y / n_y, k_x / n_x - k_y / n_y, low, high, n_x, n_y, method)
 
 
-def seeds_needed_collapse(smallest_effect: float, rate: float) -> int | None:
+def seeds_needed_collapse(smallest_effect: float, rate: float, alpha: float = ALPHA) -> int | None:
     """Seeds per cell at which a two-sided test of two collapse rates detects a difference of
-    ``smallest_effect`` around the pooled ``rate`` measured so far with POWER at ALPHA (normal
+    ``smallest_effect`` around the pooled ``rate`` measured so far with POWER at ``alpha`` (normal
     approximation with Cohen's h, statsmodels): the rates rate -+ effect/2, kept inside [0, 1].
     The log-rank test, which also reads when runs collapsed, needs at most about as many."""
     if not math.isfinite(rate):
@@ -90,4 +109,4 @@ def seeds_needed_collapse(smallest_effect: float, rate: float) -> int | None:
     effect = abs(proportion_effectsize(low + smallest_effect, low))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # the normal power far in its tail
-        return _fewest(lambda n: not NormalIndPower().power(effect, nobs1=n, alpha=ALPHA) < POWER)
+        return _fewest(lambda n: not NormalIndPower().power(effect, nobs1=n, alpha=alpha) < POWER)

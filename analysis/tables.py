@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 
+from analysis.claims import NOT_TESTED
 from analysis.stats import ALPHA, BOOTSTRAP_MIN_SEEDS, smallest_p
 from analysis.summary import ENDPOINTS, MISMATCH, SCORES, summary_cells
 
@@ -18,7 +19,7 @@ METHOD_NAMES = {"student-t": "Student t", "paired-t": "paired by seed (Student t
                 "none": f"no interval below {BOOTSTRAP_MIN_SEEDS} seeds per arm", "n<2": "one seed: none",
                 "empty": "no value"}
 CLAIM_FIELDS = ("statement", "kind", "metric", "expect", "smallest_effect", "estimate", "low", "high",
-                "method", "n", "test", "p", "p_holm", "verdict", "why", "seeds_needed")
+                "confidence", "method", "n", "look", "test", "p", "verdict", "why", "replication", "seeds_needed")
 
 
 def _fmt(value, scale: float, digits: int, sign: bool = False) -> str:
@@ -62,21 +63,40 @@ def _holm_note(stats: list[dict]) -> str:
 
 
 def claim_text(claim: dict) -> str:
-    """"+3.1 [-1.2, +7.4] points (paired-t, n 5)": the claim's estimate with its method and n."""
+    """"+3.1 [-1.2, +7.4] points (98.75%, paired-t, n 5)": the claim's estimate and its interval at
+    the claim's level, with the method and n."""
+    if claim["verdict"] == NOT_TESTED:
+        return "–"
     scale, unit = (1, "") if claim["kind"] == "collapse" else (100, " points")
     digits = 2 if claim["kind"] == "collapse" else 1
-    return f"{_interval_text(claim, None, scale, digits, sign=True)}{unit} ({claim['method']}, n {claim['n']})"
+    return (f"{_interval_text(claim, None, scale, digits, sign=True)}{unit} ({claim['confidence']:.2%}, "
+            f"{claim['method']}, n {claim['n']})")
+
+
+def replication_text(claim: dict) -> str:
+    return "–" if claim.get("replication") is None else f"{claim['replication']:.2f}"
+
+
+def family_text(summary: dict) -> str:
+    """How the claims are read: the family, its level, the schedule."""
+    claims = summary["claims"]
+    tested = sum(c["verdict"] != NOT_TESTED for c in claims)
+    seeding = summary.get("seeding")
+    looks = (f"seed schedule {seeding['looks']} ({seeding['boundary']} spending)" if seeding
+             else "a fixed design (every seed)")
+    return (f"confirmatory, declared in the config: each of the {tested} claims tested is read from its "
+            f"interval at {ALPHA:g}/{tested} (Bonferroni), {looks}; docs/statistics.md, \"Verdicts\"")
 
 
 def claims_section(summary: dict) -> tuple[str, list[str], list[list[str]]] | None:
     claims = summary["claims"]
     if not claims:
         return None
-    rows = [[c["name"], c["statement"], claim_text(c), f"{c['test']}: {_p(c['p'])} (Holm {_p(c['p_holm'])})",
-             f"{c['verdict']}: {c['why']}"] for c in claims]
-    title = (f"Claims (confirmatory, declared in the config: Holm over these {len(claims)} only, read at "
-             f"{ALPHA:g}; every other table is exploratory)")
-    return title, ["claim", "statement", "estimate [95% CI] (method, n)", "p", "verdict"], rows
+    rows = [[c["name"], c["statement"], claim_text(c), f"**{c['verdict']}**: {c['why']}", replication_text(c)]
+            for c in claims]
+    title = f"Claims ({family_text(summary)}; every other table is exploratory)"
+    return title, ["claim", "statement", "estimate [interval] (level, method, n)", "outcome",
+                   "P(same outcome on a rerun)"], rows
 
 
 def realized_lag_text(cell: dict) -> str:
@@ -172,11 +192,11 @@ def claim_conclusions(summary: dict) -> list[str]:
     if not claims:
         return ["No claims declared (config key `claims`): nothing here is confirmatory; every comparison "
                 "below is exploratory, a lead for a claim to declare and test on a new grid."]
-    counts = {v: sum(c["verdict"] == v for c in claims) for v in
-              ("supported", "contradicted", "equivalent", "inconclusive")}
-    lines = [f"Claims (confirmatory, Holm over {len(claims)}): "
-             + ", ".join(f"{k} {v}" for k, v in counts.items() if v) + "."]
-    lines += [f"{c['name']} ({c['statement']}): {c['verdict']}, {claim_text(c)}; {c['why']}." for c in claims]
+    verdicts = [c["verdict"] for c in claims]
+    lines = [f"Claims ({family_text(summary)}): "
+             + ", ".join(f"{verdicts.count(v)} {v}" for v in dict.fromkeys(verdicts)) + "."]
+    lines += [f"{c['name']} ({c['statement']}): {c['verdict']}, {claim_text(c)}; {c['why']}; "
+              f"P(same outcome on a rerun) {replication_text(c)}." for c in claims]
     return lines
 
 
@@ -251,7 +271,7 @@ def render_markdown(summary: dict) -> str:
              "",
              f"Test task `{summary['test_task']}`; selection task `{summary['selection_task']}`; "
              f"collapse = diverged, or below {summary['collapse_fraction']} x peak after the peak "
-             "through the last evaluation. Per-seed values in parentheses, in seed order "
+             f"through the last evaluation, over at least {summary.get('collapse_confirm', 1)} evaluations. Per-seed values in parentheses, in seed order "
              f"{summary['seeds']}. Paper columns: Table 1 of the SAT paper (AIME24, %, one seed).", ""]
     for section in sections(summary):
         lines += markdown_section(*section)
@@ -290,7 +310,7 @@ def render_csv(summary: dict) -> str:
     header, rows = ["recipe", "claim"], []
     for claim in summary["claims"]:
         rows.append({"recipe": claim["recipe"], "claim": claim["name"],
-                     **{f"claim_{field}": claim[field] for field in CLAIM_FIELDS}})
+                     **{f"claim_{field}": claim.get(field) for field in CLAIM_FIELDS}})
     for recipe in summary["recipes"]:
         row = {"recipe": recipe}
         for lag in summary["lags"]:

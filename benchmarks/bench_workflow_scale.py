@@ -38,7 +38,7 @@ def fabricate(results: Path, runs: int, steps: int, eval_every: int, train_keys:
               "extra_recipes": {}, "lags": lags, "lag_mode": "interval", "seeds": seeds, "steps": steps,
               "eval_every": eval_every, "engine_params": {},
               "eval": {"tasks": ["tiny_val", "tiny_test"], "selection_task": "tiny_val", "fixed_step": None},
-              "collapse": {"fraction": 0.5}, "baseline": "grpo"})  # defaults filled, as every stage gets it
+              "collapse": {"fraction": 0.5, "confirm": 1}, "baseline": "grpo"})  # defaults filled, as every stage gets it
     keys = TRAIN_KEYS[:train_keys]
     for i, (recipe, lag, seed) in enumerate(expand(config)):
         run = RunDir(run_dir(config, recipe, lag, seed))

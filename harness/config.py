@@ -19,7 +19,7 @@ import yaml
 
 from harness import engine as engines
 from harness.lag import LAG_MODES
-from harness.model import claim_errors
+from harness.model import claim_errors, seeding_errors
 from stabilizers import check_values, load_recipes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -143,7 +143,7 @@ def _semantic_errors(config: dict, tasks_dir: Path) -> list[str]:
     if fixed is not None and (fixed > config["steps"] or (fixed % config["eval_every"] and fixed != config["steps"])):
         messages.append(f"config key 'eval.fixed_step': {fixed} is not an evaluated step "
                         f"(a multiple of eval_every={config['eval_every']} up to steps={config['steps']}, or steps)")
-    return messages + claim_errors(config)
+    return messages + claim_errors(config) + seeding_errors(config)
 
 
 def validate(config: dict, *, tasks_dir: str | Path = TASKS_DIR) -> dict:

@@ -115,6 +115,8 @@ class Collapse:
 
     fraction: float
     """A run collapsed if after its peak its test score falls below fraction x peak and stays there."""
+    confirm: int
+    """Evaluations the final below-threshold stretch spans at least (one noisy last one is no collapse)."""
 
     @classmethod
     def build(cls, section: dict) -> "Collapse":
@@ -190,6 +192,35 @@ class Config:
     def prepare_params(self) -> dict:
         """What the engine's grid-wide prepare step reads of the resolved engine params."""
         return {key: self.engine_params[key] for key in self.engine.prepare_keys}
+
+
+@dataclass(frozen=True)
+class Seeding:
+    """The config's ``seeding`` section: the declared seed schedule of the claims (analysis.claims)."""
+
+    looks: tuple[int, ...]
+    """Seeds per cell at each look: the claims are read at seeds[:n] for each n."""
+    boundary: str
+    """The alpha-spending function over the looks: obrien_fleming or pocock."""
+
+    @classmethod
+    def build(cls, section: dict | None) -> "Seeding | None":
+        return None if section is None else cls(tuple(section["looks"]), section["boundary"])
+
+
+def seeding_errors(config: dict) -> list[str]:
+    """A schedule whose looks do not increase or ask for more seeds than the grid lists."""
+    seeding = Seeding.build(config.get("seeding"))
+    if seeding is None:
+        return []
+    looks, seeds = seeding.looks, config["seeds"]
+    messages = []
+    if any(b <= a for a, b in zip(looks, looks[1:])):
+        messages.append(f"config key 'seeding.looks': {list(looks)} must increase")
+    if looks[-1] > len(seeds):
+        messages.append(f"config key 'seeding.looks': the last look needs {looks[-1]} seeds but 'seeds' lists "
+                        f"{len(seeds)}")
+    return messages
 
 
 # --- claims: the config's `claims` section (analysis.claims answers them; docs/statistics.md) ----

@@ -41,7 +41,7 @@ def make_config(results_dir, grid: str = "demo", seeds=(0, 1, 2)) -> dict:
             "eval": {"tasks": ["tiny_val", "tiny_test"], "selection_task": "tiny_val", "k": 8,
                      "temperature": 1.0, "top_p": 1.0, "max_gen_toks": 16, "fixed_step": None,
                      "seed": 0, "backend": "tiny"},
-            "collapse": {"fraction": 0.5}, "baseline": "grpo"})
+            "collapse": {"fraction": 0.5, "confirm": 1}, "baseline": "grpo"})
 
 
 def scores_of(recipe: str, lag: int, seed: int) -> list[float]:

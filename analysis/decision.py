@@ -1,0 +1,205 @@
+"""The decision rule of a claim (docs/statistics.md, "Verdicts"): one interval, exclusive outcomes.
+
+A claim's contrast c has an interval [low, high] at the claim's level. With delta the smallest effect
+that matters, the outcome is where the interval lies against -delta, 0 and +delta. For a directional
+claim the interval is first oriented so that the claimed direction is positive (expect "less": -c):
+
+| oriented interval                       | outcome          | reads                                    |
+|-----------------------------------------|------------------|------------------------------------------|
+| low >= delta                            | exceeds          | the claimed effect, at least delta       |
+| 0 < low < delta <= high                 | claimed sign     | the claimed sign; size against delta open|
+| 0 < low and high < delta                | below effect     | the claimed sign, smaller than delta     |
+| low <= 0 <= high, inside (-delta, delta)| negligible       | no effect that matters, sign unknown     |
+| high < 0                                | opposite         | the other sign                           |
+| anything else (0 inside, reaching delta)| undecided        | more seeds needed                        |
+
+An equivalence claim (|c| < delta) reads the interval as it is:
+
+| interval                                 | outcome            |
+|------------------------------------------|--------------------|
+| inside (-delta, delta)                   | negligible         |
+| 0 outside, reaching +-delta              | nonzero            |
+| wholly beyond +delta or beyond -delta    | exceeds            |
+| anything else                            | undecided          |
+
+Beside a negligible outcome the claim says whether the interval also excludes 0 (a small cost that
+is real, analysis.claims): a remark, not another outcome, so that the verdict does not hang on a
+boundary the claim did not ask about.
+
+An interval that covers the true contrast gives an outcome that is true of it (each row is a region
+of the parameter line the interval lies in), so a claim errs only when its interval misses. The
+family's intervals are read at ALPHA / m each (Bonferroni over the m claims a grid tests): all of
+them cover with probability >= 1 - ALPHA, so P(any wrong outcome) <= ALPHA whatever the true effects.
+Holm's step-down is not used: it gains power only for one null per claim, and its compatible
+intervals are uninformative (Strassburger & Bretz 2008); a claim here has several (0 and +-delta).
+
+A declared seed schedule (config ``seeding``: looks n_1 < ... < n_K seeds) reads a claim's interval
+at each look as a repeated confidence interval (Jennison & Turnbull 1989): the chance that any
+look's interval misses is the claim's level, spent over the looks by an alpha-spending function
+(Lan & DeMets 1983: O'Brien-Fleming-like or Pocock-like, :func:`spent`). The paired t statistics of
+nested samples are pivotal under normal seeds, so each look's critical t comes from a seeded Monte
+Carlo of that pivot (exact up to its simulation error; no normal approximation at 2-9 df). A claim stops
+taking seeds at the first look whose outcome is FINAL for its kind; reading every look is safe.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+from scipy import stats
+from statsmodels.stats.proportion import confint_proportions_2indep
+
+DIRECTIONAL = ("exceeds", "claimed sign", "below effect", "negligible", "opposite", "undecided")
+EQUIVALENCE = ("negligible", "nonzero", "exceeds", "undecided")
+# Outcomes after which more seeds cannot change the answer to the claim's question; the others
+# ("claimed sign": is it at least delta?, "nonzero": is it within delta?, "undecided") take the next look.
+FINAL = {"directional": ("exceeds", "below effect", "negligible", "opposite"),
+         "equivalent": ("negligible", "exceeds")}
+SUPPORTS = {"exceeds": "supports the claim", "claimed sign": "supports its sign; size against delta open",
+            "below effect": "its sign, but below the smallest effect that matters",
+            "negligible": "no effect that matters", "opposite": "against the claim: the other sign",
+            "undecided": "the interval holds 0 and reaches the smallest effect"}
+SUPPORTS_EQUIVALENCE = {"negligible": "supports the claim", "nonzero": "differs from 0; within delta open",
+                        "exceeds": "against the claim: beyond the margin",
+                        "undecided": "the interval holds 0 and reaches past the margin"}
+BOUNDARIES = ("obrien_fleming", "pocock")
+MONTE_CARLO_DRAWS = 200_000
+MONTE_CARLO_SEED = 20261201
+
+
+def outcomes(low, high, delta: float, expect: str) -> np.ndarray:
+    """The outcome of each interval [low, high] for a claim expecting ``expect`` (the tables of the
+    module docstring); vectorised: the simulations call it on thousands of intervals at once."""
+    low, high = np.asarray(low, dtype=float), np.asarray(high, dtype=float)
+    finite = np.isfinite(low) & np.isfinite(high)
+    if expect == "equivalent":
+        cases = {"negligible": (-delta < low) & (high < delta),
+                 "exceeds": (low >= delta) | (high <= -delta), "nonzero": (low > 0) | (high < 0)}
+    else:
+        if expect == "less":
+            low, high = -high, -low
+        cases = {"exceeds": low >= delta, "below effect": (low > 0) & (high < delta), "claimed sign": low > 0,
+                 "opposite": high < 0, "negligible": (-delta < low) & (high < delta)}
+    return np.select([case & finite for case in cases.values()], list(cases), default="undecided")
+
+
+def outcome(low: float, high: float, delta: float, expect: str) -> str:
+    """The outcome of one interval (:func:`outcomes`)."""
+    return str(outcomes(low, high, delta, expect)[()])
+
+
+def true_of(names, contrast: float, delta: float, expect: str):
+    """Whether each outcome is true of a true ``contrast`` (the region of its table row); vectorised.
+    "undecided" claims nothing and is always true."""
+    c = -contrast if expect == "less" else contrast
+    if expect == "equivalent":
+        regions = {"negligible": abs(c) < delta, "nonzero": c != 0,
+                   "exceeds": abs(c) >= delta}
+    else:
+        regions = {"exceeds": c >= delta, "claimed sign": c > 0, "below effect": 0 < c < delta,
+                   "negligible": abs(c) < delta, "opposite": c < 0}
+    return np.vectorize(lambda name: regions.get(name, True), otypes=[bool])(names)
+
+
+def is_final(names, expect: str):
+    """Whether each outcome ends the claim's schedule (FINAL); vectorised."""
+    return np.isin(names, FINAL["equivalent" if expect == "equivalent" else "directional"])
+
+
+def reading(name: str, expect: str) -> str:
+    """What the outcome says about the claim, in words."""
+    return (SUPPORTS_EQUIVALENCE if expect == "equivalent" else SUPPORTS)[name]
+
+
+def spent(fraction: float, level: float, boundary: str) -> float:
+    """The error a boundary has spent by information fraction n_k / n_K (Lan & DeMets 1983):
+    O'Brien-Fleming-like 2 - 2 Phi(z_{1-level/2} / sqrt(fraction)), Pocock-like level log(1 + (e - 1) fraction)."""
+    if boundary == "obrien_fleming":
+        return float(2 * stats.norm.sf(stats.norm.isf(level / 2) / math.sqrt(fraction)))
+    return float(level * math.log(1 + (math.e - 1) * fraction))
+
+
+@functools.lru_cache(maxsize=64)
+def look_levels(looks: tuple[int, ...], level: float, boundary: str = "obrien_fleming") -> tuple[float, ...]:
+    """The two-sided nominal level of each look's paired-t interval: the chance that some look's
+    interval misses the true contrast is ``level``, spent over the looks by ``boundary``'s spending
+    function (:func:`spent`). The first look's level is exact; each later look's critical t is the
+    one that spends its share among the seeded Monte Carlo draws no earlier look stopped. One look:
+    ``level`` itself."""
+    if len(looks) == 1:
+        return (level,)
+    if boundary not in BOUNDARIES:
+        raise ValueError(f"seeding.boundary must be one of {BOUNDARIES}, got {boundary!r}")
+    draws = np.random.default_rng(MONTE_CARLO_SEED).standard_normal((MONTE_CARLO_DRAWS, looks[-1]))
+    sums, squares = np.cumsum(draws, axis=1), np.cumsum(draws ** 2, axis=1)
+    running = np.ones(MONTE_CARLO_DRAWS, dtype=bool)  # no look's interval has missed yet
+    levels, spent_before = [], 0.0
+    for n in looks:
+        mean = sums[:, n - 1] / n
+        statistic = np.abs(mean) / (np.sqrt((squares[:, n - 1] - n * mean ** 2) / (n - 1)) / math.sqrt(n))
+        share = spent(n / looks[-1], level, boundary) - spent_before
+        if not levels:
+            critical = float(stats.t.isf(share / 2, n - 1))
+        else:
+            tail = np.sort(statistic[running])[::-1]
+            critical = float(tail[min(int(round(share * MONTE_CARLO_DRAWS)), len(tail) - 1)])
+        levels.append(float(2 * stats.t.sf(critical, n - 1)))
+        running &= statistic <= critical
+        spent_before = 1.0 - running.mean()
+    return tuple(levels)
+
+
+def t_bounds(estimate, se, df, level):
+    """(low, high) of the two-sided t interval at ``level``; a zero se gives the point [estimate,
+    estimate]; vectorised."""
+    with np.errstate(all="ignore"):
+        half = stats.t.ppf(1 - np.asarray(level) / 2, df) * se
+    half = np.where(np.asarray(se) == 0, 0.0, half)
+    return estimate - half, estimate + half
+
+
+def run_schedule(interval_at, looks: tuple[int, ...], levels: tuple[float, ...], delta: float, expect: str):
+    """(outcome, look index) of each of a batch of designs: ``interval_at(k, n, level) -> (low, high)``
+    gives their intervals at look k (n seeds); a design stops at its first final outcome or the last look."""
+    result = stopped = None
+    for k, (n, level) in enumerate(zip(looks, levels)):
+        names = outcomes(*interval_at(k, n, level), delta, expect)
+        if result is None:
+            result, stopped, running = names.copy(), np.zeros(names.shape, dtype=int), np.ones(names.shape, bool)
+        take = running & (is_final(names, expect) | (k == len(looks) - 1))
+        result[take], stopped[take] = names[take], k
+        running &= ~take
+    return result, stopped
+
+
+def simulate_contrast(estimate: float, spread: float, looks, levels, delta: float, expect: str, *,
+                      draws: int = 4000, seed: int = 0):
+    """(outcome, look index) of ``draws`` reruns of a paired design whose per-seed contrast is normal
+    with mean ``estimate`` and sd ``spread``."""
+    seeds = np.random.default_rng(seed).normal(estimate, spread, (draws, looks[-1]))
+
+    def interval_at(k, n, level):
+        sample = seeds[:, :n]
+        return t_bounds(sample.mean(axis=1), sample.std(axis=1, ddof=1) / math.sqrt(n), n - 1, level)
+
+    return run_schedule(interval_at, tuple(looks), tuple(levels), delta, expect)
+
+
+def simulate_collapse(rate_x: float, rate_y: float, looks, levels, delta: float, expect: str, *,
+                      draws: int = 4000, seed: int = 0):
+    """(outcome, look index) of ``draws`` reruns of a collapse claim: each run of either cell collapses
+    with its rate (independently), the difference read from its Newcombe interval."""
+    rng = np.random.default_rng(seed)
+    collapsed_x = np.cumsum(rng.random((draws, looks[-1])) < rate_x, axis=1)
+    collapsed_y = np.cumsum(rng.random((draws, looks[-1])) < rate_y, axis=1)
+
+    def interval_at(k, n, level):
+        return newcombe_bounds(collapsed_x[:, n - 1], n, collapsed_y[:, n - 1], n, level)
+
+    return run_schedule(interval_at, tuple(looks), tuple(levels), delta, expect)
+
+
+def newcombe_bounds(k_x, n_x, k_y, n_y, level):
+    """Newcombe's (hybrid Wilson score) interval of k_x/n_x - k_y/n_y at two-sided ``level``; vectorised."""
+    return confint_proportions_2indep(k_x, n_x, k_y, n_y, method="newcomb", alpha=level)

@@ -1,0 +1,88 @@
+"""The declared seed schedule (config ``seeding``; analysis.claims): which runs each look needs.
+
+Look 1 runs every cell at seeds[:n_1]. After look k the claims are read (analysis.claims.open_cells)
+and only the cells of a claim whose outcome is not final get seeds[n_k:n_(k+1)]. The workflow runs
+one interim job per look (``python -m analysis.looks``, a Snakemake checkpoint: the DAG grows from
+its output) and the aggregate replays the same schedule from the runs (:func:`scheduled_runs`), so
+the runs it reads are the ones the schedule asked for, whoever ran them.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from analysis.claims import open_cells
+from analysis.summary import build_cells, collect
+from harness.cli import parse_config, run_stage
+from harness.grid import expand
+from harness.io import write_json_atomic
+from harness.model import Seeding, claims
+
+Run = tuple[str, int, int]
+
+
+def look_runs(config: dict, cells: list[tuple[str, int]], look: int) -> list[Run]:
+    """The runs the ``look``-th look (1-based) adds to ``cells``: their seeds from the previous look's
+    count up to this look's."""
+    seeding, seeds = Seeding.build(config["seeding"]), config["seeds"]
+    new = set(seeds[(seeding.looks[look - 2] if look > 1 else 0):seeding.looks[look - 1]])
+    return [run for run in expand(config) if run[:2] in set(cells) and run[2] in new]
+
+
+def after_look(config: dict, planned: list[Run], look: int) -> list[tuple[str, int]]:
+    """The cells still open after reading ``look`` on the runs ``planned`` (all runs through it)."""
+    cells = build_cells(config, collect(config, progress=False, which=planned))
+    return open_cells(claims(config), cells, min(config["lags"]), int(config["steps"]),
+                      Seeding.build(config["seeding"]), config["seeds"], look)
+
+
+def scheduled_runs(config: dict) -> list[Run]:
+    """Every run the schedule asks for, given the runs read at each look (a fixed design: the grid)."""
+    seeding = Seeding.build(config.get("seeding"))
+    if seeding is None:
+        return expand(config)
+    cells = list(dict.fromkeys(run[:2] for run in expand(config)))
+    planned = look_runs(config, cells, 1)
+    for look in range(2, len(seeding.looks) + 1):
+        planned += look_runs(config, after_look(config, planned, look - 1), look)
+    order = {run: i for i, run in enumerate(expand(config))}
+    return sorted(planned, key=order.__getitem__)
+
+
+def scheduled_runs_through(config: dict, look: int) -> list[Run]:
+    """The runs of the schedule's first ``look`` looks (1-based)."""
+    looks = list(Seeding.build(config["seeding"]).looks)
+    return scheduled_runs({**config, "seeding": {**config["seeding"], "looks": looks[:look]}}) \
+        if look < len(looks) else scheduled_runs(config)
+
+
+def interim(config: dict, look: int) -> dict:
+    """What look ``look`` decided: the cells still open and the runs the next look adds to them."""
+    cells = after_look(config, scheduled_runs_through(config, look), look)
+    return {"look": look, "open_cells": [list(cell) for cell in cells],
+            "next_runs": [list(run) for run in look_runs(config, cells, look + 1)]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m analysis.looks", description=__doc__.split("\n")[0])
+    parser.add_argument("--config-json", required=True, help="the checked workflow config: <grid>/config.json")
+    parser.add_argument("--look", type=int, required=True, help="the look just run (1-based, before the last)")
+    parser.add_argument("--out", required=True, help="the JSON file to write: the next look's runs")
+    args = parser.parse_args(argv)
+    config = parse_config(parser, args.config_json)
+    if config.get("seeding") is None or not 1 <= args.look < len(config["seeding"]["looks"]):
+        parser.error(f"--look {args.look}: the config's seeding has no later look to plan")
+
+    def work() -> dict:
+        result = interim(config, args.look)
+        write_json_atomic(Path(args.out), result)
+        return result
+
+    return run_stage("analysis.looks", work, lambda result, seconds: (
+        f"look {args.look}: {len(result['open_cells'])} cells still open, {len(result['next_runs'])} runs next "
+        f"({seconds:.1f} s)"))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
