@@ -33,6 +33,6 @@ include: "workflow/rules/track.smk"
 rule all:
     default_target: True
     input:
-        RUN_OUTPUTS,
+        lambda wildcards: scheduled_outputs(LOOKS),
         rules.aggregate.output,
         rules.track.output,

@@ -77,7 +77,10 @@ def stratified_logrank(x: list[int | None], y: list[int | None], budget: int, st
     status = np.array([t is not None for t in [*x, *y]], dtype=int)
     group = np.array([0] * len(x) + [1] * len(y))
     with np.errstate(all="ignore"):
-        _, p = survdiff(times, status, group, strata=np.array([*strata, *strata]))
+        try:
+            _, p = survdiff(times, status, group, strata=np.array([*strata, *strata]))
+        except np.linalg.LinAlgError:  # no stratum's collapses can tell the cells apart: no evidence
+            return 1.0
     return float(p)
 
 

@@ -3,6 +3,7 @@
     .venv/bin/python -m benchmarks.bench_coverage [--trials 1000] [--bootstrap-trials 1000] [--n 3 5 10 20]
         [--contrast-trials 2000] [--survival-trials 2000]
     .venv/bin/python -m benchmarks.bench_coverage --grid results/<grid>   # AUC vs fixed-step power
+    .venv/bin/python -m benchmarks.bench_coverage --verdicts   # the claims' decision rule end to end
 
 Each trial draws n seed scores per arm from a known distribution and asks whether the interval
 (analysis.stats, the functions the report calls) contains the true value: the mean of x (Student
@@ -230,7 +231,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--survival-trials", type=int, default=2000, help="simulated cell pairs, log-rank")
     parser.add_argument("--grid", type=Path, help="a finished grid's folder: only compare AUC and the "
                                                   "fixed-step score's power on its summary.json")
+    parser.add_argument("--verdicts", action="store_true", help="only the decision rule end to end "
+                                                                "(benchmarks.bench_verdicts)")
     args = parser.parse_args(argv)
+    if args.verdicts:
+        from benchmarks.bench_verdicts import report
+        print("\n".join(report(args.contrast_trials * 10)))
+        return
     if args.grid:
         print("\n".join(endpoint_power(args.grid / "summary.json")))
         return

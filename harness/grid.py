@@ -34,6 +34,17 @@ def expand(config: dict) -> list[tuple[str, int, int]]:
             for recipe in config["recipes"] for lag in config["lags"] for seed in config["seeds"]]
 
 
+def first_look(config: dict) -> list[tuple[str, int, int]]:
+    """The runs of the first look of the config's seed schedule (``seeding``): every cell at
+    seeds[:looks[0]]; without a schedule, every run. Later looks' runs come from the claims read at
+    the look before (analysis.looks)."""
+    seeding = config.get("seeding")
+    if not seeding:
+        return expand(config)
+    seeds = set(config["seeds"][:seeding["looks"][0]])
+    return [run for run in expand(config) if run[2] in seeds]
+
+
 def check_run(run_config: dict) -> Recipe:
     """The engine-independent checks of a resolved run config; returns its recipe."""
     for key in ("engine", "recipe", "lag", "lag_mode", "seed", "steps", "eval_every"):

@@ -166,5 +166,5 @@ def test_a_grid_with_a_shifted_cell_differs_there_and_flips_its_claim(grids, cap
     assert main([str(grids["a"]), str(grids["shifted"])]) == 1
     markdown = capsys.readouterr().out
     assert "cells that differ after Holm over 16: grpo_r3 lag 1 AUC; grpo_r3 lag 1 fixed-step score." in markdown
-    assert "claims with another verdict: r3_beats_grpo_lag1 (supported in A, contradicted in B)." in markdown
+    assert "claims with another verdict: r3_beats_grpo_lag1 (claimed sign in A, undecided in B)." in markdown
     assert "| grpo_r3 | 1 | AUC | 40.2 [38.1, 42.3] (n 3) | 30.2 [28.1, 32.3] (n 3) | -10.0 [" in markdown

@@ -62,7 +62,7 @@ def test_defaults_are_filled_and_the_input_is_not_changed():
     out = validate(config)
     assert config == before
     assert out["results_dir"] == "results" and out["lag_mode"] == "interval"
-    assert out["collapse"] == {"fraction": 0.5}
+    assert out["collapse"] == {"fraction": 0.5, "confirm": 2}
     assert out["eval"]["k"] == 8 and out["eval"]["selection_task"] is None and out["eval"]["fixed_step"] is None
     assert out["extra_recipes"] == {} and out["resources"] == {}
 

@@ -276,9 +276,10 @@ def test_summary_runs_chart_the_cell_curves_and_the_parent_carries_the_verdicts(
         tags = run_tags(parent)
         assert summary["claims"] and {c["name"]: c["verdict"] for c in summary["claims"]} == {
             c["name"]: tags[f"claim.{c['name']}"] for c in summary["claims"]}
+        assert all(tags[f"claim.{c['name']}.replication"] == f"{c['replication']:.2f}" for c in summary["claims"])
         description = tags["mlflow.note.content"]
         assert description.startswith("## Claims (confirmatory") and all(
-            f"| {c['name']} | {c['statement']} |" in description and f"{c['verdict']}: {c['why']}" in description
+            f"| {c['name']} | {c['statement']} |" in description and f"**{c['verdict']}**: {c['why']}" in description
             for c in summary["claims"])
 
 

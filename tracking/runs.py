@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 
 from analysis.report import REPORT_FILES
-from analysis.tables import claim_conclusions, claim_text, claims_section, markdown_section
+from analysis.tables import claim_conclusions, claim_text, claims_section, markdown_section, replication_text
 from harness.grid import expand, run_dir
 from harness.io import write_json_atomic
 from harness.model import Eval
@@ -169,6 +169,7 @@ def claim_tags(summary: dict) -> dict[str, str]:
     claims = summary["claims"]
     tags = {f"claim.{c['name']}": c["verdict"] for c in claims}
     tags.update({f"claim.{c['name']}.estimate": claim_text(c) for c in claims})
+    tags.update({f"claim.{c['name']}.replication": replication_text(c) for c in claims})
     verdicts = [c["verdict"] for c in claims]
     tags["claims"] = ", ".join(f"{verdicts.count(v)} {v}" for v in dict.fromkeys(verdicts)) or "none declared"
     section = claims_section(summary)

@@ -2,9 +2,32 @@
 # They are in Snakemake's HTML report too: snakemake --report results/<grid>/report.html
 
 
+# A declared seed schedule (config seeding): after each look but the last, an interim job reads the
+# claims and writes the runs the next look adds to the cells of claims still open (analysis.looks);
+# the DAG grows from its output.
+checkpoint look:
+    input:
+        runs=lambda wildcards: scheduled_outputs(int(wildcards.look)),
+        config=rules.grid_config.output,
+    output:
+        f"{GRID}/looks/look{{look}}.json",
+    log:
+        f"{LOGS}/look{{look}}.log",
+    benchmark:
+        f"{BENCHMARKS}/look{{look}}.tsv"
+    conda:
+        "../../envs/stalebench-cpu.yaml"
+    threads: rule_resources(CONFIG, "aggregate")["threads"]
+    resources:
+        **job_resources(CONFIG, "aggregate"),
+    shell:
+        "python -m analysis.looks --config-json {input.config:q} --look {wildcards.look}"
+        " --out {output:q} > {log:q} 2>&1"
+
+
 rule aggregate:
     input:
-        runs=RUN_OUTPUTS,
+        runs=lambda wildcards: scheduled_outputs(LOOKS),
         config=rules.grid_config.output,
     output:
         table=report(f"{GRID}/table.md", category="Tables"),

@@ -9,7 +9,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import update_config
 
 from harness.config import ConfigError, check_recipe_values, validate
-from harness.grid import BASE_MODEL
+from harness.grid import BASE_MODEL, first_look
 from harness.io import write_json_atomic
 from harness.jobs import GRID_CONFIG, job_resources, retype_cli_values, rule_resources, train_retries
 from harness.model import Config
@@ -35,19 +35,34 @@ GRID = str(MODEL.grid_dir)
 RUN = f"{GRID}/runs/{{recipe}}/lag{{lag}}/seed{{seed}}"
 LOGS = f"{GRID}/logs"
 BENCHMARKS = f"{LOGS}/benchmarks"  # one TSV per job (analysis.provenance tabulates them per rule)
-RUN_WILDCARDS = dict(zip(("recipe", "lag", "seed"), zip(*MODEL.runs)))
 TASKS = MODEL.eval.scored_tasks
-# Every run's training status and scores (one evaluate job per run writes all its tasks'). Also
-# targets of `all`: Snakemake reruns no job whose outputs exist because an input went missing, so a
-# deleted run is redone only if it is a target.
-RUN_OUTPUTS = expand(f"{RUN}/{STATUS_PATTERN}", zip, **RUN_WILDCARDS) + [
-    path for task in TASKS for path in expand(f"{RUN}/{eval_file_pattern(task)}", zip, **RUN_WILDCARDS)]
+LOOKS = len(CONFIG["seeding"]["looks"]) if CONFIG.get("seeding") else 1
+
+
+def run_outputs(runs):
+    """The runs' training status and scores (one evaluate job per run writes all its tasks')."""
+    wildcards = dict(zip(("recipe", "lag", "seed"), zip(*runs))) if runs else {"recipe": [], "lag": [], "seed": []}
+    return expand(f"{RUN}/{STATUS_PATTERN}", zip, **wildcards) + [
+        path for task in TASKS for path in expand(f"{RUN}/{eval_file_pattern(task)}", zip, **wildcards)]
+
+
+def scheduled_outputs(through):
+    """The outputs of the runs of looks 1..through of the seed schedule (a fixed design: every run):
+    each later look's runs are what the interim job of the look before wrote (checkpoint look).
+    Targets of `all` too: Snakemake reruns no job whose outputs exist because an input went missing,
+    so a deleted run is redone only if it is a target."""
+    runs = first_look(CONFIG)
+    for look in range(1, through):
+        with open(checkpoints.look.get(look=look).output[0]) as interim:
+            runs += [tuple(run) for run in json.load(interim)["next_runs"]]
+    return run_outputs(runs)
 
 
 wildcard_constraints:
     recipe=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
     lag=r"\d+",
     seed=r"\d+",
+    look=r"\d+",
 
 
 # The checked config, written once per change to <grid>/config.json: the input of aggregate and

@@ -1,0 +1,123 @@
+"""Size a grid before paying for it: what the declared design (config ``claims`` and ``seeding``)
+is expected to cost and how likely it is to decide each claim, at assumed effects.
+
+    python -m analysis.plan config.yaml --from results/field          # effects measured on a grid
+    python -m analysis.plan config.yaml --assume grpo_staleness_cost=-0.29:0.04 ...   # effect:spread
+
+An assumption is a claim's true contrast and the sd of one seed's contrast (fractions of the score,
+as smallest_effect; a collapse claim: the two cells' collapse rates, rate_x:rate_y). Without one a
+claim is planned at its smallest effect (0 for an equivalence claim) with the spread it must be
+given. Each claim is simulated through the whole rule (analysis.decision: its interval at the
+family's level, every look of the schedule); claims are drawn independently, so the expected runs
+ignore the correlation of claims that share a cell (benchmarks/bench_verdicts.py simulates it).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from analysis.claims import Schedule, claim_cells
+from analysis.decision import simulate_collapse, simulate_contrast
+from harness.config import ConfigError, load
+from harness.model import Seeding, claims
+
+
+def assumptions_from(summary_path: Path) -> dict[str, tuple[float, float]]:
+    """Each claim's measured estimate and spread (collapse: rates) in a finished grid's summary.json."""
+    summary = json.loads(summary_path.read_text())
+    out = {}
+    for claim in summary["claims"]:
+        if claim.get("rates"):
+            out[claim["name"]] = tuple(claim["rates"])
+        elif claim.get("spread") is not None and claim.get("estimate") is not None:
+            out[claim["name"]] = (claim["estimate"], claim["spread"])
+    return out
+
+
+def plan(config: dict, assumed: dict[str, tuple[float, float]], replicates: int = 4000) -> dict:
+    """Per tested claim: P(each outcome), P(final) and its mean stopping look; for the grid: the
+    expected runs under the schedule, and the most and fewest it can take."""
+    cells = {(recipe, lag) for recipe in config["recipes"] for lag in config["lags"]}
+    reference_lag = min(config["lags"])
+    tested = [c for c in claims(config) if set(claim_cells(c, reference_lag)) <= cells]
+    schedule = Schedule.build(Seeding.build(config.get("seeding")), config["seeds"], len(tested))
+    missing = [c.name for c in tested if c.name not in assumed and c.kind == "collapse"]
+    if missing:
+        raise ValueError(f"no assumption for the collapse claims {missing}: pass --assume NAME=rate_x:rate_y")
+    rows, stops = [], {}
+    for claim in tested:
+        args = (schedule.looks, schedule.levels, claim.smallest_effect, claim.expect)
+        if claim.kind == "collapse":
+            outcomes, stopped = simulate_collapse(*assumed[claim.name], *args, draws=replicates)
+        else:
+            effect = {"greater": claim.smallest_effect, "less": -claim.smallest_effect, "equivalent": 0.0}
+            default = (effect[claim.expect], None)
+            estimate, spread = assumed.get(claim.name, default)
+            if spread is None:
+                raise ValueError(f"claim {claim.name!r}: no spread assumed; pass --assume {claim.name}=effect:spread "
+                                 "or --from a grid that measured it")
+            outcomes, stopped = simulate_contrast(estimate, spread, *args, draws=replicates)
+        names, counts = np.unique(outcomes, return_counts=True)
+        shares = {str(n): float(c / replicates) for n, c in zip(names, counts)}
+        stops[claim.name] = stopped
+        rows.append({"name": claim.name, "assumed": assumed.get(claim.name), "outcomes": shares,
+                     "agree": float(sum(p * p for p in shares.values())),
+                     "mean_look": float(stopped.mean() + 1)})
+    looks = np.array(schedule.looks)
+    per_cell = [looks[np.max([stops[c.name] for c in tested if cell in claim_cells(c, reference_lag)], axis=0)]
+                if any(cell in claim_cells(c, reference_lag) for c in tested) else np.full(replicates, looks[0])
+                for cell in sorted(cells)]
+    runs = np.sum(per_cell, axis=0)
+    return {"looks": list(schedule.looks), "levels": list(schedule.levels), "boundary": schedule.boundary,
+            "claims": rows, "expected_runs": float(runs.mean()), "fewest_runs": int(len(cells) * looks[0]),
+            "most_runs": int(len(cells) * looks[-1])}
+
+
+def render(result: dict) -> str:
+    lines = [f"looks {result['looks']} (levels {', '.join(f'{v:.4g}' for v in result['levels'])}"
+             f"{', ' + result['boundary'] if result['boundary'] else ''}): expected runs "
+             f"{result['expected_runs']:.1f} (fewest {result['fewest_runs']}, most {result['most_runs']})", "",
+             "| claim | assumed | outcomes | P(two runs agree) | mean look |", "|---|---|---|---|---|"]
+    for row in result["claims"]:
+        shares = ", ".join(f"{n} {p:.2f}" for n, p in sorted(row["outcomes"].items(), key=lambda x: -x[1]))
+        lines.append(f"| {row['name']} | {row['assumed']} | {shares} | {row['agree']:.2f} | {row['mean_look']:.2f} |")
+    return "\n".join(lines)
+
+
+def parse_assumption(text: str) -> tuple[str, tuple[float, float]]:
+    try:
+        name, values = text.split("=", 1)
+        first, second = values.split(":")
+        return name, (float(first), float(second))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--assume {text!r}: expected NAME=effect:spread") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m analysis.plan", description=__doc__.split("\n")[0])
+    parser.add_argument("config", help="a workflow config (config.yaml or a preset)")
+    parser.add_argument("--from", dest="grid", type=Path, help="a finished grid (its folder or summary.json)")
+    parser.add_argument("--assume", type=parse_assumption, action="append", default=[], help="NAME=effect:spread")
+    parser.add_argument("--replicates", type=int, default=4000)
+    parser.add_argument("-C", "--set", action="append", default=[], metavar="KEY=JSON",
+                        help="override a config key, as snakemake -C (e.g. 'seeding={\"looks\": [3, 5]}')")
+    args = parser.parse_args(argv)
+    try:
+        config = load(args.config, {key: json.loads(value) for key, value in (s.split("=", 1) for s in args.set)})
+        assumed = {}
+        if args.grid:
+            assumed.update(assumptions_from(args.grid / "summary.json" if args.grid.is_dir() else args.grid))
+        assumed.update(dict(args.assume))
+        print(render(plan(config, assumed, args.replicates)))
+    except (ConfigError, ValueError, OSError) as error:
+        print(f"analysis.plan: error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

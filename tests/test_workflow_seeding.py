@@ -1,0 +1,54 @@
+"""A declared seed schedule through the real `snakemake`: the first look runs every cell, the
+interim job reads the claims, and only the cells of the claim still open get the next look's seed."""
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+from analysis.looks import scheduled_runs
+from harness.config import load
+from harness.grid import grid_dir, run_dir
+from tests.support.workflow_cli import ROOT, job_counts, snakemake
+
+# grpo_twin is grpo under another name: the same runs seed for seed, a contrast of exactly 0 (a point
+# interval inside any margin: final at the first look). gspo against grpo at a 1-point effect is open
+# after two seeds, whose 99% interval (1 df) is wide.
+OVERRIDES = {
+    "grid": "seeding", "steps": 8, "eval_every": 4, "recipes": ["grpo", "grpo_twin", "gspo"], "lags": [1],
+    "seeds": [0, 1, 2], "seeding": {"looks": [2, 3], "boundary": "pocock"}, "baseline": "grpo",
+    "extra_recipes": {"grpo_twin": {"loss": "grpo"}},
+    "engine_params": {"preset": "demo", "warmstart_steps": 40},
+    "eval": {"tasks": ["tiny_test"], "selection_task": None, "k": 2, "problems": {"tiny_test": 16}},
+    "claims": [{"name": "twin_is_grpo", "kind": "recipes", "recipe": "grpo_twin", "versus": "grpo", "lag": 1,
+                "expect": "equivalent", "smallest_effect": 0.05},
+               {"name": "gspo_beats_grpo", "kind": "recipes", "recipe": "gspo", "versus": "grpo", "lag": 1,
+                "expect": "greater", "smallest_effect": 0.01}],
+}
+
+
+def test_a_declared_schedule_adds_seeds_only_to_the_open_claims_cells():
+    with tempfile.TemporaryDirectory(prefix="stalebench-seeding-") as folder:
+        results = Path(folder) / "results"
+        args = ["-C", f"results_dir={results}", *(f"{key}={json.dumps(value)}" for key, value in OVERRIDES.items())]
+        result = snakemake("-c2", *args, timeout=900)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        config = load(ROOT / "config.yaml", {"results_dir": str(results), **OVERRIDES})
+        # look 1: 3 cells x 2 seeds; look 2: seed 2 of grpo and gspo only
+        assert job_counts(result.stdout + result.stderr)["train"] == 8
+        interim = json.loads((grid_dir(config) / "looks" / "look1.json").read_text())
+        assert interim["open_cells"] == [["grpo", 1], ["gspo", 1]]
+        assert interim["next_runs"] == [["grpo", 1, 2], ["gspo", 1, 2]]
+        assert not (run_dir(config, "grpo_twin", 1, 2)).exists() and (run_dir(config, "gspo", 1, 2)).exists()
+        assert scheduled_runs(config) == [("grpo", 1, 0), ("grpo", 1, 1), ("grpo", 1, 2), ("grpo_twin", 1, 0),
+                                          ("grpo_twin", 1, 1), ("gspo", 1, 0), ("gspo", 1, 1), ("gspo", 1, 2)]
+        summary = json.loads((grid_dir(config) / "summary.json").read_text())
+        claims = {c["name"]: c for c in summary["claims"]}
+        twin, gspo = claims["twin_is_grpo"], claims["gspo_beats_grpo"]
+        assert (twin["verdict"], twin["look"], twin["n"], twin["method"]) == ("negligible", 1, 2, "degenerate")
+        assert (gspo["look"], gspo["n"]) == (2, 3)
+        table = (grid_dir(config) / "table.md").read_text()
+        assert "seed schedule [2, 3] (pocock spending)" in table and "P(same outcome on a rerun)" in table
+        # a second call plans nothing: the schedule is read from the same runs
+        again = snakemake("-c2", "-n", *args, timeout=300)
+        assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
