@@ -25,41 +25,34 @@ Run = tuple[str, int, int]
 def look_runs(config: dict, cells: list[tuple[str, int]], look: int) -> list[Run]:
     """The runs the ``look``-th look (1-based) adds to ``cells``: their seeds from the previous look's
     count up to this look's."""
-    seeding, seeds = Seeding.build(config["seeding"]), config["seeds"]
-    new = set(seeds[(seeding.looks[look - 2] if look > 1 else 0):seeding.looks[look - 1]])
+    looks, seeds = Seeding.of(config).looks, config["seeds"]
+    new = set(seeds[(looks[look - 2] if look > 1 else 0):looks[look - 1]])
     return [run for run in expand(config) if run[:2] in set(cells) and run[2] in new]
 
 
 def after_look(config: dict, planned: list[Run], look: int) -> list[tuple[str, int]]:
     """The cells still open after reading ``look`` on the runs ``planned`` (all runs through it)."""
     cells = build_cells(config, collect(config, progress=False, which=planned))
-    return open_cells(claims(config), cells, min(config["lags"]), int(config["steps"]),
-                      Seeding.build(config["seeding"]), config["seeds"], look)
+    return open_cells(claims(config), cells, min(config["lags"]), int(config["steps"]), Seeding.of(config),
+                      config["seeds"], look)
 
 
-def scheduled_runs(config: dict) -> list[Run]:
-    """Every run the schedule asks for, given the runs read at each look (a fixed design: the grid)."""
-    seeding = Seeding.build(config.get("seeding"))
+def scheduled_runs(config: dict, through: int | None = None) -> list[Run]:
+    """Every run the schedule asks for through its ``through``-th look (default: the last), given the
+    runs read at each look before; a fixed design: the whole grid."""
+    seeding = Seeding.of(config)
     if seeding is None:
         return expand(config)
-    cells = list(dict.fromkeys(run[:2] for run in expand(config)))
-    planned = look_runs(config, cells, 1)
-    for look in range(2, len(seeding.looks) + 1):
+    planned = look_runs(config, list(dict.fromkeys(run[:2] for run in expand(config))), 1)
+    for look in range(2, (through or len(seeding.looks)) + 1):
         planned += look_runs(config, after_look(config, planned, look - 1), look)
     order = {run: i for i, run in enumerate(expand(config))}
     return sorted(planned, key=order.__getitem__)
 
 
-def scheduled_runs_through(config: dict, look: int) -> list[Run]:
-    """The runs of the schedule's first ``look`` looks (1-based)."""
-    looks = list(Seeding.build(config["seeding"]).looks)
-    return scheduled_runs({**config, "seeding": {**config["seeding"], "looks": looks[:look]}}) \
-        if look < len(looks) else scheduled_runs(config)
-
-
 def interim(config: dict, look: int) -> dict:
     """What look ``look`` decided: the cells still open and the runs the next look adds to them."""
-    cells = after_look(config, scheduled_runs_through(config, look), look)
+    cells = after_look(config, scheduled_runs(config, through=look), look)
     return {"look": look, "open_cells": [list(cell) for cell in cells],
             "next_runs": [list(run) for run in look_runs(config, cells, look + 1)]}
 
@@ -71,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="the JSON file to write: the next look's runs")
     args = parser.parse_args(argv)
     config = parse_config(parser, args.config_json)
-    if config.get("seeding") is None or not 1 <= args.look < len(config["seeding"]["looks"]):
+    seeding = Seeding.of(config)
+    if seeding is None or not 1 <= args.look < len(seeding.looks):
         parser.error(f"--look {args.look}: the config's seeding has no later look to plan")
 
     def work() -> dict:

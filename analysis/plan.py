@@ -44,7 +44,7 @@ def plan(config: dict, assumed: dict[str, tuple[float, float]], replicates: int 
     cells = {(recipe, lag) for recipe in config["recipes"] for lag in config["lags"]}
     reference_lag = min(config["lags"])
     tested = [c for c in claims(config) if set(claim_cells(c, reference_lag)) <= cells]
-    schedule = Schedule.build(Seeding.build(config.get("seeding")), config["seeds"], len(tested))
+    schedule = Schedule.build(Seeding.of(config), config["seeds"], len(tested))
     missing = [c.name for c in tested if c.name not in assumed and c.kind == "collapse"]
     if missing:
         raise ValueError(f"no assumption for the collapse claims {missing}: pass --assume NAME=rate_x:rate_y")

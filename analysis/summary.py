@@ -142,8 +142,8 @@ def summarize(config: dict, runs: list[Run]) -> dict:
     lag (``vs_baseline``), the staleness cost against the smallest lag (``staleness_cost``; both
     analysis.contrasts, paired by seed where the cells share seeds) and the collapse-rate
     differences (``collapse_vs_baseline``, ``collapse_vs_reference_lag``), each with its p-value
-    Holm-adjusted within its table (``p_holm``); then the claims' verdicts (``claims``, Holm over
-    the claims). analysis.report adds the generated conclusions (analysis.tables)."""
+    Holm-adjusted within its table (``p_holm``); then the claims' outcomes (``claims``, analysis.claims:
+    each from its interval at alpha / the claims tested, over the looks of the seed schedule). analysis.report adds the generated conclusions (analysis.tables)."""
     baseline = config.get("baseline")
     if baseline is not None and baseline not in config["recipes"]:
         raise ValueError(f"baseline {baseline!r} is not one of the grid's recipes {config['recipes']}")
@@ -180,7 +180,9 @@ def summarize(config: dict, runs: list[Run]) -> dict:
                "fixed_step": settings.get("fixed_step"), "baseline": baseline,
                "collapse_fraction": Collapse.build(config["collapse"]).fraction,
                "collapse_confirm": Collapse.build(config["collapse"]).confirm,
-               "seeding": config.get("seeding"),
+               "seeding": None if Seeding.of(config) is None else {"looks": list(Seeding.of(config).looks),
+                                                                    "boundary": Seeding.of(config).boundary},
+               "seeding_declared": config.get("seeding"),
                "reference_lag": reference_lag,
                "comparisons": {"confidence": CONFIDENCE, "alpha": ALPHA, "power": POWER,
                                "correction": "holm", "family": FAMILY, "endpoints": list(ENDPOINTS),
@@ -188,7 +190,7 @@ def summarize(config: dict, runs: list[Run]) -> dict:
                                "claims": "confirmatory: each claim's interval at alpha / the claims tested "
                                          "(Bonferroni), spent over the looks of the seed schedule"},
                "claims": _json_safe(answer(claims(config), cells, reference_lag, int(config["steps"]),
-                                           Seeding.build(config.get("seeding")), config["seeds"])),
+                                           Seeding.of(config), config["seeds"])),
                "cells": _json_safe(list(cells.values()))}
     return summary
 

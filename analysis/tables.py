@@ -81,9 +81,11 @@ def family_text(summary: dict) -> str:
     """How the claims are read: the family, its level, the schedule."""
     claims = summary["claims"]
     tested = sum(c["verdict"] != NOT_TESTED for c in claims)
-    seeding = summary.get("seeding")
+    seeding, declared = summary.get("seeding"), summary.get("seeding_declared")
     looks = (f"seed schedule {seeding['looks']} ({seeding['boundary']} spending)" if seeding
              else "a fixed design (every seed)")
+    if declared and (seeding or {}).get("looks") != declared["looks"]:
+        looks += f", the declared schedule {declared['looks']} cut to this grid's {len(summary['seeds'])} seeds"
     return (f"confirmatory, declared in the config: each of the {tested} claims tested is read from its "
             f"interval at {ALPHA:g}/{tested} (Bonferroni), {looks}; docs/statistics.md, \"Verdicts\"")
 

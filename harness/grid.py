@@ -38,10 +38,12 @@ def first_look(config: dict) -> list[tuple[str, int, int]]:
     """The runs of the first look of the config's seed schedule (``seeding``): every cell at
     seeds[:looks[0]]; without a schedule, every run. Later looks' runs come from the claims read at
     the look before (analysis.looks)."""
-    seeding = config.get("seeding")
-    if not seeding:
+    from harness.model import Seeding  # harness.model imports this module
+
+    seeding = Seeding.of(config)
+    if seeding is None:
         return expand(config)
-    seeds = set(config["seeds"][:seeding["looks"][0]])
+    seeds = set(config["seeds"][:seeding.looks[0]])
     return [run for run in expand(config) if run[2] in seeds]
 
 

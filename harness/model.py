@@ -204,23 +204,24 @@ class Seeding:
     """The alpha-spending function over the looks: obrien_fleming or pocock."""
 
     @classmethod
-    def build(cls, section: dict | None) -> "Seeding | None":
-        return None if section is None else cls(tuple(section["looks"]), section["boundary"])
+    def of(cls, config: dict) -> "Seeding | None":
+        """The schedule this grid runs: the declared looks that its seeds allow, ending at its seed
+        count (a grid narrowed to 5 seeds runs looks [3, 6, 10] as [3, 5]; seeds past the last look
+        are not run); None, a fixed design,
+        without a declared schedule or when one look is left."""
+        section, count = config.get("seeding"), len(config["seeds"])
+        if section is None:
+            return None
+        looks = tuple(n for n in section["looks"] if n < count) + (min(section["looks"][-1], count),)
+        return cls(looks, section["boundary"]) if len(looks) > 1 else None
 
 
 def seeding_errors(config: dict) -> list[str]:
-    """A schedule whose looks do not increase or ask for more seeds than the grid lists."""
-    seeding = Seeding.build(config.get("seeding"))
-    if seeding is None:
-        return []
-    looks, seeds = seeding.looks, config["seeds"]
-    messages = []
+    """A schedule whose looks do not increase."""
+    looks = (config.get("seeding") or {}).get("looks", [])
     if any(b <= a for a, b in zip(looks, looks[1:])):
-        messages.append(f"config key 'seeding.looks': {list(looks)} must increase")
-    if looks[-1] > len(seeds):
-        messages.append(f"config key 'seeding.looks': the last look needs {looks[-1]} seeds but 'seeds' lists "
-                        f"{len(seeds)}")
-    return messages
+        return [f"config key 'seeding.looks': {list(looks)} must increase"]
+    return []
 
 
 # --- claims: the config's `claims` section (analysis.claims answers them; docs/statistics.md) ----

@@ -11,7 +11,8 @@ from statsmodels.stats.proportion import confint_proportions_2indep
 
 from analysis.aggregate import main
 from analysis.claims import NOT_TESTED, answer, open_cells
-from analysis.decision import look_levels, outcome
+from analysis.decision import look_levels, outcome, outcomes, true_of
+from analysis.survival import collapse_test
 from harness.config import ConfigError, load
 from harness.model import Claim, Seeding
 from tests.support.grid_fixture import CLAIMS, make_grid
@@ -159,3 +160,37 @@ def test_look_levels_hold_the_familywise_coverage_across_looks():
             missed |= np.abs(t) > stats.t.isf(level / 2, n - 1)
         assert missed.mean() == pytest.approx(0.05, abs=0.005)
         assert levels[0] < 0.05 and levels[1] < 0.05
+
+
+@pytest.mark.parametrize("seeds, looks", [(10, (3, 6, 10)), (5, (3, 5)), (3, None), (2, None), (12, (3, 6, 10))])
+def test_a_narrowed_grid_runs_the_declared_schedule_cut_to_its_seeds(seeds, looks):
+    config = {"seeds": list(range(seeds)), "seeding": {"looks": [3, 6, 10], "boundary": "obrien_fleming"}}
+    seeding = Seeding.of(config)
+    assert (seeding.looks if seeding else None) == looks
+
+
+def test_looks_that_do_not_increase_are_refused_naming_the_key():
+    with pytest.raises(ConfigError, match=r"config key 'seeding.looks': \[3, 3\] must increase"):
+        load("config.yaml", {"seeding": {"looks": [3, 3]}})
+
+
+def test_an_interval_that_covers_the_truth_gives_an_outcome_true_of_it():
+    """The property the familywise bound rests on (analysis.decision): every row of the outcome table
+    is a region of the parameter line, so a covering interval cannot land in a wrong one."""
+    rng = np.random.default_rng(11)
+    truth = rng.uniform(-0.3, 0.3, 20_000)
+    low, high = truth - rng.exponential(0.1, truth.size), truth + rng.exponential(0.1, truth.size)
+    for expect in ("greater", "less", "equivalent"):
+        names = outcomes(low, high, 0.1, expect)
+        assert all(true_of(name, c, 0.1, expect) for name, c in zip(names, truth))
+        assert len(set(names)) >= 4  # the draw reaches most rows
+    assert not true_of("opposite", 0.02, 0.1, "greater") and not true_of("exceeds", 0.05, 0.1, "equivalent")
+
+
+def test_the_collapse_test_pairs_runs_by_seed():
+    # Two seeds: in each, the lag-8 run collapses at step 20 and the lag-1 run never. Per stratum at
+    # step 20: 2 at risk, 1 event, E = 1/2, V = 1/4; summed O - E = 1, V = 1/2: chi2 = 2, p = 0.1573.
+    result = collapse_test([20, 20], [None, None], 100, strata=([0, 1], [0, 1]))
+    assert result.method == "log-rank stratified by seed; newcombe"
+    assert result.p == pytest.approx(stats.chi2.sf(2.0, 1)) == pytest.approx(0.1573, abs=1e-4)
+    assert collapse_test([20, 20], [None, None], 100, strata=([0, 1], [2, 3])).method == "log-rank; newcombe"

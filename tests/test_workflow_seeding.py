@@ -6,6 +6,8 @@ import json
 import tempfile
 from pathlib import Path
 
+import pytest
+
 from analysis.looks import scheduled_runs
 from harness.config import load
 from harness.grid import grid_dir, run_dir
@@ -15,10 +17,10 @@ from tests.support.workflow_cli import ROOT, job_counts, snakemake
 # interval inside any margin: final at the first look). gspo against grpo at a 1-point effect is open
 # after two seeds, whose 99% interval (1 df) is wide.
 OVERRIDES = {
-    "grid": "seeding", "steps": 8, "eval_every": 4, "recipes": ["grpo", "grpo_twin", "gspo"], "lags": [1],
+    "grid": "seeding", "steps": 4, "eval_every": 2, "recipes": ["grpo", "grpo_twin", "gspo"], "lags": [1],
     "seeds": [0, 1, 2], "seeding": {"looks": [2, 3], "boundary": "pocock"}, "baseline": "grpo",
     "extra_recipes": {"grpo_twin": {"loss": "grpo"}},
-    "engine_params": {"preset": "demo", "warmstart_steps": 40},
+    "engine_params": {"preset": "demo", "warmstart_steps": 20},
     "eval": {"tasks": ["tiny_test"], "selection_task": None, "k": 2, "problems": {"tiny_test": 16}},
     "claims": [{"name": "twin_is_grpo", "kind": "recipes", "recipe": "grpo_twin", "versus": "grpo", "lag": 1,
                 "expect": "equivalent", "smallest_effect": 0.05},
@@ -27,11 +29,12 @@ OVERRIDES = {
 }
 
 
+@pytest.mark.timeout(1800)
 def test_a_declared_schedule_adds_seeds_only_to_the_open_claims_cells():
     with tempfile.TemporaryDirectory(prefix="stalebench-seeding-") as folder:
         results = Path(folder) / "results"
         args = ["-C", f"results_dir={results}", *(f"{key}={json.dumps(value)}" for key, value in OVERRIDES.items())]
-        result = snakemake("-c2", *args, timeout=900)
+        result = snakemake("-c2", *args, timeout=1700)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
         config = load(ROOT / "config.yaml", {"results_dir": str(results), **OVERRIDES})
         # look 1: 3 cells x 2 seeds; look 2: seed 2 of grpo and gspo only

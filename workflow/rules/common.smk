@@ -12,7 +12,7 @@ from harness.config import ConfigError, check_recipe_values, validate
 from harness.grid import BASE_MODEL, first_look
 from harness.io import write_json_atomic
 from harness.jobs import GRID_CONFIG, job_resources, retype_cli_values, rule_resources, train_retries
-from harness.model import Config
+from harness.model import Config, Seeding
 from harness.run import STATUS_PATTERN, eval_file_pattern
 
 
@@ -36,7 +36,7 @@ RUN = f"{GRID}/runs/{{recipe}}/lag{{lag}}/seed{{seed}}"
 LOGS = f"{GRID}/logs"
 BENCHMARKS = f"{LOGS}/benchmarks"  # one TSV per job (analysis.provenance tabulates them per rule)
 TASKS = MODEL.eval.scored_tasks
-LOOKS = len(CONFIG["seeding"]["looks"]) if CONFIG.get("seeding") else 1
+LOOKS = len(Seeding.of(CONFIG).looks) if Seeding.of(CONFIG) else 1
 
 
 def run_outputs(runs):
