@@ -1,4 +1,4 @@
-"""Write a finished grid's reports into <results_dir>/<grid> (shared/DESIGN.md), each atomically:
+"""Write a finished grid's reports into <results_dir>/<grid> (docs/design.md), each atomically:
 table.md / table.csv / table.tex (analysis.tables: the claims' verdicts first, then rows =
 recipes, columns = lags), curves.png, mismatch.png, collapse.png (Kaplan-Meier), staleness.png
 (analysis.plots) and summary.json (analysis.summary, with the generated conclusions)."""

@@ -143,7 +143,7 @@ def _semantic_errors(config: dict, tasks_dir: Path) -> list[str]:
     if fixed is not None and (fixed > config["steps"] or (fixed % config["eval_every"] and fixed != config["steps"])):
         messages.append(f"config key 'eval.fixed_step': {fixed} is not an evaluated step "
                         f"(a multiple of eval_every={config['eval_every']} up to steps={config['steps']}, or steps)")
-    return messages + claim_errors(config)
+    return messages + claim_errors(config, recipes)
 
 
 def validate(config: dict, *, tasks_dir: str | Path = TASKS_DIR) -> dict:

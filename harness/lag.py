@@ -2,7 +2,7 @@
 
 Versions: version v = the trainer's weights after v optimizer steps (version 0 = the base). The
 batch of trainer step s (1-based; slime's rollout id s - 1) is trained by version s - 1, so its
-realized lag is (s - 1) - the version that sampled it. Modes (shared/DESIGN.md, "Lag"):
+realized lag is (s - 1) - the version that sampled it. Modes (docs/design.md, "Lag"):
 
 - interval (the paper's): weights are broadcast after every ``lag``-th step and the next batch is
   generated during the current step: version lag * floor((s - 2) / lag), realized lag cycles 1..lag.

@@ -1,4 +1,4 @@
-"""Sync a grid into MLflow: the workflow's single MLflow writer (shared/DESIGN.md, "MLflow").
+"""Sync a grid into MLflow: the workflow's single MLflow writer (docs/design.md, "MLflow").
 
     python -m tracking.sync --config-json <grid>/config.json [--grid-dir <results_dir>/<grid>]   # final (the track rule)
     python -m tracking.sync --config config.yaml --live                            # a running grid, once

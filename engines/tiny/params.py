@@ -3,7 +3,7 @@
 ``engine_params = {"preset": "demo" | "llm-regime", <knob>: value, ...}``; any knob below may be
 overridden, an unknown key is an error. Measured behaviour of each preset: engines/tiny/README.md.
 
-demo        close to the prototype (shared/notes/embedded-prototype.md): 16 prompts x 8 samples,
+demo        close to a single-file prototype (not in this repository): 16 prompts x 8 samples,
             2 Adam minibatches per step, but lr 3e-4 (at the prototype's 5e-4 GRPO collapsed
             here even at lag 1). Fixed-clip GRPO loses ~0.14 greedy exact match at lag 8 vs 1.
 stress      demo at lr 7e-4, for the collapse statistics, with CONSTANT lag (workflow/presets/field.yaml:

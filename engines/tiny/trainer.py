@@ -13,7 +13,7 @@ One trainer step s (1-based), as in an asynchronous system with one batch in fli
      std_normalization: false, Dr.GRPO's), calls the recipe's stabilizer on ``minibatches``
      PolicyBatches and steps Adam after each; optional KL to the base model with the k3 estimator (Schulman 2020):
      k3 = exp(ref - logp) - (ref - logp) - 1,
-  3. appends one metrics row (keys in shared/DESIGN.md), and every ``eval_every`` steps writes
+  3. appends one metrics row (keys in docs/design.md), and every ``eval_every`` steps writes
      a checkpoint and the resume state.
 
 Every random draw comes from a generator seeded by (seed, step), so the state to resume is
@@ -161,7 +161,7 @@ class Trainer:
         return {"numbers": numbers, "stabilizer": stab}
 
     def diagnostics(self, batch: Rollout, recomputed: Recomputed, update: dict) -> dict:
-        """The step's metrics row (keys in shared/DESIGN.md): reward, entropy, the mismatch between
+        """The step's metrics row (keys in docs/design.md): reward, entropy, the mismatch between
         the trainer's and the sampler's log-probabilities, routing, and the loss's own diagnostics."""
         mask, logmu, old_logp, logp_full = batch.mask, recomputed.logmu, recomputed.old_logp, recomputed.logp_full
         numbers = update["numbers"]

@@ -1,4 +1,4 @@
-# Plumbing (shared/DESIGN.md, "The house"): the config checked once, the typed model, the paths
+# Plumbing (docs/design.md, "The house"): the config checked once, the typed model, the paths
 # and resources every rule file uses. The rules stay thin; what a config means to Snakemake lives in
 # harness.jobs, what it means to a stage in harness.model.
 import json
