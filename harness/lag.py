@@ -68,12 +68,6 @@ def sampling_version(step: int, lag: int, mode: str, seed: int) -> int:
     return _bounded_versions(lag, seed, -(-step // 256) * 256)[step - 1]
 
 
-def oldest_needed_version(step: int, lag: int, mode: str, seed: int) -> int:
-    """The oldest version that samples any batch of step ``step`` or later (every mode's version
-    is non-decreasing in the step): older weights may be dropped."""
-    return sampling_version(step, lag, mode, seed)
-
-
 def lag_bound(step: int, lag: int, mode: str, start_version: int = 0) -> tuple[int, int]:
     """The realized lags (lowest, highest) that ``mode`` allows at ``step``: interval 1..lag,
     constant exactly lag, bounded 0..lag, each capped at step - 1 - ``start_version`` (no batch

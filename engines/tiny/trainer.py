@@ -34,7 +34,7 @@ import torch
 
 from engines.mismatch import abs_d_stats
 from harness.engine import TimeLimitReached, TrainingDiverged, merge_metrics, time_limit_near
-from harness.lag import check_realized_lag, oldest_needed_version, sampling_version
+from harness.lag import check_realized_lag, sampling_version
 from harness.run import RunConfig, RunDir
 from stabilizers import PolicyBatch, ess_lr_scale, offpolicy_diagnostics, validate_batch
 
@@ -308,8 +308,9 @@ class Trainer:
                 next_batch = self.generate(step + 1)
                 self.seconds["generate"] += time.perf_counter() - start
             self.in_flight = next_batch
-            # keep only the snapshots a later batch may still be sampled by
-            oldest = oldest_needed_version(step + 2, self.lag, self.mode, self.seed)
+            # keep only the snapshots a later batch may still be sampled by: every mode's sampling
+            # version is non-decreasing in the step, so the next batch's is the oldest still needed
+            oldest = sampling_version(step + 2, self.lag, self.mode, self.seed)
             self.snapshots = {v: s for v, s in self.snapshots.items() if v >= oldest}
             if step % self.eval_every == 0 or step == self.steps:
                 self.save(pending)
