@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.config import validate  # noqa: E402
 from harness.grid import expand, resolve_run_config, run_dir  # noqa: E402
+from harness.grid_dir import GridDir  # noqa: E402
 from harness.run import RunDir  # noqa: E402
 from stabilizers import load_recipes  # noqa: E402
 from tracking.sync import TRAIN_POINTS  # noqa: E402
@@ -65,16 +66,16 @@ def bench_mlflow(args) -> None:
         print(f"fabricated {n_runs} runs x {args.steps} steps ({args.train_keys} training key(s)/step) "
               f"in {time.perf_counter() - start:.1f} s", flush=True)
         start = time.perf_counter()
-        grid = Path(tmp) / config["grid"]
-        write_json_atomic(grid / "summary.json", summarize(config, collect(config, progress=False)))
+        grid = GridDir.of(config)
+        write_json_atomic(grid.summary_path, summarize(config, collect(config, progress=False)))
         print(f"aggregated (statistics only) in {time.perf_counter() - start:.1f} s", flush=True)
         logged_steps = min(args.steps, args.max_train_points or args.steps)
         n_metrics = n_runs * (logged_steps * args.train_keys + 2 * 3 * (args.steps // args.eval_every))
         start = time.perf_counter()
-        sync(config, grid, progress=True, max_train_points=args.max_train_points)
+        sync(config, grid.path, progress=True, max_train_points=args.max_train_points)
         first = time.perf_counter() - start
         start = time.perf_counter()
-        sync(config, grid, progress=False, max_train_points=args.max_train_points)
+        sync(config, grid.path, progress=False, max_train_points=args.max_train_points)
         second = time.perf_counter() - start
     print(f"mlflow sync: {n_runs} runs x {args.steps} steps (training curves at ~{logged_steps} steps: "
           f"--max-train-points), {n_metrics:,} step metrics: {first:.1f} s "

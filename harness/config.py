@@ -7,7 +7,7 @@ engine's own parameter checks). Every error names the config key, e.g.
 ``config key 'lags[1]': -1 is less than the minimum of 0``. The allowed values that code defines
 (engines, lag modes, eval back ends) are filled into the schema from that code, not repeated.
 harness.model turns the checked config into typed objects; harness.jobs holds the Snakemake
-plumbing (CLI retyping, job resources, retries, the grid's config.json).
+plumbing (CLI retyping, job resources, retries); harness.grid_dir the grid folder (its config.json).
 """
 from __future__ import annotations
 
