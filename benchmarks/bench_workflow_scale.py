@@ -11,6 +11,7 @@ Hook: the workflow's `snakemake -n` figure is a second part; add it to PARTS.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -22,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness.config import validate  # noqa: E402
 from harness.grid import expand, resolve_run_config, run_dir  # noqa: E402
 from harness.grid_dir import GridDir  # noqa: E402
-from harness.run import RunDir  # noqa: E402
+from harness.run import RunDir, recipe_fingerprint  # noqa: E402
 from stabilizers import load_recipes  # noqa: E402
 from tracking.sync import TRAIN_POINTS  # noqa: E402
 
@@ -43,7 +44,10 @@ def fabricate(results: Path, runs: int, steps: int, eval_every: int, train_keys:
     keys = TRAIN_KEYS[:train_keys]
     for i, (recipe, lag, seed) in enumerate(expand(config)):
         run = RunDir(run_dir(config, recipe, lag, seed))
-        run.pin_config(resolve_run_config(config, recipe, lag, seed))
+        run_config = resolve_run_config(config, recipe, lag, seed)
+        run.pin_config(run_config)
+        # the fingerprint a train job records: aggregate refuses a run without it (RunDir.check_fingerprint)
+        run.write_fingerprint(recipe_fingerprint(json.dumps(run_config["recipe"], sort_keys=True)))
         run.write_status("completed", steps, "")
         run.append_metrics([{"step": s, **{k: (i + s + j) * 1e-3 for j, k in enumerate(keys)}}
                             for s in range(1, steps + 1)])
