@@ -108,10 +108,10 @@ def dry_run(command: str, results_dir: Path) -> list[str]:
                 if re.match(r"\S*/snakemake ", line)]
     if not args[0].endswith("/snakemake"):
         return []
+    args = [arg for arg in args[1:] if arg != "-n"]  # -n first: the same plan printed twice runs once
     at = args.index("-C") + 1 if "-C" in args else len(args)
     extra = [] if "-C" in args else ["-C"]
-    return [shlex.join([SNAKEMAKE, *args[1:at], *extra, f"results_dir={results_dir}", *args[at:],
-                        *([] if "-n" in args else ["-n"])])]
+    return [shlex.join([SNAKEMAKE, "-n", *args[:at], *extra, f"results_dir={results_dir}", *args[at:]])]
 
 
 def test_the_readmes_commands_plan(tmp_path):
@@ -128,11 +128,12 @@ def test_the_readmes_commands_plan(tmp_path):
     assert not any(tmp_path.iterdir()), "a dry run writes nothing"
 
 
-def test_the_readme_command_parser_sees_blocks_and_inline_code(tmp_path):
+def test_the_dry_run_form_of_a_command(tmp_path):
     assert dry_run(".venv/bin/snakemake -c2 -C steps=40 'seeds=[0]'", tmp_path) == [shlex.join(
-        [SNAKEMAKE, "-c2", "-C", f"results_dir={tmp_path}", "steps=40", "seeds=[0]", "-n"])]
-    assert dry_run(".venv/bin/snakemake -c2 -n", tmp_path) == [shlex.join(
-        [SNAKEMAKE, "-c2", "-n", "-C", f"results_dir={tmp_path}"])]
+        [SNAKEMAKE, "-n", "-c2", "-C", f"results_dir={tmp_path}", "steps=40", "seeds=[0]"])]
+    assert dry_run(".venv/bin/snakemake -c2 -n", tmp_path) == dry_run(".venv/bin/snakemake -c2", tmp_path) == [
+        shlex.join([SNAKEMAKE, "-n", "-c2", "-C", f"results_dir={tmp_path}"])]
+    assert dry_run("make -n", tmp_path) == [] and dry_run("python -m pytest", tmp_path) == []
 
 
 # --- the design is in the repository: no file names a path outside it ------------------------------
