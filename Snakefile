@@ -1,4 +1,4 @@
-"""stalebench: config -> train -> evaluate -> aggregate -> track (shared/DESIGN.md).
+"""stalebench: config -> train -> evaluate -> aggregate -> track (docs/design.md).
 
     snakemake -c2                                    # the demo grid of config.yaml on 2 cores
     snakemake -c2 -C steps=20 'seeds=[0,1]'          # overrides, for a quick look

@@ -24,6 +24,7 @@ from analysis.stats import ALPHA, collapse_difference, holm
 from analysis.summary import ENDPOINTS, _json_safe, summary_cells
 from analysis.tables import ENDPOINT_NAMES, _comparison_text, _interval_text
 from harness.cli import run_stage
+from harness.grid_dir import SUMMARY, GridDir
 
 METRICS = (*ENDPOINTS, "collapse")
 METRIC_NAMES = {**ENDPOINT_NAMES, "collapse": "collapse rate"}
@@ -40,14 +41,14 @@ AGREEMENT = (f"the grids agree within their noise when no cell comparison (B min
 def load_summary(path: str | Path) -> tuple[Path, dict]:
     """A grid's summary.json, from its folder or the file; a missing or foreign file fails naming it."""
     path = Path(path)
-    file = path / "summary.json" if path.is_dir() else path
+    file = GridDir(path).summary_path if path.is_dir() else path
     try:
         summary = json.loads(file.read_text())
     except json.JSONDecodeError as error:
         raise ValueError(f"{file}: not valid JSON ({error})") from None
     missing = [key for key in REQUIRED if not isinstance(summary, dict) or key not in summary]
     if missing:
-        raise ValueError(f"{file}: no key {missing[0]!r}: not a summary.json of python -m analysis.aggregate")
+        raise ValueError(f"{file}: no key {missing[0]!r}: not a {SUMMARY} of python -m analysis.aggregate")
     return file, summary
 
 
@@ -158,7 +159,7 @@ def run(path_a: str, path_b: str, as_json: bool) -> dict:
     (file_a, a), (file_b, b) = load_summary(path_a), load_summary(path_b)
     for key in SAME_SETTINGS:
         if a[key] != b[key]:
-            raise ValueError(f"summary.json key {key!r} is {a[key]!r} in {file_a} but {b[key]!r} in {file_b}: "
+            raise ValueError(f"{SUMMARY} key {key!r} is {a[key]!r} in {file_a} but {b[key]!r} in {file_b}: "
                              f"the grids' cells measure different things")
     result = compare(a, b)
     print(json.dumps({"a": str(file_a), "b": str(file_b), **result}, indent=1) if as_json
@@ -168,8 +169,8 @@ def run(path_a: str, path_b: str, as_json: bool) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m analysis.compare", description=__doc__.split("\n")[0])
-    parser.add_argument("a", help="grid A: its folder <results_dir>/<grid> or its summary.json (e.g. published)")
-    parser.add_argument("b", help="grid B: its folder or summary.json (e.g. your reproduction)")
+    parser.add_argument("a", help=f"grid A: its folder <results_dir>/<grid> or its {SUMMARY} (e.g. published)")
+    parser.add_argument("b", help=f"grid B: its folder or {SUMMARY} (e.g. your reproduction)")
     parser.add_argument("--json", action="store_true", help="print the comparison as JSON, not Markdown")
     args = parser.parse_args(argv)
     result: dict = {}

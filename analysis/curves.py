@@ -1,4 +1,4 @@
-"""Per-run numbers from a run's evaluation curve(s) and training log (shared/DESIGN.md, "Metrics").
+"""Per-run numbers from a run's evaluation curve(s) and training log (docs/design.md, "Metrics").
 
 One function, :func:`summarize_run`, turns one run into the numbers the aggregation stage
 averages over seeds. Every rule below is declared here, before any result is seen:

@@ -23,6 +23,7 @@ import numpy as np
 from analysis.claims import Schedule, claim_cells
 from analysis.decision import simulate_collapse, simulate_contrast
 from harness.config import ConfigError, load
+from harness.grid_dir import GridDir
 from harness.model import Seeding, claims
 
 
@@ -110,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         config = load(args.config, {key: json.loads(value) for key, value in (s.split("=", 1) for s in args.set)})
         assumed = {}
         if args.grid:
-            assumed.update(assumptions_from(args.grid / "summary.json" if args.grid.is_dir() else args.grid))
+            assumed.update(assumptions_from(GridDir(args.grid).summary_path if args.grid.is_dir() else args.grid))
         assumed.update(dict(args.assume))
         print(render(plan(config, assumed, args.replicates)))
     except (ConfigError, ValueError, OSError) as error:

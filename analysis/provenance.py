@@ -16,7 +16,8 @@ import statistics
 from collections import defaultdict
 
 from harness.engine import RULES
-from harness.grid import expand, grid_dir, run_dir
+from harness.grid import expand, run_dir
+from harness.grid_dir import GridDir
 from harness.run import PROVENANCE, RunDir
 
 
@@ -87,7 +88,7 @@ def _number(text: str | None) -> float | None:
 
 def benchmark_rows(config: dict) -> list[dict]:
     """Per rule with benchmark files: jobs, total and median wall seconds, total CPU seconds, peak RSS (MB)."""
-    root = grid_dir(config) / "logs" / "benchmarks"
+    root = GridDir.of(config).benchmarks_dir
     rows = []
     for rule in RULES:
         single = root / f"{rule}.tsv"  # a rule with one job (prepare, aggregate, track)

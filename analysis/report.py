@@ -1,4 +1,4 @@
-"""Write a finished grid's reports into <results_dir>/<grid> (shared/DESIGN.md), each atomically:
+"""Write a finished grid's reports into <results_dir>/<grid> (docs/design.md), each atomically:
 table.md / table.csv / table.tex (analysis.tables: the claims' verdicts first, then rows =
 recipes, columns = lags), curves.png, mismatch.png, collapse.png (Kaplan-Meier), staleness.png
 (analysis.plots) and summary.json (analysis.summary, with the generated conclusions)."""
@@ -11,28 +11,26 @@ from analysis.plots import plot_collapse, plot_curves, plot_mismatch, plot_stale
 from analysis.looks import scheduled_runs
 from analysis.summary import collect, summarize
 from analysis.tables import conclusions, render_csv, render_latex, render_markdown
+from harness.grid_dir import GridDir
 from harness.io import write_json_atomic, write_text_atomic
-
-REPORT_FILES = ("table.md", "table.csv", "table.tex", "curves.png", "mismatch.png", "collapse.png",
-                "staleness.png", "summary.json")
 
 
 def write_reports(config: dict, out: str | Path, progress: bool = True) -> dict:
     """Read the grid, write every report file into ``out``; returns the summary."""
     import matplotlib
     matplotlib.use("Agg")  # files only: no display on a cluster node or in CI
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    grid = GridDir(out)
+    grid.path.mkdir(parents=True, exist_ok=True)
     runs = collect(config, progress=progress, which=scheduled_runs(config))
     summary = summarize(config, runs)
     summary["conclusions"] = conclusions(summary)
     # then what the runs ran on and what they cost (analysis.provenance)
-    write_text_atomic(out / "table.md", render_markdown(summary) + provenance.render_markdown(config))
-    write_text_atomic(out / "table.csv", render_csv(summary))
-    write_text_atomic(out / "table.tex", render_latex(summary))
-    plot_curves(config, runs, out / "curves.png")
-    plot_mismatch(config, runs, out / "mismatch.png")
-    plot_collapse(summary, out / "collapse.png")
-    plot_staleness(summary, out / "staleness.png")
-    write_json_atomic(out / "summary.json", summary)  # last: its presence means the reports are complete
+    write_text_atomic(grid.table_path("md"), render_markdown(summary) + provenance.render_markdown(config))
+    write_text_atomic(grid.table_path("csv"), render_csv(summary))
+    write_text_atomic(grid.table_path("tex"), render_latex(summary))
+    plot_curves(config, runs, grid.plot_path("curves"))
+    plot_mismatch(config, runs, grid.plot_path("mismatch"))
+    plot_collapse(summary, grid.plot_path("collapse"))
+    plot_staleness(summary, grid.plot_path("staleness"))
+    write_json_atomic(grid.summary_path, summary)  # last: its presence means the reports are complete
     return summary

@@ -29,6 +29,7 @@ from scipy import integrate, stats
 from analysis.contrasts import paired, seeds_needed, tost_p, welch_satterthwaite
 from analysis.stats import ALPHA, _improvement, bootstrap_interval, t_interval
 from analysis.survival import logrank
+from harness.grid_dir import GridDir
 
 
 @dataclass(frozen=True)
@@ -230,7 +231,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--contrast-trials", type=int, default=2000, help="simulated grids per contrast case")
     parser.add_argument("--survival-trials", type=int, default=2000, help="simulated cell pairs, log-rank")
     parser.add_argument("--grid", type=Path, help="a finished grid's folder: only compare AUC and the "
-                                                  "fixed-step score's power on its summary.json")
+                                                  "fixed-step score's power on its summary")
     parser.add_argument("--verdicts", action="store_true", help="only the decision rule end to end "
                                                                 "(benchmarks.bench_verdicts)")
     args = parser.parse_args(argv)
@@ -239,7 +240,7 @@ def main(argv: list[str] | None = None) -> None:
         print("\n".join(report(args.contrast_trials * 10)))
         return
     if args.grid:
-        print("\n".join(endpoint_power(args.grid / "summary.json")))
+        print("\n".join(endpoint_power(GridDir(args.grid).summary_path)))
         return
     start = time.perf_counter()
     rows: dict[tuple[str, str], dict[int, float]] = {}

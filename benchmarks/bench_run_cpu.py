@@ -21,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from harness.grid_dir import GridDir
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -51,7 +53,7 @@ def main() -> None:
         start = time.perf_counter()
         subprocess.run(command, cwd=args.tree, check=True, capture_output=True)
         elapsed = time.perf_counter() - start
-        benchmarks = Path(results) / "bench" / "logs" / "benchmarks"
+        benchmarks = GridDir(Path(results) / "bench").benchmarks_dir
         print(f"{args.tree} ({runs} demo runs, -c{args.cores}, {elapsed:.0f} s wall in all)")
         jobs, cpu, wall = rule_seconds(benchmarks, "prepare")
         print(f"  prepare   {jobs:>3} jobs  cpu {cpu:7.1f} s  wall {wall:7.1f} s  (once per grid)")

@@ -1,7 +1,7 @@
 """`make setup` on a fresh clone: wall time (/usr/bin/time) and the bytes it downloaded.
 
-    python3 benchmarks/bench_setup.py --ref HEAD --dir /work/scratch/setup_after              # cold caches
-    python3 benchmarks/bench_setup.py --ref main --dir /work/scratch/setup_before --cache-dir DIR
+    python3 benchmarks/bench_setup.py --ref HEAD --dir /tmp/setup_after              # cold caches
+    python3 benchmarks/bench_setup.py --ref main --dir /tmp/setup_before --cache-dir DIR
 
 Clones this repository at --ref into --dir (a new folder) and runs `make setup` there under
 /usr/bin/time, with pip's and uv's caches in --cache-dir (default: an empty folder inside --dir, so

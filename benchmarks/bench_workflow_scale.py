@@ -11,6 +11,7 @@ Hook: the workflow's `snakemake -n` figure is a second part; add it to PARTS.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -21,7 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.config import validate  # noqa: E402
 from harness.grid import expand, resolve_run_config, run_dir  # noqa: E402
-from harness.run import RunDir  # noqa: E402
+from harness.grid_dir import GridDir  # noqa: E402
+from harness.run import RunDir, recipe_fingerprint  # noqa: E402
 from stabilizers import load_recipes  # noqa: E402
 from tracking.sync import TRAIN_POINTS  # noqa: E402
 
@@ -42,7 +44,10 @@ def fabricate(results: Path, runs: int, steps: int, eval_every: int, train_keys:
     keys = TRAIN_KEYS[:train_keys]
     for i, (recipe, lag, seed) in enumerate(expand(config)):
         run = RunDir(run_dir(config, recipe, lag, seed))
-        run.pin_config(resolve_run_config(config, recipe, lag, seed))
+        run_config = resolve_run_config(config, recipe, lag, seed)
+        run.pin_config(run_config)
+        # the fingerprint a train job records: aggregate refuses a run without it (RunDir.check_fingerprint)
+        run.write_fingerprint(recipe_fingerprint(json.dumps(run_config["recipe"], sort_keys=True)))
         run.write_status("completed", steps, "")
         run.append_metrics([{"step": s, **{k: (i + s + j) * 1e-3 for j, k in enumerate(keys)}}
                             for s in range(1, steps + 1)])
@@ -65,16 +70,16 @@ def bench_mlflow(args) -> None:
         print(f"fabricated {n_runs} runs x {args.steps} steps ({args.train_keys} training key(s)/step) "
               f"in {time.perf_counter() - start:.1f} s", flush=True)
         start = time.perf_counter()
-        grid = Path(tmp) / config["grid"]
-        write_json_atomic(grid / "summary.json", summarize(config, collect(config, progress=False)))
+        grid = GridDir.of(config)
+        write_json_atomic(grid.summary_path, summarize(config, collect(config, progress=False)))
         print(f"aggregated (statistics only) in {time.perf_counter() - start:.1f} s", flush=True)
         logged_steps = min(args.steps, args.max_train_points or args.steps)
         n_metrics = n_runs * (logged_steps * args.train_keys + 2 * 3 * (args.steps // args.eval_every))
         start = time.perf_counter()
-        sync(config, grid, progress=True, max_train_points=args.max_train_points)
+        sync(config, grid.path, progress=True, max_train_points=args.max_train_points)
         first = time.perf_counter() - start
         start = time.perf_counter()
-        sync(config, grid, progress=False, max_train_points=args.max_train_points)
+        sync(config, grid.path, progress=False, max_train_points=args.max_train_points)
         second = time.perf_counter() - start
     print(f"mlflow sync: {n_runs} runs x {args.steps} steps (training curves at ~{logged_steps} steps: "
           f"--max-train-points), {n_metrics:,} step metrics: {first:.1f} s "

@@ -1,4 +1,4 @@
-"""The |d| = |log pi_old - log mu| statistics every engine logs per step (shared/DESIGN.md, "A run on disk")."""
+"""The |d| = |log pi_old - log mu| statistics every engine logs per step (docs/design.md, "The contracts": the run on disk)."""
 from __future__ import annotations
 
 import math

@@ -7,7 +7,7 @@ engine's own parameter checks). Every error names the config key, e.g.
 ``config key 'lags[1]': -1 is less than the minimum of 0``. The allowed values that code defines
 (engines, lag modes, eval back ends) are filled into the schema from that code, not repeated.
 harness.model turns the checked config into typed objects; harness.jobs holds the Snakemake
-plumbing (CLI retyping, job resources, retries, the grid's config.json).
+plumbing (CLI retyping, job resources, retries); harness.grid_dir the grid folder (its config.json).
 """
 from __future__ import annotations
 
@@ -143,7 +143,7 @@ def _semantic_errors(config: dict, tasks_dir: Path) -> list[str]:
     if fixed is not None and (fixed > config["steps"] or (fixed % config["eval_every"] and fixed != config["steps"])):
         messages.append(f"config key 'eval.fixed_step': {fixed} is not an evaluated step "
                         f"(a multiple of eval_every={config['eval_every']} up to steps={config['steps']}, or steps)")
-    return messages + claim_errors(config) + seeding_errors(config)
+    return messages + claim_errors(config, recipes) + seeding_errors(config)
 
 
 def validate(config: dict, *, tasks_dir: str | Path = TASKS_DIR) -> dict:

@@ -1,7 +1,7 @@
 """The engine contract: the Engine record, the registry every engine registers into, and the
 signals and errors an engine and the training entry point (engines.run) share.
 
-An engine provides everything the workflow needs to know about it (shared/DESIGN.md):
+An engine provides everything the workflow needs to know about it (docs/design.md):
 
     resolve_params(engine_params) -> dict   the config's engine_params checked and completed
                                             (ValueError naming the key); no file access

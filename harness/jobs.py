@@ -1,6 +1,6 @@
 """The Snakemake plumbing of the workflow (workflow/rules/common.smk): what a config means to
 Snakemake rather than to a stage. ``-C`` values retyped, each rule's job resources, the training
-job's retries, and the name of the grid's checked config (<results_dir>/<grid>/config.json).
+job's retries. The grid folder's file names: harness.grid_dir.
 """
 from __future__ import annotations
 
@@ -11,8 +11,6 @@ import yaml
 
 from harness import engine as engines
 from harness.config import ConfigError
-
-GRID_CONFIG = "config.json"  # <results_dir>/<grid>/<this>: the input of aggregate and track
 
 
 def retype_cli_values(value):

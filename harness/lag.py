@@ -2,7 +2,7 @@
 
 Versions: version v = the trainer's weights after v optimizer steps (version 0 = the base). The
 batch of trainer step s (1-based; slime's rollout id s - 1) is trained by version s - 1, so its
-realized lag is (s - 1) - the version that sampled it. Modes (shared/DESIGN.md, "Lag"):
+realized lag is (s - 1) - the version that sampled it. Modes (docs/design.md, "Lag"):
 
 - interval (the paper's): weights are broadcast after every ``lag``-th step and the next batch is
   generated during the current step: version lag * floor((s - 2) / lag), realized lag cycles 1..lag.
@@ -66,12 +66,6 @@ def sampling_version(step: int, lag: int, mode: str, seed: int) -> int:
         return max(0, step - 1 - lag)
     # bounded: the cache holds whole schedules, so grow it in blocks rather than step by step
     return _bounded_versions(lag, seed, -(-step // 256) * 256)[step - 1]
-
-
-def oldest_needed_version(step: int, lag: int, mode: str, seed: int) -> int:
-    """The oldest version that samples any batch of step ``step`` or later (every mode's version
-    is non-decreasing in the step): older weights may be dropped."""
-    return sampling_version(step, lag, mode, seed)
 
 
 def lag_bound(step: int, lag: int, mode: str, start_version: int = 0) -> tuple[int, int]:

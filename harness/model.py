@@ -226,7 +226,7 @@ def seeding_errors(config: dict) -> list[str]:
 
 # --- claims: the config's `claims` section (analysis.claims answers them; docs/statistics.md) ----
 # Self-contained: defaults live in the schema, the tests in analysis/; harness.config calls
-# claim_errors among its semantic checks, so a claim outside the grid stops before any job runs.
+# claim_errors among its semantic checks, so a claim naming no recipe stops before any job runs.
 
 @dataclass(frozen=True)
 class Claim:
@@ -264,30 +264,33 @@ def claims(config: dict) -> tuple[Claim, ...]:
     return tuple(Claim.build(section) for section in config.get("claims") or [])
 
 
-def claim_errors(config: dict) -> list[str]:
-    """Claims that name a recipe or lag outside the grid, repeat a name, or compare a staleness
-    cost at the reference lag (the grid's smallest, where it is 0 by definition)."""
-    messages, names, outside = [], set(), False
+def claim_errors(config: dict, recipes) -> list[str]:
+    """Claims that name a recipe that exists nowhere (``recipes``: every recipe name the config can
+    use) or a lag that is not one, repeat a name, or compare a staleness cost at the reference lag
+    (the grid's smallest, where it is 0 by definition). A real recipe or lag that this grid leaves
+    out (narrowed with -C recipes=... lags=...) is no error: the claim is reported as not tested."""
+    messages, names = [], set()
     reference_lag = min(config["lags"])
     for i, claim in enumerate(claims(config)):
         key = f"config key 'claims[{i}]"
         if claim.name in names:
             messages.append(f"{key}.name': {claim.name!r} is declared twice")
         names.add(claim.name)
-        for field, grid_key in (("recipe", "recipes"), ("versus", "recipes"), ("lag", "lags"), ("versus_lag", "lags")):
+        for field in ("recipe", "versus"):
             value = getattr(claim, field)
-            if value is not None and value not in config[grid_key]:
-                outside = True
-                messages.append(f"{key}.{field}' ({claim.name}): {value!r} is not one of the grid's {grid_key} "
-                                f"{config[grid_key]}")
+            if value is not None and value not in recipes:
+                messages.append(f"{key}.{field}' ({claim.name}): unknown recipe {value!r}; "
+                                f"available: {', '.join(sorted(recipes))}")
+        for field in ("lag", "versus_lag"):
+            value = getattr(claim, field)
+            if value is not None and value < 0:
+                messages.append(f"{key}.{field}' ({claim.name}): {value!r} is not a lag (an integer >= 0)")
         if claim.kind in ("staleness_cost", "cost_difference") and claim.lag == reference_lag:
             messages.append(f"{key}.lag' ({claim.name}): a staleness cost is measured against lag "
-                            f"{reference_lag}, the grid's smallest; claim it at a larger lag")
+                            f"{reference_lag}, the grid's smallest; claim it at a larger lag (a grid of "
+                            "one lag measures none: pass claims=[])")
         if claim.kind != "collapse" and "versus_lag" in config["claims"][i]:
             messages.append(f"{key}.versus_lag' ({claim.name}): only a collapse claim compares two lags")
         if claim.kind != "collapse" and claim.metric == "selected" and not config["eval"].get("selection_task"):
             messages.append(f"{key}.metric' ({claim.name}): 'selected' needs eval.selection_task")
-    if outside:
-        messages.append("config key 'claims': a grid narrowed on the command line (-C recipes=... lags=...) "
-                        "answers other questions: restate its claims, or pass claims=[] (exploratory only)")
     return messages

@@ -9,7 +9,7 @@ resolved config, typed and checked once per process.
     run.eval_path(task)      eval/<task>.jsonl (one score line per checkpoint)
     run.read_fingerprint()   train/fingerprint.json: the recipe on the canned batch, as the job ran it
 
-Layout (shared/DESIGN.md): config.json and provenance.json at the top; train/ (status.json,
+Layout (docs/design.md): config.json and provenance.json at the top; train/ (status.json,
 metrics.jsonl, fingerprint.json, checkpoints/step_<N>/ and the engine's own files); eval/ (the
 declared <task>.jsonl files and the score caches .<task>.scores.jsonl); locks/<name>.lock. No other
 module spells these names: a stage that needs one asks this class. Every reader of a JSON or JSONL

@@ -165,13 +165,6 @@ _INT_VIEW = {torch.float64: torch.int64, torch.float32: torch.int32, torch.float
              torch.bfloat16: torch.int16}
 
 
-def kth_smallest(values: torch.Tensor, k: int | torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """The exact k-th smallest (1-based) of ``values[mask != 0]`` (of all values when mask is None),
-    for NON-NEGATIVE values (|d|); k a Python int or a 0-d integer tensor (a count the host never reads)."""
-    k = torch.as_tensor(k, device=values.device)
-    return _radix_select(values, lambda count: k, mask)[0]
-
-
 def _radix_select(values: torch.Tensor, rank: Callable[[torch.Tensor], torch.Tensor],
                   mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     """(the k-th smallest of the non-negative ``values[mask != 0]``, their count n), k = rank(n).

@@ -1,5 +1,5 @@
-"""The ESS early-warning rule (analysis.early_warning): drop step, lead time, false alarms."""
-from analysis.early_warning import ess_drop_step, table
+"""The ESS early-warning rule (studies.early_warning): drop step, lead time, false alarms."""
+from studies.early_warning import ess_drop_step, table
 
 
 def rows(ess_by_step):

@@ -133,7 +133,7 @@ def test_a_toy_engine_added_at_run_time_runs_a_grid_through_snakemake(scratch):
 
 
 def test_only_harness_run_spells_a_run_folders_file_names():
-    """Every stage reads and writes a run through harness.run.RunDir (shared/DESIGN.md, "The house")."""
+    """Every stage reads and writes a run through harness.run.RunDir (docs/design.md, "The house")."""
     sources = [p for p in ROOT.rglob("*") if p.suffix in (".py", ".smk") or p.name in ("Snakefile", "Makefile")]
     sources = [p for p in sources if not p.relative_to(ROOT).parts[0].startswith((".", "tests"))]
     spelled = sorted(str(p.relative_to(ROOT)) for p in sources if p.is_file()

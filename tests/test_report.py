@@ -18,11 +18,11 @@ from analysis.aggregate import main
 from analysis.contrasts import contrast
 from analysis.plots import plot_curves
 from analysis.reference import REFERENCE
-from analysis.report import REPORT_FILES
 from analysis.stats import collapse_difference, prob_improvement
 from analysis.summary import ENDPOINTS, collect
 from analysis.tables import ENDPOINT_NAMES
 from harness.grid import run_dir
+from harness.grid_dir import REPORT_FILES
 from tests.support.grid_fixture import COLLAPSED, DIVERGED, EARLY_DIVERGED, EQUAL_CELL, make_grid, scores_of
 
 ROOT = Path(__file__).resolve().parents[1]

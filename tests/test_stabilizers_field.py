@@ -1,7 +1,7 @@
 """The field beyond SAT (M2PO, IcePop, decoupled PPO, CISPO, sequence TIS / masked IS) and the
 off-policy diagnostics: values worked out by hand (float64), the disabled cases against their base
 loss bit for bit, detached masks and weights, and the empty batch. Formulas: each module's docstring
-and shared/reference/beyond.md."""
+and docs/stabilizers.md."""
 import math
 
 import pytest

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stabilizers import PolicyBatch, available, get, get_recipe, load_recipes
-from stabilizers._surrogate import kth_smallest, lower_quantile, sat_contraction, sat_gate, tail_gate
+from stabilizers._surrogate import _radix_select, lower_quantile, sat_contraction, sat_gate, tail_gate
 
 D_VALUES = st.one_of(
     st.floats(-0.05, 0.05),                                    # the LLM regime (mean |d| ~ 0.01)
@@ -80,9 +80,14 @@ def test_quantile_is_the_lower_inverse_cdf(values, alpha):
     assert q.item() == brute_quantile(values, alpha)
 
 
+def kth_smallest(values, k, mask=None):
+    """The k-th smallest (1-based) by the radix select that lower_quantile and sat_gate run on."""
+    return _radix_select(values, lambda count: torch.as_tensor(k, device=values.device), mask)[0]
+
+
 @given(st.integers(0, 2**31 - 1), st.integers(300, 3000), st.sampled_from([0.0, 0.3, 0.9]), st.data())
 def test_kth_smallest_is_exact(seed, n, padding, data):
-    """kth_smallest's radix select equals the sorted list's k-th value for every k (a Python int or
+    """The radix select equals the sorted list's k-th value for every k (a Python int or
     a 0-d tensor), masked or not, with heavy tails and ties."""
     generator = torch.Generator().manual_seed(seed)
     # Cauchy(0, 0.01) by its inverse CDF, from the seeded generator (torch's Cauchy takes none)

@@ -230,7 +230,7 @@ def test_recipes_are_the_papers():
     assert parameters("gspo")["aggregation"] == parameters("sat_gspo")["aggregation"] == "sample_mean"
     assert {parameters(name)["aggregation"] for name in ("grpo", "sat_grpo", "dppo", "cispo")} == {"token_mean"}
     assert recipes["grpo_dualclip"].params["dual_clip_c"] == 3.0
-    # the field's defaults (shared/reference/beyond.md)
+    # the field's defaults (each module's docstring cites its source)
     assert recipes["m2po"].params == {"tau": 0.04}
     assert (recipes["icepop"].params["alpha"], recipes["icepop"].params["beta"]) == (0.5, 5.0)
     assert recipes["decoupled_ppo"].params["behav_weight_cap"] == 5.0

@@ -6,10 +6,11 @@ import shutil
 
 import pytest
 
-from analysis.report import REPORT_FILES, write_reports
+from analysis.report import write_reports
 from analysis.summary import collect, summarize
 from harness.config import validate
 from harness.grid import expand, grid_dir, run_dir
+from harness.grid_dir import REPORT_FILES
 from harness.io import append_jsonl_atomic, read_jsonl, write_json_atomic
 from tests.support.grid_fixture import CLAIMS, COLLAPSED, DIVERGE_STEP, DIVERGED, EARLY_DIVERGED, START_TIME, make_grid
 from tests.support.mlflow_server import mlflow_server, rest, run_params, run_tags

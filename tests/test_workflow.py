@@ -7,10 +7,10 @@ import re
 import pytest
 import yaml
 
-from analysis.report import REPORT_FILES
 from harness import engine as engines
 from harness.config import load
 from harness.grid import expand, first_look
+from harness.grid_dir import REPORT_FILES
 from tests.support.workflow_cli import ROOT, job_counts, planned_jobs, planned_outputs, snakemake
 
 DEMO = load(ROOT / "config.yaml")

@@ -10,7 +10,8 @@ import pytest
 
 from analysis.looks import scheduled_runs
 from harness.config import load
-from harness.grid import grid_dir, run_dir
+from harness.grid import run_dir
+from harness.grid_dir import GridDir
 from tests.support.workflow_cli import ROOT, job_counts, snakemake
 
 # grpo_twin is grpo under another name: the same runs seed for seed, a contrast of exactly 0 (a point
@@ -39,18 +40,18 @@ def test_a_declared_schedule_adds_seeds_only_to_the_open_claims_cells():
         config = load(ROOT / "config.yaml", {"results_dir": str(results), **OVERRIDES})
         # look 1: 3 cells x 2 seeds; look 2: seed 2 of grpo and gspo only
         assert job_counts(result.stdout + result.stderr)["train"] == 8
-        interim = json.loads((grid_dir(config) / "looks" / "look1.json").read_text())
+        interim = json.loads(Path(GridDir.of(config).look_pattern.format(look=1)).read_text())
         assert interim["open_cells"] == [["grpo", 1], ["gspo", 1]]
         assert interim["next_runs"] == [["grpo", 1, 2], ["gspo", 1, 2]]
         assert not (run_dir(config, "grpo_twin", 1, 2)).exists() and (run_dir(config, "gspo", 1, 2)).exists()
         assert scheduled_runs(config) == [("grpo", 1, 0), ("grpo", 1, 1), ("grpo", 1, 2), ("grpo_twin", 1, 0),
                                           ("grpo_twin", 1, 1), ("gspo", 1, 0), ("gspo", 1, 1), ("gspo", 1, 2)]
-        summary = json.loads((grid_dir(config) / "summary.json").read_text())
+        summary = json.loads(GridDir.of(config).summary_path.read_text())
         claims = {c["name"]: c for c in summary["claims"]}
         twin, gspo = claims["twin_is_grpo"], claims["gspo_beats_grpo"]
         assert (twin["verdict"], twin["look"], twin["n"], twin["method"]) == ("negligible", 1, 2, "degenerate")
         assert (gspo["look"], gspo["n"]) == (2, 3)
-        table = (grid_dir(config) / "table.md").read_text()
+        table = GridDir.of(config).table_path("md").read_text()
         assert "seed schedule [2, 3] (pocock spending)" in table and "P(same outcome on a rerun)" in table
         # a second call plans nothing: the schedule is read from the same runs
         again = snakemake("-c2", "-n", *args, timeout=300)

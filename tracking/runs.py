@@ -9,9 +9,9 @@ import os
 import tempfile
 from pathlib import Path
 
-from analysis.report import REPORT_FILES
 from analysis.tables import claim_conclusions, claim_text, claims_section, markdown_section, replication_text
 from harness.grid import expand, run_dir
+from harness.grid_dir import GridDir
 from harness.io import write_json_atomic
 from harness.model import Eval
 from harness.run import RunDir
@@ -61,7 +61,7 @@ class Tracker:
             with tempfile.TemporaryDirectory(prefix="track_") as tmp:
                 write_json_atomic(Path(tmp) / "workflow_config.json", self.config)
                 self.writer.log_artifacts(run_id, [Path(tmp) / "workflow_config.json"] + [
-                    grid_path / name for name in REPORT_FILES if (grid_path / name).exists()])
+                    path for path in GridDir(grid_path).report_paths() if path.exists()])
         self.writer.set_status(run_id, found, "FINISHED" if final else "RUNNING")
         return run_id
 

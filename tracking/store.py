@@ -16,7 +16,6 @@ import urllib.parse
 from pathlib import Path
 
 PROXIED = "mlflow-artifacts:"
-LOCK_NAME = "tracking.lock"  # <grid>/<this>: the grid's one MLflow writer (harness.lock.writer_lock)
 KIND = "stalebench.kind"  # the tag naming a run's kind: parent | run | cell
 SEED_RUNS_FILTER = f"tags.\"{KIND}\" = 'run'"
 COMPARISON_VIEW = "stalebench-cells"  # the summary experiment's shared view (comparison_link)

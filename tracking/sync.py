@@ -1,4 +1,4 @@
-"""Sync a grid into MLflow: the workflow's single MLflow writer (shared/DESIGN.md, "MLflow").
+"""Sync a grid into MLflow: the workflow's single MLflow writer (docs/design.md, "MLflow").
 
     python -m tracking.sync --config-json <grid>/config.json [--grid-dir <results_dir>/<grid>]   # final (the track rule)
     python -m tracking.sync --config config.yaml --live                            # a running grid, once
@@ -54,18 +54,19 @@ from tqdm import tqdm
 
 from harness.cli import parse_config, run_stage
 from harness.grid import expand, grid_dir, run_dir
-from harness.io import read_json, write_json_atomic
+from harness.grid_dir import GridDir
+from harness.io import write_json_atomic
 from harness.lock import writer_lock
 from harness.run import RunDir
 from tracking.runs import Tracker
-from tracking.store import LOCK_NAME, ui_link
+from tracking.store import ui_link
 
 TRAIN_POINTS = 100  # training metrics logged at up to ~this many steps per run (0 = every step)
 
 
 def grid_complete(config: dict) -> bool:
     """Aggregated: summary.json exists and is newer than every run's status (RunDir.status_path)."""
-    summary = grid_dir(config) / "summary.json"
+    summary = GridDir.of(config).summary_path
     if not summary.exists():
         return False
     newest = summary.stat().st_mtime
@@ -81,8 +82,8 @@ def check_grid(config: dict, grid_path: str | Path | None, final: bool) -> Path:
     grid_path = Path(grid_path) if grid_path is not None else grid_dir(config)
     if grid_path.resolve() != grid_dir(config).resolve():
         raise ValueError(f"--grid-dir {grid_path} is not the config's <results_dir>/<grid> {grid_dir(config)}")
-    if final and not (grid_path / "summary.json").exists():
-        raise FileNotFoundError(f"{grid_path / 'summary.json'} missing: run analysis.aggregate first "
+    if final and not GridDir(grid_path).summary_path.exists():
+        raise FileNotFoundError(f"{GridDir(grid_path).summary_path} missing: run analysis.aggregate first "
                                 "(or sync a running grid: --live)")
     return grid_path
 
@@ -95,7 +96,7 @@ def sync(config: dict, grid_path: str | Path | None = None, progress: bool = Tru
     grid_path = check_grid(config, grid_path, final)
     summary, numbers = None, {}
     if final:
-        summary = read_json(grid_path / "summary.json")
+        summary = GridDir(grid_path).read_summary()
         for cell in summary["cells"]:
             for i, seed in enumerate(cell["seeds"]):
                 numbers[cell["recipe"], cell["lag"], seed] = {k: v[i] for k, v in cell["per_seed"].items()}
@@ -114,7 +115,7 @@ def sync(config: dict, grid_path: str | Path | None = None, progress: bool = Tru
               "parent_run_id": parent_id, "runs": synced, "cells": len(summary["cells"]) if final else 0,
               "created": tracker.writer.created, "updated": tracker.writer.updated}
     if final:
-        write_json_atomic(grid_path / "mlflow.json", marker)
+        write_json_atomic(GridDir(grid_path).mlflow_path, marker)
     return marker
 
 
@@ -173,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     def work():
         grid_path = check_grid(config, args.grid_dir, final=not live)
         mode = "follow" if args.follow else "live" if live else "final"
-        with writer_lock(grid_path / LOCK_NAME, f"MLflow writer, {mode}", args.wait_lock):
+        with writer_lock(GridDir(grid_path).tracking_lock_path, f"MLflow writer, {mode}", args.wait_lock):
             if args.follow is not None:
                 return follow(config, args.follow, max_train_points=args.max_train_points)
             return sync(config, grid_path, progress=not live, max_train_points=args.max_train_points,

@@ -40,7 +40,7 @@ def _train(run_config, run_dir) -> str:
 
 # GPU jobs on a SLURM partition (named `gpu` here; a site renames it with the config's
 # `resources: {train: {slurm_partition: ...}}`): the paper trained on 8 x H200 per run
-# (shared/reference/methods.md); evaluation serves one checkpoint on one node. Training asks for
+# (the SAT paper, arXiv 2607.18722); evaluation serves one checkpoint on one node. Training asks for
 # the time-limit warning 15 minutes ahead (a Megatron save of the 30B model with its optimizer
 # takes minutes; SLURM may send it up to a minute early); a step takes 15-25 min (docs/cluster.md, Cost).
 ENGINE = register(Engine(

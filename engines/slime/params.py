@@ -26,7 +26,7 @@ PROMPT_FORMATS = {
 }
 
 # engine_params of the slime engine, with their defaults (None = required). The paper's values
-# (shared/reference/methods.md) are set in workflow/presets/table1.yaml.
+# (the SAT paper, arXiv 2607.18722) are set in workflow/presets/table1.yaml.
 DEFAULTS = {
     # software
     "container": None,               # image; default: envs/slime-container.yaml "image"

@@ -1,16 +1,16 @@
 """Engine parameters of the tiny engine: two presets and their overrides.
 
 ``engine_params = {"preset": "demo" | "llm-regime", <knob>: value, ...}``; any knob below may be
-overridden, an unknown key is an error. Measured behaviour of each preset: engines/tiny/README.md.
+overridden, an unknown key is an error. Measured behaviour of each preset: docs/findings.md.
 
-demo        close to the prototype (shared/notes/embedded-prototype.md): 16 prompts x 8 samples,
+demo        close to a single-file prototype (not in this repository): 16 prompts x 8 samples,
             2 Adam minibatches per step, but lr 3e-4 (at the prototype's 5e-4 GRPO collapsed
             here even at lag 1). Fixed-clip GRPO loses ~0.14 greedy exact match at lag 8 vs 1.
 stress      demo at lr 7e-4, for the collapse statistics, with CONSTANT lag (workflow/presets/field.yaml:
             200 steps, eval on 64 problems x 4 samples). Calibrated on GRPO only, 10 seeds per cell, dev box:
             collapse lag 1 1/10, lag 2 0/10, lag 4 0/10, lag 8 6/10, lag 16 5/10 (target: lag 8 >= 1/3,
             lag 1 <= 1/10). With interval lag (realized lag cycling 1..lag) lag 8 collapsed only 1/10:
-            scores dipped and recovered (engines/tiny/README.md, "Stress and the field").
+            scores dipped and recovered (docs/findings.md, the calibration of `stress`).
 llm-regime  a lower-entropy policy (150 warm-start steps instead of 100: greedy exact match 0.99
             instead of 0.82) and lr 2e-4, aiming at mean |d| ~0.005-0.02 at lag 1 with a heavy
             tail, like the paper's d-bar column, with SAT's quantile q far below log(1 + eps_high)

@@ -13,7 +13,7 @@ One trainer step s (1-based), as in an asynchronous system with one batch in fli
      std_normalization: false, Dr.GRPO's), calls the recipe's stabilizer on ``minibatches``
      PolicyBatches and steps Adam after each; optional KL to the base model with the k3 estimator (Schulman 2020):
      k3 = exp(ref - logp) - (ref - logp) - 1,
-  3. appends one metrics row (keys in shared/DESIGN.md), and every ``eval_every`` steps writes
+  3. appends one metrics row (keys in docs/design.md), and every ``eval_every`` steps writes
      a checkpoint and the resume state.
 
 Every random draw comes from a generator seeded by (seed, step), so the state to resume is
@@ -34,7 +34,7 @@ import torch
 
 from engines.mismatch import abs_d_stats
 from harness.engine import TimeLimitReached, TrainingDiverged, merge_metrics, time_limit_near
-from harness.lag import check_realized_lag, oldest_needed_version, sampling_version
+from harness.lag import check_realized_lag, sampling_version
 from harness.run import RunConfig, RunDir
 from stabilizers import PolicyBatch, ess_lr_scale, offpolicy_diagnostics, validate_batch
 
@@ -161,7 +161,7 @@ class Trainer:
         return {"numbers": numbers, "stabilizer": stab}
 
     def diagnostics(self, batch: Rollout, recomputed: Recomputed, update: dict) -> dict:
-        """The step's metrics row (keys in shared/DESIGN.md): reward, entropy, the mismatch between
+        """The step's metrics row (keys in docs/design.md): reward, entropy, the mismatch between
         the trainer's and the sampler's log-probabilities, routing, and the loss's own diagnostics."""
         mask, logmu, old_logp, logp_full = batch.mask, recomputed.logmu, recomputed.old_logp, recomputed.logp_full
         numbers = update["numbers"]
@@ -308,8 +308,9 @@ class Trainer:
                 next_batch = self.generate(step + 1)
                 self.seconds["generate"] += time.perf_counter() - start
             self.in_flight = next_batch
-            # keep only the snapshots a later batch may still be sampled by
-            oldest = oldest_needed_version(step + 2, self.lag, self.mode, self.seed)
+            # keep only the snapshots a later batch may still be sampled by: every mode's sampling
+            # version is non-decreasing in the step, so the next batch's is the oldest still needed
+            oldest = sampling_version(step + 2, self.lag, self.mode, self.seed)
             self.snapshots = {v: s for v, s in self.snapshots.items() if v >= oldest}
             if step % self.eval_every == 0 or step == self.steps:
                 self.save(pending)

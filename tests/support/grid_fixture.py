@@ -1,4 +1,4 @@
-"""Fabricate a small finished grid on disk in the documented run layout (shared/DESIGN.md), with
+"""Fabricate a small finished grid on disk in the documented run layout (docs/design.md), with
 known cases: a collapse, a diverged run, a cell whose seeds are all equal, a selection task."""
 from __future__ import annotations
 

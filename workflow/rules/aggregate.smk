@@ -10,7 +10,7 @@ checkpoint look:
         runs=lambda wildcards: scheduled_outputs(int(wildcards.look)),
         config=rules.grid_config.output,
     output:
-        f"{GRID}/looks/look{{look}}.json",
+        GRID_DIR.look_pattern,
     log:
         f"{LOGS}/look{{look}}.log",
     benchmark:
@@ -30,14 +30,14 @@ rule aggregate:
         runs=lambda wildcards: scheduled_outputs(LOOKS),
         config=rules.grid_config.output,
     output:
-        table=report(f"{GRID}/table.md", category="Tables"),
-        csv=report(f"{GRID}/table.csv", category="Tables"),
-        tex=f"{GRID}/table.tex",
-        summary=f"{GRID}/summary.json",
-        curves=report(f"{GRID}/curves.png", category="Plots"),
-        mismatch=report(f"{GRID}/mismatch.png", category="Plots"),
-        collapse=report(f"{GRID}/collapse.png", category="Plots"),
-        staleness=report(f"{GRID}/staleness.png", category="Plots"),
+        table=report(str(GRID_DIR.table_path("md")), category="Tables"),
+        csv=report(str(GRID_DIR.table_path("csv")), category="Tables"),
+        tex=str(GRID_DIR.table_path("tex")),
+        summary=str(GRID_DIR.summary_path),
+        curves=report(str(GRID_DIR.plot_path("curves")), category="Plots"),
+        mismatch=report(str(GRID_DIR.plot_path("mismatch")), category="Plots"),
+        collapse=report(str(GRID_DIR.plot_path("collapse")), category="Plots"),
+        staleness=report(str(GRID_DIR.plot_path("staleness")), category="Plots"),
     params:
         out=lambda wildcards, output: os.path.dirname(output.table),
     log:

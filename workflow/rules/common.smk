@@ -1,4 +1,4 @@
-# Plumbing (shared/DESIGN.md, "The house"): the config checked once, the typed model, the paths
+# Plumbing (docs/design.md, "The house"): the config checked once, the typed model, the paths
 # and resources every rule file uses. The rules stay thin; what a config means to Snakemake lives in
 # harness.jobs, what it means to a stage in harness.model.
 import json
@@ -9,9 +9,10 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import update_config
 
 from harness.config import ConfigError, check_recipe_values, validate
-from harness.grid import BASE_MODEL, first_look
+from harness.grid import RUN_FOLDER, first_look
+from harness.grid_dir import GridDir
 from harness.io import write_json_atomic
-from harness.jobs import GRID_CONFIG, job_resources, retype_cli_values, rule_resources, train_retries
+from harness.jobs import job_resources, retype_cli_values, rule_resources, train_retries
 from harness.model import Config, Seeding
 from harness.run import STATUS_PATTERN, eval_file_pattern
 
@@ -31,10 +32,11 @@ VENV_BIN = os.path.dirname(sys.executable)
 os.environ["PATH"] = f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}"
 
 ENGINE = MODEL.engine
-GRID = str(MODEL.grid_dir)
-RUN = f"{GRID}/runs/{{recipe}}/lag{{lag}}/seed{{seed}}"
-LOGS = f"{GRID}/logs"
-BENCHMARKS = f"{LOGS}/benchmarks"  # one TSV per job (analysis.provenance tabulates them per rule)
+GRID_DIR = GridDir(MODEL.grid_dir)  # every path of the grid folder (harness.grid_dir)
+GRID = str(GRID_DIR.path)
+RUN = f"{GRID}/{RUN_FOLDER}"
+LOGS = str(GRID_DIR.logs_dir)
+BENCHMARKS = str(GRID_DIR.benchmarks_dir)  # one TSV per job (analysis.provenance tabulates them per rule)
 TASKS = MODEL.eval.scored_tasks
 LOOKS = len(Seeding.of(CONFIG).looks) if Seeding.of(CONFIG) else 1
 
@@ -74,7 +76,7 @@ localrules:
 
 rule grid_config:
     output:
-        f"{GRID}/{GRID_CONFIG}",
+        str(GRID_DIR.config_path),
     params:
         config=json.dumps(CONFIG, sort_keys=True),
     log:

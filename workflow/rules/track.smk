@@ -9,7 +9,7 @@ rule track:
         aggregated=rules.aggregate.output,
         config=rules.grid_config.output,
     output:
-        f"{GRID}/mlflow.json",
+        str(GRID_DIR.mlflow_path),
     params:
         grid_dir=lambda wildcards, output: os.path.dirname(output[0]),
     log:

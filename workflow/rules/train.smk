@@ -10,7 +10,7 @@ if ENGINE.prepare_outputs:
 
     rule prepare:
         output:
-            multiext(f"{GRID}/{BASE_MODEL}/", *ENGINE.prepare_outputs),
+            multiext(f"{GRID_DIR.base_dir}/", *ENGINE.prepare_outputs),
         params:
             engine=ENGINE.name,
             engine_params=json.dumps(MODEL.prepare_params(), sort_keys=True),

@@ -1,6 +1,6 @@
 """Does a drop in the effective sample size precede collapse? The lead time of each collapsed run.
 
-    python -m analysis.early_warning --config-json JSON [--out FILE.md]
+    python -m studies.early_warning --config-json JSON [--out FILE.md]
 
 JSON is the checked workflow config (as the aggregate rule passes it, or a file path). For every run
 of the grid: its collapse step (analysis.curves, the harness's rule) and its ESS drop step, the
@@ -12,7 +12,7 @@ was fixed before the field study's ESS was read; collapse steps are known only t
 interval, so a lead time is exact to eval_every steps.
 
 A lead time means something only if the drop is rarer in runs that did not collapse: read the
-false alarms beside it. In the field study (the CPU engine's README, "Does a drop in ESS precede
+false alarms beside it. In the field study (docs/findings.md, "does a drop in ESS precede
 collapse?") it was not: at lag 8 the drop came in 21/35 collapsed and 36/65 calm runs (Fisher's
 exact p = 0.68), no discrimination.
 """
@@ -84,7 +84,7 @@ def table(leads: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m analysis.early_warning", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m studies.early_warning", description=__doc__.split("\n")[0])
     parser.add_argument("--config-json", required=True,
                         help="the checked workflow config: <grid>/config.json or inline JSON")
     parser.add_argument("--out", type=Path, help="write the table here (else print it)")
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
             print(table(leads), end="")
         return leads
 
-    return run_stage("analysis.early_warning", work, lambda leads, seconds: f"{len(leads)} runs in {seconds:.1f} s")
+    return run_stage("studies.early_warning", work, lambda leads, seconds: f"{len(leads)} runs in {seconds:.1f} s")
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,0 +1,106 @@
+"""The grid on disk: ``GridDir`` owns every path of one grid folder, as ``RunDir`` owns a run's.
+
+    grid = GridDir.of(config)              <results_dir>/<grid>
+    grid.config_path                       config.json: the checked workflow config (aggregate's and track's input)
+    grid.run(recipe, lag, seed)            the RunDir of runs/<recipe>/lag<lag>/seed<seed>/
+    grid.table_path("md"), grid.plot_path("curves"), grid.summary_path
+                                           the report files analysis.report writes (summary.json last)
+    grid.mlflow_path                       mlflow.json: the final MLflow sync's marker
+    grid.tracking_lock_path                tracking.lock: the one MLflow writer (harness.lock.writer_lock)
+    grid.look_pattern                      looks/look{look}.json: what each look of a seed schedule decided
+    grid.base_dir, grid.logs_dir           base/ (the engine's prepared model), logs/ (per rule, and
+                                           Snakemake's benchmark files under logs/benchmarks/)
+
+No other module spells these names: a stage, a rule file or a benchmark that needs one asks this
+class (tests/test_engines.py checks it). The file names are module constants so that the rule files
+can declare them as outputs before any grid exists.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.grid import BASE_MODEL, RUN_FOLDER, grid_dir
+from harness.io import read_json
+from harness.run import RunDir
+
+CONFIG, SUMMARY, MLFLOW_MARKER, TRACKING_LOCK = "config.json", "summary.json", "mlflow.json", "tracking.lock"
+TABLE_FORMATS = ("md", "csv", "tex")
+PLOTS = ("curves", "mismatch", "collapse", "staleness")
+# every file analysis.report writes into the grid folder, in the order it writes them
+REPORT_FILES = (*(f"table.{fmt}" for fmt in TABLE_FORMATS), *(f"{name}.png" for name in PLOTS), SUMMARY)
+
+
+class GridDir:
+    """One grid folder; paths are properties, files are read by methods."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    @classmethod
+    def of(cls, config: dict) -> "GridDir":
+        """The grid folder a checked workflow config names: <results_dir>/<grid>."""
+        return cls(grid_dir(config))
+
+    def __repr__(self) -> str:
+        return f"GridDir({str(self.path)!r})"
+
+    # ------------------------------------------------------------------ paths
+    @property
+    def config_path(self) -> Path:
+        return self.path / CONFIG
+
+    @property
+    def summary_path(self) -> Path:
+        return self.path / SUMMARY
+
+    @property
+    def mlflow_path(self) -> Path:
+        return self.path / MLFLOW_MARKER
+
+    @property
+    def tracking_lock_path(self) -> Path:
+        return self.path / TRACKING_LOCK
+
+    @property
+    def look_pattern(self) -> str:
+        """The interim file of each look of the seed schedule (analysis.looks), ``{look}`` its number."""
+        return str(self.path / "looks" / "look{look}.json")
+
+    @property
+    def base_dir(self) -> Path:
+        return self.path / BASE_MODEL
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.path / "logs"
+
+    @property
+    def benchmarks_dir(self) -> Path:
+        """Snakemake's benchmark files, logs/benchmarks/<rule>.tsv or <rule>/...tsv (one per job)."""
+        return self.logs_dir / "benchmarks"
+
+    def table_path(self, fmt: str) -> Path:
+        if fmt not in TABLE_FORMATS:
+            raise ValueError(f"no table format {fmt!r}; the report writes {', '.join(TABLE_FORMATS)}")
+        return self.path / f"table.{fmt}"
+
+    def plot_path(self, name: str) -> Path:
+        if name not in PLOTS:
+            raise ValueError(f"no plot {name!r}; the report draws {', '.join(PLOTS)}")
+        return self.path / f"{name}.png"
+
+    def report_paths(self) -> list[Path]:
+        """Every report file, summary.json last."""
+        return [self.path / name for name in REPORT_FILES]
+
+    def run(self, recipe: str, lag: int, seed: int) -> RunDir:
+        return RunDir(self.path / RUN_FOLDER.format(recipe=recipe, lag=lag, seed=seed))
+
+    # ------------------------------------------------------------------ files
+    def read_config(self) -> dict:
+        """config.json; FileNotFoundError or ValueError naming the file."""
+        return read_json(self.config_path)
+
+    def read_summary(self) -> dict:
+        """summary.json; FileNotFoundError or ValueError naming the file."""
+        return read_json(self.summary_path)

@@ -1,0 +1,54 @@
+"""Every script in benchmarks/ runs, with its smallest arguments, from a checkout: a benchmark that no
+longer starts (a config check it fails, a renamed module) fails here, not the day someone needs its
+figure. The figures themselves are the scripts' business (benchmarks/README.md); this checks that each
+ends with exit status 0 and prints what it measures. Slow (minutes in all): marker `slow`."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.optional import missing
+
+ROOT = Path(__file__).resolve().parents[1]
+PYTHON = sys.executable
+
+# script -> (its smallest arguments, a line its output must contain); {tmp} is a fresh folder
+SMALLEST = {
+    "bench_coverage": (["--trials", "20", "--bootstrap-trials", "0", "--n", "3", "--contrast-trials", "20",
+                        "--survival-trials", "20"], "coverage"),
+    "bench_dryrun": (["--repeats", "1", "--seeds", "1"], "snakemake -n -q: 20-run grid"),
+    "bench_eval_score": (["--checkpoints", "1", "--problems", "4", "--k", "1"], " s"),
+    "bench_run_cpu": (["--recipes", "grpo", "--lags", "1", "--seeds", "0"], "train"),
+    "bench_setup": (["--ref", "HEAD", "--dir", "{tmp}/clone"], "wall"),
+    "bench_stabilizers": (["--tokens", "1000", "--repeats", "1", "--recipes", "grpo", "sat_grpo", "--no-compile"],
+                          "sat_grpo"),
+    "bench_tiny": (["--steps", "4", "--eval-every", "2", "--out", "{tmp}/tiny"], "s"),
+    "bench_ui_memory": (["--seconds", "2"], "RSS"),
+    "bench_workflow_scale": (["--runs", "20", "--steps", "10", "--eval-every", "5"], "runs"),
+    "gpu_check": (["--tokens", "256", "--repeats", "1"], "grpo"),
+    "ui_screenshot": (["--out", "{tmp}/ui"], "page"),
+}
+CHROMIUM = "/usr/bin/chromium"
+
+
+def test_every_benchmark_script_has_its_smallest_arguments():
+    assert sorted(SMALLEST) == sorted(path.stem for path in (ROOT / "benchmarks").glob("*.py"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", sorted(SMALLEST))
+def test_the_benchmark_runs_with_its_smallest_arguments(script, tmp_path):
+    if script == "ui_screenshot" and not Path(CHROMIUM).exists() and shutil.which("apt-get") is None:
+        missing("browser", f"{script} needs Debian's chromium at {CHROMIUM} (or apt-get to install it)")
+    arguments, expected = SMALLEST[script]
+    command = [PYTHON, "-m", f"benchmarks.{script}", *(a.format(tmp=tmp_path) for a in arguments)]
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, f"{' '.join(command)} exited {result.returncode}:\n{output[-3000:]}"
+    assert expected in result.stdout, f"{' '.join(command)} printed:\n{result.stdout[-3000:]}"

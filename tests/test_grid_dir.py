@@ -1,0 +1,81 @@
+"""harness.grid_dir: GridDir owns the grid folder's paths, and no module outside harness/ spells them."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from harness.grid import run_dir
+from harness.grid_dir import MLFLOW_MARKER, REPORT_FILES, SUMMARY, TRACKING_LOCK, GridDir
+from harness.io import write_json_atomic
+from harness.run import RunDir
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = {"grid": "g", "results_dir": "/r"}
+
+
+def test_the_grid_folders_paths():
+    grid = GridDir.of(CONFIG)
+    assert grid.path == Path("/r/g")
+    assert (grid.config_path, grid.summary_path, grid.mlflow_path, grid.tracking_lock_path) == (
+        Path("/r/g/config.json"), Path("/r/g/summary.json"), Path("/r/g/mlflow.json"), Path("/r/g/tracking.lock"))
+    assert (grid.base_dir, grid.logs_dir, grid.benchmarks_dir) == (
+        Path("/r/g/base"), Path("/r/g/logs"), Path("/r/g/logs/benchmarks"))
+    assert grid.table_path("md") == Path("/r/g/table.md") and grid.plot_path("curves") == Path("/r/g/curves.png")
+    assert [path.name for path in grid.report_paths()] == list(REPORT_FILES) and REPORT_FILES[-1] == SUMMARY
+
+
+def test_a_run_of_the_grid_is_the_run_folder_the_grid_lays_out():
+    run = GridDir.of(CONFIG).run("grpo", 8, 2)
+    assert isinstance(run, RunDir) and run.path == run_dir(CONFIG, "grpo", 8, 2) == Path("/r/g/runs/grpo/lag8/seed2")
+    assert run.grid_dir == Path("/r/g")  # RunDir's way back up agrees
+
+
+def test_an_unknown_report_file_is_refused_naming_the_known_ones():
+    with pytest.raises(ValueError, match="no table format 'html'; the report writes md, csv, tex"):
+        GridDir("/r/g").table_path("html")
+    with pytest.raises(ValueError, match="no plot 'bars'"):
+        GridDir("/r/g").plot_path("bars")
+
+
+def test_reading_a_damaged_summary_names_the_file(tmp_path):
+    grid = GridDir(tmp_path)
+    write_json_atomic(grid.summary_path, {"cells": []})
+    assert grid.read_summary() == {"cells": []}
+    grid.config_path.write_text("{cut")
+    with pytest.raises(ValueError, match=f"{grid.config_path}: not valid JSON"):
+        grid.read_config()
+
+
+GRID_FILES = (SUMMARY, MLFLOW_MARKER, TRACKING_LOCK, *REPORT_FILES)
+
+
+def spelled_in_code(path: Path) -> set[str]:
+    """The grid file names a module uses as a path: a string literal (or an f-string's literal part)
+    that is the name or ends in /name; prose that mentions one ("as in table.md") is no path. In a
+    rule file: any line but a comment."""
+    if path.suffix != ".py":
+        code = "\n".join(line for line in path.read_text().splitlines() if not line.lstrip().startswith("#"))
+        return {name for name in GRID_FILES if name in code}
+    literals = [node.value for node in ast.walk(ast.parse(path.read_text()))
+                if isinstance(node, ast.Constant) and isinstance(node.value, str)]
+    return {name for name in GRID_FILES if any(text == name or text.endswith(f"/{name}") for text in literals)}
+
+
+def test_only_harness_spells_a_grid_folders_file_names():
+    """Every stage, rule file and benchmark reaches the grid folder's files through GridDir."""
+    sources = [p for p in ROOT.rglob("*") if p.suffix in (".py", ".smk") or p.name in ("Snakefile", "Makefile")]
+    sources = [p for p in sources if p.is_file() and not p.relative_to(ROOT).parts[0].startswith((".", "tests"))]
+    spelled = {str(p.relative_to(ROOT)): names for p in sources if (names := spelled_in_code(p))}
+    assert spelled.keys() == {"harness/grid_dir.py"}, spelled
+
+
+def test_the_spelling_check_sees_a_path_and_spares_prose(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text('"""Writes summary.json."""\ndef f(grid, out):\n    """Reads table.md."""\n'
+                      '    note = "scores as in table.csv"\n    return grid / "mlflow.json", f"{out}/curves.png"\n')
+    assert spelled_in_code(module) == {"mlflow.json", "curves.png"}
+    rule = tmp_path / "r.smk"
+    rule.write_text('# the summary.json of the grid\nrule a:\n    output: "x/table.csv"\n')
+    assert spelled_in_code(rule) == {"table.csv"}
