@@ -65,13 +65,15 @@ def check_run(run_config: dict) -> Recipe:
 
 def resolved_recipe(recipe: Recipe) -> dict:
     """The recipe as a run config holds it: every parameter of its loss and of its weights (TIS,
-    rollout IS) with its default unless the recipe sets it. Read from source: no torch import."""
+    rollout IS) and masks (the veto) with its default unless the recipe sets it. Read from source: no torch import."""
     spec = recipe.as_dict()
     spec["params"] = {**parameters(recipe.loss), **recipe.params}
     if recipe.tis is not None:
         spec["tis"] = {**switch_defaults("tis"), **recipe.tis}
     if recipe.rollout_is is not None:
         spec["rollout_is"] = {**switch_defaults("rollout_is"), **recipe.rollout_is}
+    if recipe.veto is not None:
+        spec["veto"] = {**switch_defaults("veto"), **recipe.veto}
     return {"name": recipe.name, **spec}
 
 

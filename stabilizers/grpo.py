@@ -22,7 +22,7 @@ from .api import LossOutput, PolicyBatch, ranges, register
 
 
 @register("grpo")
-@ranges(eps_low="[0, 1)", eps_high="[0, inf)", dual_clip_c="(1, inf) or None")
+@ranges(eps_low="[0, 1]", eps_high="[0, inf)", dual_clip_c="(1, inf) or None")
 def grpo(
     batch: PolicyBatch,
     *,

@@ -19,9 +19,10 @@ from ._ranges import complete
 from .api import LossOutput, PolicyBatch, check_params, get, parameters
 
 DEFAULT_RECIPES = Path(__file__).with_name("recipes.yaml")
-_RECIPE_KEYS = {"loss", "params", "routing_replay", "tis", "rollout_is", "std_normalization", "table1"}
-# the weights a recipe switches on: key -> (module, function); their keyword parameters are the keys
-_SWITCHES = {"tis": ("tis", "tis_weight"), "rollout_is": ("rollout_is", "rollout_is_weight")}
+_RECIPE_KEYS = {"loss", "params", "routing_replay", "tis", "rollout_is", "veto", "std_normalization", "table1"}
+# the weights and masks a recipe switches on: key -> (module, function); their keyword parameters are the keys
+_SWITCHES = {"tis": ("tis", "tis_weight"), "rollout_is": ("rollout_is", "rollout_is_weight"),
+             "veto": ("veto", "veto_mask")}
 
 
 @dataclass(frozen=True)
@@ -36,15 +37,20 @@ class Recipe:
     # the engine divides each group's advantages by the group's reward std (GRPO); false = Dr.GRPO's
     # advantages, the reward minus the group mean only (arXiv 2503.20783)
     std_normalization: bool = True
+    veto: dict | None = None  # mu-GRPO's negative-advantage veto (stabilizers.veto); None = off
 
     def compute_loss(self, batch: PolicyBatch, *, step_seed: int | None = None) -> LossOutput:
-        """The recipe's loss on ``batch``: TIS weight, then the rollout-correction weight (if any;
-        they multiply), then the stabilizer.
+        """The recipe's loss on ``batch``: the veto's mask, TIS weight, then the rollout-correction
+        weight (if any; they multiply), then the stabilizer.
         A stabilizer with a ``seed`` parameter gets ``step_seed`` so its draws differ per step."""
         metrics = {}
+        if self.veto is not None:
+            from .veto import with_veto
+            batch, metrics = with_veto(batch, **self.veto)
         if self.tis is not None:
             from .tis import with_tis
-            batch, metrics = with_tis(batch, **self.tis)
+            batch, tis_metrics = with_tis(batch, **self.tis)
+            metrics.update(tis_metrics)
         if self.rollout_is is not None:
             from .rollout_is import with_rollout_is
             batch, is_metrics = with_rollout_is(batch, **self.rollout_is)
@@ -67,6 +73,8 @@ class Recipe:
                 "tis": None if self.tis is None else dict(self.tis), "table1": self.table1}
         if self.rollout_is is not None:  # absent when off, so that the run keys of older recipes stay the same
             spec["rollout_is"] = dict(self.rollout_is)
+        if self.veto is not None:  # likewise
+            spec["veto"] = dict(self.veto)
         if not self.std_normalization:  # absent when on, for the same reason
             spec["std_normalization"] = False
         return spec
@@ -89,7 +97,7 @@ def recipe_from_dict(name: str, spec: dict, source: str = "<dict>", *, check_val
         raise ValueError(f"{where}: unknown key(s) {sorted(unknown)}; allowed {sorted(_RECIPE_KEYS)}")
     if "loss" not in spec:
         raise ValueError(f"{where}: missing 'loss'")
-    tis, rollout_is = (_checked_switch(key, spec.get(key), where) for key in ("tis", "rollout_is"))
+    tis, rollout_is, veto = (_checked_switch(key, spec.get(key), where) for key in ("tis", "rollout_is", "veto"))
     # "r3" is spelled true in the recipes (and run keys) that predate R2, so it is stored as true
     routing_replay = spec.get("routing_replay", False)
     routing_replay = True if routing_replay == "r3" else routing_replay
@@ -106,19 +114,19 @@ def recipe_from_dict(name: str, spec: dict, source: str = "<dict>", *, check_val
         raise ValueError(f"{where}: {error.args[0]}") from None
     recipe = Recipe(name=name, loss=spec["loss"], params=dict(spec.get("params") or {}),
                     routing_replay=routing_replay, tis=tis, table1=spec.get("table1"), rollout_is=rollout_is,
-                    std_normalization=std_normalization)
+                    std_normalization=std_normalization, veto=veto)
     if check_values:
         _check_values(recipe, where)
     return recipe
 
 
 def switch_defaults(key: str) -> dict[str, object]:
-    """The keyword defaults of a recipe switch's weight ("tis" or "rollout_is"), from source (no torch)."""
+    """The keyword defaults of a recipe switch's weight or mask ("tis", "rollout_is" or "veto"), from source (no torch)."""
     return catalog.function_signature(*_SWITCHES[key])[0]
 
 
 def _checked_switch(key: str, values: dict | None, where: str) -> dict | None:
-    """A copy of the recipe's ``tis`` or ``rollout_is`` mapping, its keys and declared value ranges
+    """A copy of the recipe's ``tis``, ``rollout_is`` or ``veto`` mapping, its keys and declared value ranges
     checked (no torch); None when off."""
     if values is None:
         return None

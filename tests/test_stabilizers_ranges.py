@@ -14,7 +14,7 @@ from tests.support.workflow_cli import ROOT, snakemake
 
 
 @pytest.mark.parametrize(("recipe", "message"), [
-    ("{loss: grpo, params: {eps_low: 5}}", "eps_low = 5 is outside [0.0, 1.0)"),
+    ("{loss: grpo, params: {eps_low: 5}}", "eps_low = 5 is outside [0.0, 1.0]"),
     ("{loss: sat_grpo, params: {alpha: 1.7}}", "alpha = 1.7 is outside (0.0, 1.0]"),
     ("{loss: icepop, params: {alpha: 2.0, beta: 1.0}}", "beta = 1.0 is outside [2.0, inf]"),
     ("{loss: grpo, tis: {cap: 2.0, floor: 3.0}}", "tis floor = 3.0 is outside [0.0, 2.0]"),

@@ -184,7 +184,7 @@ def test_a_finite_batch_whose_sum_overflows_is_accepted():
 
 
 @pytest.mark.parametrize("name,params,message", [
-    ("grpo", {"eps_low": 1.0}, r"eps_low = 1.0 is outside \[0.0, 1.0\)"),
+    ("grpo", {"eps_low": 1.5}, r"eps_low = 1.5 is outside \[0.0, 1.0\]"),
     ("grpo", {"eps_low": -0.1}, r"eps_low = -0.1 is outside"),
     ("sat_grpo", {"eps_high": -0.2}, r"eps_high = -0.2 is outside \[0.0, inf\)"),
     ("sat_grpo", {"alpha": 0.0}, r"alpha = 0.0 is outside \(0.0, 1.0\]"),
@@ -209,7 +209,8 @@ def test_recipes_are_the_papers():
     controls = {"grpo_mu", "gspo_mu", "grpo_mu_r3", "gspo_mu_r3", "grpo_dualclip", "sat_fixed", "sat_random"}
     practice = {"grpo_clip_higher", "grpo_sum_norm", "grpo_dr", "grpo_geo_rs", "sapo", "opsm", "dppo_kl",
                 "dppo_pkl"}  # issue 26
-    assert set(TABLE1) | controls | field | practice == set(recipes)
+    rivals = {"p3o", "mu_grpo", "grpo_mu_relaxed"}  # issue 40 (tests/test_stabilizers_rivals.py)
+    assert set(TABLE1) | controls | field | practice | rivals == set(recipes)
     assert [name for name, recipe in recipes.items() if not recipe.std_normalization] == ["grpo_dr"]
     assert recipes["grpo_dr"].as_dict()["params"] == recipes["grpo_sum_norm"].as_dict()["params"]
     assert "std_normalization" not in recipes["grpo_sum_norm"].as_dict()  # on by default: old run keys unchanged
