@@ -22,7 +22,8 @@ RECIPES = load_recipes(extra={"geo_rs_wide": {"loss": "grpo", "rollout_is": {"le
                                                                              "upper": 2.0, "reweight": False}}})
 TABLE1 = [name for name, recipe in RECIPES.items() if recipe.table1] + ["grpo_mu", "gspo_mu"]
 FIELD = ["m2po", "icepop", "decoupled_ppo", "cispo", "cispo_old", "grpo_seq_tis", "grpo_seq_mis",  # beyond the paper
-         "grpo_clip_higher", "geo_rs_wide", "sapo", "opsm", "dppo_kl", "dppo_pkl"]  # issue 26 (grpo_sum_norm: slime refuses it by name)
+         "grpo_clip_higher", "geo_rs_wide", "sapo", "opsm", "dppo_kl", "dppo_pkl",  # issue 26 (grpo_sum_norm: slime refuses it by name)
+         "p3o", "mu_grpo"]  # issue 40
 
 
 def grad_of(loss, logits):

@@ -26,9 +26,12 @@ def test_every_recipe_has_its_own_loss_on_the_canned_batch():
         taken = fingerprint(recipe)
         by_loss.setdefault((taken["loss"], taken["gradient"]), set()).add(name)
     shared = [names for names in by_loss.values() if len(names) > 1]
+    # and mu_grpo's pair: the canned batch's ratios are near 1, so mu-GRPO's veto (pi / mu < 1e-4 with
+    # A < 0) never fires there; the veto's metrics still tell the two apart (its effect: test_stabilizers_rivals)
     twins = [{name.removesuffix("_r3"), name} for name in RECIPES if name.endswith("_r3")] + \
-        [{"grpo_sum_norm", "grpo_dr"}]
+        [{"grpo_sum_norm", "grpo_dr"}, {"grpo_mu_relaxed", "mu_grpo"}]
     assert sorted(map(sorted, shared)) == sorted(map(sorted, twins))
+    assert fingerprint(RECIPES["mu_grpo"])["metrics"] != fingerprint(RECIPES["grpo_mu_relaxed"])["metrics"]
 
 
 def test_a_run_config_recipe_has_the_fingerprint_of_its_source():
