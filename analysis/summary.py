@@ -17,6 +17,7 @@ from tqdm import tqdm
 from analysis.claims import answer
 from analysis.contrasts import contrast
 from analysis.curves import RunSummary, read_run, test_task
+from analysis.noise import summarize_noise
 from analysis.reference import load_reference, reference_for
 from analysis.stats import (
     ALPHA,
@@ -192,6 +193,9 @@ def summarize(config: dict, runs: list[Run]) -> dict:
                "claims": _json_safe(answer(claims(config), cells, reference_lag, int(config["steps"]),
                                            Seeding.of(config), config["seeds"])),
                "cells": _json_safe(list(cells.values()))}
+    # the split of each cell's noise into training seed and evaluation, and the plans of seeds vs k:
+    # a section of its own (analysis.noise)
+    summary["noise"] = _json_safe(summarize_noise(config, runs, reference_lag))
     return summary
 
 

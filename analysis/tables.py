@@ -7,6 +7,7 @@ import csv
 import io
 
 from analysis.claims import NOT_TESTED
+from analysis.noise import sections as noise_sections
 from analysis.stats import ALPHA, BOOTSTRAP_MIN_SEEDS, smallest_p
 from analysis.summary import ENDPOINTS, MISMATCH, SCORES, summary_cells
 
@@ -185,6 +186,7 @@ def sections(summary: dict) -> list[tuple[str, list[str], list[list[str]]]]:
             columns.append(("paper ", paper_value("dbar", 1, 4)))
         table(f"{title} (mean [95% CI: {_methods(shown(lambda c, m=metric: c['stats'][m]))}] (per seed))",
               columns)
+    out += noise_sections(summary)  # noise: seed vs evaluation (analysis.noise renders its own tables)
     return out
 
 

@@ -1,0 +1,287 @@
+"""Two levels of noise in a cell's score: the training seed, and the evaluation (the k samples per
+problem and the draw of the problems); the interval that names both, the plan that says whether
+more seeds or a larger k reaches a claim's target standard error for less compute, and the
+inflation of the best-checkpoint score when a run does not improve.
+
+The data: eval/<task>.jsonl holds, per checkpoint, each problem's correct count out of k
+(eval/score.py). For a cell, X[s, p] = count / k of seed s on problem p at the run's fixed step,
+an S x P table read as a two-way crossed random-effects model with a known-form sampling error:
+
+    X[s, p] = mu + a_s + u_p + (au)_sp + e_sp
+    a_s     training seed            var sigma2_seed
+    u_p     problem                  var sigma2_problem   (shared by every seed: the problem draw)
+    (au)_sp seed x problem           var sigma2_seed_problem
+    e_sp    the k samples            var tau2 / k, tau2 = E[p (1 - p)] of one sample
+
+The two-way ANOVA mean squares (MS_seed, MS_problem, MS_residual) have expectations
+(sigma2_seed_problem + tau2/k) + P sigma2_seed, ... + S sigma2_problem, and sigma2_seed_problem + tau2/k;
+tau2 comes from the counts themselves, p^(1 - p^) k / (k - 1) averaged over (s, p) (unbiased for
+p (1 - p)), which needs k >= 2. Each component is its moment estimate truncated at 0 (REML gives
+the same for a balanced table when positive: tests/test_noise.py checks statsmodels' MixedLM).
+
+A run's score has variance  seed part (sigma2_seed + sigma2_seed_problem / P)  +  k part (tau2 / (k P)),
+what the seeds' spread shows on this problem set; the problem part sigma2_problem / P is shared by
+the cell's seeds and enters only an interval that generalises to the task's other problems.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from scipy import integrate, stats
+
+from analysis.stats import ALPHA, POWER
+from harness.grid import run_dir
+from harness.model import claims as declared_claims
+from harness.run import RunDir
+
+
+@dataclass(frozen=True)
+class NoiseParts:
+    """A cell's variance components (fractions of the score squared) and its design (S, P, k)."""
+
+    seeds: int
+    problems: int
+    k: int
+    mean: float
+    seed: float  # sigma2_seed
+    seed_problem: float  # sigma2_seed_problem
+    problem: float  # sigma2_problem
+    sample: float  # tau2, one sample's Bernoulli variance
+    ms_seed: float
+    ms_problem: float
+    ms_residual: float
+
+    @property
+    def seed_part(self) -> float:
+        """The training seed's variance of one run's score on this problem set."""
+        return self.seed + self.seed_problem / self.problems
+
+    def k_part(self, k: int | None = None) -> float:
+        """The k samples' variance of one run's score (at this k, or another)."""
+        return self.sample / ((k or self.k) * self.problems)
+
+    @property
+    def problem_part(self) -> float:
+        return self.problem / self.problems
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "seed_part": self.seed_part, "k_part": self.k_part(), "problem_part": self.problem_part}
+
+
+def decompose(counts, k: int) -> NoiseParts:
+    """The components of an S x P table of correct counts out of k (S, P >= 2; k >= 2)."""
+    counts = np.asarray(counts, dtype=float)
+    if counts.ndim != 2 or min(counts.shape) < 2 or k < 2:
+        raise ValueError(f"decompose needs >= 2 seeds, >= 2 problems and k >= 2; got {counts.shape} and k = {k}")
+    s, p = counts.shape
+    x = counts / k
+    grand, rows, cols = x.mean(), x.mean(1), x.mean(0)
+    ms_seed = p * ((rows - grand) ** 2).sum() / (s - 1)
+    ms_problem = s * ((cols - grand) ** 2).sum() / (p - 1)
+    ms_residual = ((x - rows[:, None] - cols[None, :] + grand) ** 2).sum() / ((s - 1) * (p - 1))
+    sample = float((x * (1 - x)).mean() * k / (k - 1))
+    return NoiseParts(seeds=s, problems=p, k=k, mean=float(grand),
+                      seed=max(0.0, (ms_seed - ms_residual) / p), seed_problem=max(0.0, ms_residual - sample / k),
+                      problem=max(0.0, (ms_problem - ms_residual) / s), sample=sample,
+                      ms_seed=float(ms_seed), ms_problem=float(ms_problem), ms_residual=float(ms_residual))
+
+
+def interval(parts: NoiseParts, over_problems: bool = True) -> dict:
+    """The cell mean's 95% t interval and the shares of its variance. Over the seeds on this problem
+    set: Var = MS_seed / (S P), S - 1 df (the seeds' usual t interval); over the problems too:
+    Var = (MS_seed + MS_problem - MS_residual) / (S P), Satterthwaite's df."""
+    s, p = parts.seeds, parts.problems
+    terms = [(parts.ms_seed, s - 1)] + ([(parts.ms_problem, p - 1), (-parts.ms_residual, (s - 1) * (p - 1))]
+                                        if over_problems else [])
+    total = max(sum(ms for ms, _ in terms), parts.ms_seed if over_problems else 0.0)  # never below the seeds' own
+    df = total ** 2 / sum(ms ** 2 / dof for ms, dof in terms) if total > 0 else math.inf
+    half = stats.t.ppf(1 - ALPHA / 2, df) * math.sqrt(total / (s * p)) if total > 0 else 0.0
+    shares = {"seed": parts.seed_part / s, "k": parts.k_part() / s, "problem": parts.problem_part if over_problems else 0.0}
+    scale = sum(shares.values())
+    return {"estimate": parts.mean, "low": parts.mean - half, "high": parts.mean + half, "df": df,
+            "over_problems": over_problems, "variance": total / (s * p),
+            "shares": {key: (value / scale if scale > 0 else math.nan) for key, value in shares.items()}}
+
+
+def contrast_se(arms: list[tuple[float, NoiseParts]], n: int, k: int) -> float:
+    """The standard error of sum_i w_i (cell mean_i) with n seeds per cell, each scored with k samples
+    per problem, on the cells' shared problem set (the problem draw cancels). The arms are treated as
+    independent: a pairing of seeds across cells whose seed effects correlate positively makes it smaller."""
+    return math.sqrt(sum(w * w * (parts.seed_part + parts.k_part(k)) / n for w, parts in arms))
+
+
+def plan(arms: list[tuple[float, NoiseParts]], target_se: float, *, seeds_now: int, k_now: int,
+         train_cost: float, sample_cost: float, max_seeds: int = 200, max_k: int = 1024) -> dict:
+    """The cheapest (n seeds per cell, k) whose contrast SE is at most ``target_se``, against more seeds
+    at the current k and a larger k on the current seeds. Cost of getting there, in the caller's unit:
+    each new run costs ``train_cost`` plus k x ``sample_cost`` (``sample_cost``: scoring one sample per
+    problem at every evaluated checkpoint of one run); raising k on an existing run costs its extra
+    samples only (its checkpoints are rescored, not retrained)."""
+    cells = len(arms)
+
+    def cost(n: int, k: int) -> float:
+        new = max(0, n - seeds_now) * cells * (train_cost + k * sample_cost)
+        return new + min(n, seeds_now) * cells * max(0, k - k_now) * sample_cost
+
+    def option(n, k):
+        return None if n is None else {"seeds": n, "k": k, "se": contrast_se(arms, n, k), "cost": cost(n, k)}
+
+    def seeds_for(k):
+        need = sum(w * w * (parts.seed_part + parts.k_part(k)) for w, parts in arms) / target_se ** 2
+        n = max(2, seeds_now, math.ceil(need - 1e-12))
+        return n if n <= max_seeds else None
+
+    seeds_only = option(seeds_for(k_now), k_now)
+    k_only = next((option(seeds_now, k) for k in range(k_now, max_k + 1)
+                   if contrast_se(arms, seeds_now, k) <= target_se), None)
+    candidates = [option(seeds_for(k), k) for k in range(k_now, max_k + 1)]
+    candidates = [c for c in candidates if c is not None]
+    cheapest = min(candidates, key=lambda c: (c["cost"], c["seeds"])) if candidates else None
+    now = contrast_se(arms, seeds_now, k_now)
+    if now <= target_se:
+        verdict = "reached"
+    elif cheapest is None:
+        verdict = "out of range"
+    else:
+        verdict = "larger k" if cheapest["seeds"] == seeds_now else "more seeds" if cheapest["k"] == k_now else \
+            "more seeds and a larger k"
+    return {"target_se": target_se, "se_now": now, "seeds_now": seeds_now, "k_now": k_now,
+            "train_cost": train_cost, "sample_cost": sample_cost, "seeds_only": seeds_only, "k_only": k_only,
+            "cheapest": cheapest, "cheaper": verdict}
+
+
+def expected_max_normal(m: int) -> float:
+    """E[max of m independent standard normals] (order statistics: the integral of x m phi(x) Phi(x)^(m-1))."""
+    if m < 1:
+        raise ValueError(f"expected_max_normal needs m >= 1, got {m}")
+    value, _ = integrate.quad(lambda x: x * m * stats.norm.pdf(x) * stats.norm.cdf(x) ** (m - 1), -np.inf, np.inf)
+    return float(value)
+
+
+def selection_inflation(parts: NoiseParts, evaluations: int) -> float:
+    """How far the best of a run's ``evaluations`` scores lies above its true score in expectation when
+    the run does not improve: sqrt(k part) x E[max of m normals]. The k samples differ from checkpoint
+    to checkpoint, the problems do not (their draw shifts every checkpoint alike and inflates nothing)."""
+    return math.sqrt(parts.k_part()) * expected_max_normal(evaluations)
+
+
+def _counts_at_fixed_step(config: dict, runs: list) -> tuple[np.ndarray | None, int, int, int, str]:
+    """The cell's S x P table of correct counts at each run's fixed step, k, the fewest evaluations
+    of a run and how many runs had no counts there (a diverged run: its fixed-step score is 0 by rule,
+    not a measurement), or None and why."""
+    from analysis.curves import test_task  # analysis.curves imports nothing of this module
+
+    task = test_task(config["eval"])
+    table, ks, evaluations, left_out = [], set(), [], 0
+    for run in runs:
+        rows = RunDir(run_dir(config, run.recipe, run.lag, run.seed)).read_eval(task)
+        row = next((r for r in rows if r["step"] == run.summary.fixed_step), None)
+        if row is None or "per_problem" not in row:
+            left_out += 1
+            continue
+        table.append(row["per_problem"])
+        ks.add(int(row["k"]))
+        evaluations.append(len(rows))
+    if len({len(r) for r in table}) > 1 or len(ks) > 1:
+        return None, 0, 0, left_out, "the runs' problem sets or k differ"
+    k = ks.pop() if ks else 0
+    if len(table) < 2 or k < 2 or len(table[0]) < 2:
+        return None, k, 0, left_out, f"{len(table)} run(s) with counts, k = {k}: needs 2 seeds, 2 problems, k >= 2"
+    return np.array(table, dtype=float), k, min(evaluations), left_out, ""
+
+
+def measured_costs(config: dict) -> dict | None:
+    """One run's training and one unit of k, in median wall seconds of the grid's train and evaluate
+    jobs (analysis.provenance's Snakemake benchmark files; an evaluate job scores one run's
+    checkpoints with k samples); None without them."""
+    from analysis.provenance import benchmark_rows
+
+    rows = {row["rule"]: row for row in benchmark_rows(config)}
+    train, evaluate = (rows.get(rule, {}).get("median_wall_s") for rule in ("train", "evaluate"))
+    if not train or not evaluate:
+        return None
+    return {"train_cost": train, "sample_cost": evaluate / int(config["eval"]["k"]), "unit": "wall s (median job)"}
+
+
+def summarize_noise(config: dict, runs: list, reference_lag: int) -> dict:
+    """summary.json's "noise": per cell its components at the fixed step, both intervals and the
+    selection inflation of its best-checkpoint score; per claim on a score, the plan to reach the
+    standard error that detects its smallest effect (two-sided ALPHA, power POWER)."""
+    grouped: dict = {}
+    for run in runs:
+        grouped.setdefault((run.recipe, run.lag), []).append(run)
+    cells, parts_of = [], {}
+    for (recipe, lag), cell_runs in grouped.items():
+        table, k, evaluations, left_out, why = _counts_at_fixed_step(config, cell_runs)
+        entry = {"recipe": recipe, "lag": lag, "runs_left_out": left_out}
+        if table is None:
+            cells.append({**entry, "why": why})
+            continue
+        parts = parts_of[recipe, lag] = decompose(table, k)
+        cells.append({**entry, "parts": parts.as_dict(), "over_seeds": interval(parts, over_problems=False),
+                      "over_problems": interval(parts), "evaluations": evaluations,
+                      "inflation": selection_inflation(parts, evaluations)})
+    costs = measured_costs(config)
+    z = stats.norm.ppf(1 - ALPHA / 2) + stats.norm.ppf(POWER)
+    plans = []
+    for claim in declared_claims(config):
+        if claim.kind == "collapse":
+            continue
+        arms = [(w, parts_of.get((recipe, lag))) for w, recipe, lag in claim.cells(reference_lag)]
+        entry = {"claim": claim.name, "metric": "fixed", "target_se": claim.smallest_effect / z}
+        if any(parts is None for _, parts in arms) or costs is None:
+            plans.append({**entry, "why": "no costs measured (Snakemake benchmark files)" if costs is None
+                          else "a cell of the claim has no noise components"})
+            continue
+        plans.append({**entry, **plan(arms, entry["target_se"], seeds_now=min(p.seeds for _, p in arms),
+                                      k_now=arms[0][1].k, **{key: costs[key] for key in ("train_cost", "sample_cost")}),
+                      "unit": costs["unit"]})
+    return {"endpoint": "fixed-step score", "cells": cells, "plans": plans}
+
+
+def _pct(value: float) -> str:
+    return f"{100 * value:.1f}"
+
+
+def sections(summary: dict) -> list[tuple[str, list[str], list[list[str]]]]:
+    """The report's "noise: seed vs evaluation" tables (analysis.tables.sections appends them)."""
+    noise = summary.get("noise")
+    if not noise:
+        return []
+    rows = []
+    for cell in noise["cells"]:
+        if "parts" not in cell:
+            rows.append([cell["recipe"], str(cell["lag"]), "–", "–", "–", "–", "–", cell["why"]])
+            continue
+        parts, seeds, problems = cell["parts"], cell["over_seeds"], cell["over_problems"]
+        shares = problems["shares"]
+        rows.append([cell["recipe"], str(cell["lag"]), f"{parts['seeds']} x {parts['problems']} x k {parts['k']}",
+                     f"{_pct(math.sqrt(parts['seed_part']))} / {_pct(math.sqrt(parts['k_part']))} / "
+                     f"{_pct(math.sqrt(parts['problem_part']))}",
+                     f"{_pct(seeds['estimate'])} [{_pct(seeds['low'])}, {_pct(seeds['high'])}]",
+                     f"{_pct(problems['low'])}, {_pct(problems['high'])} (seed {_pct(shares['seed'])}%, "
+                     f"k {_pct(shares['k'])}%, problems {_pct(shares['problem'])}%)",
+                     f"+{_pct(cell['inflation'])} (m = {cell['evaluations']})",
+                     f"{cell['runs_left_out']} run(s) without counts" if cell["runs_left_out"] else ""])
+    out = [("noise: seed vs evaluation, fixed-step score, % (analysis.noise: two-way random effects, seed x problem)",
+            ["recipe", "lag", "seeds x problems x k", "SD of a run's score: seed / k samples / problem draw",
+             "mean [95% CI over seeds, this problem set]", "95% CI over seeds and problems (variance shares)",
+             "best-checkpoint inflation if flat", "note"], rows)]
+    plan_rows = []
+    for p in noise["plans"]:
+        if "cheapest" not in p:
+            plan_rows.append([p["claim"], _pct(p["target_se"]), "–", "–", "–", "–", p["why"]])
+            continue
+
+        def text(option):
+            return "out of range" if option is None else \
+                f"{option['seeds']} seeds x k {option['k']} (cost {option['cost']:.0f})"
+        plan_rows.append([p["claim"], _pct(p["target_se"]), f"{_pct(p['se_now'])} ({p['seeds_now']} seeds x k {p['k_now']})",
+                          text(p["seeds_only"]), text(p["k_only"]), text(p["cheapest"]), p["cheaper"]])
+    if plan_rows:
+        out.append(("noise: seeds vs k to decide each claim on the fixed-step score (target SE = smallest effect / "
+                    "(z_0.975 + z_0.8); cost in the grid's median job wall s: a new run = train + k x evaluate / k)",
+                    ["claim", "target SE, %", "SE now, %", "more seeds", "larger k", "cheapest", "cheaper"], plan_rows))
+    return out
