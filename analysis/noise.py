@@ -26,10 +26,12 @@ the cell's seeds and enters only an interval that generalises to the task's othe
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import numpy as np
 from scipy import integrate, stats
+from statsmodels.stats.power import TTestPower
 
 from analysis.stats import ALPHA, POWER
 from harness.grid import run_dir
@@ -105,49 +107,69 @@ def interval(parts: NoiseParts, over_problems: bool = True) -> dict:
             "shares": {key: (value / scale if scale > 0 else math.nan) for key, value in shares.items()}}
 
 
-def contrast_se(arms: list[tuple[float, NoiseParts]], n: int, k: int) -> float:
-    """The standard error of sum_i w_i (cell mean_i) with n seeds per cell, each scored with k samples
-    per problem, on the cells' shared problem set (the problem draw cancels). The arms are treated as
-    independent: a pairing of seeds across cells whose seed effects correlate positively makes it smaller."""
-    return math.sqrt(sum(w * w * (parts.seed_part + parts.k_part(k)) / n for w, parts in arms))
+def contrast_spread(arms: list[tuple[float, NoiseParts]], k: int) -> float:
+    """The sd of one seed's value of the contrast sum_i w_i (cell score_i), each cell scored with k
+    samples per problem on the cells' shared problem set (the problem draw cancels). The cells are
+    treated as independent: a pairing of seeds whose seed effects correlate positively makes it smaller."""
+    return math.sqrt(sum(w * w * (parts.seed_part + parts.k_part(k)) for w, parts in arms))
 
 
-def plan(arms: list[tuple[float, NoiseParts]], target_se: float, *, seeds_now: int, k_now: int,
-         train_cost: float, sample_cost: float, max_seeds: int = 200, max_k: int = 1024) -> dict:
-    """The cheapest (n seeds per cell, k) whose contrast SE is at most ``target_se``, against more seeds
-    at the current k and a larger k on the current seeds. Cost of getting there, in the caller's unit:
-    each new run costs ``train_cost`` plus k x ``sample_cost`` (``sample_cost``: scoring one sample per
-    problem at every evaluated checkpoint of one run); raising k on an existing run costs its extra
-    samples only (its checkpoints are rescored, not retrained)."""
+def t_test_detects(smallest_effect: float) -> Callable[[float, int], bool]:
+    """analysis.contrasts.seeds_needed's rule: the two-sided t test of n per-seed contrasts (sd
+    ``spread``) detects ``smallest_effect`` with POWER at ALPHA (statsmodels TTestPower)."""
+    def enough(spread: float, n: int) -> bool:
+        # "not below": statsmodels' power is NaN where it is 1 to machine precision (as seeds_needed reads it)
+        return spread == 0 or not TTestPower().power(effect_size=abs(smallest_effect) / spread, nobs=n,
+                                                     alpha=ALPHA) < POWER
+    return enough
+
+
+def plan(arms: list[tuple[float, NoiseParts]], enough: Callable[[float, int], bool], *, seeds_now: int, k_now: int,
+         train_cost: float, sample_cost: float, max_seeds: int = 200, max_k: int = 256) -> dict:
+    """The cheapest (n seeds per cell, k) at which ``enough(spread, n)`` holds (e.g. t_test_detects),
+    against more seeds at the current k and a larger k on the current seeds. Cost of getting there, in
+    the caller's unit: each new run costs ``train_cost`` plus k x ``sample_cost`` (``sample_cost``:
+    scoring one sample per problem at every evaluated checkpoint of one run); raising k on an existing
+    run costs its extra samples only (its checkpoints are rescored, not retrained)."""
     cells = len(arms)
 
     def cost(n: int, k: int) -> float:
         new = max(0, n - seeds_now) * cells * (train_cost + k * sample_cost)
         return new + min(n, seeds_now) * cells * max(0, k - k_now) * sample_cost
 
-    def option(n, k):
-        return None if n is None else {"seeds": n, "k": k, "se": contrast_se(arms, n, k), "cost": cost(n, k)}
+    def option(n: int | None, k: int) -> dict | None:
+        return None if n is None else {"seeds": n, "k": k, "sd": contrast_spread(arms, k), "cost": cost(n, k)}
 
-    def seeds_for(k):
-        need = sum(w * w * (parts.seed_part + parts.k_part(k)) for w, parts in arms) / target_se ** 2
-        n = max(2, seeds_now, math.ceil(need - 1e-12))
-        return n if n <= max_seeds else None
+    def fewest(ok: Callable[[int], bool], low: int, high: int) -> int | None:
+        """The smallest x in [low, high] with ok(x), ok monotone; None if ok(high) fails."""
+        if not ok(high):
+            return None
+        while low < high:
+            mid = (low + high) // 2
+            low, high = (low, mid) if ok(mid) else (mid + 1, high)
+        return low
+
+    def seeds_for(k: int) -> int | None:
+        return fewest(lambda n: enough(contrast_spread(arms, k), n), max(2, seeds_now), max_seeds)
 
     seeds_only = option(seeds_for(k_now), k_now)
-    k_only = next((option(seeds_now, k) for k in range(k_now, max_k + 1)
-                   if contrast_se(arms, seeds_now, k) <= target_se), None)
-    candidates = [option(seeds_for(k), k) for k in range(k_now, max_k + 1)]
-    candidates = [c for c in candidates if c is not None]
-    cheapest = min(candidates, key=lambda c: (c["cost"], c["seeds"])) if candidates else None
-    now = contrast_se(arms, seeds_now, k_now)
-    if now <= target_se:
+    k_only = option(seeds_now, k) if (k := fewest(lambda k: enough(contrast_spread(arms, k), seeds_now),
+                                                   k_now, max_k)) is not None else None
+    cheapest = seeds_only
+    for k in range(k_now + 1, max_k + 1):
+        if cheapest is not None and seeds_now * cells * (k - k_now) * sample_cost >= cheapest["cost"]:
+            break  # the rescoring alone costs more from here on
+        candidate = option(seeds_for(k), k)
+        if candidate is not None and (cheapest is None or candidate["cost"] < cheapest["cost"]):
+            cheapest = candidate
+    if enough(contrast_spread(arms, k_now), seeds_now):
         verdict = "reached"
     elif cheapest is None:
         verdict = "out of range"
     else:
         verdict = "larger k" if cheapest["seeds"] == seeds_now else "more seeds" if cheapest["k"] == k_now else \
             "more seeds and a larger k"
-    return {"target_se": target_se, "se_now": now, "seeds_now": seeds_now, "k_now": k_now,
+    return {"sd_now": contrast_spread(arms, k_now), "seeds_now": seeds_now, "k_now": k_now,
             "train_cost": train_cost, "sample_cost": sample_cost, "seeds_only": seeds_only, "k_only": k_only,
             "cheapest": cheapest, "cheaper": verdict}
 
@@ -207,8 +229,8 @@ def measured_costs(config: dict) -> dict | None:
 
 def summarize_noise(config: dict, runs: list, reference_lag: int) -> dict:
     """summary.json's "noise": per cell its components at the fixed step, both intervals and the
-    selection inflation of its best-checkpoint score; per claim on a score, the plan to reach the
-    standard error that detects its smallest effect (two-sided ALPHA, power POWER)."""
+    selection inflation of its best-checkpoint score; per claim on a score, the plan (seeds vs k) at
+    which the paired t test detects its smallest effect (two-sided ALPHA, power POWER)."""
     grouped: dict = {}
     for run in runs:
         grouped.setdefault((run.recipe, run.lag), []).append(run)
@@ -224,18 +246,18 @@ def summarize_noise(config: dict, runs: list, reference_lag: int) -> dict:
                       "over_problems": interval(parts), "evaluations": evaluations,
                       "inflation": selection_inflation(parts, evaluations)})
     costs = measured_costs(config)
-    z = stats.norm.ppf(1 - ALPHA / 2) + stats.norm.ppf(POWER)
     plans = []
     for claim in declared_claims(config):
         if claim.kind == "collapse":
             continue
         arms = [(w, parts_of.get((recipe, lag))) for w, recipe, lag in claim.cells(reference_lag)]
-        entry = {"claim": claim.name, "metric": "fixed", "target_se": claim.smallest_effect / z}
+        entry = {"claim": claim.name, "metric": "fixed", "smallest_effect": claim.smallest_effect,
+                 "rule": "paired t test detects it with POWER at ALPHA (analysis.contrasts.seeds_needed's)"}
         if any(parts is None for _, parts in arms) or costs is None:
             plans.append({**entry, "why": "no costs measured (Snakemake benchmark files)" if costs is None
                           else "a cell of the claim has no noise components"})
             continue
-        plans.append({**entry, **plan(arms, entry["target_se"], seeds_now=min(p.seeds for _, p in arms),
+        plans.append({**entry, **plan(arms, t_test_detects(claim.smallest_effect), seeds_now=min(p.seeds for _, p in arms),
                                       k_now=arms[0][1].k, **{key: costs[key] for key in ("train_cost", "sample_cost")}),
                       "unit": costs["unit"]})
     return {"endpoint": "fixed-step score", "cells": cells, "plans": plans}
@@ -272,16 +294,19 @@ def sections(summary: dict) -> list[tuple[str, list[str], list[list[str]]]]:
     plan_rows = []
     for p in noise["plans"]:
         if "cheapest" not in p:
-            plan_rows.append([p["claim"], _pct(p["target_se"]), "–", "–", "–", "–", p["why"]])
+            plan_rows.append([p["claim"], _pct(p["smallest_effect"]), "–", "–", "–", "–", p["why"]])
             continue
 
         def text(option):
             return "out of range" if option is None else \
                 f"{option['seeds']} seeds x k {option['k']} (cost {option['cost']:.0f})"
-        plan_rows.append([p["claim"], _pct(p["target_se"]), f"{_pct(p['se_now'])} ({p['seeds_now']} seeds x k {p['k_now']})",
+        plan_rows.append([p["claim"], _pct(p["smallest_effect"]),
+                          f"{_pct(p['sd_now'])} ({p['seeds_now']} seeds x k {p['k_now']})",
                           text(p["seeds_only"]), text(p["k_only"]), text(p["cheapest"]), p["cheaper"]])
     if plan_rows:
-        out.append(("noise: seeds vs k to decide each claim on the fixed-step score (target SE = smallest effect / "
-                    "(z_0.975 + z_0.8); cost in the grid's median job wall s: a new run = train + k x evaluate / k)",
-                    ["claim", "target SE, %", "SE now, %", "more seeds", "larger k", "cheapest", "cheaper"], plan_rows))
+        out.append(("noise: seeds vs k to decide each claim on the fixed-step score (the paired t test detects the "
+                    "smallest effect with power 0.8 at 0.05; cost in the grid's median job wall s: a new run = "
+                    "train + k x evaluate / k, a larger k on a run = its extra samples)",
+                    ["claim", "smallest effect, %", "sd of a seed's contrast now, %", "more seeds", "larger k",
+                     "cheapest", "cheaper"], plan_rows))
     return out

@@ -11,7 +11,8 @@ import statsmodels.formula.api as smf
 from scipy import stats
 
 from analysis import noise
-from analysis.noise import NoiseParts, contrast_se, decompose, expected_max_normal, interval, plan
+from analysis.contrasts import seeds_needed
+from analysis.noise import NoiseParts, contrast_spread, decompose, expected_max_normal, interval, plan, t_test_detects
 from analysis.summary import collect
 from harness.grid import run_dir
 from harness.run import RunDir
@@ -86,6 +87,11 @@ def parts_of(seed, sample, problems=20, k=2, seeds=5):
                       sample=sample, ms_seed=math.nan, ms_problem=math.nan, ms_residual=math.nan)
 
 
+def se_at_most(target):
+    """The rule of the hand-worked plans: the standard error sd / sqrt(n) at most ``target`` (float slack)."""
+    return lambda sd, n: sd / math.sqrt(n) <= target * (1 + 1e-9)
+
+
 def test_plan_more_seeds_and_a_larger_k_by_hand():
     # two cells (w = +-1), seed part 0.01, tau2 0.2 over 20 problems: k part 0.01 / k;
     # SE^2 = 2 (0.01 + 0.01 / k) / n <= 0.05^2  <=>  n >= 8 (1 + 1 / k); now 5 seeds x k 2 (train 10, sample 1):
@@ -94,8 +100,8 @@ def test_plan_more_seeds_and_a_larger_k_by_hand():
     #   k 3: n 11, 6 x 2 x 13 + 5 x 2 x 1 = 166; k 4: n 10, 5 x 2 x 14 + 5 x 2 x 2 = 160 (the cheapest);
     #   k 5: n 10, 150 + 30 = 180; k 6: 160 + 40; k 8: n 9, 4 x 2 x 18 + 5 x 2 x 6 = 204
     arms = [(1.0, parts_of(0.01, 0.2)), (-1.0, parts_of(0.01, 0.2))]
-    assert contrast_se(arms, 5, 2) == pytest.approx(math.sqrt(0.02 * 1.5 / 5))
-    out = plan(arms, 0.05, seeds_now=5, k_now=2, train_cost=10.0, sample_cost=1.0, max_k=64)
+    assert contrast_spread(arms, 2) == pytest.approx(math.sqrt(0.02 * 1.5))
+    out = plan(arms, se_at_most(0.05), seeds_now=5, k_now=2, train_cost=10.0, sample_cost=1.0, max_k=64)
     assert (out["seeds_only"]["seeds"], out["seeds_only"]["cost"]) == (12, 168.0)
     assert out["k_only"] is None
     assert (out["cheapest"]["seeds"], out["cheapest"]["k"], out["cheapest"]["cost"]) == (10, 4, 160.0)
@@ -107,11 +113,19 @@ def test_plan_a_larger_k_alone_by_hand():
     #   larger k: 0.001 + 0.01 / k <= 0.002 at k = 10: rescoring 10 runs x 2 cells x 8 more samples = 160
     #   more seeds at k 2: n = 2 x 0.006 / 0.0004 = 30, 20 new runs x 2 x (10 + 2) = 480
     arms = [(1.0, parts_of(0.001, 0.2, seeds=10)), (-1.0, parts_of(0.001, 0.2, seeds=10))]
-    out = plan(arms, 0.02, seeds_now=10, k_now=2, train_cost=10.0, sample_cost=1.0, max_k=64)
+    out = plan(arms, se_at_most(0.02), seeds_now=10, k_now=2, train_cost=10.0, sample_cost=1.0, max_k=64)
     assert (out["k_only"]["k"], out["k_only"]["cost"]) == (10, 160.0)
     assert (out["seeds_only"]["seeds"], out["seeds_only"]["cost"]) == (30, 480.0)
     assert out["cheapest"] == out["k_only"] and out["cheaper"] == "larger k"
-    assert plan(arms, 0.05, seeds_now=10, k_now=2, train_cost=10.0, sample_cost=1.0)["cheaper"] == "reached"
+    assert plan(arms, se_at_most(0.05), seeds_now=10, k_now=2, train_cost=10.0, sample_cost=1.0)["cheaper"] == "reached"
+
+
+def test_the_default_rule_is_the_claims_seeds_needed():
+    """At the current k, the plan's seeds are analysis.contrasts.seeds_needed's for the spread the
+    components predict (the paired t test's power, statsmodels)."""
+    arms = [(1.0, parts_of(0.004, 0.2)), (-1.0, parts_of(0.006, 0.2))]
+    out = plan(arms, t_test_detects(0.1), seeds_now=2, k_now=4, train_cost=10.0, sample_cost=1.0, max_k=8)
+    assert out["seeds_only"]["seeds"] == seeds_needed(0.1, math.sqrt(0.004 + 0.006 + 2 * 0.2 / (4 * 20))) > 2
 
 
 def test_expected_maximum_of_normals():
@@ -163,7 +177,7 @@ def test_the_noise_section_on_a_fabricated_grid(tmp_path):
         assert cell["parts"] == decompose(table, 8).as_dict()
         assert cell["runs_left_out"] == 3 - len(table)
     (claim,) = out["plans"]
-    assert claim["target_se"] == pytest.approx(0.1 / (stats.norm.ppf(0.975) + stats.norm.ppf(0.8)))
+    assert claim["smallest_effect"] == 0.1 and claim["seeds_now"] == 2
     assert (claim["train_cost"], claim["sample_cost"]) == (40.0, 0.5)
     assert claim["cheaper"] in {"reached", "more seeds", "larger k", "more seeds and a larger k", "out of range"}
     (cells, plans) = noise.sections({"noise": out})
