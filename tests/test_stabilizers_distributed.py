@@ -1,5 +1,5 @@
 """Two gloo processes (torch.multiprocessing spawn, meeting through a rendezvous file) against one
-process on the concatenated batch: the global SAT quantile, the loss and the gradient must agree."""
+process on the concatenated batch: the global SAT quantile (P3O's batch ESS), the loss and the gradient must agree."""
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -11,6 +11,7 @@ CASES = [  # (loss, params)
     ("sat_grpo", {"quantile_scope": "global", "aggregation": "sample_mean"}),
     ("sat_gspo", {"quantile_scope": "global", "alpha": 0.8}),
     ("grpo", {"dual_clip_c": 3.0}),
+    ("p3o", {}),  # its batch ESS summed over the ranks, as P3O's code all-reduces it
 ]
 LENGTH = 7
 
@@ -43,7 +44,7 @@ def worker(rank, out_dir):
             batch = as_batch(rank_batch(rank), reduce)
             out = get(name)(batch, **params)
             out.loss.backward()
-            results[i] = (out.loss.detach(), batch.logp.grad, out.metrics.get("sat/q"))
+            results[i] = (out.loss.detach(), batch.logp.grad, out.metrics.get("sat/q", out.metrics.get("p3o/ess")))
         torch.save(results, f"{out_dir}/rank{rank}.pt")
     finally:
         dist.destroy_process_group()
@@ -71,6 +72,10 @@ def test_two_gloo_ranks_match_one_process(tmp_path):
             assert out.metrics["sat/gate_rate"].item() > 0  # the comparison exercises the gate
             for r in ranks:  # the global q is bit-identical to the single process's
                 assert torch.equal(r[i][2], out.metrics["sat/q"])
+        if name == "p3o":  # every rank's e_B is the concatenated batch's, and not 1 (the cap binds)
+            for r in ranks:
+                torch.testing.assert_close(r[i][2], out.metrics["p3o/ess"], rtol=1e-12, atol=0)
+            assert out.metrics["p3o/frac_capped"].item() > 0
 
 
 def test_microbatch_scope_differs_from_global():
