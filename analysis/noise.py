@@ -267,11 +267,16 @@ def _pct(value: float) -> str:
     return f"{100 * value:.1f}"
 
 
+def _best(value: float | None) -> str:
+    return "–" if value is None else _pct(value)
+
+
 def sections(summary: dict) -> list[tuple[str, list[str], list[list[str]]]]:
     """The report's "noise: seed vs evaluation" tables (analysis.tables.sections appends them)."""
     noise = summary.get("noise")
     if not noise:
         return []
+    best = {(c["recipe"], c["lag"]): c["stats"]["best"]["estimate"] for c in summary.get("cells", [])}
     rows = []
     for cell in noise["cells"]:
         if "parts" not in cell:
@@ -285,12 +290,12 @@ def sections(summary: dict) -> list[tuple[str, list[str], list[list[str]]]]:
                      f"{_pct(seeds['estimate'])} [{_pct(seeds['low'])}, {_pct(seeds['high'])}]",
                      f"{_pct(problems['low'])}, {_pct(problems['high'])} (seed {_pct(shares['seed'])}%, "
                      f"k {_pct(shares['k'])}%, problems {_pct(shares['problem'])}%)",
-                     f"+{_pct(cell['inflation'])} (m = {cell['evaluations']})",
+                     f"{_best(best.get((cell['recipe'], cell['lag'])))} (+{_pct(cell['inflation'])}, m = {cell['evaluations']})",
                      f"{cell['runs_left_out']} run(s) without counts" if cell["runs_left_out"] else ""])
     out = [("noise: seed vs evaluation, fixed-step score, % (analysis.noise: two-way random effects, seed x problem)",
             ["recipe", "lag", "seeds x problems x k", "SD of a run's score: seed / k samples / problem draw",
              "mean [95% CI over seeds, this problem set]", "95% CI over seeds and problems (variance shares)",
-             "best-checkpoint inflation if flat", "note"], rows)]
+             "best-checkpoint score (its inflation if the run were flat, m evaluations)", "note"], rows)]
     plan_rows = []
     for p in noise["plans"]:
         if "cheapest" not in p:

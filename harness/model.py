@@ -142,7 +142,7 @@ class Config:
     recipes: tuple[str, ...]
     """Recipe names (stabilizers/recipes.yaml or extra_recipes): the rows of the table."""
     extra_recipes: MappingProxyType
-    """The config's own recipes, name -> {loss, params, routing_replay, tis, rollout_is}."""
+    """The config's own recipes, name -> {loss, params, routing_replay, tis, rollout_is, veto}."""
     lags: tuple[int, ...]
     """Configured staleness values: the columns of the table."""
     lag_mode: str
