@@ -31,7 +31,6 @@ from ._surrogate import masked_mean
 from .api import PolicyBatch, ranges
 
 
-
 @ranges(threshold="(0, 1]", scope=("suffix", "non_trigger_suffix", "sequence", "trigger"))
 def veto_mask(batch: PolicyBatch, *, threshold: float = 1.0e-4,
               scope: str = "suffix") -> tuple[torch.Tensor, dict]:

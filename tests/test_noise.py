@@ -16,7 +16,7 @@ from analysis.noise import NoiseParts, contrast_spread, decompose, expected_max_
 from analysis.summary import collect
 from harness.grid import run_dir
 from harness.run import RunDir
-from tests.support.grid_fixture import make_config, make_grid
+from tests.support.grid_fixture import make_grid
 
 
 def test_decompose_by_hand():
