@@ -97,7 +97,9 @@ def interval(parts: NoiseParts, over_problems: bool = True) -> dict:
     s, p = parts.seeds, parts.problems
     terms = [(parts.ms_seed, s - 1)] + ([(parts.ms_problem, p - 1), (-parts.ms_residual, (s - 1) * (p - 1))]
                                         if over_problems else [])
-    total = max(sum(ms for ms, _ in terms), parts.ms_seed if over_problems else 0.0)  # never below the seeds' own
+    total = sum(ms for ms, _ in terms)
+    if total < parts.ms_seed:  # the problem part's estimate below 0: the seeds' own interval
+        terms, total = terms[:1], parts.ms_seed
     df = total ** 2 / sum(ms ** 2 / dof for ms, dof in terms) if total > 0 else math.inf
     half = stats.t.ppf(1 - ALPHA / 2, df) * math.sqrt(total / (s * p)) if total > 0 else 0.0
     shares = {"seed": parts.seed_part / s, "k": parts.k_part() / s, "problem": parts.problem_part if over_problems else 0.0}
