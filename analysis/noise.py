@@ -33,6 +33,7 @@ import numpy as np
 from scipy import integrate, stats
 from statsmodels.stats.power import TTestPower
 
+from analysis.contrasts import tost_power
 from analysis.stats import ALPHA, POWER
 from harness.grid import run_dir
 from harness.model import claims as declared_claims
@@ -116,14 +117,20 @@ def contrast_spread(arms: list[tuple[float, NoiseParts]], k: int) -> float:
     return math.sqrt(sum(w * w * (parts.seed_part + parts.k_part(k)) for w, parts in arms))
 
 
-def t_test_detects(smallest_effect: float) -> Callable[[float, int], bool]:
+def t_test_detects(smallest_effect: float, alpha: float = ALPHA) -> Callable[[float, int], bool]:
     """analysis.contrasts.seeds_needed's rule: the two-sided t test of n per-seed contrasts (sd
-    ``spread``) detects ``smallest_effect`` with POWER at ALPHA (statsmodels TTestPower)."""
+    ``spread``) detects ``smallest_effect`` with POWER at ``alpha`` (statsmodels TTestPower)."""
     def enough(spread: float, n: int) -> bool:
         # "not below": statsmodels' power is NaN where it is 1 to machine precision (as seeds_needed reads it)
         return spread == 0 or not TTestPower().power(effect_size=abs(smallest_effect) / spread, nobs=n,
-                                                     alpha=ALPHA) < POWER
+                                                     alpha=alpha) < POWER
     return enough
+
+
+def tost_shows_equivalence(margin: float, alpha: float = 2 * ALPHA) -> Callable[[float, int], bool]:
+    """analysis.contrasts.seeds_needed_equivalence's rule: the two-sided interval at ``alpha`` lies inside
+    +-margin with POWER when the true contrast is 0 (its tost_power)."""
+    return lambda spread, n: spread == 0 or tost_power(margin, spread, n, alpha / 2) >= POWER
 
 
 def plan(arms: list[tuple[float, NoiseParts]], enough: Callable[[float, int], bool], *, seeds_now: int, k_now: int,
@@ -232,7 +239,8 @@ def measured_costs(config: dict) -> dict | None:
 def summarize_noise(config: dict, runs: list, reference_lag: int) -> dict:
     """summary.json's "noise": per cell its components at the fixed step, both intervals and the
     selection inflation of its best-checkpoint score; per claim on a score, the plan (seeds vs k) at
-    which the paired t test detects its smallest effect (two-sided ALPHA, power POWER)."""
+    which its test decides it with POWER (analysis.contrasts' seeds-needed rules, at ALPHA over the
+    number of claims: the claims' Bonferroni level when no seed schedule spends it further)."""
     grouped: dict = {}
     for run in runs:
         grouped.setdefault((run.recipe, run.lag), []).append(run)
@@ -249,17 +257,22 @@ def summarize_noise(config: dict, runs: list, reference_lag: int) -> dict:
                       "inflation": selection_inflation(parts, evaluations)})
     costs = measured_costs(config)
     plans = []
-    for claim in declared_claims(config):
+    declared = declared_claims(config)
+    level = ALPHA / max(len(declared), 1)  # the claims' level without a seed schedule: Bonferroni over them
+    for claim in declared:
         if claim.kind == "collapse":
             continue
         arms = [(w, parts_of.get((recipe, lag))) for w, recipe, lag in claim.cells(reference_lag)]
-        entry = {"claim": claim.name, "metric": "fixed", "smallest_effect": claim.smallest_effect,
-                 "rule": "paired t test detects it with POWER at ALPHA (analysis.contrasts.seeds_needed's)"}
+        equivalence = claim.expect == "equivalent"
+        entry = {"claim": claim.name, "metric": "fixed", "smallest_effect": claim.smallest_effect, "alpha": level,
+                 "rule": "TOST shows equivalence" if equivalence else "the t test detects the smallest effect"}
         if any(parts is None for _, parts in arms) or costs is None:
             plans.append({**entry, "why": "no costs measured (Snakemake benchmark files)" if costs is None
                           else "a cell of the claim has no noise components"})
             continue
-        plans.append({**entry, **plan(arms, t_test_detects(claim.smallest_effect), seeds_now=min(p.seeds for _, p in arms),
+        rule = (tost_shows_equivalence(claim.smallest_effect, level) if equivalence
+                else t_test_detects(claim.smallest_effect, level))
+        plans.append({**entry, **plan(arms, rule, seeds_now=min(p.seeds for _, p in arms),
                                       k_now=arms[0][1].k, **{key: costs[key] for key in ("train_cost", "sample_cost")}),
                       "unit": costs["unit"]})
     return {"endpoint": "fixed-step score", "cells": cells, "plans": plans}
@@ -311,9 +324,9 @@ def sections(summary: dict) -> list[tuple[str, list[str], list[list[str]]]]:
                           f"{_pct(p['sd_now'])} ({p['seeds_now']} seeds x k {p['k_now']})",
                           text(p["seeds_only"]), text(p["k_only"]), text(p["cheapest"]), p["cheaper"]])
     if plan_rows:
-        out.append(("noise: seeds vs k to decide each claim on the fixed-step score (the paired t test detects the "
-                    "smallest effect with power 0.8 at 0.05; cost in the grid's median job wall s: a new run = "
-                    "train + k x evaluate / k, a larger k on a run = its extra samples)",
+        out.append(("noise: seeds vs k to decide each claim on the fixed-step score (its t test detects the smallest "
+                    "effect, or TOST shows equivalence, with power 0.8 at 0.05 over the claims; cost in the grid's "
+                    "median job wall s: a new run = train + k x evaluate / k, a larger k on a run = its extra samples)",
                     ["claim", "smallest effect, %", "sd of a seed's contrast now, %", "more seeds", "larger k",
                      "cheapest", "cheaper"], plan_rows))
     return out

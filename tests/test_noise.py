@@ -11,8 +11,17 @@ import statsmodels.formula.api as smf
 from scipy import stats
 
 from analysis import noise
-from analysis.contrasts import seeds_needed
-from analysis.noise import NoiseParts, contrast_spread, decompose, expected_max_normal, interval, plan, t_test_detects
+from analysis.contrasts import seeds_needed, seeds_needed_equivalence
+from analysis.noise import (
+    NoiseParts,
+    contrast_spread,
+    decompose,
+    expected_max_normal,
+    interval,
+    plan,
+    t_test_detects,
+    tost_shows_equivalence,
+)
 from analysis.summary import collect
 from harness.grid import run_dir
 from harness.run import RunDir
@@ -125,7 +134,13 @@ def test_the_default_rule_is_the_claims_seeds_needed():
     components predict (the paired t test's power, statsmodels)."""
     arms = [(1.0, parts_of(0.004, 0.2)), (-1.0, parts_of(0.006, 0.2))]
     out = plan(arms, t_test_detects(0.1), seeds_now=2, k_now=4, train_cost=10.0, sample_cost=1.0, max_k=8)
-    assert out["seeds_only"]["seeds"] == seeds_needed(0.1, math.sqrt(0.004 + 0.006 + 2 * 0.2 / (4 * 20))) > 2
+    spread = math.sqrt(0.004 + 0.006 + 2 * 0.2 / (4 * 20))
+    assert out["seeds_only"]["seeds"] == seeds_needed(0.1, spread) > 2
+    at_level = plan(arms, t_test_detects(0.1, 0.025), seeds_now=2, k_now=4, train_cost=10.0, sample_cost=1.0, max_k=8)
+    assert at_level["seeds_only"]["seeds"] == seeds_needed(0.1, spread, alpha=0.025) > out["seeds_only"]["seeds"]
+    equivalent = plan(arms, tost_shows_equivalence(0.1), seeds_now=2, k_now=4, train_cost=10.0, sample_cost=1.0,
+                      max_k=8)
+    assert equivalent["seeds_only"]["seeds"] == seeds_needed_equivalence(0.1, spread) > 2
 
 
 def test_expected_maximum_of_normals():
@@ -177,7 +192,7 @@ def test_the_noise_section_on_a_fabricated_grid(tmp_path):
         assert cell["parts"] == decompose(table, 8).as_dict()
         assert cell["runs_left_out"] == 3 - len(table)
     (claim,) = out["plans"]
-    assert claim["smallest_effect"] == 0.1 and claim["seeds_now"] == 2
+    assert claim["smallest_effect"] == 0.1 and claim["seeds_now"] == 2 and claim["alpha"] == 0.05  # one claim
     assert (claim["train_cost"], claim["sample_cost"]) == (40.0, 0.5)
     assert claim["cheaper"] in {"reached", "more seeds", "larger k", "more seeds and a larger k", "out of range"}
     (cells, plans) = noise.sections({"noise": out})
