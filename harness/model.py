@@ -212,7 +212,8 @@ class Seeding:
         section, count = config.get("seeding"), len(config["seeds"])
         if section is None:
             return None
-        looks = tuple(n for n in section["looks"] if n < count) + (min(section["looks"][-1], count),)
+        last = min(section["looks"][-1], count)
+        looks = tuple(n for n in section["looks"] if n < last) + (last,)
         return cls(looks, section["boundary"]) if len(looks) > 1 else None
 
 
