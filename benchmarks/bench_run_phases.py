@@ -68,7 +68,8 @@ def child_train(run_dir: str, config_json: str, out: Path) -> None:
     total = time.process_time()
     phases = {"start-up": clock.first, **clock.seconds}
     phases["train other"] = total - sum(phases.values())
-    out.write_text(json.dumps({"rc": code, "cpu": total, "phases": phases}))
+    out.write_text(json.dumps({"rc": code, "cpu": total, "phases": phases,
+                               "torch._dynamo imported": "torch._dynamo" in sys.modules}))
 
 
 def child_score(run_dir: str, tasks: list[str], settings_json: str, out: Path) -> None:
@@ -132,7 +133,8 @@ def timed_child(args, mode: list[str], out: Path) -> dict:
     result["time -v"] = {"user+sys s": float(usage["User time (seconds)"]) + float(usage["System time (seconds)"]),
                          "max RSS MiB": int(usage["Maximum resident set size (kbytes)"]) / 1024}
     # what the process's clock cannot see: interpreter shutdown after main returned
-    result["phases"]["exit"] = result["time -v"]["user+sys s"] - result["cpu"]
+    if "phases" in result:
+        result["phases"]["exit"] = result["time -v"]["user+sys s"] - result["cpu"]
     return result
 
 
@@ -177,13 +179,15 @@ def main() -> None:
         result["profile"] = timed_child(args, ["profile", run_config, str(grid_dir / "runs" / "profiled" / "lag0" / "seed0"),
                                                str(args.profile_steps)], grid_dir / "profile.json")
     (grid_dir / "phases.json").write_text(json.dumps(result, indent=2))
-    phases = {**result["train"]["phases"], "train exit": result["train"]["phases"].pop("exit"),
-              **result["score"]["phases"], "scoring exit": result["score"]["phases"].pop("exit")}
+    train, score = dict(result["train"]["phases"]), dict(result["score"]["phases"])
+    phases = {**train, "train exit": train.pop("exit"), **score, "scoring exit": score.pop("exit")}
+    phases.pop("exit")
     print(f"{args.tree}: {args.recipe} lag {args.lag} seed {args.seed}, {config['steps']} steps, env {args.env}")
     for name, seconds in phases.items():
         print(f"  {name:<18} {seconds:7.2f} CPU s")
     print(f"  train process      {result['train']['time -v']['user+sys s']:7.2f} user+sys s (time -v), "
-          f"evaluate process {result['score']['time -v']['user+sys s']:.2f}; sum {sum(phases.values()):.2f}")
+          f"evaluate process {result['score']['time -v']['user+sys s']:.2f}; sum {sum(phases.values()):.2f}; "
+          f"torch._dynamo imported by the train job: {result['train']['torch._dynamo imported']}")
     if args.profile_steps:
         for phase, tally in result["profile"]["per_step"].items():
             print(f"  per {phase} step: " + ", ".join(f"{k} {v:.0f}" for k, v in tally.items()))

@@ -18,6 +18,9 @@ llm-regime  a lower-entropy policy (150 warm-start steps instead of 100: greedy 
 """
 from __future__ import annotations
 
+# the rollout engine's weights and arithmetic (rollout.py); bfloat16_emulated: bf16 rounding in float32
+# arithmetic (rollout_bf16.py), the bf16 engine's mismatch without bf16 matmuls (fast on any x86 CPU)
+ROLLOUT_DTYPES = ("bfloat16", "float16", "float32", "bfloat16_emulated")
 MODEL_KNOBS = ("width", "layers", "heads", "experts", "top_k", "expert_hidden")
 WARMSTART_KNOBS = ("warmstart_steps", "warmstart_lr", "warmstart_batch", "warmstart_seed")
 
@@ -73,9 +76,8 @@ def _check(p: dict) -> None:
         raise ValueError(f"engine_params.vcpo_ess_lr must be true or false, got {p['vcpo_ess_lr']!r}")
     if p["reward"] not in ("exact", "partial"):
         raise ValueError(f"engine_params.reward must be 'exact' or 'partial', got {p['reward']!r}")
-    if p["rollout_dtype"] not in ("bfloat16", "float16", "float32"):
-        raise ValueError("engine_params.rollout_dtype must be 'bfloat16', 'float16' or 'float32', "
-                         f"got {p['rollout_dtype']!r}")
+    if p["rollout_dtype"] not in ROLLOUT_DTYPES:
+        raise ValueError(f"engine_params.rollout_dtype must be one of {list(ROLLOUT_DTYPES)}, got {p['rollout_dtype']!r}")
     if p["top_k"] > p["experts"]:
         raise ValueError(f"engine_params.top_k ({p['top_k']}) must be <= experts ({p['experts']})")
     betas = p["adam_betas"]
