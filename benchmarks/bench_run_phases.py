@@ -100,21 +100,22 @@ def child_profile(config_json: str, run_dir: str, steps: int, out: Path) -> None
     trainer.step = 1
     counts = {"rollout": {}, "update": {}}
     for step in range(2, 2 + steps):
-        for phase, work in (("rollout", lambda: trainer.generate(step)), ("update", lambda: trainer.train_on(batch))):
+        for phase in ("rollout", "update"):
             with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
-                batch_out = work()
+                if phase == "rollout":
+                    batch = trainer.generate(step)
+                else:
+                    trainer.train_on(batch)
             tally = counts[phase]
             for event in prof.events():
                 if not event.name.startswith("aten::"):
                     continue
-                bf16 = any(dtype in ("c10::BFloat16", "BFloat16") for dtype in (event.input_dtypes or []))
+                bf16 = "c10::BFloat16" in (event.input_dtypes or [])
                 top = event.cpu_parent is None or not event.cpu_parent.name.startswith("aten::")
                 for key, hit in (("aten ops (all levels)", True), ("aten ops called from Python", top),
-                                 ("bf16 ops", bf16), ("bf16 matmuls", bf16 and event.name in MATMULS),
+                                 ("ops with bf16 inputs", bf16), ("bf16 matmuls", bf16 and event.name in MATMULS),
                                  ("fp32 matmuls", not bf16 and event.name in MATMULS)):
                     tally[key] = tally.get(key, 0) + int(hit)
-            if phase == "rollout":
-                batch = batch_out
         trainer.step = step
     per_step = {phase: {k: v / steps for k, v in tally.items()} for phase, tally in counts.items()}
     out.write_text(json.dumps({"steps": steps, "per_step": per_step}))
@@ -161,6 +162,7 @@ def main() -> None:
     label = time.strftime("%Y%m%dT%H%M%S")
     config.update(grid=f"phases_{label}", results_dir=str(args.out.resolve()), recipes=[args.recipe],
                   lags=[args.lag], seeds=[args.seed], claims=[], steps=args.steps or config["steps"],
+                  eval_every=min(config["eval_every"], args.steps or config["steps"]),
                   engine_params={**config["engine_params"], **json.loads(args.engine_params)})
     model = Config.build(validate(config))
     run = model.runs[0]
@@ -180,8 +182,8 @@ def main() -> None:
                                                str(args.profile_steps)], grid_dir / "profile.json")
     (grid_dir / "phases.json").write_text(json.dumps(result, indent=2))
     train, score = dict(result["train"]["phases"]), dict(result["score"]["phases"])
-    phases = {**train, "train exit": train.pop("exit"), **score, "scoring exit": score.pop("exit")}
-    phases.pop("exit")
+    train_exit, score_exit = train.pop("exit"), score.pop("exit")
+    phases = {**train, "train exit": train_exit, **score, "scoring exit": score_exit}
     print(f"{args.tree}: {args.recipe} lag {args.lag} seed {args.seed}, {config['steps']} steps, env {args.env}")
     for name, seconds in phases.items():
         print(f"  {name:<18} {seconds:7.2f} CPU s")

@@ -9,8 +9,8 @@ from engines.tiny.params import resolve_engine_params
 from engines.tiny.rollout import RolloutEngine
 from engines.tiny.rollout_bf16 import bf16
 from engines.tiny.trainer import Trainer
-from harness.run import RunConfig, RunDir
 from harness.io import read_jsonl
+from harness.run import RunConfig, RunDir
 from tests.support.tiny_runs import config
 
 MATMULS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear",
