@@ -15,11 +15,14 @@ llm-regime  a lower-entropy policy (150 warm-start steps instead of 100: greedy 
             instead of 0.82) and lr 2e-4, aiming at mean |d| ~0.005-0.02 at lag 1 with a heavy
             tail, like the paper's d-bar column, with SAT's quantile q far below log(1 + eps_high)
             so that its gate binds at both lags.
+
+rollout_dtype (any preset): bfloat16 (default), float16, float32, or bfloat16_emulated: the bf16
+engine's arithmetic in float32 (rollout_bf16.py), the same mismatch without a bf16 matmul, for CPUs
+without fast bf16 (not the default: docs/demo-calibration.md has the rule that would make it one).
 """
 from __future__ import annotations
 
-# the rollout engine's weights and arithmetic (rollout.py); bfloat16_emulated: bf16 rounding in float32
-# arithmetic (rollout_bf16.py), the bf16 engine's mismatch without bf16 matmuls (fast on any x86 CPU)
+# the rollout engine's weights and arithmetic (rollout.py; bfloat16_emulated: rollout_bf16.py)
 ROLLOUT_DTYPES = ("bfloat16", "float16", "float32", "bfloat16_emulated")
 MODEL_KNOBS = ("width", "layers", "heads", "experts", "top_k", "expert_hidden")
 WARMSTART_KNOBS = ("warmstart_steps", "warmstart_lr", "warmstart_batch", "warmstart_seed")
