@@ -92,3 +92,26 @@ def test_engine_option_trains(base, tmp_path):
     assert trainer.run() == "completed"
     rows = read_jsonl(tmp_path / "train" / "metrics.jsonl")
     assert len(rows) == 3 and all(r["d/impl_mean_abs"] > 1e-4 for r in rows)  # bf16's mismatch, not fp32's ~0
+
+
+def test_a_run_stopped_and_resumed_is_bit_identical(base, tmp_path, monkeypatch):
+    """The resumed engine re-broadcasts its version's snapshot, rounded again to the same bf16 values;
+    Adam's moments come back from the resume state (engines/tiny/adam.py's state layout)."""
+    from engines.tiny import trainer as trainer_module
+    from harness.engine import TimeLimitReached
+
+    cfg = RunConfig.check(config(base, lag=2, mode="constant", steps=5, eval_every=2,
+                                 rollout_dtype="bfloat16_emulated"))
+    assert Trainer(cfg, RunDir(tmp_path / "reference")).run() == "completed"
+    stops = iter([False, False, True])  # a time-limit warning after step 3 (no checkpoint at step 3)
+    monkeypatch.setattr(trainer_module, "time_limit_near", lambda: next(stops, False))
+    with pytest.raises(TimeLimitReached):
+        Trainer(cfg, RunDir(tmp_path / "resumed")).run()
+    assert Trainer(cfg, RunDir(tmp_path / "resumed")).run() == "completed"
+
+    def untimed(run):
+        return [{k: v for k, v in row.items() if k != "time"} for row in read_jsonl(run / "train" / "metrics.jsonl")]
+
+    assert untimed(tmp_path / "resumed") == untimed(tmp_path / "reference")
+    final = "train/checkpoints/step_5/model.safetensors"
+    assert (tmp_path / "resumed" / final).read_bytes() == (tmp_path / "reference" / final).read_bytes()
