@@ -17,6 +17,12 @@ PyTorch's CPU index, an explicit source for torch alone ([tool.uv.sources] in py
 documents). Where that index cannot be reached, torch is the best build of the locked version that
 PyPI and pip's configured sources have (a CPU wheel only where a mirror or wheel folder holds one).
 The last line printed says which build was installed and why.
+
+Every installed module is compiled to bytecode at setup (uv's --compile-bytecode; pip compiles by
+default): uv compiles nothing unless asked, and an environment that sets PYTHONDONTWRITEBYTECODE never
+caches what an import compiles, so every job would recompile torch, lm-eval and sympy (issue 35:
+~8 s of each train job and ~10 s of each evaluate job on a 2-core AVX2 laptop). The compiled files
+are written whatever PYTHONDONTWRITEBYTECODE says, and it lets Python read them.
 """
 from __future__ import annotations
 
@@ -87,7 +93,8 @@ def install_steps(venv: Path, uv: bool, gpu: bool, index_error: str | None, torc
         pip = [str(venv / "bin" / "pip"), "install", "--quiet"]
         torch_source = ["--index-url", CPU_INDEX] if not gpu and index_error is None else []
         return [pip + ["--upgrade", "pip"], pip + torch_source + [torch], pip + PROJECT], why
-    uv_install = [str(venv / "bin" / "uv"), "pip", "install", "--quiet", "--python", str(venv / "bin" / "python")]
+    uv_install = [str(venv / "bin" / "uv"), "pip", "install", "--quiet", "--compile-bytecode",
+                  "--python", str(venv / "bin" / "python")]
     # pyproject's [tool.uv.sources] sends torch to the CPU index; --no-sources leaves it to the other sources
     sources = [] if not gpu and index_error is None else ["--no-sources"]
     return [uv_install + pip_sources(pip_config) + sources + PROJECT], why

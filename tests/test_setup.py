@@ -43,3 +43,13 @@ def test_pyproject_names_the_same_cpu_index_for_torch_alone():
     (index,) = uv["index"]
     assert (index["url"], index["explicit"]) == (CPU_INDEX, True)
     assert uv["sources"] == {"torch": [{"index": index["name"]}]}
+
+
+def test_every_installer_compiles_the_bytecode_at_setup():
+    """uv compiles only when asked, pip unless told not to: each job then reads the compiled modules
+    instead of recompiling torch and lm-eval (under PYTHONDONTWRITEBYTECODE it never caches them)."""
+    for gpu in (False, True):
+        (uv,), _ = install_steps(VENV, uv=True, gpu=gpu, index_error=None, torch="torch==2.13.0", pip_config="")
+        assert "--compile-bytecode" in uv
+        steps, _ = install_steps(VENV, uv=False, gpu=gpu, index_error=None, torch="torch==2.13.0", pip_config="")
+        assert not any("--no-compile" in step for step in steps)

@@ -15,9 +15,15 @@ llm-regime  a lower-entropy policy (150 warm-start steps instead of 100: greedy 
             instead of 0.82) and lr 2e-4, aiming at mean |d| ~0.005-0.02 at lag 1 with a heavy
             tail, like the paper's d-bar column, with SAT's quantile q far below log(1 + eps_high)
             so that its gate binds at both lags.
+
+rollout_dtype (any preset): bfloat16 (default), float16, float32, or bfloat16_emulated: the bf16
+engine's arithmetic in float32 (rollout_bf16.py), the same mismatch without a bf16 matmul, for CPUs
+without fast bf16 (not the default: docs/demo-calibration.md has the rule that would make it one).
 """
 from __future__ import annotations
 
+# the rollout engine's weights and arithmetic (rollout.py; bfloat16_emulated: rollout_bf16.py)
+ROLLOUT_DTYPES = ("bfloat16", "float16", "float32", "bfloat16_emulated")
 MODEL_KNOBS = ("width", "layers", "heads", "experts", "top_k", "expert_hidden")
 WARMSTART_KNOBS = ("warmstart_steps", "warmstart_lr", "warmstart_batch", "warmstart_seed")
 
@@ -73,9 +79,8 @@ def _check(p: dict) -> None:
         raise ValueError(f"engine_params.vcpo_ess_lr must be true or false, got {p['vcpo_ess_lr']!r}")
     if p["reward"] not in ("exact", "partial"):
         raise ValueError(f"engine_params.reward must be 'exact' or 'partial', got {p['reward']!r}")
-    if p["rollout_dtype"] not in ("bfloat16", "float16", "float32"):
-        raise ValueError("engine_params.rollout_dtype must be 'bfloat16', 'float16' or 'float32', "
-                         f"got {p['rollout_dtype']!r}")
+    if p["rollout_dtype"] not in ROLLOUT_DTYPES:
+        raise ValueError(f"engine_params.rollout_dtype must be one of {list(ROLLOUT_DTYPES)}, got {p['rollout_dtype']!r}")
     if p["top_k"] > p["experts"]:
         raise ValueError(f"engine_params.top_k ({p['top_k']}) must be <= experts ({p['experts']})")
     betas = p["adam_betas"]

@@ -2,9 +2,11 @@
 
 The engine holds its own copy of the weights in ``rollout_dtype`` (bfloat16 by default, so
 mu != pi even at lag 0, like SGLang vs Megatron; float16 for the FP16 rollouts of arXiv
-2510.26788) and samples with it, recording per token the full sampling distribution (log mu) and
-the experts each position was routed to. Weights reach it only by ``broadcast``, on the lag
-schedule of harness.lag.sampling_version (versions and realized lag are defined there).
+2510.26788; ``bfloat16_emulated``: the bf16 engine's arithmetic in float32 with bf16 rounding,
+rollout_bf16.py, for CPUs without fast bf16 matmuls) and samples with it, recording per token
+the full sampling distribution (log mu) and the experts each position was routed to. Weights
+reach it only by ``broadcast``, on the lag schedule of harness.lag.sampling_version (versions and
+realized lag are defined there).
 """
 from __future__ import annotations
 
@@ -14,8 +16,10 @@ import torch
 
 from . import task
 from .model import EOS, ModelConfig, TinyMoELM, decode_response, encode_prompt, generate
+from .rollout_bf16 import EmulatedBF16LM
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+EMULATED = "bfloat16_emulated"  # bf16 rounding in float32 arithmetic (rollout_bf16.py)
 
 
 @dataclass
@@ -47,14 +51,18 @@ def response_mask(response: torch.Tensor) -> torch.Tensor:
 
 class RolloutEngine:
     def __init__(self, config: ModelConfig, dtype: str, temperature: float):
-        self.model = TinyMoELM(config).to(DTYPES[dtype]).eval()
+        self.emulated = dtype == EMULATED
+        self.model = (EmulatedBF16LM(config) if self.emulated else TinyMoELM(config).to(DTYPES[dtype])).eval()
         self.sampler_fp32 = TinyMoELM(config).eval()  # the same version in float32: pi_l
         self.temperature = temperature
         self.version: int | None = None
 
     def broadcast(self, state: dict[str, torch.Tensor], version: int) -> None:
-        """Receive trainer weights (cast to the engine's dtype by copy)."""
-        self.model.load_state_dict(state)
+        """Receive trainer weights (cast to the engine's dtype by copy; rounded to bf16 if emulated)."""
+        if self.emulated:
+            self.model.load_rounded(state)
+        else:
+            self.model.load_state_dict(state)
         self.sampler_fp32.load_state_dict(state)
         self.version = version
 

@@ -39,6 +39,7 @@ from harness.run import RunConfig, RunDir
 from stabilizers import PolicyBatch, ess_lr_scale, offpolicy_diagnostics, validate_batch
 
 from . import task
+from .adam import Adam  # torch.optim.Adam's updates without its torch._dynamo import (adam.py)
 from .batch import Recomputed, group_advantages, routing_mismatch, step_seed
 from .checkpoint import load_model, load_state, recover_replaced_dir, replace_dir_atomic, save_checkpoint
 from .rollout import Rollout, RolloutEngine
@@ -63,8 +64,7 @@ class Trainer:
         for p in self.base.parameters():
             p.requires_grad_(False)
         self.model = load_model(base_dir)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=self.params["lr"],
-                                          betas=tuple(self.params["adam_betas"]))
+        self.optimizer = Adam(self.model.parameters(), lr=self.params["lr"], betas=tuple(self.params["adam_betas"]))
         self.engine = RolloutEngine(self.model.config, self.params["rollout_dtype"], self.params["temperature"])
         self.snapshots: dict[int, dict[str, torch.Tensor]] = {0: self.state_copy()}
         self.step = 0
