@@ -183,17 +183,31 @@ def test_the_entry_point_traces_without_a_graph_break(name):
     assert explanation.graph_break_count == 0, [r.reason for r in explanation.break_reasons]
 
 
-@pytest.mark.parametrize("replay, rollout_flag, recompute_flag", [
-    (False, False, False), (True, True, False), ("r2", False, True)])
-def test_each_routing_replay_needs_its_own_slime_flag(replay, rollout_flag, recompute_flag):
+# (use_rollout_routing_replay, use_routing_replay) -> the replay they run; slime_validate_args turns
+# (True, False) into (True, True) (slime/utils/arguments.py 2010-2011), so slime never runs (True, False)
+# and R3's state is (True, True); tests/test_slime_upstream.py checks it on slime's own code
+SLIME_REPLAY_STATES = {(False, False): None, (True, True): "r3", (False, True): "r2"}
+
+
+@pytest.mark.parametrize("replay", [False, True, "r2"])
+def test_each_routing_replay_needs_its_own_slime_flag(replay):
     from engines.slime.loss import check_args
     recipe = recipe_from_dict("x", {"loss": "grpo", "routing_replay": replay}, "test")
-    flags = {"use_rollout_routing_replay": rollout_flag, "use_routing_replay": recompute_flag,
-             "calculate_per_token_loss": True}  # grpo: token_mean
-    check_args(slime_standin.slime_args(**flags), recipe)
-    for flipped in ({"use_rollout_routing_replay": not rollout_flag}, {"use_routing_replay": not recompute_flag}):
-        with pytest.raises(ValueError, match="routing_replay"):
-            check_args(slime_standin.slime_args(**{**flags, **flipped}), recipe)
+    for (rollout, recompute), runs in SLIME_REPLAY_STATES.items():
+        args = slime_standin.slime_args(use_rollout_routing_replay=rollout, use_routing_replay=recompute,
+                                        calculate_per_token_loss=True)  # grpo: token_mean
+        if runs == recipe.replay:
+            check_args(args, recipe)
+        else:
+            with pytest.raises(ValueError, match="routing_replay"):
+                check_args(args, recipe)
+
+
+def test_r3_is_also_accepted_before_slimes_implication():
+    """The rollout's routing alone (what the launcher emits, before slime_validate_args) is R3 too."""
+    from engines.slime.loss import check_args
+    check_args(slime_standin.slime_args(use_rollout_routing_replay=True, calculate_per_token_loss=True),
+               recipe_from_dict("x", {"loss": "grpo", "routing_replay": True}, "test"))
 
 
 def test_dr_grpos_advantages_need_slimes_std_free_normalisation():

@@ -141,6 +141,19 @@ def refuse_unhandled_options(args) -> None:
                              "engines.slime does not handle it")
 
 
+def check_routing_replay(args, recipe: Recipe) -> None:
+    """R3 replays SGLang's routing (--use-rollout-routing-replay), R2 the recompute's (--use-routing-replay
+    alone). slime_validate_args sets use_routing_replay whenever use_rollout_routing_replay is given
+    (slime/utils/arguments.py 2010-2011 at the pin), so R3 accepts it; R2 is use_routing_replay without
+    the rollout's routing; no replay is neither."""
+    rollout = bool(getattr(args, "use_rollout_routing_replay", False))
+    recompute = bool(getattr(args, "use_routing_replay", False))
+    valid = {"r3": rollout, "r2": recompute and not rollout, None: not rollout and not recompute}
+    if not valid[recipe.replay]:
+        raise ValueError(f"recipe {recipe.name!r} has routing_replay={recipe.routing_replay} but slime runs with "
+                         f"use_rollout_routing_replay={rollout}, use_routing_replay={recompute}")
+
+
 def check_args(args, recipe: Recipe) -> None:
     """The slime flags the recipe relies on; a mismatch means the job was not launched by engines.slime."""
     refuse_unhandled_options(args)
@@ -148,11 +161,7 @@ def check_args(args, recipe: Recipe) -> None:
     if bool(getattr(args, "calculate_per_token_loss", False)) != want:
         raise ValueError(f"recipe {recipe.name!r} aggregates with {aggregation_of(recipe)!r}: slime must run "
                          f"{'with' if want else 'without'} --calculate-per-token-loss")
-    # R3 replays SGLang's routing (--use-rollout-routing-replay), R2 the recompute's (--use-routing-replay)
-    for replay, attribute in (("r3", "use_rollout_routing_replay"), ("r2", "use_routing_replay")):
-        if bool(getattr(args, attribute, False)) != (recipe.replay == replay):
-            raise ValueError(f"recipe {recipe.name!r} has routing_replay={recipe.routing_replay} but slime runs "
-                             f"with {attribute}={getattr(args, attribute, False)}")
+    check_routing_replay(args, recipe)
     # Dr.GRPO's advantages: slime's group normalisation without the std division
     if bool(getattr(args, "grpo_std_normalization", True)) != recipe.std_normalization:
         raise ValueError(f"recipe {recipe.name!r} has std_normalization={recipe.std_normalization} but slime runs "
