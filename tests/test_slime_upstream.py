@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from engines.slime import loss as slime_loss
 from engines.slime.flags import slime_flags
@@ -16,8 +17,6 @@ from engines.slime.job_script import custom_config
 from engines.slime.params import resolve_params
 from harness.config import load
 from harness.grid import resolve_run_config
-import yaml
-
 from harness.io import write_text_atomic
 from stabilizers import recipe_from_named_dict
 from tests.support.slime_upstream import slime_parsed_args, upstream_dir

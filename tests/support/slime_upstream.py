@@ -24,8 +24,9 @@ What cannot run on a CPU, and why (measured on the 2-core dev box, torch 2.13.0+
   and router flags, which the adapter's loss and flag checks do not read.
 - Megatron's parser (phase 2's base, megatron/training/arguments.py) imports megatron.core, which
   imports triton at module level: not run either. Its flags are the ones slime's parser leaves
-  unknown; slime_validate_args reads a few Megatron attributes, given here at Megatron's defaults
-  (MEGATRON_DEFAULTS, read from megatron/training/arguments.py at the pin).
+  unknown (parse_known_args); slime_validate_args reads none of them. The three flags slime's
+  ``_pre_parse_mode`` parses apart (--debug-rollout-only, --debug-train-only,
+  --load-debug-rollout-data) and --train-backend are set as it would set them.
 What does run is slime's own: every slime flag's definition and default, and slime_validate_args
 (which, among others, sets use_routing_replay whenever use_rollout_routing_replay is given:
 slime/utils/arguments.py 2010-2011). The three slime modules arguments.py imports for phase 1 and
@@ -45,13 +46,6 @@ from tests.support.optional import missing
 
 REPO = Path(__file__).resolve().parents[2]
 SETTING = "STALEBENCH_UPSTREAM"
-
-# Megatron attributes slime_validate_args reads, at Megatron's defaults (megatron/training/arguments.py)
-MEGATRON_DEFAULTS = {"num_layers": None, "vocab_size": None, "bf16": False, "fp16": False, "moe_router_topk": 2,
-                     "num_experts": None, "sequence_parallel": False, "tensor_model_parallel_size": 1,
-                     "pipeline_model_parallel_size": 1, "context_parallel_size": 1,
-                     "expert_model_parallel_size": 1, "micro_batch_size": 1}
-
 
 def upstream_dir() -> Path:
     """The folder holding slime/ and Megatron-LM/ at the pinned commits; skips (or fails) without it."""
@@ -93,9 +87,6 @@ def _parse_with_slime(argv: list[str]) -> dict:
     parser = argparse.ArgumentParser(allow_abbrev=False)
     arguments.get_slime_extra_args_provider()(parser)
     args, _megatron_and_sglang_flags = parser.parse_known_args(argv)
-    for key, value in MEGATRON_DEFAULTS.items():
-        if not hasattr(args, key):
-            setattr(args, key, value)
     for flag in ("--debug-rollout-only", "--debug-train-only"):  # slime's _pre_parse_mode flags
         setattr(args, flag[2:].replace("-", "_"), flag in argv)
     args.train_backend, args.load_debug_rollout_data = "megatron", None
