@@ -63,7 +63,8 @@ UNHANDLED_SLIME_OPTIONS = (
      "slime then passes SGLang's log mu as the old log-probs and never recomputes them: the ratio is 1, "
      "clipping does nothing and the step's |d| statistics are not written"),
     ("--use-unbiased-kl", "use_unbiased_kl", False,
-     "slime's unbiased KL weights the KL term by an importance ratio the adapter's KL loss does not apply"),
+     "slime's unbiased KL weights the KL term by an importance ratio; only slime's built-in policy loss "
+     "reads it (a no-op under the custom loss, refused so that the run's flags say what it trains)"),
     ("--keep-old-actor", "keep_old_actor", False,
      "the old log-probs come from a kept copy of the previous actor, not from the policy at the step's start"),
     ("--partial-rollout", "partial_rollout", False,
@@ -82,6 +83,22 @@ UNHANDLED_SLIME_OPTIONS = (
     ("--ref-update-interval", "ref_update_interval", None,
      "the KL reference is replaced by the actor during the run"),
 )
+
+# slime / Megatron options that change which samples are trained or how the optimiser steps: refused by
+# name in engine_params.extra_args (resolve_params), since a run key could not tell such a run apart.
+DATA_AND_OPTIMISATION_FLAGS = {
+    "--custom-convert-samples-to-train-data-path": "a custom function replaces slime's conversion of the samples "
+                                                   "to training data, and with it the reward normalisation",
+    "--dynamic-sampling-filter-path": "DAPO's dynamic sampling drops prompt groups and over-samples: the trained "
+                                      "prompts and the batch differ from the recipe's",
+    "--over-sampling-batch-size": "the granularity of dynamic sampling's over-sampling",
+    "--rollout-sample-filter-path": "a custom filter removes samples from the loss",
+    "--rollout-all-samples-process-path": "a custom function processes every sample, filtered ones included",
+    "--buffer-filter-path": "a custom function selects the samples taken from the buffer",
+    "--reset-optimizer-states": "Adam's state is cleared after every rollout",
+    "--use-stateless-adam": "Adam without optimiser state",
+    "--moe-z-loss-coeff": "a router z-loss is added to the objective",
+}
 
 # slime options a recipe switches (the launcher sets them from the recipe): refused in extra_args, so
 # that a run's recipe, and with it its run key, says what the run trains.
@@ -120,12 +137,17 @@ def per_token_loss_flag(recipe: Recipe) -> bool:
 
 
 def refuse_unhandled_flags(extra_args: list) -> None:
-    """Raise, naming the flag, when extra_args sets one of UNHANDLED_SLIME_OPTIONS or of RECIPE_SWITCHED_FLAGS."""
+    """Raise, naming the flag, when extra_args sets one of UNHANDLED_SLIME_OPTIONS, DATA_AND_OPTIMISATION_FLAGS
+    or RECIPE_SWITCHED_FLAGS."""
     given = {str(arg).split("=", 1)[0] for arg in extra_args}
     for flag, _, _, effect in UNHANDLED_SLIME_OPTIONS:
         if flag in given:
             raise ValueError(f"engine_params.extra_args sets {flag}: {effect}; engines.slime does not handle it, "
                              "so the run would not train the recipe's loss")
+    for flag, effect in DATA_AND_OPTIMISATION_FLAGS.items():
+        if flag in given:
+            raise ValueError(f"engine_params.extra_args sets {flag}: {effect}; engines.slime refuses it, so that "
+                             "every run of a grid trains the same data with the same optimiser")
     for flag, switch in RECIPE_SWITCHED_FLAGS.items():
         if flag in given:
             raise ValueError(f"engine_params.extra_args sets {flag}: the recipe switches it ({switch}), "
