@@ -9,8 +9,9 @@ container pin, the model's shape), ``flags`` (every slime / Megatron flag of the
 ``preflight`` (the checks before the first GPU-hour), ``job_script`` (train/job.sh).
 
 At SLURM's time-limit warning the job script marks train/stop_requested; the lag driver (every
-mode) then saves Megatron's state after its current step and stops, and ``run`` raises
-TimeLimitReached (engines.run exits 75, the retry resumes).
+mode) then saves Megatron's state after its current step, marks train/stopped and stops, and
+``run`` raises TimeLimitReached (engines.run exits 75, the retry resumes). A job that ends early
+without that mark (it failed, also after the warning) is a failure.
 
 Checkpoints: Megatron's (for resuming) in train/megatron/, the last ``keep_megatron_checkpoints``
 kept (engines.slime.retention, every few minutes while the job runs); HF ones written by slime's
@@ -35,7 +36,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from engines.slime.job_script import STOP_FILE, write_job_script
+from engines.slime.job_script import STOPPED_FILE, write_job_script
 from harness.checkpoint import hf_checkpoint_problem
 from harness.cli import parse_json_arg
 from harness.engine import TimeLimitReached
@@ -111,7 +112,9 @@ def run(run_config: dict, run_dir: str | Path) -> str:
     for problem in incomplete:
         print(f"engines.slime.launch: incomplete HF checkpoint not published: {problem}", file=sys.stderr)
     status = final_status(run_config, run_dir, returncode)
-    if status["status"] == "failed" and (run_dir / "train" / STOP_FILE).exists():
+    # a stop only where the driver says it stopped at the warning with its save on disk (STOPPED_FILE);
+    # a job that failed after the warning came is a failure, not a resume
+    if status["status"] == "failed" and (run_dir / "train" / STOPPED_FILE).exists():
         raise TimeLimitReached(f"stopped after step {status['step']} of {run_config['steps']} at the time-limit "
                                "warning; Megatron state saved, run again to continue")
     if incomplete:
