@@ -219,3 +219,33 @@ def test_dr_grpos_advantages_need_slimes_std_free_normalisation():
     with pytest.raises(ValueError, match="std_normalization=True but slime runs with grpo_std_normalization=False"):
         check_args(slime_standin.slime_args(calculate_per_token_loss=True, grpo_std_normalization=False),
                    recipe_from_dict("y", {"loss": "grpo"}, "test"))
+
+
+def test_opsm_through_slime_masks_whole_responses_with_mixed_token_advantages():
+    """Token advantages that differ within a response (as a token-level reward would give): slime's
+    calling convention gives the stabilizer's per-sequence OPSM, loss and gradient, and a masked
+    response has no gradient on any token while a kept one has gradient on its negative tokens too."""
+    recipe = recipe_from_dict("opsm_wide", {"loss": "opsm", "params": {"delta": 0.0}})  # mask on any drift
+    logits, batch = make_sample_batch(seed=7)
+    batch["advantages"] = [torch.linspace(-1.0, 1.0, len(a)) + (0.4 if i % 2 else -0.4)  # signs mixed within
+                           for i, a in enumerate(batch["advantages"])]
+    batch["returns"] = list(batch["advantages"])
+    loss, logged = slime_loss_function(args_for(recipe), batch, logits, slime_loss.policy_loss)
+    expected = direct_loss(logits, batch, recipe)
+    torch.testing.assert_close(loss, expected.loss, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(grad_of(loss, logits), grad_of(expected.loss, logits), rtol=1e-5, atol=1e-7)
+    signs = [(torch.sign(a) * m).tolist() for a, m in zip(batch["advantages"], batch["loss_masks"])]
+    assert any(1.0 in s and -1.0 in s for s in signs)  # the batch really mixes signs within responses
+    # the per-response decision, recomputed here: A_b and the drift are means over b's active tokens
+    _, current = get_log_probs_and_entropy(
+        logits, args=slime_args(), unconcat_tokens=batch["unconcat_tokens"],
+        total_lengths=batch["total_lengths"], response_lengths=batch["response_lengths"])
+    masked_tokens, per_token_rule, active = 0.0, 0.0, 0.0
+    for logp, old, adv, mask in zip(current["log_probs"], batch["log_probs"], batch["advantages"], batch["loss_masks"]):
+        mask = mask.float()
+        drift = ((old - logp.detach()) * mask).sum() / mask.sum().clamp(min=1)
+        masked_tokens += float(mask.sum()) * float(((adv * mask).sum() < 0) and drift > 0)
+        per_token_rule += float(((adv < 0).float() * mask).sum()) * float(drift > 0)
+        active += float(mask.sum())
+    assert logged["opsm/masked_frac"].item() == pytest.approx(masked_tokens / active, rel=1e-6)
+    assert masked_tokens != per_token_rule  # the batch tells the two rules apart
