@@ -249,3 +249,20 @@ def test_opsm_through_slime_masks_whole_responses_with_mixed_token_advantages():
         active += float(mask.sum())
     assert logged["opsm/masked_frac"].item() == pytest.approx(masked_tokens / active, rel=1e-6)
     assert masked_tokens != per_token_rule  # the batch tells the two rules apart
+
+
+def test_the_fingerprint_is_taken_on_the_trainer_and_a_different_loss_stops_it(monkeypatch, tmp_path):
+    """At its first micro-batch the loss hook fingerprints the recipe where Megatron computes the loss
+    and compares it with train/fingerprint.json (engines.run's record): equal, it writes its own."""
+    from harness.run import RunDir
+    from stabilizers import fingerprint
+
+    recipe = RECIPES["grpo"]
+    logits, batch = make_sample_batch(seed=2)
+    monkeypatch.setattr(slime_loss, "_RECIPES", {})
+    RunDir(tmp_path).write_fingerprint(fingerprint(RECIPES["gspo"]))  # the launcher recorded another loss
+    with pytest.raises(ValueError, match="the trainer's stabilizer code or numerics are not the launcher's"):
+        slime_loss_function(args_for(recipe, stalebench_run_dir=str(tmp_path)), batch, logits, slime_loss.policy_loss)
+    RunDir(tmp_path).write_fingerprint(fingerprint(recipe))
+    slime_loss_function(args_for(recipe, stalebench_run_dir=str(tmp_path)), batch, logits, slime_loss.policy_loss)
+    assert (tmp_path / "train" / "fingerprint_trainer.json").read_text() == RunDir(tmp_path).fingerprint_path.read_text()

@@ -18,7 +18,8 @@ from engines.slime.params import resolve_params
 from harness.config import load
 from harness.grid import resolve_run_config
 from harness.io import write_text_atomic
-from stabilizers import recipe_from_named_dict
+from harness.run import RunDir
+from stabilizers import fingerprint, recipe_from_named_dict
 from tests.support.slime_upstream import slime_parsed_args, upstream_dir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,6 +65,7 @@ def table1_as_slime_parses_it(tmp_path_factory):
         params = resolve_params(run_config["engine_params"])
         directory = tmp / recipe
         write_text_atomic(directory / "train" / "slime_custom.yaml", yaml.safe_dump(custom_config(run_config, directory)))
+        RunDir(directory).write_fingerprint(fingerprint(recipe_from_named_dict(run_config["recipe"], "test")))
         argv = [token for flag in slime_flags(run_config, params, directory) for token in flag]
         recipes.append(recipe_from_named_dict(run_config["recipe"], "test"))
         argvs.append(argv + model_args(upstream, params["model_type"]))

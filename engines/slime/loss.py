@@ -46,7 +46,17 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 
 from harness.engine import merge_metrics
-from stabilizers import PolicyBatch, Recipe, offpolicy_diagnostics, parameters, recipe_from_named_dict, validate_batch
+from harness.io import write_json_atomic
+from harness.run import RunDir
+from stabilizers import (
+    PolicyBatch,
+    Recipe,
+    fingerprint,
+    offpolicy_diagnostics,
+    parameters,
+    recipe_from_named_dict,
+    validate_batch,
+)
 
 RECIPE_KEY = "stalebench_recipe"  # the custom-config key holding the run's recipe (name + recipe dict)
 _AGGREGATIONS = {"token_mean": True, "sample_mean": False}  # -> value of args.calculate_per_token_loss
@@ -113,8 +123,30 @@ def recipe_of(args) -> Recipe:
                          "engines.slime.job_script with --custom-config-path")
     text = json.dumps(spec, sort_keys=True)
     if text not in _RECIPES:
-        _RECIPES[text] = recipe_from_named_dict(spec, "--custom-config-path")
+        recipe = recipe_from_named_dict(spec, "--custom-config-path")
+        check_trainer_fingerprint(args, recipe)
+        _RECIPES[text] = recipe
     return _RECIPES[text]
+
+
+def check_trainer_fingerprint(args, recipe: Recipe) -> None:
+    """The recipe's fingerprint (stabilizers.fingerprint) as this process computes it, i.e. on the
+    training actor where Megatron calls the loss, with the container's code and torch, against
+    train/fingerprint.json, which engines.run recorded on the job's node before slime started (and
+    which aggregate checks): a trainer that would compute another loss stops at its first micro-batch.
+    The trainer's own is written beside it (train/fingerprint_trainer.json)."""
+    run_dir = getattr(args, "stalebench_run_dir", None)
+    if run_dir is None:
+        raise ValueError("args.stalebench_run_dir is missing: pass the custom-config YAML written by "
+                         "engines.slime.job_script with --custom-config-path")
+    run = RunDir(run_dir)
+    ran = fingerprint(recipe)
+    recorded = run.read_fingerprint()
+    if recorded is None or recorded["digest"] != ran["digest"]:
+        raise ValueError(f"recipe {recipe.name!r} on the training actor has fingerprint {ran['digest']}, but "
+                         f"{run.fingerprint_path} holds {recorded and recorded['digest']}: the trainer's stabilizer "
+                         "code or numerics are not the launcher's")
+    write_json_atomic(run.path / "train" / "fingerprint_trainer.json", ran)
 
 
 def aggregation_of(recipe: Recipe) -> str:
