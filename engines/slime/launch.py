@@ -36,9 +36,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
 from engines.slime.job_script import STOPPED_FILE, write_job_script
+from engines.slime.plan import report as plan_report
 from harness.checkpoint import hf_checkpoint_problem
 from harness.cli import parse_json_arg
+from harness.config import load
 from harness.engine import TimeLimitReached
 from harness.run import RunDir
 
@@ -127,12 +131,23 @@ def run(run_config: dict, run_dir: str | Path) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Write (and run) the slime job of one run.")
-    parser.add_argument("--run-dir", required=True)
-    parser.add_argument("--config-json", required=True, help="resolved run config, inline JSON or a file path")
+    parser.add_argument("--plan", metavar="CONFIG", help="print the grid's GPU-hour plan (engines.slime.plan); run nothing")
+    parser.add_argument("--timings", metavar="FILE", help="with --plan: YAML {step_minutes, checkpoint_minutes} measured")
+    parser.add_argument("--run-dir")
+    parser.add_argument("--config-json", help="resolved run config, inline JSON or a file path")
     parser.add_argument("--dry-run", action="store_true", help="write train/job.sh and print it; run nothing")
     parser.add_argument("--no-path-check", action="store_true",
                         help="with --dry-run: do not require the model and data paths to exist here")
     args = parser.parse_args(argv)
+    if args.plan:
+        try:
+            given = yaml.safe_load(Path(args.timings).read_text()) if args.timings else None
+            print(plan_report(load(args.plan), given))
+        except (ValueError, KeyError, OSError) as error:
+            raise SystemExit(f"engines.slime.launch --plan: {error}") from None
+        return
+    if not (args.run_dir and args.config_json):
+        parser.error("--run-dir and --config-json are required (or --plan CONFIG)")
     run_config = parse_json_arg(args.config_json, "--config-json")
     try:
         if args.dry_run:
