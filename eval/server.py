@@ -30,6 +30,7 @@ import aiohttp
 import numpy as np
 import requests
 from lm_eval.models.openai_completions import LocalCompletionsAPI
+from tenacity import retry, stop_after_attempt, wait_exponential
 
 from harness.checkpoint import hf_checkpoint_problem
 
@@ -197,7 +198,25 @@ class SeededCompletionsLM(LocalCompletionsAPI):
             gen_kwargs = {**gen_kwargs, "seed": sample_seed(self._seed, request.doc_id, repeat)}
             seeded.append(dataclasses.replace(request, arguments=(context, gen_kwargs, *request.args[2:])))
         try:
-            return super().generate_until(seeded, disable_tqdm=disable_tqdm)
+            if self._concurrent <= 1:
+                return super().generate_until(seeded, disable_tqdm=disable_tqdm)
+            return asyncio.run(self._generate_concurrently([request.args[:2] for request in seeded]))
         except NETWORK_ERRORS as error:
             raise ServerError(f"evaluation server unreachable or failing at {self.base_url} after "
                               f"{self.max_retries} attempts: {error!r}") from error
+
+    async def _generate_concurrently(self, requests: list[tuple[str, dict]]) -> list[str]:
+        """Every (context, gen_kwargs) request at once, ``concurrency`` in flight, through lm-eval's own
+        request coroutine (amodel_call) and retry rule. Stock lm-eval sends concurrently only requests
+        with equal gen_kwargs (its Collator groups by them), and a seed per sample makes every group
+        one request: concurrency would do nothing."""
+        connector = aiohttp.TCPConnector(limit=self._concurrent, ssl=self.verify_certificate)
+        slots = asyncio.Semaphore(self._concurrent)
+        call = retry(stop=stop_after_attempt(self.max_retries), wait=wait_exponential(multiplier=0.5, min=1, max=10),
+                     reraise=True)(self.amodel_call)
+        async with aiohttp.ClientSession(connector=connector,
+                                         timeout=aiohttp.ClientTimeout(total=self.timeout)) as session:
+            answers = await asyncio.gather(*(
+                call(session=session, sem=slots, messages=[context], cache_keys=[(context, gen_kwargs)],
+                     generate=True, gen_kwargs=gen_kwargs) for context, gen_kwargs in requests))
+        return [answer for (answer,) in answers]

@@ -73,6 +73,19 @@ def test_k_distinct_seeds_per_problem_and_right_scores(tmp_path, fake_server, co
     assert sorted(p["seed"] for _, _, p in fake_server.log) == sorted(first)
 
 
+@pytest.mark.parametrize("concurrency", [8, 24])
+def test_concurrency_requests_are_in_flight_at_once_with_a_seed_each(tmp_path, fake_server, concurrency):
+    """Against a server that takes 0.2 s per request: with a seed per sample (every request its own
+    generation settings) at least 0.9 x concurrency requests are in flight at once, and the 3 x 8
+    requests of a checkpoint take about 24 / concurrency latencies, not 24."""
+    fake_server.latency = 0.2
+    run = make_run(tmp_path / "run")
+    score_run(run, ["aime24_avg8"], settings(fake_server.url, concurrency=concurrency, swap_weights=False))
+    assert fake_server.max_in_flight >= 0.9 * concurrency
+    seeds = [payload["seed"] for _, _, payload in fake_server.log]
+    assert len(seeds) == 2 * 24 and len(set(seeds)) == 24  # per-sample seeds kept (the same 24 per checkpoint)
+
+
 def test_one_weight_swap_per_checkpoint_scores_every_task(tmp_path, fake_server):
     alone = score_run(make_run(tmp_path / "alone"), ["aime24_avg8"], settings(fake_server.url))
     fake_server.swaps.clear()

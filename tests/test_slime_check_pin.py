@@ -62,3 +62,15 @@ def test_a_removed_dependency_fails_the_check_naming_it(checkouts, path, removed
     problems = check_pin.check(slime, megatron)
     assert len(problems) == 1 and problems[0].startswith(problem), problems
     assert check_pin.main(["--slime", str(slime), "--megatron", str(megatron)]) == 1
+
+
+def test_a_model_script_flag_missing_from_models_yaml_is_named(checkouts):
+    """script_flags (engines/slime/models.yaml) must equal the script's MODEL_ARGS flags, so that the
+    pre-flight refuses every extra_args flag the script would override."""
+    slime, megatron = checkouts
+    script = slime / "scripts" / "models" / "qwen3-30B-A3B.sh"
+    script.write_text(script.read_text().replace("--moe-aux-loss-coeff 0", "--moe-aux-loss-coeff 0\n   --moe-z-loss-coeff 1e-3"))
+    problems = check_pin.check(slime, megatron)
+    assert problems == [f"model qwen3-30B-A3B: {script} sets --moe-z-loss-coeff, missing from script_flags in models.yaml"]
+    script.write_text(script.read_text().replace("--swiglu", "# --swiglu"))  # a comment sets nothing
+    assert "lists --swiglu, which" in check_pin.check(slime, megatron)[1]

@@ -8,76 +8,17 @@ import pytest
 from engines.slime.driver import check_args, lag_loop
 from engines.slime.lag import driver_version, trainer_version
 from harness.lag import LAG_MODES, sampling_version
+from tests.support.slime_cluster import FakeCluster, periodic
 
 
-class FakeRef:
-    def __init__(self, run):
-        self.run, self.done, self.value = run, False, None
-
-
-class FakeCluster:
-    """slime's RolloutManager actor + RayTrainGroup, with Ray's ordering: an actor runs its calls one at
-    a time in submission order, and a generation samples with whatever weights the engine holds
-    when it RUNS (here: lazily, when it or a later call is waited on)."""
-
-    def __init__(self):
-        self.trainer_version = 0     # optimizer steps taken
-        self.engine_version = None   # trainer version held by the SGLang engines
-        self.pushes = 0              # slime's weight_version counter
-        self.queue: list[FakeRef] = []
-        self.trained: list[tuple[int, int, int]] = []  # (rollout id, sampling trainer version, its push)
-        self.push_after: list[int] = []                 # rollouts trained before each push
-        self.saved: list[int] = []
-        self.generate = Namespace(remote=self._generate)
-        self.save = Namespace(remote=lambda rollout_id: FakeRef(lambda: None))
-
-    # --- RolloutManager.generate.remote(rollout_id) ---
-    def _generate(self, rollout_id):
-        ref = FakeRef(lambda: {"rollout_id": rollout_id, "version": self.engine_version,
-                               "weight_version": self.pushes})
-        self.queue.append(ref)
-        return ref
-
-    def get(self, ref):
-        if isinstance(ref, list):
-            return [self.get(r) for r in ref]
-        while not ref.done:  # the actor runs its queue in order
-            head = self.queue.pop(0) if ref in self.queue else ref
-            head.value, head.done = head.run(), True
-        return ref.value
-
-    # --- RayTrainGroup ---
-    def async_train(self, rollout_id, data):
-        assert data["rollout_id"] == rollout_id
-        self.trained.append((rollout_id, data["version"], data["weight_version"]))
-        self.trainer_version += 1
-        return [FakeRef(lambda: None)]
-
-    def update_weights(self):
-        assert not self.queue, "weights pushed while a generation is in flight"
-        self.engine_version, self.pushes = self.trainer_version, self.pushes + 1
-        self.push_after.append(len(self.trained))
-
-    def save_model(self, rollout_id, force_sync=False):
-        self.saved.append(rollout_id)
-
-
-def periodic(rollout_id, interval, num_rollout_per_epoch=None, num_rollout=None):
-    """slime's should_run_periodic_action (the last rollout always; every interval-th)."""
-    if interval is None:
-        return False
-    if num_rollout is not None and rollout_id == num_rollout - 1:
-        return True
-    return (rollout_id + 1) % interval == 0
-
-
-def run(lag, mode="constant", steps=20, start=0, save_interval=5, seed=0, stop_after=None):
+def run(lag, mode="constant", steps=20, start=0, save_interval=5, seed=0, stop_after=None, global_dataset=False):
     cluster = FakeCluster()
     cluster.trainer_version = start
     args = Namespace(start_rollout_id=start, num_rollout=steps, save_interval=save_interval,
-                     rollout_global_dataset=False)
-    lag_loop(args, cluster, cluster, mode=mode, lag=lag, seed=seed, num_rollout_per_epoch=None, get=cluster.get,
-             periodic=periodic, stop_requested=lambda: stop_after is not None and cluster.trainer_version > stop_after)
+                     rollout_global_dataset=global_dataset)
+    cluster.stopped = lag_loop(
+        args, cluster, cluster, mode=mode, lag=lag, seed=seed, num_rollout_per_epoch=None, get=cluster.get,
+        periodic=periodic, stop_requested=lambda: stop_after is not None and cluster.trainer_version > stop_after)
     return cluster
 
 
@@ -116,10 +57,28 @@ def test_a_resumed_job_warms_up_from_its_own_start():
 
 
 @pytest.mark.parametrize("mode", LAG_MODES)
-def test_the_time_limit_warning_saves_and_stops_in_every_mode(mode):
-    cluster = run(3, mode=mode, stop_after=6)
+@pytest.mark.parametrize("lag", [1, 3, 8])
+def test_the_time_limit_warning_saves_and_stops_in_every_mode(mode, lag):
+    """After the warning the driver makes one call, the Megatron save of the step it trained: it waits
+    for no generation (those in flight are regenerated on resume) and queues no data-source save
+    behind them; that rollout's data-source state was written right after its generation."""
+    cluster = run(lag, mode=mode, stop_after=6, global_dataset=True)
+    assert cluster.stopped == 6
     assert [r for r, _, _ in cluster.trained] == list(range(7)) and cluster.saved == [4, 6]
-    assert not cluster.queue  # nothing left generating
+    after_the_warning = cluster.log[cluster.log.index(("train", 6)) + 1:]
+    assert after_the_warning == [("megatron_save", 6)]
+    actor_calls = [call for call in cluster.log if call[0] in ("generate", "data_source_save")]
+    for r in range(7):  # each the actor's next call after its generation, before any later generation
+        assert actor_calls[actor_calls.index(("generate", r)) + 1] == ("data_source_save", r)
+
+
+@pytest.mark.parametrize("mode", LAG_MODES)
+def test_each_data_source_save_runs_right_after_its_generation(mode):
+    """So each rollout's saved state is the data source's position after that rollout's prompts."""
+    cluster = run(3, mode=mode, global_dataset=True)
+    actor_calls = [call for call in cluster.log if call[0] in ("generate", "data_source_save")]
+    assert actor_calls == [call for r in range(20) for call in (("generate", r), ("data_source_save", r))]
+    assert cluster.stopped is None
 
 
 def test_bad_lag_and_unsupported_slime_modes_are_refused():

@@ -251,11 +251,15 @@ if sys.argv[1:3] == ["job", "submit"]:
                 os.kill(os.getppid(), signal.SIGURG)
                 wait_for_the_mark(train)
             stop = os.path.exists(os.path.join(train, "stop_requested"))
+            if stop and os.environ.get("FAKE_RAY_FAIL_AT_STOP"):
+                sys.exit(1)  # the job dies after the warning, before the save
             if stop or (rollout_id + 1) % every == 0 or rollout_id == steps - 1:
                 write_megatron_save(value("--save"), rollout_id)
                 killed = fail_after < steps and rollout_id == fail_after - 1
                 write_hf_save(value("--save-hf").format(rollout_id=rollout_id), shards_written=1 if killed else 3)
-            if stop:  # the driver: a save after the current step, then a normal end
+            if stop:  # the driver: a save after the current step, its mark, then a normal end
+                with open(os.path.join(train, "stopped"), "w") as mark:
+                    mark.write(str(rollout_id))
                 break
     sys.exit(1 if fail_after < steps else 0)
 '''
@@ -363,6 +367,19 @@ def test_time_limit_warning_saves_and_stops_without_a_status(table1, tmp_path, m
     (train / "metrics.jsonl").unlink()  # the fake job replays every step (slime's metrics hook cuts back)
     assert launch.run(run_config, directory) == "completed"
     assert sorted(p.name for p in (train / "checkpoints").iterdir()) == ["step_4", "step_8"]
+
+
+def test_a_job_that_fails_after_the_warning_is_a_failure_not_a_stop(table1, tmp_path, monkeypatch):
+    """The warning came (train/stop_requested), but the job died before the driver's save and mark
+    (train/stopped): a failure with its status, not a time-limit stop to resume."""
+    run_config, directory, _ = fake_slime_job(table1, tmp_path, monkeypatch)
+    monkeypatch.setenv("FAKE_RAY_WARN_AFTER", "5")
+    monkeypatch.setenv("FAKE_RAY_FAIL_AT_STOP", "1")
+    with pytest.raises(RuntimeError, match="exited with code 1 after step 5"):
+        launch.run(run_config, directory)
+    train = directory / "train"
+    assert (train / "stop_requested").exists() and not (train / "stopped").exists()
+    assert json.loads((train / "status.json").read_text())["status"] == "failed"
 
 
 def test_a_warning_before_the_job_starts_still_saves_and_exits_75(table1, tmp_path, monkeypatch):

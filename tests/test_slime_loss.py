@@ -184,17 +184,31 @@ def test_the_entry_point_traces_without_a_graph_break(name):
     assert explanation.graph_break_count == 0, [r.reason for r in explanation.break_reasons]
 
 
-@pytest.mark.parametrize("replay, rollout_flag, recompute_flag", [
-    (False, False, False), (True, True, False), ("r2", False, True)])
-def test_each_routing_replay_needs_its_own_slime_flag(replay, rollout_flag, recompute_flag):
+# (use_rollout_routing_replay, use_routing_replay) -> the replay they run; slime_validate_args turns
+# (True, False) into (True, True) (slime/utils/arguments.py 2010-2011), so slime never runs (True, False)
+# and R3's state is (True, True); tests/test_slime_upstream.py checks it on slime's own code
+SLIME_REPLAY_STATES = {(False, False): None, (True, True): "r3", (False, True): "r2"}
+
+
+@pytest.mark.parametrize("replay", [False, True, "r2"])
+def test_each_routing_replay_needs_its_own_slime_flag(replay):
     from engines.slime.loss import check_args
     recipe = recipe_from_dict("x", {"loss": "grpo", "routing_replay": replay}, "test")
-    flags = {"use_rollout_routing_replay": rollout_flag, "use_routing_replay": recompute_flag,
-             "calculate_per_token_loss": True}  # grpo: token_mean
-    check_args(slime_standin.slime_args(**flags), recipe)
-    for flipped in ({"use_rollout_routing_replay": not rollout_flag}, {"use_routing_replay": not recompute_flag}):
-        with pytest.raises(ValueError, match="routing_replay"):
-            check_args(slime_standin.slime_args(**{**flags, **flipped}), recipe)
+    for (rollout, recompute), runs in SLIME_REPLAY_STATES.items():
+        args = slime_standin.slime_args(use_rollout_routing_replay=rollout, use_routing_replay=recompute,
+                                        calculate_per_token_loss=True)  # grpo: token_mean
+        if runs == recipe.replay:
+            check_args(args, recipe)
+        else:
+            with pytest.raises(ValueError, match="routing_replay"):
+                check_args(args, recipe)
+
+
+def test_r3_is_also_accepted_before_slimes_implication():
+    """The rollout's routing alone (what the launcher emits, before slime_validate_args) is R3 too."""
+    from engines.slime.loss import check_args
+    check_args(slime_standin.slime_args(use_rollout_routing_replay=True, calculate_per_token_loss=True),
+               recipe_from_dict("x", {"loss": "grpo", "routing_replay": True}, "test"))
 
 
 def test_dr_grpos_advantages_need_slimes_std_free_normalisation():
@@ -206,3 +220,50 @@ def test_dr_grpos_advantages_need_slimes_std_free_normalisation():
     with pytest.raises(ValueError, match="std_normalization=True but slime runs with grpo_std_normalization=False"):
         check_args(slime_standin.slime_args(calculate_per_token_loss=True, grpo_std_normalization=False),
                    recipe_from_dict("y", {"loss": "grpo"}, "test"))
+
+
+def test_opsm_through_slime_masks_whole_responses_with_mixed_token_advantages():
+    """Token advantages that differ within a response (as a token-level reward would give): slime's
+    calling convention gives the stabilizer's per-sequence OPSM, loss and gradient, and a masked
+    response has no gradient on any token while a kept one has gradient on its negative tokens too."""
+    recipe = recipe_from_dict("opsm_wide", {"loss": "opsm", "params": {"delta": 0.0}})  # mask on any drift
+    logits, batch = make_sample_batch(seed=7)
+    batch["advantages"] = [torch.linspace(-1.0, 1.0, len(a)) + (0.4 if i % 2 else -0.4)  # signs mixed within
+                           for i, a in enumerate(batch["advantages"])]
+    batch["returns"] = list(batch["advantages"])
+    loss, logged = slime_loss_function(args_for(recipe), batch, logits, slime_loss.policy_loss)
+    expected = direct_loss(logits, batch, recipe)
+    torch.testing.assert_close(loss, expected.loss, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(grad_of(loss, logits), grad_of(expected.loss, logits), rtol=1e-5, atol=1e-7)
+    signs = [(torch.sign(a) * m).tolist() for a, m in zip(batch["advantages"], batch["loss_masks"])]
+    assert any(1.0 in s and -1.0 in s for s in signs)  # the batch really mixes signs within responses
+    # the per-response decision, recomputed here: A_b and the drift are means over b's active tokens
+    _, current = get_log_probs_and_entropy(
+        logits, args=slime_args(), unconcat_tokens=batch["unconcat_tokens"],
+        total_lengths=batch["total_lengths"], response_lengths=batch["response_lengths"])
+    masked_tokens, per_token_rule, active = 0.0, 0.0, 0.0
+    for logp, old, adv, mask in zip(current["log_probs"], batch["log_probs"], batch["advantages"], batch["loss_masks"]):
+        mask = mask.float()
+        drift = ((old - logp.detach()) * mask).sum() / mask.sum().clamp(min=1)
+        masked_tokens += float(mask.sum()) * float(((adv * mask).sum() < 0) and drift > 0)
+        per_token_rule += float(((adv < 0).float() * mask).sum()) * float(drift > 0)
+        active += float(mask.sum())
+    assert logged["opsm/masked_frac"].item() == pytest.approx(masked_tokens / active, rel=1e-6)
+    assert masked_tokens != per_token_rule  # the batch tells the two rules apart
+
+
+def test_the_fingerprint_is_taken_on_the_trainer_and_a_different_loss_stops_it(monkeypatch, tmp_path):
+    """At its first micro-batch the loss hook fingerprints the recipe where Megatron computes the loss
+    and compares it with train/fingerprint.json (engines.run's record): equal, it writes its own."""
+    from harness.run import RunDir
+    from stabilizers import fingerprint
+
+    recipe = RECIPES["grpo"]
+    logits, batch = make_sample_batch(seed=2)
+    monkeypatch.setattr(slime_loss, "_RECIPES", {})
+    RunDir(tmp_path).write_fingerprint(fingerprint(RECIPES["gspo"]))  # the launcher recorded another loss
+    with pytest.raises(ValueError, match="the trainer's stabilizer code or numerics are not the launcher's"):
+        slime_loss_function(args_for(recipe, stalebench_run_dir=str(tmp_path)), batch, logits, slime_loss.policy_loss)
+    RunDir(tmp_path).write_fingerprint(fingerprint(recipe))
+    slime_loss_function(args_for(recipe, stalebench_run_dir=str(tmp_path)), batch, logits, slime_loss.policy_loss)
+    assert (tmp_path / "train" / "fingerprint_trainer.json").read_text() == RunDir(tmp_path).fingerprint_path.read_text()

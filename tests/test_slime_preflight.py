@@ -203,6 +203,25 @@ def test_every_flag_that_changes_the_loss_inputs_is_refused_in_extra_args(preset
     assert flag in flags  # a real flag of slime at the pin, not a typo of one
 
 
+@pytest.mark.parametrize("flag", sorted(slime_loss.DATA_AND_OPTIMISATION_FLAGS))
+def test_every_flag_that_changes_the_data_or_the_optimiser_is_refused_by_name(preset, flag):
+    with pytest.raises(ValueError, match=f"engine_params.extra_args sets {flag}: "):
+        params_of(preset, extra_args=[f"{flag}=x" if flag.endswith("-path") else flag])
+    flags, prefixes = preflight.known_flags()
+    assert flag in flags  # a real flag of slime or Megatron at the pin
+
+
+@pytest.mark.parametrize("extra", [["--num-layers", "4"], ["--moe-aux-loss-coeff=0.01"], ["--rotary-base", "5e5"]])
+def test_a_flag_the_model_script_sets_is_refused_in_extra_args(preset, extra):
+    """slime's model script's MODEL_ARGS come after extra_args on the command line, so these would be
+    silently overridden (the flags: engines/slime/models.yaml, checked against the script by check_pin)."""
+    preset["engine_params"]["extra_args"] = extra
+    directory = run_dir(preset, "grpo", 1, 0)
+    with pytest.raises(ValueError, match=f"sets {extra[0].split('=')[0]}, which slime's model script sets too"):
+        write_job_script(resolve_run_config(preset, "grpo", 1, 0), directory, check_files=False)
+    assert not directory.exists()
+
+
 def test_a_flag_a_recipe_switches_is_refused_in_extra_args(preset):
     with pytest.raises(ValueError, match="sets --disable-grpo-std-normalization: the recipe switches it "
                                          r"\(std_normalization: false\)"):

@@ -91,6 +91,20 @@ def test_opsm_by_hand_and_with_an_infinite_delta_it_is_grpo():
     assert torch.equal(a.loss, b.loss) and torch.equal(off.logp.grad, grpo.logp.grad)
 
 
+def test_opsm_decides_per_response_with_mixed_token_advantages():
+    """DeepSeek-V3.2's rule is per sequence: A_b is the response's mean advantage over its active tokens.
+    response 0: r = 0.9 x 3 (KL = -ln 0.9 = 0.105 > 1e-4), A_t = -0.5, 0.25, -0.25 (A_b = -1/6): every
+      token masked, the positive one too (a per-token rule would keep it: S = 0.225)
+    response 1: r = 0.9 x 3, A_t = 0.5, -0.25, 0 (A_b = 1/12 > 0): every token kept, the negative one
+      too (a per-token rule would mask it): S = 0.45, -0.225, 0
+    loss = -(0.45 - 0.225) / 6 = -0.0375 (the per-token rule: -(0.225 + 0.45) / 6 = -0.1125);
+    d loss / d logp = -A r / 6 on response 1's tokens (r inside [0.8, 1.2]), 0 on response 0's."""
+    batch = batch_from_ratios([[0.9] * 3, [0.9] * 3], [[-0.5, 0.25, -0.25], [0.5, -0.25, 0.0]], [[1] * 3, [1] * 3])
+    out = get_recipe("opsm").compute_loss(batch)
+    assert out.metrics["opsm/masked_frac"].item() == pytest.approx(0.5)
+    check(out, batch, -0.0375, [[0.0] * 3, [-0.5 * 0.9 / 6, 0.25 * 0.9 / 6, 0.0]])
+
+
 def test_dppo_kl_by_hand_and_without_a_region_it_is_cispo():
     # (q = mu, p = pi) per token; binary KL D = q ln(q/p) + (1 - q) ln((1 - q)/(1 - p)):
     #   response 0 (A = +1): (0.5, 0.6): D = 0.0204 kept;  (0.2, 0.5): D = 0.193 > 0.05, p > q: masked

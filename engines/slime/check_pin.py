@@ -12,7 +12,9 @@ adapter's own code where they can be, so that they cannot fall behind it:
   (``mpu.get_data_parallel_group``), defined or imported at the top level of that module; and
   SLIME_MEMBERS, the methods and fields the driver and hooks use on slime's objects;
 - files: what the job script runs or sources in slime: scripts/models/<model_type>.sh of every
-  model in engines/slime/models.yaml (every lag mode runs the harness's own driver).
+  model in engines/slime/models.yaml (every lag mode runs the harness's own driver), and the flags
+  of each script's MODEL_ARGS equal to the model's ``script_flags`` there (the pre-flight refuses
+  them in extra_args: the script's come last and would override them silently).
 Prints one line per problem and exits 1 if there is any; the commits are not checked here
 (refresh_known_flags and the job script do that).
 """
@@ -25,7 +27,7 @@ from pathlib import Path
 
 import yaml
 
-from engines.slime.loss import UNHANDLED_SLIME_OPTIONS
+from engines.slime.loss import DATA_AND_OPTIMISATION_FLAGS, UNHANDLED_SLIME_OPTIONS
 from engines.slime.params import MODELS
 from engines.slime.refresh_known_flags import flag_literals, known_flags
 
@@ -42,7 +44,8 @@ SLIME_MEMBERS = {
 
 
 def adapter_flags() -> set[str]:
-    return flag_literals(ast.parse((HERE / "flags.py").read_text())) | {flag for flag, *_ in UNHANDLED_SLIME_OPTIONS}
+    return (flag_literals(ast.parse((HERE / "flags.py").read_text())) | {flag for flag, *_ in UNHANDLED_SLIME_OPTIONS}
+            | set(DATA_AND_OPTIMISATION_FLAGS))
 
 
 def adapter_symbols() -> set[tuple[str, str]]:
@@ -113,6 +116,29 @@ def job_files() -> list[str]:
     return [f"scripts/models/{model}.sh" for model in yaml.safe_load(MODELS.read_text())]
 
 
+def script_flags(script: Path) -> set[str]:
+    """The ``--`` words of a model script's MODEL_ARGS=( ... ) block, comments left out."""
+    text = script.read_text()
+    block = text[text.index("MODEL_ARGS=(") + len("MODEL_ARGS=("):]
+    block = block[:block.index(")")]
+    return {word for line in block.splitlines() for word in line.split("#", 1)[0].split() if word.startswith("--")}
+
+
+def script_flag_problems(slime: Path) -> list[str]:
+    """models.yaml's script_flags (what the launcher refuses in extra_args) against each script's MODEL_ARGS."""
+    problems = []
+    for model, shape in yaml.safe_load(MODELS.read_text()).items():
+        script = slime / "scripts" / "models" / f"{model}.sh"
+        if not script.is_file():
+            continue  # reported as a missing file
+        listed, found = set(shape.get("script_flags", [])), script_flags(script)
+        problems += [f"model {model}: {script} sets {flag}, missing from script_flags in {MODELS.name}"
+                     for flag in sorted(found - listed)]
+        problems += [f"model {model}: script_flags in {MODELS.name} lists {flag}, which {script} does not set"
+                     for flag in sorted(listed - found)]
+    return problems
+
+
 def check(slime: Path, megatron: Path, sglang_server_args: Path | None = None) -> list[str]:
     """Every problem found, one line each (empty: the checkouts have all the adapter uses)."""
     flags, prefixes = known_flags(slime, megatron, sglang_server_args)
@@ -120,7 +146,7 @@ def check(slime: Path, megatron: Path, sglang_server_args: Path | None = None) -
                 if flag not in flags and not flag.startswith(tuple(prefixes))]
     problems += symbol_problems({"slime": slime, "megatron": megatron})
     problems += [f"file $SLIME_DIR/{name}: missing in {slime}" for name in job_files() if not (slime / name).is_file()]
-    return problems
+    return problems + script_flag_problems(slime)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,10 +5,10 @@ says which trainer version samples each rollout (engines.slime.lag.driver_versio
 makes slime's calls in the order that realizes it, and slime's own code does all the work:
 
     push weights (version start)
-    generate every rollout the pushed version samples
+    generate every rollout the pushed version samples, each followed by its data-source save
     for each rollout r:
         train on r                                   -> trainer version r + 1
-        save every --save-interval steps, and stop after a save once the time-limit warning came
+        save Megatron every --save-interval steps; at the time-limit warning, save and stop
         if the next rollout to generate is sampled by version r + 1:
             wait for the generations in flight, push weights (version r + 1),
             generate every rollout that version samples
@@ -17,24 +17,39 @@ Weights are never pushed while a generation runs, and only when a later rollout 
 versions are those of the tiny engine for the same mode, lag, seed and steps. Interval lag n
 generates the n rollouts of a version together after its push, where slime's train_async.py
 (no longer used) overlapped one at a time: the same versions, n rollouts held at once. The mode,
-lag, seed and run directory come from the custom-config YAML (``args.stalebench_*``). A resumed
-job keeps no older weights than its own: its first rollouts are sampled by the resumed version
-(driver_version's ``start``), so it trains younger batches than an uninterrupted run for up to
-``lag`` steps.
+lag, seed and run directory come from the custom-config YAML (``args.stalebench_*``).
+
+Resumes lose no prompt. slime's RolloutManager is a plain Ray actor (its calls run one at a time, in
+order) and its data source moves on when a rollout is generated, not when it is trained. So the
+driver asks for ``save(r)`` right after ``generate(r)``: that save runs before the next generation
+and writes the data source's position after rollout r's prompts (rollout/global_dataset_state_dict_r.pt,
+slime/rollout/data_source.py), long before r is trained. Every Megatron save of step r therefore has
+its data-source state on disk already, and a resume (slime loads the data source at
+start_rollout_id - 1, slime/ray/placement_group.py) continues with the prompts of r + 1: the rollouts
+generated but not yet trained at a stop are regenerated from the same prompts, by the resumed
+version (a resumed job keeps no older weights than its own: driver_version's ``start``, so it trains
+younger batches than an uninterrupted run for up to ``lag`` steps).
+
+Time-limit stops take one Megatron save: no save waits behind a generation, and the generations in
+flight are not waited for (the job script's ``ray stop`` ends them). Once the save is on disk the
+driver writes train/stopped (STOPPED_FILE), which tells engines.slime.launch that the job stopped at
+the warning and should be resumed; any other early end is a failure.
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Callable
 
-from engines.slime.job_script import STOP_FILE
+from engines.slime.job_script import STOP_FILE, STOPPED_FILE
 from engines.slime.lag import driver_version
+from harness.io import write_text_atomic
 from harness.lag import check_lag
 
 
 def lag_loop(args, rollout_manager, actor_model, *, mode: str, lag: int, seed: int, num_rollout_per_epoch: int | None,
-             get: Callable, periodic: Callable, stop_requested: Callable[[], bool] = lambda: False) -> None:
-    """Train rollouts ``args.start_rollout_id .. args.num_rollout - 1`` on the schedule of ``mode``, ``lag``, ``seed``.
+             get: Callable, periodic: Callable, stop_requested: Callable[[], bool] = lambda: False) -> int | None:
+    """Train rollouts ``args.start_rollout_id .. args.num_rollout - 1`` on the schedule of ``mode``, ``lag``, ``seed``;
+    returns the last trained rollout when it stopped at the time-limit warning, else None.
 
     ``rollout_manager`` is slime's RolloutManager actor handle (``generate.remote``, ``save.remote``);
     ``actor_model`` slime's RayTrainGroup (``async_train``, ``update_weights``, ``save_model``);
@@ -46,33 +61,35 @@ def lag_loop(args, rollout_manager, actor_model, *, mode: str, lag: int, seed: i
     def version(rollout_id: int) -> int:
         return driver_version(rollout_id, mode=mode, lag=lag, seed=seed, start=start)
 
-    in_flight, generated, following = {}, {}, start
+    in_flight, generated, data_source_saved, following = {}, {}, {}, start
 
     def generate_sampled_by(pushed: int) -> None:
         nonlocal following
         while following < end and version(following) == pushed:
             in_flight[following] = rollout_manager.generate.remote(following)
+            if args.rollout_global_dataset:  # runs next on the actor: the position after this rollout's prompts
+                data_source_saved[following] = rollout_manager.save.remote(following)
             following += 1
 
     actor_model.update_weights()
     generate_sampled_by(start)
     for rollout_id in range(start, end):
         data = generated.pop(rollout_id) if rollout_id in generated else get(in_flight.pop(rollout_id))
+        if rollout_id in data_source_saved:
+            get(data_source_saved.pop(rollout_id))  # done with its generation: a save error surfaces here
         get(actor_model.async_train(rollout_id, data))
         stop = stop_requested() and rollout_id < end - 1
         if stop or periodic(rollout_id, args.save_interval, num_rollout_per_epoch, end):
             actor_model.save_model(rollout_id, force_sync=stop or rollout_id == end - 1)
-            if args.rollout_global_dataset:
-                get(rollout_manager.save.remote(rollout_id))
         if stop:
-            get(list(in_flight.values()))  # nothing left running in the rollout engines
-            return
+            return rollout_id
         if following < end and version(following) == rollout_id + 1:
             # finish every generation in flight first: a push must not land in the middle of one
             generated.update({r: get(ref) for r, ref in in_flight.items()})
             in_flight.clear()
             actor_model.update_weights()
             generate_sampled_by(rollout_id + 1)
+    return None
 
 
 def check_args(args) -> dict:
@@ -103,8 +120,11 @@ def main() -> None:
     rollout_manager, num_rollout_per_epoch = create_rollout_manager(args, placement_groups["rollout"])
     actor_model, _ = create_training_models(args, placement_groups, rollout_manager)
     stop_file = Path(args.stalebench_run_dir) / "train" / STOP_FILE  # touched by the job script (launch)
-    lag_loop(args, rollout_manager, actor_model, **schedule, num_rollout_per_epoch=num_rollout_per_epoch,
-             get=ray.get, periodic=should_run_periodic_action, stop_requested=stop_file.exists)
+    stopped = lag_loop(args, rollout_manager, actor_model, **schedule, num_rollout_per_epoch=num_rollout_per_epoch,
+                       get=ray.get, periodic=should_run_periodic_action, stop_requested=stop_file.exists)
+    if stopped is not None:  # dispose would queue behind the generations in flight: ray stop ends them
+        write_text_atomic(Path(args.stalebench_run_dir) / "train" / STOPPED_FILE, f"{stopped}\n")
+        return
     ray.get(rollout_manager.dispose.remote())
     finish_tracking(args)
 

@@ -24,6 +24,7 @@ from harness.io import write_json_atomic, write_text_atomic
 from harness.lag import check_lag
 
 STOP_FILE = "stop_requested"  # train/<this>: the job script's mark that the time-limit warning came
+STOPPED_FILE = "stopped"  # train/<this>: the driver's mark that it stopped there, its Megatron save on disk
 
 
 def custom_config(run_config: dict, run_dir: Path) -> dict:
@@ -86,7 +87,7 @@ def job_script_text(run_config: dict, run_dir: str | Path, *, check_files: bool 
         "# before anything starts (bash ignores SIGURG without one, so an early warning would be lost); the",
         "# last attempt's mark is cleared once per job, outside the container. bash runs the trap during",
         "# `wait` at once, after a foreground command when that ends.",
-        f'if [ -z "${{STALEBENCH_IN_CONTAINER:-}}" ]; then rm -f "$RUN_DIR/train/{STOP_FILE}"; fi',
+        f'if [ -z "${{STALEBENCH_IN_CONTAINER:-}}" ]; then rm -f "$RUN_DIR/train/{STOP_FILE}" "$RUN_DIR/train/{STOPPED_FILE}"; fi',
         f"trap 'touch \"$RUN_DIR/train/{STOP_FILE}\"' URG",
     ]
     if params["container_runtime"] != "none":

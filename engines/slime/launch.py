@@ -9,8 +9,9 @@ container pin, the model's shape), ``flags`` (every slime / Megatron flag of the
 ``preflight`` (the checks before the first GPU-hour), ``job_script`` (train/job.sh).
 
 At SLURM's time-limit warning the job script marks train/stop_requested; the lag driver (every
-mode) then saves Megatron's state after its current step and stops, and ``run`` raises
-TimeLimitReached (engines.run exits 75, the retry resumes).
+mode) then saves Megatron's state after its current step, marks train/stopped and stops, and
+``run`` raises TimeLimitReached (engines.run exits 75, the retry resumes). A job that ends early
+without that mark (it failed, also after the warning) is a failure.
 
 Checkpoints: Megatron's (for resuming) in train/megatron/, the last ``keep_megatron_checkpoints``
 kept (engines.slime.retention, every few minutes while the job runs); HF ones written by slime's
@@ -35,9 +36,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from engines.slime.job_script import STOP_FILE, write_job_script
+import yaml
+
+from engines.slime.job_script import STOPPED_FILE, write_job_script
+from engines.slime.plan import report as plan_report
 from harness.checkpoint import hf_checkpoint_problem
 from harness.cli import parse_json_arg
+from harness.config import load
 from harness.engine import TimeLimitReached
 from harness.run import RunDir
 
@@ -111,7 +116,9 @@ def run(run_config: dict, run_dir: str | Path) -> str:
     for problem in incomplete:
         print(f"engines.slime.launch: incomplete HF checkpoint not published: {problem}", file=sys.stderr)
     status = final_status(run_config, run_dir, returncode)
-    if status["status"] == "failed" and (run_dir / "train" / STOP_FILE).exists():
+    # a stop only where the driver says it stopped at the warning with its save on disk (STOPPED_FILE);
+    # a job that failed after the warning came is a failure, not a resume
+    if status["status"] == "failed" and (run_dir / "train" / STOPPED_FILE).exists():
         raise TimeLimitReached(f"stopped after step {status['step']} of {run_config['steps']} at the time-limit "
                                "warning; Megatron state saved, run again to continue")
     if incomplete:
@@ -124,12 +131,23 @@ def run(run_config: dict, run_dir: str | Path) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Write (and run) the slime job of one run.")
-    parser.add_argument("--run-dir", required=True)
-    parser.add_argument("--config-json", required=True, help="resolved run config, inline JSON or a file path")
+    parser.add_argument("--plan", metavar="CONFIG", help="print the grid's GPU-hour plan (engines.slime.plan); run nothing")
+    parser.add_argument("--timings", metavar="FILE", help="with --plan: YAML {step_minutes, checkpoint_minutes} measured")
+    parser.add_argument("--run-dir")
+    parser.add_argument("--config-json", help="resolved run config, inline JSON or a file path")
     parser.add_argument("--dry-run", action="store_true", help="write train/job.sh and print it; run nothing")
     parser.add_argument("--no-path-check", action="store_true",
                         help="with --dry-run: do not require the model and data paths to exist here")
     args = parser.parse_args(argv)
+    if args.plan:
+        try:
+            given = yaml.safe_load(Path(args.timings).read_text()) if args.timings else None
+            print(plan_report(load(args.plan), given))
+        except (ValueError, KeyError, OSError) as error:
+            raise SystemExit(f"engines.slime.launch --plan: {error}") from None
+        return
+    if not (args.run_dir and args.config_json):
+        parser.error("--run-dir and --config-json are required (or --plan CONFIG)")
     run_config = parse_json_arg(args.config_json, "--config-json")
     try:
         if args.dry_run:

@@ -46,7 +46,17 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 
 from harness.engine import merge_metrics
-from stabilizers import PolicyBatch, Recipe, offpolicy_diagnostics, parameters, recipe_from_named_dict, validate_batch
+from harness.io import write_json_atomic
+from harness.run import RunDir
+from stabilizers import (
+    PolicyBatch,
+    Recipe,
+    fingerprint,
+    offpolicy_diagnostics,
+    parameters,
+    recipe_from_named_dict,
+    validate_batch,
+)
 
 RECIPE_KEY = "stalebench_recipe"  # the custom-config key holding the run's recipe (name + recipe dict)
 _AGGREGATIONS = {"token_mean": True, "sample_mean": False}  # -> value of args.calculate_per_token_loss
@@ -63,7 +73,8 @@ UNHANDLED_SLIME_OPTIONS = (
      "slime then passes SGLang's log mu as the old log-probs and never recomputes them: the ratio is 1, "
      "clipping does nothing and the step's |d| statistics are not written"),
     ("--use-unbiased-kl", "use_unbiased_kl", False,
-     "slime's unbiased KL weights the KL term by an importance ratio the adapter's KL loss does not apply"),
+     "slime's unbiased KL weights the KL term by an importance ratio; only slime's built-in policy loss "
+     "reads it (a no-op under the custom loss, refused so that the run's flags say what it trains)"),
     ("--keep-old-actor", "keep_old_actor", False,
      "the old log-probs come from a kept copy of the previous actor, not from the policy at the step's start"),
     ("--partial-rollout", "partial_rollout", False,
@@ -83,6 +94,22 @@ UNHANDLED_SLIME_OPTIONS = (
      "the KL reference is replaced by the actor during the run"),
 )
 
+# slime / Megatron options that change which samples are trained or how the optimiser steps: refused by
+# name in engine_params.extra_args (resolve_params), since a run key could not tell such a run apart.
+DATA_AND_OPTIMISATION_FLAGS = {
+    "--custom-convert-samples-to-train-data-path": "a custom function replaces slime's conversion of the samples "
+                                                   "to training data, and with it the reward normalisation",
+    "--dynamic-sampling-filter-path": "DAPO's dynamic sampling drops prompt groups and over-samples: the trained "
+                                      "prompts and the batch differ from the recipe's",
+    "--over-sampling-batch-size": "the granularity of dynamic sampling's over-sampling",
+    "--rollout-sample-filter-path": "a custom filter removes samples from the loss",
+    "--rollout-all-samples-process-path": "a custom function processes every sample, filtered ones included",
+    "--buffer-filter-path": "a custom function selects the samples taken from the buffer",
+    "--reset-optimizer-states": "Adam's state is cleared after every rollout",
+    "--use-stateless-adam": "Adam without optimiser state",
+    "--moe-z-loss-coeff": "a router z-loss is added to the objective",
+}
+
 # slime options a recipe switches (the launcher sets them from the recipe): refused in extra_args, so
 # that a run's recipe, and with it its run key, says what the run trains.
 RECIPE_SWITCHED_FLAGS = {"--disable-grpo-std-normalization": "std_normalization: false"}
@@ -96,8 +123,30 @@ def recipe_of(args) -> Recipe:
                          "engines.slime.job_script with --custom-config-path")
     text = json.dumps(spec, sort_keys=True)
     if text not in _RECIPES:
-        _RECIPES[text] = recipe_from_named_dict(spec, "--custom-config-path")
+        recipe = recipe_from_named_dict(spec, "--custom-config-path")
+        check_trainer_fingerprint(args, recipe)
+        _RECIPES[text] = recipe
     return _RECIPES[text]
+
+
+def check_trainer_fingerprint(args, recipe: Recipe) -> None:
+    """The recipe's fingerprint (stabilizers.fingerprint) as this process computes it, i.e. on the
+    training actor where Megatron calls the loss, with the container's code and torch, against
+    train/fingerprint.json, which engines.run recorded on the job's node before slime started (and
+    which aggregate checks): a trainer that would compute another loss stops at its first micro-batch.
+    The trainer's own is written beside it (train/fingerprint_trainer.json)."""
+    run_dir = getattr(args, "stalebench_run_dir", None)
+    if run_dir is None:
+        raise ValueError("args.stalebench_run_dir is missing: pass the custom-config YAML written by "
+                         "engines.slime.job_script with --custom-config-path")
+    run = RunDir(run_dir)
+    ran = fingerprint(recipe)
+    recorded = run.read_fingerprint()
+    if recorded is None or recorded["digest"] != ran["digest"]:
+        raise ValueError(f"recipe {recipe.name!r} on the training actor has fingerprint {ran['digest']}, but "
+                         f"{run.fingerprint_path} holds {recorded and recorded['digest']}: the trainer's stabilizer "
+                         "code or numerics are not the launcher's")
+    write_json_atomic(run.path / "train" / "fingerprint_trainer.json", ran)
 
 
 def aggregation_of(recipe: Recipe) -> str:
@@ -120,12 +169,17 @@ def per_token_loss_flag(recipe: Recipe) -> bool:
 
 
 def refuse_unhandled_flags(extra_args: list) -> None:
-    """Raise, naming the flag, when extra_args sets one of UNHANDLED_SLIME_OPTIONS or of RECIPE_SWITCHED_FLAGS."""
+    """Raise, naming the flag, when extra_args sets one of UNHANDLED_SLIME_OPTIONS, DATA_AND_OPTIMISATION_FLAGS
+    or RECIPE_SWITCHED_FLAGS."""
     given = {str(arg).split("=", 1)[0] for arg in extra_args}
     for flag, _, _, effect in UNHANDLED_SLIME_OPTIONS:
         if flag in given:
             raise ValueError(f"engine_params.extra_args sets {flag}: {effect}; engines.slime does not handle it, "
                              "so the run would not train the recipe's loss")
+    for flag, effect in DATA_AND_OPTIMISATION_FLAGS.items():
+        if flag in given:
+            raise ValueError(f"engine_params.extra_args sets {flag}: {effect}; engines.slime refuses it, so that "
+                             "every run of a grid trains the same data with the same optimiser")
     for flag, switch in RECIPE_SWITCHED_FLAGS.items():
         if flag in given:
             raise ValueError(f"engine_params.extra_args sets {flag}: the recipe switches it ({switch}), "
@@ -141,6 +195,19 @@ def refuse_unhandled_options(args) -> None:
                              "engines.slime does not handle it")
 
 
+def check_routing_replay(args, recipe: Recipe) -> None:
+    """R3 replays SGLang's routing (--use-rollout-routing-replay), R2 the recompute's (--use-routing-replay
+    alone). slime_validate_args sets use_routing_replay whenever use_rollout_routing_replay is given
+    (slime/utils/arguments.py 2010-2011 at the pin), so R3 accepts it; R2 is use_routing_replay without
+    the rollout's routing; no replay is neither."""
+    rollout = bool(getattr(args, "use_rollout_routing_replay", False))
+    recompute = bool(getattr(args, "use_routing_replay", False))
+    valid = {"r3": rollout, "r2": recompute and not rollout, None: not rollout and not recompute}
+    if not valid[recipe.replay]:
+        raise ValueError(f"recipe {recipe.name!r} has routing_replay={recipe.routing_replay} but slime runs with "
+                         f"use_rollout_routing_replay={rollout}, use_routing_replay={recompute}")
+
+
 def check_args(args, recipe: Recipe) -> None:
     """The slime flags the recipe relies on; a mismatch means the job was not launched by engines.slime."""
     refuse_unhandled_options(args)
@@ -148,11 +215,7 @@ def check_args(args, recipe: Recipe) -> None:
     if bool(getattr(args, "calculate_per_token_loss", False)) != want:
         raise ValueError(f"recipe {recipe.name!r} aggregates with {aggregation_of(recipe)!r}: slime must run "
                          f"{'with' if want else 'without'} --calculate-per-token-loss")
-    # R3 replays SGLang's routing (--use-rollout-routing-replay), R2 the recompute's (--use-routing-replay)
-    for replay, attribute in (("r3", "use_rollout_routing_replay"), ("r2", "use_routing_replay")):
-        if bool(getattr(args, attribute, False)) != (recipe.replay == replay):
-            raise ValueError(f"recipe {recipe.name!r} has routing_replay={recipe.routing_replay} but slime runs "
-                             f"with {attribute}={getattr(args, attribute, False)}")
+    check_routing_replay(args, recipe)
     # Dr.GRPO's advantages: slime's group normalisation without the std division
     if bool(getattr(args, "grpo_std_normalization", True)) != recipe.std_normalization:
         raise ValueError(f"recipe {recipe.name!r} has std_normalization={recipe.std_normalization} but slime runs "

@@ -15,7 +15,8 @@ functions). Each check raises ValueError naming the engine_params key:
 - context: a response of ``rollout_max_response_len`` tokens must leave room for a prompt in the
   model's context.
 - extra_args: no flag the launcher sets (argparse keeps the last value, so an override would silently
-  change the run) and no flag slime, Megatron or SGLang does not define (slime ignores unknown flags):
+  change the run), none the model script's MODEL_ARGS set (they come last: models.yaml script_flags)
+  and no flag slime, Megatron or SGLang does not define (slime ignores unknown flags):
   engines/slime/known_flags.txt, refreshed by engines/slime/refresh_known_flags.py.
 """
 from __future__ import annotations
@@ -179,12 +180,16 @@ def known_flags() -> tuple[set[str], tuple[str, ...]]:
     return {line for line in lines if not line.endswith("*")}, tuple(line[:-1] for line in lines if line.endswith("*"))
 
 
-def check_extra_args(extra_args: list, emitted: set[str]) -> str:
+def check_extra_args(extra_args: list, emitted: set[str], script_flags: tuple = ()) -> str:
     flags, prefixes = known_flags()
     for arg in map(str, extra_args):
         if not arg.startswith("--"):
             continue
         flag = arg.split("=", 1)[0]
+        if flag in script_flags:
+            raise ValueError(f"engine_params.extra_args sets {flag}, which slime's model script sets too "
+                             "(engines/slime/models.yaml script_flags): its MODEL_ARGS come last, so the "
+                             "extra_args value would be silently overridden")
         if flag in emitted or flag in OWNED_FLAGS:
             raise ValueError(f"engine_params.extra_args sets {flag}, which the launcher owns: set it through its "
                              "engine_params key (argparse keeps the last value, so the override would change the run)")
@@ -201,7 +206,7 @@ def preflight(params: dict, emitted: set[str], *, check_files: bool, reward=None
     if check_files:
         lines.append(check_prompts(params))
     return lines + [check_memory(params, shape), check_context(params, shape),
-                    check_extra_args(params["extra_args"], emitted)]
+                    check_extra_args(params["extra_args"], emitted, tuple(shape.get("script_flags", ())))]
 
 
 def main(argv: list[str] | None = None) -> None:

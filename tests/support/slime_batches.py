@@ -1,10 +1,17 @@
 """Slime micro-batches for the adapter's tests, and the stabilizer called directly on the same data."""
 from __future__ import annotations
 
+import atexit
+import functools
+import json
+import shutil
+import tempfile
+
 import torch
 
 from engines.slime import loss as slime_loss
-from stabilizers import PolicyBatch
+from harness.run import RunDir
+from stabilizers import PolicyBatch, fingerprint, recipe_from_named_dict
 
 from .slime_standin import get_log_probs_and_entropy, slime_args
 
@@ -77,7 +84,21 @@ def direct_loss_of_many(micro_batches, recipe):
     return recipe.compute_loss(policy_batch)
 
 
+@functools.cache
+def run_dir_for(spec_json: str) -> str:
+    """A run directory whose train/fingerprint.json is the recipe's, as engines.run records it."""
+    path = tempfile.mkdtemp(prefix="stalebench-slime-run-")
+    atexit.register(shutil.rmtree, path, True)
+    RunDir(path).write_fingerprint(fingerprint(recipe_from_named_dict(json.loads(spec_json), "test")))
+    return path
+
+
 def args_for(recipe, **overrides):
+    """slime's args for the recipe as the launcher's flags and slime_validate_args leave them (R3 implies
+    use_routing_replay, slime/utils/arguments.py 2010-2011), with a run directory holding its fingerprint."""
     spec = {"name": recipe.name, **recipe.as_dict()}
-    return slime_args(stalebench_recipe=spec, use_rollout_routing_replay=recipe.routing_replay,
-                      calculate_per_token_loss=slime_loss.per_token_loss_flag(recipe), **overrides)
+    values = dict(stalebench_recipe=spec, use_rollout_routing_replay=recipe.replay == "r3",
+                  use_routing_replay=recipe.replay is not None,
+                  calculate_per_token_loss=slime_loss.per_token_loss_flag(recipe), **overrides)
+    values.setdefault("stalebench_run_dir", run_dir_for(json.dumps(spec, sort_keys=True)))
+    return slime_args(**values)

@@ -26,3 +26,4 @@ def add_arguments(parser):
     parser.add_argument("--tensor-model-parallel-size")
     parser.add_argument("--use-precision-aware-optimizer")
     parser.add_argument("--weight-decay")
+    parser.add_argument("--moe-z-loss-coeff")

@@ -70,6 +70,14 @@ def add_arguments(parser):
     parser.add_argument("--use-routing-replay")
     parser.add_argument("--use-tis")
     parser.add_argument("--use-unbiased-kl")
+    parser.add_argument("--custom-convert-samples-to-train-data-path")
+    parser.add_argument("--dynamic-sampling-filter-path")
+    parser.add_argument("--over-sampling-batch-size")
+    parser.add_argument("--rollout-sample-filter-path")
+    parser.add_argument("--rollout-all-samples-process-path")
+    parser.add_argument("--buffer-filter-path")
+    parser.add_argument("--reset-optimizer-states")
+    parser.add_argument("--use-stateless-adam")
 
 
 def parse_args():

@@ -1,0 +1,107 @@
+"""The adapter checked against slime and Megatron-LM at the pinned commits (../shared/upstream,
+tests/support/slime_upstream.py): check_pin on the real trees, and every Table-1 job's argument
+list parsed by slime's own argument code, then handed to the adapter's loss checks."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from engines.slime import loss as slime_loss
+from engines.slime.flags import slime_flags
+from engines.slime.job_script import custom_config
+from engines.slime.params import resolve_params
+from harness.config import load
+from harness.grid import resolve_run_config
+from harness.io import write_text_atomic
+from harness.run import RunDir
+from stabilizers import fingerprint, recipe_from_named_dict
+from tests.support.slime_upstream import slime_parsed_args, upstream_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+PRESET = ROOT / "workflow" / "presets" / "table1.yaml"
+
+
+def test_check_pin_passes_on_the_pinned_trees_and_the_docs_quote_its_figures():
+    upstream = upstream_dir()
+    result = subprocess.run([sys.executable, "-m", "engines.slime.check_pin", "--slime", str(upstream / "slime"),
+                             "--megatron", str(upstream / "Megatron-LM")], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    figures = re.search(r"(\d+) flags, (\d+) symbols, (\d+) files checked; 0 problem\(s\)", result.stdout)
+    assert figures, result.stdout
+    flags, symbols, files = figures.groups()
+    docs = (ROOT / "docs" / "cluster.md").read_text()
+    quoted = f"{flags} flags, {symbols} symbols, {files} file{'s' if files != '1' else ''}, none missing"
+    assert quoted in docs, f"docs/cluster.md should quote check_pin's output: {quoted!r}"
+
+
+def model_args(upstream: Path, model_type: str) -> list[str]:
+    """MODEL_ARGS as slime's own model script defines them (the job script sources it the same way)."""
+    script = upstream / "slime" / "scripts" / "models" / f"{model_type}.sh"
+    out = subprocess.run(["bash", "-c", f'source "{script}" && printf "%s\\n" "${{MODEL_ARGS[@]}}"'],
+                         capture_output=True, text=True, check=True).stdout
+    return out.splitlines()
+
+
+@pytest.fixture(scope="module")
+def table1_as_slime_parses_it(tmp_path_factory):
+    """Every Table-1 recipe's lag-8 job: its argument list (the launcher's flags, then MODEL_ARGS, as
+    the job script passes them) parsed and validated by slime's code, with the job's custom config."""
+    upstream = upstream_dir()
+    tmp = tmp_path_factory.mktemp("table1")
+    config = load(PRESET)
+    for name in ("hf", "ref"):
+        (tmp / name).mkdir()
+    (tmp / "prompts.jsonl").write_text("")
+    config["engine_params"].update(hf_checkpoint=str(tmp / "hf"), ref_load=str(tmp / "ref"),
+                                   prompt_data=str(tmp / "prompts.jsonl"))
+    recipes, argvs = [], []
+    for recipe in config["recipes"]:
+        run_config = resolve_run_config(config, recipe, 8, 0)
+        params = resolve_params(run_config["engine_params"])
+        directory = tmp / recipe
+        write_text_atomic(directory / "train" / "slime_custom.yaml", yaml.safe_dump(custom_config(run_config, directory)))
+        RunDir(directory).write_fingerprint(fingerprint(recipe_from_named_dict(run_config["recipe"], "test")))
+        argv = [token for flag in slime_flags(run_config, params, directory) for token in flag]
+        recipes.append(recipe_from_named_dict(run_config["recipe"], "test"))
+        argvs.append(argv + model_args(upstream, params["model_type"]))
+    return recipes, slime_parsed_args(argvs)
+
+
+class Args:
+    def __init__(self, values: dict):
+        vars(self).update(values)
+
+
+def test_every_table1_job_as_slime_parses_it_passes_the_loss_checks(table1_as_slime_parses_it):
+    recipes, parsed = table1_as_slime_parses_it
+    assert len(recipes) == 14
+    for recipe, values in zip(recipes, parsed):
+        args = Args(values)
+        assert slime_loss.recipe_of(args).name == recipe.name  # the custom config, loaded by slime
+        slime_loss.check_args(args, slime_loss.recipe_of(args))
+
+
+def test_slime_implies_the_recompute_replay_for_every_r3_job(table1_as_slime_parses_it):
+    """The state the R3 recipes run with is (True, True), which the loss check must accept."""
+    recipes, parsed = table1_as_slime_parses_it
+    states = {recipe.name: (values["use_rollout_routing_replay"], values["use_routing_replay"])
+              for recipe, values in zip(recipes, parsed)}
+    r3 = {recipe.name for recipe in recipes if recipe.replay == "r3"}
+    assert len(r3) == 6
+    assert {name: state for name, state in states.items() if name in r3} == {name: (True, True) for name in r3}
+    assert {state for name, state in states.items() if name not in r3} == {(False, False)}
+
+
+def test_slimes_parser_keeps_the_loss_settings_the_launcher_emits(table1_as_slime_parses_it):
+    recipes, parsed = table1_as_slime_parses_it
+    for recipe, values in zip(recipes, parsed):
+        assert values["loss_type"] == "custom_loss"
+        assert values["custom_loss_function_path"] == "engines.slime.loss.policy_loss"
+        assert values["calculate_per_token_loss"] is slime_loss.per_token_loss_flag(recipe)
+        assert values["grpo_std_normalization"] is recipe.std_normalization
+        assert values["use_tis"] is False and values["rollout_top_p"] == 1.0
