@@ -201,35 +201,72 @@ class Claim:
     """One declared claim: a comparison, its endpoint and the smallest effect that matters."""
 
     name: str  # unique label, the claim's row in table.md / table.csv / summary.json
-    kind: str  # staleness_cost | cost_difference | recipes | collapse
+    kind: str  # staleness_cost | cost_difference | recipes | collapse | interaction | trend
     recipe: str
     lag: int
     expect: str  # greater | less | equivalent: the claimed sign of the contrast, or |contrast| < margin
-    smallest_effect: float  # fraction of the score (or of the collapse rate); the margin of "equivalent"
+    smallest_effect: float  # fraction of the score (or of the collapse rate; trend: per unit of lag)
     metric: str  # auc | fixed | best | selected (unused by collapse claims)
-    versus: str | None  # the other recipe; None for staleness_cost
+    versus: str | None  # the other recipe; None for staleness_cost (and a trend of one recipe)
     versus_lag: int | None  # collapse only: the other cell's lag (default: lag)
+    # interaction only: the same comparison made with other recipes (e.g. the float32-sampler twins
+    # of recipe and versus), and which comparison it is: cost_difference (the default) or recipes
+    other_recipe: str | None = None
+    other_versus: str | None = None
+    of: str | None = None
+    lags: tuple[int, ...] | None = None  # trend only: the lags the slope is fitted over (default: the grid's)
 
     @classmethod
-    def build(cls, section: dict) -> "Claim":
-        versus_lag = section.get("versus_lag", section["lag"]) if section["kind"] == "collapse" else None
-        return cls(name=section["name"], kind=section["kind"], recipe=section["recipe"], lag=section["lag"],
+    def build(cls, section: dict, grid_lags=()) -> "Claim":
+        kind = section["kind"]
+        versus_lag = section.get("versus_lag", section["lag"]) if kind == "collapse" else None
+        lags = tuple(section.get("lags") or grid_lags) if kind == "trend" else None
+        lag = section["lag"] if "lag" in section else max(lags)  # a trend's lag: the largest of its fit
+        return cls(name=section["name"], kind=kind, recipe=section["recipe"], lag=lag,
                    expect=section["expect"], smallest_effect=float(section["smallest_effect"]),
-                   metric=section["metric"], versus=section.get("versus"), versus_lag=versus_lag)
+                   metric=section["metric"], versus=section.get("versus"), versus_lag=versus_lag,
+                   other_recipe=section.get("other_recipe"), other_versus=section.get("other_versus"),
+                   of=section.get("of", "cost_difference") if kind == "interaction" else None, lags=lags)
 
     def cells(self, reference_lag: int) -> list[tuple[float, str, int]]:
         """(weight, recipe, lag) of the cells whose weighted seed means make the contrast."""
         if self.kind == "staleness_cost":
             return [(1.0, self.recipe, self.lag), (-1.0, self.recipe, reference_lag)]
         if self.kind == "cost_difference":
-            return [(1.0, self.recipe, self.lag), (-1.0, self.recipe, reference_lag),
-                    (-1.0, self.versus, self.lag), (1.0, self.versus, reference_lag)]
+            return [*self._cost(self.recipe, reference_lag), *_negated(self._cost(self.versus, reference_lag))]
+        if self.kind == "interaction":
+            # (recipe vs versus) minus (other_recipe vs other_versus): a difference of differences of
+            # differences when the comparison is a cost difference, of differences when it is two recipes
+            inner = (lambda a, b: [*self._cost(a, reference_lag), *_negated(self._cost(b, reference_lag))]) \
+                if self.of == "cost_difference" else (lambda a, b: [(1.0, a, self.lag), (-1.0, b, self.lag)])
+            return [*inner(self.recipe, self.versus), *_negated(inner(self.other_recipe, self.other_versus))]
+        if self.kind == "trend":
+            slope = [(weight, self.recipe, lag) for weight, lag in slope_weights(self.lags)]
+            return slope if self.versus is None else \
+                [*slope, *_negated([(w, self.versus, lag) for w, _, lag in slope])]
         return [(1.0, self.recipe, self.lag), (-1.0, self.versus, self.versus_lag or self.lag)]
+
+    def _cost(self, recipe: str, reference_lag: int) -> list[tuple[float, str, int]]:
+        return [(1.0, recipe, self.lag), (-1.0, recipe, reference_lag)]
+
+
+def _negated(cells: list[tuple[float, str, int]]) -> list[tuple[float, str, int]]:
+    return [(-weight, recipe, lag) for weight, recipe, lag in cells]
+
+
+def slope_weights(lags) -> list[tuple[float, int]]:
+    """(weight, lag) of the ordinary least-squares slope of a score against lag: the slope
+    sum (L - mean) y_L / sum (L - mean)^2 is the linear contrast of the cell means with these
+    weights (they sum to 0, so a staleness cost's slope is the score's: the reference cell drops out)."""
+    lags = sorted(int(lag) for lag in lags)
+    mean = sum(lags) / len(lags)
+    spread = sum((lag - mean) ** 2 for lag in lags)
+    return [((lag - mean) / spread, lag) for lag in lags]
 
 
 def claims(config: dict) -> tuple[Claim, ...]:
     """The checked config's claims, typed."""
-    return tuple(Claim.build(section) for section in config.get("claims") or [])
+    return tuple(Claim.build(section, config["lags"]) for section in config.get("claims") or [])
 
 
 def claim_errors(config: dict) -> list[str]:
@@ -242,12 +279,16 @@ def claim_errors(config: dict) -> list[str]:
         if claim.name in names:
             messages.append(f"{key}.name': {claim.name!r} is declared twice")
         names.add(claim.name)
-        for field, grid_key in (("recipe", "recipes"), ("versus", "recipes"), ("lag", "lags"), ("versus_lag", "lags")):
-            value = getattr(claim, field)
+        named = [(field, getattr(claim, field), grid_key) for field, grid_key in (
+            ("recipe", "recipes"), ("versus", "recipes"), ("other_recipe", "recipes"), ("other_versus", "recipes"),
+            ("lag", "lags"), ("versus_lag", "lags"))]
+        named += [(f"lags[{j}]", lag, "lags") for j, lag in enumerate(config["claims"][i].get("lags") or [])]
+        for field, value, grid_key in named:
             if value is not None and value not in config[grid_key]:
                 outside = True
                 messages.append(f"{key}.{field}' ({claim.name}): {value!r} is not one of the grid's {grid_key} "
                                 f"{config[grid_key]}")
+        messages += _kind_errors(claim, config["claims"][i], key, reference_lag)
         if claim.kind in ("staleness_cost", "cost_difference") and claim.lag == reference_lag:
             messages.append(f"{key}.lag' ({claim.name}): a staleness cost is measured against lag "
                             f"{reference_lag}, the grid's smallest; claim it at a larger lag")
@@ -258,4 +299,22 @@ def claim_errors(config: dict) -> list[str]:
     if outside:
         messages.append("config key 'claims': a grid narrowed on the command line (-C recipes=... lags=...) "
                         "answers other questions: restate its claims, or pass claims=[] (exploratory only)")
+    return messages
+
+
+_KIND_ONLY = {"other_recipe": "interaction", "other_versus": "interaction", "of": "interaction", "lags": "trend"}
+
+
+def _kind_errors(claim: Claim, section: dict, key: str, reference_lag: int) -> list[str]:
+    """The fields of the interaction and trend kinds: each on its own kind only; an interaction of
+    cost differences away from the reference lag; a trend over two lags or more."""
+    messages = [f"{key}.{field}' ({claim.name}): only a{'n' if kind[0] in 'aeiou' else ''} {kind} claim has it"
+                for field, kind in _KIND_ONLY.items() if field in section and claim.kind != kind]
+    if claim.kind == "interaction" and claim.of == "cost_difference" and claim.lag == reference_lag:
+        messages.append(f"{key}.lag' ({claim.name}): an interaction of staleness costs is measured against lag "
+                        f"{reference_lag}, the grid's smallest; claim it at a larger lag")
+    if claim.kind == "interaction" and {claim.recipe, claim.versus} == {claim.other_recipe, claim.other_versus}:
+        messages.append(f"{key}.other_recipe' ({claim.name}): the other comparison must name other recipes")
+    if claim.kind == "trend" and len(set(claim.lags)) < 2:
+        messages.append(f"{key}.lags' ({claim.name}): a slope needs two lags or more, got {list(claim.lags)}")
     return messages
