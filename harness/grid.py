@@ -60,16 +60,23 @@ def resolved_recipe(recipe: Recipe) -> dict:
     return {"name": recipe.name, **spec}
 
 
+def recipe_engine_params(config: dict, recipe: str) -> dict:
+    """The engine_params of ``recipe``'s runs, before the engine resolves them: the grid's, updated
+    by the recipe's own (config key recipe_engine_params: e.g. a rollout precision per recipe, so
+    that one grid crosses it; knobs of the grid-wide base model are refused by harness.config)."""
+    return {**(config.get("engine_params") or {}), **(config.get("recipe_engine_params") or {}).get(recipe, {})}
+
+
 def resolve_run_config(config: dict, recipe: str, lag: int, seed: int, recipes: dict | None = None,
                        engine_params: dict | None = None) -> dict:
     """The run config of one run of a validated ``config``. ``recipes`` (the loaded recipes) and
-    ``engine_params`` (the engine's resolution of config['engine_params']): when the caller
-    resolves many runs, so that each is done once."""
+    ``engine_params`` (the engine's resolution of recipe_engine_params(config, recipe)): when the
+    caller resolves many runs, so that each is done once."""
     check_lag(lag, config["lag_mode"])
     if recipes is None:
         recipes = load_recipes(extra=config.get("extra_recipes") or {}, check_values=False)  # values: at train
     if engine_params is None:
-        engine_params = engines.get(config["engine"]).resolve_params(config["engine_params"])
+        engine_params = engines.get(config["engine"]).resolve_params(recipe_engine_params(config, recipe))
     run_config = {
         "grid": config["grid"],
         "engine": config["engine"],

@@ -21,7 +21,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from harness import engine as engines
-from harness.grid import expand, grid_dir, resolve_run_config
+from harness.grid import expand, grid_dir, recipe_engine_params, resolve_run_config
 from stabilizers import load_recipes
 
 Run = tuple[str, int, int]  # (recipe, lag, seed)
@@ -136,7 +136,8 @@ class Config:
     engine: engines.Engine
     """The registered engine that trains every run (harness.engine)."""
     engine_params: MappingProxyType
-    """The engine's settings, resolved by the engine (a preset expanded to its values)."""
+    """The engine's settings, resolved by the engine (a preset expanded to its values); a recipe's
+    runs may override some (recipe_engine_params: run_config(run)["engine_params"] is what they train with)."""
     recipes: tuple[str, ...]
     """Recipe names (stabilizers/recipes.yaml or extra_recipes): the rows of the table."""
     extra_recipes: MappingProxyType
@@ -167,10 +168,11 @@ class Config:
     def build(cls, config: dict) -> "Config":
         engine = engines.get(config["engine"])
         engine_params = engine.resolve_params(config["engine_params"])
+        per_recipe = {recipe: engine.resolve_params(recipe_engine_params(config, recipe)) for recipe in config["recipes"]}
         # once: resolving a 1,000-run grid takes ms. Names and parameter names are checked without
         # importing torch; value ranges when jobs start (the Snakefile's onstart: check_recipe_values).
         recipes = load_recipes(extra=config["extra_recipes"], check_values=False)
-        run_configs = {run: resolve_run_config(config, *run, recipes=recipes, engine_params=engine_params)
+        run_configs = {run: resolve_run_config(config, *run, recipes=recipes, engine_params=per_recipe[run[0]])
                        for run in expand(config)}
         return cls(raw=MappingProxyType(config), grid=config["grid"], results_dir=Path(config["results_dir"]),
                    grid_dir=grid_dir(config), engine=engine, engine_params=MappingProxyType(engine_params),
@@ -190,6 +192,19 @@ class Config:
     def prepare_params(self) -> dict:
         """What the engine's grid-wide prepare step reads of the resolved engine params."""
         return {key: self.engine_params[key] for key in self.engine.prepare_keys}
+
+    def null_check_params(self) -> dict | None:
+        """What the engine's lag-0 null check reads: the config's null_check settings and each
+        distinct (engine params it reads, routing replay) of the grid's runs; None when the engine
+        has no check or the config turns it off."""
+        if self.engine.null_check is None or not self.raw["null_check"]["enabled"]:
+            return None
+        cases = {}
+        for run_config in self.run_configs.values():
+            case = {"engine_params": {key: run_config["engine_params"][key] for key in self.engine.null_check_keys},
+                    "routing_replay": run_config["recipe"].get("routing_replay")}
+            cases.setdefault(repr(sorted(case["engine_params"].items())) + repr(case["routing_replay"]), case)
+        return {"settings": _thawed(self.raw["null_check"]), "cases": list(cases.values())}
 
 
 # --- claims: the config's `claims` section (analysis.claims answers them; docs/statistics.md) ----
