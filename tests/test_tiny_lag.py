@@ -157,3 +157,13 @@ def test_fp16_rollouts_sample_in_float16(base, tmp_path):
     assert run(config(base, lag=1, steps=3), tmp_path / "bf16") == "completed"
     bf16 = read_jsonl(tmp_path / "bf16" / "train" / "metrics.jsonl")
     assert all(a["d/impl_mean_abs"] != b["d/impl_mean_abs"] for a, b in zip(fp16, bf16))
+
+
+def test_a_float32_sampler_has_no_mismatch_at_lag_0(base, tmp_path):
+    """The no-mismatch arm of workflow/presets/sources.yaml: at lag 0 a float32 engine samples from
+    the trainer's own distribution (but for the summation order of its KV-cache decode)."""
+    assert run(config(base, lag=0, steps=3, eval_every=3, rollout_dtype="float32"), tmp_path / "fp32") == "completed"
+    rows = read_jsonl(tmp_path / "fp32" / "train" / "metrics.jsonl")
+    assert all(row["d/max"] < 1e-4 and row["routing/mismatch_rate"] == 0 for row in rows)
+    assert run(config(base, lag=0, steps=3, eval_every=3), tmp_path / "bf16") == "completed"
+    assert all(row["d/max"] > 1e-3 for row in read_jsonl(tmp_path / "bf16" / "train" / "metrics.jsonl"))
