@@ -13,6 +13,7 @@ from pathlib import Path
 from harness import engine as engines
 from harness.identity import run_key
 from harness.lag import check_lag
+from harness.queue_lag import QUEUE_KEYS
 from stabilizers import Recipe, get_recipe, load_recipes, parameters, recipe_from_named_dict, switch_defaults
 
 # The grid's prepared base model as a run config names it: a folder relative to the grid folder
@@ -41,6 +42,8 @@ def check_run(run_config: dict) -> Recipe:
             raise ValueError(f"run config is missing {key!r}")
     recipe = recipe_from_named_dict(run_config["recipe"], "run config 'recipe'")  # unknown loss/params -> ValueError
     check_lag(run_config["lag"], run_config["lag_mode"])
+    if run_config["lag_mode"] == "queue" and sorted(run_config.get("lag_queue") or {}) != sorted(QUEUE_KEYS):
+        raise ValueError(f"run config 'lag_queue' must hold {list(QUEUE_KEYS)} in lag_mode queue")
     for key in ("steps", "eval_every", "seed"):
         value = run_config[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < (0 if key == "seed" else 1):
@@ -89,5 +92,7 @@ def resolve_run_config(config: dict, recipe: str, lag: int, seed: int, recipes: 
         "engine_params": dict(engine_params),
         "base_model": BASE_MODEL,
     }
+    if config["lag_mode"] == "queue":  # only then: every other run's config (and key) is unchanged
+        run_config["lag_queue"] = {key: config["lag_queue"][key] for key in QUEUE_KEYS}
     run_config["run_key"] = run_key(run_config)
     return run_config

@@ -19,6 +19,9 @@ from tests.support.tiny_runs import config
 from tests.support.untimed import untimed_rows
 
 
+QUEUE = {"utilization": 1.5, "concurrency": 4, "capacity": 4, "length_sigma": 1.0}  # 4 groups per step (SMALL)
+
+
 def realized_lags(run_dir) -> list[int]:
     return [row["realized_lag"] for row in read_jsonl(run_dir / "train" / "metrics.jsonl")]
 
@@ -42,6 +45,7 @@ def test_the_bound_of_each_mode():
     assert lag_bound(1, 8, "interval") == (0, 0) and lag_bound(5, 8, "interval") == (1, 4)
     assert lag_bound(20, 8, "interval") == (1, 8) and lag_bound(20, 8, "constant") == (8, 8)
     assert lag_bound(20, 8, "bounded") == (0, 8) and lag_bound(20, 8, "constant", start_version=15) == (4, 4)
+    assert lag_bound(20, 8, "queue") == (0, 8) and lag_bound(3, 8, "queue") == (0, 2)
     check_realized_lag(20, 8, 8, "interval")
     with pytest.raises(LagOutOfBound, match=r"step 20: realized lag 9 leaves the interval bound 1\.\.8 of lag 8"):
         check_realized_lag(20, 9, 8, "interval")
@@ -106,11 +110,11 @@ def synchronous_rows(run_config: dict, directory) -> list[str]:
     return rows
 
 
-@pytest.mark.parametrize("mode", ["interval", "constant", "bounded"])
+@pytest.mark.parametrize("mode", ["interval", "constant", "bounded", "queue"])
 def test_lag_0_is_the_synchronous_loop_bit_for_bit(base, tmp_path, mode):
     """The one difference from a textbook synchronous loop is by design, not of the loop: the
     engine samples in bf16, so mu != pi at lag 0 (d/mean_abs > 0), as SGLang vs Megatron."""
-    cfg = config(base, lag=0, mode=mode, steps=5, eval_every=5, recipe="grpo_r3")
+    cfg = config(base, lag=0, mode=mode, steps=5, eval_every=5, recipe="grpo_r3", lag_queue=QUEUE)
     assert run(cfg, tmp_path / "lag0") == "completed"
     rows = untimed_rows(tmp_path / "lag0" / "train" / "metrics.jsonl")
     assert rows == synchronous_rows(cfg, tmp_path / "by_hand")
