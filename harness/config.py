@@ -18,8 +18,8 @@ import jsonschema
 import yaml
 
 from harness import engine as engines
-from harness.lag import LAG_MODES
 from harness.grid import recipe_engine_params
+from harness.lag import LAG_MODES
 from harness.model import claim_errors
 from stabilizers import check_values, load_recipes
 

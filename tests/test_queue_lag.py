@@ -1,23 +1,19 @@
 """Lag mode queue (harness.queue_lag, engines/tiny/queue_rollout.py): the model's numbers by hand,
 a run whose realized per-group lags follow the model's distribution (a chi-square goodness-of-fit
-test) and grow with the groups' lengths, a planted engine fault that fails that test, the bound
-check, and a resume that ends with an uninterrupted run's numbers."""
+test) and grow with the groups' lengths, a planted engine fault that fails that test, and the
+bound check (its resume after a stop: tests/test_tiny_lag.py)."""
 import math
 
 import pytest
 from scipy import stats
 
 import engines.tiny.queue_rollout
-import engines.tiny.trainer
 from engines.run import run
-from engines.tiny.trainer import Trainer
 from harness.config import ConfigError, load
 from harness.io import read_jsonl
 from harness.lag import LagOutOfBound, group_lags, newest_sampling_version, sampling_version
 from harness.queue_lag import QueueModel, group_draws
-from harness.run import RunConfig, RunDir
 from tests.support.tiny_runs import config
-from tests.support.untimed import untimed_rows
 
 QUEUE = {"utilization": 1.5, "concurrency": 4, "capacity": 4, "length_sigma": 1.0}  # SMALL: 4 groups per step
 LAG, STEPS = 6, 60
@@ -106,20 +102,6 @@ def test_a_group_past_the_bound_fails_the_run_naming_the_step(base, tmp_path, mo
                         lambda step, lag, seed, queue: [min(step - 1, lag + 1)] * queue.batch)
     with pytest.raises(LagOutOfBound, match=f"step {LAG + 2}: realized lag {LAG + 1} leaves the queue bound"):
         queue_run(base, tmp_path / "grid" / "runs" / "grpo" / f"lag{LAG}" / "seed0")
-
-
-def test_a_queue_lag_run_resumes_bit_identical_after_a_time_limit_stop(base, tmp_path, monkeypatch):
-    cfg = config(base, lag=3, mode="queue", steps=10, eval_every=3, seed=1, lag_queue=QUEUE)
-    runs = tmp_path / "grid" / "runs" / "grpo" / "lag3"
-    assert run(cfg, runs / "reference") == "completed"
-    polls = iter(range(1, 100))
-    monkeypatch.setattr(engines.tiny.trainer, "time_limit_near", lambda: next(polls) == 5)
-    with pytest.raises(engines.tiny.trainer.TimeLimitReached, match="after step 5"):
-        Trainer(RunConfig.check(cfg), RunDir(runs / "stopped")).run()
-    monkeypatch.undo()
-    assert run(cfg, runs / "stopped") == "completed"
-    assert untimed_rows(runs / "stopped" / "train" / "metrics.jsonl") == \
-        untimed_rows(runs / "reference" / "train" / "metrics.jsonl")
 
 
 def test_the_queue_settings_are_checked_naming_the_key():

@@ -18,7 +18,6 @@ from harness.run import RunConfig, RunDir
 from tests.support.tiny_runs import config
 from tests.support.untimed import untimed_rows
 
-
 QUEUE = {"utilization": 1.5, "concurrency": 4, "capacity": 4, "length_sigma": 1.0}  # 4 groups per step (SMALL)
 
 
@@ -66,8 +65,9 @@ def test_bounded_lag_realizes_its_seeded_schedule(base, tmp_path):
     assert set(realized_lags(tmp_path / "seed0")) - {0} and 0 in realized_lags(tmp_path / "seed0")[1:]
 
 
-def test_bounded_lag_resumes_bit_identical_after_a_time_limit_stop(base, tmp_path, monkeypatch):
-    cfg = config(base, lag=3, mode="bounded", steps=10, eval_every=3, seed=1)
+@pytest.mark.parametrize("mode", ["bounded", "queue"])  # queue: the batch in flight keeps its groups' versions
+def test_a_seeded_lag_resumes_bit_identical_after_a_time_limit_stop(base, tmp_path, monkeypatch, mode):
+    cfg = config(base, lag=3, mode=mode, steps=10, eval_every=3, seed=1, lag_queue=QUEUE)
     assert run(cfg, tmp_path / "reference") == "completed"
     polls = iter(range(1, 100))
     monkeypatch.setattr(engines.tiny.trainer, "time_limit_near", lambda: next(polls) == 5)
