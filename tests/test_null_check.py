@@ -87,3 +87,17 @@ def test_every_train_job_waits_for_the_check(scratch):
     assert ("null_check", f"{scratch}/demo/null_check.json") in planned_jobs(result.stdout)
     assert snakemake("-n", "-C", f"results_dir={scratch}", "seeds=[0]", "null_check={enabled: false}").stdout \
         .count("rule null_check") == 0
+
+
+def test_the_workflow_refuses_a_grid_with_the_numbers_and_trains_nothing(scratch):
+    """A real refusal through Snakemake: a band of +-1e-6 holds no bf16 sampler's tokens."""
+    small = json.dumps({**SMALL, "warmstart_steps": 5})
+    result = snakemake("-c1", "-C", f"results_dir={scratch}", "grid=refused", "recipes=[grpo]", "baseline=grpo",
+                       "lags=[1]", "seeds=[0]", "claims=[]", "steps=2", "eval_every=2", f"engine_params={small}",
+                       "null_check={band: 1.0e-6, rollouts: 1}", timeout=300)
+    assert result.returncode != 0
+    printed = result.stdout + result.stderr
+    assert re.search(r"the lag-0 null check refuses the grid \(config key 'null_check'\):\n  rollout_dtype bfloat16, "
+                     r"routing_replay False, \d+ tokens: \d+\.\d% of tokens outside \[0\.999999, 1\] \(declared level 2%\)",
+                     printed), printed[-3000:]
+    assert not (scratch / "refused" / "runs").exists() and not (scratch / "refused" / "null_check.json").exists()
