@@ -102,3 +102,42 @@ def test_good_interaction_and_trend_claims_pass():
         {"name": "t", "kind": "trend", "recipe": "grpo", "expect": "less", "smallest_effect": 0.01}]})
     interaction, trend = claims(config)
     assert len(interaction.cells(1)) == 8 and trend.cells(1) == [(-1 / 7, "grpo", 1), (1 / 7, "grpo", 8)]
+
+
+def test_the_new_kinds_are_stated_in_words():
+    from analysis.claims import statement
+    interaction = claim(kind="interaction", recipe="x_bf16", versus="g_bf16", other_recipe="x_fp32",
+                        other_versus="g_fp32", lag=8, expect="equivalent")
+    assert statement(interaction, 0) == ("x_bf16 against g_bf16 minus x_fp32 against g_fp32 (cost_difference, lag 8), "
+                                         "AUC: within +-5.0 points of 0")
+    trend = claim(kind="trend", recipe="grpo", expect="less", smallest_effect=0.005)
+    assert statement(trend, 0).startswith("least-squares slope of grpo's score against lag over lags (0, 1, 8)")
+
+
+def test_aggregate_answers_interaction_and_trend_claims(tmp_path):
+    """Through analysis.aggregate on the fabricated grid (lags 1, 8): each estimate is the mean of the
+    per-seed contrasts worked from summary.json's per-seed AUCs, and table.md lists both verdicts."""
+    import json
+
+    from analysis.aggregate import main
+    from tests.support.grid_fixture import make_grid
+
+    kinds = [{"name": "i", "kind": "interaction", "recipe": "sat_grpo", "versus": "grpo", "other_recipe": "grpo_r3",
+              "other_versus": "grpo", "lag": 8, "expect": "greater", "smallest_effect": 0.05},
+             {"name": "t", "kind": "trend", "recipe": "grpo_r3", "expect": "less", "smallest_effect": 0.005}]
+    config = {**make_grid(tmp_path), "claims": kinds}
+    out = tmp_path / config["grid"]
+    assert main(["--config-json", json.dumps(config), "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    auc = {(c["recipe"], c["lag"]): np.array(c["per_seed"]["auc"], dtype=float) for c in summary["cells"]}
+    by_hand_i = (auc["sat_grpo", 8] - auc["sat_grpo", 1]) - (auc["grpo", 8] - auc["grpo", 1]) \
+        - ((auc["grpo_r3", 8] - auc["grpo_r3", 1]) - (auc["grpo", 8] - auc["grpo", 1]))
+    by_hand_t = (auc["grpo_r3", 8] - auc["grpo_r3", 1]) / 7
+    answered = {c["name"]: c for c in summary["claims"]}
+    keep = np.isfinite(by_hand_i)
+    assert answered["i"]["estimate"] == pytest.approx(float(np.mean(by_hand_i[keep])))
+    assert answered["t"]["estimate"] == pytest.approx(float(np.mean(by_hand_t[np.isfinite(by_hand_t)])))
+    table = (out / "table.md").read_text()
+    for name in ("i", "t"):
+        assert answered[name]["statement"] in table and answered[name]["verdict"] in table
+    assert "sat_grpo against grpo minus grpo_r3 against grpo" in answered["i"]["statement"]
