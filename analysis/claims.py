@@ -42,7 +42,9 @@ KIND_TEXT = {"staleness_cost": "staleness cost of {recipe} (lag {lag} minus lag 
              "cost_difference": "staleness cost of {recipe} minus that of {versus} (lag {lag} minus lag "
                                 "{reference_lag})",
              "recipes": "{recipe} minus {versus} at lag {lag}",
-             "collapse": "collapse rate of {recipe} at lag {lag} minus that of {versus} at lag {versus_lag}"}
+             "collapse": "collapse rate of {recipe} at lag {lag} minus that of {versus} at lag {versus_lag}",
+             "interaction": "{recipe} against {versus} minus {other_recipe} against {other_versus} ({of}, lag {lag})",
+             "trend": "least-squares slope of {recipe}'s score against lag over lags {lags} (per unit of lag)"}
 METRIC_TEXT = {"auc": "AUC", "fixed": "fixed-step score", "best": "best-checkpoint score",
                "selected": "selected-checkpoint score"}
 

@@ -86,7 +86,11 @@ def plot_collapse(summary: dict, path: Path) -> None:
 def plot_staleness(summary: dict, path: Path) -> None:
     """Staleness cost (lag L minus the reference lag) per recipe with its 95% interval, one panel
     per endpoint and later lag; recipes named by a staleness or cost-difference claim at that lag
-    are marked in red and their claims' verdicts listed under the panel."""
+    are marked in red and their claims' verdicts listed under the panel. A grid of more than two
+    lags: the cost against lag instead (plot_staleness_by_lag)."""
+    if len(summary["lags"]) > 2:
+        plot_staleness_by_lag(summary, path)
+        return
     import matplotlib.pyplot as plt
     cells = summary_cells(summary)
     recipes, reference_lag = summary["recipes"], summary["reference_lag"]
@@ -116,6 +120,45 @@ def plot_staleness(summary: dict, path: Path) -> None:
         if claimed:
             text = "claims (red): " + "; ".join(f"{c['name']}: {c['verdict']}" for c in claimed)
             ax.set_xlabel(textwrap.fill(text, 70), fontsize=7)  # wrapped: a long list stays inside its panel
+    _save(fig, path)
+
+
+def plot_staleness_by_lag(summary: dict, path: Path) -> None:
+    """Staleness cost against lag, one line per recipe with its 95% intervals (the cost is 0 by
+    definition at the reference lag), one panel per endpoint; lags evenly spaced (they are often
+    doubling). The verdicts of the claims on the panel's endpoint that read a cost against lag
+    (trend, staleness cost, cost difference, interaction) are listed under it."""
+    import matplotlib.pyplot as plt
+    cells = summary_cells(summary)
+    recipes, reference_lag, lags = summary["recipes"], summary["reference_lag"], sorted(summary["lags"])
+    fig, axes = plt.subplots(1, len(ENDPOINTS), figsize=(6.5 * len(ENDPOINTS), 5.2), squeeze=False)
+    width = 0.5 / max(len(recipes), 1)  # recipes side by side within a lag, so intervals do not overlap
+    for ax, endpoint in zip(axes[0], ENDPOINTS):
+        for i, recipe in enumerate(recipes):
+            xs, ys, below, above = [], [], [], []
+            for x, lag in enumerate(lags):
+                stat = {"estimate": 0.0, "low": 0.0, "high": 0.0} if lag == reference_lag else \
+                    (cells[recipe, lag]["staleness_cost"] or {}).get(endpoint)
+                if stat is None or stat["estimate"] is None:
+                    continue
+                low = stat["estimate"] if stat["low"] is None else stat["low"]
+                high = stat["estimate"] if stat["high"] is None else stat["high"]
+                xs.append(x + (i - (len(recipes) - 1) / 2) * width)
+                ys.append(100 * stat["estimate"])
+                below.append(100 * (stat["estimate"] - low))
+                above.append(100 * (high - stat["estimate"]))
+            ax.errorbar(xs, ys, yerr=[below, above], marker="o", markersize=3, capsize=2, linewidth=1, label=recipe)
+        ax.axhline(0, color="grey", linewidth=0.8)
+        ax.set_xticks(range(len(lags)), [str(lag) for lag in lags])
+        ax.set(title=f"{ENDPOINT_NAMES[endpoint]}: cost against lag (minus lag {reference_lag})", xlabel="lag",
+               ylabel="staleness cost (points, 95% CI)")
+        ax.grid(alpha=0.3, axis="y")
+        claimed = [c for c in summary["claims"] if c["metric"] == endpoint and c["kind"] in
+                   ("trend", "staleness_cost", "cost_difference", "interaction")]
+        if claimed:
+            text = "claims: " + "; ".join(f"{c['name']}: {c['verdict']}" for c in claimed)
+            ax.set_xlabel("lag\n" + textwrap.fill(text, 80), fontsize=7)
+    axes[0][-1].legend(fontsize=6, ncol=2 if len(recipes) > 8 else 1)
     _save(fig, path)
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from analysis import provenance
-from analysis.plots import plot_collapse, plot_curves, plot_mismatch, plot_staleness
 from analysis.looks import scheduled_runs
+from analysis.plots import plot_collapse, plot_curves, plot_mismatch, plot_staleness
 from analysis.summary import collect, summarize
 from analysis.tables import conclusions, render_csv, render_latex, render_markdown
 from harness.grid_dir import GridDir

@@ -18,6 +18,7 @@ import jsonschema
 import yaml
 
 from harness import engine as engines
+from harness.grid import recipe_engine_params
 from harness.lag import LAG_MODES
 from harness.model import claim_errors, seeding_errors
 from stabilizers import check_values, load_recipes
@@ -139,11 +140,32 @@ def _semantic_errors(config: dict, tasks_dir: Path) -> list[str]:
         engines.get(config["engine"]).resolve_params(config["engine_params"])
     except ValueError as error:
         messages.append(f"config key 'engine_params': {error}")
+    messages += _recipe_engine_params_errors(config)
     fixed = config["eval"].get("fixed_step")
     if fixed is not None and (fixed > config["steps"] or (fixed % config["eval_every"] and fixed != config["steps"])):
         messages.append(f"config key 'eval.fixed_step': {fixed} is not an evaluated step "
                         f"(a multiple of eval_every={config['eval_every']} up to steps={config['steps']}, or steps)")
     return messages + claim_errors(config, recipes) + seeding_errors(config)
+
+
+def _recipe_engine_params_errors(config: dict) -> list[str]:
+    """A recipe's engine overrides name a recipe of the grid, leave the grid-wide base model's knobs
+    (the engine's prepare_keys) and the preset alone, and pass the engine's own checks."""
+    engine, messages = engines.get(config["engine"]), []
+    for recipe, overrides in config["recipe_engine_params"].items():
+        key = f"config key 'recipe_engine_params.{recipe}"
+        if recipe not in config["recipes"]:
+            messages.append(f"{key}': {recipe!r} is not one of the grid's recipes {config['recipes']}")
+            continue
+        shared = sorted(set(overrides) & {"preset", *engine.prepare_keys})
+        if shared:
+            messages.append(f"{key}': {shared} are the whole grid's (its base model); set them in engine_params")
+            continue
+        try:
+            engine.resolve_params(recipe_engine_params(config, recipe))
+        except ValueError as error:
+            messages.append(f"{key}': {error}")
+    return messages
 
 
 def validate(config: dict, *, tasks_dir: str | Path = TASKS_DIR) -> dict:

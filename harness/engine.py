@@ -21,6 +21,14 @@ An engine provides everything the workflow needs to know about it (docs/design.m
     prepare_keys                            the resolved engine_params that step reads: it is given
                                             only these, so that changing another one (lr) does not
                                             redo it
+    null_check(params, base_dir) -> report  optional: the lag-0 null check, a grid-wide step after
+                                            prepare that every run waits for: with identical weights,
+                                            the engine's importance ratio pi/mu must average 1 and stay
+                                            near it (the tiny engine: engines/tiny/null_check.py). It
+                                            raises ValueError with the numbers to refuse the grid.
+                                            params: harness.model.Config.null_check_params (the
+                                            config's null_check settings and each distinct setting
+                                            of the grid's recipes, reading only null_check_keys)
 
 Adding an engine = a package under engines/ that calls ``harness.engine.register(Engine(...))``
 in its ``__init__``, or any importable module named in $STALEBENCH_ENGINES (comma separated) that
@@ -56,6 +64,8 @@ class Engine:
     prepare: Callable[[dict, Path], object] | None = None
     prepare_outputs: tuple[str, ...] = ()
     prepare_keys: tuple[str, ...] = ()
+    null_check: Callable[[dict, Path | None], dict] | None = None
+    null_check_keys: tuple[str, ...] = ()
     step_minutes: float = 0.0
 
     def __post_init__(self) -> None:
@@ -64,6 +74,8 @@ class Engine:
             raise ValueError(f"engine {self.name!r}: resources for unknown rule(s) {unknown}; rules: {list(RULES)}")
         if len({self.prepare is None, not self.prepare_outputs, not self.prepare_keys}) > 1:
             raise ValueError(f"engine {self.name!r}: prepare, prepare_outputs and prepare_keys go together")
+        if (self.null_check is None) != (not self.null_check_keys):
+            raise ValueError(f"engine {self.name!r}: null_check and null_check_keys go together")
 
 
 class TrainingDiverged(Exception):

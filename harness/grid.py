@@ -13,6 +13,7 @@ from pathlib import Path
 from harness import engine as engines
 from harness.identity import run_key
 from harness.lag import check_lag
+from harness.queue_lag import QUEUE_KEYS
 from stabilizers import Recipe, get_recipe, load_recipes, parameters, recipe_from_named_dict, switch_defaults
 
 # The grid's prepared base model as a run config names it: a folder relative to the grid folder
@@ -56,6 +57,8 @@ def check_run(run_config: dict) -> Recipe:
             raise ValueError(f"run config is missing {key!r}")
     recipe = recipe_from_named_dict(run_config["recipe"], "run config 'recipe'")  # unknown loss/params -> ValueError
     check_lag(run_config["lag"], run_config["lag_mode"])
+    if run_config["lag_mode"] == "queue" and sorted(run_config.get("lag_queue") or {}) != sorted(QUEUE_KEYS):
+        raise ValueError(f"run config 'lag_queue' must hold {list(QUEUE_KEYS)} in lag_mode queue")
     for key in ("steps", "eval_every", "seed"):
         value = run_config[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < (0 if key == "seed" else 1):
@@ -77,16 +80,23 @@ def resolved_recipe(recipe: Recipe) -> dict:
     return {"name": recipe.name, **spec}
 
 
+def recipe_engine_params(config: dict, recipe: str) -> dict:
+    """The engine_params of ``recipe``'s runs, before the engine resolves them: the grid's, updated
+    by the recipe's own (config key recipe_engine_params: e.g. a rollout precision per recipe, so
+    that one grid crosses it; knobs of the grid-wide base model are refused by harness.config)."""
+    return {**(config.get("engine_params") or {}), **(config.get("recipe_engine_params") or {}).get(recipe, {})}
+
+
 def resolve_run_config(config: dict, recipe: str, lag: int, seed: int, recipes: dict | None = None,
                        engine_params: dict | None = None) -> dict:
     """The run config of one run of a validated ``config``. ``recipes`` (the loaded recipes) and
-    ``engine_params`` (the engine's resolution of config['engine_params']): when the caller
-    resolves many runs, so that each is done once."""
+    ``engine_params`` (the engine's resolution of recipe_engine_params(config, recipe)): when the
+    caller resolves many runs, so that each is done once."""
     check_lag(lag, config["lag_mode"])
     if recipes is None:
         recipes = load_recipes(extra=config.get("extra_recipes") or {}, check_values=False)  # values: at train
     if engine_params is None:
-        engine_params = engines.get(config["engine"]).resolve_params(config["engine_params"])
+        engine_params = engines.get(config["engine"]).resolve_params(recipe_engine_params(config, recipe))
     run_config = {
         "grid": config["grid"],
         "engine": config["engine"],
@@ -99,5 +109,7 @@ def resolve_run_config(config: dict, recipe: str, lag: int, seed: int, recipes: 
         "engine_params": dict(engine_params),
         "base_model": BASE_MODEL,
     }
+    if config["lag_mode"] == "queue":  # only then: every other run's config (and key) is unchanged
+        run_config["lag_queue"] = {key: config["lag_queue"][key] for key in QUEUE_KEYS}
     run_config["run_key"] = run_key(run_config)
     return run_config

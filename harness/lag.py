@@ -11,11 +11,16 @@ realized lag is (s - 1) - the version that sampled it. Modes (docs/design.md, "L
   d(s) in 0..lag, and the version is max(version(s - 1), s - 1 - d(s)): a rollout engine holds one
   copy of the weights and only ever receives newer ones (as SGLang in slime, AReaL's servers), so
   the version never goes back and the realized lag is at most d(s).
+- queue: each group (prompt) of a batch has a lag of its own, drawn in 0..lag from a model of a
+  fully asynchronous system in which long responses are staler (harness.queue_lag; the settings
+  ``lag_queue`` of the run config): the batch's version is its oldest group's, and an engine that
+  samples every group with its own version realizes it (the tiny engine; per-group lags are
+  recorded per step). A batch's realized lag is its stalest group's.
 
 Every mode is clamped at version 0 (the first batches can only come from the base model), and at
 lag 0 every mode is the synchronous loop: the batch of step s is sampled by version s - 1, the
 weights that train on it. Pure functions of (mode, lag, step, seed), read by both engines (the
-tiny trainer and engines.slime.driver); ``check_realized_lag`` is the bound each engine checks on
+tiny trainer and engines.slime.driver; queue also of its QueueModel); ``check_realized_lag`` is the bound each engine checks on
 every step it trains, written independently of the schedule so that a wrong schedule fails it.
 """
 from __future__ import annotations
@@ -23,7 +28,9 @@ from __future__ import annotations
 import hashlib
 from functools import lru_cache
 
-LAG_MODES = ("interval", "constant", "bounded")
+from harness.queue_lag import QueueModel, group_draws
+
+LAG_MODES = ("interval", "constant", "bounded", "queue")
 
 
 class LagOutOfBound(RuntimeError):
@@ -53,8 +60,16 @@ def _bounded_versions(lag: int, seed: int, steps: int) -> tuple[int, ...]:
     return tuple(versions)
 
 
-def sampling_version(step: int, lag: int, mode: str, seed: int) -> int:
-    """The policy version that samples the batch of trainer step ``step`` (1-based)."""
+def group_lags(step: int, lag: int, seed: int, queue: QueueModel) -> list[int]:
+    """Queue mode: the lag of each group of step ``step``'s batch (all 0 at lag 0: the synchronous loop)."""
+    if lag == 0:
+        return [0] * queue.batch
+    return [group_lag for group_lag, _ in group_draws(queue, step, seed)]
+
+
+def sampling_version(step: int, lag: int, mode: str, seed: int, queue: QueueModel | None = None) -> int:
+    """The policy version that samples the batch of trainer step ``step`` (1-based); in queue mode
+    (``queue``: its model) the oldest of its groups' versions."""
     check_lag(lag, mode)
     if step < 1:
         raise ValueError(f"trainer steps count from 1, got {step}")
@@ -64,18 +79,43 @@ def sampling_version(step: int, lag: int, mode: str, seed: int) -> int:
         return 0 if step < 2 else lag * ((step - 2) // lag)
     if mode == "constant":
         return max(0, step - 1 - lag)
+    if mode == "queue":
+        return step - 1 - max(group_lags(step, lag, seed, _needed(queue)))
     # bounded: the cache holds whole schedules, so grow it in blocks rather than step by step
     return _bounded_versions(lag, seed, -(-step // 256) * 256)[step - 1]
 
 
+def newest_sampling_version(step: int, lag: int, mode: str, seed: int, queue: QueueModel | None = None) -> int:
+    """The newest version any group of step ``step``'s batch is sampled by (queue mode: its freshest
+    group's; every other mode samples a batch with one version)."""
+    if mode == "queue" and lag > 0:
+        return step - 1 - min(group_lags(step, lag, seed, _needed(queue)))
+    return sampling_version(step, lag, mode, seed)
+
+
+def _needed(queue: QueueModel | None) -> QueueModel:
+    if queue is None:
+        raise ValueError("lag_mode 'queue' needs its queue model (run config key 'lag_queue')")
+    return queue
+
+
+def oldest_needed_version(step: int, lag: int, mode: str, seed: int) -> int:
+    """The oldest version that samples any batch of step ``step`` or later (every mode's version
+    is non-decreasing in the step; a queue batch's groups are at most ``lag`` old): older weights
+    may be dropped."""
+    if mode == "queue":
+        return max(0, step - 1 - lag)
+    return sampling_version(step, lag, mode, seed)
+
+
 def lag_bound(step: int, lag: int, mode: str, start_version: int = 0) -> tuple[int, int]:
     """The realized lags (lowest, highest) that ``mode`` allows at ``step``: interval 1..lag,
-    constant exactly lag, bounded 0..lag, each capped at step - 1 - ``start_version`` (no batch
+    constant exactly lag, bounded and queue (each group) 0..lag, each capped at step - 1 - ``start_version`` (no batch
     is older than the first weights of the job: the base model, or on slime a resumed job's
     trainer, which keeps no older weights)."""
     check_lag(lag, mode)
     highest = min(lag, step - 1 - start_version)
-    lowest = {"interval": min(1, highest), "constant": highest, "bounded": 0}[mode]
+    lowest = {"interval": min(1, highest), "constant": highest, "bounded": 0, "queue": 0}[mode]
     return lowest, highest
 
 

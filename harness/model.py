@@ -21,7 +21,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from harness import engine as engines
-from harness.grid import expand, grid_dir, resolve_run_config
+from harness.grid import expand, grid_dir, recipe_engine_params, resolve_run_config
 from stabilizers import load_recipes
 
 Run = tuple[str, int, int]  # (recipe, lag, seed)
@@ -138,7 +138,8 @@ class Config:
     engine: engines.Engine
     """The registered engine that trains every run (harness.engine)."""
     engine_params: MappingProxyType
-    """The engine's settings, resolved by the engine (a preset expanded to its values)."""
+    """The engine's settings, resolved by the engine (a preset expanded to its values); a recipe's
+    runs may override some (recipe_engine_params: run_config(run)["engine_params"] is what they train with)."""
     recipes: tuple[str, ...]
     """Recipe names (stabilizers/recipes.yaml or extra_recipes): the rows of the table."""
     extra_recipes: MappingProxyType
@@ -169,10 +170,11 @@ class Config:
     def build(cls, config: dict) -> "Config":
         engine = engines.get(config["engine"])
         engine_params = engine.resolve_params(config["engine_params"])
+        per_recipe = {recipe: engine.resolve_params(recipe_engine_params(config, recipe)) for recipe in config["recipes"]}
         # once: resolving a 1,000-run grid takes ms. Names and parameter names are checked without
         # importing torch; value ranges when jobs start (the Snakefile's onstart: check_recipe_values).
         recipes = load_recipes(extra=config["extra_recipes"], check_values=False)
-        run_configs = {run: resolve_run_config(config, *run, recipes=recipes, engine_params=engine_params)
+        run_configs = {run: resolve_run_config(config, *run, recipes=recipes, engine_params=per_recipe[run[0]])
                        for run in expand(config)}
         return cls(raw=MappingProxyType(config), grid=config["grid"], results_dir=Path(config["results_dir"]),
                    grid_dir=grid_dir(config), engine=engine, engine_params=MappingProxyType(engine_params),
@@ -192,6 +194,19 @@ class Config:
     def prepare_params(self) -> dict:
         """What the engine's grid-wide prepare step reads of the resolved engine params."""
         return {key: self.engine_params[key] for key in self.engine.prepare_keys}
+
+    def null_check_params(self) -> dict | None:
+        """What the engine's lag-0 null check reads: the config's null_check settings and each
+        distinct (engine params it reads, routing replay) of the grid's runs; None when the engine
+        has no check or the config turns it off."""
+        if self.engine.null_check is None or not self.raw["null_check"]["enabled"]:
+            return None
+        cases = {}
+        for run_config in self.run_configs.values():
+            case = {"engine_params": {key: run_config["engine_params"][key] for key in self.engine.null_check_keys},
+                    "routing_replay": run_config["recipe"].get("routing_replay")}
+            cases.setdefault(repr(sorted(case["engine_params"].items())) + repr(case["routing_replay"]), case)
+        return {"settings": _thawed(self.raw["null_check"]), "cases": list(cases.values())}
 
 
 @dataclass(frozen=True)
@@ -234,35 +249,72 @@ class Claim:
     """One declared claim: a comparison, its endpoint and the smallest effect that matters."""
 
     name: str  # unique label, the claim's row in table.md / table.csv / summary.json
-    kind: str  # staleness_cost | cost_difference | recipes | collapse
+    kind: str  # staleness_cost | cost_difference | recipes | collapse | interaction | trend
     recipe: str
     lag: int
     expect: str  # greater | less | equivalent: the claimed sign of the contrast, or |contrast| < margin
-    smallest_effect: float  # fraction of the score (or of the collapse rate); the margin of "equivalent"
+    smallest_effect: float  # fraction of the score (or of the collapse rate; trend: per unit of lag)
     metric: str  # auc | fixed | best | selected (unused by collapse claims)
-    versus: str | None  # the other recipe; None for staleness_cost
+    versus: str | None  # the other recipe; None for staleness_cost (and a trend of one recipe)
     versus_lag: int | None  # collapse only: the other cell's lag (default: lag)
+    # interaction only: the same comparison made with other recipes (e.g. the float32-sampler twins
+    # of recipe and versus), and which comparison it is: cost_difference (the default) or recipes
+    other_recipe: str | None = None
+    other_versus: str | None = None
+    of: str | None = None
+    lags: tuple[int, ...] | None = None  # trend only: the lags the slope is fitted over (default: the grid's)
 
     @classmethod
-    def build(cls, section: dict) -> "Claim":
-        versus_lag = section.get("versus_lag", section["lag"]) if section["kind"] == "collapse" else None
-        return cls(name=section["name"], kind=section["kind"], recipe=section["recipe"], lag=section["lag"],
+    def build(cls, section: dict, grid_lags=()) -> "Claim":
+        kind = section["kind"]
+        versus_lag = section.get("versus_lag", section["lag"]) if kind == "collapse" else None
+        lags = tuple(section.get("lags") or grid_lags) if kind == "trend" else None
+        lag = section["lag"] if "lag" in section else max(lags)  # a trend's lag: the largest of its fit
+        return cls(name=section["name"], kind=kind, recipe=section["recipe"], lag=lag,
                    expect=section["expect"], smallest_effect=float(section["smallest_effect"]),
-                   metric=section["metric"], versus=section.get("versus"), versus_lag=versus_lag)
+                   metric=section["metric"], versus=section.get("versus"), versus_lag=versus_lag,
+                   other_recipe=section.get("other_recipe"), other_versus=section.get("other_versus"),
+                   of=section.get("of", "cost_difference") if kind == "interaction" else None, lags=lags)
 
     def cells(self, reference_lag: int) -> list[tuple[float, str, int]]:
         """(weight, recipe, lag) of the cells whose weighted seed means make the contrast."""
         if self.kind == "staleness_cost":
             return [(1.0, self.recipe, self.lag), (-1.0, self.recipe, reference_lag)]
         if self.kind == "cost_difference":
-            return [(1.0, self.recipe, self.lag), (-1.0, self.recipe, reference_lag),
-                    (-1.0, self.versus, self.lag), (1.0, self.versus, reference_lag)]
+            return [*self._cost(self.recipe, reference_lag), *_negated(self._cost(self.versus, reference_lag))]
+        if self.kind == "interaction":
+            # (recipe vs versus) minus (other_recipe vs other_versus): a difference of differences of
+            # differences when the comparison is a cost difference, of differences when it is two recipes
+            inner = (lambda a, b: [*self._cost(a, reference_lag), *_negated(self._cost(b, reference_lag))]) \
+                if self.of == "cost_difference" else (lambda a, b: [(1.0, a, self.lag), (-1.0, b, self.lag)])
+            return [*inner(self.recipe, self.versus), *_negated(inner(self.other_recipe, self.other_versus))]
+        if self.kind == "trend":
+            slope = [(weight, self.recipe, lag) for weight, lag in slope_weights(self.lags)]
+            return slope if self.versus is None else \
+                [*slope, *_negated([(w, self.versus, lag) for w, _, lag in slope])]
         return [(1.0, self.recipe, self.lag), (-1.0, self.versus, self.versus_lag or self.lag)]
+
+    def _cost(self, recipe: str, reference_lag: int) -> list[tuple[float, str, int]]:
+        return [(1.0, recipe, self.lag), (-1.0, recipe, reference_lag)]
+
+
+def _negated(cells: list[tuple[float, str, int]]) -> list[tuple[float, str, int]]:
+    return [(-weight, recipe, lag) for weight, recipe, lag in cells]
+
+
+def slope_weights(lags) -> list[tuple[float, int]]:
+    """(weight, lag) of the ordinary least-squares slope of a score against lag: the slope
+    sum (L - mean) y_L / sum (L - mean)^2 is the linear contrast of the cell means with these
+    weights (they sum to 0, so a staleness cost's slope is the score's: the reference cell drops out)."""
+    lags = sorted(int(lag) for lag in lags)
+    mean = sum(lags) / len(lags)
+    spread = sum((lag - mean) ** 2 for lag in lags)
+    return [((lag - mean) / spread, lag) for lag in lags]
 
 
 def claims(config: dict) -> tuple[Claim, ...]:
     """The checked config's claims, typed."""
-    return tuple(Claim.build(section) for section in config.get("claims") or [])
+    return tuple(Claim.build(section, config["lags"]) for section in config.get("claims") or [])
 
 
 def claim_errors(config: dict, recipes) -> list[str]:
@@ -277,15 +329,17 @@ def claim_errors(config: dict, recipes) -> list[str]:
         if claim.name in names:
             messages.append(f"{key}.name': {claim.name!r} is declared twice")
         names.add(claim.name)
-        for field in ("recipe", "versus"):
+        for field in ("recipe", "versus", "other_recipe", "other_versus"):
             value = getattr(claim, field)
             if value is not None and value not in recipes:
                 messages.append(f"{key}.{field}' ({claim.name}): unknown recipe {value!r}; "
                                 f"available: {', '.join(sorted(recipes))}")
-        for field in ("lag", "versus_lag"):
-            value = getattr(claim, field)
+        lags = [("lag", claim.lag), ("versus_lag", claim.versus_lag)]
+        lags += [(f"lags[{j}]", lag) for j, lag in enumerate(config["claims"][i].get("lags") or [])]
+        for field, value in lags:
             if value is not None and value < 0:
                 messages.append(f"{key}.{field}' ({claim.name}): {value!r} is not a lag (an integer >= 0)")
+        messages += _kind_errors(claim, config["claims"][i], key, reference_lag)
         if claim.kind in ("staleness_cost", "cost_difference") and claim.lag == reference_lag:
             messages.append(f"{key}.lag' ({claim.name}): a staleness cost is measured against lag "
                             f"{reference_lag}, the grid's smallest; claim it at a larger lag (a grid of "
@@ -294,4 +348,22 @@ def claim_errors(config: dict, recipes) -> list[str]:
             messages.append(f"{key}.versus_lag' ({claim.name}): only a collapse claim compares two lags")
         if claim.kind != "collapse" and claim.metric == "selected" and not config["eval"].get("selection_task"):
             messages.append(f"{key}.metric' ({claim.name}): 'selected' needs eval.selection_task")
+    return messages
+
+
+_KIND_ONLY = {"other_recipe": "interaction", "other_versus": "interaction", "of": "interaction", "lags": "trend"}
+
+
+def _kind_errors(claim: Claim, section: dict, key: str, reference_lag: int) -> list[str]:
+    """The fields of the interaction and trend kinds: each on its own kind only; an interaction of
+    cost differences away from the reference lag; a trend over two lags or more."""
+    messages = [f"{key}.{field}' ({claim.name}): only a{'n' if kind[0] in 'aeiou' else ''} {kind} claim has it"
+                for field, kind in _KIND_ONLY.items() if field in section and claim.kind != kind]
+    if claim.kind == "interaction" and claim.of == "cost_difference" and claim.lag == reference_lag:
+        messages.append(f"{key}.lag' ({claim.name}): an interaction of staleness costs is measured against lag "
+                        f"{reference_lag}, the grid's smallest; claim it at a larger lag")
+    if claim.kind == "interaction" and {claim.recipe, claim.versus} == {claim.other_recipe, claim.other_versus}:
+        messages.append(f"{key}.other_recipe' ({claim.name}): the other comparison must name other recipes")
+    if claim.kind == "trend" and len(set(claim.lags)) < 2:
+        messages.append(f"{key}.lags' ({claim.name}): a slope needs two lags or more, got {list(claim.lags)}")
     return messages

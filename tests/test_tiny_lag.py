@@ -18,6 +18,8 @@ from harness.run import RunConfig, RunDir
 from tests.support.tiny_runs import config
 from tests.support.untimed import untimed_rows
 
+QUEUE = {"utilization": 1.5, "concurrency": 4, "capacity": 4, "length_sigma": 1.0}  # 4 groups per step (SMALL)
+
 
 def realized_lags(run_dir) -> list[int]:
     return [row["realized_lag"] for row in read_jsonl(run_dir / "train" / "metrics.jsonl")]
@@ -42,6 +44,7 @@ def test_the_bound_of_each_mode():
     assert lag_bound(1, 8, "interval") == (0, 0) and lag_bound(5, 8, "interval") == (1, 4)
     assert lag_bound(20, 8, "interval") == (1, 8) and lag_bound(20, 8, "constant") == (8, 8)
     assert lag_bound(20, 8, "bounded") == (0, 8) and lag_bound(20, 8, "constant", start_version=15) == (4, 4)
+    assert lag_bound(20, 8, "queue") == (0, 8) and lag_bound(3, 8, "queue") == (0, 2)
     check_realized_lag(20, 8, 8, "interval")
     with pytest.raises(LagOutOfBound, match=r"step 20: realized lag 9 leaves the interval bound 1\.\.8 of lag 8"):
         check_realized_lag(20, 9, 8, "interval")
@@ -62,8 +65,9 @@ def test_bounded_lag_realizes_its_seeded_schedule(base, tmp_path):
     assert set(realized_lags(tmp_path / "seed0")) - {0} and 0 in realized_lags(tmp_path / "seed0")[1:]
 
 
-def test_bounded_lag_resumes_bit_identical_after_a_time_limit_stop(base, tmp_path, monkeypatch):
-    cfg = config(base, lag=3, mode="bounded", steps=10, eval_every=3, seed=1)
+@pytest.mark.parametrize("mode", ["bounded", "queue"])  # queue: the batch in flight keeps its groups' versions
+def test_a_seeded_lag_resumes_bit_identical_after_a_time_limit_stop(base, tmp_path, monkeypatch, mode):
+    cfg = config(base, lag=3, mode=mode, steps=10, eval_every=3, seed=1, lag_queue=QUEUE)
     assert run(cfg, tmp_path / "reference") == "completed"
     polls = iter(range(1, 100))
     monkeypatch.setattr(engines.tiny.trainer, "time_limit_near", lambda: next(polls) == 5)
@@ -106,11 +110,11 @@ def synchronous_rows(run_config: dict, directory) -> list[str]:
     return rows
 
 
-@pytest.mark.parametrize("mode", ["interval", "constant", "bounded"])
+@pytest.mark.parametrize("mode", ["interval", "constant", "bounded", "queue"])
 def test_lag_0_is_the_synchronous_loop_bit_for_bit(base, tmp_path, mode):
     """The one difference from a textbook synchronous loop is by design, not of the loop: the
     engine samples in bf16, so mu != pi at lag 0 (d/mean_abs > 0), as SGLang vs Megatron."""
-    cfg = config(base, lag=0, mode=mode, steps=5, eval_every=5, recipe="grpo_r3")
+    cfg = config(base, lag=0, mode=mode, steps=5, eval_every=5, recipe="grpo_r3", lag_queue=QUEUE)
     assert run(cfg, tmp_path / "lag0") == "completed"
     rows = untimed_rows(tmp_path / "lag0" / "train" / "metrics.jsonl")
     assert rows == synchronous_rows(cfg, tmp_path / "by_hand")
@@ -157,3 +161,13 @@ def test_fp16_rollouts_sample_in_float16(base, tmp_path):
     assert run(config(base, lag=1, steps=3), tmp_path / "bf16") == "completed"
     bf16 = read_jsonl(tmp_path / "bf16" / "train" / "metrics.jsonl")
     assert all(a["d/impl_mean_abs"] != b["d/impl_mean_abs"] for a, b in zip(fp16, bf16))
+
+
+def test_a_float32_sampler_has_no_mismatch_at_lag_0(base, tmp_path):
+    """The no-mismatch arm of workflow/presets/sources.yaml: at lag 0 a float32 engine samples from
+    the trainer's own distribution (but for the summation order of its KV-cache decode)."""
+    assert run(config(base, lag=0, steps=3, eval_every=3, rollout_dtype="float32"), tmp_path / "fp32") == "completed"
+    rows = read_jsonl(tmp_path / "fp32" / "train" / "metrics.jsonl")
+    assert all(row["d/max"] < 1e-4 and row["routing/mismatch_rate"] == 0 for row in rows)
+    assert run(config(base, lag=0, steps=3, eval_every=3), tmp_path / "bf16") == "completed"
+    assert all(row["d/max"] > 1e-3 for row in read_jsonl(tmp_path / "bf16" / "train" / "metrics.jsonl"))

@@ -29,7 +29,7 @@ def test_dry_run_of_the_demo_grid_lists_every_job(scratch):
     # interim job after it, whose output adds the next look's runs
     runs = first_look(DEMO)
     assert len(runs) == len(DEMO["recipes"]) * len(DEMO["lags"]) * DEMO["seeding"]["looks"][0] < len(expand(DEMO))
-    assert job_counts(result.stdout) == {"grid_config": 1, "prepare": 1, "train": len(runs), "evaluate": len(runs),
+    assert job_counts(result.stdout) == {"grid_config": 1, "prepare": 1, "null_check": 1, "train": len(runs), "evaluate": len(runs),
                                          "look": 1, "aggregate": 1, "track": 1, "all": 1}
     trained = {path for rule, path in planned_jobs(result.stdout) if rule == "train"}
     assert trained == {f"{scratch}/demo/runs/{r}/lag{lag}/seed{s}/train/status.json" for r, lag, s in runs}
@@ -48,7 +48,7 @@ def test_command_line_overrides_are_typed(scratch):
     result = snakemake("-n", "-C", f"results_dir={scratch}", "grid=quick", "recipes=[gspo]", "baseline=gspo", "lags=[3]", "claims=[]",
                        "seeds=[5,6]", "eval={tasks: [tiny_test], selection_task: null}")
     assert result.returncode == 0, result.stderr
-    assert job_counts(result.stdout) == {"grid_config": 1, "prepare": 1, "train": 2, "evaluate": 2,
+    assert job_counts(result.stdout) == {"grid_config": 1, "prepare": 1, "null_check": 1, "train": 2, "evaluate": 2,
                                          "aggregate": 1, "track": 1, "all": 1}
     assert ("evaluate", f"{scratch}/quick/runs/gspo/lag3/seed6/eval/tiny_test.jsonl") in planned_jobs(result.stdout)
 

@@ -71,7 +71,7 @@ def run_grid(results: Path):
     result = snakemake("-c2", *args, env=env, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     runs = len(RECIPES) * len(LAGS) * len(SEEDS)
-    assert job_counts(result.stdout + result.stderr) == {"grid_config": 1, "prepare": 1, "train": runs,
+    assert job_counts(result.stdout + result.stderr) == {"grid_config": 1, "prepare": 1, "null_check": 1, "train": runs,
                                                          "evaluate": runs, "aggregate": 1, "track": 1, "all": 1}
     config = load(ROOT / "config.yaml", {"results_dir": str(results), **OVERRIDES})
     return config, env, args

@@ -96,7 +96,7 @@ def test_a_preset_override_reruns_the_train_jobs_but_not_the_base_model(grid):
     assert counts == {"train": 2, "evaluate": 2, **CHANGED}
     # A warm-start knob is read by the prepare job too: the base model and every run are redone.
     assert grid.plan(engine_params={**OVERRIDES["engine_params"], "warmstart_steps": 11})[0] == {
-        "prepare": 1, "train": 2, "evaluate": 2, **CHANGED}
+        "prepare": 1, "null_check": 1, "train": 2, "evaluate": 2, **CHANGED}
 
 
 def test_a_stabilizer_default_reruns_the_runs_that_use_it(grid):

@@ -52,6 +52,8 @@ def job_script_text(run_config: dict, run_dir: str | Path, *, check_files: bool 
     if run_config.get("engine") != "slime":
         raise ValueError(f"run config engine = {run_config.get('engine')!r}, not 'slime'")
     check_lag(run_config["lag"], run_config["lag_mode"])
+    if run_config["lag_mode"] == "queue":  # slime's rollout carries one weight version per batch
+        raise ValueError("run config 'lag_mode': queue (a lag per group) is realized by the tiny engine only")
     for key in ("steps", "eval_every"):
         if isinstance(run_config.get(key), bool) or not isinstance(run_config.get(key), int) or run_config[key] < 1:
             raise ValueError(f"run config {key!r} must be an integer >= 1, got {run_config.get(key)!r}")

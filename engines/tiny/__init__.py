@@ -6,7 +6,7 @@ from pathlib import Path
 
 from harness.engine import Engine, register
 
-from .params import MODEL_KNOBS, WARMSTART_KNOBS, resolve_engine_params
+from .params import MODEL_KNOBS, NULL_CHECK_KNOBS, WARMSTART_KNOBS, resolve_engine_params
 
 
 def _train(run_config, run_dir) -> str:
@@ -28,6 +28,12 @@ def _prepare(engine_params: dict, out_dir: Path):
     return build_base(engine_params, out_dir)
 
 
+def _null_check(params: dict, base_dir: Path | None) -> dict:
+    from .null_check import null_check
+
+    return null_check(params, base_dir)
+
+
 # Single-threaded CPU jobs: these small matmuls run fastest one per core. No partition: the
 # profile's default (CPU) one. A step takes ~0.1 s, so a minute's warning before the time limit
 # (harness.engine.TIME_LIMIT_SIGNAL; SLURM may send it up to a minute early) leaves ample time to save.
@@ -40,6 +46,8 @@ ENGINE = register(Engine(
     prepare=_prepare,
     prepare_outputs=("model.safetensors", "config.json"),
     prepare_keys=MODEL_KNOBS + WARMSTART_KNOBS,  # what makes the base model (params.warmstart_knobs)
+    null_check=_null_check,
+    null_check_keys=MODEL_KNOBS + WARMSTART_KNOBS + NULL_CHECK_KNOBS,  # the base model and the sampler
     resources={
         "prepare": {"threads": 1, "mem_mb": 1000},
         "train": {"threads": 1, "mem_mb": 1000, "slurm_extra": "--signal=URG@60"},

@@ -36,6 +36,7 @@ class Rollout:
     mask: torch.Tensor  # [B, N] float32: 1 up to and including the first <eos>
     rewards: torch.Tensor  # [B] float32
     exact: torch.Tensor  # [B] float32, 1 = exact match
+    group_versions: tuple[int, ...] | None = None  # lag_mode queue: the version of each group (prompt)
 
     TENSORS = ("tokens", "logmu_full", "routing", "logp_sampler", "mask", "rewards", "exact")
 

@@ -34,7 +34,8 @@ import torch
 
 from engines.mismatch import abs_d_stats
 from harness.engine import TimeLimitReached, TrainingDiverged, merge_metrics, time_limit_near
-from harness.lag import check_realized_lag, sampling_version
+from harness.lag import check_realized_lag, newest_sampling_version, oldest_needed_version, sampling_version
+from harness.queue_lag import queue_model
 from harness.run import RunConfig, RunDir
 from stabilizers import PolicyBatch, ess_lr_scale, offpolicy_diagnostics, validate_batch
 
@@ -42,6 +43,7 @@ from . import task
 from .adam import Adam  # torch.optim.Adam's updates without its torch._dynamo import (adam.py)
 from .batch import Recomputed, group_advantages, routing_mismatch, step_seed
 from .checkpoint import load_model, load_state, recover_replaced_dir, replace_dir_atomic, save_checkpoint
+from .queue_rollout import generate_queued, group_record
 from .rollout import Rollout, RolloutEngine
 
 RESUME_TENSORS, RESUME_META = "state.safetensors", "state.json"
@@ -54,6 +56,8 @@ class Trainer:
         self.run_key = run_config.run_key
         self.lag, self.mode, self.seed = run_config.lag, run_config.lag_mode, run_config.seed
         self.steps, self.eval_every = run_config.steps, run_config.eval_every
+        self.queue = queue_model(run_config.raw["lag_queue"], self.params["prompts_per_step"], self.lag) \
+            if self.mode == "queue" else None
         self.run_dir = run
         self.resume_dir = run.train_dir / "resume"
         self.progress = progress
@@ -76,6 +80,8 @@ class Trainer:
 
     def generate(self, step: int) -> Rollout:
         """The batch of ``step``, sampled by the engine after any broadcast the schedule calls for."""
+        if self.queue is not None and self.lag > 0:  # a version per group (engines/tiny/queue_rollout.py)
+            return generate_queued(self, step)
         version = sampling_version(step, self.lag, self.mode, self.seed)
         if self.engine.version != version:
             self.engine.broadcast(self.snapshots[version], version)
@@ -207,7 +213,8 @@ class Trainer:
             tensors.update({f"snap.{version}.{k}": v for k, v in state.items()})
         tensors.update({f"batch.{k}": v for k, v in self.in_flight.tensors().items()})
         meta = {"step": self.step, "snapshots": sorted(self.snapshots), "engine_version": self.engine.version,
-                "batch": {"step": self.in_flight.step, "version": self.in_flight.version},
+                "batch": {"step": self.in_flight.step, "version": self.in_flight.version,
+                          "group_versions": self.in_flight.group_versions},
                 "run_key": self.run_key}
 
         def fill(tmp: Path) -> None:
@@ -240,7 +247,9 @@ class Trainer:
             self.optimizer.load_state_dict(optim)
             self.snapshots = {v: part(f"snap.{v}.") for v in versions}
             batch = part("batch.")
+            group_versions = meta["batch"].get("group_versions")
             self.in_flight = Rollout(step=meta["batch"]["step"], version=meta["batch"]["version"],
+                                     group_versions=None if group_versions is None else tuple(group_versions),
                                      **{k: batch[k] for k in Rollout.TENSORS})
         except (KeyError, RuntimeError, ValueError, TypeError) as error:
             raise ValueError(f"corrupt resume state in {self.resume_dir}: {error!r}") from None
@@ -286,8 +295,11 @@ class Trainer:
             head = {"step": step, "policy_version": batch.version, "realized_lag": step - 1 - batch.version,
                     "time": time.time()}  # when the step was produced (unix s): MLflow's wall-time axis
             check_realized_lag(step, head["realized_lag"], self.lag, self.mode)
+            if batch.group_versions is not None:
+                head.update(group_record(step, batch, self))
             # the next batch now, while this step trains, unless it needs this step's weights
-            overlapped = step < self.steps and sampling_version(step + 1, self.lag, self.mode, self.seed) < step
+            overlapped = step < self.steps and newest_sampling_version(step + 1, self.lag, self.mode, self.seed,
+                                                                       self.queue) < step
             start = time.perf_counter()
             next_batch = self.generate(step + 1) if overlapped else batch
             self.seconds["generate"] += time.perf_counter() - start
@@ -309,8 +321,8 @@ class Trainer:
                 self.seconds["generate"] += time.perf_counter() - start
             self.in_flight = next_batch
             # keep only the snapshots a later batch may still be sampled by: every mode's sampling
-            # version is non-decreasing in the step, so the next batch's is the oldest still needed
-            oldest = sampling_version(step + 2, self.lag, self.mode, self.seed)
+            # every mode's version is non-decreasing in the step; a queue batch's groups reach back `lag`
+            oldest = oldest_needed_version(step + 2, self.lag, self.mode, self.seed)
             self.snapshots = {v: s for v, s in self.snapshots.items() if v >= oldest}
             if step % self.eval_every == 0 or step == self.steps:
                 self.save(pending)

@@ -29,9 +29,40 @@ if ENGINE.prepare_outputs:
             " --engine-params-json {params.engine_params:q} --out {params.out:q} > {log:q} 2>&1"
 
 
+NULL_CHECK = MODEL.null_check_params()  # None: the engine has no lag-0 null check, or the config turns it off
+if NULL_CHECK is not None:
+
+    # The lag-0 null check (harness.engine: null_check; config key null_check): refuses the grid, with its
+    # numbers, before any run trains. Its resources are prepare's (another grid-wide step of the engine).
+    rule null_check:
+        input:
+            rules.prepare.output if ENGINE.prepare_outputs else [],
+        output:
+            f"{GRID}/null_check.json",
+        params:
+            engine=ENGINE.name,
+            check=json.dumps(NULL_CHECK, sort_keys=True),
+            base=f"--base {GRID}/{BASE_MODEL}" if ENGINE.prepare_outputs else "",
+        log:
+            f"{LOGS}/null_check.log",
+        benchmark:
+            f"{BENCHMARKS}/null_check.tsv"
+        conda:
+            "../../envs/stalebench-cpu.yaml"
+        threads: rule_resources(CONFIG, "prepare")["threads"]
+        resources:
+            **job_resources(CONFIG, "prepare"),
+        shell:
+            "OMP_NUM_THREADS={threads} python -m engines.null_check --engine {params.engine:q}"
+            " --params-json {params.check:q} {params.base} --out {output:q} > {log:q} 2>&1"
+            " || {{ cat {log:q} >&2; exit 2; }}"
+
+
 rule train:
     input:
         rules.prepare.output if ENGINE.prepare_outputs else [],
+        # ancient: a rerun of the check (a changed level) that passes does not redo finished runs
+        ancient(rules.null_check.output) if NULL_CHECK is not None else [],
     output:
         f"{RUN}/{STATUS_PATTERN}",
     params:

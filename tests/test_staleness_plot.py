@@ -1,0 +1,55 @@
+"""staleness.png of a grid of more than two lags (analysis.plots.plot_staleness_by_lag): the cost
+against lag per recipe, each point at its cell's estimate with its interval, the claims' verdicts
+under their endpoint's panel."""
+import matplotlib
+
+import analysis.plots as plots
+
+matplotlib.use("Agg")
+
+LAGS = [0, 1, 2, 4, 8, 16]
+
+
+def cost(recipe: str, lag: int) -> dict:
+    """A made-up cost (fraction of the score) and interval, different per recipe, lag and endpoint."""
+    slope = {"grpo": -0.02, "sat_gspo": -0.005}[recipe]
+    return {endpoint: {"estimate": slope * lag * scale, "low": slope * lag * scale - 0.01,
+                       "high": slope * lag * scale + 0.02} for endpoint, scale in (("auc", 1.0), ("fixed", 2.0))}
+
+
+SUMMARY = {"recipes": ["grpo", "sat_gspo"], "lags": LAGS, "reference_lag": 0,
+           "cells": [{"recipe": r, "lag": lag, "staleness_cost": None if lag == 0 else cost(r, lag)}
+                     for r in ("grpo", "sat_gspo") for lag in LAGS],
+           "claims": [{"name": "grpo_trend", "kind": "trend", "metric": "auc", "verdict": "supported"},
+                      {"name": "a_recipes_claim", "kind": "recipes", "metric": "auc", "verdict": "inconclusive"}]}
+
+
+def test_the_cost_against_lag_per_recipe_with_intervals(tmp_path, monkeypatch):
+    figures = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: figures.append(fig))
+    plots.plot_staleness(SUMMARY, tmp_path / "staleness.png")  # more than two lags: by lag
+    (fig,) = figures
+    auc, fixed = fig.axes
+    for ax, endpoint in ((auc, "auc"), (fixed, "fixed")):
+        recipes = {container.get_label(): container for container in ax.containers}
+        assert sorted(recipes) == ["grpo", "sat_gspo"]
+        for recipe, container in recipes.items():
+            line, _, (bars,) = container.lines
+            expected = [0.0] + [100 * cost(recipe, lag)[endpoint]["estimate"] for lag in LAGS[1:]]
+            assert [round(y, 9) for y in line.get_ydata()] == [round(y, 9) for y in expected]
+            assert [float(x) for x in line.get_xdata()] != list(range(len(LAGS)))  # offset within a lag
+            assert [round(x) for x in line.get_xdata()] == list(range(len(LAGS)))  # lags evenly spaced
+            # each point's interval: its bar spans low..high (3 points); the reference lag's is a point
+            spans = [round(segment[1][1] - segment[0][1], 6) for segment in bars.get_segments()]
+            assert spans == [0.0] + [3.0] * (len(LAGS) - 1)
+        assert [t.get_text() for t in ax.get_xticklabels()] == [str(lag) for lag in LAGS]
+    assert "grpo_trend: supported" in auc.get_xlabel() and "a_recipes_claim" not in auc.get_xlabel()
+    assert "grpo_trend" not in fixed.get_xlabel()
+
+
+def test_two_lags_keep_the_per_recipe_panels(tmp_path, monkeypatch):
+    figures = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: figures.append(fig))
+    two = {**SUMMARY, "lags": [0, 8], "cells": [c for c in SUMMARY["cells"] if c["lag"] in (0, 8)], "claims": []}
+    plots.plot_staleness(two, tmp_path / "staleness.png")
+    assert len(figures[0].axes) == 2 and all(ax.get_title().endswith("lag 8 minus lag 0") for ax in figures[0].axes)
