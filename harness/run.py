@@ -36,6 +36,7 @@ CONFIG, PROVENANCE = "config.json", "provenance.json"
 STATUS, METRICS, FINGERPRINT = "status.json", "metrics.jsonl", "fingerprint.json"
 STATUS_PATTERN = f"train/{STATUS}"  # relative to a run folder: the workflow's train output
 _STEP_DIR = re.compile(r"^step_(\d+)$")
+_LAYOUT_TAIL = re.compile(r"^lag\d+/seed\d+$")
 
 
 def eval_file_pattern(task: str) -> str:
@@ -64,7 +65,14 @@ class RunDir:
     @property
     def grid_dir(self) -> Path:
         """The grid folder of a run folder laid out by harness.grid.run_dir
-        (<grid>/runs/<recipe>/lag<lag>/seed<seed>): what a run config's relative paths are under."""
+        (<grid>/runs/<recipe>/lag<lag>/seed<seed>): what a run config's relative paths are under.
+        ValueError naming the folder and the layout for a folder laid out otherwise."""
+        parts = self.path.absolute().parts
+        if len(parts) < 6 or parts[-4] != "runs" or not _LAYOUT_TAIL.match("/".join(parts[-2:])):
+            raise ValueError(f"{self.path} is not a run folder in a grid's layout "
+                             f"(<grid>/runs/<recipe>/lag<lag>/seed<seed>, harness.grid.run_dir): a run config "
+                             f"naming its base model relative to the grid folder needs one; pass the run folder "
+                             f"the workflow plans, or an absolute base_model")
         return self.path.parents[3]
 
     @property
