@@ -213,6 +213,24 @@ def test_publish_renames_complete_hf_saves_to_step_directories(tmp_path):
     assert len(problems) == 1 and "iter_47" in problems[0] and "model.safetensors.index.json" in problems[0]
 
 
+
+def test_a_publish_killed_inside_its_swap_keeps_one_whole_copy_of_each_step(tmp_path):
+    """publish renames a re-saved step's old folder to step_<N>.replaced, the newer save in, then deletes the
+    old one: killed after the first rename, the next publish takes the newer save (still whole in hf/);
+    killed after the second, it deletes the leftover; with no newer save, the old folder goes back."""
+    hf, checkpoints = tmp_path / "train" / "hf", tmp_path / "train" / "checkpoints"
+    write_hf_save(hf / "iter_15", shards_written=3)  # step 16 re-saved; its old copy set aside
+    write_hf_save(checkpoints / "step_16.replaced", shards_written=1, total_shards=1)
+    write_hf_save(checkpoints / "step_32", shards_written=3)  # swapped in, the old one not yet deleted
+    write_hf_save(checkpoints / "step_32.replaced", shards_written=1, total_shards=1)
+    write_hf_save(checkpoints / "step_48.replaced", shards_written=3)  # the newer save died in hf/
+    write_hf_save(hf / "iter_47", shards_written=1)
+    published, problems = launch.publish_hf_checkpoints(tmp_path)
+    assert [p.name for p in published] == ["step_16"] and "iter_47" in problems[0]
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["step_16", "step_32", "step_48"]
+    assert (checkpoints / "step_16" / "model.safetensors.index.json").exists()  # the newer save
+    assert (checkpoints / "step_48" / "model.safetensors.index.json").exists()  # the only whole copy
+
 FAKE_RAY = r'''#!{python}
 """A fake `ray`: records its calls; `job submit` plays a slime job writing what slime + the hooks write,
 in slime's order: the Megatron save, then the HF save (config.json, shards, the index last); a job
