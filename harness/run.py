@@ -28,7 +28,14 @@ from types import MappingProxyType
 from harness import engine as engines
 from harness.grid import BASE_MODEL, check_run
 from harness.identity import run_key
-from harness.io import append_jsonl_atomic, read_json, read_jsonl, write_json_atomic, write_jsonl_atomic
+from harness.io import (
+    append_jsonl_atomic,
+    read_json,
+    read_jsonl,
+    remove_temp_files,
+    write_json_atomic,
+    write_jsonl_atomic,
+)
 from harness.lock import writer_lock
 from stabilizers import Recipe, recipe_from_named_dict
 
@@ -211,6 +218,12 @@ class RunDir:
 
     def write_provenance(self, record: dict) -> None:
         write_json_atomic(self.provenance_path, record)
+
+    def remove_train_temp_files(self) -> None:
+        """The temp files of atomic writes that a kill cut off, in the folders the train lock guards
+        (the run folder's top and train/); call it holding that lock."""
+        remove_temp_files(self.path)
+        remove_temp_files(self.train_dir)
 
     def lock(self, name: str, purpose: str) -> contextlib.AbstractContextManager:
         """The exclusive writer lock ``locks/<name>.lock`` (harness.lock; RunLocked if held)."""
