@@ -13,11 +13,15 @@ preset value or stabilizer default that changes the resolved run config of a run
 there is refused before any job, from the folders' own config.json (harness.run.refuse_changed_runs).
 Every job writes a Snakemake benchmark file under <results_dir>/<grid>/logs/benchmarks/.
 """
+import os
+
 # The demo grid unless --configfile names another (a preset is a whole config: merged into
 # config.yaml, the tiny engine's engine_params would leak into e.g. slime's).
+# Beside this Snakefile, so that `snakemake -s <checkout>/Snakefile -d <elsewhere>` (the tests: no state
+# in the checkout) reads the same default.
 if not workflow.config_settings.configfiles:
 
-    configfile: "config.yaml"
+    configfile: os.path.join(workflow.basedir, "config.yaml")
 
 
 envvars:

@@ -17,7 +17,7 @@ import pytest
 
 from harness.io import read_jsonl
 from tests.support.pristine import Pristine
-from tests.support.workflow_cli import SNAKEMAKE, copy_checkout, job_counts, planned_jobs, planned_outputs
+from tests.support.workflow_cli import SNAKEMAKE, copy_checkout, job_counts, planned_outputs
 
 EVAL = {"tasks": ["tiny_test"], "selection_task": None, "k": 2, "problems": {"tiny_test": 8}}
 OVERRIDES = {"grid": "rerun", "recipes": ["grpo", "grpo_dualclip"], "baseline": "grpo", "lags": [1], "seeds": [0], "claims": [],

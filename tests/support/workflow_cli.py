@@ -8,6 +8,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from tests.support.project_tree import _exempt, is_git_checkout
+
 ROOT = Path(__file__).resolve().parents[2]
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 _JOB = re.compile(r"^(?:local)?rule (\w+):\n(?:    .*\n)*?    output: (.*)$", re.MULTILINE)
@@ -35,7 +37,11 @@ def job_counts(output: str) -> Counter:
 
 
 def copy_checkout(to: Path) -> Path:
-    """The checkout's files (tracked and new, not ignored) copied to ``to``."""
+    """The checkout's files (tracked and new, not ignored) copied to ``to``; outside a git checkout (a
+    release tarball) the tree's files but the folders running the project writes (project_tree)."""
+    if not is_git_checkout():
+        shutil.copytree(ROOT, to, ignore=lambda folder, names: [name for name in names if _exempt(name)])
+        return to
     listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True,
                             capture_output=True, text=True).stdout.split("\0")
     for name in filter(None, listed):
