@@ -21,7 +21,7 @@ from harness.provenance import collect, finish_attempt, start_attempt
 from harness.run import RunConfig, RunDir, refuse_changed_runs
 from stabilizers import parameters
 from tests.support.grid_fixture import DIVERGE_STEP, STEPS, make_grid
-from tests.support.workflow_cli import ROOT, snakemake
+from tests.support.workflow_cli import snakemake
 
 DEMO = yaml.safe_load(open("tests/support/interval_grid.yaml"))
 
@@ -163,6 +163,7 @@ def test_a_finished_run_of_another_key_is_refused_by_name_before_any_job(scratch
     assert grid_files(scratch) == before
 
 
+@pytest.mark.slow
 def test_the_workflow_refuses_a_changed_grid_before_any_job_without_snakemake_metadata(scratch):
     """The wiring (one Snakemake call): a finished grid in a fresh place, no .snakemake/ anywhere, a
     changed lr: refused before any job, naming a run and the change; every file of the grid unchanged."""
@@ -170,9 +171,8 @@ def test_the_workflow_refuses_a_changed_grid_before_any_job_without_snakemake_me
     before = grid_files(scratch / "results")
     keys = ("grid", "results_dir", "recipes", "lags", "seeds", "steps", "eval_every", "eval", "collapse", "baseline")
     overrides = [f"{key}={json.dumps(config[key])}" for key in keys]
-    result = snakemake("-n", "-s", str(ROOT / "Snakefile"), "-d", str(scratch / "work"), "--configfile",
-                       str(ROOT / "config.yaml"), "-C", *overrides, "claims=[]",
-                       'engine_params={"preset": "demo", "lr": 0.0005}')
+    result = snakemake("-n", "-C", *overrides, "claims=[]", 'engine_params={"preset": "demo", "lr": 0.0005}',
+                       workdir=scratch / "work")
     printed = result.stdout + result.stderr
     assert result.returncode != 0, printed[-3000:]
     assert f"{run_dir(config, 'grpo', 1, 0)} (completed at step {STEPS}) holds a run with a different config" in printed

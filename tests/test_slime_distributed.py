@@ -11,6 +11,8 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
+pytestmark = pytest.mark.slow  # two spawned ranks importing megatron-core (~90 s loaded)
+
 WORLD = 2
 
 

@@ -13,6 +13,8 @@ from harness.config import load
 from harness.grid import expand
 from tests.support.workflow_cli import ROOT, job_counts, planned_jobs, planned_outputs, snakemake
 
+pytestmark = pytest.mark.slow  # Snakemake calls (10-40 s each)
+
 DEMO = load(ROOT / "config.yaml")
 
 

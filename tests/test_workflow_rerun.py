@@ -19,6 +19,8 @@ from harness.io import read_jsonl
 from tests.support.pristine import Pristine
 from tests.support.workflow_cli import SNAKEMAKE, copy_checkout, job_counts, planned_outputs
 
+pytestmark = pytest.mark.slow  # a grid run by Snakemake, then dry runs
+
 EVAL = {"tasks": ["tiny_test"], "selection_task": None, "k": 2, "problems": {"tiny_test": 8}}
 OVERRIDES = {"grid": "rerun", "recipes": ["grpo", "grpo_dualclip"], "baseline": "grpo", "lags": [1], "seeds": [0], "claims": [],
              "steps": 4, "eval_every": 2, "engine_params": {"preset": "demo", "warmstart_steps": 10}, "eval": EVAL}

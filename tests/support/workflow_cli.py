@@ -1,10 +1,13 @@
-"""Drive the real `snakemake` CLI of the project's environment from tests (repo root as workdir)."""
+"""Drive the real `snakemake` CLI of the project's environment from tests (its state outside the checkout)."""
 from __future__ import annotations
 
+import atexit
+import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -15,8 +18,27 @@ SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 _JOB = re.compile(r"^(?:local)?rule (\w+):\n(?:    .*\n)*?    output: (.*)$", re.MULTILINE)
 
 
-def snakemake(*args: str, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([SNAKEMAKE, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
+def session_workdir() -> Path:
+    """This test session's Snakemake working folder, outside the checkout (created once, removed at exit)."""
+    global _WORKDIR
+    if _WORKDIR is None:
+        _WORKDIR = Path(tempfile.mkdtemp(prefix="stalebench-snakemake-"))
+        atexit.register(shutil.rmtree, _WORKDIR, ignore_errors=True)
+    return _WORKDIR
+
+
+_WORKDIR: Path | None = None
+
+
+def snakemake(*args: str, timeout: float = 600, env: dict | None = None,
+              workdir: Path | None = None) -> subprocess.CompletedProcess:
+    """The checkout's Snakefile, run from the checkout (relative paths in ``args`` are the checkout's)
+    with its state (.snakemake/: metadata, locks, incomplete markers) in ``workdir`` (default: the
+    session's, session_workdir): a test never writes, nor unlocks, the checkout's .snakemake/. The
+    jobs import the checkout's code (PYTHONPATH), whatever the environment installed."""
+    command = [SNAKEMAKE, "-s", str(ROOT / "Snakefile"), "-d", str(workdir or session_workdir()), *args]
+    env = {**(os.environ if env is None else env), "PYTHONPATH": str(ROOT)}
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def planned_jobs(output: str) -> list[tuple[str, str]]:
