@@ -161,14 +161,20 @@ def test_a_finished_run_of_another_key_is_refused_by_name_before_any_job(scratch
             f"(keys differing: engine_params.lr: 0.0003 -> 0.0005)") in message
     assert f"{run_dir(config, 'grpo', 8, 1)} (diverged at step {DIVERGE_STEP})" in message
     assert grid_files(scratch) == before
+    damaged = RunDir(run_dir(config, "sat_grpo", 1, 2)).config_path
+    damaged.write_text(damaged.read_text()[:40])  # a copy cut short
+    with pytest.raises(ValueError, match=rf"^1 run folder\(s\).*\n  {damaged}: not valid JSON .*refusing to overwrite it"):
+        refuse_changed_runs({run_dir(config, *run): model.run_config(run) for run in model.runs})
 
 
 @pytest.mark.slow
 def test_the_workflow_refuses_a_changed_grid_before_any_job_without_snakemake_metadata(scratch):
-    """The wiring (one Snakemake call): a finished grid in a fresh place, no .snakemake/ anywhere, a
-    changed lr: refused before any job, naming a run and the change; every file of the grid unchanged."""
-    config = make_grid(scratch / "results")
-    before = grid_files(scratch / "results")
+    """The wiring (one Snakemake call): a finished grid in a fresh place (a path with spaces), no
+    .snakemake/ anywhere, a changed lr: refused before any job, naming a run and the change; every
+    file of the grid unchanged."""
+    results = scratch / "results with spaces"
+    config = make_grid(results)
+    before = grid_files(results)
     keys = ("grid", "results_dir", "recipes", "lags", "seeds", "steps", "eval_every", "eval", "collapse", "baseline")
     overrides = [f"{key}={json.dumps(config[key])}" for key in keys]
     result = snakemake("-n", "-C", *overrides, "claims=[]", 'engine_params={"preset": "demo", "lr": 0.0005}',
@@ -177,4 +183,4 @@ def test_the_workflow_refuses_a_changed_grid_before_any_job_without_snakemake_me
     assert result.returncode != 0, printed[-3000:]
     assert f"{run_dir(config, 'grpo', 1, 0)} (completed at step {STEPS}) holds a run with a different config" in printed
     assert "engine_params.lr: 0.0003 -> 0.0005" in printed and "Job stats" not in printed
-    assert grid_files(scratch / "results") == before
+    assert grid_files(results) == before
