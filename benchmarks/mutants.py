@@ -118,6 +118,15 @@ def main(argv: list[str] | None = None) -> int:
     survivors = 0
     with tempfile.TemporaryDirectory(prefix="stalebench-mutants-") as folder:
         pristine = copy_tree(Path(folder) / "pristine")
+        # first the covering tests on the unpatched copy: a kill must be the mutant's, not the copy's
+        tests = tuple(dict.fromkeys(test for mutant in chosen for test in mutant.tests))
+        (pristine / ".venv").symlink_to(ROOT / ".venv")
+        verdict, seconds = run_tests(pristine, Mutant("unpatched", "", "", "", tests))
+        print(f"{'(none: the unpatched copy)':52s} {'':28s} {'passes' if verdict == 'SURVIVED' else verdict} "
+              f"({seconds:.0f} s)", flush=True)
+        if verdict != "SURVIVED":
+            return 2
+        (pristine / ".venv").unlink()
         for mutant in chosen:
             tree = Path(folder) / mutant.name
             shutil.copytree(pristine, tree)
