@@ -105,10 +105,11 @@ def test_a_changed_training_setting_is_refused_before_any_job_and_deletes_nothin
     run and the change, and the command leaves every file as it found it."""
     before = grid_files(grid)
     result = grid.snakemake("-c2", engine_params={**OVERRIDES["engine_params"], "lr": 1e-4})
+    printed = result.stdout + result.stderr
     assert result.returncode != 0
     for run in RUNS:
-        assert f"{grid.run_dir(run)} (completed at step 4) holds a run with a different config" in result.stderr
-    assert "engine_params.lr: 0.0003 -> 0.0001" in result.stderr and "Job stats" not in result.stdout
+        assert f"{grid.run_dir(run)} (completed at step 4) holds a run with a different config" in printed
+    assert "engine_params.lr: 0.0003 -> 0.0001" in printed and "Job stats" not in printed
     assert grid_files(grid) == before
 
 
@@ -123,9 +124,10 @@ def test_a_stabilizer_default_is_refused_in_the_runs_that_use_it(grid):
     finally:
         source.write_text(original)
     # grpo_dualclip sets dual_clip_c itself: only the plain grpo run changed.
-    assert result.returncode != 0 and "1 run folder(s) of this grid hold runs of another config" in result.stderr
-    assert f"{grid.run_dir('grpo/lag1/seed0')} (completed at step 4)" in result.stderr
-    assert "recipe.params.dual_clip_c: None -> 5.0" in result.stderr
+    printed = result.stdout + result.stderr  # (a dry run prints Snakemake's error on stdout)
+    assert result.returncode != 0 and "1 run folder(s) of this grid hold runs of another config" in printed
+    assert f"{grid.run_dir('grpo/lag1/seed0')} (completed at step 4)" in printed
+    assert "recipe.params.dual_clip_c: None -> 5.0" in printed
 
 
 def _scored(grid: Grid, run: str) -> dict[str, int]:
