@@ -37,7 +37,8 @@ def snakemake(*args: str, timeout: float = 600, env: dict | None = None,
     session's, session_workdir): a test never writes, nor unlocks, the checkout's .snakemake/. The
     jobs import the checkout's code (PYTHONPATH), whatever the environment installed."""
     command = [SNAKEMAKE, "-s", str(ROOT / "Snakefile"), "-d", str(workdir or session_workdir()), *args]
-    env = {**(os.environ if env is None else env), "PYTHONPATH": str(ROOT)}
+    env = dict(os.environ if env is None else env)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
 
 
