@@ -366,6 +366,7 @@ def test_one_image_everywhere():
     assert f"--build-arg SLIME_COMMIT={PIN['slime']['commit']}" in readme and PIN["image"] in readme
 
 
+@pytest.mark.slow  # the job script with a fake ray
 def test_time_limit_warning_saves_and_stops_without_a_status(table1, tmp_path, monkeypatch):
     """SIGURG to the job script -> train/stop_requested -> the driver saves after step 5 and ends ->
     TimeLimitReached, no status.json, the off-cadence HF save dropped; the retry finishes the run."""
@@ -383,6 +384,7 @@ def test_time_limit_warning_saves_and_stops_without_a_status(table1, tmp_path, m
     assert sorted(p.name for p in (train / "checkpoints").iterdir()) == ["step_4", "step_8"]
 
 
+@pytest.mark.slow  # the job script with a fake ray
 def test_a_warning_before_the_job_starts_still_saves_and_exits_75(table1, tmp_path, monkeypatch):
     """SIGURG during `ray start`, before the job is submitted: the trap is already in place, so the
     driver stops after its first step with a save, and engines.run exits with EXIT_RESUME."""

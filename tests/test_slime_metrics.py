@@ -65,6 +65,7 @@ def test_statistics_of_values_whose_quantiles_are_known():
     assert abs_d_stats(torch.tensor([3.0, 0.0, 2.0, 1.0]))["d/p50"] == 1.5
 
 
+@pytest.mark.slow  # 2^24 values sorted
 def test_quantiles_are_exact_beyond_torch_quantiles_size_limit():
     """A Table-1 step holds ~20M active tokens; torch.quantile refuses more than 2^24 elements."""
     values = torch.from_numpy(np.random.default_rng(1).exponential(0.01, size=2**24 + 1).astype(np.float32))

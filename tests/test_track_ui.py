@@ -22,6 +22,7 @@ from tracking.sync import sync
 SCREENSHOTS = Path(os.environ.get("STALEBENCH_SCREENSHOTS") or Path(tempfile.gettempdir()) / "stalebench-ui-check")
 
 
+@pytest.mark.slow  # an MLflow UI server
 def test_ui_serves_the_store_and_prints_the_runs_view_link(tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     config = make_grid(tmp_path / "results")
