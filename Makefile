@@ -1,4 +1,5 @@
-# One command each: `make demo` (set up + run the demo grid), `make test` (set up + run the tests),
+# One command each: `make demo` (set up + run the demo grid), `make test` (set up + run the tests; `make test-quick`:
+# those not marked slow, slurm or browser, before a commit),
 # `make ui` (the MLflow UI on 127.0.0.1 at the grid's runs; CONFIG=, GRID=, PORT= to choose).
 PYTHON ?= python3
 VENV ?= .venv
@@ -8,7 +9,7 @@ CONFIG ?= config.yaml
 PORT ?= 5000
 UV_VERSION := 0.13.9
 
-.PHONY: setup demo test lint ui
+.PHONY: setup demo test test-quick lint ui
 
 setup: $(VENV)/.installed
 
@@ -23,6 +24,9 @@ demo: setup
 
 test: setup
 	$(BIN)/python -m pytest -q
+
+test-quick: setup
+	$(BIN)/python -m pytest -q -m "not slow and not slurm and not browser"
 
 lint: setup
 	$(BIN)/ruff check .

@@ -7,16 +7,21 @@
 The config is checked (schema, then recipe and task names, then the engine's parameters) before
 any job is scheduled. Each rule's params carry only what its jobs read (harness.model), so that
 Snakemake's default rerun triggers (code, input, mtime, params) redo exactly what a change affects:
-a changed aggregation key reruns no train or evaluate job, a changed preset value or stabilizer
-default reruns the train jobs whose resolved run config it changes, a new eval task or a changed
-eval setting reruns each run's one evaluate job (which re-scores only the tasks it changes).
+a changed aggregation key reruns no train or evaluate job, a new eval task or a changed eval
+setting reruns each run's one evaluate job (which re-scores only the tasks it changes). A changed
+preset value or stabilizer default that changes the resolved run config of a run folder already
+there is refused before any job, from the folders' own config.json (harness.run.refuse_changed_runs).
 Every job writes a Snakemake benchmark file under <results_dir>/<grid>/logs/benchmarks/.
 """
+import os
+
 # The demo grid unless --configfile names another (a preset is a whole config: merged into
 # config.yaml, the tiny engine's engine_params would leak into e.g. slime's).
+# Beside this Snakefile, so that `snakemake -s <checkout>/Snakefile -d <elsewhere>` (the tests: no state
+# in the checkout) reads the same default.
 if not workflow.config_settings.configfiles:
 
-    configfile: "config.yaml"
+    configfile: os.path.join(workflow.basedir, "config.yaml")
 
 
 envvars:

@@ -32,8 +32,11 @@ from stabilizers import fingerprint
 
 def run(run_config: dict, run_dir: str | Path) -> str:
     run = RunDir(run_dir)
-    checked = RunConfig.check(run_config, run.grid_dir)  # the one check of this process: the engine is given it typed
+    base = run_config.get("base_model")
+    grid_dir = run.grid_dir if base and not Path(base).is_absolute() else "."  # a relative base model is the grid's
+    checked = RunConfig.check(run_config, grid_dir)  # the one check of this process: the engine is given it typed
     with run.lock("train", "train"):
+        run.remove_train_temp_files()  # a killed attempt's: this process is the run's one writer now
         run.pin_config(checked.as_dict())
         record_fingerprint(run, checked)
         start_attempt(run)

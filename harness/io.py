@@ -6,11 +6,13 @@ import os
 import tempfile
 from pathlib import Path
 
+_TEMP_SUFFIX = ".tmp"
+
 
 def write_text_atomic(path: str | Path, text: str) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=_TEMP_SUFFIX)
     try:
         with os.fdopen(fd, "w") as handle:
             handle.write(text)
@@ -20,6 +22,16 @@ def write_text_atomic(path: str | Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def remove_temp_files(folder: str | Path) -> list[Path]:
+    """Remove the temp files that writes killed before their rename left in ``folder`` (not below it);
+    returns them. Call it only as the folder's one writer (its lock held): another writer's temp file
+    is a write in progress."""
+    leftovers = [path for path in Path(folder).glob(f".*{_TEMP_SUFFIX}") if path.is_file()]
+    for path in leftovers:
+        path.unlink()
+    return leftovers
 
 
 def write_json_atomic(path: str | Path, obj) -> None:

@@ -28,7 +28,14 @@ from types import MappingProxyType
 from harness import engine as engines
 from harness.grid import BASE_MODEL, check_run
 from harness.identity import run_key
-from harness.io import append_jsonl_atomic, read_json, read_jsonl, write_json_atomic, write_jsonl_atomic
+from harness.io import (
+    append_jsonl_atomic,
+    read_json,
+    read_jsonl,
+    remove_temp_files,
+    write_json_atomic,
+    write_jsonl_atomic,
+)
 from harness.lock import writer_lock
 from stabilizers import Recipe, recipe_from_named_dict
 
@@ -36,6 +43,7 @@ CONFIG, PROVENANCE = "config.json", "provenance.json"
 STATUS, METRICS, FINGERPRINT = "status.json", "metrics.jsonl", "fingerprint.json"
 STATUS_PATTERN = f"train/{STATUS}"  # relative to a run folder: the workflow's train output
 _STEP_DIR = re.compile(r"^step_(\d+)$")
+_LAYOUT_TAIL = re.compile(r"^lag\d+/seed\d+$")
 
 
 def eval_file_pattern(task: str) -> str:
@@ -64,7 +72,14 @@ class RunDir:
     @property
     def grid_dir(self) -> Path:
         """The grid folder of a run folder laid out by harness.grid.run_dir
-        (<grid>/runs/<recipe>/lag<lag>/seed<seed>): what a run config's relative paths are under."""
+        (<grid>/runs/<recipe>/lag<lag>/seed<seed>): what a run config's relative paths are under.
+        ValueError naming the folder and the layout for a folder laid out otherwise."""
+        parts = self.path.absolute().parts
+        if len(parts) < 6 or parts[-4] != "runs" or not _LAYOUT_TAIL.match("/".join(parts[-2:])):
+            raise ValueError(f"{self.path} is not a run folder in a grid's layout "
+                             f"(<grid>/runs/<recipe>/lag<lag>/seed<seed>, harness.grid.run_dir): a run config "
+                             f"naming its base model relative to the grid folder needs one; pass the run folder "
+                             f"the workflow plans, or an absolute base_model")
         return self.path.parents[3]
 
     @property
@@ -116,26 +131,39 @@ class RunDir:
         """Write config.json, or check that the one there is this config (same run key); returns
         the config with its run key. A folder holding another config is refused, nothing written."""
         run_config = {**run_config, "run_key": run_key(run_config)}
-        if self.config_path.exists():
-            try:
-                existing = read_json(self.config_path)
-            except ValueError as error:
-                raise ValueError(f"{error}; refusing to overwrite it") from None
-            if run_key(existing) != run_config["run_key"]:
-                changed = sorted(k for k in set(existing) | set(run_config)
-                                 if k != "run_key" and existing.get(k) != run_config.get(k))
-                if changed == ["base_model"] and run_config.get("base_model") == BASE_MODEL:
-                    raise ValueError(
-                        f"{self.path} was started when run keys held the base model's path "
-                        f"({existing.get('base_model')!r}), which changes when results/ moves; they now name "
-                        f"it relative to the grid folder ({BASE_MODEL!r}). Its run key and its scores' eval "
-                        f"keys are of the old form: nothing was overwritten — train it again in a new "
-                        f"results_dir, or delete the folder")
-                raise ValueError(f"{self.path} holds a run with a different config (keys differing: {changed}); "
-                                 f"nothing was overwritten — use another directory or delete it")
-        else:
+        if refusal := self.config_refusal(run_config):
+            raise ValueError(refusal)
+        if not self.config_path.exists():
             write_json_atomic(self.config_path, run_config)
         return run_config
+
+    def config_refusal(self, run_config: dict) -> str | None:
+        """Why this folder cannot hold ``run_config``: None when it has no config.json or one of the
+        same run key; otherwise one message naming the folder, both run keys, how far it got and the
+        values that differ. (harness.run.refuse_changed_runs asks it of every run before any job.)"""
+        if not self.config_path.exists():
+            return None
+        try:
+            existing = read_json(self.config_path)
+        except ValueError as error:
+            return f"{error}; refusing to overwrite it"
+        wanted = run_key(run_config)
+        if run_key(existing) == wanted:
+            return None
+        changed = differences(existing, run_config)
+        if [path for path, _, _ in changed] == ["base_model"] and run_config.get("base_model") == BASE_MODEL:
+            return (f"{self.path} was started when run keys held the base model's path "
+                    f"({existing.get('base_model')!r}), which changes when results/ moves; they now name "
+                    f"it relative to the grid folder ({BASE_MODEL!r}). Its run key and its scores' eval "
+                    f"keys are of the old form: nothing was overwritten — train it again in a new "
+                    f"results_dir, or delete the folder")
+        status = self.read_status()
+        state = f"{status['status']} at step {status['step']}" if status else "not finished"
+        shown = "; ".join(f"{path}: {old!r} -> {new!r}" for path, old, new in changed[:6])
+        more = f" (and {len(changed) - 6} more)" if len(changed) > 6 else ""
+        return (f"{self.path} ({state}) holds a run with a different config: run key {run_key(existing)}, the "
+                f"config asks for {wanted} (keys differing: {shown}{more}); nothing was overwritten — restore "
+                f"the setting, or train the changed grid under another grid name or results_dir")
 
     def read_status(self) -> dict | None:
         """train/status.json, or None before training has ended once."""
@@ -204,9 +232,36 @@ class RunDir:
     def write_provenance(self, record: dict) -> None:
         write_json_atomic(self.provenance_path, record)
 
+    def remove_train_temp_files(self) -> None:
+        """The temp files of atomic writes that a kill cut off, in the folders the train lock guards
+        (the run folder's top and train/); call it holding that lock."""
+        remove_temp_files(self.path)
+        remove_temp_files(self.train_dir)
+
     def lock(self, name: str, purpose: str) -> contextlib.AbstractContextManager:
         """The exclusive writer lock ``locks/<name>.lock`` (harness.lock; RunLocked if held)."""
         return writer_lock(self.lock_path(name), purpose)
+
+
+def differences(old, new, prefix: str = "") -> list[tuple[str, object, object]]:
+    """(dotted key, old value, new value) of every leaf where two configs differ (the run key aside)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [change for key in sorted(set(old) | set(new)) if key != "run_key" or prefix
+                for change in differences(old.get(key), new.get(key), f"{prefix}{key}" if not prefix
+                                          else f"{prefix}.{key}")]
+    return [] if old == new else [(prefix, old, new)]
+
+
+def refuse_changed_runs(run_configs: dict[Path, dict]) -> None:
+    """Run identity from the files, before any job: every run folder that holds a config.json of
+    another run key than the config's (``run_configs``: run folder -> resolved run config) is refused,
+    in one ValueError naming each run, both keys and what differs. Snakemake's own rerun triggers
+    live in .snakemake/, which a copied results folder or a fresh clone lacks; these files do not."""
+    refusals = [refusal for folder, run_config in run_configs.items()
+                if (refusal := RunDir(folder).config_refusal(run_config))]
+    if refusals:
+        raise ValueError(f"{len(refusals)} run folder(s) of this grid hold runs of another config, so no job "
+                         f"was started and nothing was deleted:\n  " + "\n  ".join(refusals))
 
 
 @functools.lru_cache(maxsize=None)

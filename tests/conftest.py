@@ -2,13 +2,14 @@
 ``scratch`` and ``base`` fixtures, and a check that the suite writes nothing under the project tree.
 Shared helpers live in tests/support/."""
 import tempfile
+import warnings
 from pathlib import Path
 
 import pytest
 import torch
 from hypothesis import settings
 
-from tests.support.project_tree import tree_changes, tree_state
+from tests.support.project_tree import ROOT, is_git_checkout, tree_changes, tree_state
 from tests.support.tiny_runs import SMALL
 
 torch.set_num_threads(1)
@@ -21,6 +22,10 @@ def project_tree_untouched():
     """Fails the session (an error at its last teardown) if a test wrote into the checkout: tests
     write to temporary folders only, so that concurrent suites and a `snakemake -n` in the checkout
     never see their files."""
+    if not is_git_checkout():
+        warnings.warn(f"{ROOT} is not a git checkout (a release tarball?): the check that the tests write nothing "
+                      "into the project tree compares every file's size and modification time instead of git's view",
+                      stacklevel=1)
     before = tree_state()
     yield
     changes = tree_changes(before, tree_state())

@@ -15,6 +15,8 @@ from harness.config import validate
 from harness.io import write_json_atomic
 from tests.support import grid_fixture
 
+pytestmark = pytest.mark.slow  # two aggregated grids
+
 CLAIM = {"name": "a_cost", "kind": "staleness_cost", "statement": "staleness cost of a (lag 8 minus lag 1), AUC: < 0",
          "verdict": "supported", "estimate": -0.1, "low": -0.15, "high": -0.05, "method": "paired-t"}
 

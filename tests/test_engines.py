@@ -106,6 +106,7 @@ register(Engine(name="toy", resolve_params=tiny.resolve_params, train=train, eva
 '''
 
 
+@pytest.mark.slow  # Snakemake
 def test_a_toy_engine_added_at_run_time_runs_a_grid_through_snakemake(scratch):
     (scratch / "plugins").mkdir()
     (scratch / "plugins" / "toy_engine.py").write_text(textwrap.dedent(TOY_ENGINE))

@@ -82,6 +82,7 @@ class OracleLM(LM):
 '''
 
 
+@pytest.mark.slow  # a subprocess
 def test_an_engines_own_back_end_scores_its_runs_without_a_change_to_eval(tmp_path):
     (tmp_path / "oracle_engine.py").write_text(ORACLE_ENGINE)
     run = tmp_path / "run"

@@ -99,6 +99,7 @@ def test_defaults_are_the_config_schemas():
     assert check_settings({})["seed"] == 1234
 
 
+@pytest.mark.slow  # a subprocess importing lm-eval
 def test_hub_dataset_offline_says_how_to_fix(run):
     # eval.score turns the HF offline switches on before datasets is imported; nothing is cached here.
     with pytest.raises(ConnectionError, match=r"Maxwell-Jia/AIME_2024.*eval\.data\.aime24"):

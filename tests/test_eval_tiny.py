@@ -137,6 +137,7 @@ def cli(run: Path, settings: dict) -> list[str]:
             "--settings-json", json.dumps(settings)]
 
 
+@pytest.mark.slow  # a scoring process killed and rerun
 def test_killed_scoring_resumes_without_rescoring(tmp_path, models):
     steps = (1, 2, 3, 4, 5, 6)
     settings = {**SETTINGS, "problems": {"tiny_test": 512}}

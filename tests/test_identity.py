@@ -13,13 +13,15 @@ import harness.grid
 from engines.tiny import params as tiny_params
 from harness import engine as engines
 from harness.config import load, schema, validate
-from harness.grid import BASE_MODEL, resolve_run_config
+from harness.grid import BASE_MODEL, resolve_run_config, run_dir
 from harness.identity import eval_key, run_key
 from harness.lag import LAG_MODES
 from harness.model import Config
 from harness.provenance import collect, finish_attempt, start_attempt
-from harness.run import RunConfig, RunDir
+from harness.run import RunConfig, RunDir, refuse_changed_runs
 from stabilizers import parameters
+from tests.support.grid_fixture import DIVERGE_STEP, STEPS, make_grid
+from tests.support.workflow_cli import snakemake
 
 DEMO = yaml.safe_load(open("tests/support/interval_grid.yaml"))
 
@@ -95,7 +97,8 @@ def test_a_directory_pinned_to_another_key_is_refused_and_kept(tmp_path):
     before = (tmp_path / "config.json").read_bytes()
     other = {**run, "engine_params": {**run["engine_params"], "lr": 1e-4}}
     assert run_key(other) != run["run_key"]
-    with pytest.raises(ValueError, match=r"different config \(keys differing: \['engine_params'\]\)"):
+    with pytest.raises(ValueError, match=r"different config: run key \w+, the config asks for \w+ \(keys differing: "
+                                         r"engine_params.lr: 0.0003 -> 0.0001\)"):
         RunDir(tmp_path).pin_config(other)
     assert (tmp_path / "config.json").read_bytes() == before
 
@@ -131,3 +134,53 @@ def test_a_run_folder_with_the_old_location_dependent_key_is_refused_by_name(tmp
     with pytest.raises(ValueError, match="run keys held the base model's path .*'results/demo/base'"):
         folder.pin_config(run)
     assert folder.read_config()["base_model"] == "results/demo/base"  # nothing overwritten
+
+
+def grid_files(folder: Path) -> dict[str, bytes]:
+    """Every file under a grid folder, by relative path: what a refused command must leave as it was."""
+    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+def test_a_finished_run_of_another_key_is_refused_by_name_before_any_job(scratch):
+    """The check common.smk makes before any job, in-process: a changed training setting over a
+    finished grid is refused naming each run, its key, the config's key and the value that differs;
+    the unchanged config passes; nothing is written either way."""
+    config = make_grid(scratch)
+    model = Config.build(config)
+    before = grid_files(scratch)
+    refuse_changed_runs({run_dir(config, *run): model.run_config(run) for run in model.runs})  # unchanged
+    changed_config = validate({**config, "engine_params": {"preset": "demo", "lr": 5e-4}})
+    changed = Config.build(changed_config)
+    with pytest.raises(ValueError) as refused:
+        refuse_changed_runs({run_dir(changed_config, *run): changed.run_config(run) for run in changed.runs})
+    message = str(refused.value)
+    assert message.startswith(f"{len(changed.runs)} run folder(s) of this grid hold runs of another config")
+    first = RunDir(run_dir(config, "grpo", 1, 0))
+    assert (f"{first.path} (completed at step {STEPS}) holds a run with a different config: run key "
+            f"{first.read_config()['run_key']}, the config asks for {changed.run_config(('grpo', 1, 0))['run_key']} "
+            f"(keys differing: engine_params.lr: 0.0003 -> 0.0005)") in message
+    assert f"{run_dir(config, 'grpo', 8, 1)} (diverged at step {DIVERGE_STEP})" in message
+    assert grid_files(scratch) == before
+    damaged = RunDir(run_dir(config, "sat_grpo", 1, 2)).config_path
+    damaged.write_text(damaged.read_text()[:40])  # a copy cut short
+    with pytest.raises(ValueError, match=rf"^1 run folder\(s\).*\n  {damaged}: not valid JSON .*refusing to overwrite it"):
+        refuse_changed_runs({run_dir(config, *run): model.run_config(run) for run in model.runs})
+
+
+@pytest.mark.slow
+def test_the_workflow_refuses_a_changed_grid_before_any_job_without_snakemake_metadata(scratch):
+    """The wiring (one Snakemake call): a finished grid in a fresh place (a path with spaces), no
+    .snakemake/ anywhere, a changed lr: refused before any job, naming a run and the change; every
+    file of the grid unchanged."""
+    results = scratch / "results with spaces"
+    config = make_grid(results)
+    before = grid_files(results)
+    keys = ("grid", "results_dir", "recipes", "lags", "seeds", "steps", "eval_every", "eval", "collapse", "baseline")
+    overrides = [f"{key}={json.dumps(config[key])}" for key in keys]
+    result = snakemake("-n", "-C", *overrides, "claims=[]", 'engine_params={"preset": "demo", "lr": 0.0005}',
+                       workdir=scratch / "work")
+    printed = result.stdout + result.stderr
+    assert result.returncode != 0, printed[-3000:]
+    assert f"{run_dir(config, 'grpo', 1, 0)} (completed at step {STEPS}) holds a run with a different config" in printed
+    assert "engine_params.lr: 0.0003 -> 0.0005" in printed and "Job stats" not in printed
+    assert grid_files(results) == before

@@ -129,6 +129,7 @@ def test_the_curves_plot_draws_each_cells_seed_mean(grid, scratch, monkeypatch):
     assert list(steps) == [5, 10, 15, 20] and list(mean) == pytest.approx([30.0, 35.0, 40.0, 45.0], abs=1e-9)
 
 
+@pytest.mark.slow  # another process
 def test_summary_is_the_same_from_another_process(grid, scratch):
     """Same runs, same summary.json, from a second aggregate in a process with another hash seed (set
     and dict orders differ)."""

@@ -65,6 +65,7 @@ def test_a_step_log_refuses_a_step_that_is_not_after_the_last(tmp_path):
     assert [row["step"] for row in read_jsonl(path)] == [1, 2]  # nothing of a refused append was written
 
 
+@pytest.mark.slow  # two engine processes
 def test_time_limit_warning_saves_resume_state_and_the_retry_ends_identical(base, tmp_path):
     cfg = config(base, recipe="grpo", lag=2, steps=30, eval_every=7)
     reference = tmp_path / "reference"

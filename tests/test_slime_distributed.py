@@ -11,6 +11,8 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
+pytestmark = pytest.mark.slow  # two spawned ranks importing megatron-core (~90 s loaded)
+
 WORLD = 2
 
 
@@ -21,6 +23,7 @@ def rank_main(rank: int, tmp: str) -> None:
 
     from engines.slime import loss as slime_loss
     from engines.slime import metrics
+    from harness.lag import LagOutOfBound
     from stabilizers import recipe_from_dict
     from tests.support import slime_standin
     from tests.support.slime_batches import args_for, direct_loss, direct_loss_of_many, make_sample_batch
@@ -100,6 +103,12 @@ def rank_main(rank: int, tmp: str) -> None:
             assert row["d/max"] == pytest.approx(float(everything.max()), abs=1e-7)
             assert row["d/mean_abs"] == pytest.approx(float(everything.mean()), abs=1e-7)
             assert len(everything) > local_d.numel()  # the other shard's tokens are in
+            # planted fault: rollout 10 sampled by push 1 (version 0), realized lag 10 at interval lag 8
+            metrics.log_rollout(10, run_args, [Namespace(weight_versions=["1"])], {}, 1.0)
+        dist.barrier()
+        # the job's own hook checks the bound on every rank: each one stops the step
+        with pytest.raises(LagOutOfBound, match=r"step 11: realized lag 10 leaves the interval bound"):
+            metrics.postprocess(run_args, 10, rollout_data)
     finally:
         mpu.destroy_model_parallel()
         dist.destroy_process_group()

@@ -213,6 +213,24 @@ def test_publish_renames_complete_hf_saves_to_step_directories(tmp_path):
     assert len(problems) == 1 and "iter_47" in problems[0] and "model.safetensors.index.json" in problems[0]
 
 
+
+def test_a_publish_killed_inside_its_swap_keeps_one_whole_copy_of_each_step(tmp_path):
+    """publish renames a re-saved step's old folder to step_<N>.replaced, the newer save in, then deletes the
+    old one: killed after the first rename, the next publish takes the newer save (still whole in hf/);
+    killed after the second, it deletes the leftover; with no newer save, the old folder goes back."""
+    hf, checkpoints = tmp_path / "train" / "hf", tmp_path / "train" / "checkpoints"
+    write_hf_save(hf / "iter_15", shards_written=3)  # step 16 re-saved; its old copy set aside
+    write_hf_save(checkpoints / "step_16.replaced", shards_written=1, total_shards=1)
+    write_hf_save(checkpoints / "step_32", shards_written=3)  # swapped in, the old one not yet deleted
+    write_hf_save(checkpoints / "step_32.replaced", shards_written=1, total_shards=1)
+    write_hf_save(checkpoints / "step_48.replaced", shards_written=3)  # the newer save died in hf/
+    write_hf_save(hf / "iter_47", shards_written=1)
+    published, problems = launch.publish_hf_checkpoints(tmp_path)
+    assert [p.name for p in published] == ["step_16"] and "iter_47" in problems[0]
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["step_16", "step_32", "step_48"]
+    assert (checkpoints / "step_16" / "model.safetensors.index.json").exists()  # the newer save
+    assert (checkpoints / "step_48" / "model.safetensors.index.json").exists()  # the only whole copy
+
 FAKE_RAY = r'''#!{python}
 """A fake `ray`: records its calls; `job submit` plays a slime job writing what slime + the hooks write,
 in slime's order: the Megatron save, then the HF save (config.json, shards, the index last); a job
@@ -352,6 +370,7 @@ def test_one_image_everywhere():
     assert f"--build-arg SLIME_COMMIT={PIN['slime']['commit']}" in readme and PIN["image"] in readme
 
 
+@pytest.mark.slow  # the job script with a fake ray
 def test_time_limit_warning_saves_and_stops_without_a_status(table1, tmp_path, monkeypatch):
     """SIGURG to the job script -> train/stop_requested -> the driver saves after step 5 and ends ->
     TimeLimitReached, no status.json, the off-cadence HF save dropped; the retry finishes the run."""
@@ -382,6 +401,7 @@ def test_a_job_that_fails_after_the_warning_is_a_failure_not_a_stop(table1, tmp_
     assert json.loads((train / "status.json").read_text())["status"] == "failed"
 
 
+@pytest.mark.slow  # the job script with a fake ray
 def test_a_warning_before_the_job_starts_still_saves_and_exits_75(table1, tmp_path, monkeypatch):
     """SIGURG during `ray start`, before the job is submitted: the trap is already in place, so the
     driver stops after its first step with a save, and engines.run exits with EXIT_RESUME."""

@@ -53,6 +53,19 @@ def test_statistics_are_numpys_linear_quantiles():
     assert all(math.isnan(v) for v in abs_d_stats(torch.zeros(0)).values())
 
 
+def test_statistics_of_values_whose_quantiles_are_known():
+    """0, 1, ..., 1000 shuffled: rank q x 1000 is the value itself, so p50 = 500, p90 = 900, p99 = 990
+    (numpy's linear quantiles too), max 1000, mean 500."""
+    values = torch.from_numpy(np.random.default_rng(1).permutation(1001).astype(np.float64))
+    stats = abs_d_stats(values)
+    assert (stats["d/p50"], stats["d/p90"], stats["d/p99"], stats["d/max"], stats["d/mean_abs"]) == \
+        (500.0, 900.0, 990.0, 1000.0, 500.0)
+    assert np.quantile(values.numpy(), [0.5, 0.9, 0.99]).tolist() == [500.0, 900.0, 990.0]
+    # between two values: the 0.5 quantile of 0, 1, 2, 3 is 1.5
+    assert abs_d_stats(torch.tensor([3.0, 0.0, 2.0, 1.0]))["d/p50"] == 1.5
+
+
+@pytest.mark.slow  # 2^24 values sorted
 def test_quantiles_are_exact_beyond_torch_quantiles_size_limit():
     """A Table-1 step holds ~20M active tokens; torch.quantile refuses more than 2^24 elements."""
     values = torch.from_numpy(np.random.default_rng(1).exponential(0.01, size=2**24 + 1).astype(np.float32))

@@ -183,6 +183,7 @@ def test_extra_args_owned_or_unknown_are_refused(preset, extra, message):
     assert not directory.exists()
 
 
+@pytest.mark.slow  # Snakemake
 def test_a_flag_that_changes_the_loss_inputs_is_refused_by_the_dry_run(preset, tmp_path):
     """`snakemake -n` (the config check) refuses it before any job is planned, naming the flag."""
     preset["engine_params"]["extra_args"] = ["--use-rollout-logprobs"]

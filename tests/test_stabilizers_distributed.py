@@ -1,5 +1,6 @@
 """Two gloo processes (torch.multiprocessing spawn, meeting through a rendezvous file) against one
 process on the concatenated batch: the global SAT quantile (P3O's batch ESS), the loss and the gradient must agree."""
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -50,6 +51,7 @@ def worker(rank, out_dir):
         dist.destroy_process_group()
 
 
+@pytest.mark.slow  # spawned ranks
 def test_two_gloo_ranks_match_one_process(tmp_path):
     mp.spawn(worker, args=(str(tmp_path),), nprocs=2, join=True)
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]

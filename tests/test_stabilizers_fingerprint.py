@@ -56,3 +56,19 @@ def test_metrics_are_part_of_the_digest(name):
     out = fingerprint(RECIPES[name])
     assert set(out) == {"loss", "gradient", "metrics", "digest"}
     assert out["metrics"] != fingerprint(RECIPES["grpo_mu"])["metrics"]
+
+
+def test_metrics_change_the_digest_where_loss_and_gradient_do_not(monkeypatch):
+    """A module with grpo's loss and gradient but other diagnostics (a metric that no longer reports what
+    it says): the recorded digest differs, so aggregate refuses the run."""
+    recorded = fingerprint(RECIPES["grpo"])
+    grpo = api._REGISTRY["grpo"]
+
+    def grpo_with_other_metrics(batch, **params):
+        out = grpo(batch, **params)
+        return api.LossOutput(out.loss, {name: value + 1 for name, value in out.metrics.items()})
+
+    monkeypatch.setitem(api._REGISTRY, "grpo", grpo_with_other_metrics)  # the planted fault
+    ran = fingerprint(RECIPES["grpo"])
+    assert (ran["loss"], ran["gradient"]) == (recorded["loss"], recorded["gradient"])
+    assert ran["metrics"] != recorded["metrics"] and ran["digest"] != recorded["digest"]

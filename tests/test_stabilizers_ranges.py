@@ -13,6 +13,7 @@ from stabilizers.api import value_ranges
 from tests.support.workflow_cli import ROOT, snakemake
 
 
+@pytest.mark.slow  # Snakemake
 @pytest.mark.parametrize(("recipe", "message"), [
     ("{loss: grpo, params: {eps_low: 5}}", "eps_low = 5 is outside [0.0, 1.0]"),
     ("{loss: sat_grpo, params: {alpha: 1.7}}", "alpha = 1.7 is outside (0.0, 1.0]"),

@@ -2,6 +2,7 @@
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from harness.engine import TimeLimitReached
 from harness.io import read_jsonl
 from harness.lag import sampling_version
 from harness.run import RunConfig, RunDir
+from tests.support.kill_points import counted, exit_code, forked, run_killed_at
 from tests.support.tiny_runs import SMALL, config
 from tests.support.untimed import untimed_rows
 from tests.support.waiting import wait_until
@@ -56,34 +58,114 @@ def test_same_config_twice_gives_identical_metrics(base, tmp_path):
     assert (tmp_path / "a" / "train" / "metrics.jsonl").read_text() == first
 
 
-def test_kill_9_at_a_random_step_then_resume_is_bit_identical(base, tmp_path):
-    """The step after which the run is killed, and how far into the next steps, come from a seed
-    printed here (pytest shows it with a failure); STALEBENCH_KILL_SEED=<seed> replays that kill."""
-    seed = int(os.environ.get("STALEBENCH_KILL_SEED") or random.SystemRandom().randrange(2**32))
-    print(f"kill -9 seed {seed} (replay: STALEBENCH_KILL_SEED={seed})")
+KILLED = {"recipe": "grpo_r3", "lag": 3, "steps": 14, "eval_every": 3}  # checkpoints at 3, 6, 9, 12, 14
+
+
+def kill_seeds() -> list[int]:
+    """The seeds of the kill tests: STALEBENCH_KILL_SEEDS=A-B runs A..B (the consecutive-seed check of
+    engines/tiny/README.md), STALEBENCH_KILL_SEED=S replays one, otherwise one random seed (printed)."""
+    if os.environ.get("STALEBENCH_KILL_SEEDS"):
+        first, last = (int(part) for part in os.environ["STALEBENCH_KILL_SEEDS"].split("-"))
+        return list(range(first, last + 1))
+    return [int(os.environ.get("STALEBENCH_KILL_SEED") or random.SystemRandom().randrange(2**32))]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(base, tmp_path_factory):
+    """The run the killed ones must end as, and how many write events it made (kill points)."""
+    folder = tmp_path_factory.mktemp("uninterrupted") / "run"
+    with counted() as writes:
+        assert run(config(base, **KILLED), folder) == "completed"
+    return folder, writes[0]
+
+
+def assert_same_run(resumed, reference, context: str) -> None:
+    """Bit for bit: the metrics (but each row's time), every checkpoint file and the fingerprint; the
+    same files in train/ (nothing left over), status completed at the last step."""
+    train, expected = resumed / "train", reference / "train"
+    assert untimed_rows(train / "metrics.jsonl") == untimed_rows(expected / "metrics.jsonl"), context
+    files = sorted(str(p.relative_to(train)) for p in train.rglob("*"))
+    assert files == sorted(str(p.relative_to(expected)) for p in expected.rglob("*")), context
+    for name in files:
+        if name.startswith("checkpoints/") and (train / name).is_file() or name == "fingerprint.json":
+            assert (train / name).read_bytes() == (expected / name).read_bytes(), f"{context}: {name}"
+    status, finished = (json.loads((folder / "status.json").read_text()) for folder in (train, expected))
+    assert (status["status"], status["step"]) == ("completed", finished["step"]), context
+
+
+@pytest.mark.parametrize("seed", kill_seeds())
+def test_kill_9_at_any_write_then_resume_is_bit_identical(base, uninterrupted, scratch, seed):
+    """Killed at a seeded write event (tests.support.kill_points: just before or after a file-system
+    call, inside a checkpoint or resume-state save too), resumed and killed again at another, then
+    resumed to the end: the uninterrupted run's numbers and files. STALEBENCH_KILL_SEED=<seed> replays."""
+    reference, writes = uninterrupted
     choice = random.Random(seed)
-    kill_after, delay = choice.choice([3, 6, 9]), choice.uniform(0, 0.05)
-    cfg = config(base, recipe="grpo_r3", lag=3, steps=14, eval_every=3)
-    run(cfg, tmp_path / "reference")
-    with open(tmp_path / "killed.log", "w") as log:
-        process = subprocess.Popen([sys.executable, "-m", "engines.run", "--run-dir", str(tmp_path / "killed"),
-                                    "--config-json", json.dumps(cfg)], stderr=log)
-    target = tmp_path / "killed" / "train" / "checkpoints" / f"step_{kill_after}"
-    wait_until(target.exists, f"the checkpoint of step {kill_after} (seed {seed})", process)
-    time.sleep(delay)  # anywhere inside the next steps, writes included
-    os.kill(process.pid, signal.SIGKILL)
-    process.wait()
-    status = tmp_path / "killed" / "train" / "status.json"
-    assert process.returncode == -signal.SIGKILL, f"seed {seed}: the run was not killed (exit {process.returncode})"
-    assert not status.exists(), f"seed {seed}: the killed run wrote its status: {status.read_text()}"
-    subprocess.run([sys.executable, "-m", "engines.run", "--run-dir", str(tmp_path / "killed"),
-                    "--config-json", json.dumps(cfg)], check=True, capture_output=True)
-    reference = untimed_rows(tmp_path / "reference" / "train" / "metrics.jsonl")
-    assert untimed_rows(tmp_path / "killed" / "train" / "metrics.jsonl") == reference, \
-        f"seed {seed}: killed after step {kill_after}"
-    for step in (3, 6, 9, 12, 14):
-        name = f"checkpoints/step_{step}/model.safetensors"
-        assert (tmp_path / "killed" / "train" / name).read_bytes() == (tmp_path / "reference" / "train" / name).read_bytes()
+    kills = [choice.randrange(1, writes + 1), choice.randrange(1, writes + 1)]
+    context = f"seed {seed} (replay: STALEBENCH_KILL_SEED={seed}): killed at write events {kills} of {writes}"
+    print(context)
+    cfg, folder = config(base, **KILLED), scratch / "killed"
+    assert run_killed_at(lambda: run(cfg, folder), kills[0]) == -signal.SIGKILL, context
+    assert run_killed_at(lambda: run(cfg, folder), kills[1]) in (-signal.SIGKILL, 0), context  # a resume writes less
+    assert run(cfg, folder) == "completed", context
+    assert_same_run(folder, reference, context)
+
+
+@pytest.mark.parametrize("seed", kill_seeds())
+def test_kill_9_at_a_random_instant_then_resume_is_bit_identical(base, uninterrupted, scratch, seed):
+    """A training process killed at a seeded instant after one of its checkpoints appears (0-100 ms:
+    the next steps' writes included), then resumed. STALEBENCH_KILL_SEED=<seed> replays."""
+    reference, _ = uninterrupted
+    choice = random.Random(seed)
+    kill_after, delay = choice.choice([3, 6, 9]), choice.uniform(0, 0.1)
+    context = f"seed {seed} (replay: STALEBENCH_KILL_SEED={seed}): killed {delay * 1000:.0f} ms after step {kill_after}"
+    print(context)
+    cfg, folder = config(base, **KILLED), scratch / "killed"
+    pid = forked(lambda: run(cfg, folder))
+    checkpoint = folder / "train" / "checkpoints" / f"step_{kill_after}"
+    wait_until(lambda: checkpoint.exists() or os.waitpid(pid, os.WNOHANG) != (0, 0), f"{checkpoint} ({context})")
+    time.sleep(delay)
+    os.kill(pid, signal.SIGKILL)
+    assert exit_code(pid) == -signal.SIGKILL, f"{context}: the run was not killed"
+    assert not (folder / "train" / "status.json").exists(), context
+    assert run(cfg, folder) == "completed", context
+    assert_same_run(folder, reference, context)
+
+
+def test_a_run_whose_resume_state_was_deleted_trains_again_to_the_same_bits(base, uninterrupted, scratch):
+    """Checkpoints without a resume state (deleted by hand, or a run of an older trainer): no refusal
+    asking for the folder to be deleted; the run trains again from step 0 and rewrites the same files."""
+    reference, _ = uninterrupted
+    shutil.copytree(reference, scratch / "run")
+    shutil.rmtree(scratch / "run" / "train" / "resume")
+    (scratch / "run" / "train" / "status.json").unlink()
+    assert run(config(base, **KILLED), scratch / "run") == "completed"
+    assert_same_run(scratch / "run", reference, "resume state deleted")
+
+
+def test_a_run_folder_outside_a_grids_layout_is_refused_by_name(base, scratch, capsys):
+    """The workflow's run configs name the base model relative to the grid folder, which the run
+    folder's place in the grid's layout gives: a folder elsewhere is an error saying so."""
+    from engines.run import main
+
+    cfg = {**config(base), "base_model": "base"}
+    assert main(["--run-dir", str(scratch / "shallow"), "--config-json", json.dumps(cfg)]) == 2
+    error = capsys.readouterr().err
+    assert "is not a run folder in a grid's layout (<grid>/runs/<recipe>/lag<lag>/seed<seed>" in error
+    assert "Traceback" not in error and not (scratch / "shallow").exists()
+
+
+@pytest.mark.slow
+def test_kill_9_at_every_write_of_a_run_then_resume_is_bit_identical(base, scratch):
+    """Every kill point of a short run, one after the other: each resumes to the uninterrupted run."""
+    cfg = config(base, recipe="grpo", lag=2, steps=4, eval_every=2)
+    with counted() as writes:
+        assert run(cfg, scratch / "reference") == "completed"
+    for kill_at in range(1, writes[0] + 1):
+        folder = scratch / f"killed{kill_at}"
+        assert run_killed_at(lambda folder=folder: run(cfg, folder), kill_at) == -signal.SIGKILL, kill_at
+        assert run(cfg, folder) == "completed", kill_at
+        assert_same_run(folder, scratch / "reference", f"killed at write event {kill_at} of {writes[0]}")
+        shutil.rmtree(folder)
 
 
 @pytest.mark.parametrize("mode", ["interval", "constant"])

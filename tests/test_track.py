@@ -19,6 +19,8 @@ from tracking.runs import SUMMARY_SUFFIX
 from tracking.store import KIND, local_artifact_dir, tracking_uri
 from tracking.sync import main, sync
 
+pytestmark = pytest.mark.slow  # an MLflow store synced per module, MLflow servers
+
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 EXTRA_STEP_RUN = ("sat_grpo", 8, 2)  # gets one more training step between the two syncs
 

@@ -20,6 +20,8 @@ from tracking.runs import SUMMARY_SUFFIX
 from tracking.store import KIND
 from tracking.sync import main
 
+pytestmark = pytest.mark.slow  # an MLflow server and a grid trained while it syncs
+
 ROOT = Path(__file__).resolve().parents[1]
 TRAINING = ("sat_grpo", 8, 1)  # half-way: 10 of 20 steps, evaluated at step 5 and 10, no status
 NOT_STARTED = ("grpo_r3", 1, 2)  # no run directory yet

@@ -13,6 +13,8 @@ from harness.grid import expand, first_look
 from harness.grid_dir import REPORT_FILES
 from tests.support.workflow_cli import ROOT, job_counts, planned_jobs, planned_outputs, snakemake
 
+pytestmark = pytest.mark.slow  # Snakemake calls (10-40 s each)
+
 DEMO = load(ROOT / "config.yaml")
 
 

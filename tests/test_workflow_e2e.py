@@ -28,6 +28,8 @@ from tests.support.workflow_cli import ROOT, SNAKEMAKE, job_counts, planned_jobs
 from tracking.runs import SUMMARY_SUFFIX
 from tracking.store import local_artifact_dir
 
+pytestmark = pytest.mark.slow  # grids run by Snakemake
+
 RECIPES, LAGS, SEEDS = ["grpo", "grpo_dualclip"], [1, 4], [0, 1]
 OVERRIDES = {
     "grid": "ci", "steps": 12, "eval_every": 4, "recipes": RECIPES, "lags": LAGS, "seeds": SEEDS, "claims": [],
@@ -228,7 +230,9 @@ def test_killed_workflow_resumes_where_it_stopped(scratch):
     config = load(ROOT / "config.yaml", {"results_dir": str(scratch), **overrides})
     train = run_dir(config, "grpo", 2, 0) / "train"
     # A session of its own: the kill reaches snakemake and the jobs it started, and nothing else.
-    process = subprocess.Popen([SNAKEMAKE, *args], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    work = scratch / "snakemake"  # its .snakemake/ (the lock the kill leaves): never the checkout's
+    process = subprocess.Popen([SNAKEMAKE, "-s", str(ROOT / "Snakefile"), "-d", str(work), *args], cwd=ROOT,
+                               env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                start_new_session=True)
     try:
         wait_until((train / "checkpoints" / "step_8").exists, "the checkpoint of step 8", process, poll_s=0.1)
@@ -241,8 +245,8 @@ def test_killed_workflow_resumes_where_it_stopped(scratch):
 
     # A killed snakemake leaves its lock: `--unlock` (the command its error message names), then run
     # again as `make demo` would; no --rerun-incomplete needed, status.json is the engine's last write.
-    assert snakemake("--unlock", *args).returncode == 0
-    again = snakemake(*args, timeout=600)
+    assert snakemake("--unlock", *args, workdir=work).returncode == 0
+    again = snakemake(*args, timeout=600, workdir=work)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert json.loads((train / "status.json").read_text())["status"] == "completed"
     assert (grid_dir(config) / "mlflow.json").exists()

@@ -14,12 +14,16 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from harness.config import load
 from harness.grid import run_dir
 from harness.io import read_jsonl
 from harness.model import Config
 from harness.run import RunDir
 from tests.support.workflow_cli import SNAKEMAKE, copy_checkout, job_counts
+
+pytestmark = pytest.mark.slow  # a grid run by Snakemake
 
 OVERRIDES = {"grid": "moved", "recipes": ["grpo"], "baseline": "grpo", "lags": [1], "seeds": [0], "claims": [],
              "steps": 4, "eval_every": 2, "engine_params": {"preset": "demo", "warmstart_steps": 10},

@@ -17,7 +17,9 @@ import pytest
 
 from harness.io import read_jsonl
 from tests.support.pristine import Pristine
-from tests.support.workflow_cli import SNAKEMAKE, copy_checkout, job_counts, planned_jobs, planned_outputs
+from tests.support.workflow_cli import SNAKEMAKE, copy_checkout, job_counts, planned_outputs
+
+pytestmark = pytest.mark.slow  # a grid run by Snakemake, then dry runs
 
 EVAL = {"tasks": ["tiny_test"], "selection_task": None, "k": 2, "problems": {"tiny_test": 8}}
 OVERRIDES = {"grid": "rerun", "recipes": ["grpo", "grpo_dualclip"], "baseline": "grpo", "lags": [1], "seeds": [0], "claims": [],
@@ -91,27 +93,41 @@ def test_a_new_task_reruns_each_runs_evaluate_job_for_all_its_tasks(grid):
         [str(grid.run_dir(run) / "eval" / f"{task}.jsonl") for task in ("tiny_test", "tiny_val")] for run in RUNS]
 
 
-def test_a_preset_override_reruns_the_train_jobs_but_not_the_base_model(grid):
-    counts, _ = grid.plan(engine_params={**OVERRIDES["engine_params"], "lr": 1e-4})
-    assert counts == {"train": 2, "evaluate": 2, **CHANGED}
-    # A warm-start knob is read by the prepare job too: the base model and every run are redone.
-    assert grid.plan(engine_params={**OVERRIDES["engine_params"], "warmstart_steps": 11})[0] == {
-        "prepare": 1, "null_check": 1, "train": 2, "evaluate": 2, **CHANGED}
+def grid_files(grid: Grid) -> dict[str, tuple[int, bytes]]:
+    """Every file of the results folder: its modification time and content."""
+    return {str(path.relative_to(grid.results)): (path.stat().st_mtime_ns, path.read_bytes())
+            for path in sorted(grid.results.rglob("*")) if path.is_file()}
 
 
-def test_a_stabilizer_default_reruns_the_runs_that_use_it(grid):
+def test_a_changed_training_setting_is_refused_before_any_job_and_deletes_nothing(grid):
+    """With Snakemake's metadata there (its params trigger would rerun every train job, deleting each
+    finished run's status.json before the job refuses the folder): refused at DAG time, naming each
+    run and the change, and the command leaves every file as it found it."""
+    before = grid_files(grid)
+    result = grid.snakemake("-c2", engine_params={**OVERRIDES["engine_params"], "lr": 1e-4})
+    printed = result.stdout + result.stderr
+    assert result.returncode != 0
+    for run in RUNS:
+        assert f"{grid.run_dir(run)} (completed at step 4) holds a run with a different config" in printed
+    assert "engine_params.lr: 0.0003 -> 0.0001" in printed and "Job stats" not in printed
+    assert grid_files(grid) == before
+
+
+def test_a_stabilizer_default_is_refused_in_the_runs_that_use_it(grid):
     source = grid.code / "stabilizers" / "grpo.py"
     original = source.read_text()
     default = "    dual_clip_c: float | None = None,\n"
     assert default in original
     source.write_text(original.replace(default, default.replace("None,", "5.0,")))
     try:
-        counts, printed = grid.plan()
+        result = grid.snakemake("-n")
     finally:
         source.write_text(original)
     # grpo_dualclip sets dual_clip_c itself: only the plain grpo run changed.
-    assert counts == {"train": 1, "evaluate": 1, **DOWNSTREAM}
-    assert ("train", str(grid.run_dir("grpo/lag1/seed0") / "train" / "status.json")) in planned_jobs(printed)
+    printed = result.stdout + result.stderr  # (a dry run prints Snakemake's error on stdout)
+    assert result.returncode != 0 and "1 run folder(s) of this grid hold runs of another config" in printed
+    assert f"{grid.run_dir('grpo/lag1/seed0')} (completed at step 4)" in printed
+    assert "recipe.params.dual_clip_c: None -> 5.0" in printed
 
 
 def _scored(grid: Grid, run: str) -> dict[str, int]:

@@ -54,6 +54,7 @@ def publish_hf_checkpoints(run_dir: str | Path, run_config: dict | None = None) 
     published. With the run config, a save off the evaluation cadence (made at a time-limit stop)
     is deleted instead: the evaluated steps are those of an uninterrupted run."""
     train = Path(run_dir) / "train"
+    finish_interrupted_swaps(train)
     published, problems = [], []
     for source in sorted((train / "hf").glob("iter_*")):
         match = re.fullmatch(r"iter_(\d+)", source.name)
@@ -77,6 +78,19 @@ def publish_hf_checkpoints(run_dir: str | Path, run_config: dict | None = None) 
             source.rename(target)
         published.append(target)
     return published, problems
+
+
+def finish_interrupted_swaps(train: Path) -> None:
+    """A publish killed inside its swap (a step folder renamed to step_<N>.replaced, the newer save
+    not yet renamed in, or the old one not yet deleted): the old one goes unless it is the only whole
+    copy, which goes back in place (the newer save, if any, stays in hf/ for the loop to publish)."""
+    for old in sorted((train / "checkpoints").glob("step_*.replaced")):
+        target = old.with_suffix("")
+        source = train / "hf" / f"iter_{int(target.name[len('step_'):]) - 1}"
+        if target.exists() or (source.is_dir() and hf_checkpoint_problem(source) is None):
+            shutil.rmtree(old)
+        else:
+            old.rename(target)
 
 
 def final_status(run_config: dict, run_dir: Path, returncode: int) -> dict:

@@ -61,6 +61,17 @@ def recover_replaced_dir(directory: str | Path) -> None:
         shutil.rmtree(leftover, ignore_errors=True)
 
 
+def recover_replaced_dirs(parent: str | Path) -> None:
+    """recover_replaced_dir for every folder of ``parent`` that a replace_dir_atomic left leftovers beside."""
+    parent = Path(parent)
+    if not parent.is_dir():
+        return
+    names = {leftover.name[1:].rsplit(marker, 1)[0] for leftover in parent.glob(".*")
+             for marker in (_BUILDING, _ASIDE) if marker in leftover.name}
+    for name in sorted(names):
+        recover_replaced_dir(parent / name)
+
+
 def save_checkpoint(model: TinyMoELM, directory: str | Path, extra: dict | None = None) -> Path:
     """Write model.safetensors (float32) + config.json (model config, plus ``extra`` keys)."""
     state = {k: v.detach().float().contiguous() for k, v in model.state_dict().items()}

@@ -14,7 +14,7 @@ One trainer step s (1-based), as in an asynchronous system with one batch in fli
      PolicyBatches and steps Adam after each; optional KL to the base model with the k3 estimator (Schulman 2020):
      k3 = exp(ref - logp) - (ref - logp) - 1,
   3. appends one metrics row (keys in docs/design.md), and every ``eval_every`` steps writes
-     a checkpoint and the resume state.
+     the resume state and then the checkpoint (Trainer.save: why in this order).
 
 Every random draw comes from a generator seeded by (seed, step), so the state to resume is
 just tensors: trainer weights, Adam moments, the weight snapshots the engine may still be
@@ -42,7 +42,7 @@ from stabilizers import PolicyBatch, ess_lr_scale, offpolicy_diagnostics, valida
 from . import task
 from .adam import Adam  # torch.optim.Adam's updates without its torch._dynamo import (adam.py)
 from .batch import Recomputed, group_advantages, routing_mismatch, step_seed
-from .checkpoint import load_model, load_state, recover_replaced_dir, replace_dir_atomic, save_checkpoint
+from .checkpoint import load_model, load_state, recover_replaced_dirs, replace_dir_atomic, save_checkpoint
 from .queue_rollout import generate_queued, group_record
 from .rollout import Rollout, RolloutEngine
 
@@ -198,13 +198,13 @@ class Trainer:
 
     # ---------------------------------------------------------------- persistence
     def save(self, pending_rows: list[dict], checkpoint: bool = True) -> None:
-        """Metrics rows, then the checkpoint, then the resume state (each atomic; a kill between
-        them leaves an older resume state, from which the same files are rewritten identically).
+        """Metrics rows, then the resume state, then the checkpoint (each atomic). The resume state is
+        the commit point of a save: it records whether its step has a checkpoint, and a restore whose
+        checkpoint a kill cut off publishes it from the restored weights (the same bits). So a kill at
+        any instant leaves either the older resume state (the later metrics rows are cut and redone
+        identically) or the new one with or without its checkpoint: every state resumes.
         checkpoint=False (a stop before the time limit): no checkpoint, so evaluation is unchanged."""
         self.run_dir.append_metrics(pending_rows)
-        if checkpoint:
-            save_checkpoint(self.model, self.run_dir.checkpoint_path(self.step),
-                            extra={"step": self.step, "run_key": self.run_key})
         tensors = {f"model.{k}": v for k, v in self.model.state_dict().items()}
         for index, state in self.optimizer.state_dict()["state"].items():
             for name, value in state.items():
@@ -215,7 +215,7 @@ class Trainer:
         meta = {"step": self.step, "snapshots": sorted(self.snapshots), "engine_version": self.engine.version,
                 "batch": {"step": self.in_flight.step, "version": self.in_flight.version,
                           "group_versions": self.in_flight.group_versions},
-                "run_key": self.run_key}
+                "run_key": self.run_key, "checkpoint": checkpoint}
 
         def fill(tmp: Path) -> None:
             from safetensors.torch import save_file
@@ -223,6 +223,12 @@ class Trainer:
             (tmp / RESUME_META).write_text(json.dumps(meta, indent=2) + "\n")
 
         replace_dir_atomic(self.resume_dir, fill)
+        if checkpoint:
+            self.publish_checkpoint()
+
+    def publish_checkpoint(self) -> None:
+        save_checkpoint(self.model, self.run_dir.checkpoint_path(self.step),
+                        extra={"step": self.step, "run_key": self.run_key})
 
     def restore(self) -> None:
         """Load the resume state (errors name the broken file) and cut metrics back to its step."""
@@ -255,6 +261,15 @@ class Trainer:
             raise ValueError(f"corrupt resume state in {self.resume_dir}: {error!r}") from None
         self.step = step
         self.run_dir.keep_metrics_through(step)
+        logged = [row["step"] for row in self.run_dir.read_metrics()]
+        if logged != list(range(1, step + 1)):
+            raise ValueError(f"{self.run_dir.metrics_path} holds steps {logged[:3]}...{logged[-3:]}, not 1..{step} "
+                             f"as the resume state {meta_path} says: the file was damaged or replaced; train the "
+                             f"run again in a new folder")
+        if meta.get("checkpoint") and step not in self.run_dir.checkpoints():  # killed before the checkpoint
+            self.publish_checkpoint()
+            print(f"[tiny] published the checkpoint of step {step} from its resume state "
+                  f"(the last run was stopped between them)", file=self.progress, flush=True)
 
     def write_status(self, status: str, message: str) -> None:
         self.run_dir.write_status(status, self.step, message,
@@ -266,15 +281,17 @@ class Trainer:
         if previous and previous.get("status") in ("completed", "diverged"):
             return previous["status"]  # finished runs are not redone
         torch.set_num_threads(1)
-        recover_replaced_dir(self.resume_dir)  # a kill inside save()'s swap leaves the previous state aside
+        # a kill inside a swap (replace_dir_atomic) leaves the previous version aside
+        recover_replaced_dirs(self.run_dir.train_dir)  # the resume state
+        recover_replaced_dirs(self.run_dir.checkpoints_dir)
         if self.resume_dir.exists():
             self.restore()
         else:
-            checkpoints = self.run_dir.checkpoints_dir
-            if checkpoints.exists() and any(checkpoints.iterdir()):
-                raise FileNotFoundError(f"{checkpoints} holds checkpoints but the resume "
-                                        f"state {self.resume_dir} is missing; delete the run directory to restart")
-            self.run_dir.keep_metrics_through(0)  # metrics of a run killed before its first checkpoint
+            if self.run_dir.checkpoints():  # a resume state deleted by hand, or a run of an older trainer
+                print(f"[tiny] {self.resume_dir} is missing beside {self.run_dir.checkpoints_dir}: training again "
+                      f"from step 0 (the run is deterministic: its checkpoints are rewritten with the same bits)",
+                      file=self.progress, flush=True)
+            self.run_dir.keep_metrics_through(0)  # metrics of a run killed before its first resume state
             start = time.perf_counter()
             self.in_flight = self.generate(1)
             self.seconds["generate"] += time.perf_counter() - start

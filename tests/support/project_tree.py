@@ -28,9 +28,19 @@ def _stat(path: Path) -> tuple[int, int] | None:
     return stat.st_size, stat.st_mtime_ns
 
 
+def is_git_checkout() -> bool:
+    """Whether the project tree is a git checkout's top (not a release tarball, nor a folder inside another repository)."""
+    found = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=ROOT, capture_output=True, text=True)
+    return found.returncode == 0 and Path(found.stdout.strip()).resolve() == ROOT
+
+
 def tree_state() -> dict[str, dict]:
     """{"tracked": {git status line of a changed tracked file: its (size, mtime_ns)}, "untracked":
-    {path: (size, mtime_ns)}}. The stat of a tracked file that was already changed shows a rewrite."""
+    {path: (size, mtime_ns)}}. The stat of a tracked file that was already changed shows a rewrite.
+    Outside a git checkout, every file of the tree is "untracked"."""
+    if not is_git_checkout():
+        return {"tracked": {}, "untracked": {str(path.relative_to(ROOT)): _stat(path) for path in ROOT.rglob("*")
+                                             if path.is_file() and not _exempt(str(path.relative_to(ROOT)))}}
     tracked = {entry: _stat(ROOT / entry[3:]) for entry in _git("status", "--porcelain", "--untracked-files=no")}
     untracked = {}
     for name in _git("ls-files", "--others", "--exclude-standard") + _git(

@@ -9,12 +9,12 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import update_config
 
 from harness.config import ConfigError, check_recipe_values, validate
-from harness.grid import RUN_FOLDER, first_look
+from harness.grid import RUN_FOLDER, first_look, run_dir
 from harness.grid_dir import GridDir
 from harness.io import write_json_atomic
 from harness.jobs import job_resources, retype_cli_values, rule_resources, train_retries
 from harness.model import Config, Seeding
-from harness.run import STATUS_PATTERN, eval_file_pattern
+from harness.run import STATUS_PATTERN, eval_file_pattern, refuse_changed_runs
 
 
 # `-C lags=[1,8]` arrives as strings; give the overrides their YAML types again.
@@ -23,6 +23,11 @@ try:
     CONFIG = validate(config)
     MODEL = Config.build(CONFIG)  # resolves every run (engine params, stabilizer defaults) once
     TRAIN_RETRIES = train_retries(CONFIG)
+    # Run identity from the run folders, before any job (and whether or not .snakemake/ is there): a
+    # run folder holding another run key is refused here, not by its train job after Snakemake has
+    # deleted the job's outputs. Not again in a cluster job's own snakemake.
+    if workflow.is_main_process:
+        refuse_changed_runs({run_dir(CONFIG, *run): MODEL.run_config(run) for run in MODEL.runs})
 except (ConfigError, ValueError) as error:
     raise WorkflowError(str(error)) from None
 

@@ -1,0 +1,78 @@
+"""Claims against numbers worked by hand: the contrast each claim kind means (its sign), its t
+interval and test, and the equivalence (TOST) p at the declared margin. Three seeds, so the Student
+t has 2 degrees of freedom, whose distribution function has a closed form,
+F(t) = 1/2 + t / (2 sqrt(2 + t^2)): every expected number below is arithmetic, not scipy's."""
+import math
+
+import pytest
+
+from analysis import claims as claim_rules  # (its test_claim, imported by name, would be collected as a test)
+from analysis.contrasts import contrast, tost
+from harness.model import Claim
+
+SEEDS = [0, 1, 2]
+# per seed: recipe "a" loses 0.10, 0.07, 0.04 from lag 1 to lag 8; "b" loses 0.20, 0.18, 0.16;
+# "c" changes by +0.01, -0.01, +0.03
+AUC = {("a", 8): [0.30, 0.34, 0.38], ("a", 1): [0.40, 0.41, 0.42],
+       ("b", 8): [0.20, 0.22, 0.24], ("b", 1): [0.40, 0.40, 0.40],
+       ("c", 8): [0.41, 0.39, 0.43], ("c", 1): [0.40, 0.40, 0.40]}
+CELLS = {cell: {"per_seed": {"auc": values}, "seeds": SEEDS} for cell, values in AUC.items()}
+
+
+def t2_cdf(t: float) -> float:
+    return 0.5 + t / (2 * math.sqrt(2 + t * t))
+
+
+T2_975 = math.sqrt(2 * 0.95 ** 2 / (1 - 0.95 ** 2))  # F(t) = 0.975 solved: 4.3027
+
+
+def claim(**fields) -> Claim:
+    return Claim.build({"name": "c", "lag": 8, "metric": "auc", "smallest_effect": 0.05, **fields})
+
+
+def arms(declared: Claim) -> list:
+    return [(weight, AUC[recipe, lag], SEEDS) for weight, recipe, lag in declared.cells(reference_lag=1)]
+
+
+def test_t2_closed_form_is_the_t_table():
+    assert T2_975 == pytest.approx(4.302653, abs=1e-6) and t2_cdf(0) == 0.5
+
+
+def test_a_cost_difference_is_the_first_recipes_cost_minus_the_seconds():
+    """a's cost is smaller than b's: (a8 - a1) - (b8 - b1) = +0.10, +0.11, +0.12 per seed, mean +0.11,
+    sd 0.01; the paired t interval 0.11 +- 4.3027 x 0.01 / sqrt(3) and p = 1 - t / sqrt(2 + t^2)."""
+    result = contrast(arms(claim(kind="cost_difference", recipe="a", versus="b", expect="greater")))
+    se = 0.01 / math.sqrt(3)
+    t = 0.11 / se
+    assert result.method == "paired-t" and result.n == 3
+    assert result.estimate == pytest.approx(0.11, rel=1e-9)
+    assert (result.low, result.high) == (pytest.approx(0.11 - T2_975 * se, rel=1e-7),
+                                         pytest.approx(0.11 + T2_975 * se, rel=1e-7))
+    assert result.p == pytest.approx(1 - t / math.sqrt(2 + t * t), rel=1e-6)
+    reverse = contrast(arms(claim(kind="cost_difference", recipe="b", versus="a", expect="less")))
+    assert reverse.estimate == pytest.approx(-0.11, rel=1e-9)
+
+
+def test_a_staleness_cost_is_lag_l_minus_lag_1():
+    assert contrast(arms(claim(kind="staleness_cost", recipe="a", expect="less"))).estimate == pytest.approx(-0.07)
+    assert contrast(arms(claim(kind="recipes", recipe="a", versus="b", expect="greater"))).estimate == \
+        pytest.approx(0.34 - 0.22)
+
+
+@pytest.mark.parametrize("margin", [0.025, 0.05, 0.10])
+def test_tost_at_the_margin_by_hand(margin):
+    """c's cost: mean 0.01, sd 0.02, se 0.02 / sqrt(3); TOST p = max(1 - F((0.01 + m) / se), F((0.01 - m) / se))."""
+    result = contrast(arms(claim(kind="staleness_cost", recipe="c", expect="equivalent")))
+    se = 0.02 / math.sqrt(3)
+    assert result.estimate == pytest.approx(0.01) and result.se == pytest.approx(se)
+    expected = max(1 - t2_cdf((0.01 + margin) / se), t2_cdf((0.01 - margin) / se))
+    assert tost(result, margin) == pytest.approx(expected, rel=1e-6)
+
+
+def test_an_equivalence_claim_is_tested_at_its_own_margin():
+    """At the declared smallest effect 0.05: p = F(-0.04 / se) = 0.5 - 3.4641 / (2 sqrt(14)) = 0.0371."""
+    tested = claim_rules.test_claim(claim(kind="staleness_cost", recipe="c", expect="equivalent"), CELLS,
+                                    reference_lag=1, budget=20)
+    assert tested["estimate"] == pytest.approx(0.01)
+    assert tested["p"] == pytest.approx(0.5 - math.sqrt(12) / (2 * math.sqrt(14)), rel=1e-6)
+    assert tested["p"] == pytest.approx(0.037090, abs=1e-6)
