@@ -7,6 +7,7 @@
                                            the report files analysis.report writes (summary.json last)
     grid.mlflow_path                       mlflow.json: the final MLflow sync's marker
     grid.tracking_lock_path                tracking.lock: the one MLflow writer (harness.lock.writer_lock)
+    grid.null_check_path                   null_check.json: the lag-0 null check's numbers (engines.null_check)
     grid.look_pattern                      looks/look{look}.json: what each look of a seed schedule decided
     grid.base_dir, grid.logs_dir           base/ (the engine's prepared model), logs/ (per rule, and
                                            Snakemake's benchmark files under logs/benchmarks/)
@@ -60,6 +61,11 @@ class GridDir:
     @property
     def tracking_lock_path(self) -> Path:
         return self.path / TRACKING_LOCK
+
+    @property
+    def null_check_path(self) -> Path:
+        """The engine's lag-0 null check's result (engines.null_check), a grid-wide step before training."""
+        return self.path / "null_check.json"
 
     @property
     def look_pattern(self) -> str:

@@ -38,11 +38,11 @@ if NULL_CHECK is not None:
         input:
             rules.prepare.output if ENGINE.prepare_outputs else [],
         output:
-            f"{GRID}/null_check.json",
+            str(GRID_DIR.null_check_path),
         params:
             engine=ENGINE.name,
             check=json.dumps(NULL_CHECK, sort_keys=True),
-            base=f"--base {GRID}/{BASE_MODEL}" if ENGINE.prepare_outputs else "",
+            base=f"--base {GRID_DIR.base_dir}" if ENGINE.prepare_outputs else "",
         log:
             f"{LOGS}/null_check.log",
         benchmark:
