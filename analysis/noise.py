@@ -278,8 +278,8 @@ def summarize_noise(config: dict, runs: list, reference_lag: int) -> dict:
     return {"endpoint": "fixed-step score", "cells": cells, "plans": plans}
 
 
-def _pct(value: float) -> str:
-    return f"{100 * value:.1f}"
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.1f}"
 
 
 def _best(value: float | None) -> str:

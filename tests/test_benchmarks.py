@@ -22,7 +22,14 @@ SMALLEST = {
     "bench_coverage": (["--trials", "20", "--bootstrap-trials", "0", "--n", "3", "--contrast-trials", "20",
                         "--survival-trials", "20"], "coverage"),
     "bench_dryrun": (["--repeats", "1", "--seeds", "1"], "snakemake -n -q: 20-run grid"),
+    "bench_eval_concurrency": (["--latency", "0.05", "--concurrency", "1", "4"], "most in flight"),
     "bench_eval_score": (["--checkpoints", "1", "--problems", "4", "--k", "1"], " s"),
+    "bench_queue_lag": (["--steps", "4", "--out", "{tmp}/queue"], "{"),
+    "bench_rollout_mismatch": (["--run", "{run}", "--rollouts", "1"], "bfloat16"),
+    "bench_run_phases": (["--steps", "4", "--out", "{tmp}/phases"], "CPU s"),
+    "bench_verdicts": (["--replicates", "200"], "P(two runs agree)"),
+    "compare_runs": (["{run}", "{run}"], "identical"),
+    "mutants": (["--only", "digest_ignores_metrics"], "1 of 1 mutants killed"),
     "bench_run_cpu": (["--recipes", "grpo", "--lags", "1", "--seeds", "0"], "train"),
     "bench_setup": (["--ref", "HEAD", "--dir", "{tmp}/clone"], "wall"),
     "bench_stabilizers": (["--tokens", "1000", "--repeats", "1", "--recipes", "grpo", "sat_grpo", "--no-compile"],
@@ -40,13 +47,23 @@ def test_every_benchmark_script_has_its_smallest_arguments():
     assert sorted(SMALLEST) == sorted(path.stem for path in (ROOT / "benchmarks").glob("*.py"))
 
 
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory) -> Path:
+    """A short tiny-engine run (benchmarks.bench_run_phases'), for the scripts that read one."""
+    out = tmp_path_factory.mktemp("run")
+    subprocess.run([PYTHON, "-m", "benchmarks.bench_run_phases", "--steps", "4", "--out", str(out)], cwd=ROOT,
+                   check=True, capture_output=True, timeout=900)
+    return next(out.glob("**/runs/*/lag*/seed*"))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("script", sorted(SMALLEST))
-def test_the_benchmark_runs_with_its_smallest_arguments(script, tmp_path):
+def test_the_benchmark_runs_with_its_smallest_arguments(script, tmp_path, request):
     if script == "ui_screenshot" and not Path(CHROMIUM).exists() and shutil.which("apt-get") is None:
         missing("browser", f"{script} needs Debian's chromium at {CHROMIUM} (or apt-get to install it)")
     arguments, expected = SMALLEST[script]
-    command = [PYTHON, "-m", f"benchmarks.{script}", *(a.format(tmp=tmp_path) for a in arguments)]
+    run = request.getfixturevalue("finished_run") if "{run}" in arguments else None
+    command = [PYTHON, "-m", f"benchmarks.{script}", *(a.format(tmp=tmp_path, run=run) for a in arguments)]
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
     output = result.stdout + result.stderr

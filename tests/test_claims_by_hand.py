@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from analysis import claims as claim_rules  # (its test_claim, imported by name, would be collected as a test)
+from analysis import claims as claim_rules
 from analysis.contrasts import contrast, tost
 from harness.model import Claim
 
@@ -69,10 +69,14 @@ def test_tost_at_the_margin_by_hand(margin):
     assert tost(result, margin) == pytest.approx(expected, rel=1e-6)
 
 
-def test_an_equivalence_claim_is_tested_at_its_own_margin():
-    """At the declared smallest effect 0.05: p = F(-0.04 / se) = 0.5 - 3.4641 / (2 sqrt(14)) = 0.0371."""
-    tested = claim_rules.test_claim(claim(kind="staleness_cost", recipe="c", expect="equivalent"), CELLS,
-                                    reference_lag=1, budget=20)
-    assert tested["estimate"] == pytest.approx(0.01)
-    assert tested["p"] == pytest.approx(0.5 - math.sqrt(12) / (2 * math.sqrt(14)), rel=1e-6)
-    assert tested["p"] == pytest.approx(0.037090, abs=1e-6)
+@pytest.mark.parametrize("margin, outcome", [(0.05, "undecided"), (0.10, "negligible")])
+def test_an_equivalence_claim_is_read_at_its_own_margin(margin, outcome):
+    """c's cost, the family's only claim, read from its 95% interval: 0.01 +- 4.3027 x 0.02 / sqrt(3) =
+    [-0.0397, +0.0597]. Inside +-0.10 (negligible), but past +0.05 (undecided)."""
+    declared = Claim.build({"name": "c", "lag": 8, "metric": "auc", "smallest_effect": margin,
+                            "kind": "staleness_cost", "recipe": "c", "expect": "equivalent"})
+    (row,) = claim_rules.answer((declared,), CELLS, reference_lag=1, budget=20)
+    half = T2_975 * 0.02 / math.sqrt(3)
+    assert (row["estimate"], row["low"], row["high"]) == (pytest.approx(0.01), pytest.approx(0.01 - half),
+                                                          pytest.approx(0.01 + half))
+    assert row["low"] == pytest.approx(-0.039678, abs=1e-6) and row["verdict"] == outcome
