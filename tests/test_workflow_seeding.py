@@ -16,13 +16,14 @@ from tests.support.workflow_cli import ROOT, job_counts, snakemake
 
 # grpo_twin is grpo under another name: the same runs seed for seed, a contrast of exactly 0 (a point
 # interval inside any margin: final at the first look). gspo against grpo at a 1-point effect is open
-# after two seeds, whose 99% interval (1 df) is wide.
+# after two seeds, whose interval (1 df, at 0.05 / 2 spent by Pocock) is wide. The warm start gives the
+# base model a score above 0, so that the two recipes' seeds differ.
 OVERRIDES = {
     "grid": "seeding", "steps": 4, "eval_every": 2, "recipes": ["grpo", "grpo_twin", "gspo"], "lags": [1],
     "seeds": [0, 1, 2], "seeding": {"looks": [2, 3], "boundary": "pocock"}, "baseline": "grpo",
     "extra_recipes": {"grpo_twin": {"loss": "grpo"}},
-    "engine_params": {"preset": "demo", "warmstart_steps": 20},
-    "eval": {"tasks": ["tiny_test"], "selection_task": None, "k": 2, "problems": {"tiny_test": 16}},
+    "engine_params": {"preset": "demo", "warmstart_steps": 60},
+    "eval": {"tasks": ["tiny_test"], "selection_task": None, "k": 4, "problems": {"tiny_test": 32}},
     "claims": [{"name": "twin_is_grpo", "kind": "recipes", "recipe": "grpo_twin", "versus": "grpo", "lag": 1,
                 "expect": "equivalent", "smallest_effect": 0.05},
                {"name": "gspo_beats_grpo", "kind": "recipes", "recipe": "gspo", "versus": "grpo", "lag": 1,

@@ -64,13 +64,19 @@ from tracking.store import ui_link
 TRAIN_POINTS = 100  # training metrics logged at up to ~this many steps per run (0 = every step)
 
 
+def summarized_runs(summary: dict) -> list[tuple[str, int, int]]:
+    """The runs the aggregate read (a seed schedule runs only some of the grid's), cell by cell."""
+    return [(cell["recipe"], cell["lag"], seed) for cell in summary["cells"] for seed in cell["seeds"]]
+
+
 def grid_complete(config: dict) -> bool:
-    """Aggregated: summary.json exists and is newer than every run's status (RunDir.status_path)."""
-    summary = GridDir.of(config).summary_path
-    if not summary.exists():
+    """Aggregated: summary.json exists and is newer than the status (RunDir.status_path) of every run
+    it read."""
+    grid = GridDir.of(config)
+    if not grid.summary_path.exists():
         return False
-    newest = summary.stat().st_mtime
-    for recipe, lag, seed in expand(config):
+    newest = grid.summary_path.stat().st_mtime
+    for recipe, lag, seed in summarized_runs(grid.read_summary()):
         status = RunDir(run_dir(config, recipe, lag, seed)).status_path
         if not status.exists() or status.stat().st_mtime > newest:
             return False
@@ -102,7 +108,7 @@ def sync(config: dict, grid_path: str | Path | None = None, progress: bool = Tru
                 numbers[cell["recipe"], cell["lag"], seed] = {k: v[i] for k, v in cell["per_seed"].items()}
     tracker = Tracker(config, stride=math.ceil(int(config["steps"]) / max_train_points) if max_train_points else 1)
     parent_id = tracker.sync_parent(grid_path, summary)
-    runs = expand(config)
+    runs = summarized_runs(summary) if final else expand(config)
     synced = 0
     for recipe, lag, seed in tqdm(runs, desc="track: runs", unit="run", disable=not progress,
                                   file=sys.stderr, mininterval=2):
