@@ -15,18 +15,19 @@ from harness.grid_dir import GridDir
 from tests.support.workflow_cli import ROOT, job_counts, snakemake
 
 # grpo_twin is grpo under another name: the same runs seed for seed, a contrast of exactly 0 (a point
-# interval inside any margin: final at the first look). gspo against grpo at a 1-point effect is open
-# after two seeds, whose interval (1 df, at 0.05 / 2 spent by Pocock) is wide. The warm start gives the
-# base model a score above 0, so that the two recipes' seeds differ.
+# interval inside any margin: final at the first look). grpo_fast, grpo at 30x its learning rate, against
+# grpo at a 1-point effect is open after two seeds, whose interval (1 df, at 0.05 / 2 spent by Pocock) is
+# wide. The warm start gives the base model a score above 0, so that the two recipes' seeds differ.
 OVERRIDES = {
-    "grid": "seeding", "steps": 4, "eval_every": 2, "recipes": ["grpo", "grpo_twin", "gspo"], "lags": [1],
+    "grid": "seeding", "steps": 4, "eval_every": 2, "recipes": ["grpo", "grpo_twin", "grpo_fast"], "lags": [1],
     "seeds": [0, 1, 2], "seeding": {"looks": [2, 3], "boundary": "pocock"}, "baseline": "grpo",
-    "extra_recipes": {"grpo_twin": {"loss": "grpo"}},
+    "extra_recipes": {"grpo_twin": {"loss": "grpo"}, "grpo_fast": {"loss": "grpo"}},
+    "recipe_engine_params": {"grpo_fast": {"lr": 0.01}},
     "engine_params": {"preset": "demo", "warmstart_steps": 60},
     "eval": {"tasks": ["tiny_test"], "selection_task": None, "k": 4, "problems": {"tiny_test": 32}},
     "claims": [{"name": "twin_is_grpo", "kind": "recipes", "recipe": "grpo_twin", "versus": "grpo", "lag": 1,
                 "expect": "equivalent", "smallest_effect": 0.05},
-               {"name": "gspo_beats_grpo", "kind": "recipes", "recipe": "gspo", "versus": "grpo", "lag": 1,
+               {"name": "fast_beats_grpo", "kind": "recipes", "recipe": "grpo_fast", "versus": "grpo", "lag": 1,
                 "expect": "greater", "smallest_effect": 0.01}],
 }
 
@@ -39,19 +40,20 @@ def test_a_declared_schedule_adds_seeds_only_to_the_open_claims_cells():
         result = snakemake("-c2", *args, timeout=1700)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
         config = load(ROOT / "config.yaml", {"results_dir": str(results), **OVERRIDES})
-        # look 1: 3 cells x 2 seeds; look 2: seed 2 of grpo and gspo only
+        # look 1: 3 cells x 2 seeds; look 2: seed 2 of grpo and grpo_fast only
         assert job_counts(result.stdout + result.stderr)["train"] == 8
         interim = json.loads(Path(GridDir.of(config).look_pattern.format(look=1)).read_text())
-        assert interim["open_cells"] == [["grpo", 1], ["gspo", 1]]
-        assert interim["next_runs"] == [["grpo", 1, 2], ["gspo", 1, 2]]
-        assert not (run_dir(config, "grpo_twin", 1, 2)).exists() and (run_dir(config, "gspo", 1, 2)).exists()
+        assert interim["open_cells"] == [["grpo", 1], ["grpo_fast", 1]]
+        assert interim["next_runs"] == [["grpo", 1, 2], ["grpo_fast", 1, 2]]
+        assert not (run_dir(config, "grpo_twin", 1, 2)).exists() and (run_dir(config, "grpo_fast", 1, 2)).exists()
         assert scheduled_runs(config) == [("grpo", 1, 0), ("grpo", 1, 1), ("grpo", 1, 2), ("grpo_twin", 1, 0),
-                                          ("grpo_twin", 1, 1), ("gspo", 1, 0), ("gspo", 1, 1), ("gspo", 1, 2)]
+                                          ("grpo_twin", 1, 1), ("grpo_fast", 1, 0), ("grpo_fast", 1, 1),
+                                          ("grpo_fast", 1, 2)]
         summary = json.loads(GridDir.of(config).summary_path.read_text())
         claims = {c["name"]: c for c in summary["claims"]}
-        twin, gspo = claims["twin_is_grpo"], claims["gspo_beats_grpo"]
+        twin, fast = claims["twin_is_grpo"], claims["fast_beats_grpo"]
         assert (twin["verdict"], twin["look"], twin["n"], twin["method"]) == ("negligible", 1, 2, "degenerate")
-        assert (gspo["look"], gspo["n"]) == (2, 3)
+        assert (fast["look"], fast["n"], fast["method"]) == (2, 3, "paired-t")
         table = GridDir.of(config).table_path("md").read_text()
         assert "seed schedule [2, 3] (pocock spending)" in table and "P(same outcome on a rerun)" in table
         # a second call plans nothing: the schedule is read from the same runs
