@@ -24,8 +24,9 @@ from scipy import stats  # noqa: E402
 from engines.run import run  # noqa: E402
 from engines.tiny.warmstart import build_base  # noqa: E402
 from harness.grid import resolve_run_config, run_dir  # noqa: E402
-from harness.io import read_jsonl, write_json_atomic  # noqa: E402
+from harness.io import write_json_atomic  # noqa: E402
 from harness.queue_lag import queue_model  # noqa: E402
+from harness.run import RunDir  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -49,7 +50,7 @@ def main(argv=None) -> int:
     build_base(run_config["engine_params"], args.out / "base")
     directory = run_dir(config, "grpo", args.lag, args.seed)
     assert run(run_config, directory) in ("completed", "diverged")
-    rows = [row for row in read_jsonl(directory / "train" / "metrics.jsonl") if "queue/lags" in row]
+    rows = [row for row in RunDir(directory).read_metrics() if "queue/lags" in row]
     lags = np.array([lag for row in rows for lag in row["queue/lags"]])
     lengths = np.array([length for row in rows for length in row["queue/lengths"]])
     model = queue_model(queue, run_config["engine_params"]["prompts_per_step"], args.lag)
