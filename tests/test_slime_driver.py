@@ -9,9 +9,10 @@ from engines.slime.driver import check_args, lag_loop
 from engines.slime.lag import driver_version, trainer_version
 from harness.lag import LAG_MODES, sampling_version
 
+from tests.support.slime_cluster import FakeCluster, periodic
+
 # the modes slime realizes: queue (a lag per group) is the tiny engine's only (engines/slime/job_script.py)
 SLIME_MODES = tuple(mode for mode in LAG_MODES if mode != "queue")
-from tests.support.slime_cluster import FakeCluster, periodic
 
 
 def run(lag, mode="constant", steps=20, start=0, save_interval=5, seed=0, stop_after=None, global_dataset=False):
