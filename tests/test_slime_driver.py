@@ -8,7 +8,6 @@ import pytest
 from engines.slime.driver import check_args, lag_loop
 from engines.slime.lag import driver_version, trainer_version
 from harness.lag import LAG_MODES, sampling_version
-
 from tests.support.slime_cluster import FakeCluster, periodic
 
 # the modes slime realizes: queue (a lag per group) is the tiny engine's only (engines/slime/job_script.py)
