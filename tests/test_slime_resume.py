@@ -9,9 +9,9 @@ import json
 import pytest
 
 from harness.lag import LAG_MODES
+from tests.support.slime_resume import prompt_sequences
 
 SLIME_MODES = tuple(mode for mode in LAG_MODES if mode != "queue")  # queue: the tiny engine's only
-from tests.support.slime_resume import prompt_sequences
 
 PROMPTS, BATCH, STEPS = 30, 4, 20  # 20 rollouts x 4 prompts: the run crosses two epochs (reshuffled)
 
