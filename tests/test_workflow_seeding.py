@@ -32,6 +32,7 @@ OVERRIDES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_a_declared_schedule_adds_seeds_only_to_the_open_claims_cells():
     with tempfile.TemporaryDirectory(prefix="stalebench-seeding-") as folder:
