@@ -25,7 +25,7 @@ SMALLEST = {
     "bench_eval_concurrency": (["--latency", "0.05", "--concurrency", "1", "4"], "most in flight"),
     "bench_eval_score": (["--checkpoints", "1", "--problems", "4", "--k", "1"], " s"),
     "bench_queue_lag": (["--steps", "4", "--out", "{tmp}/queue"], "{"),
-    "bench_rollout_mismatch": (["--run", "{run}", "--rollouts", "1"], "bfloat16"),
+    "bench_rollout_mismatch": (["--run", "{run}", "--rollouts", "2"], "bfloat16"),
     "bench_run_phases": (["--steps", "4", "--out", "{tmp}/phases"], "CPU s"),
     "bench_verdicts": (["--replicates", "200"], "P(two runs agree)"),
     "compare_runs": (["{run}", "{run}"], "identical"),
