@@ -1,4 +1,4 @@
-"""The verdict on each claim of the config (harness.model.Claim): the confirmatory family.
+"""The verdict on each claim of the config (harness.claims.Claim): the confirmatory family.
 
 Each claim is a contrast of cell means (analysis.contrasts: paired by seed where the cells share
 their seeds, else Welch-Satterthwaite) or, for collapse, a difference of two cells' collapse rates
@@ -32,7 +32,7 @@ from analysis.decision import (
 )
 from analysis.stats import ALPHA
 from analysis.survival import collapse_test, seeds_needed_collapse
-from harness.model import Claim, Seeding
+from harness.claims import Claim, Seeding
 
 NOT_TESTED = "not tested in this grid"
 REPLICATION_METHOD = ("plug-in parametric bootstrap: 4000 reruns of the design (its looks and levels) "

@@ -14,10 +14,10 @@ from pathlib import Path
 
 from analysis.claims import open_cells
 from analysis.summary import build_cells, collect
+from harness.claims import Seeding, claims
 from harness.cli import parse_config, run_stage
 from harness.grid import expand
 from harness.io import write_json_atomic
-from harness.model import Seeding, claims
 
 Run = tuple[str, int, int]
 

@@ -35,8 +35,8 @@ from statsmodels.stats.power import TTestPower
 
 from analysis.contrasts import tost_power
 from analysis.stats import ALPHA, POWER
+from harness.claims import claims as declared_claims
 from harness.grid import run_dir
-from harness.model import claims as declared_claims
 from harness.run import RunDir
 
 

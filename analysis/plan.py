@@ -22,9 +22,9 @@ import numpy as np
 
 from analysis.claims import Schedule, claim_cells
 from analysis.decision import simulate_collapse, simulate_contrast
+from harness.claims import Seeding, claims
 from harness.config import ConfigError, load
 from harness.grid_dir import GridDir
-from harness.model import Seeding, claims
 
 
 def assumptions_from(summary_path: Path) -> dict[str, tuple[float, float]]:

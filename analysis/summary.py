@@ -30,8 +30,9 @@ from analysis.stats import (
     mean_ci,
     prob_improvement,
 )
+from harness.claims import Seeding, claims
 from harness.grid import expand, run_dir
-from harness.model import Collapse, Seeding, claims
+from harness.model import Collapse
 from harness.run import RunDir
 
 SCORES = {"fixed": "Fixed-step score", "best": "Best-checkpoint score (optimistic: chosen on the test set)",

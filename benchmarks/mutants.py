@@ -36,7 +36,7 @@ class Mutant:
 
 
 MUTANTS = [
-    Mutant("cost_difference_signs_flipped", "harness/model.py",
+    Mutant("cost_difference_signs_flipped", "harness/claims.py",
            "[(1.0, self.recipe, self.lag), (-1.0, self.recipe, reference_lag),\n"
            "                    (-1.0, self.versus, self.lag), (1.0, self.versus, reference_lag)]",
            "[(-1.0, self.recipe, self.lag), (1.0, self.recipe, reference_lag),\n"

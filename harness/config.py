@@ -18,9 +18,9 @@ import jsonschema
 import yaml
 
 from harness import engine as engines
+from harness.claims import claim_errors, seeding_errors
 from harness.grid import recipe_engine_params
 from harness.lag import LAG_MODES
-from harness.model import claim_errors, seeding_errors
 from stabilizers import check_values, load_recipes
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness import engine as engines
+from harness.claims import Seeding
 from harness.identity import run_key
 from harness.lag import check_lag
 from harness.queue_lag import QUEUE_KEYS
@@ -41,8 +42,6 @@ def first_look(config: dict) -> list[tuple[str, int, int]]:
     """The runs of the first look of the config's seed schedule (``seeding``): every cell at
     seeds[:looks[0]]; without a schedule, every run. Later looks' runs come from the claims read at
     the look before (analysis.looks)."""
-    from harness.model import Seeding  # harness.model imports this module
-
     seeding = Seeding.of(config)
     if seeding is None:
         return expand(config)

@@ -13,8 +13,8 @@ from analysis.aggregate import main
 from analysis.claims import NOT_TESTED, answer, open_cells
 from analysis.decision import look_levels, outcome, outcomes, true_of
 from analysis.survival import collapse_test
+from harness.claims import Claim, Seeding
 from harness.config import ConfigError, load
-from harness.model import Claim, Seeding
 from tests.support.grid_fixture import CLAIMS, make_grid
 
 

@@ -13,7 +13,8 @@ from harness.grid import RUN_FOLDER, first_look, run_dir
 from harness.grid_dir import GridDir
 from harness.io import write_json_atomic
 from harness.jobs import job_resources, retype_cli_values, rule_resources, train_retries
-from harness.model import Config, Seeding
+from harness.claims import Seeding
+from harness.model import Config
 from harness.run import STATUS_PATTERN, eval_file_pattern, refuse_changed_runs
 
 
