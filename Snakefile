@@ -29,6 +29,7 @@ envvars:
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/schedule.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/aggregate.smk"

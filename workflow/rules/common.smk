@@ -44,28 +44,6 @@ RUN = f"{GRID}/{RUN_FOLDER}"
 LOGS = str(GRID_DIR.logs_dir)
 BENCHMARKS = str(GRID_DIR.benchmarks_dir)  # one TSV per job (analysis.provenance tabulates them per rule)
 TASKS = MODEL.eval.scored_tasks
-LOOKS = len(Seeding.of(CONFIG).looks) if Seeding.of(CONFIG) else 1
-
-
-def run_outputs(runs):
-    """The runs' training status and scores (one evaluate job per run writes all its tasks')."""
-    wildcards = dict(zip(("recipe", "lag", "seed"), zip(*runs))) if runs else {"recipe": [], "lag": [], "seed": []}
-    return expand(f"{RUN}/{STATUS_PATTERN}", zip, **wildcards) + [
-        path for task in TASKS for path in expand(f"{RUN}/{eval_file_pattern(task)}", zip, **wildcards)]
-
-
-def scheduled_outputs(through):
-    """The outputs of the runs of looks 1..through of the seed schedule (a fixed design: every run):
-    each later look's runs are what the interim job of the look before wrote (checkpoint look).
-    Targets of `all` too: Snakemake reruns no job whose outputs exist because an input went missing,
-    so a deleted run is redone only if it is a target."""
-    runs = first_look(CONFIG)
-    for look in range(1, through):
-        with open(checkpoints.look.get(look=look).output[0]) as interim:
-            runs += [tuple(run) for run in json.load(interim)["next_runs"]]
-    return run_outputs(runs)
-
-
 wildcard_constraints:
     recipe=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
     lag=r"\d+",

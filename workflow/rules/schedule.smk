@@ -1,0 +1,23 @@
+# The runs each job needs under the seed schedule (config seeding, analysis.looks), functions only, so
+# that the rule files stay thin. Each later look's runs are the output of the interim job of the look
+# before it (checkpoint look, aggregate.smk).
+LOOKS = len(Seeding.of(CONFIG).looks) if Seeding.of(CONFIG) else 1
+
+
+def run_outputs(runs):
+    """The runs' training status and scores (one evaluate job per run writes all its tasks')."""
+    wildcards = dict(zip(("recipe", "lag", "seed"), zip(*runs))) if runs else {"recipe": [], "lag": [], "seed": []}
+    return expand(f"{RUN}/{STATUS_PATTERN}", zip, **wildcards) + [
+        path for task in TASKS for path in expand(f"{RUN}/{eval_file_pattern(task)}", zip, **wildcards)]
+
+
+def scheduled_outputs(through):
+    """The outputs of the runs of looks 1..through of the seed schedule (a fixed design: every run):
+    each later look's runs are what the interim job of the look before wrote (checkpoint look).
+    Targets of `all` too: Snakemake reruns no job whose outputs exist because an input went missing,
+    so a deleted run is redone only if it is a target."""
+    runs = first_look(CONFIG)
+    for look in range(1, through):
+        with open(checkpoints.look.get(look=look).output[0]) as interim:
+            runs += [tuple(run) for run in json.load(interim)["next_runs"]]
+    return run_outputs(runs)
