@@ -22,6 +22,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.support.workflow_cli import copy_checkout
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -74,17 +76,6 @@ MUTANTS = [
 ]
 
 
-def copy_tree(to: Path) -> Path:
-    """The working tree's files (tracked and new, not ignored), without .git."""
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True,
-                            capture_output=True, text=True).stdout.split("\0")
-    for name in filter(None, listed):
-        if (ROOT / name).is_file():
-            (to / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, to / name)
-    return to
-
-
 def apply(tree: Path, mutant: Mutant) -> str | None:
     """Patch the copy; None when applied, else why not."""
     path = tree / mutant.path
@@ -118,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     chosen = [m for m in MUTANTS if not args.only or m.name in args.only]
     survivors = 0
     with tempfile.TemporaryDirectory(prefix="stalebench-mutants-") as folder:
-        pristine = copy_tree(Path(folder) / "pristine")
+        pristine = copy_checkout(Path(folder) / "pristine")  # the working tree, without .git
         # first the covering tests on the unpatched copy: a kill must be the mutant's, not the copy's
         tests = tuple(dict.fromkeys(test for mutant in chosen for test in mutant.tests))
         (pristine / ".venv").symlink_to(ROOT / ".venv")
