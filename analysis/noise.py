@@ -17,7 +17,7 @@ The two-way ANOVA mean squares (MS_seed, MS_problem, MS_residual) have expectati
 (sigma2_seed_problem + tau2/k) + P sigma2_seed, ... + S sigma2_problem, and sigma2_seed_problem + tau2/k;
 tau2 comes from the counts themselves, p^(1 - p^) k / (k - 1) averaged over (s, p) (unbiased for
 p (1 - p)), which needs k >= 2. Each component is its moment estimate truncated at 0 (REML gives
-the same for a balanced table when positive: tests/test_noise.py checks statsmodels' MixedLM).
+the same for a balanced table when positive: tests/analysis/test_noise.py checks statsmodels' MixedLM).
 
 A run's score has variance  seed part (sigma2_seed + sigma2_seed_problem / P)  +  k part (tau2 / (k P)),
 what the seeds' spread shows on this problem set; the problem part sigma2_problem / P is shared by

@@ -1,7 +1,7 @@
 """Across-seed statistics for cells (recipe x lag) and comparisons between them; scipy and
 statsmodels, nothing hand-rolled. Methods were chosen by their measured coverage of a 95%
 interval at 3-20 seeds (``python -m benchmarks.bench_coverage``, 1,000 trials per cell, 2-core
-shared machine, 2026-11-30; tests/test_stats.py checks n = 3, 5, 10 on 10,000 trials):
+shared machine, 2026-11-30; tests/analysis/test_stats.py checks n = 3, 5, 10 on 10,000 trials):
 
 - :func:`mean_ci`: mean over seeds with the Student t interval, at every seed count: it covered
   93-95% at n = 3..20 on normal and Beta(2, 8) scores, where the BCa bootstrap covered 72-74% at

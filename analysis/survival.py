@@ -1,7 +1,7 @@
 """Collapse as a time to event: each run's collapse step (analysis.curves: the start of its final
 below-threshold stretch, or the step it diverged at), runs that did not collapse censored at the
 step budget. scipy's Kaplan-Meier estimator (``stats.ecdf`` on censored data) and log-rank test
-(``stats.logrank``; tests/test_survival.py checks it against statsmodels' ``survdiff``), and the
+(``stats.logrank``; tests/analysis/test_contrasts.py checks it against statsmodels' ``survdiff``), and the
 Newcombe interval of a difference of collapse rates (statsmodels).
 """
 from __future__ import annotations

@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/ui_screenshot.py --config config.yaml --out ui # your grid's store
 
 Without --config it syncs the reduced test grid into a temporary store (tests/support/ui_check.py, as
-the suite's browser check, tests/test_track_ui.py, does). Then it starts tracking.ui on a free port and
+the suite's browser check, tests/tracking/test_track_ui.py, does). Then it starts tracking.ui on a free port and
 runs Debian's chromium headless (installed with apt-get when absent) on each link it prints: a PNG
 <out>/page<N>.png, and the rendered DOM, from which it reports whether the test-score chart
 (eval/<test task>/score) is on the first page. Exit status 0 when it is, 1 when not, 2 when chromium

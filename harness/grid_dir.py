@@ -13,7 +13,7 @@
                                            Snakemake's benchmark files under logs/benchmarks/)
 
 No other module spells these names: a stage, a rule file or a benchmark that needs one asks this
-class (tests/test_engines.py checks it). The file names are module constants so that the rule files
+class (tests/engines/test_engines.py checks it). The file names are module constants so that the rule files
 can declare them as outputs before any grid exists.
 """
 from __future__ import annotations

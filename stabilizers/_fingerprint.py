@@ -10,7 +10,7 @@ The canned batch is fixed by formula (no random generator, so no torch version c
 float64, 5 responses of unequal lengths, advantages of both signs, and tokens placed so that
 clips, caps, masks and gates fire: every recipe of recipes.yaml but the R3 twins and grpo_dr
 (routing replay and Dr.GRPO's std-free advantages are engine switches, not losses) has its own loss
-and gradient on it (tests/test_stabilizers_fingerprint.py). Values are rounded to 9 significant digits before hashing, so that a last-bit
+and gradient on it (tests/stabilizers/test_stabilizers_fingerprint.py). Values are rounded to 9 significant digits before hashing, so that a last-bit
 difference between two machines' kernels does not count as another loss.
 """
 from __future__ import annotations

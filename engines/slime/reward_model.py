@@ -11,7 +11,7 @@ It models the normalisation for the answers the prompt formats ask for (integers
 \\boxed{}, dollar signs, thousands commas, spaces, a short ``x =`` in front, \\text{}, a degree
 sign), not all of slime's (unit words, sympy's equality of expressions). The scores slime's own
 scorers give a table of such responses are engines/slime/reward_agreement.jsonl (worked out by
-running slime's rm_hub at the pin on them); tests/test_slime_preflight.py holds this model to it.
+running slime's rm_hub at the pin on them); tests/engines/slime/test_slime_preflight.py holds this model to it.
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ CPU time here (issue 35), for a compiler this engine never runs.
 This class makes the updates torch.optim.Adam makes for CPU tensors with its defaults (no weight
 decay, amsgrad, maximize, capturable or differentiable; foreach and fused unset, which on CPU means
 torch 2.13's _single_tensor_adam, torch/optim/adam.py), with the same tensor ops in the same order,
-so every step is bit-identical; tests/test_tiny_adam.py holds it to torch.optim.Adam. Its state
+so every step is bit-identical; tests/engines/tiny/test_tiny_adam.py holds it to torch.optim.Adam. Its state
 keeps torch.optim's state_dict layout ({"state": {index: {"step", "exp_avg", "exp_avg_sq"}},
 "param_groups": [{..., "params": [index, ...]}]}), so the trainer's resume state is unchanged.
 """

@@ -17,7 +17,7 @@ DIVERGED = ("grpo", 8, 1)  # non-finite at step 12: training stops, status "dive
 DIVERGE_STEP = 12
 EARLY_DIVERGED = ("grpo_r3", 8, 0)  # non-finite at step 3, before its first checkpoint: empty eval files
 EQUAL_CELL = ("sat_grpo", 1)  # every seed has the same curve: a point interval
-# claims of each kind on this grid (tests/test_claims.py checks their verdicts)
+# claims of each kind on this grid (tests/analysis/test_claims.py checks their verdicts)
 CLAIMS = [
     {"name": "grpo_cost", "kind": "staleness_cost", "recipe": "grpo", "lag": 8, "expect": "less",
      "smallest_effect": 0.05},

@@ -1,6 +1,6 @@
 """What a person sees in `make ui`: the reduced test grid's synced store, tracking.ui serving it on a
 port the server takes itself, and Debian's headless chromium at the links it prints (a screenshot and
-the rendered DOM of each page). Used by tests/test_track_ui.py and benchmarks/ (ui_screenshot,
+the rendered DOM of each page). Used by tests/tracking/test_track_ui.py and benchmarks/ (ui_screenshot,
 bench_ui_memory)."""
 from __future__ import annotations
 

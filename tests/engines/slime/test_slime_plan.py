@@ -5,15 +5,14 @@ import copy
 import math
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from engines.slime import plan
 from harness.config import load
 from harness.jobs import train_retries
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 PRESET = ROOT / "workflow" / "presets" / "table1.yaml"
 
 

@@ -23,10 +23,11 @@ from harness.engine import EXIT_RESUME, TimeLimitReached
 from harness.grid import resolve_run_config, run_dir
 from stabilizers import LossOutput, parameters
 from tests.support import slime_standin
+from tests.support.paths import FIXTURES, ROOT, SUPPORT
 from tests.support.slime_checkpoints import write_hf_save
 
-PRESET = Path(__file__).resolve().parents[1] / "workflow" / "presets" / "table1.yaml"
-DAPO_PROMPTS = Path(__file__).resolve().parent / "fixtures" / "dapo_prompts.jsonl"
+PRESET = ROOT / "workflow" / "presets" / "table1.yaml"
+DAPO_PROMPTS = FIXTURES / "dapo_prompts.jsonl"
 PIN = yaml.safe_load((Path(REPO) / "envs" / "slime-container.yaml").read_text())
 
 
@@ -291,13 +292,13 @@ def fake_job_environment(tmp_path, monkeypatch) -> Path:
     (slime / "scripts" / "models" / "qwen3-30B-A3B.sh").write_text("MODEL_ARGS=(--num-layers 2 --hidden-size 8)\n")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "ray").write_text(FAKE_RAY.format(python=sys.executable, tests=str(Path(__file__).resolve().parents[1])))
+    (bin_dir / "ray").write_text(FAKE_RAY.format(python=sys.executable, tests=str(ROOT)))
     (bin_dir / "python3").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
     for tool in ("ray", "python3"):
         (bin_dir / tool).chmod(0o755)
     calls = tmp_path / "ray_calls.jsonl"
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent / "support" / "slime_pkg"))
+    monkeypatch.setenv("PYTHONPATH", str(SUPPORT / "slime_pkg"))
     monkeypatch.setenv("FAKE_RAY_CALLS", str(calls))
     return slime, calls
 

@@ -20,9 +20,9 @@ from engines.tiny.warmstart import exact_match, train_base
 from eval.lm_model import TinyCheckpointLM
 from eval.score import score_run
 from harness.io import read_jsonl
+from tests.support.paths import ROOT
 from tests.support.waiting import wait_until
 
-ROOT = Path(__file__).resolve().parents[1]
 N = 64  # problems per tiny task in these tests
 SETTINGS = {"k": 8, "seed": 11, "temperature": 1.0, "top_p": 1.0, "max_gen_toks": 7,
             "backend": "tiny", "problems": {"tiny_val": N, "tiny_test": N}}

@@ -6,7 +6,6 @@ import shutil
 import subprocess
 import sys
 import urllib.parse
-from pathlib import Path
 
 import pytest
 
@@ -15,6 +14,7 @@ from harness.grid import expand, grid_dir, run_dir
 from harness.io import read_jsonl, write_text_atomic
 from tests.support.grid_fixture import DIVERGED, make_grid
 from tests.support.mlflow_server import mlflow_server, rest, run_tags
+from tests.support.paths import ROOT
 from tests.support.waiting import GENEROUS_S, wait_until
 from tracking.runs import SUMMARY_SUFFIX
 from tracking.store import KIND
@@ -22,7 +22,6 @@ from tracking.sync import main
 
 pytestmark = pytest.mark.slow  # an MLflow server and a grid trained while it syncs
 
-ROOT = Path(__file__).resolve().parents[1]
 TRAINING = ("sat_grpo", 8, 1)  # half-way: 10 of 20 steps, evaluated at step 5 and 10, no status
 NOT_STARTED = ("grpo_r3", 1, 2)  # no run directory yet
 

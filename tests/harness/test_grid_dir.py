@@ -10,8 +10,8 @@ from harness.grid import run_dir
 from harness.grid_dir import MLFLOW_MARKER, REPORT_FILES, SUMMARY, TRACKING_LOCK, GridDir
 from harness.io import write_json_atomic
 from harness.run import RunDir
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 CONFIG = {"grid": "g", "results_dir": "/r"}
 
 

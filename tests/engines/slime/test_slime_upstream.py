@@ -20,9 +20,9 @@ from harness.grid import resolve_run_config
 from harness.io import write_text_atomic
 from harness.run import RunDir
 from stabilizers import fingerprint, recipe_from_named_dict
+from tests.support.paths import ROOT
 from tests.support.slime_upstream import slime_parsed_args, upstream_dir
 
-ROOT = Path(__file__).resolve().parents[1]
 PRESET = ROOT / "workflow" / "presets" / "table1.yaml"
 
 

@@ -209,7 +209,7 @@ def test_recipes_are_the_papers():
     controls = {"grpo_mu", "gspo_mu", "grpo_mu_r3", "gspo_mu_r3", "grpo_dualclip", "sat_fixed", "sat_random"}
     practice = {"grpo_clip_higher", "grpo_sum_norm", "grpo_dr", "grpo_geo_rs", "sapo", "opsm", "dppo_kl",
                 "dppo_pkl"}  # issue 26
-    rivals = {"p3o", "mu_grpo", "grpo_mu_relaxed"}  # issue 40 (tests/test_stabilizers_rivals.py)
+    rivals = {"p3o", "mu_grpo", "grpo_mu_relaxed"}  # issue 40 (tests/stabilizers/test_stabilizers_rivals.py)
     assert set(TABLE1) | controls | field | practice | rivals == set(recipes)
     assert [name for name, recipe in recipes.items() if not recipe.std_normalization] == ["grpo_dr"]
     assert recipes["grpo_dr"].as_dict()["params"] == recipes["grpo_sum_norm"].as_dict()["params"]

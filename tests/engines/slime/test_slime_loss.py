@@ -186,7 +186,7 @@ def test_the_entry_point_traces_without_a_graph_break(name):
 
 # (use_rollout_routing_replay, use_routing_replay) -> the replay they run; slime_validate_args turns
 # (True, False) into (True, True) (slime/utils/arguments.py 2010-2011), so slime never runs (True, False)
-# and R3's state is (True, True); tests/test_slime_upstream.py checks it on slime's own code
+# and R3's state is (True, True); tests/engines/slime/test_slime_upstream.py checks it on slime's own code
 SLIME_REPLAY_STATES = {(False, False): None, (True, True): "r3", (False, True): "r2"}
 
 

@@ -1,7 +1,7 @@
 """Lag mode queue (harness.queue_lag, engines/tiny/queue_rollout.py): the model's numbers by hand,
 a run whose realized per-group lags follow the model's distribution (a chi-square goodness-of-fit
 test) and grow with the groups' lengths, a planted engine fault that fails that test, and the
-bound check (its resume after a stop: tests/test_tiny_lag.py)."""
+bound check (its resume after a stop: tests/engines/tiny/test_tiny_lag.py)."""
 import math
 
 import pytest

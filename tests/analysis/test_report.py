@@ -6,7 +6,6 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import matplotlib.figure
 import matplotlib.image
@@ -24,8 +23,7 @@ from analysis.tables import ENDPOINT_NAMES
 from harness.grid import run_dir
 from harness.grid_dir import REPORT_FILES
 from tests.support.grid_fixture import COLLAPSED, DIVERGED, EARLY_DIVERGED, EQUAL_CELL, make_grid, scores_of
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.paths import ROOT
 
 
 @pytest.fixture(scope="module")

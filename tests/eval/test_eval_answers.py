@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 from collections import Counter
-from pathlib import Path
 
 import datasets
 import pytest
@@ -15,8 +14,9 @@ from lm_eval.api.model import LM
 from eval.answers import equivalent, extract_answer, majority, score_math_samples
 from eval.score import load_task, score_checkpoint
 from tests.support.optional import missing
+from tests.support.paths import FIXTURES, ROOT
 
-FIXTURE = Path(__file__).parent / "fixtures" / "aime_mini.jsonl"
+FIXTURE = FIXTURES / "aime_mini.jsonl"
 
 # Canned responses per fixture problem (gold 42, 7, 100) and whether each is correct.
 CANNED = [
@@ -141,5 +141,5 @@ def test_the_tiny_tasks_do_not_import_math_verify():
     """math-verify (sympy) is imported on first use: scoring a tiny task never pays for it."""
     code = "import sys, eval.tasks.tiny.utils; print('math_verify' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                            cwd=Path(__file__).resolve().parents[1])
+                            cwd=ROOT)
     assert result.stdout.strip() == "False"

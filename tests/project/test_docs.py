@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.paths import ROOT
 from tests.support.workflow_cli import SNAKEMAKE
 
-ROOT = Path(__file__).resolve().parents[1]
 DOCS = sorted({ROOT / "README.md", ROOT / "benchmarks" / "README.md", ROOT / "engines" / "tiny" / "README.md",
                *(ROOT / "docs").glob("*.md"), *(ROOT / "eval" / "tasks").glob("*/README.md")})
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")

@@ -5,14 +5,11 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from engines.slime import check_pin
-
-SUPPORT = Path(__file__).parent / "support"
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.paths import ROOT, SUPPORT
 
 
 @pytest.fixture

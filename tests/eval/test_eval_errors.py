@@ -10,9 +10,7 @@ import pytest
 from eval.score import ScoreError, check_settings, main, score_run
 from harness.config import load
 from harness.lock import RunLocked, writer_lock
-
-ROOT = Path(__file__).resolve().parents[1]
-FIXTURES = Path(__file__).parent / "fixtures"
+from tests.support.paths import FIXTURES, ROOT
 
 
 @pytest.fixture

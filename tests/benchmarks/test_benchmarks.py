@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.optional import missing
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
 
 # script -> (its smallest arguments, a line its output must contain); {tmp} is a fresh folder

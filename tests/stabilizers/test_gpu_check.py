@@ -7,15 +7,14 @@ import json
 import math
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from benchmarks import gpu_check
 from stabilizers import available
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 BLOCKED = ("snakemake", "lm_eval", "mlflow", "scipy", "matplotlib", "jsonschema", "math_verify", "hypothesis",
            "pytest", "slime", "megatron", "tqdm")
 RUN_WITHOUT = """

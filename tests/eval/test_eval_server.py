@@ -15,11 +15,12 @@ from eval.score import ScoreError, main, score_run
 from eval.server import ServerError, launch_command, sample_seed
 from harness.io import read_jsonl
 from tests.support.fake_sglang import GOLD, PORT_TAKEN, FakeSGLang
+from tests.support.paths import FIXTURES, SUPPORT
 from tests.support.ports import free_ports
 from tests.support.slime_checkpoints import write_hf_save
 
-FIXTURE = Path(__file__).parent / "fixtures" / "aime_mini.jsonl"
-FAKE = Path(__file__).parent / "support" / "fake_sglang.py"
+FIXTURE = FIXTURES / "aime_mini.jsonl"
+FAKE = SUPPORT / "fake_sglang.py"
 
 
 @pytest.fixture

@@ -21,12 +21,11 @@ from harness.checkpoint import hf_checkpoint_problem
 from harness.config import load
 from harness.grid import resolve_run_config, run_dir
 from harness.io import read_jsonl
+from tests.support.paths import FIXTURES, ROOT
 from tests.support.slime_checkpoints import write_hf_save, write_megatron_save
 from tests.support.workflow_cli import snakemake
 
-ROOT = Path(__file__).resolve().parents[1]
 PRESET = ROOT / "workflow" / "presets" / "table1.yaml"
-FIXTURES = Path(__file__).parent / "fixtures"
 GIB = 1024 ** 3
 
 

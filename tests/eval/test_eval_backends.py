@@ -5,7 +5,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from lm_eval.api.model import LM
@@ -13,8 +12,7 @@ from lm_eval.api.registry import get_model
 
 from eval.score import ScoreError, backend
 from harness import engine as engines
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.paths import ROOT
 
 
 @pytest.mark.parametrize("engine", ["tiny", "slime"])
