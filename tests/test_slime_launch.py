@@ -502,3 +502,12 @@ def test_field_switches_map_to_slime_flags(table1):
     table1["engine_params"]["precision"] = "fp8"
     with pytest.raises(ValueError, match="engine_params.precision"):
         job(table1, "grpo", 4, 0)
+
+
+def test_what_slime_cannot_run_is_refused_when_the_run_config_is_checked(table1):
+    """slime's limits are the engine's check_run: RunConfig.check refuses them, before any folder."""
+    table1["lag_mode"] = "queue"
+    with pytest.raises(ValueError, match="queue .* tiny engine only"):
+        RunConfig.check(resolve_run_config(table1, "grpo", 8, 0))
+    table1["lag_mode"] = "interval"
+    assert RunConfig.check(resolve_run_config(table1, "grpo", 8, 0)).engine.name == "slime"
