@@ -10,7 +10,7 @@ Snakemake's default rerun triggers (code, input, mtime, params) redo exactly wha
 a changed aggregation key reruns no train or evaluate job, a new eval task or a changed eval
 setting reruns each run's one evaluate job (which re-scores only the tasks it changes). A changed
 preset value or stabilizer default that changes the resolved run config of a run folder already
-there is refused before any job, from the folders' own config.json (harness.run.refuse_changed_runs).
+there is refused before any job, from the configs the folders pin (harness.run.refuse_changed_runs).
 Every job writes a Snakemake benchmark file under <results_dir>/<grid>/logs/benchmarks/.
 """
 import os

@@ -59,7 +59,8 @@ def interim(config: dict, look: int) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m analysis.looks", description=__doc__.split("\n")[0])
-    parser.add_argument("--config-json", required=True, help="the checked workflow config: <grid>/config.json")
+    parser.add_argument("--config-json", required=True,
+                        help="the checked workflow config (the grid folder's, harness.grid_dir.GridDir.config_path)")
     parser.add_argument("--look", type=int, required=True, help="the look just run (1-based, before the last)")
     parser.add_argument("--out", required=True, help="the JSON file to write: the next look's runs")
     args = parser.parse_args(argv)

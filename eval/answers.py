@@ -10,6 +10,12 @@ import re
 from collections.abc import Callable, Sequence
 
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+# The training format's last line (DAPO-Math-17k's prompts, slime's `dapo` reward: the rest of the
+# line after the last "Answer:", any case; slime/rollout/rm_hub/math_dapo_utils.py is_correct_minerva).
+_ANSWER_LINE = re.compile(r"(?i)answer\s*:\s*([^\n]+)")
+# The order extract_answer tries the readers below; a change bumps the AIME task's version
+# (eval/tasks/aime/aime24_avg8.yaml), which every score's eval key records.
+EXTRACTION_ORDER = ("answer_line", "last_boxed", "last_number")
 
 
 def last_boxed(text: str) -> str | None:
@@ -28,13 +34,32 @@ def last_boxed(text: str) -> str | None:
     return None  # unbalanced: the answer was cut off
 
 
-def extract_answer(text: str) -> str | None:
-    """The model's final answer: the last \\boxed{} content, else the last number in the text."""
-    boxed = last_boxed(text)
-    if boxed is not None:
-        return boxed
+def answer_line(text: str) -> str | None:
+    """What follows the last "Answer:" (any case) on its line, as the training reward reads it; a
+    \\boxed{} on that line is unwrapped (DAPO's normalisation strips it too). None without one."""
+    found = _ANSWER_LINE.findall(text)
+    if not found:
+        return None
+    line = found[-1].strip()
+    boxed = last_boxed(line)
+    return boxed if boxed is not None else line
+
+
+def last_number(text: str) -> str | None:
     numbers = _NUMBER.findall(text)
     return numbers[-1] if numbers else None
+
+
+def extract_answer(text: str) -> str | None:
+    """The model's final answer, tried in EXTRACTION_ORDER: the last "Answer:" line (the format the
+    prompt asks for and training rewards), else the last \\boxed{} content, else the last number.
+    Where two formats disagree the Answer line wins: it is the one the model was trained to give
+    (the paper's PrimeMath verifier also reads after its last "answer:" marker first)."""
+    readers = {"answer_line": answer_line, "last_boxed": last_boxed, "last_number": last_number}
+    for name in EXTRACTION_ORDER:
+        if (answer := readers[name](text)) is not None:
+            return answer
+    return None
 
 
 def _parsed(answer: str):

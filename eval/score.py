@@ -18,13 +18,15 @@ Writes DIR/eval/<task>.jsonl per task (atomically, in step order), one line per 
 Every line scored is also kept in DIR/eval/.<task>.scores.jsonl, appended as each checkpoint is
 done and never deleted by Snakemake (it is not a declared output): a killed or rerun job re-scores
 only the checkpoints that have no line there under the same eval key (harness.identity.eval_key:
-the task's own settings, so changing one task's problem count re-scores that task only).
+the task's own settings and a digest of its prompts, so changing one task's problem count or
+prompt re-scores that task only).
 A run that diverged before its first checkpoint gets empty files; bad input fails before any write.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import os
 import sys
@@ -97,6 +99,16 @@ def load_task(name: str, settings: dict):
     return manager.load(config)
 
 
+def prompts_digest(task) -> str:
+    """A digest of every prompt the task sends (its template over its problems), for the eval key:
+    a score made under another prompt or other problems is not reused."""
+    digest = hashlib.sha256()
+    for doc in task.test_docs():
+        digest.update(task.doc_to_text(doc).encode())
+        digest.update(b"\0")
+    return digest.hexdigest()[:16]
+
+
 def checkpoints(run: RunDir) -> dict[int, Path]:
     """step -> checkpoint directory, in step order.
 
@@ -154,7 +166,8 @@ def _score_unlocked(run: RunDir, task_dicts: dict[str, dict], settings: dict, fo
                     log) -> list[dict]:
     # The run key too: a score is of these checkpoints, not of a retrained run in the same folder.
     run_key = run.read_config().get("run_key") if run.config_path.is_file() else None
-    keys = {name: eval_key(name, task_dict["tasks"][name].VERSION, settings, run_key)
+    keys = {name: eval_key(name, task_dict["tasks"][name].VERSION, settings, run_key,
+                           prompts_digest(task_dict["tasks"][name]))
             for name, task_dict in task_dicts.items()}
     done = {name: {int(row["step"]): row for row in run.read_scores(name) if row.get("eval_key") == keys[name]}
             for name in task_dicts}

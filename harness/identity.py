@@ -25,13 +25,15 @@ def run_key(run_config: dict) -> str:
     return _digest({k: v for k, v in run_config.items() if k != "run_key"})
 
 
-def eval_key(task: str, task_version, settings: dict, run_key: str | None) -> str:
+def eval_key(task: str, task_version, settings: dict, run_key: str | None, prompts: str | None = None) -> str:
     """The key of ``task``'s scores of the run ``run_key`` (its checkpoints) under ``settings``
     (the eval section, defaults filled and the back end resolved): sampling, seed, back end and its
-    model settings, data files, this task's problem count, the task's version. Not another task's
-    problem count, nor server transport."""
+    model settings, data files, this task's problem count, the task's version, and ``prompts`` (a
+    digest of the prompts the task sends: eval.score.prompts_digest), so that a changed prompt
+    re-scores even where nobody bumped the version. Not another task's problem count, nor server
+    transport."""
     body = {key: value for key, value in settings.items() if key not in NOT_SCORING_KEYS}
     body["problems"] = (settings.get("problems") or {}).get(task)
     body["server"] = {key: value for key, value in (settings.get("server") or {}).items()
                       if key not in SERVER_TRANSPORT_KEYS}
-    return _digest({**body, "task": task, "task_version": task_version, "run_key": run_key})
+    return _digest({**body, "task": task, "task_version": task_version, "run_key": run_key, "prompts": prompts})

@@ -44,6 +44,12 @@ def job_resources(config: dict, rule: str) -> dict:
 _WARNING_LEAD = re.compile(r"--signal=(?:[RB]:)?\w+@(\d+)")
 
 
+def warning_lead_seconds(resources: dict) -> int | None:
+    """The time-limit warning's lead of a rule's resources (slurm_extra's ``--signal=<sig>@<s>``), or None."""
+    lead = _WARNING_LEAD.search(resources.get("slurm_extra", ""))
+    return int(lead.group(1)) if lead else None
+
+
 def train_retries(config: dict) -> int:
     """How often a failed training job is submitted again: the jobs its step budget needs within
     the job's time limit (steps x the engine's step_minutes, over the train runtime less the
@@ -52,10 +58,10 @@ def train_retries(config: dict) -> int:
     resources = rule_resources(config, "train")
     if not resources.get("runtime"):  # no time limit the config knows of
         return 1
-    lead = _WARNING_LEAD.search(resources.get("slurm_extra", ""))
-    usable = resources["runtime"] - (int(lead.group(1)) / 60 if lead else 0)
+    lead = warning_lead_seconds(resources)
+    usable = resources["runtime"] - (lead / 60 if lead else 0)
     if usable <= 0:
         raise ConfigError(f"config key 'resources.train.runtime': {resources['runtime']} minutes leave no time "
-                          f"before the time-limit warning ({lead.group(0)})")
+                          f"before the time-limit warning (--signal=...@{lead})")
     jobs = math.ceil(config["steps"] * engines.get(config["engine"]).step_minutes / usable)
     return max(jobs, 1)  # (jobs - 1) resubmissions + 1 spare

@@ -42,6 +42,13 @@ from stabilizers import Recipe, recipe_from_named_dict
 CONFIG, PROVENANCE = "config.json", "provenance.json"
 STATUS, METRICS, FINGERPRINT = "status.json", "metrics.jsonl", "fingerprint.json"
 STATUS_PATTERN = f"train/{STATUS}"  # relative to a run folder: the workflow's train output
+# An engine's own files and folders under train/, by role (RunDir.engine_file): the cluster engine's
+# resume checkpoints and HF saves, its job script and the settings slime reads, the marks of a
+# time-limit stop, its per-rollout log, the trainer's loss fingerprint and the commit that ran.
+ENGINE_FILES = {"resume_checkpoints": "megatron", "hf_saves": "hf", "job_script": "job.sh",
+                "engine_settings": "slime_custom.yaml", "stop_requested": "stop_requested", "stopped": "stopped",
+                "rollouts": "rollouts.jsonl", "trainer_fingerprint": "fingerprint_trainer.json",
+                "engine_commit": "slime_commit.txt"}
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 _LAYOUT_TAIL = re.compile(r"^lag\d+/seed\d+$")
 
@@ -86,6 +93,12 @@ class RunDir:
     def train_dir(self) -> Path:
         """The engine's folder: besides the files named here, it keeps its own (resume state, logs)."""
         return self.path / "train"
+
+    def engine_file(self, role: str) -> Path:
+        """train/<the file or folder of ``role``> (ENGINE_FILES); ValueError naming the roles otherwise."""
+        if role not in ENGINE_FILES:
+            raise ValueError(f"no engine file {role!r} in a run folder; the roles are {', '.join(ENGINE_FILES)}")
+        return self.train_dir / ENGINE_FILES[role]
 
     @property
     def status_path(self) -> Path:

@@ -4,14 +4,15 @@ Modules (slime and megatron are imported lazily, inside the functions that run i
 - ``params``: engine_params with their defaults, the container pin, the model's shape.
   ``params.resolve_params(engine_params)`` checks a config's engine_params (no file access).
 - ``flags``: every slime / Megatron flag of a run, and the flags the launcher owns.
-- ``job_script``: run config -> validated job script (train/job.sh); ``job_script.write_job_script``
-  is the dry run.
-- ``launch``: runs the job script, publishes HF checkpoints as train/checkpoints/step_<N>/, writes
-  the run's status (harness.run.RunDir). ``launch.run(run_config, run_dir)`` is what the engine registry calls.
+- ``job_script``: checked run config -> validated job script; ``job_script.write_job_script`` is
+  the dry run.
+- ``launch``: runs the job script, publishes HF checkpoints where the evaluation finds them, writes
+  the run's status. ``launch.run(run_config, run)`` (a checked harness.run.RunConfig and its
+  harness.run.RunDir, which names every file of the run) is what the engine registry calls.
 - ``loss``: the ``--custom-loss-function-path`` entry point (the recipe's stabilizer, TIS, KL).
 - ``driver``: the training loop of every lag mode over slime's Ray actors.
 - ``lag``: the harness's lag schedule as the driver runs it; slime weight version -> trainer version.
-- ``metrics``: the hooks that write train/rollouts.jsonl and the run's training metrics (RunDir).
+- ``metrics``: the hooks that write the run's rollout log and training metrics (RunDir).
 - ``preflight``: the checks before the first GPU-hour (reward vs prompt format, memory per GPU,
   context, extra_args vs known_flags.txt, which ``refresh_known_flags`` rebuilds from the sources).
 - ``reward_model``: the dry run's model of slime's rule-based rewards, held to slime's own scores on
@@ -31,11 +32,20 @@ def _resolve_params(engine_params: dict) -> dict:
     return resolve_params(engine_params)
 
 
+def _check_run(run_config) -> None:
+    """What slime cannot run, refused when the run config is checked (harness.run.RunConfig.check)."""
+    from .loss import aggregation_of
+
+    if run_config.lag_mode == "queue":  # slime's rollout carries one weight version per batch
+        raise ValueError("run config 'lag_mode': queue (a lag per group) is realized by the tiny engine only")
+    aggregation_of(run_config.recipe)  # a loss slime has no normalisation for
+
+
 def _train(run_config, run_dir) -> str:
     """``run_config``: a checked harness.run.RunConfig; ``run_dir``: its harness.run.RunDir."""
     from .launch import run
 
-    return run(run_config.as_dict(), run_dir.path)
+    return run(run_config, run_dir)
 
 
 # GPU jobs on a SLURM partition (named `gpu` here; a site renames it with the config's
@@ -46,6 +56,7 @@ def _train(run_config, run_dir) -> str:
 ENGINE = register(Engine(
     name="slime",
     resolve_params=_resolve_params,
+    check_run=_check_run,
     train=_train,
     eval_backend="server",
     resources={

@@ -32,18 +32,17 @@ younger batches than an uninterrupted run for up to ``lag`` steps).
 
 Time-limit stops take one Megatron save: no save waits behind a generation, and the generations in
 flight are not waited for (the job script's ``ray stop`` ends them). Once the save is on disk the
-driver writes train/stopped (STOPPED_FILE), which tells engines.slime.launch that the job stopped at
+driver writes the run's ``stopped`` mark, which tells engines.slime.launch that the job stopped at
 the warning and should be resumed; any other early end is a failure.
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Callable
 
-from engines.slime.job_script import STOP_FILE, STOPPED_FILE
 from engines.slime.lag import driver_version
 from harness.io import write_text_atomic
 from harness.lag import check_lag
+from harness.run import RunDir
 
 
 def lag_loop(args, rollout_manager, actor_model, *, mode: str, lag: int, seed: int, num_rollout_per_epoch: int | None,
@@ -119,11 +118,12 @@ def main() -> None:
     init_tracking(args)
     rollout_manager, num_rollout_per_epoch = create_rollout_manager(args, placement_groups["rollout"])
     actor_model, _ = create_training_models(args, placement_groups, rollout_manager)
-    stop_file = Path(args.stalebench_run_dir) / "train" / STOP_FILE  # touched by the job script (launch)
+    run = RunDir(args.stalebench_run_dir)
+    stop_file = run.engine_file("stop_requested")  # touched by the job script at the warning
     stopped = lag_loop(args, rollout_manager, actor_model, **schedule, num_rollout_per_epoch=num_rollout_per_epoch,
                        get=ray.get, periodic=should_run_periodic_action, stop_requested=stop_file.exists)
     if stopped is not None:  # dispose would queue behind the generations in flight: ray stop ends them
-        write_text_atomic(Path(args.stalebench_run_dir) / "train" / STOPPED_FILE, f"{stopped}\n")
+        write_text_atomic(run.engine_file("stopped"), f"{stopped}\n")
         return
     ray.get(rollout_manager.dispose.remote())
     finish_tracking(args)

@@ -2,11 +2,9 @@
 flags the launcher owns (engine_params.extra_args may not set them: engines.slime.preflight)."""
 from __future__ import annotations
 
-from pathlib import Path
-
 from engines.slime import loss as slime_loss
 from engines.slime.params import model_context, model_shape
-from stabilizers import recipe_from_named_dict
+from harness.run import RunConfig, RunDir
 
 # Flags the launcher owns although it emits them only in some runs, or never (they would bypass a
 # check or change what the harness measures); the flags it emits for the run are owned too.
@@ -20,33 +18,27 @@ OWNED_FLAGS = frozenset({
 })
 
 
-def recipe_of(run_config: dict):
-    recipe = recipe_from_named_dict(run_config["recipe"], "run config 'recipe'")
-    slime_loss.aggregation_of(recipe)  # raises for a loss slime has no normalisation for
-    return recipe
-
-
-def slime_flags(run_config: dict, params: dict, run_dir: Path, *, extra: bool = True) -> list[tuple[str, ...]]:
-    """Every slime / Megatron flag of the run, one tuple per flag (flag, *values), extra_args last
-    unless ``extra`` is False; MODEL_ARGS come from the model's script in the container."""
-    recipe = recipe_of(run_config)
+def slime_flags(run_config: RunConfig, run: RunDir, *, extra: bool = True) -> list[tuple[str, ...]]:
+    """Every slime / Megatron flag of the run (a checked RunConfig: its recipe and resolved
+    engine_params), one tuple per flag (flag, *values), extra_args last unless ``extra`` is False;
+    MODEL_ARGS come from the model's script in the container."""
+    recipe, params = run_config.recipe, run_config.engine_params
     context = model_context(params, model_shape(params["model_type"]))
-    train = run_dir / "train"
+    megatron = str(run.engine_file("resume_checkpoints"))
     eps_low, eps_high = recipe.params.get("eps_low", 0.2), recipe.params.get("eps_high", 0.2)
     flags = [
         # model, checkpoints, resume
         ("--hf-checkpoint", params["hf_checkpoint"]), ("--ref-load", params["ref_load"]),
-        ("--load", str(train / "megatron")), ("--save", str(train / "megatron")),
-        ("--save-interval", str(run_config["eval_every"])),
-        ("--save-hf", str(train / "hf" / "iter_{rollout_id}")),
+        ("--load", megatron), ("--save", megatron), ("--save-interval", str(run_config.eval_every)),
+        ("--save-hf", str(run.engine_file("hf_saves") / "iter_{rollout_id}")),
         *([] if params["save_optimizer"] else [("--no-save-optim",)]),
-        ("--seed", str(run_config["seed"])), ("--rollout-seed", str(run_config["seed"])),
+        ("--seed", str(run_config.seed)), ("--rollout-seed", str(run_config.seed)),
         # data and rollout
         ("--prompt-data", params["prompt_data"]), ("--input-key", params["input_key"]),
         ("--label-key", params["label_key"]), *([("--apply-chat-template",)] if params["apply_chat_template"] else []),
         ("--rollout-shuffle",), ("--rm-type", params["rm_type"]),
         *([("--reward-key", params["reward_key"])] if params["reward_key"] else []),
-        ("--num-rollout", str(run_config["steps"])),
+        ("--num-rollout", str(run_config.steps)),
         ("--rollout-batch-size", str(params["rollout_batch_size"])),
         ("--n-samples-per-prompt", str(params["n_samples_per_prompt"])),
         ("--global-batch-size", str(params["global_batch_size"])),
@@ -87,7 +79,7 @@ def slime_flags(run_config: dict, params: dict, run_dir: Path, *, extra: bool = 
            ("--kl-loss-type", params["kl_loss_type"])] if params["kl_loss_coef"] else []),
         ("--kl-coef", "0.0"), ("--entropy-coef", str(params["entropy_coef"])),
         # the harness's hooks
-        ("--custom-config-path", str(train / "slime_custom.yaml")),
+        ("--custom-config-path", str(run.engine_file("engine_settings"))),
         ("--rollout-data-postprocess-path", "engines.slime.metrics.postprocess"),
         ("--custom-rollout-log-function-path", "engines.slime.metrics.log_rollout"),
         # numerics (slime's recommended settings for Qwen3 MoE)

@@ -1,13 +1,14 @@
-"""The job script of one run (train/job.sh): checked config -> one self-contained bash script.
+"""The job script of one run (its RunDir's job_script): checked config -> one self-contained bash script.
 
 The script re-executes itself inside the pinned slime container (apptainer or docker;
 ``container_runtime: none`` when already inside), checks slime's commit, runs the pre-flight again
 with slime's own rewards, starts a private Ray head, submits the harness's lag driver (``python3 -m
 engines.slime.driver``, every lag mode) with every flag of engines.slime.flags, and stops its own Ray on exit.
-SLURM's time-limit warning (SIGURG) makes the script touch train/stop_requested (STOP_FILE); the
-driver then saves Megatron's state after its current step and stops. It never kills
+SLURM's time-limit warning (SIGURG) makes the script touch the run's ``stop_requested`` mark; the
+driver then saves Megatron's state after its current step, marks ``stopped`` and stops. It never kills
 other processes (slime's example scripts run ``pkill -9 python``). The recipe reaches the trainer
-through ``--custom-config-path train/slime_custom.yaml`` (keys land on slime's args).
+through ``--custom-config-path`` (the run's ``engine_settings`` YAML; its keys land on slime's args).
+The job's pre-flight reads the run's config.json, which the run folder pins (harness.run.RunDir).
 """
 from __future__ import annotations
 
@@ -19,20 +20,16 @@ import yaml
 
 from engines.slime import preflight
 from engines.slime.flags import ENTRYPOINT, slime_flags
-from engines.slime.params import REPO, check_paths, pinned_container, resolve_params
-from harness.io import write_json_atomic, write_text_atomic
-from harness.lag import check_lag
-
-STOP_FILE = "stop_requested"  # train/<this>: the job script's mark that the time-limit warning came
-STOPPED_FILE = "stopped"  # train/<this>: the driver's mark that it stopped there, its Megatron save on disk
+from engines.slime.params import REPO, check_paths, pinned_container
+from harness.io import write_text_atomic
+from harness.run import RunConfig, RunDir
 
 
-def custom_config(run_config: dict, run_dir: Path) -> dict:
+def custom_config(run_config: RunConfig, run: RunDir) -> dict:
     """The --custom-config-path YAML: its keys land on slime's args (see engines.slime.loss / metrics)."""
-    return {"stalebench_recipe": dict(run_config["recipe"]), "stalebench_run_dir": str(run_dir),
-            "stalebench_lag_mode": run_config["lag_mode"], "stalebench_lag": run_config["lag"],
-            "stalebench_seed": run_config["seed"],
-            "stalebench_run_key": run_config.get("run_key")}
+    return {"stalebench_recipe": dict(run_config.raw["recipe"]), "stalebench_run_dir": str(run.path),
+            "stalebench_lag_mode": run_config.lag_mode, "stalebench_lag": run_config.lag,
+            "stalebench_seed": run_config.seed, "stalebench_run_key": run_config.run_key}
 
 
 def container_prefix(params: dict, binds: list[str]) -> str:
@@ -46,23 +43,18 @@ def container_prefix(params: dict, binds: list[str]) -> str:
             f"{mounts} {image}")
 
 
-def job_script_text(run_config: dict, run_dir: str | Path, *, check_files: bool = True) -> str:
-    """The job script of one run (validates the config first; see the module docstring)."""
-    run_dir = Path(run_dir).resolve()
-    if run_config.get("engine") != "slime":
-        raise ValueError(f"run config engine = {run_config.get('engine')!r}, not 'slime'")
-    check_lag(run_config["lag"], run_config["lag_mode"])
-    if run_config["lag_mode"] == "queue":  # slime's rollout carries one weight version per batch
-        raise ValueError("run config 'lag_mode': queue (a lag per group) is realized by the tiny engine only")
-    for key in ("steps", "eval_every"):
-        if isinstance(run_config.get(key), bool) or not isinstance(run_config.get(key), int) or run_config[key] < 1:
-            raise ValueError(f"run config {key!r} must be an integer >= 1, got {run_config.get(key)!r}")
-    params = resolve_params(run_config.get("engine_params") or {})
+def job_script_text(run_config: RunConfig, run: RunDir, *, check_files: bool = True) -> str:
+    """The job script of one run (a checked RunConfig: harness and engine checks already made;
+    see the module docstring)."""
+    if run_config.engine.name != "slime":
+        raise ValueError(f"run config engine = {run_config.engine.name!r}, not 'slime'")
+    run = RunDir(run.path.resolve())  # the script names absolute paths
+    run_dir, params = run.path, run_config.engine_params
     if check_files:
         check_paths(params)
     pin = pinned_container()
-    flags = slime_flags(run_config, params, run_dir)
-    emitted = {flag[0] for flag in slime_flags(run_config, params, run_dir, extra=False)}
+    flags = slime_flags(run_config, run)
+    emitted = {flag[0] for flag in slime_flags(run_config, run, extra=False)}
     report = preflight.preflight(params, emitted, check_files=check_files)
     # mount the harness, the run and what the job reads at the same paths inside the container
     data = [params["hf_checkpoint"], params["ref_load"], str(Path(params["prompt_data"]).parent), *params["binds"]]
@@ -70,11 +62,11 @@ def job_script_text(run_config: dict, run_dir: str | Path, *, check_files: bool 
     runtime_env = json.dumps({"env_vars": {"PYTHONPATH": f"{params['megatron_dir']}:{REPO}", "PYTHONUNBUFFERED": "1",
                                            "CUDA_DEVICE_MAX_CONNECTIONS": "1",
                                            **{str(k): str(v) for k, v in params["env"].items()}}})
-    recipe = run_config["recipe"]["name"]
+    stop_requested, stopped = (shlex.quote(str(run.engine_file(role))) for role in ("stop_requested", "stopped"))
     lines = [
         "#!/usr/bin/env bash",
-        f"# stalebench slime job: recipe {recipe}, lag {run_config['lag']} ({run_config['lag_mode']}), "
-        f"seed {run_config['seed']}, run key {run_config.get('run_key')}",
+        f"# stalebench slime job: recipe {run_config.recipe.name}, lag {run_config.lag} ({run_config.lag_mode}), "
+        f"seed {run_config.seed}, run key {run_config.run_key}",
         "# Generated by engines.slime.launch from the run's config.json; regenerate rather than edit.",
         *[f"# pre-flight: {line}" for line in report],
         "set -euo pipefail",
@@ -89,8 +81,10 @@ def job_script_text(run_config: dict, run_dir: str | Path, *, check_files: bool 
         "# before anything starts (bash ignores SIGURG without one, so an early warning would be lost); the",
         "# last attempt's mark is cleared once per job, outside the container. bash runs the trap during",
         "# `wait` at once, after a foreground command when that ends.",
-        f'if [ -z "${{STALEBENCH_IN_CONTAINER:-}}" ]; then rm -f "$RUN_DIR/train/{STOP_FILE}" "$RUN_DIR/train/{STOPPED_FILE}"; fi',
-        f"trap 'touch \"$RUN_DIR/train/{STOP_FILE}\"' URG",
+        f"STOP_REQUESTED={stop_requested}",
+        f"STOPPED={stopped}",
+        'if [ -z "${STALEBENCH_IN_CONTAINER:-}" ]; then rm -f "$STOP_REQUESTED" "$STOPPED"; fi',
+        """trap 'touch "$STOP_REQUESTED"' URG""",
     ]
     if params["container_runtime"] != "none":
         lines += ['if [ -z "${STALEBENCH_IN_CONTAINER:-}" ]; then',
@@ -105,7 +99,7 @@ def job_script_text(run_config: dict, run_dir: str | Path, *, check_files: bool 
         check,
         *(["  exit 3"] if params["slime_commit_check"] == "strict" else []),
         "fi",
-        'echo "$found" > "$RUN_DIR/train/slime_commit.txt"',
+        f'echo "$found" > {shlex.quote(str(run.engine_file("engine_commit")))}',
         f"source \"$SLIME_DIR/scripts/models/{params['model_type']}.sh\"  # defines MODEL_ARGS",
         *[f"export {k}={shlex.quote(str(v))}" for k, v in sorted(params["env"].items())],
         "export PYTHONUNBUFFERED=1",
@@ -116,7 +110,8 @@ def job_script_text(run_config: dict, run_dir: str | Path, *, check_files: bool 
         f'ray start --head --node-ip-address "$MASTER_ADDR" --num-gpus {params["gpus_per_node"]} '
         "--disable-usage-stats --dashboard-host=127.0.0.1 --dashboard-port=8265",
         f"# keep the newest {params['keep_megatron_checkpoints']} Megatron checkpoints while the job runs",
-        (f'prune() {{ PYTHONPATH="$REPO" python3 -m engines.slime.retention "$RUN_DIR/train/megatron" '
+        (f'prune() {{ PYTHONPATH="$REPO" python3 -m engines.slime.retention '
+         f'{shlex.quote(str(run.engine_file("resume_checkpoints")))} '
          f"--keep {params['keep_megatron_checkpoints']}; }}"),
         "# (its sleep is killed with it: an orphaned sleep would hold the job's output open for minutes)",
         """(trap 'kill "$nap" 2>/dev/null; exit 0' TERM; while true; do sleep 300 & nap=$!; wait "$nap"; prune; done) &""",
@@ -137,15 +132,14 @@ def job_script_text(run_config: dict, run_dir: str | Path, *, check_files: bool 
     return "\n".join(lines) + "\n"
 
 
-def write_job_script(run_config: dict, run_dir: str | Path, *, check_files: bool = True) -> Path:
-    """The dry run: check everything, write train/job.sh and train/slime_custom.yaml; return the script."""
-    run_dir = Path(run_dir).resolve()
-    text = job_script_text(run_config, run_dir, check_files=check_files)
-    train = run_dir / "train"
-    write_text_atomic(train / "slime_custom.yaml", yaml.safe_dump(custom_config(run_config, run_dir), sort_keys=True))
-    write_json_atomic(train / "run_config.json", run_config)  # what the job's pre-flight reads
-    write_text_atomic(train / "job.sh", text)
-    (train / "job.sh").chmod(0o755)
-    return train / "job.sh"
-
-
+def write_job_script(run_config: RunConfig, run: RunDir, *, check_files: bool = True) -> Path:
+    """The dry run: check everything, pin the run's config, write the job script and the engine
+    settings; return the script."""
+    run = RunDir(run.path.resolve())
+    text = job_script_text(run_config, run, check_files=check_files)
+    run.pin_config(run_config.as_dict())  # config.json: what the job's pre-flight reads (engines.run pinned it already)
+    write_text_atomic(run.engine_file("engine_settings"), yaml.safe_dump(custom_config(run_config, run), sort_keys=True))
+    script = run.engine_file("job_script")
+    write_text_atomic(script, text)
+    script.chmod(0o755)
+    return script

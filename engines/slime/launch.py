@@ -1,29 +1,31 @@
-"""Launch one run on slime: a resolved run config -> its job script, run -> train/ on disk.
+"""Launch one run on slime: a checked run config and its run folder -> its job script, run -> the run's files.
 
-    run(run_config, run_dir)   write the job script (engines.slime.job_script), execute it, publish
-                               the HF checkpoints, write the run's status (harness.run.RunDir)
+    run(run_config, run)       (a harness.run.RunConfig and its RunDir) write the job script
+                               (engines.slime.job_script), execute it, publish the HF checkpoints,
+                               write the run's status
     python -m engines.slime.launch --run-dir DIR --config-json JSON [--dry-run [--no-path-check]]
 
 The modules behind it, in the order they build on each other: ``params`` (engine_params, the
 container pin, the model's shape), ``flags`` (every slime / Megatron flag of the run),
-``preflight`` (the checks before the first GPU-hour), ``job_script`` (train/job.sh).
+``preflight`` (the checks before the first GPU-hour), ``job_script`` (the job script).
 
-At SLURM's time-limit warning the job script marks train/stop_requested; the lag driver (every
-mode) then saves Megatron's state after its current step, marks train/stopped and stops, and
-``run`` raises TimeLimitReached (engines.run exits 75, the retry resumes). A job that ends early
-without that mark (it failed, also after the warning) is a failure.
+Every file of the run is named by its RunDir (harness.run: ENGINE_FILES for the engine's own). At
+SLURM's time-limit warning the job script marks ``stop_requested``; the lag driver (every mode) then
+saves Megatron's state after its current step, marks ``stopped`` and stops, and ``run`` raises
+TimeLimitReached (engines.run exits 75, the retry resumes). A job that ends early without that mark
+(it failed, also after the warning) is a failure.
 
-Checkpoints: Megatron's (for resuming) in train/megatron/, the last ``keep_megatron_checkpoints``
-kept (engines.slime.retention, every few minutes while the job runs); HF ones written by slime's
-``--save-hf train/hf/iter_{rollout_id}`` every ``eval_every`` steps and renamed to
-train/checkpoints/step_<rollout_id + 1>/ when the job ends, where the evaluation stage finds them.
-Only complete HF saves are published (harness.checkpoint); an interrupted one is reported in
-the run's status and left in train/hf/.
+Checkpoints: Megatron's (for resuming) in the run's ``resume_checkpoints`` folder, the last
+``keep_megatron_checkpoints`` kept (engines.slime.retention, every few minutes while the job runs);
+HF ones written by slime's ``--save-hf <hf_saves>/iter_{rollout_id}`` every ``eval_every`` steps and
+renamed to the run's checkpoint of step rollout_id + 1 (RunDir.checkpoint_path) when the job ends,
+where the evaluation stage finds them. Only complete HF saves are published (harness.checkpoint); an
+interrupted one is reported in the run's status and left where slime wrote it.
 
 Everything is checked before the script is written: a recipe slime cannot express, a missing
 model or data path, an unpinned container, inconsistent batch or parallel sizes, and the
 pre-flight checks of engines.slime.preflight (reward vs prompt format, memory per GPU, context,
-extra_args), whose report heads train/job.sh. The job runs the pre-flight again, with slime's own
+extra_args), whose report heads the job script. The job runs the pre-flight again, with slime's own
 reward functions, before it starts Ray.
 """
 from __future__ import annotations
@@ -38,25 +40,24 @@ from pathlib import Path
 
 import yaml
 
-from engines.slime.job_script import STOPPED_FILE, write_job_script
+from engines.slime.job_script import write_job_script
 from engines.slime.plan import report as plan_report
 from harness.checkpoint import hf_checkpoint_problem
 from harness.cli import parse_json_arg
 from harness.config import load
 from harness.engine import TimeLimitReached
-from harness.run import RunDir
+from harness.run import RunConfig, RunDir
 
 
-def publish_hf_checkpoints(run_dir: str | Path, run_config: dict | None = None) -> tuple[list[Path], list[str]]:
-    """Rename slime's complete HF saves train/hf/iter_<r>/ to train/checkpoints/step_<r + 1>/ (the
+def publish_hf_checkpoints(run: RunDir, run_config: RunConfig | None = None) -> tuple[list[Path], list[str]]:
+    """Rename slime's complete HF saves <hf_saves>/iter_<r>/ to the run's checkpoint of step r + 1 (the
     layout the evaluation stage reads). Returns (published, problems): an incomplete save
     (harness.checkpoint: index + every shard it names) stays where it is and is reported, never
     published. With the run config, a save off the evaluation cadence (made at a time-limit stop)
     is deleted instead: the evaluated steps are those of an uninterrupted run."""
-    train = Path(run_dir) / "train"
-    finish_interrupted_swaps(train)
+    finish_interrupted_swaps(run)
     published, problems = [], []
-    for source in sorted((train / "hf").glob("iter_*")):
+    for source in sorted(run.engine_file("hf_saves").glob("iter_*")):
         match = re.fullmatch(r"iter_(\d+)", source.name)
         if not match:
             continue
@@ -64,10 +65,10 @@ def publish_hf_checkpoints(run_dir: str | Path, run_config: dict | None = None) 
             problems.append(problem)
             continue
         step = int(match.group(1)) + 1
-        if run_config and step % run_config["eval_every"] and step != run_config["steps"]:
+        if run_config and step % run_config.eval_every and step != run_config.steps:
             shutil.rmtree(source)
             continue
-        target = train / "checkpoints" / f"step_{step}"
+        target = run.checkpoint_path(step)
         target.parent.mkdir(parents=True, exist_ok=True)
         if target.exists():  # saved again by a resumed job: the newer save wins
             old = target.with_name(target.name + ".replaced")
@@ -80,66 +81,65 @@ def publish_hf_checkpoints(run_dir: str | Path, run_config: dict | None = None) 
     return published, problems
 
 
-def finish_interrupted_swaps(train: Path) -> None:
+def finish_interrupted_swaps(run: RunDir) -> None:
     """A publish killed inside its swap (a step folder renamed to step_<N>.replaced, the newer save
     not yet renamed in, or the old one not yet deleted): the old one goes unless it is the only whole
-    copy, which goes back in place (the newer save, if any, stays in hf/ for the loop to publish)."""
-    for old in sorted((train / "checkpoints").glob("step_*.replaced")):
+    copy, which goes back in place (the newer save, if any, stays in hf_saves for the loop to publish)."""
+    for old in sorted(run.checkpoints_dir.glob("step_*.replaced")):
         target = old.with_suffix("")
-        source = train / "hf" / f"iter_{int(target.name[len('step_'):]) - 1}"
+        source = run.engine_file("hf_saves") / f"iter_{int(target.name[len('step_'):]) - 1}"
         if target.exists() or (source.is_dir() and hf_checkpoint_problem(source) is None):
             shutil.rmtree(old)
         else:
             old.rename(target)
 
 
-def final_status(run_config: dict, run_dir: Path, returncode: int) -> dict:
-    rows = RunDir(run_dir).read_metrics()
+def final_status(run_config: RunConfig, run: RunDir, returncode: int) -> dict:
+    rows = run.read_metrics()
     last = rows[-1]["step"] if rows else 0
     for row in rows:
         if not all(math.isfinite(row.get(key, 0.0)) for key in ("loss", "grad_norm")):
             return {"status": "diverged", "step": row["step"], "message": f"non-finite loss or grad norm at step {row['step']}"}
-    if returncode == 0 and last == run_config["steps"]:
+    if returncode == 0 and last == run_config.steps:
         return {"status": "completed", "step": last, "message": f"completed {last} steps"}
     return {"status": "failed", "step": last, "message": f"slime job exited with code {returncode} after step {last}"}
 
 
-def finished(run_config: dict, run_dir: Path) -> str | None:
+def finished(run_config: RunConfig, run: RunDir) -> str | None:
     """The status of a run that needs no job (diverged, or completed with its last HF checkpoint
     published whole), None for one that does. A completed run whose last HF checkpoint is missing
     or incomplete raises: its job would resume after its last step and train nothing."""
-    run = RunDir(run_dir)
     status = (run.read_status() or {}).get("status")
     if status == "completed":
-        last = run.checkpoint_path(run_config["steps"])
+        last = run.checkpoint_path(run_config.steps)
         if problem := hf_checkpoint_problem(last):
             raise FileNotFoundError(f"{run.status_path} says completed, but its last HF checkpoint is not there whole "
-                                    f"({problem}); delete {run_dir / 'train'} to train the run again")
+                                    f"({problem}); delete {run.train_dir} to train the run again")
     return status if status in ("completed", "diverged") else None
 
 
-def run(run_config: dict, run_dir: str | Path) -> str:
+def run(run_config: RunConfig, run: RunDir) -> str:
     """Train (or resume) one run on slime; returns its final status (failed raises after writing it).
     A finished run returns at once: no job starts Ray, loads the model and trains nothing."""
-    run_dir = Path(run_dir).resolve()
-    if status := finished(run_config, run_dir):
+    run = RunDir(run.path.resolve())
+    if status := finished(run_config, run):
         return status
-    script = write_job_script(run_config, run_dir)
-    returncode = subprocess.run(["bash", str(script)], cwd=run_dir).returncode
-    _, incomplete = publish_hf_checkpoints(run_dir, run_config)
+    script = write_job_script(run_config, run)
+    returncode = subprocess.run(["bash", str(script)], cwd=run.path).returncode
+    _, incomplete = publish_hf_checkpoints(run, run_config)
     for problem in incomplete:
         print(f"engines.slime.launch: incomplete HF checkpoint not published: {problem}", file=sys.stderr)
-    status = final_status(run_config, run_dir, returncode)
-    # a stop only where the driver says it stopped at the warning with its save on disk (STOPPED_FILE);
-    # a job that failed after the warning came is a failure, not a resume
-    if status["status"] == "failed" and (run_dir / "train" / STOPPED_FILE).exists():
-        raise TimeLimitReached(f"stopped after step {status['step']} of {run_config['steps']} at the time-limit "
+    status = final_status(run_config, run, returncode)
+    # a stop only where the driver says it stopped at the warning with its save on disk (its `stopped`
+    # mark); a job that failed after the warning came is a failure, not a resume
+    if status["status"] == "failed" and run.engine_file("stopped").exists():
+        raise TimeLimitReached(f"stopped after step {status['step']} of {run_config.steps} at the time-limit "
                                "warning; Megatron state saved, run again to continue")
     if incomplete:
         status["incomplete_hf_checkpoints"] = incomplete
-    RunDir(run_dir).write_status(**status)
+    run.write_status(**status)
     if status["status"] == "failed":
-        raise RuntimeError(f"{run_dir}: {status['message']} (log: the job's output above)")
+        raise RuntimeError(f"{run.path}: {status['message']} (log: the job's output above)")
     return status["status"]
 
 
@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--timings", metavar="FILE", help="with --plan: YAML {step_minutes, checkpoint_minutes} measured")
     parser.add_argument("--run-dir")
     parser.add_argument("--config-json", help="resolved run config, inline JSON or a file path")
-    parser.add_argument("--dry-run", action="store_true", help="write train/job.sh and print it; run nothing")
+    parser.add_argument("--dry-run", action="store_true", help="write the job script and print it; run nothing")
     parser.add_argument("--no-path-check", action="store_true",
                         help="with --dry-run: do not require the model and data paths to exist here")
     args = parser.parse_args(argv)
@@ -162,12 +162,13 @@ def main(argv: list[str] | None = None) -> None:
         return
     if not (args.run_dir and args.config_json):
         parser.error("--run-dir and --config-json are required (or --plan CONFIG)")
-    run_config = parse_json_arg(args.config_json, "--config-json")
+    raw = parse_json_arg(args.config_json, "--config-json")
     try:
+        run_config, folder = RunConfig.check(raw), RunDir(args.run_dir)  # checked once, as engines.run does
         if args.dry_run:
-            print(write_job_script(run_config, args.run_dir, check_files=not args.no_path_check).read_text())
+            print(write_job_script(run_config, folder, check_files=not args.no_path_check).read_text())
         else:
-            print(f"engines.slime.launch: {run(run_config, args.run_dir)}", file=sys.stderr)
+            print(f"engines.slime.launch: {run(run_config, folder)}", file=sys.stderr)
     except (ValueError, FileNotFoundError, KeyError) as error:
         raise SystemExit(f"engines.slime.launch: {error}") from None
 

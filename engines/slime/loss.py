@@ -1,7 +1,7 @@
 """slime's custom-loss entry point: the recipe's stabilizer inside slime's Megatron trainer.
 
     --loss-type custom_loss --custom-loss-function-path engines.slime.loss.policy_loss
-    --custom-config-path <run_dir>/train/slime_custom.yaml     (written by engines.slime.job_script)
+    --custom-config-path <the run's engine settings YAML>     (written by engines.slime.job_script)
 
 slime calls ``policy_loss(args, batch, logits, sum_of_sample_mean)`` once per micro-batch
 (slime/backends/megatron_utils/loss.py, ``loss_function``). ``batch`` holds per-sample lists:
@@ -132,9 +132,9 @@ def recipe_of(args) -> Recipe:
 def check_trainer_fingerprint(args, recipe: Recipe) -> None:
     """The recipe's fingerprint (stabilizers.fingerprint) as this process computes it, i.e. on the
     training actor where Megatron calls the loss, with the container's code and torch, against
-    train/fingerprint.json, which engines.run recorded on the job's node before slime started (and
+    the run's fingerprint, which engines.run recorded on the job's node before slime started (and
     which aggregate checks): a trainer that would compute another loss stops at its first micro-batch.
-    The trainer's own is written beside it (train/fingerprint_trainer.json)."""
+    The trainer's own is written beside it (RunDir.engine_file("trainer_fingerprint"))."""
     run_dir = getattr(args, "stalebench_run_dir", None)
     if run_dir is None:
         raise ValueError("args.stalebench_run_dir is missing: pass the custom-config YAML written by "
@@ -146,7 +146,7 @@ def check_trainer_fingerprint(args, recipe: Recipe) -> None:
         raise ValueError(f"recipe {recipe.name!r} on the training actor has fingerprint {ran['digest']}, but "
                          f"{run.fingerprint_path} holds {recorded and recorded['digest']}: the trainer's stabilizer "
                          "code or numerics are not the launcher's")
-    write_json_atomic(run.path / "train" / "fingerprint_trainer.json", ran)
+    write_json_atomic(run.engine_file("trainer_fingerprint"), ran)
 
 
 def aggregation_of(recipe: Recipe) -> str:

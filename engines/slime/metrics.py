@@ -2,7 +2,7 @@
 
 1. Rollout side, ``--custom-rollout-log-function-path engines.slime.metrics.log_rollout``: for
    every generated rollout, the SGLang weight versions of its samples (Sample.weight_versions)
-   -> the trainer version that sampled it (engines.slime.lag) -> train/rollouts.jsonl.
+   -> the trainer version that sampled it (engines.slime.lag) -> the run's rollout log.
 2. Trainer side, ``--rollout-data-postprocess-path engines.slime.metrics.postprocess``: called on
    every trainer rank after the log-probs are recomputed and before the step trains. d =
    log_probs - rollout_log_probs (log pi - log mu at the start of the step) over active tokens
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -40,12 +39,13 @@ _first_rollout_id: int | None = None  # rollout manager process: the first rollo
 _recorder = None  # trainer writer rank: the MetricsRecorder
 
 
-def train_dir(args) -> Path:
+def run_of(args) -> RunDir:
+    """The run folder named by the custom config (args.stalebench_run_dir)."""
     run_dir = getattr(args, "stalebench_run_dir", None)
     if not run_dir:
         raise ValueError("args.stalebench_run_dir is not set: pass the custom-config YAML written by "
                          "engines.slime.job_script with --custom-config-path")
-    return Path(run_dir) / "train"
+    return RunDir(run_dir)
 
 
 # --- 1. rollout side -----------------------------------------------------------------------
@@ -67,13 +67,13 @@ def log_rollout(rollout_id, args, samples, rollout_extra_metrics, rollout_time) 
     if _first_rollout_id is None:
         _first_rollout_id = rollout_id  # the driver generates start_rollout_id first
     record = sampling_version(args, rollout_id, [sample.weight_versions for sample in samples], _first_rollout_id)
-    append_jsonl_atomic(train_dir(args) / "rollouts.jsonl", [record])
+    append_jsonl_atomic(run_of(args).engine_file("rollouts"), [record])
     return False
 
 
 def rollout_record(args, rollout_id: int) -> dict:
     """The last sampling record of ``rollout_id`` (a resumed job may have logged it before)."""
-    path = train_dir(args) / "rollouts.jsonl"
+    path = run_of(args).engine_file("rollouts")
     records = [r for r in read_jsonl(path) if r["rollout_id"] == rollout_id]
     if not records:
         raise ValueError(f"{path} has no record of rollout {rollout_id}: is "
@@ -104,7 +104,7 @@ class MetricsRecorder:
 
     def __init__(self, args):
         self.args, self.pending = args, {}
-        self.run = RunDir(train_dir(args).parent)
+        self.run = run_of(args)
         self.started = False
 
     def begin_step(self, rollout_id: int, row: dict) -> None:

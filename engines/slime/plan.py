@@ -8,13 +8,21 @@ train rule (harness.jobs.train_retries) and the evaluation's concurrency. The ti
 range: the user's own (``--timings FILE``, a YAML ``{step_minutes: [low, high], checkpoint_minutes:
 [low, high]}`` once one run has measured them), else ESTIMATES (derived, not measured; their source
 printed).
+
+The stop at the time-limit warning is budgeted too (``stop``): the driver's drain (it looks for the
+warning after each training step, so up to one whole step runs first), the data-source save (none
+left: each is made right after its generation, engines.slime.driver) and the save itself (slime's
+save_model writes the Megatron checkpoint and, with --save-hf, an HF one: bytes over a write
+bandwidth). A plan whose stop can outlast the warning says so loudly, first and last.
 """
 from __future__ import annotations
 
 import math
 
+from engines.slime.params import model_shape, resolve_params
+from engines.slime.preflight import parameter_counts
 from harness.grid import expand
-from harness.jobs import rule_resources, train_retries
+from harness.jobs import rule_resources, train_retries, warning_lead_seconds
 
 # Derived in docs/cluster.md ("Cost"): ~17 min of generation (20M tokens at ~20k tokens/s on one
 # 4-GPU SGLang engine) overlapped with ~13 min of training (FLOPs at ~25% MFU on 4 GPUs).
@@ -27,6 +35,15 @@ RESPONSE_TOKENS = (5_000, 15_000)
 TOKENS_PER_SECOND = 20_000
 SATURATION = 64
 AIME_PROBLEMS = 30
+# Bytes per parameter a stop's save writes: the Megatron checkpoint's bf16 weights (2) and, with
+# save_optimizer, the distributed optimizer's fp32 master weights and two Adam moments (12; the same
+# bytes when they live on the CPU, optimizer_cpu_offload), plus the bf16 HF save (2).
+WEIGHT_BYTES, OPTIMIZER_BYTES, HF_BYTES = 2, 12, 2
+# The one public figure found for a Megatron-LM save's write speed: 24 GB (GPT-1.5B, distributed
+# optimizer) in 242 s on a 100 MB/s NAS, DLRover's flash-checkpoint blog
+# (github.com/intelligent-machine-learning/dlrover, docs/blogs/megatron_flash_checkpoint.md). A
+# parallel file system writes faster; the user's measured `save_gb_per_s` replaces it.
+SAVE_GB_PER_S = (24 / 242, 24 / 242)
 
 
 def _pair(value, key: str) -> tuple[float, float]:
@@ -53,7 +70,30 @@ def timings(config: dict, given: dict | None = None) -> dict:
         "checkpoint_source": "--timings checkpoint_minutes (measured by the user)" if "checkpoint_minutes" in given
         else "estimate, engines/slime/plan.py (not measured)",
         "concurrency": concurrency,
+        "drain": _pair(given["drain_minutes"], "drain_minutes") if "drain_minutes" in given else STEP_MINUTES
+        if "step_minutes" not in given else _pair(given["step_minutes"], "step_minutes"),
+        "drain_source": "--timings drain_minutes (measured by the user)" if "drain_minutes" in given
+        else "one step: the driver looks for the warning after each training step",
+        "save_gb_per_s": _pair(given["save_gb_per_s"], "save_gb_per_s") if "save_gb_per_s" in given else SAVE_GB_PER_S,
+        "save_source": "--timings save_gb_per_s (measured by the user)" if "save_gb_per_s" in given
+        else "estimate, DLRover's Megatron-LM save on a 100 MB/s NAS, engines/slime/plan.py (not measured)",
     }
+
+
+def stop(config: dict, times: dict) -> dict:
+    """The time-limit stop's budget in minutes (low, high): drain + data-source save + the save,
+    against the warning's lead (None where the train job asks for no warning)."""
+    params = resolve_params(config.get("engine_params") or {})
+    parameters = sum(parameter_counts(model_shape(params["model_type"])))
+    per_parameter = WEIGHT_BYTES + (OPTIMIZER_BYTES if params["save_optimizer"] else 0) + HF_BYTES
+    gigabytes = parameters * per_parameter / 1e9
+    save = tuple(gigabytes / rate / 60 for rate in reversed(times["save_gb_per_s"]))  # faster write, shorter save
+    data_source = (0.0, 0.0)  # saved right after each generation, before its rollout trains
+    lead = warning_lead_seconds(rule_resources(config, "train"))
+    total = tuple(d + s + w for d, s, w in zip(times["drain"], data_source, save))
+    return {"parameters": parameters, "gigabytes": gigabytes, "drain": times["drain"], "data_source": data_source,
+            "save": save, "total": total, "warning": lead / 60 if lead else None,
+            "exceeds": lead is not None and total[1] > lead / 60}
 
 
 def plan(config: dict, given: dict | None = None) -> dict:
@@ -72,7 +112,7 @@ def plan(config: dict, given: dict | None = None) -> dict:
             "stops": [math.ceil(m / runtime) - 1 if runtime else 0 for m in train_minutes],
         })
     total = {key: [sum(job[key][i] for job in jobs) for i in (0, 1)] for key in ("train_gpu_hours", "eval_gpu_hours")}
-    return {"jobs": jobs, "total": total, "timings": times, "checkpoints": checkpoints, "runtime": runtime,
+    return {"jobs": jobs, "total": total, "timings": times, "stop": stop(config, times), "checkpoints": checkpoints, "runtime": runtime,
             "retries": train_retries(config), "train_gpus": train["gpu"], "eval_gpus": evaluate["gpu"]}
 
 
@@ -83,16 +123,28 @@ def report(config: dict, given: dict | None = None) -> str:
     def span(pair, digits=0):
         return f"{pair[0]:,.{digits}f}-{pair[1]:,.{digits}f}"
 
-    lines = [f"plan: {len(p['jobs'])} training jobs x {config['steps']} steps on {p['train_gpus']} GPUs, "
+    budget = p["stop"]
+    loud = [] if not budget["exceeds"] else [
+        f"WARNING: a time-limit stop may take {span(budget['total'], 1)} min, more than the "
+        f"{budget['warning']:.0f}-min warning: the job can be killed before its save ends (the resume then "
+        f"takes the previous save and retrains from there). Measure the save (--timings save_gb_per_s, "
+        f"drain_minutes) or ask for an earlier warning (resources.train.slurm_extra --signal=URG@"
+        f"{math.ceil(budget['total'][1] * 60)})"]
+    lines = [*loud, f"plan: {len(p['jobs'])} training jobs x {config['steps']} steps on {p['train_gpus']} GPUs, "
              f"{p['checkpoints']} checkpoints each scored on {p['eval_gpus']} GPUs",
              f"  minutes per step {span(t['step'], 1)} ({t['step_source']})",
              f"  minutes per checkpoint {span(t['checkpoint'], 1)} at concurrency {t['concurrency']}, k = "
              f"{config['eval']['k']} ({t['checkpoint_source']})",
              f"  train runtime {p['runtime']} min: retries {p['retries']} (harness.jobs.train_retries)",
+             f"  time-limit stop {span(budget['total'], 1)} min against a "
+             + (f"{budget['warning']:.0f}-min warning" if budget["warning"] else "train job with no warning")
+             + f": drain {span(budget['drain'], 1)} ({t['drain_source']}) + data-source save 0 (made after each "
+             f"generation) + save {span(budget['save'], 1)} ({budget['gigabytes']:,.0f} GB: "
+             f"{budget['parameters'] / 1e9:.2f}B parameters; at {span(t['save_gb_per_s'], 2)} GB/s, {t['save_source']})",
              "recipe lag seed | train GPU-h | eval GPU-h | time-limit stops"]
     lines += [f"{job['recipe']} {job['lag']} {job['seed']} | {span(job['train_gpu_hours'])} | "
               f"{span(job['eval_gpu_hours'])} | {job['stops'][0]}-{job['stops'][1]}" for job in p["jobs"]]
     total = [a + b for a, b in zip(p["total"]["train_gpu_hours"], p["total"]["eval_gpu_hours"])]
     lines.append(f"grid: training {span(p['total']['train_gpu_hours'])} GPU-h + evaluation "
                  f"{span(p['total']['eval_gpu_hours'])} GPU-h = {span(total)} GPU-h")
-    return "\n".join(lines)
+    return "\n".join([*lines, *loud])

@@ -1,6 +1,6 @@
 """Checks that must pass before a slime job spends its first GPU-hour.
 
-Run by the dry run (engines.slime.job_script writes their report into train/job.sh) and by every job
+Run by the dry run (engines.slime.job_script writes their report into the job script) and by every job
 before it starts Ray (``python3 -m engines.slime.preflight --run-dir DIR``, with slime's own reward
 functions). Each check raises ValueError naming the engine_params key:
 
@@ -31,9 +31,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from engines.slime.flags import OWNED_FLAGS, slime_flags
-from engines.slime.params import PROMPT_FORMATS, model_context, model_shape, resolve_params
+from engines.slime.params import PROMPT_FORMATS, model_context, model_shape
 from engines.slime.reward_model import rule_reward
 from harness.io import read_jsonl
+from harness.run import RunConfig, RunDir
 
 HERE = Path(__file__).resolve().parent
 REWARD_SAMPLES = HERE / "reward_samples.jsonl"
@@ -214,9 +215,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--run-dir", required=True, type=Path)
     args = parser.parse_args(argv)
     try:
-        run_config = json.loads((args.run_dir / "train" / "run_config.json").read_text())
-        params = resolve_params(run_config.get("engine_params") or {})
-        emitted = {flag[0] for flag in slime_flags(run_config, params, args.run_dir.resolve(), extra=False)}
+        run = RunDir(args.run_dir.resolve())
+        run_config = RunConfig.check(run.read_config())  # the config the run folder pins
+        emitted = {flag[0] for flag in slime_flags(run_config, run, extra=False)}
+        params = run_config.engine_params
         lines = preflight(params, emitted, check_files=True, reward=slime_reward(params["rm_type"]))
     except (ValueError, OSError, ImportError) as error:  # ImportError: slime missing, not in the container
         raise SystemExit(f"engines.slime.preflight: {error}") from None

@@ -35,6 +35,9 @@ EXPECTED = {"per_problem": [5, 2, 0], "score": (5 / 8 + 2 / 8 + 0) / 3, "pass_at
     ("so \\boxed{042}.", "042"), ("\\boxed{\\frac{1}{2}} then \\boxed{7}", "7"),
     ("x = \\boxed{\\frac{84}{2}}", "\\frac{84}{2}"), ("first 3, finally 42.0", "42.0"),
     ("no digits", None), ("cut off \\boxed{4", "4"),
+    # the training format's line first, whatever else the response holds
+    ("so 12\nAnswer: 34", "34"), ("answer:  \\boxed{34} \nthen 7", "34"), ("Answer: 12\nAnswer: 34", "34"),
+    ("\\boxed{12}\nAnswer: 34", "34"), ("Answer: 34\nso \\boxed{12}", "34"), ("Answer: 34\n\nthen 99", "34"),
 ])
 def test_extract_answer(text, answer):
     assert extract_answer(text) == answer
@@ -96,7 +99,7 @@ def test_canned_outputs_through_lm_eval_give_exact_metrics():
     assert row["score"] == pytest.approx(EXPECTED["score"], abs=1e-12)
     assert row["pass_at_k"] == pytest.approx(EXPECTED["pass_at_k"], abs=1e-12)
     assert row["maj_at_k"] == pytest.approx(EXPECTED["maj_at_k"], abs=1e-12)
-    assert (row["step"], row["k"], row["seed"], row["task"], row["task_version"]) == (5, 8, 3, "aime24_avg8", 1.0)
+    assert (row["step"], row["k"], row["seed"], row["task"], row["task_version"]) == (5, 8, 3, "aime24_avg8", 2.0)
 
 
 def test_both_published_layouts_load_through_the_local_path_loader(scratch):
@@ -114,7 +117,7 @@ def test_both_published_layouts_load_through_the_local_path_loader(scratch):
         assert [(d["problem"], d["answer"]) for d in docs] == [("Compute $6 \\cdot 7$.", "42"), (
             "Find the positive integer $n$ with $n^2 = 49$.", "7"), (
             "How many positive integers at most $100$ are there?", "100")], path.name
-        assert task.doc_to_text(docs[0]).endswith("Problem: Compute $6 \\cdot 7$.\n\nSolution:")
+        assert "\n\nCompute $6 \\cdot 7$.\n\nRemember to put your answer" in task.doc_to_text(docs[0])
 
 
 def test_the_published_aime24_file_loads_through_the_local_path_loader():
@@ -128,7 +131,7 @@ def test_the_published_aime24_file_loads_through_the_local_path_loader():
     # AIME 2024 had two papers of 15 problems, every answer an integer 0-999
     assert len(docs) == 30 and len({d["problem"] for d in docs}) == 30
     assert all(d["answer"].strip().isdigit() and 0 <= int(d["answer"]) <= 999 for d in docs)
-    assert "\\boxed{}" in task.doc_to_text(docs[0]) and docs[0]["problem"] in task.doc_to_text(docs[0])
+    assert "Answer:" in task.doc_to_text(docs[0]) and docs[0]["problem"] in task.doc_to_text(docs[0])
 
 
 def test_problems_setting_takes_a_prefix():

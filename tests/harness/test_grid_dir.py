@@ -9,7 +9,8 @@ import pytest
 from harness.grid import run_dir
 from harness.grid_dir import MLFLOW_MARKER, REPORT_FILES, SUMMARY, TRACKING_LOCK, GridDir
 from harness.io import write_json_atomic
-from harness.run import RunDir
+from harness.run import CONFIG as RUN_CONFIG
+from harness.run import ENGINE_FILES, FINGERPRINT, METRICS, PROVENANCE, STATUS, RunDir
 from tests.support.paths import ROOT
 
 CONFIG = {"grid": "g", "results_dir": "/r"}
@@ -49,18 +50,26 @@ def test_reading_a_damaged_summary_names_the_file(tmp_path):
 
 
 GRID_FILES = (SUMMARY, MLFLOW_MARKER, TRACKING_LOCK, *REPORT_FILES)
+# A run folder's files (harness.run), the engines' own among them where the name is a file's (the
+# folder roles, "megatron", "hf", are also the names of packages and source trees).
+RUN_FILES = (RUN_CONFIG, PROVENANCE, STATUS, METRICS, FINGERPRINT, "run_config.json",
+             *(name for name in ENGINE_FILES.values() if "." in name))
+# The modules that read or write a model checkpoint, whose own config.json (the model's, an HF
+# layout) shares the run config's file name.
+MODEL_CHECKPOINT_MODULES = {"engines/tiny/__init__.py", "engines/tiny/checkpoint.py", "engines/tiny/warmstart.py",
+                            "eval/lm_model.py", "eval/server.py", "engines/slime/params.py"}
 
 
-def spelled_in_code(path: Path) -> set[str]:
+def spelled_in_code(path: Path, names: tuple[str, ...] = GRID_FILES) -> set[str]:
     """The grid file names a module uses as a path: a string literal (or an f-string's literal part)
     that is the name or ends in /name; prose that mentions one ("as in table.md") is no path. In a
     rule file: any line but a comment."""
     if path.suffix != ".py":
         code = "\n".join(line for line in path.read_text().splitlines() if not line.lstrip().startswith("#"))
-        return {name for name in GRID_FILES if name in code}
+        return {name for name in names if name in code}
     literals = [node.value for node in ast.walk(ast.parse(path.read_text()))
                 if isinstance(node, ast.Constant) and isinstance(node.value, str)]
-    return {name for name in GRID_FILES if any(text == name or text.endswith(f"/{name}") for text in literals)}
+    return {name for name in names if any(text == name or text.endswith(f"/{name}") for text in literals)}
 
 
 def test_only_harness_spells_a_grid_folders_file_names():
@@ -69,6 +78,29 @@ def test_only_harness_spells_a_grid_folders_file_names():
     sources = [p for p in sources if p.is_file() and not p.relative_to(ROOT).parts[0].startswith((".", "tests"))]
     spelled = {str(p.relative_to(ROOT)): names for p in sources if (names := spelled_in_code(p))}
     assert spelled.keys() == {"harness/grid_dir.py"}, spelled
+
+
+def test_an_engines_own_files_are_named_by_role():
+    run = RunDir("/r/g/runs/grpo/lag1/seed0")
+    assert run.engine_file("job_script") == run.train_dir / "job.sh"
+    assert run.engine_file("resume_checkpoints") == run.train_dir / "megatron"
+    with pytest.raises(ValueError, match="no engine file 'jobscript'.*job_script"):
+        run.engine_file("jobscript")
+
+
+def test_only_harness_spells_a_run_folders_file_names():
+    """Every engine, stage and benchmark reaches a run's files through RunDir (ENGINE_FILES for an
+    engine's own); a model checkpoint's config.json is the model's, not the run's."""
+    sources = [p for p in ROOT.rglob("*") if p.suffix in (".py", ".smk") or p.name in ("Snakefile", "Makefile")]
+    sources = [p for p in sources if p.is_file() and not p.relative_to(ROOT).parts[0].startswith((".", "tests", "harness"))]
+    spelled = {}
+    for path in sources:
+        names = spelled_in_code(path, RUN_FILES)
+        if str(path.relative_to(ROOT)) in MODEL_CHECKPOINT_MODULES:
+            names -= {RUN_CONFIG}
+        if names:
+            spelled[str(path.relative_to(ROOT))] = names
+    assert spelled == {}, spelled
 
 
 def test_the_spelling_check_sees_a_path_and_spares_prose(tmp_path):

@@ -8,8 +8,12 @@ import datasets
 from eval.answers import score_math_samples
 
 HUB_DATASET = "Maxwell-Jia/AIME_2024"
-PROMPT = ("Solve the following math problem. Put your final answer, an integer, "
-          "in \\boxed{{}}.\n\nProblem: {problem}\n\nSolution:")
+# The training format: DAPO-Math-17k's prompt, word for word (the preset trains on its prompts, and
+# slime's `dapo` reward reads the last "Answer:" line), so a checkpoint is scored on the format it
+# was trained to answer in. eval/answers.py extract_answer reads that line first.
+PROMPT = ("Solve the following math problem step by step. The last line of your response should be of "
+          "the form Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n"
+          "{problem}\n\nRemember to put your answer on its own line after \"Answer:\".")
 # Column spellings seen in the wild: the Hub set (ID, Problem, Answer), DAPO's export (index, ...).
 _COLUMNS = {"id": ("ID", "id", "index"), "problem": ("Problem", "problem"),
             "answer": ("Answer", "answer")}

@@ -21,6 +21,7 @@ from engines.slime.params import REPO, check_container
 from harness.config import load
 from harness.engine import EXIT_RESUME, TimeLimitReached
 from harness.grid import resolve_run_config, run_dir
+from harness.run import RunConfig, RunDir
 from stabilizers import LossOutput, parameters
 from tests.support import slime_standin
 from tests.support.paths import FIXTURES, ROOT, SUPPORT
@@ -68,7 +69,7 @@ def parse_submit(script: str) -> tuple[list[str], dict[str, list[str]]]:
 def job(config, recipe, lag, seed):
     run_config = resolve_run_config(config, recipe, lag, seed)
     directory = run_dir(config, recipe, lag, seed)
-    script = write_job_script(run_config, directory)
+    script = write_job_script(RunConfig.check(run_config), RunDir(directory))
     text = script.read_text()
     subprocess.run(["bash", "-n", str(script)], check=True)  # valid shell
     custom = yaml.safe_load((script.parent / "slime_custom.yaml").read_text())
@@ -117,7 +118,7 @@ def assert_harness_script(text):
     assert "engines.slime.retention" in text and "--keep 2" in text
     assert 'source "$SLIME_DIR/scripts/models/qwen3-30B-A3B.sh"' in text
     assert "ray start --head" in text and "trap 'kill $PRUNER 2>/dev/null || true; ray stop; prune' EXIT" in text
-    assert "trap 'touch \"$RUN_DIR/train/stop_requested\"' URG" in text  # SLURM's time-limit warning
+    assert "trap 'touch \"$STOP_REQUESTED\"' URG" in text  # SLURM's time-limit warning
     assert "pkill" not in text and "--force" not in text
     assert f"{REPO}" in text.split("RUNTIME_ENV=")[1].splitlines()[0]  # the harness on PYTHONPATH
 
@@ -191,7 +192,7 @@ def test_bad_input_is_refused_before_anything_is_written(table1, change, error, 
     recipe = table1["recipes"][0]
     directory = run_dir(table1, recipe, 8, 0)
     with pytest.raises(error, match=message):  # engine_params errors already when the run config is resolved
-        write_job_script(resolve_run_config(table1, recipe, 8, 0), directory)
+        write_job_script(RunConfig.check(resolve_run_config(table1, recipe, 8, 0)), RunDir(directory))
     assert not directory.exists()
 
 
@@ -207,7 +208,7 @@ def test_publish_renames_complete_hf_saves_to_step_directories(tmp_path):
         write_hf_save(hf / f"iter_{rollout_id}", shards_written=shards)
     write_hf_save(hf / "iter_63", shards_written=1, total_shards=1)  # a single-file save (no index)
     (tmp_path / "train" / "checkpoints" / "step_16").mkdir(parents=True)  # from an earlier attempt
-    published, problems = launch.publish_hf_checkpoints(tmp_path)
+    published, problems = launch.publish_hf_checkpoints(RunDir(tmp_path))
     assert [p.name for p in published] == ["step_16", "step_32", "step_64"]
     assert (tmp_path / "train" / "checkpoints" / "step_16" / "model.safetensors.index.json").exists()
     assert (hf / "iter_47").exists() and not (hf / "iter_15").exists()
@@ -226,7 +227,7 @@ def test_a_publish_killed_inside_its_swap_keeps_one_whole_copy_of_each_step(tmp_
     write_hf_save(checkpoints / "step_32.replaced", shards_written=1, total_shards=1)
     write_hf_save(checkpoints / "step_48.replaced", shards_written=3)  # the newer save died in hf/
     write_hf_save(hf / "iter_47", shards_written=1)
-    published, problems = launch.publish_hf_checkpoints(tmp_path)
+    published, problems = launch.publish_hf_checkpoints(RunDir(tmp_path))
     assert [p.name for p in published] == ["step_16"] and "iter_47" in problems[0]
     assert sorted(p.name for p in checkpoints.iterdir()) == ["step_16", "step_32", "step_48"]
     assert (checkpoints / "step_16" / "model.safetensors.index.json").exists()  # the newer save
@@ -324,14 +325,14 @@ def test_run_executes_the_script_and_writes_status(table1, tmp_path, monkeypatch
 
     if fail_after:  # killed in the middle of the HF save of step 6, after its Megatron save
         with pytest.raises(RuntimeError, match="exited with code 1 after step 6"):
-            launch.run(run_config, directory)
+            launch.run(RunConfig.check(run_config), RunDir(directory))
         status = json.loads((directory / "train" / "status.json").read_text())
         assert (status["status"], status["step"]) == ("failed", 6)
         assert sorted(p.name for p in (directory / "train" / "checkpoints").iterdir()) == ["step_2", "step_4"]
         assert "iter_5" in status["incomplete_hf_checkpoints"][0]
         assert sorted(p.name for p in megatron.glob("iter_*")) == ["iter_0000003", "iter_0000005"]
         return
-    assert launch.run(run_config, directory) == "completed"
+    assert launch.run(RunConfig.check(run_config), RunDir(directory)) == "completed"
     status = json.loads((directory / "train" / "status.json").read_text())
     assert (status["status"], status["step"]) == ("completed", 8)
     assert sorted(p.name for p in (directory / "train" / "checkpoints").iterdir()) == [
@@ -349,10 +350,10 @@ def test_the_job_runs_the_preflight_before_ray_starts(table1, tmp_path, monkeypa
     slime, calls = fake_job_environment(tmp_path, monkeypatch)
     table1["engine_params"].update(container_runtime="none", slime_dir=str(slime), slime_commit_check="warn")
     run_config = resolve_run_config(table1, "grpo", 1, 0)
-    script = write_job_script(run_config, run_dir(table1, "grpo", 1, 0))
+    script = write_job_script(RunConfig.check(run_config), RunDir(run_dir(table1, "grpo", 1, 0)))
     # a config changed after the dry run (here: the reward) is caught by the job itself
     changed = dict(run_config, engine_params=dict(run_config["engine_params"], rm_type="deepscaler", reward_key=None))
-    (script.parent / "run_config.json").write_text(json.dumps(changed))
+    RunDir(run_dir(table1, "grpo", 1, 0)).config_path.write_text(json.dumps(changed))  # what the job reads
     result = subprocess.run(["bash", str(script)], check=False, capture_output=True, text=True)
     assert result.returncode != 0
     assert "engines.slime.preflight: engine_params.rm_type = 'deepscaler' cannot score prompt_format 'dapo'" in (
@@ -378,14 +379,14 @@ def test_time_limit_warning_saves_and_stops_without_a_status(table1, tmp_path, m
     run_config, directory, _ = fake_slime_job(table1, tmp_path, monkeypatch)
     monkeypatch.setenv("FAKE_RAY_WARN_AFTER", "5")
     with pytest.raises(TimeLimitReached, match="after step 5 of 8"):
-        launch.run(run_config, directory)
+        launch.run(RunConfig.check(run_config), RunDir(directory))
     train = directory / "train"
     assert not (train / "status.json").exists()
     assert sorted(p.name for p in (train / "checkpoints").iterdir()) == ["step_4"]
     assert not list((train / "hf").glob("iter_*"))  # the save at step 5 is Megatron's resume point only
     monkeypatch.delenv("FAKE_RAY_WARN_AFTER")
     (train / "metrics.jsonl").unlink()  # the fake job replays every step (slime's metrics hook cuts back)
-    assert launch.run(run_config, directory) == "completed"
+    assert launch.run(RunConfig.check(run_config), RunDir(directory)) == "completed"
     assert sorted(p.name for p in (train / "checkpoints").iterdir()) == ["step_4", "step_8"]
 
 
@@ -396,7 +397,7 @@ def test_a_job_that_fails_after_the_warning_is_a_failure_not_a_stop(table1, tmp_
     monkeypatch.setenv("FAKE_RAY_WARN_AFTER", "5")
     monkeypatch.setenv("FAKE_RAY_FAIL_AT_STOP", "1")
     with pytest.raises(RuntimeError, match="exited with code 1 after step 5"):
-        launch.run(run_config, directory)
+        launch.run(RunConfig.check(run_config), RunDir(directory))
     train = directory / "train"
     assert (train / "stop_requested").exists() and not (train / "stopped").exists()
     assert json.loads((train / "status.json").read_text())["status"] == "failed"
@@ -438,7 +439,7 @@ def test_strict_commit_check_reads_a_checkout_owned_by_another_user(table1, tmp_
     monkeypatch.setattr(job_script, "pinned_container", lambda: {**PIN, "slime": {**PIN["slime"], "commit": pinned}})
     table1.update(steps=2, eval_every=1)
     table1["engine_params"].update(container_runtime="none", slime_dir=str(slime), slime_commit_check="strict")
-    script = write_job_script(resolve_run_config(table1, "grpo", 1, 0), run_dir(table1, "grpo", 1, 0))
+    script = write_job_script(RunConfig.check(resolve_run_config(table1, "grpo", 1, 0)), RunDir(run_dir(table1, "grpo", 1, 0)))
     result = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=120)
     if at_the_pin:
         assert result.returncode == 0, result.stderr
@@ -465,14 +466,14 @@ def test_a_finished_run_is_never_relaunched(table1, tmp_path, monkeypatch):
     """A params-triggered rerun of a completed cluster run starts no job script (no Ray, no model);
     one whose last HF checkpoint is gone says so instead of starting a job with nothing to train."""
     run_config, directory, calls = fake_slime_job(table1, tmp_path, monkeypatch)
-    assert launch.run(run_config, directory) == "completed"
+    assert launch.run(RunConfig.check(run_config), RunDir(directory)) == "completed"
     jobs = calls.read_text()
     (directory / "train" / "job.sh").unlink()
-    assert launch.run(run_config, directory) == "completed"
+    assert launch.run(RunConfig.check(run_config), RunDir(directory)) == "completed"
     assert calls.read_text() == jobs and not (directory / "train" / "job.sh").exists()  # no script written or run
     shutil.rmtree(directory / "train" / "checkpoints" / "step_8")
     with pytest.raises(FileNotFoundError, match=r"says completed, but its last HF checkpoint .*step_8"):
-        launch.run(run_config, directory)
+        launch.run(RunConfig.check(run_config), RunDir(directory))
     assert calls.read_text() == jobs
 
 
@@ -502,3 +503,12 @@ def test_field_switches_map_to_slime_flags(table1):
     table1["engine_params"]["precision"] = "fp8"
     with pytest.raises(ValueError, match="engine_params.precision"):
         job(table1, "grpo", 4, 0)
+
+
+def test_what_slime_cannot_run_is_refused_when_the_run_config_is_checked(table1):
+    """slime's limits are the engine's check_run: RunConfig.check refuses them, before any folder."""
+    table1["lag_mode"] = "queue"
+    with pytest.raises(ValueError, match="queue .* tiny engine only"):
+        RunConfig.check(resolve_run_config(table1, "grpo", 8, 0))
+    table1["lag_mode"] = "interval"
+    assert RunConfig.check(resolve_run_config(table1, "grpo", 8, 0)).engine.name == "slime"

@@ -115,7 +115,7 @@ def test_missing_hooks_are_named(tmp_path):
     with pytest.raises(ValueError, match="custom-rollout-log-function-path"):
         metrics.rollout_record(run_args(tmp_path), 3)
     with pytest.raises(ValueError, match="stalebench_run_dir"):
-        metrics.train_dir(Namespace())
+        metrics.run_of(Namespace())
 
 
 def test_rollout_log_probs_as_old_is_refused_before_the_step_is_measured(tmp_path):

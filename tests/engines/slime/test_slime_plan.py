@@ -58,10 +58,42 @@ def test_the_cli_prints_every_job_and_the_grid(tmp_path):
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert sum(line.startswith(("grpo ", "sat_gspo_r3 ")) for line in lines) == 2 * 2 * 3
-    assert lines[-1].startswith("grid: training 91,392-152,320 GPU-h")
+    assert lines[-2].startswith("grid: training 91,392-152,320 GPU-h")
+    assert lines[0].startswith("WARNING: a time-limit stop") and lines[-1] == lines[0]  # loud: first and last
     assert "not measured" in result.stdout  # an estimate says so
-    (tmp_path / "timings.yaml").write_text("step_minutes: 20\ncheckpoint_minutes: 5\n")
+    (tmp_path / "timings.yaml").write_text("step_minutes: 20\ncheckpoint_minutes: 5\ndrain_minutes: 4\nsave_gb_per_s: 10\n")
     measured = subprocess.run([sys.executable, "-m", "engines.slime.launch", "--plan", str(PRESET), "--timings",
                                str(tmp_path / "timings.yaml")], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert measured.returncode == 0, measured.stderr
     assert f"grid: training {84 * 544 * 20 / 60 * 8:,.0f}-{84 * 544 * 20 / 60 * 8:,.0f} GPU-h" in measured.stdout
+    assert "WARNING" not in measured.stdout and "time-limit stop 4.8-4.8 min against a 15-min warning" in measured.stdout
+
+
+def test_the_stop_is_budgeted_against_the_warning(table1):
+    """drain (one step, the driver's check after each training step) + data-source save (none left)
+    + the save: Qwen3-30B-A3B's parameters x 16 bytes (bf16 weights, fp32 master weights and two Adam
+    moments, the HF save) over the write bandwidth."""
+    budget = plan.stop(table1, plan.timings(table1))
+    assert budget["parameters"] == pytest.approx(30.53e9, rel=2e-3)  # the model card's 30.5B
+    assert budget["gigabytes"] == pytest.approx(budget["parameters"] * 16 / 1e9)
+    save = budget["gigabytes"] / plan.SAVE_GB_PER_S[0] / 60
+    assert budget["save"] == pytest.approx((save, save)) and budget["data_source"] == (0.0, 0.0)
+    assert budget["total"] == pytest.approx([m + save for m in plan.STEP_MINUTES])
+    assert budget["warning"] == 15 and budget["exceeds"]  # a step alone outlasts the 15-min warning
+
+
+def test_measured_timings_and_the_config_move_the_stop_budget(table1):
+    fast = plan.stop(table1, plan.timings(table1, {"drain_minutes": [2, 6], "save_gb_per_s": [5, 20]}))
+    gigabytes = fast["gigabytes"]
+    assert fast["save"] == pytest.approx((gigabytes / 20 / 60, gigabytes / 5 / 60))
+    assert fast["total"] == pytest.approx((2 + gigabytes / 20 / 60, 6 + gigabytes / 5 / 60)) and not fast["exceeds"]
+    no_optimizer = copy.deepcopy(table1)
+    no_optimizer["engine_params"]["save_optimizer"] = False
+    assert plan.stop(no_optimizer, plan.timings(no_optimizer))["gigabytes"] == pytest.approx(gigabytes * 4 / 16)
+    later = copy.deepcopy(table1)
+    later.setdefault("resources", {})["train"] = {**table1["resources"]["train"], "slurm_extra": "--signal=B:URG@7200"}
+    assert plan.stop(later, plan.timings(later))["warning"] == 120 and not plan.stop(later, plan.timings(later))["exceeds"]
+    unwarned = copy.deepcopy(table1)
+    unwarned["resources"]["train"] = {**table1["resources"]["train"], "slurm_extra": ""}
+    assert plan.stop(unwarned, plan.timings(unwarned))["warning"] is None
+    assert not plan.stop(unwarned, plan.timings(unwarned))["exceeds"]

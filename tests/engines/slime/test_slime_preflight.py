@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
@@ -21,6 +20,7 @@ from harness.checkpoint import hf_checkpoint_problem
 from harness.config import load
 from harness.grid import resolve_run_config, run_dir
 from harness.io import read_jsonl
+from harness.run import RunConfig, RunDir
 from tests.support.paths import FIXTURES, ROOT
 from tests.support.slime_checkpoints import write_hf_save, write_megatron_save
 from tests.support.workflow_cli import snakemake
@@ -82,7 +82,7 @@ def test_deepscaler_with_a_base_model_is_refused_naming_reward_and_format(preset
     preset["engine_params"].update(rm_type="deepscaler", reward_key=None)
     directory = run_dir(preset, "grpo", 1, 0)
     with pytest.raises(ValueError, match="'deepscaler' cannot score prompt_format 'dapo'"):
-        write_job_script(resolve_run_config(preset, "grpo", 1, 0), directory, check_files=False)
+        write_job_script(RunConfig.check(resolve_run_config(preset, "grpo", 1, 0)), RunDir(directory), check_files=False)
     assert not directory.exists()
 
 
@@ -178,7 +178,7 @@ def test_extra_args_owned_or_unknown_are_refused(preset, extra, message):
     preset["engine_params"]["extra_args"] = extra
     directory = run_dir(preset, "grpo", 1, 0)
     with pytest.raises(ValueError, match=message):
-        write_job_script(resolve_run_config(preset, "grpo", 1, 0), directory, check_files=False)
+        write_job_script(RunConfig.check(resolve_run_config(preset, "grpo", 1, 0)), RunDir(directory), check_files=False)
     assert not directory.exists()
 
 
@@ -218,7 +218,7 @@ def test_a_flag_the_model_script_sets_is_refused_in_extra_args(preset, extra):
     preset["engine_params"]["extra_args"] = extra
     directory = run_dir(preset, "grpo", 1, 0)
     with pytest.raises(ValueError, match=f"sets {extra[0].split('=')[0]}, which slime's model script sets too"):
-        write_job_script(resolve_run_config(preset, "grpo", 1, 0), directory, check_files=False)
+        write_job_script(RunConfig.check(resolve_run_config(preset, "grpo", 1, 0)), RunDir(directory), check_files=False)
     assert not directory.exists()
 
 
@@ -233,9 +233,9 @@ def test_known_extra_args_pass_and_every_launcher_flag_is_known(preset):
     flags, prefixes = preflight.known_flags()
     for recipe, lag_mode in (("grpo", "interval"), ("gspo_tis_r3", "constant")):
         preset["lag_mode"] = lag_mode
-        run_config = resolve_run_config(preset, recipe, 8, 0)
-        params = resolve_params(run_config["engine_params"])
-        emitted = {flag[0] for flag in slime_flags(run_config, params, Path("/r"), extra=False)}
+        run_config = RunConfig.check(resolve_run_config(preset, recipe, 8, 0))
+        params = run_config.engine_params
+        emitted = {flag[0] for flag in slime_flags(run_config, RunDir("/r"), extra=False)}
         unknown = sorted(flag for flag in emitted if flag not in flags and not flag.startswith(prefixes))
         assert not unknown  # the known-flag list is not stale for the launcher
         assert "extra_args: 3 argument(s)" in preflight.check_extra_args(params["extra_args"], emitted)

@@ -14,12 +14,11 @@ import yaml
 from engines.slime import loss as slime_loss
 from engines.slime.flags import slime_flags
 from engines.slime.job_script import custom_config
-from engines.slime.params import resolve_params
 from harness.config import load
 from harness.grid import resolve_run_config
 from harness.io import write_text_atomic
-from harness.run import RunDir
-from stabilizers import fingerprint, recipe_from_named_dict
+from harness.run import RunConfig, RunDir
+from stabilizers import fingerprint
 from tests.support.paths import ROOT
 from tests.support.slime_upstream import slime_parsed_args, upstream_dir
 
@@ -61,13 +60,13 @@ def table1_as_slime_parses_it(tmp_path_factory):
                                    prompt_data=str(tmp / "prompts.jsonl"))
     recipes, argvs = [], []
     for recipe in config["recipes"]:
-        run_config = resolve_run_config(config, recipe, 8, 0)
-        params = resolve_params(run_config["engine_params"])
-        directory = tmp / recipe
-        write_text_atomic(directory / "train" / "slime_custom.yaml", yaml.safe_dump(custom_config(run_config, directory)))
-        RunDir(directory).write_fingerprint(fingerprint(recipe_from_named_dict(run_config["recipe"], "test")))
-        argv = [token for flag in slime_flags(run_config, params, directory) for token in flag]
-        recipes.append(recipe_from_named_dict(run_config["recipe"], "test"))
+        run_config = RunConfig.check(resolve_run_config(config, recipe, 8, 0))
+        params = run_config.engine_params
+        run = RunDir(tmp / recipe)
+        write_text_atomic(run.engine_file("engine_settings"), yaml.safe_dump(custom_config(run_config, run)))
+        run.write_fingerprint(fingerprint(run_config.recipe))
+        argv = [token for flag in slime_flags(run_config, run) for token in flag]
+        recipes.append(run_config.recipe)
         argvs.append(argv + model_args(upstream, params["model_type"]))
     return recipes, slime_parsed_args(argvs)
 
