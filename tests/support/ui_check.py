@@ -76,15 +76,14 @@ def render(link: str, screenshot: Path, width: int = 1600, height: int = 2000) -
         shutil.rmtree(profile, ignore_errors=True)
 
 
-def chart_traces(dom: str, title: str) -> int:
-    """How many distinct curves the rendered chart card titled ``title`` draws (the paths of plotly's
-    line traces between its title and the next card's; the UI draws each run's line twice, on top of
-    each other); 0 when there is no such chart."""
+def chart_card(dom: str, title: str) -> str:
+    """The rendered DOM of the chart card titled ``title``: from its title to the next card's (or the
+    page's end); "" when there is no such chart."""
     start = dom.find(f'title="{title}"')
     if start < 0:
-        return 0
+        return ""
     end = dom.find("<h4 ", start + 1)
-    return len(set(re.findall(r'class="js-line"[^>]*? d="([^"]+)"', dom[start:end if end > 0 else len(dom)])))
+    return dom[start:end if end > 0 else len(dom)]
 
 
 def visible_text(dom: str) -> str:
