@@ -74,7 +74,6 @@ def test_seed_runs_in_the_grid_experiment_summaries_in_their_own(synced):
     assert summary.experiment_id == first["summary_experiment_id"] != first["experiment_id"]
     every = all_runs(client, summary.experiment_id)  # a summary run and two band runs (low, high) per cell
     assert sorted(r.data.tags[KIND] for r in every) == sorted(["cell", "band", "band"] * n_cells)
-    cells = [r for r in every if r.data.tags[KIND] == "cell"]
     parent = kinds["parent"][0]
     assert parent.info.run_id == first["parent_run_id"] and first["created"] == first_count + 3 * n_cells
     assert all(r.data.tags["stalebench.grid_run"] == parent.info.run_id for r in every)
