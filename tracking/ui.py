@@ -28,6 +28,8 @@ import psutil
 from harness.config import ConfigError, load
 from tracking.runs import SUMMARY_SUFFIX
 from tracking.store import (
+    COMPARISON_VIEW,
+    SHARED_VIEW_TAG,
     artifact_destination,
     comparison_link,
     parent_link,
@@ -53,6 +55,15 @@ def parent_run_id(uri: str, experiment: str, grid: str) -> str | None:
     return found[0].info.run_id if found else None
 
 
+def compared_lags(uri: str, summary_experiment: str) -> list[int]:
+    """The lags of the comparison views the final sync stored (the grid's, as aggregated: a narrowed
+    run of the workflow may have fewer than the config file names)."""
+    from mlflow.tracking import MlflowClient
+    prefix = SHARED_VIEW_TAG + COMPARISON_VIEW.format(lag="")
+    tags = MlflowClient(uri).get_experiment(summary_experiment).tags
+    return sorted(int(key[len(prefix):]) for key in tags if key.startswith(prefix) and key[len(prefix):].isdigit())
+
+
 def links(base_url: str, uri: str, config: dict) -> str:
     """The seed runs' link; once the grid is aggregated and synced, a cell comparison per lag and the
     parent run's verdicts."""
@@ -64,7 +75,7 @@ def links(base_url: str, uri: str, config: dict) -> str:
     cells = experiment_id(uri, grid + SUMMARY_SUFFIX)
     if cells is None:
         return "\n".join(lines + ["Cell comparison and verdicts: none yet (the grid is not aggregated and synced)"])
-    for lag in config["lags"]:
+    for lag in compared_lags(uri, cells):
         lines += [f"Cell comparison at lag {lag} (a line per recipe, the mean test score over its 95% band):",
                   comparison_link(base_url, cells, lag)]
     return "\n".join(lines + ["Claims' verdicts (the grid's parent run, its report files beside them):",
