@@ -259,18 +259,21 @@ def test_filters_timestamps_and_a_moved_store_through_mlflow_server(synced, tmp_
                 stamps = [m["timestamp"] for m in sorted(history, key=lambda m: m["step"])]
                 assert len(stamps) > 1 and all(a < b for a, b in zip(stamps, stamps[1:]))
             listed = rest(base, "/api/2.0/mlflow/artifacts/list?run_id=" + first["parent_run_id"])["files"]
-            assert {f["path"] for f in listed} == set(REPORT_FILES) | {"workflow_config.json"}
+            assert {f["path"] for f in listed} == set(REPORT_FILES) | {"workflow_config.json", VERDICTS_ARTIFACT}
             for name in REPORT_FILES:  # each opens, with the bytes of the grid's file
                 body = rest(base, f"/get-artifact?path={name}&run_uuid={first['parent_run_id']}", raw=True)
                 assert body == (moved / config["grid"] / name).read_bytes()
+            verdicts = rest(base, f"/get-artifact?path={VERDICTS_ARTIFACT}&run_uuid={first['parent_run_id']}", raw=True)
+            assert verdicts.decode().startswith(f"## Verdicts of grid {config['grid']}")
     finally:
         os.rename(original + ".away", original)
 
 
 def test_summary_runs_chart_the_cell_curves_and_the_parent_carries_the_verdicts(synced, tmp_path):
     """The must-show REST check (after two syncs): every summary run has eval/<task>/score at each
-    evaluation step, once, with /low and /high beside it (summary.json's curve, in percent), names the
-    baseline; the parent run carries each claim's verdict and the claims table as its description."""
+    evaluation step, once, and each of its band runs that curve's low or high bound (summary.json's
+    curve, in percent); a summary run names the baseline; the parent run carries each claim's verdict
+    and the claims table as its description."""
     config, _, first, _, _ = synced
     summary = json.loads((grid_dir(config) / "summary.json").read_text())
     curves = {(c["recipe"], str(c["lag"])): c["curve"] for c in summary["cells"]}
@@ -278,15 +281,15 @@ def test_summary_runs_chart_the_cell_curves_and_the_parent_carries_the_verdicts(
     with mlflow_server(config["results_dir"], tmp_path / "server.log") as base:
         cells = rest(base, "/api/2.0/mlflow/runs/search",
                      {"experiment_ids": [first["summary_experiment_id"]], "max_results": 100})["runs"]
-        assert len(cells) == len(curves)
+        assert len(cells) == 3 * len(curves)  # a summary run and its two band runs per cell
         for run in cells:
-            params, run_id = run_params(run), run["info"]["run_id"]
+            params, run_id, tags = run_params(run), run["info"]["run_id"], run_tags(run)
             curve = curves[params["recipe"], params["lag"]]
-            assert run_tags(run)["baseline"] == config["baseline"] and len(curve) == 4
-            for suffix, part in (("", "estimate"), ("/low", "low"), ("/high", "high")):
-                history = rest(base, f"/api/2.0/mlflow/metrics/get-history?run_id={run_id}&metric_key={name}{suffix}")
-                points = sorted((m["step"], m["value"]) for m in history["metrics"])
-                assert points == [(p["step"], pytest.approx(100 * p[part])) for p in curve], (params, suffix)
+            part = "estimate" if tags[KIND] == "cell" else tags["run_key"].rpartition(":")[2]
+            assert len(curve) == 4 and (tags[KIND] == "band" or tags["baseline"] == config["baseline"])
+            history = rest(base, f"/api/2.0/mlflow/metrics/get-history?run_id={run_id}&metric_key={name}")
+            points = sorted((m["step"], m["value"]) for m in history["metrics"])
+            assert points == [(p["step"], pytest.approx(100 * p[part])) for p in curve], (params, part)
         parent = rest(base, f"/api/2.0/mlflow/runs/get?run_id={first['parent_run_id']}")["run"]
         tags = run_tags(parent)
         assert summary["claims"] and {c["name"]: c["verdict"] for c in summary["claims"]} == {
