@@ -62,16 +62,16 @@ def running_ui(config_path: Path):
 
 
 def render(link: str, screenshot: Path, width: int = 1600, height: int = 2000) -> str:
-    """Open ``link`` in headless chromium: save its screenshot (PNG), return the rendered DOM. The virtual
-    time budget lets the page's scripts fetch and draw the runs before the capture."""
+    """Open ``link`` in headless chromium once: save its screenshot (PNG) and return the rendered DOM
+    (headless chromium runs both commands on one load). The virtual time budget lets the page's
+    scripts fetch and draw the runs before the capture."""
     profile = tempfile.mkdtemp(prefix="ui_chromium_")
-    common = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-              f"--user-data-dir={profile}", f"--window-size={width},{height}",
-              "--virtual-time-budget=30000", "--run-all-compositor-stages-before-draw"]
+    command = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+               f"--user-data-dir={profile}", f"--window-size={width},{height}",
+               "--virtual-time-budget=30000", "--run-all-compositor-stages-before-draw",
+               f"--screenshot={screenshot}", "--dump-dom", link]
     try:
-        subprocess.run(common + [f"--screenshot={screenshot}", link], check=True, capture_output=True, timeout=180)
-        return subprocess.run(common + ["--dump-dom", link], check=True, capture_output=True, text=True,
-                              timeout=180).stdout
+        return subprocess.run(command, check=True, capture_output=True, text=True, timeout=180).stdout
     finally:
         shutil.rmtree(profile, ignore_errors=True)
 
