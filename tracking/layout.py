@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 from analysis.summary import SCORES
+from tracking.store import SEED_RUNS_FILTER
 
 PERCENT = 100.0
 EVAL_CURVE_KEYS = ("score", "pass_at_k", "maj_at_k")  # all scores: logged in percent
@@ -152,26 +154,66 @@ def eval_metrics(rows: list[dict]) -> list[tuple[int, str, float]]:
             for key in EVAL_CURVE_KEYS if number(row.get(key)) is not None]
 
 
-def curve_metrics(task: str, curve: list[dict], time_ms: int) -> list:
-    """A cell's per-step test-score curve (summary.json's cell["curve"]) as step metrics in percent:
-    eval/<task>/score (the seed mean, the seed runs' name for the quantity) with eval/<task>/score/low
-    and /high (its 95% interval) at each step; a bound the interval lacks (fewer than 2 seeds) is left out."""
+def curve_metrics(task: str, curve: list[dict], time_ms: int, part: str = "estimate") -> list:
+    """One line of a cell's per-step test-score curve (summary.json's cell["curve"]) as step metrics in
+    percent, named eval/<task>/score as on the seed runs: ``part`` "estimate" (the seed mean, on the
+    cell's summary run) or a bound of its 95% interval, "low" or "high" (on the cell's band runs,
+    BAND_PARTS); a step without that bound (fewer than 2 seeds) is left out."""
     from mlflow.entities import Metric
-    name = f"eval/{task}/score"
-    return [Metric(name + suffix, percent(point[part]), time_ms, int(point["step"]))
-            for point in curve for suffix, part in (("", "estimate"), ("/low", "low"), ("/high", "high"))
-            if number(point[part]) is not None]
+    return [Metric(f"eval/{task}/score", percent(point[part]), time_ms, int(point["step"]))
+            for point in curve if number(point[part]) is not None]
 
 
-def comparison_view(task: str) -> dict:
-    """The summary experiment's shared view (tracking.store.comparison_link): every run shown (the UI
-    draws the first 10 otherwise), the table grouped by cell (recipe, lag), runs in name order, and only
-    the charts of the test-score curve and its bounds (else the ~70 per-cell numbers' bar charts come
-    first). The charts draw each run (a cell), not the groups' aggregates: those add a min-max band of
-    one run per group, empty, as two more traces per cell."""
-    return {"searchFilter": "", "orderByKey": "tags.`mlflow.runName`", "orderByAsc": True,
-            "runsHiddenMode": "SHOW_ALL", "chartsSearchFilter": f"eval/{task}/score",
-            "useGroupedValuesInCharts": False,
+BAND_PARTS = ("low", "high")  # a cell's band runs, beside its summary run (the mean)
+
+
+def staleness_cost_metric(claims: list[dict]) -> str:
+    """The score whose staleness cost the comparison charts: the staleness claims' metric (AUC by default)."""
+    return next((c["metric"] for c in claims if c["kind"] in ("staleness_cost", "cost_difference")), "auc")
+
+
+def seed_runs_view() -> dict:
+    """The seed runs' shared view (tracking.store.ui_link): every seed run listed by name and drawn
+    (the UI draws only the first 10 runs of a view that does not say SHOW_ALL)."""
+    return {"searchFilter": SEED_RUNS_FILTER, "orderByKey": "tags.`mlflow.runName`", "orderByAsc": True,
+            "runsHiddenMode": "SHOW_ALL"}
+
+
+def _section(uuid: str, name: str, height: int) -> dict:
+    """A chart section of a view, one chart a row (the UI's default: three small cards, legends cut)."""
+    return {"uuid": uuid, "name": name, "display": True, "isReordered": True, "deleted": False,
+            "isGenerated": False, "columns": 1, "cardHeight": height}
+
+
+def _chart(kind: str, section: str, metric: str) -> dict:
+    """A chart card of a view: every shown run (or group) drawn (the card's own default: 10)."""
+    chart = {"uuid": f"{section}-chart", "type": kind, "metricSectionId": section, "deleted": False,
+             "isGenerated": False, "metricKey": metric, "runsCountToCompare": 1000}
+    if kind == "LINE":
+        chart.update({"selectedMetricKeys": [metric], "xAxisKey": "step", "scaleType": "linear",
+                      "lineSmoothness": 0, "displayPoints": True})
+    return chart
+
+
+def comparison_view(task: str, lag: int, cost_metric: str | None) -> dict:
+    """The summary experiment's shared view of one lag (tracking.store.comparison_link): its cells'
+    summary and band runs, grouped by cell (recipe, lag) with the groups' values in the charts, so that
+    the test-score chart draws one line per cell, the average of its mean, low and high runs (the mean:
+    the interval is symmetric), over the band from their minimum to their maximum (the 95% interval);
+    ``cost_metric`` (a lag other than the reference): also the bar chart of staleness_cost/<metric>, a
+    bar per cell named in the legend by its group (the band runs do not carry it). Each chart in a
+    section of its own, full width, tall enough for the legend's every cell."""
+    score = f"eval/{task}/score"
+    sections, charts = [_section("stalebench-score", "test score, %", 560)], [_chart("LINE", "stalebench-score", score)]
+    if cost_metric:
+        cost = f"staleness_cost/{cost_metric}"
+        sections.append(_section("stalebench-cost", f"staleness cost ({cost_metric}, points)", 440))
+        charts.append(_chart("BAR", "stalebench-cost", cost))
+    return {"searchFilter": f"params.lag = '{lag}'", "orderByKey": "tags.`mlflow.runName`", "orderByAsc": True,
+            "runsHiddenMode": "SHOW_ALL", "useGroupedValuesInCharts": True, "hideEmptyCharts": True,
+            # the UI adds a generated chart for every other metric of the runs: the filter keeps them out
+            "chartsSearchFilter": "^(" + "|".join(re.escape(c["metricKey"]) for c in charts) + ")$",
+            "compareRunSections": sections, "compareRunCharts": charts, "isAccordionReordered": True,
             "groupBy": {"aggregateFunction": "average",
                         "groupByKeys": [{"mode": "param", "groupByData": "recipe"},
                                         {"mode": "param", "groupByData": "lag"}]}}

@@ -9,14 +9,21 @@ import os
 import tempfile
 from pathlib import Path
 
-from analysis.tables import claim_conclusions, claim_text, claims_section, markdown_section, replication_text
+from analysis.tables import (
+    claim_conclusions,
+    claim_text,
+    claims_section,
+    family_text,
+    markdown_section,
+    replication_text,
+)
 from harness.grid import expand, run_dir
 from harness.grid_dir import GridDir
-from harness.io import write_json_atomic
+from harness.io import write_json_atomic, write_text_atomic
 from harness.model import Eval
 from harness.run import RunDir
 from tracking import layout
-from tracking.store import COMPARISON_VIEW, results_root
+from tracking.store import COMPARISON_VIEW, SEED_RUNS_VIEW, VERDICTS_ARTIFACT, results_root
 from tracking.writer import Writer
 
 SYNCED = "stalebench.synced_step."  # + "train" or "eval.<task>": last step already logged
@@ -38,6 +45,7 @@ class Tracker:
         self.writer = Writer(config)
         self.experiment_id = self.writer.experiment(config["grid"], UNITS_NOTE.format(grid=config["grid"]))
         self.summary_experiment_id, self.cells = None, {}  # the summary experiment: final sync only
+        self.writer.share_view(self.experiment_id, SEED_RUNS_VIEW, layout.seed_runs_view())
         self.existing = self.writer.existing(self.experiment_id)
         self.stride = stride
         self.tasks = Eval.build(config["eval"]).scored_tasks
@@ -49,7 +57,7 @@ class Tracker:
     def sync_parent(self, grid_path: Path, summary: dict | None) -> str:
         """The grid's run; ``summary`` (final sync): its claims' verdicts as tags (``claim.<name>``,
         ``claim.<name>.estimate``, ``claims``) and as the run's description (the claims table of
-        table.md), the report files as artifacts."""
+        table.md), the report files as artifacts with the verdicts table (verdicts_markdown)."""
         final = summary is not None
         run_id, found = self._run(f"grid:{self.config['grid']}", "parent", self.config["grid"],
                                   {"engine": self.config["engine"], "grid": self.config["grid"]})
@@ -60,7 +68,8 @@ class Tracker:
         if final:
             with tempfile.TemporaryDirectory(prefix="track_") as tmp:
                 write_json_atomic(Path(tmp) / "workflow_config.json", self.config)
-                self.writer.log_artifacts(run_id, [Path(tmp) / "workflow_config.json"] + [
+                write_text_atomic(Path(tmp) / VERDICTS_ARTIFACT, verdicts_markdown(summary))
+                self.writer.log_artifacts(run_id, [Path(tmp) / "workflow_config.json", Path(tmp) / VERDICTS_ARTIFACT] + [
                     path for path in GridDir(grid_path).report_paths() if path.exists()])
         self.writer.set_status(run_id, found, "FINISHED" if final else "RUNNING")
         return run_id
@@ -133,34 +142,51 @@ class Tracker:
 
     def sync_cell(self, parent_id: str, cell: dict, summary: dict) -> None:
         """A summary run in the "<grid> summary" experiment: every number of the cell (layout.cell_values),
-        its test-score curve with its interval (layout.curve_metrics) and the baseline it is compared to."""
+        its mean test-score curve (layout.curve_metrics) and the baseline it is compared to; beside it
+        the cell's band runs, one per bound of the curve's 95% interval (layout.BAND_PARTS), which the
+        comparison's groups draw as the band (layout.comparison_view)."""
         if self.summary_experiment_id is None:
             name = self.config["grid"] + SUMMARY_SUFFIX
             self.summary_experiment_id = self.writer.experiment(
                 name, f"One run per cell (recipe x lag) of grid '{self.config['grid']}': means over seeds "
-                      "with their intervals and tests. " + SCORE_UNITS)
-            self.writer.share_view(self.summary_experiment_id, COMPARISON_VIEW, layout.comparison_view(summary["test_task"]))
+                      "with their intervals and tests; two band runs per cell (low, high) carry the bounds "
+                      "of its test-score curve. " + SCORE_UNITS)
+            cost_metric = layout.staleness_cost_metric(summary["claims"])
+            for lag in summary["lags"]:
+                self.writer.share_view(self.summary_experiment_id, COMPARISON_VIEW.format(lag=lag), layout.comparison_view(
+                    summary["test_task"], lag, None if lag == summary["reference_lag"] else cost_metric))
             self.cells = self.writer.existing(self.summary_experiment_id)
         recipe, lag = cell["recipe"], cell["lag"]
-        run_id, found = self.writer.run(f"cell:{self.config['grid']}:{recipe}:lag{lag}", "cell",
-                                        f"summary {recipe}/lag{lag}", {"stalebench.grid_run": parent_id},
+        key = f"cell:{self.config['grid']}:{recipe}:lag{lag}"
+        run_id, found = self.writer.run(key, "cell", f"summary {recipe}/lag{lag}", {"stalebench.grid_run": parent_id},
                                         self.summary_experiment_id, self.cells)
         values, tags = layout.cell_values(cell)
         tags.update({"seeds": json.dumps(cell["seeds"]), "run_keys": json.dumps(cell.get("run_keys", [])),
                      "baseline": str(summary["baseline"]), "mlflow.note.content": baseline_note(summary, lag)})
-        curve = layout.curve_metrics(summary["test_task"], cell["curve"], self.writer.now)
-        digest = hashlib.sha256(json.dumps(cell["curve"], sort_keys=True).encode()).hexdigest()[:16]
-        if found is not None and found.data.tags.get(CURVE_DIGEST) == digest:
-            curve = []  # a re-sync sends a changed curve only
-        tags[CURVE_DIGEST] = digest
         params = {}
         if found is None:  # the params its seeds share (from the first seed's config)
             first = RunDir(run_dir(self.config, recipe, lag, cell["seeds"][0])) if cell["seeds"] else None
             if first is not None and first.config_path.exists():
                 params = layout.cell_params(first.read_config())
             params.update({"recipe": recipe, "lag": str(lag)})
-        self.writer.log(run_id, curve + self.writer.changed(found, values), params=params, tags=tags)
+        self.writer.log(run_id, self._curve(found, tags, summary, cell, "estimate") + self.writer.changed(found, values),
+                        params=params, tags=tags)
         self.writer.set_status(run_id, found, "FINISHED")
+        for part in layout.BAND_PARTS:
+            band_id, band = self.writer.run(f"{key}:{part}", "band", f"summary {recipe}/lag{lag} {part}",
+                                            {"stalebench.grid_run": parent_id}, self.summary_experiment_id, self.cells)
+            band_tags = {"mlflow.note.content": f"The {part} bound of the 95% interval of the test-score curve "
+                                                f"of summary {recipe}/lag{lag}, step by step. " + SCORE_UNITS}
+            self.writer.log(band_id, self._curve(band, band_tags, summary, cell, part), tags=band_tags,
+                            params={"recipe": recipe, "lag": str(lag)} if band is None else None)
+            self.writer.set_status(band_id, band, "FINISHED")
+
+    def _curve(self, found, tags: dict, summary: dict, cell: dict, part: str) -> list:
+        """The cell curve's ``part`` as step metrics, unless the run already has it (its digest in ``tags``)."""
+        digest = hashlib.sha256(json.dumps([cell["curve"], part], sort_keys=True).encode()).hexdigest()[:16]
+        unchanged = found is not None and found.data.tags.get(CURVE_DIGEST) == digest
+        tags[CURVE_DIGEST] = digest
+        return [] if unchanged else layout.curve_metrics(summary["test_task"], cell["curve"], self.writer.now, part)
 
 
 def claim_tags(summary: dict) -> dict[str, str]:
@@ -175,6 +201,17 @@ def claim_tags(summary: dict) -> dict[str, str]:
     section = claims_section(summary)
     tags["mlflow.note.content"] = "\n".join(markdown_section(*section)) if section else claim_conclusions(summary)[0]
     return tags
+
+
+def verdicts_markdown(summary: dict) -> str:
+    """The parent run's verdicts table: a row per claim, its full name first, then its verdict, its
+    estimate and P(same outcome on a rerun); the reasons are table.md's (a sibling artifact)."""
+    rows = [[c["name"], f"**{c['verdict']}**", claim_text(c), replication_text(c)] for c in summary["claims"]]
+    if not rows:
+        return "\n".join(claim_conclusions(summary)) + "\n"
+    title = f"Verdicts of grid {summary['grid']} ({family_text(summary)}; the reasons: table.md)"
+    return "\n".join(markdown_section(title, ["claim", "verdict", "estimate [interval] (level, method, n)",
+                                               "P(same outcome on a rerun)"], rows))
 
 
 def baseline_note(summary: dict, lag: int) -> str:

@@ -18,7 +18,9 @@ from pathlib import Path
 PROXIED = "mlflow-artifacts:"
 KIND = "stalebench.kind"  # the tag naming a run's kind: parent | run | cell
 SEED_RUNS_FILTER = f"tags.\"{KIND}\" = 'run'"
-COMPARISON_VIEW = "stalebench-cells"  # the summary experiment's shared view (comparison_link)
+SEED_RUNS_VIEW = "stalebench-seeds"  # the seed runs' experiment's shared view (ui_link)
+COMPARISON_VIEW = "stalebench-cells-lag{lag}"  # the summary experiment's shared view of one lag (comparison_link)
+VERDICTS_ARTIFACT = "verdicts.md"  # the parent run's claims table (parent_link)
 SHARED_VIEW_TAG = "mlflow.sharedViewState."  # + key: an experiment tag the UI opens with ?viewStateShareKey=key
 
 
@@ -78,21 +80,30 @@ def fast_sqlite_commits() -> None:
     _PRAGMA_SET = True
 
 
-def ui_link(base_url: str, experiment_id: str) -> str:
-    """The grid's seed runs, as charts. MLflow 3 opens its GenAI traces page unless the link names the
-    classic ("machine learning") workflow; its runs view folds child runs under their parent (and
-    charts only the unfolded ones) while the runs are sorted by creation time, so the link lists the
-    seed runs by name instead. The UI reads all of these from the link's query."""
+def _view_link(base_url: str, experiment_id: str, view_key: str) -> str:
+    """The experiment's runs as charts in the shared view ``view_key`` (an experiment tag the sync
+    stores). MLflow 3 opens its GenAI traces page unless the link names the classic ("machine learning")
+    workflow; the UI reads a shared view only from a link without search keys (searchFilter,
+    orderByKey...): the view holds them."""
     query = urllib.parse.urlencode({"workflowType": "machine_learning", "compareRunsMode": "CHART",
-                                    "searchFilter": SEED_RUNS_FILTER, "orderByKey": "tags.`mlflow.runName`",
-                                    "orderByAsc": "true"}, quote_via=urllib.parse.quote)
+                                    "viewStateShareKey": view_key})
     return f"{base_url.rstrip('/')}/#/experiments/{experiment_id}/runs?{query}"
 
 
-def comparison_link(base_url: str, summary_experiment_id: str) -> str:
-    """The cell comparison: the summary experiment's runs as charts, in the shared view the final sync
-    stores on it (layout.comparison_view: every cell shown, grouped by recipe and lag). The UI reads a
-    shared view only from a link without search keys (searchFilter, orderByKey...): the view has them."""
-    query = urllib.parse.urlencode({"workflowType": "machine_learning", "compareRunsMode": "CHART",
-                                    "viewStateShareKey": COMPARISON_VIEW})
-    return f"{base_url.rstrip('/')}/#/experiments/{summary_experiment_id}/runs?{query}"
+def ui_link(base_url: str, experiment_id: str) -> str:
+    """The grid's seed runs, as charts (layout.seed_runs_view: listed by name, every one drawn; by
+    name because the runs view folds child runs under their parent while sorted by creation time)."""
+    return _view_link(base_url, experiment_id, SEED_RUNS_VIEW)
+
+
+def comparison_link(base_url: str, summary_experiment_id: str, lag: int) -> str:
+    """The cell comparison at one lag: the summary experiment's runs as charts (layout.comparison_view:
+    a line per cell over its 95% band, the staleness-cost bars)."""
+    return _view_link(base_url, summary_experiment_id, COMPARISON_VIEW.format(lag=lag))
+
+
+def parent_link(base_url: str, experiment_id: str, parent_run_id: str) -> str:
+    """The grid's parent run at its verdicts table (an artifact, rendered by the UI as Markdown: every
+    claim's name and verdict in full, where the run's tag chips cut long names); its other artifacts
+    (table.md, the plots) one click away in the same tree."""
+    return f"{base_url.rstrip('/')}/#/experiments/{experiment_id}/runs/{parent_run_id}/artifacts/{VERDICTS_ARTIFACT}"

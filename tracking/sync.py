@@ -12,8 +12,10 @@ for the training curve (every numeric key of the run's training metrics, as trai
 evaluation curves (eval/<task>/score, pass_at_k, maj_at_k, in percent, selection task included),
 each point stamped with the time its training step was produced; its per-run numbers (fixed, best,
 selected, auc, dbar, ...). The summary runs, one per cell (recipe x lag) with every number of
-summary.json, live in their own experiment "<grid> summary", so that they never crowd the seed
-runs out of the grid's default runs and chart views. Run status: RUNNING while training,
+summary.json, and two band runs per cell (the bounds of its test-score curve's interval, drawn as
+its band), live in their own experiment "<grid> summary", so that they never crowd the seed runs out
+of the grid's default runs and chart views. The views the UI's links open are stored on the
+experiments as shared views (tracking.layout); the claims' verdicts are the parent run's verdicts.md. Run status: RUNNING while training,
 FINISHED when completed, FAILED with the reason (``status_reason`` tag) when diverged or failed;
 ``collapsed`` tags a collapsed run.
 

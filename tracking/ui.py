@@ -4,9 +4,10 @@
 
 Starts ``mlflow server`` on 127.0.0.1 over <results_dir>/mlflow.db, serving the artifacts from
 <results_dir>/mlartifacts (wherever results/ now lives: the store is relocatable, tracking.store),
-waits until it answers, prints two links and runs until Ctrl-C: the grid's seed runs as charts, and
-the cell comparison (the "<grid> summary" experiment as charts in the view tracking.sync shares
-on it: one curve per cell with its interval, every cell shown; tracking.store.comparison_link).
+waits until it answers, prints its links and runs until Ctrl-C: the grid's seed runs as charts, every
+run drawn; a cell comparison per lag (the "<grid> summary" experiment as charts in the views
+tracking.sync shares on it: a line per cell over its 95% band, the staleness-cost bars;
+tracking.store.comparison_link); the grid's parent run at its verdicts table (tracking.store.parent_link).
 The server runs without MLflow's job runner (its huey workers serve GenAI jobs this harness never
 submits; with them the UI's processes took 2.7 GB instead of 0.75, docs/mlflow.md):
 MLFLOW_SERVER_ENABLE_JOB_EXECUTION=true in the environment turns it back on.
@@ -26,7 +27,17 @@ import psutil
 
 from harness.config import ConfigError, load
 from tracking.runs import SUMMARY_SUFFIX
-from tracking.store import artifact_destination, comparison_link, results_root, tracking_uri, ui_link
+from tracking.store import (
+    COMPARISON_VIEW,
+    SHARED_VIEW_TAG,
+    artifact_destination,
+    comparison_link,
+    parent_link,
+    results_root,
+    tracking_uri,
+    ui_link,
+)
+from tracking.writer import KEY
 
 HOST = "127.0.0.1"
 
@@ -37,15 +48,38 @@ def experiment_id(uri: str, name: str) -> str | None:
     return None if experiment is None else experiment.experiment_id
 
 
-def links(base_url: str, uri: str, grid: str) -> str:
-    """The seed runs' link, then the cell comparison's (the summary experiment: once the grid is aggregated)."""
+def parent_run_id(uri: str, experiment: str, grid: str) -> str | None:
+    """The grid's parent run (its run_key tag, tracking.runs), None before the first sync made it."""
+    from mlflow.tracking import MlflowClient
+    found = MlflowClient(uri).search_runs([experiment], filter_string=f"tags.{KEY} = 'grid:{grid}'", max_results=1)
+    return found[0].info.run_id if found else None
+
+
+def compared_lags(uri: str, summary_experiment: str) -> list[int]:
+    """The lags of the comparison views the final sync stored (the grid's, as aggregated: a narrowed
+    run of the workflow may have fewer than the config file names)."""
+    from mlflow.tracking import MlflowClient
+    prefix = SHARED_VIEW_TAG + COMPARISON_VIEW.format(lag="")
+    tags = MlflowClient(uri).get_experiment(summary_experiment).tags
+    return sorted(int(key[len(prefix):]) for key in tags if key.startswith(prefix) and key[len(prefix):].isdigit())
+
+
+def links(base_url: str, uri: str, config: dict) -> str:
+    """The seed runs' link; once the grid is aggregated and synced, a cell comparison per lag and the
+    parent run's verdicts."""
+    grid = config["grid"]
     seeds = experiment_id(uri, grid)
     if seeds is None:
         raise ValueError(f"no experiment {grid!r} in {uri}: run the grid (make demo) or tracking.sync first")
+    lines = ["Seed runs (charts, every run):", ui_link(base_url, seeds)]
     cells = experiment_id(uri, grid + SUMMARY_SUFFIX)
-    return (f"Seed runs (charts):\n{ui_link(base_url, seeds)}\nCell comparison (one curve per recipe x lag, "
-            "with its 95% interval as /low, /high):\n" + (comparison_link(base_url, cells) if cells is not None
-                                                          else "(none yet: the grid is not aggregated and synced)"))
+    if cells is None:
+        return "\n".join(lines + ["Cell comparison and verdicts: none yet (the grid is not aggregated and synced)"])
+    for lag in compared_lags(uri, cells):
+        lines += [f"Cell comparison at lag {lag} (a line per recipe, the mean test score over its 95% band):",
+                  comparison_link(base_url, cells, lag)]
+    return "\n".join(lines + ["Claims' verdicts (the grid's parent run, its report files beside them):",
+                               parent_link(base_url, seeds, parent_run_id(uri, seeds, grid))])
 
 
 def server_command(config: dict, port: int) -> list[str]:
@@ -103,17 +137,17 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     uri = tracking_uri(config)[0]
     if not uri.startswith("sqlite:"):
-        print(links(uri, uri, config["grid"]), flush=True)
+        print(links(uri, uri, config), flush=True)
         return 0
     if not (results_root(config) / "mlflow.db").exists():
         parser.error(f"no MLflow store at {results_root(config) / 'mlflow.db'}: run the grid (make demo) first")
-    links(HOST, uri, config["grid"])  # refuses a store without the grid before a server starts
+    links(HOST, uri, config)  # refuses a store without the grid before a server starts
     process = subprocess.Popen(server_command(config, args.port), env=server_env(), start_new_session=True)
     # SIGTERM (e.g. from a test) goes through the finally below, which stops the server's process group
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         base = wait_healthy(process, args.port)
-        print(f"MLflow UI of grid {config['grid']!r} (Ctrl-C stops it).\n{links(base, uri, config['grid'])}", flush=True)
+        print(f"MLflow UI of grid {config['grid']!r} (Ctrl-C stops it).\n{links(base, uri, config)}", flush=True)
         return process.wait()
     except KeyboardInterrupt:
         return 0

@@ -62,29 +62,28 @@ def running_ui(config_path: Path):
 
 
 def render(link: str, screenshot: Path, width: int = 1600, height: int = 2000) -> str:
-    """Open ``link`` in headless chromium: save its screenshot (PNG), return the rendered DOM. The virtual
-    time budget lets the page's scripts fetch and draw the runs before the capture."""
+    """Open ``link`` in headless chromium once: save its screenshot (PNG) and return the rendered DOM
+    (headless chromium runs both commands on one load). The virtual time budget lets the page's
+    scripts fetch and draw the runs before the capture."""
     profile = tempfile.mkdtemp(prefix="ui_chromium_")
-    common = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-              f"--user-data-dir={profile}", f"--window-size={width},{height}",
-              "--virtual-time-budget=30000", "--run-all-compositor-stages-before-draw"]
+    command = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+               f"--user-data-dir={profile}", f"--window-size={width},{height}",
+               "--virtual-time-budget=30000", "--run-all-compositor-stages-before-draw",
+               f"--screenshot={screenshot}", "--dump-dom", link]
     try:
-        subprocess.run(common + [f"--screenshot={screenshot}", link], check=True, capture_output=True, timeout=180)
-        return subprocess.run(common + ["--dump-dom", link], check=True, capture_output=True, text=True,
-                              timeout=180).stdout
+        return subprocess.run(command, check=True, capture_output=True, text=True, timeout=180).stdout
     finally:
         shutil.rmtree(profile, ignore_errors=True)
 
 
-def chart_traces(dom: str, title: str) -> int:
-    """How many distinct curves the rendered chart card titled ``title`` draws (the paths of plotly's
-    line traces between its title and the next card's; the UI draws each run's line twice, on top of
-    each other); 0 when there is no such chart."""
+def chart_card(dom: str, title: str) -> str:
+    """The rendered DOM of the chart card titled ``title``: from its title to the next card's (or the
+    page's end); "" when there is no such chart."""
     start = dom.find(f'title="{title}"')
     if start < 0:
-        return 0
+        return ""
     end = dom.find("<h4 ", start + 1)
-    return len(set(re.findall(r'class="js-line"[^>]*? d="([^"]+)"', dom[start:end if end > 0 else len(dom)])))
+    return dom[start:end if end > 0 else len(dom)]
 
 
 def visible_text(dom: str) -> str:

@@ -16,7 +16,7 @@ from tests.support.grid_fixture import CLAIMS, COLLAPSED, DIVERGE_STEP, DIVERGED
 from tests.support.mlflow_server import mlflow_server, rest, run_params, run_tags
 from tracking import layout
 from tracking.runs import SUMMARY_SUFFIX
-from tracking.store import KIND, local_artifact_dir, tracking_uri
+from tracking.store import KIND, VERDICTS_ARTIFACT, local_artifact_dir, tracking_uri
 from tracking.sync import main, sync
 
 pytestmark = pytest.mark.slow  # an MLflow store synced per module, MLflow servers
@@ -72,13 +72,22 @@ def test_seed_runs_in_the_grid_experiment_summaries_in_their_own(synced):
     assert first_count == 1 + n_runs and {k: len(v) for k, v in kinds.items()} == {"parent": 1, "run": n_runs}
     summary = client.get_experiment_by_name(config["grid"] + SUMMARY_SUFFIX)
     assert summary.experiment_id == first["summary_experiment_id"] != first["experiment_id"]
-    cells = all_runs(client, summary.experiment_id)
-    assert len(cells) == n_cells and {r.data.tags[KIND] for r in cells} == {"cell"}
+    every = all_runs(client, summary.experiment_id)  # a summary run and two band runs (low, high) per cell
+    assert sorted(r.data.tags[KIND] for r in every) == sorted(["cell", "band", "band"] * n_cells)
     parent = kinds["parent"][0]
-    assert parent.info.run_id == first["parent_run_id"] and first["created"] == first_count + n_cells
-    assert all(r.data.tags["stalebench.grid_run"] == parent.info.run_id for r in cells)
-    assert {(r.data.params["recipe"], r.data.params["lag"]) for r in cells} == {
-        (recipe, str(lag)) for recipe in config["recipes"] for lag in config["lags"]}
+    assert parent.info.run_id == first["parent_run_id"] and first["created"] == first_count + 3 * n_cells
+    assert all(r.data.tags["stalebench.grid_run"] == parent.info.run_id for r in every)
+    assert sorted((r.data.params["recipe"], r.data.params["lag"]) for r in every) == sorted(
+        [(recipe, str(lag)) for recipe in config["recipes"] for lag in config["lags"]] * 3)
+    # the comparison's bands: each cell's curve, mean on its summary run, each bound on a band run, one name
+    summary_json = json.loads((grid_dir(config) / "summary.json").read_text())
+    by_name = {r.info.run_name: r for r in every}
+    for cell in summary_json["cells"]:
+        for suffix, part in (("", "estimate"), (" low", "low"), (" high", "high")):
+            run = by_name[f"summary {cell['recipe']}/lag{cell['lag']}{suffix}"]
+            history = client.get_metric_history(run.info.run_id, "eval/tiny_test/score")
+            assert [(m.step, m.value) for m in history] == [(p["step"], pytest.approx(100 * p[part]))
+                                                            for p in cell["curve"] if p[part] is not None]
     keys = {key_of(config, r): r for r in expand(config)}
     for run in kinds["run"]:
         recipe, lag, seed = keys[run.data.tags["run_key"]]
@@ -100,7 +109,10 @@ def test_seed_runs_in_the_grid_experiment_summaries_in_their_own(synced):
     # artifacts: in the folder the UI server serves mlflow-artifacts:/ from (a REST test opens them)
     assert parent.info.artifact_uri == f"mlflow-artifacts:/{config['grid']}/{parent.info.run_id}/artifacts"
     folder = local_artifact_dir(config, parent.info.artifact_uri)
-    assert {p.name for p in folder.iterdir()} == set(REPORT_FILES) | {"workflow_config.json"}
+    assert {p.name for p in folder.iterdir()} == set(REPORT_FILES) | {"workflow_config.json", VERDICTS_ARTIFACT}
+    rows = [line.split(" | ") for line in (folder / VERDICTS_ARTIFACT).read_text().splitlines()[4:] if line]
+    assert [(row[0].removeprefix("| "), row[1]) for row in rows] == [
+        (c["name"], f"**{c['verdict']}**") for c in summary_json["claims"]]
 
 
 def test_second_track_adds_none_and_updates(synced):
@@ -247,18 +259,21 @@ def test_filters_timestamps_and_a_moved_store_through_mlflow_server(synced, tmp_
                 stamps = [m["timestamp"] for m in sorted(history, key=lambda m: m["step"])]
                 assert len(stamps) > 1 and all(a < b for a, b in zip(stamps, stamps[1:]))
             listed = rest(base, "/api/2.0/mlflow/artifacts/list?run_id=" + first["parent_run_id"])["files"]
-            assert {f["path"] for f in listed} == set(REPORT_FILES) | {"workflow_config.json"}
+            assert {f["path"] for f in listed} == set(REPORT_FILES) | {"workflow_config.json", VERDICTS_ARTIFACT}
             for name in REPORT_FILES:  # each opens, with the bytes of the grid's file
                 body = rest(base, f"/get-artifact?path={name}&run_uuid={first['parent_run_id']}", raw=True)
                 assert body == (moved / config["grid"] / name).read_bytes()
+            verdicts = rest(base, f"/get-artifact?path={VERDICTS_ARTIFACT}&run_uuid={first['parent_run_id']}", raw=True)
+            assert verdicts.decode().startswith(f"## Verdicts of grid {config['grid']}")
     finally:
         os.rename(original + ".away", original)
 
 
 def test_summary_runs_chart_the_cell_curves_and_the_parent_carries_the_verdicts(synced, tmp_path):
     """The must-show REST check (after two syncs): every summary run has eval/<task>/score at each
-    evaluation step, once, with /low and /high beside it (summary.json's curve, in percent), names the
-    baseline; the parent run carries each claim's verdict and the claims table as its description."""
+    evaluation step, once, and each of its band runs that curve's low or high bound (summary.json's
+    curve, in percent); a summary run names the baseline; the parent run carries each claim's verdict
+    and the claims table as its description."""
     config, _, first, _, _ = synced
     summary = json.loads((grid_dir(config) / "summary.json").read_text())
     curves = {(c["recipe"], str(c["lag"])): c["curve"] for c in summary["cells"]}
@@ -266,15 +281,15 @@ def test_summary_runs_chart_the_cell_curves_and_the_parent_carries_the_verdicts(
     with mlflow_server(config["results_dir"], tmp_path / "server.log") as base:
         cells = rest(base, "/api/2.0/mlflow/runs/search",
                      {"experiment_ids": [first["summary_experiment_id"]], "max_results": 100})["runs"]
-        assert len(cells) == len(curves)
+        assert len(cells) == 3 * len(curves)  # a summary run and its two band runs per cell
         for run in cells:
-            params, run_id = run_params(run), run["info"]["run_id"]
+            params, run_id, tags = run_params(run), run["info"]["run_id"], run_tags(run)
             curve = curves[params["recipe"], params["lag"]]
-            assert run_tags(run)["baseline"] == config["baseline"] and len(curve) == 4
-            for suffix, part in (("", "estimate"), ("/low", "low"), ("/high", "high")):
-                history = rest(base, f"/api/2.0/mlflow/metrics/get-history?run_id={run_id}&metric_key={name}{suffix}")
-                points = sorted((m["step"], m["value"]) for m in history["metrics"])
-                assert points == [(p["step"], pytest.approx(100 * p[part])) for p in curve], (params, suffix)
+            part = "estimate" if tags[KIND] == "cell" else tags["run_key"].rpartition(":")[2]
+            assert len(curve) == 4 and (tags[KIND] == "band" or tags["baseline"] == config["baseline"])
+            history = rest(base, f"/api/2.0/mlflow/metrics/get-history?run_id={run_id}&metric_key={name}")
+            points = sorted((m["step"], m["value"]) for m in history["metrics"])
+            assert points == [(p["step"], pytest.approx(100 * p[part])) for p in curve], (params, part)
         parent = rest(base, f"/api/2.0/mlflow/runs/get?run_id={first['parent_run_id']}")["run"]
         tags = run_tags(parent)
         assert summary["claims"] and {c["name"]: c["verdict"] for c in summary["claims"]} == {

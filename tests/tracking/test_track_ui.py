@@ -2,6 +2,7 @@
 links in a real headless browser (Debian's chromium, which CI installs with apt-get)."""
 import json
 import os
+import re
 import shutil
 import tempfile
 import urllib.parse
@@ -13,9 +14,14 @@ import yaml
 
 from analysis import curves
 from harness.config import load
+from harness.grid import expand, run_dir
+from harness.grid_dir import GridDir
+from harness.run import RunDir
 from tests.support.grid_fixture import make_grid
 from tests.support.optional import missing as optional_input_missing
-from tests.support.ui_check import CHROMIUM, chart_traces, render, running_ui, synced_grid, visible_text
+from tests.support.ui_check import CHROMIUM, chart_card, render, running_ui, synced_grid, visible_text
+from tracking.layout import staleness_cost_metric
+from tracking.store import SEED_RUNS_FILTER, SEED_RUNS_VIEW
 from tracking.sync import sync
 
 # Kept after the run for a person (or CI) to look at, outside the checkout (the suite writes nothing there)
@@ -34,7 +40,11 @@ def test_ui_serves_the_store_and_prints_the_runs_view_link(tmp_path, monkeypatch
         assert fragment.startswith(f"experiments/{marker['experiment_id']}/runs?")
         query = urllib.parse.parse_qs(fragment.partition("?")[2])
         assert query["workflowType"] == ["machine_learning"] and query["compareRunsMode"] == ["CHART"]
-        assert query["searchFilter"] == ["tags.\"stalebench.kind\" = 'run'"]
+        assert query["viewStateShareKey"] == [SEED_RUNS_VIEW] and len(links) == 1  # not aggregated: no comparison yet
+        view = json.loads(urllib.request.urlopen(  # the shared view the link opens, as the sync stored it
+            f"{base}/api/2.0/mlflow/experiments/get?experiment_id={marker['experiment_id']}", timeout=30).read())
+        tags = {t["key"]: t["value"] for t in view["experiment"]["tags"]}
+        assert json.loads(tags["mlflow.sharedViewState." + SEED_RUNS_VIEW])["searchFilter"] == SEED_RUNS_FILTER
         found = json.loads(urllib.request.urlopen(
             f"{base}/api/2.0/mlflow/experiments/get?experiment_id={marker['experiment_id']}", timeout=30).read())
         assert found["experiment"]["name"] == config["grid"]
@@ -42,34 +52,58 @@ def test_ui_serves_the_store_and_prints_the_runs_view_link(tmp_path, monkeypatch
         urllib.request.urlopen(f"{base}/health", timeout=5)
 
 
+def drawn_lines(dom: str, title: str) -> list[str]:
+    """The stroke colour of each run or group the chart card titled ``title`` draws (the UI draws each
+    line twice: once opaque, once faint for highlighting; the opaque ones)."""
+    return re.findall(r'class="js-line"[^>]*? stroke: (rgb\([^)]*\)); stroke-opacity: 1;', chart_card(dom, title))
+
+
 def seed_runs_page(dom: str, config: dict) -> list[str]:
-    """What a person looks for on the seed runs' page, missing from the rendered page."""
-    chart = f"eval/{curves.test_task(config['eval'])}/score"
-    run = f"{config['recipes'][0]}/lag{config['lags'][0]}/seed0"
-    missing = [] if chart_traces(dom, chart) else [f"the {chart} chart with its curves"]
-    return missing + ([] if run in visible_text(dom) else [f"the run {run}"])
+    """Every seed run with a test-score curve drawn on the test-score chart, and the last run by name listed."""
+    task = curves.test_task(config["eval"])
+    expected = sum(1 for run in expand(config) if RunDir(run_dir(config, *run)).read_eval(task))
+    drawn = len(drawn_lines(dom, f"eval/{task}/score"))
+    last = "{}/lag{}/seed{}".format(*max(expand(config), key=lambda run: "{}/lag{}/seed{}".format(*run)))
+    return ([] if drawn == expected else [f"{expected} runs drawn on eval/{task}/score (it draws {drawn})"]) + (
+        [] if last in visible_text(dom) else [f"the run {last}"])
 
 
-def comparison_page(dom: str, config: dict) -> list[str]:
-    """The cell comparison: one curve per cell (recipe x lag) on the test-score chart, every cell listed."""
+def comparison_page(dom: str, config: dict, lag: int) -> list[str]:
+    """The cell comparison at one lag: a line per cell over its 95% band, each in a colour of its own,
+    every cell named; at a lag other than the reference, a named bar per cell on the staleness-cost chart."""
     chart = f"eval/{curves.test_task(config['eval'])}/score"
-    cells = [f"summary {recipe}/lag{lag}" for recipe in config["recipes"] for lag in config["lags"]]
-    drawn = chart_traces(dom, chart)
-    missing = [] if drawn == len(cells) else [f"{len(cells)} curves on the {chart} chart (it draws {drawn})"]
-    return missing + [cell for cell in cells if cell not in visible_text(dom)]
+    groups = [f"recipe: {recipe}, lag: {lag}" for recipe in config["recipes"]]
+    card, missing = chart_card(dom, chart), []
+    lines, bands = drawn_lines(dom, chart), re.findall(r'class="js-fill"[^>]*?[ "]fill: (rgb\([^)]*\))', card)
+    if len(lines) != len(groups) or len(set(lines)) != len(groups):
+        missing.append(f"{len(groups)} lines in {len(groups)} colours on {chart} (it draws {lines})")
+    if sorted(bands) != sorted(lines):
+        missing.append(f"a band under each line on {chart} (bands {bands}, lines {lines})")
+    missing += [f"{group} on {chart}" for group in groups if group not in visible_text(card)]
+    if lag != GridDir.of(config).read_summary()["reference_lag"]:
+        cost = chart_card(dom, f"staleness_cost/{staleness_cost_metric(config['claims'])}")
+        bars = len(re.findall(r'<g class="point">', cost))
+        if bars != len(groups):
+            missing.append(f"{len(groups)} staleness-cost bars (it draws {bars})")
+        missing += [f"{group} naming a staleness-cost bar" for group in groups if group not in visible_text(cost)]
+    return missing
 
 
 def parent_run_page(dom: str, config: dict) -> list[str]:
-    """The grid's parent run: each claim's name and verdict in its description."""
-    text = visible_text(dom)
-    return [f"claim {c['name']}: {c['verdict']}" for c in json.loads(
-        (Path(config["results_dir"]) / config["grid"] / "summary.json").read_text())["claims"]
-            if c["name"] not in text or c["verdict"] not in text]
+    """The grid's parent run at its verdicts table: a row per claim, its full name then its verdict."""
+    # the UI renders a Markdown table as rows and cells by their ARIA roles
+    rows = [[visible_text(f"<div {cell}>").strip() for cell in row.split('role="cell"')[1:]] for row in dom.split('role="row"')[1:]]
+    shown = {row[0]: row[1] for row in rows if len(row) > 1}
+    return [f"claim {c['name']}: {c['verdict']}" for c in GridDir.of(config).read_summary()["claims"]
+            if shown.get(c["name"]) != c["verdict"]]
 
 
-# What each link `make ui` prints must show, in the order it prints them: (page name, check); then the
-# parent run's page (its link: the seed runs' experiment at the run mlflow.json names).
-PAGES = [("seed_runs", seed_runs_page), ("comparison", comparison_page)]
+def pages(config: dict) -> list[tuple[str, object]]:
+    """What each link `make ui` prints must show, in the order it prints them: (page name, check)."""
+    return [("seed_runs", seed_runs_page),
+            *((f"comparison_lag{lag}", lambda dom, config, lag=lag: comparison_page(dom, config, lag))
+              for lag in config["lags"]),
+            ("verdicts", parent_run_page)]
 
 
 @pytest.mark.browser
@@ -80,12 +114,9 @@ def test_printed_links_show_what_a_person_looks_for(tmp_path):
     config_path = synced_grid(tmp_path)
     config = load(config_path)
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    marker = json.loads((Path(config["results_dir"]) / config["grid"] / "mlflow.json").read_text())
     with running_ui(config_path) as (_, links):
-        assert len(links) == len(PAGES), links
-        base = links[0].partition("/#/")[0]
-        parent = f"{base}/#/experiments/{marker['experiment_id']}/runs/{marker['parent_run_id']}"
-        for (name, check), link in [*zip(PAGES, links), (("parent_run", parent_run_page), parent)]:
+        assert len(links) == len(pages(config)), links
+        for (name, check), link in zip(pages(config), links):
             shot = tmp_path / f"{name}.png"
             missing = check(render(link, shot), config)
             kept = SCREENSHOTS / shot.name

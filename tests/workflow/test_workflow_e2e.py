@@ -160,8 +160,9 @@ def test_mlflow_holds_each_run_once_under_the_parent(grid_to_change):
     assert {kind: len(found) for kind, found in by_kind.items()} == {"parent": 1, "run": len(expand(config))}
     parent = by_kind["parent"][0].info.run_id
     assert all(run.data.tags["mlflow.parentRunId"] == parent for run in by_kind["run"])
-    cells = _mlflow_runs(config, SUMMARY_SUFFIX)[1]  # the summary runs: their own experiment
-    assert len(cells) == len(RECIPES) * len(LAGS) and all(r.data.tags["stalebench.grid_run"] == parent for r in cells)
+    cells = _mlflow_runs(config, SUMMARY_SUFFIX)[1]  # the summary runs and their band runs: their own experiment
+    assert sorted(r.data.tags["stalebench.kind"] for r in cells) == sorted(["cell", "band", "band"] * len(RECIPES) * len(LAGS))
+    assert all(r.data.tags["stalebench.grid_run"] == parent for r in cells)
     keys = {json.loads((run_dir(config, *r) / "config.json").read_text())["run_key"] for r in expand(config)}
     assert {run.data.tags["run_key"] for run in by_kind["run"]} == keys
     history = client.get_metric_history(by_kind["run"][0].info.run_id, "eval/tiny_test/score")
