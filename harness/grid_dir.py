@@ -9,6 +9,7 @@
     grid.tracking_lock_path                tracking.lock: the one MLflow writer (harness.lock.writer_lock)
     grid.null_check_path                   null_check.json: the lag-0 null check's numbers (engines.null_check)
     grid.look_pattern                      looks/look{look}.json: what each look of a seed schedule decided
+    grid.tuning_path                       tuning.json: each recipe's picked value (analysis.tuning)
     grid.base_dir, grid.logs_dir           base/ (the engine's prepared model), logs/ (per rule, and
                                            Snakemake's benchmark files under logs/benchmarks/)
 
@@ -66,6 +67,12 @@ class GridDir:
     def null_check_path(self) -> Path:
         """The engine's lag-0 null check's result (engines.null_check), a grid-wide step before training."""
         return self.path / "null_check.json"
+
+    @property
+    def tuning_path(self) -> Path:
+        """The equal tuning budget's pick (analysis.tuning): each recipe's value, chosen on the tuning
+        seeds, and the confirmation runs it asks for; a grid-wide step between the two."""
+        return self.path / "tuning.json"
 
     @property
     def look_pattern(self) -> str:
