@@ -8,6 +8,7 @@ import math
 from types import SimpleNamespace
 
 import pytest
+import yaml
 
 from analysis.aggregate import main as aggregate
 from analysis.tuning import TIE, pick, selection, tuning_scores
@@ -18,7 +19,7 @@ from harness.grid_dir import GridDir
 from harness.model import Config
 from harness.run import RunDir, recipe_fingerprint
 from harness.tuning import Tuning, confirmation_config
-from stabilizers import load_recipes
+from stabilizers import load_recipes, parameters
 
 STEPS, EVAL_EVERY = 20, 5
 TUNING = {"seeds": [10, 11], "recipes": {"grpo": {"param": ["eps_low", "eps_high"], "values": [0.2, 0.1]},
@@ -178,3 +179,18 @@ def test_the_pick_on_disk_and_a_report_of_the_confirmation_seeds_only(tmp_path):
             assert column.startswith(f"{100 * auc['estimate']:.1f} [{100 * auc['low']:.1f}, {100 * auc['high']:.1f}] (n 3)")
     tuned = [f"{100 * v:.1f}" for v in (0.3, 0.5)]
     assert not any(text in section.split("\n|", 1)[1] for text in tuned)  # no tuning score in the table
+
+
+def test_the_tuned_field_preset_gives_every_recipe_three_candidates_on_seeds_the_claims_never_read():
+    config = validate(yaml.safe_load(open("workflow/presets/tuned_field.yaml")))
+    tuning = Tuning.of(config)
+    assert set(tuning.candidates) == set(config["recipes"]) >= {"p3o", "mu_grpo", "sat_grpo", "sat_gspo"}
+    assert {len(c.values) for c in tuning.candidates.values()} == {3}
+    assert not set(tuning.seeds) & set(config["seeds"]) and tuning.lags == (1, 8)
+    assert len(tuning.runs()) == 7 * 3 * 2 * 3
+    # each recipe's own value is listed first, so a tie keeps it
+    recipes = load_recipes(check_values=False)
+    for recipe, candidates in tuning.candidates.items():
+        spec = recipes[recipe]
+        own = {**parameters(spec.loss), **spec.params, **{f"veto.{key}": value for key, value in (spec.veto or {}).items()}}
+        assert all(own[param] == candidates.values[0] for param in candidates.params), recipe
