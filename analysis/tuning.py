@@ -22,7 +22,6 @@ from analysis.summary import collect
 from harness.cli import parse_config, run_stage
 from harness.io import write_json_atomic
 from harness.tuning import Tuning, confirmation_config
-from stabilizers import load_recipes
 
 TIE = 1e-12  # two means of the same scores summed in another order differ by rounding only
 
@@ -80,8 +79,7 @@ def confirmation_view(config: dict) -> tuple[dict, dict | None]:
     if Tuning.of(config) is None:
         return config, None
     picked = selection(config)
-    recipes = load_recipes(extra=config.get("extra_recipes") or {}, check_values=False)
-    view = confirmation_config(config, {r: e["picked"] for r, e in picked["recipes"].items()}, recipes)
+    view = confirmation_config(config, {r: e["picked"] for r, e in picked["recipes"].items()})
     reported = {key: value for key, value in picked.items() if key != "confirmation_runs"}
     reported["recipes"] = {recipe: {key: value for key, value in entry.items() if key != "tuning_scores"}
                            for recipe, entry in picked["recipes"].items()}
@@ -123,7 +121,7 @@ def _interval(cell: dict | None) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m analysis.tuning", description=__doc__.split("\n")[0])
     parser.add_argument("--config-json", required=True, help="the checked workflow config: <grid>/config.json")
-    parser.add_argument("--out", required=True, help="the JSON file to write: <grid>/tuning.json")
+    parser.add_argument("--out", required=True, help="the JSON file to write: the grid folder's tuning pick (GridDir.tuning_path)")
     args = parser.parse_args(argv)
     config = parse_config(parser, args.config_json)
     if Tuning.of(config) is None:

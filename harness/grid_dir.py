@@ -26,6 +26,7 @@ from harness.io import read_json
 from harness.run import RunDir
 
 CONFIG, SUMMARY, MLFLOW_MARKER, TRACKING_LOCK = "config.json", "summary.json", "mlflow.json", "tracking.lock"
+TUNING_PICK = "tuning.json"  # the equal tuning budget's pick (analysis.tuning)
 TABLE_FORMATS = ("md", "csv", "tex")
 PLOTS = ("curves", "mismatch", "collapse", "staleness")
 # every file analysis.report writes into the grid folder, in the order it writes them
@@ -72,7 +73,7 @@ class GridDir:
     def tuning_path(self) -> Path:
         """The equal tuning budget's pick (analysis.tuning): each recipe's value, chosen on the tuning
         seeds, and the confirmation runs it asks for; a grid-wide step between the two."""
-        return self.path / "tuning.json"
+        return self.path / TUNING_PICK
 
     @property
     def look_pattern(self) -> str:

@@ -17,7 +17,7 @@ import copy
 import re
 from dataclasses import dataclass
 
-from stabilizers import Recipe, parameters, recipe_from_dict, switch_defaults
+from stabilizers import Recipe, load_recipes, parameters, recipe_from_dict, switch_defaults
 
 SWITCHES = ("tis", "rollout_is", "veto")  # a recipe's weights and masks: "veto.threshold" tunes the veto's
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # the rule files' recipe wildcard
@@ -113,10 +113,11 @@ def trainable_config(config: dict, recipes: dict) -> dict:
             "claims": []}
 
 
-def confirmation_config(config: dict, picked: dict, recipes: dict) -> dict:
+def confirmation_config(config: dict, picked: dict) -> dict:
     """The grid of the confirmation runs: each recipe replaced by its picked variant (``picked``:
     recipe -> value) in the rows, the baseline, the claims and recipe_engine_params; the grid's seeds."""
     tuning = Tuning.of(config)
+    recipes = load_recipes(extra=config.get("extra_recipes") or {}, check_values=False)
     variants = {recipe: [c.variant(picked[recipe])] for recipe, c in tuning.candidates.items()}
     view = _renamed(config, variants, recipes)
     view["claims"] = [{**claim, **{field: variants[claim[field]][0] for field in _CLAIM_RECIPES
