@@ -108,9 +108,8 @@ def trainable_config(config: dict, recipes: dict) -> dict:
     if tuning is None:
         return config
     variants = {recipe: c.variants for recipe, c in tuning.candidates.items()}
-    return {**_renamed(config, variants, recipes),
-            "seeds": [*tuning.seeds, *config["seeds"]], "lags": sorted({*config["lags"], *tuning.lags}),
-            "claims": []}
+    # every lag: the tuning's lags are the grid's (harness.config), the confirmation's are all of them
+    return {**_renamed(config, variants, recipes), "seeds": [*tuning.seeds, *config["seeds"]], "claims": []}
 
 
 def confirmation_config(config: dict, picked: dict) -> dict:
