@@ -14,7 +14,7 @@ from harness.config import load
 from harness.grid_dir import GridDir
 from harness.model import Config
 from harness.tuning import Tuning
-from tests.support.workflow_cli import ROOT, snakemake
+from tests.support.workflow_cli import ROOT, job_counts, snakemake
 
 # The warm start gives the base model a score above 0, so that the candidates' AUCs differ.
 OVERRIDES = {
@@ -70,3 +70,16 @@ def test_the_picked_values_are_confirmed_on_fresh_seeds_and_only_those_are_repor
         # a second call plans nothing: the pick is read from the same runs
         again = snakemake("-c2", "-n", *args, timeout=300)
         assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_the_tuned_field_plans_every_candidates_tuning_runs_before_the_pick_and_lints_clean(tmp_path):
+    args = ["--configfile", "workflow/presets/tuned_field.yaml", "-C", f"results_dir={tmp_path}"]
+    plan = snakemake("-n", *args, timeout=300)
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    counts = job_counts(plan.stdout)
+    # 7 recipes x 3 candidates x 2 lags x 3 tuning seeds; the confirmation runs come after the pick
+    assert (counts["train"], counts["evaluate"], counts["tune"], counts["aggregate"]) == (126, 126, 1, 1)
+    lint = snakemake("--lint", *args, timeout=300)
+    assert lint.returncode == 0 and "Lints for" not in lint.stdout + lint.stderr, lint.stdout + lint.stderr
