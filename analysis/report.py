@@ -11,6 +11,8 @@ from analysis.looks import scheduled_runs
 from analysis.plots import plot_collapse, plot_curves, plot_mismatch, plot_staleness
 from analysis.summary import collect, summarize
 from analysis.tables import conclusions, render_csv, render_latex, render_markdown
+from analysis.tuning import confirmation_view
+from analysis.tuning import render_markdown as tuning_markdown
 from harness.grid_dir import GridDir
 from harness.io import write_json_atomic, write_text_atomic
 
@@ -21,11 +23,15 @@ def write_reports(config: dict, out: str | Path, progress: bool = True) -> dict:
     matplotlib.use("Agg")  # files only: no display on a cluster node or in CI
     grid = GridDir(out)
     grid.path.mkdir(parents=True, exist_ok=True)
+    # with a tuning section: the confirmation grid of the picked values (analysis.tuning), and the pick
+    config, summary_tuning = confirmation_view(config)
     runs = collect(config, progress=progress, which=scheduled_runs(config))
     summary = summarize(config, runs)
+    summary["tuning"] = summary_tuning
     summary["conclusions"] = conclusions(summary)
     # then what the runs ran on and what they cost (analysis.provenance)
-    write_text_atomic(grid.table_path("md"), render_markdown(summary) + provenance.render_markdown(config))
+    write_text_atomic(grid.table_path("md"), render_markdown(summary) + tuning_markdown(summary)
+                      + provenance.render_markdown(config))
     write_text_atomic(grid.table_path("csv"), render_csv(summary))
     write_text_atomic(grid.table_path("tex"), render_latex(summary))
     plot_curves(config, runs, grid.plot_path("curves"))

@@ -21,6 +21,7 @@ from harness import engine as engines
 from harness.claims import claim_errors, seeding_errors
 from harness.grid import recipe_engine_params
 from harness.lag import LAG_MODES
+from harness.tuning import trainable_config, tuning_errors
 from stabilizers import check_values, load_recipes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -145,7 +146,7 @@ def _semantic_errors(config: dict, tasks_dir: Path) -> list[str]:
     if fixed is not None and (fixed > config["steps"] or (fixed % config["eval_every"] and fixed != config["steps"])):
         messages.append(f"config key 'eval.fixed_step': {fixed} is not an evaluated step "
                         f"(a multiple of eval_every={config['eval_every']} up to steps={config['steps']}, or steps)")
-    return messages + claim_errors(config, recipes) + seeding_errors(config)
+    return messages + claim_errors(config, recipes) + seeding_errors(config) + tuning_errors(config, recipes)
 
 
 def _recipe_engine_params_errors(config: dict) -> list[str]:
@@ -197,6 +198,8 @@ def check_recipe_values(config: dict) -> None:
     """The value ranges of the grid's recipes (eps, alpha, a TIS cap...), which validate leaves out
     because they run the loss code and so import torch: the workflow calls this when jobs are about
     to start, so that a dry run plans without torch. Raises ConfigError naming the recipe."""
+    # with a tuning section, the rows the grid trains are its candidates (harness.tuning)
+    config = trainable_config(config, load_recipes(extra=config.get("extra_recipes") or {}, check_values=False))
     recipes = load_recipes(extra=config.get("extra_recipes") or {}, check_values=False)
     try:
         check_values({name: recipes[name] for name in config["recipes"]}, "config 'recipes'")

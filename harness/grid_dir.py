@@ -9,6 +9,7 @@
     grid.tracking_lock_path                tracking.lock: the one MLflow writer (harness.lock.writer_lock)
     grid.null_check_path                   null_check.json: the lag-0 null check's numbers (engines.null_check)
     grid.look_pattern                      looks/look{look}.json: what each look of a seed schedule decided
+    grid.tuning_path                       tuning.json: each recipe's picked value (analysis.tuning)
     grid.base_dir, grid.logs_dir           base/ (the engine's prepared model), logs/ (per rule, and
                                            Snakemake's benchmark files under logs/benchmarks/)
 
@@ -25,6 +26,7 @@ from harness.io import read_json
 from harness.run import RunDir
 
 CONFIG, SUMMARY, MLFLOW_MARKER, TRACKING_LOCK = "config.json", "summary.json", "mlflow.json", "tracking.lock"
+TUNING_PICK = "tuning.json"  # the equal tuning budget's pick (analysis.tuning)
 TABLE_FORMATS = ("md", "csv", "tex")
 PLOTS = ("curves", "mismatch", "collapse", "staleness")
 # every file analysis.report writes into the grid folder, in the order it writes them
@@ -66,6 +68,12 @@ class GridDir:
     def null_check_path(self) -> Path:
         """The engine's lag-0 null check's result (engines.null_check), a grid-wide step before training."""
         return self.path / "null_check.json"
+
+    @property
+    def tuning_path(self) -> Path:
+        """The equal tuning budget's pick (analysis.tuning): each recipe's value, chosen on the tuning
+        seeds, and the confirmation runs it asks for; a grid-wide step between the two."""
+        return self.path / TUNING_PICK
 
     @property
     def look_pattern(self) -> str:

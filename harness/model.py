@@ -22,6 +22,7 @@ from types import MappingProxyType
 
 from harness import engine as engines
 from harness.grid import expand, grid_dir, recipe_engine_params, resolve_run_config
+from harness.tuning import trainable_config
 from stabilizers import load_recipes
 
 Run = tuple[str, int, int]  # (recipe, lag, seed)
@@ -170,12 +171,15 @@ class Config:
     def build(cls, config: dict) -> "Config":
         engine = engines.get(config["engine"])
         engine_params = engine.resolve_params(config["engine_params"])
-        per_recipe = {recipe: engine.resolve_params(recipe_engine_params(config, recipe)) for recipe in config["recipes"]}
         # once: resolving a 1,000-run grid takes ms. Names and parameter names are checked without
         # importing torch; value ranges when jobs start (the Snakefile's onstart: check_recipe_values).
-        recipes = load_recipes(extra=config["extra_recipes"], check_values=False)
-        run_configs = {run: resolve_run_config(config, *run, recipes=recipes, engine_params=per_recipe[run[0]])
-                       for run in expand(config)}
+        # With a tuning section the runs are its candidates' (harness.tuning): the rows stay the recipes.
+        trainable = trainable_config(config, load_recipes(extra=config["extra_recipes"], check_values=False))
+        recipes = load_recipes(extra=trainable["extra_recipes"], check_values=False)
+        per_recipe = {recipe: engine.resolve_params(recipe_engine_params(trainable, recipe))
+                      for recipe in trainable["recipes"]}
+        run_configs = {run: resolve_run_config(trainable, *run, recipes=recipes, engine_params=per_recipe[run[0]])
+                       for run in expand(trainable)}
         return cls(raw=MappingProxyType(config), grid=config["grid"], results_dir=Path(config["results_dir"]),
                    grid_dir=grid_dir(config), engine=engine, engine_params=MappingProxyType(engine_params),
                    recipes=tuple(config["recipes"]), extra_recipes=_frozen(config["extra_recipes"]),

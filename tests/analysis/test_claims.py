@@ -27,7 +27,8 @@ def grid(tmp_path_factory):
     return config, out, json.loads((out / "summary.json").read_text())
 
 
-@pytest.mark.parametrize("path", ["config.yaml", "workflow/presets/field.yaml", "workflow/presets/table1.yaml"])
+@pytest.mark.parametrize("path", ["config.yaml", "workflow/presets/field.yaml", "workflow/presets/table1.yaml",
+                                  "workflow/presets/tuned_field.yaml"])
 def test_every_shipped_config_declares_claims(path):
     claims = load(path)["claims"]
     assert claims and all(c["metric"] in ("auc", "fixed", "best") for c in claims)

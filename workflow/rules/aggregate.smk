@@ -25,6 +25,32 @@ checkpoint look:
         " --out {output:q} > {log:q} 2>&1"
 
 
+# An equal tuning budget (config tuning): once the candidates' runs on the tuning seeds are scored, one
+# grid-wide job picks each recipe's value by the declared rule and names the confirmation runs
+# (analysis.tuning); the DAG grows from its output. Its params: the section, so a changed rule reruns it.
+if TUNING is not None:
+
+    checkpoint tune:
+        input:
+            runs=run_outputs(TUNING.runs()),
+            config=rules.grid_config.output,
+        output:
+            str(GRID_DIR.tuning_path),
+        params:
+            tuning=json.dumps(CONFIG["tuning"], sort_keys=True),
+        log:
+            f"{LOGS}/tune.log",
+        benchmark:
+            f"{BENCHMARKS}/tune.tsv"
+        conda:
+            "../../envs/stalebench-cpu.yaml"
+        threads: rule_resources(CONFIG, "aggregate")["threads"]
+        resources:
+            **job_resources(CONFIG, "aggregate"),
+        shell:
+            "python -m analysis.tuning --config-json {input.config:q} --out {output:q} > {log:q} 2>&1"
+
+
 rule aggregate:
     input:
         runs=lambda wildcards: scheduled_outputs(LOOKS),

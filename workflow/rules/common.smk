@@ -14,6 +14,7 @@ from harness.grid_dir import GridDir
 from harness.io import write_json_atomic
 from harness.jobs import job_resources, retype_cli_values, rule_resources, train_retries
 from harness.claims import Seeding
+from harness.tuning import Tuning
 from harness.model import Config
 from harness.run import STATUS_PATTERN, eval_file_pattern, refuse_changed_runs
 

@@ -2,6 +2,9 @@
 # that the rule files stay thin. Each later look's runs are the output of the interim job of the look
 # before it (checkpoint look, aggregate.smk).
 LOOKS = len(Seeding.of(CONFIG).looks) if Seeding.of(CONFIG) else 1
+# An equal tuning budget (config tuning, analysis.tuning): the candidates' runs on the tuning seeds,
+# then the picked values' on the grid's seeds, which the grid-wide pick names (checkpoint tune).
+TUNING = Tuning.of(CONFIG)
 
 
 def run_outputs(runs):
@@ -15,7 +18,11 @@ def scheduled_outputs(through):
     """The outputs of the runs of looks 1..through of the seed schedule (a fixed design: every run):
     each later look's runs are what the interim job of the look before wrote (checkpoint look).
     Targets of `all` too: Snakemake reruns no job whose outputs exist because an input went missing,
-    so a deleted run is redone only if it is a target."""
+    so a deleted run is redone only if it is a target. With a tuning section (which has no seed
+    schedule): the tuning runs and the confirmation runs of the picked values."""
+    if TUNING is not None:
+        with open(checkpoints.tune.get().output[0]) as picked:
+            return run_outputs(TUNING.runs() + [tuple(run) for run in json.load(picked)["confirmation_runs"]])
     runs = first_look(CONFIG)
     for look in range(1, through):
         with open(checkpoints.look.get(look=look).output[0]) as interim:

@@ -1,0 +1,141 @@
+"""The equal tuning budget's pick (config ``tuning``; harness.tuning; docs/statistics.md, "Equal
+tuning budget"): each recipe's value, from its candidates' runs on the tuning seeds.
+
+The rule, declared before any run: a candidate's score is the mean of its runs' ``tuning.metric``
+(AUC by default) over the tuning seeds and the selection lags (every run of the budget weighs the
+same); the highest score wins, and a tie (equal within TIE, float rounding) goes to the candidate
+listed first. The workflow runs the pick once the tuning runs are scored (``python -m
+analysis.tuning``, a Snakemake checkpoint: its output names the confirmation runs, and the DAG grows
+from it); aggregation replays it from the same runs (:func:`confirmation_view`) and reports the picked
+variants' confirmation seeds only: a tuning score is the pick's input (tuning.json), never a result.
+
+    python -m analysis.tuning --config-json <grid>/config.json --out <grid>/tuning.json
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+from analysis.summary import collect
+from harness.cli import parse_config, run_stage
+from harness.io import write_json_atomic
+from harness.tuning import Tuning, confirmation_config
+
+TIE = 1e-12  # two means of the same scores summed in another order differ by rounding only
+
+
+def pick(scores: list[tuple[object, float]]):
+    """The value of the highest score among (value, score) in declared order; the first of a tie.
+    A non-finite score is refused: every candidate's runs must be scored."""
+    bad = [value for value, score in scores if not math.isfinite(score)]
+    if bad:
+        raise ValueError(f"candidate(s) {bad} have no finite tuning score")
+    best = max(score for _, score in scores)
+    return next(value for value, score in scores if score >= best - TIE)
+
+
+def tuning_scores(config: dict, runs) -> dict[str, list[tuple[object, float]]]:
+    """recipe -> (value, mean score over its tuning runs) in declared order, from ``runs``
+    (analysis.summary.Run of the tuning runs); a candidate without every one of its runs is refused."""
+    tuning, by_run = Tuning.of(config), {(run.recipe, run.lag, run.seed): run for run in runs}
+    scores = {}
+    for recipe, candidates in tuning.candidates.items():
+        scores[recipe] = []
+        for value in candidates.values:
+            keys = [(candidates.variant(value), lag, seed) for lag in tuning.lags for seed in tuning.seeds]
+            missing = [key for key in keys if key not in by_run]
+            if missing:
+                raise ValueError(f"tuning run(s) {missing} of {recipe!r} are missing: the pick needs every run")
+            values = [getattr(by_run[key].summary, tuning.metric) for key in keys]
+            scores[recipe].append((value, sum(values) / len(values)))
+    return scores
+
+
+def selection(config: dict, progress: bool = False) -> dict:
+    """What the pick decided, from the grid's tuning runs (tuning.json): per recipe the parameter,
+    the candidates with their tuning scores (the pick's input), the picked value and its variant;
+    and the confirmation runs (the picked variants at every lag and seed of the grid)."""
+    tuning = Tuning.of(config)
+    scores = tuning_scores(config, collect(config, progress=progress, which=tuning.runs()))
+    recipes = {}
+    for recipe, candidates in tuning.candidates.items():
+        value = pick(scores[recipe])
+        recipes[recipe] = {"param": list(candidates.params), "values": list(candidates.values),
+                           "tuning_scores": [score for _, score in scores[recipe]],
+                           "picked": value, "variant": candidates.variant(value)}
+    return {"metric": tuning.metric, "lags": list(tuning.lags), "seeds": list(tuning.seeds),
+            "rule": "highest mean over the tuning seeds and lags; a tie goes to the candidate listed first",
+            "recipes": recipes,
+            "confirmation_runs": [[entry["variant"], lag, seed] for entry in recipes.values()
+                                  for lag in config["lags"] for seed in config["seeds"]]}
+
+
+def confirmation_view(config: dict) -> tuple[dict, dict | None]:
+    """The grid aggregation reads: with a tuning section, the confirmation grid of the picked
+    variants (harness.tuning.confirmation_config) and the pick without its tuning scores; otherwise
+    ``config`` and None."""
+    if Tuning.of(config) is None:
+        return config, None
+    picked = selection(config)
+    view = confirmation_config(config, {r: e["picked"] for r, e in picked["recipes"].items()})
+    reported = {key: value for key, value in picked.items() if key != "confirmation_runs"}
+    reported["recipes"] = {recipe: {key: value for key, value in entry.items() if key != "tuning_scores"}
+                           for recipe, entry in picked["recipes"].items()}
+    return view, reported
+
+
+def render_markdown(summary: dict) -> str:
+    """table.md's section: per recipe the picked value and its confirmation-seed AUC at each lag
+    with its 95% interval (summary.json's cells of the picked variants)."""
+    tuning = summary.get("tuning")
+    if tuning is None:
+        return ""
+    cells = {(cell["recipe"], cell["lag"]): cell for cell in summary["cells"]}
+    lags = summary["lags"]
+    lines = ["", "## Equal tuning budget", "",
+             f"Each recipe's value picked on tuning seeds {tuning['seeds']} (never the seeds below) by the "
+             f"{tuning['metric']} averaged over lags {tuning['lags']}: {tuning['rule']}. Every recipe had "
+             f"{len(next(iter(tuning['recipes'].values()))['values'])} candidates. The AUC is the picked value's "
+             f"on the confirmation seeds {summary['seeds']} (mean [95% interval]); the tuning scores are the "
+             "pick's input (tuning.json), not results.", "",
+             "| recipe | parameter | candidates | picked | " + " | ".join(f"AUC lag {lag}" for lag in lags) + " |",
+             "|" + "---|" * (4 + len(lags))]
+    for recipe, entry in tuning["recipes"].items():
+        aucs = [_interval(cells.get((entry["variant"], lag))) for lag in lags]
+        lines.append(f"| {recipe} | {', '.join(entry['param'])} | {', '.join(map(str, entry['values']))} | "
+                     f"{entry['picked']} | " + " | ".join(aucs) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _interval(cell: dict | None) -> str:
+    stat = (cell or {}).get("stats", {}).get("auc") or {}
+    if stat.get("estimate") is None:
+        return "-"
+    low, high = stat.get("low"), stat.get("high")  # None (JSON's NaN) with fewer than 2 seeds
+    bounds = f" [{100 * low:.1f}, {100 * high:.1f}]" if low is not None and high is not None else " [no interval]"
+    return f"{100 * stat['estimate']:.1f}{bounds} (n {stat['n']})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m analysis.tuning", description=__doc__.split("\n")[0])
+    parser.add_argument("--config-json", required=True, help="the checked workflow config: <grid>/config.json")
+    parser.add_argument("--out", required=True, help="the JSON file to write: the grid folder's tuning pick (GridDir.tuning_path)")
+    args = parser.parse_args(argv)
+    config = parse_config(parser, args.config_json)
+    if Tuning.of(config) is None:
+        parser.error("the config declares no tuning section")
+
+    def work() -> dict:
+        result = selection(config)
+        write_json_atomic(Path(args.out), result)
+        return result
+
+    return run_stage("analysis.tuning", work, lambda result, seconds: (
+        "picked " + ", ".join(f"{recipe}: {entry['picked']}" for recipe, entry in result["recipes"].items())
+        + f" ({seconds:.1f} s)"))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
