@@ -153,12 +153,14 @@ class Tracker:
         if found is not None and found.data.tags.get(CURVE_DIGEST) == digest:
             curve = []  # a re-sync sends a changed curve only
         tags[CURVE_DIGEST] = digest
-        params = {}
-        if found is None:  # the params its seeds share (from the first seed's config)
-            first = RunDir(run_dir(self.config, recipe, lag, cell["seeds"][0])) if cell["seeds"] else None
-            if first is not None and first.config_path.exists():
-                params = layout.cell_params(first.read_config())
-            params.update({"recipe": recipe, "lag": str(lag)})
+        params = {}  # the params its seeds share (from the first seed's config)
+        first = RunDir(run_dir(self.config, recipe, lag, cell["seeds"][0])) if cell["seeds"] else None
+        if first is not None and first.config_path.exists():
+            params = layout.cell_params(first.read_config())
+        params.update({"recipe": recipe, "lag": str(lag)})
+        # those it lacks, not only a new run's: a sync killed between create_run and this call left none
+        have = found.data.params if found is not None else {}
+        params = {k: v for k, v in params.items() if k not in have}
         self.writer.log(run_id, curve + self.writer.changed(found, values), params=params, tags=tags)
         self.writer.set_status(run_id, found, "FINISHED")
 
