@@ -24,7 +24,7 @@ from harness.model import Config
 from harness.run import RunDir
 from tests.support.workflow_cli import SNAKEMAKE, copy_checkout, job_counts
 
-pytestmark = pytest.mark.slow  # a grid run by Snakemake
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2700)]  # a grid run by Snakemake, then three more calls
 
 OVERRIDES = {"grid": "moved", "recipes": ["grpo"], "baseline": "grpo", "lags": [1], "seeds": [0], "claims": [],
              "steps": 4, "eval_every": 2, "engine_params": {"preset": "demo", "warmstart_steps": 10},
