@@ -25,11 +25,12 @@ from analysis.decision import simulate_collapse, simulate_contrast
 from harness.claims import Seeding, claims
 from harness.config import ConfigError, load
 from harness.grid_dir import GridDir
+from harness.io import read_json
 
 
 def assumptions_from(summary_path: Path) -> dict[str, tuple[float, float]]:
     """Each claim's measured estimate and spread (collapse: rates) in a finished grid's summary.json."""
-    summary = json.loads(summary_path.read_text())
+    summary = read_json(summary_path)  # a damaged file is named
     out = {}
     for claim in summary["claims"]:
         if claim.get("rates"):

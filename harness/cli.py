@@ -17,12 +17,17 @@ def _json_text(value: str) -> str:
     return Path(value).read_text() if _names_a_file(value) else value
 
 
+def _source(value: str, flag: str) -> str:
+    """What a JSON error names: the file (a damaged config.json is found by its path), else the flag."""
+    return f"{flag} {value}" if _names_a_file(value) else flag
+
+
 def parse_json_arg(value: str, flag: str) -> dict:
     """A JSON object given inline or as a path to a file holding one; a bad one exits naming ``flag``."""
     try:
         obj = json.loads(_json_text(value))
     except json.JSONDecodeError as error:
-        raise SystemExit(f"{flag}: not valid JSON ({error})") from None
+        raise SystemExit(f"{_source(value, flag)}: not valid JSON ({error})") from None
     if not isinstance(obj, dict):
         raise SystemExit(f"{flag}: expected a JSON object, got {type(obj).__name__}")
     return obj
@@ -36,7 +41,7 @@ def parse_config(parser: argparse.ArgumentParser, value: str) -> dict:
     try:
         config = json.loads(_json_text(value))
     except json.JSONDecodeError as error:
-        parser.error(f"--config-json is not valid JSON: {error}")
+        parser.error(f"{_source(value, '--config-json')}: not valid JSON ({error})")
     # A grid's own config.json is read where it lies: a grid folder that was moved (a new disk, a copy to a
     # laptop) is aggregated and tracked at its new place, whatever results_dir the file recorded.
     if isinstance(config, dict) and _names_a_file(value) and Path(value).parent.name == config.get("grid"):

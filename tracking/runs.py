@@ -128,9 +128,7 @@ class Tracker:
             metrics += self.writer.changed(found, layout.seed_values(numbers))
             if "collapsed" in numbers:
                 new_tags["collapsed"] = str(bool(numbers["collapsed"])).lower()
-        have = found.data.params if found is not None else {}
-        params = {k: v for k, v in layout.run_params(run_config, self.config["eval"], problems).items()
-                  if k not in have}
+        params = missing_params(found, layout.run_params(run_config, self.config["eval"], problems))
         self.writer.log(run_id, metrics, params=params, tags=new_tags)
         if status is None:
             self.writer.set_status(run_id, found, "RUNNING")
@@ -163,14 +161,13 @@ class Tracker:
         values, tags = layout.cell_values(cell)
         tags.update({"seeds": json.dumps(cell["seeds"]), "run_keys": json.dumps(cell.get("run_keys", [])),
                      "baseline": str(summary["baseline"]), "mlflow.note.content": baseline_note(summary, lag)})
-        params = {}
-        if found is None:  # the params its seeds share (from the first seed's config)
-            first = RunDir(run_dir(self.config, recipe, lag, cell["seeds"][0])) if cell["seeds"] else None
-            if first is not None and first.config_path.exists():
-                params = layout.cell_params(first.read_config())
-            params.update({"recipe": recipe, "lag": str(lag)})
+        params = {}  # the params its seeds share (from the first seed's config)
+        first = RunDir(run_dir(self.config, recipe, lag, cell["seeds"][0])) if cell["seeds"] else None
+        if first is not None and first.config_path.exists():
+            params = layout.cell_params(first.read_config())
+        params.update({"recipe": recipe, "lag": str(lag)})
         self.writer.log(run_id, self._curve(found, tags, summary, cell, "estimate") + self.writer.changed(found, values),
-                        params=params, tags=tags)
+                        params=missing_params(found, params), tags=tags)
         self.writer.set_status(run_id, found, "FINISHED")
         for part in layout.BAND_PARTS:
             band_id, band = self.writer.run(f"{key}:{part}", "band", f"summary {recipe}/lag{lag} {part}",
@@ -178,7 +175,7 @@ class Tracker:
             band_tags = {"mlflow.note.content": f"The {part} bound of the 95% interval of the test-score curve "
                                                 f"of summary {recipe}/lag{lag}, step by step. " + SCORE_UNITS}
             self.writer.log(band_id, self._curve(band, band_tags, summary, cell, part), tags=band_tags,
-                            params={"recipe": recipe, "lag": str(lag)} if band is None else None)
+                            params=missing_params(band, {"recipe": recipe, "lag": str(lag)}))
             self.writer.set_status(band_id, band, "FINISHED")
 
     def _curve(self, found, tags: dict, summary: dict, cell: dict, part: str) -> list:
@@ -187,6 +184,13 @@ class Tracker:
         unchanged = found is not None and found.data.tags.get(CURVE_DIGEST) == digest
         tags[CURVE_DIGEST] = digest
         return [] if unchanged else layout.curve_metrics(summary["test_task"], cell["curve"], self.writer.now, part)
+
+
+def missing_params(found, params: dict) -> dict:
+    """The params a run lacks, not only a new run's: a sync killed between create_run and its first log
+    left a run with none."""
+    have = found.data.params if found is not None else {}
+    return {k: v for k, v in params.items() if k not in have}
 
 
 def claim_tags(summary: dict) -> dict[str, str]:

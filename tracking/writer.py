@@ -84,16 +84,23 @@ class Writer:
         return run.info.run_id, None
 
     def log(self, run_id: str, metrics=(), params: dict | None = None, tags: dict | None = None) -> None:
-        """log_batch in chunks within MLflow's limits (<= 1000 metrics, 100 params, 100 tags per call)."""
+        """log_batch in chunks within MLflow's limits (<= 1000 entries, 100 params, 100 tags per call).
+        Metrics go first, params and tags with the last of them: the tags record what was sent (the
+        last step synced, a curve's digest: tracking.runs), so a sync killed between two batches has
+        not recorded the points it never sent, and the next sync sends them (a point sent twice is
+        one point: the SQL store drops a repeated (key, step, timestamp, value))."""
         from mlflow.entities import Param, RunTag
         metrics = list(metrics)
         params = [Param(k, v) for k, v in (params or {}).items()]
         tags = [RunTag(k, str(v)) for k, v in (tags or {}).items()]
         while metrics or params or tags:
-            batch_params, params = params[:MAX_PARAMS], params[MAX_PARAMS:]
-            batch_tags, tags = tags[:MAX_TAGS], tags[MAX_TAGS:]
-            room = MAX_METRICS - len(batch_params) - len(batch_tags)
-            batch_metrics, metrics = metrics[:room], metrics[room:]
+            batch_metrics, metrics = metrics[:MAX_METRICS], metrics[MAX_METRICS:]
+            batch_params, batch_tags = [], []
+            if not metrics:
+                room = MAX_METRICS - len(batch_metrics)
+                batch_params, params = params[:min(MAX_PARAMS, room)], params[min(MAX_PARAMS, room):]
+                room -= len(batch_params)
+                batch_tags, tags = tags[:min(MAX_TAGS, room)], tags[min(MAX_TAGS, room):]
             self.client.log_batch(run_id, metrics=batch_metrics, params=batch_params, tags=batch_tags)
 
     def changed(self, found, values: dict[str, float | None]):

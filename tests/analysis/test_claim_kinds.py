@@ -114,6 +114,7 @@ def test_the_new_kinds_are_stated_in_words():
     assert statement(trend, 0).startswith("least-squares slope of grpo's score against lag over lags (0, 1, 8)")
 
 
+@pytest.mark.slow  # the whole aggregate, plots included
 def test_aggregate_answers_interaction_and_trend_claims(tmp_path):
     """Through analysis.aggregate on the fabricated grid (lags 1, 8): each estimate is the mean of the
     per-seed contrasts worked from summary.json's per-seed AUCs, and table.md lists both verdicts."""

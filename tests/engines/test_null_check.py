@@ -81,6 +81,7 @@ def test_a_planted_top_p_bias_is_refused_with_its_numbers(base, monkeypatch, tmp
     assert not out.exists()  # a refused grid gets no report, so no train job can start
 
 
+@pytest.mark.slow  # two Snakemake dry runs
 def test_every_train_job_waits_for_the_check(scratch):
     result = snakemake("-n", "-C", f"results_dir={scratch}", "seeds=[0]")
     assert result.returncode == 0, result.stderr
@@ -89,6 +90,7 @@ def test_every_train_job_waits_for_the_check(scratch):
         .count("rule null_check") == 0
 
 
+@pytest.mark.slow  # Snakemake runs the check
 def test_the_workflow_refuses_a_grid_with_the_numbers_and_trains_nothing(scratch):
     """A real refusal through Snakemake: a band of +-1e-6 holds no bf16 sampler's tokens."""
     small = json.dumps({**SMALL, "warmstart_steps": 5})

@@ -140,6 +140,7 @@ def test_problems_setting_takes_a_prefix():
     assert [d["answer"] for d in docs] == ["42", "7"]
 
 
+@pytest.mark.slow  # a process importing the eval tasks
 def test_the_tiny_tasks_do_not_import_math_verify():
     """math-verify (sympy) is imported on first use: scoring a tiny task never pays for it."""
     code = "import sys, eval.tasks.tiny.utils; print('math_verify' in sys.modules)"

@@ -26,6 +26,7 @@ def engines_run(cfg, run_dir, **kwargs):
                              json.dumps(cfg)], cwd=ROOT, stderr=subprocess.PIPE, text=True, **kwargs)
 
 
+@pytest.mark.slow  # an engine process
 def test_a_second_writer_fails_at_once_naming_the_holder(base, tmp_path, monkeypatch):
     monkeypatch.setenv("SLURM_JOB_ID", "4242")
     cfg = config(base, steps=4)

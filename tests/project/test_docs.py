@@ -114,6 +114,7 @@ def dry_run(command: str, results_dir: Path) -> list[str]:
     return [shlex.join([SNAKEMAKE, "-n", *args[:at], *extra, f"results_dir={results_dir}", *args[at:]])]
 
 
+@pytest.mark.slow  # a Snakemake dry run per command
 def test_the_readmes_commands_plan(tmp_path):
     """`make demo`, `make test` and every snakemake command of the README's first sections plan
     (`make -n`, `snakemake -n`): an override example refused by the config check fails here."""

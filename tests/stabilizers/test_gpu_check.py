@@ -33,6 +33,7 @@ runpy.run_path("benchmarks/gpu_check.py", run_name="__main__")
 CUDA = torch.cuda.is_available()
 
 
+@pytest.mark.slow  # a process importing torch
 @pytest.mark.parametrize("hide_cuda", [True, pytest.param(False, marks=pytest.mark.gpu)] if CUDA else [True])
 def test_the_check_runs_with_torch_only(tmp_path, hide_cuda):
     out = tmp_path / "rows.json"

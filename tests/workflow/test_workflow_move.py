@@ -1,6 +1,7 @@
-"""Run and eval keys do not depend on where results/ lives: a completed grid moved with `mv` plans no
-train and no evaluate job, resolves the run keys its folders hold, and a train job forced there
-resumes (the same run key) and its evaluation reuses every score (the same eval keys).
+"""Run and eval keys do not depend on where results/ or the checkout lives: a completed grid moved with
+`mv` (its checkout too, both to paths with spaces) plans no train and no evaluate job, resolves the
+run keys its folders hold, and a train job forced there resumes (the same run key) and its
+evaluation reuses every score (the same eval keys).
 
 The grid runs in a copy of the checkout (its own .snakemake metadata). Snakemake keeps its metadata
 per output path: at the new paths it has none, so its params and code triggers say nothing, and `mv`
@@ -23,7 +24,7 @@ from harness.model import Config
 from harness.run import RunDir
 from tests.support.workflow_cli import SNAKEMAKE, copy_checkout, job_counts
 
-pytestmark = pytest.mark.slow  # a grid run by Snakemake
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2700)]  # a grid run by Snakemake, then three more calls
 
 OVERRIDES = {"grid": "moved", "recipes": ["grpo"], "baseline": "grpo", "lags": [1], "seeds": [0], "claims": [],
              "steps": 4, "eval_every": 2, "engine_params": {"preset": "demo", "warmstart_steps": 10},
@@ -44,13 +45,17 @@ def planned(code: Path, results: Path) -> Counter:
 
 
 def test_a_moved_grid_plans_no_train_or_evaluate_job_and_keeps_its_keys():
+    """Results and checkout both moved (the checkout with its .snakemake/), into paths with spaces."""
     with tempfile.TemporaryDirectory(prefix="stalebench-move-") as folder:
         folder = Path(folder)
         code = copy_checkout(folder / "code")
-        before, after = folder / "disk_a" / "results", folder / "disk_b" / "renamed"
+        before, after = folder / "disk a" / "results", folder / "disk b" / "re named"
         snakemake(code, before, "-c2")
         after.parent.mkdir()
         subprocess.run(["mv", str(before), str(after)], check=True)
+        moved_code = folder / "moved checkout"
+        subprocess.run(["mv", str(code), str(moved_code)], check=True)
+        code = moved_code
 
         counts = planned(code, after)
         assert counts["train"] == 0 and counts["evaluate"] == 0, counts

@@ -42,7 +42,8 @@ if NULL_CHECK is not None:
         params:
             engine=ENGINE.name,
             check=json.dumps(NULL_CHECK, sort_keys=True),
-            base=f"--base {GRID_DIR.base_dir}" if ENGINE.prepare_outputs else "",
+            # a list, each item quoted by :q (a results path with spaces is one argument)
+            base=["--base", str(GRID_DIR.base_dir)] if ENGINE.prepare_outputs else [],
         log:
             f"{LOGS}/null_check.log",
         benchmark:
@@ -54,7 +55,7 @@ if NULL_CHECK is not None:
             **job_resources(CONFIG, "prepare"),
         shell:
             "OMP_NUM_THREADS={threads} python -m engines.null_check --engine {params.engine:q}"
-            " --params-json {params.check:q} {params.base} --out {output:q} > {log:q} 2>&1"
+            " --params-json {params.check:q} {params.base:q} --out {output:q} > {log:q} 2>&1"
             " || {{ cat {log:q} >&2; exit 2; }}"
 
 

@@ -20,6 +20,7 @@ def checkouts(tmp_path):
     return slime, megatron
 
 
+@pytest.mark.slow  # check_pin in a process
 def test_the_stand_in_has_everything_the_adapter_uses():
     result = subprocess.run([sys.executable, "-m", "engines.slime.check_pin", "--slime", str(SUPPORT / "slime_pkg"),
                              "--megatron", str(SUPPORT / "megatron_pkg")], cwd=ROOT, capture_output=True, text=True)

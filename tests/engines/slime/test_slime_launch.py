@@ -312,6 +312,7 @@ def fake_slime_job(table1, tmp_path, monkeypatch):
     return resolve_run_config(table1, "sat_grpo", 8, 0), run_dir(table1, "sat_grpo", 8, 0), calls
 
 
+@pytest.mark.slow  # the job script with a fake ray
 @pytest.mark.parametrize("fail_after", [None, 6])
 def test_run_executes_the_script_and_writes_status(table1, tmp_path, monkeypatch, fail_after):
     slime, calls = fake_job_environment(tmp_path, monkeypatch)
@@ -346,6 +347,7 @@ def test_run_executes_the_script_and_writes_status(table1, tmp_path, monkeypatch
     assert (directory / "train" / "slime_commit.txt").read_text().strip() == "unknown"
 
 
+@pytest.mark.slow  # the job script with a fake ray
 def test_the_job_runs_the_preflight_before_ray_starts(table1, tmp_path, monkeypatch):
     slime, calls = fake_job_environment(tmp_path, monkeypatch)
     table1["engine_params"].update(container_runtime="none", slime_dir=str(slime), slime_commit_check="warn")
@@ -390,6 +392,7 @@ def test_time_limit_warning_saves_and_stops_without_a_status(table1, tmp_path, m
     assert sorted(p.name for p in (train / "checkpoints").iterdir()) == ["step_4", "step_8"]
 
 
+@pytest.mark.slow  # the job script with a fake ray
 def test_a_job_that_fails_after_the_warning_is_a_failure_not_a_stop(table1, tmp_path, monkeypatch):
     """The warning came (train/stop_requested), but the job died before the driver's save and mark
     (train/stopped): a failure with its status, not a time-limit stop to resume."""
@@ -421,6 +424,7 @@ def test_a_warning_before_the_job_starts_still_saves_and_exits_75(table1, tmp_pa
     assert not (train / "status.json").exists()
 
 
+@pytest.mark.slow  # the job script with a fake ray
 @pytest.mark.parametrize("at_the_pin", [True, False])
 def test_strict_commit_check_reads_a_checkout_owned_by_another_user(table1, tmp_path, monkeypatch, at_the_pin):
     """As in a container whose /root/slime another user built: at the pinned commit the job runs; at
@@ -462,6 +466,7 @@ def test_every_hook_flag_resolves_as_slime_loads_it(table1):
         inspect.signature(function).bind(*slime_standin.HOOK_CALLS[flag])  # raises if slime's call does not fit
 
 
+@pytest.mark.slow  # the job script with a fake ray
 def test_a_finished_run_is_never_relaunched(table1, tmp_path, monkeypatch):
     """A params-triggered rerun of a completed cluster run starts no job script (no Ray, no model);
     one whose last HF checkpoint is gone says so instead of starting a job with nothing to train."""

@@ -168,6 +168,7 @@ def test_a_stabilizer_without_a_slime_normalisation_is_refused():
         slime_loss.aggregation_of(RECIPES["grpo_sum_norm"])  # Dr.GRPO's constant: no slime reducer
 
 
+@pytest.mark.slow  # dynamo traces slime's whole loss call
 @pytest.mark.parametrize("name", ["sat_grpo", "gspo_tis"])
 def test_the_entry_point_traces_without_a_graph_break(name):
     """slime's whole custom-loss call (log-probs, recipe, loss, metrics) traces with dynamo in one

@@ -52,6 +52,7 @@ def test_the_evaluation_estimate_follows_the_requests_in_flight(table1):
     assert [a / b for a, b in zip(generation, parallel)] == pytest.approx([plan.SATURATION] * 2)
 
 
+@pytest.mark.slow  # the CLI in a process (its imports)
 def test_the_cli_prints_every_job_and_the_grid(tmp_path):
     result = subprocess.run([sys.executable, "-m", "engines.slime.launch", "--plan", str(PRESET)], cwd=ROOT,
                             capture_output=True, text=True, timeout=120)

@@ -243,6 +243,7 @@ def test_known_extra_args_pass_and_every_launcher_flag_is_known(preset):
 
 # --- the dry run ----------------------------------------------------------------------------------
 
+@pytest.mark.slow  # the launcher in a process
 def test_dry_run_of_the_preset_prints_the_memory_estimate_and_passes(preset, tmp_path):
     run_config = resolve_run_config(preset, "sat_gspo_r3", 8, 0)
     out = subprocess.run([sys.executable, "-m", "engines.slime.launch", "--dry-run", "--no-path-check",

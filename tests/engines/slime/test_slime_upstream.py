@@ -25,6 +25,7 @@ from tests.support.slime_upstream import slime_parsed_args, upstream_dir
 PRESET = ROOT / "workflow" / "presets" / "table1.yaml"
 
 
+@pytest.mark.slow  # check_pin reads both upstream trees
 def test_check_pin_passes_on_the_pinned_trees_and_the_docs_quote_its_figures():
     upstream = upstream_dir()
     result = subprocess.run([sys.executable, "-m", "engines.slime.check_pin", "--slime", str(upstream / "slime"),
