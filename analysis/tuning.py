@@ -9,7 +9,7 @@ analysis.tuning``, a Snakemake checkpoint: its output names the confirmation run
 from it); aggregation replays it from the same runs (:func:`confirmation_view`) and reports the picked
 variants' confirmation seeds only: a tuning score is the pick's input (tuning.json), never a result.
 
-    python -m analysis.tuning --config-json <grid>/config.json --out <grid>/tuning.json
+    python -m analysis.tuning --config-json <the grid's checked config> --out <the grid's pick file>
 """
 from __future__ import annotations
 
@@ -120,7 +120,7 @@ def _interval(cell: dict | None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m analysis.tuning", description=__doc__.split("\n")[0])
-    parser.add_argument("--config-json", required=True, help="the checked workflow config: <grid>/config.json")
+    parser.add_argument("--config-json", required=True, help="the checked workflow config (the grid folder's, harness.grid_dir.GridDir.config_path)")
     parser.add_argument("--out", required=True, help="the JSON file to write: the grid folder's tuning pick (GridDir.tuning_path)")
     args = parser.parse_args(argv)
     config = parse_config(parser, args.config_json)
