@@ -144,8 +144,10 @@ class MoE(nn.Module):
         order = experts.argsort(stable=True)
         tokens = order // self.top_k
         blocks = flat[tokens].split(torch.bincount(experts, minlength=self.w1.shape[0]).tolist())
-        outputs = [F.gelu(rows @ self.w1[expert] + self.b1[expert]) @ self.w2[expert] + self.b2[expert]
-                   for expert, rows in enumerate(blocks)]
+        # one unbind per weight instead of a select per expert and weight: the same views, fewer ops (and
+        # one stack in the backward instead of a zero-filled select_backward per expert, summed)
+        outputs = [F.gelu(rows @ w1 + b1) @ w2 + b2 for rows, w1, b1, w2, b2
+                   in zip(blocks, self.w1.unbind(), self.b1.unbind(), self.w2.unbind(), self.b2.unbind())]
         out = torch.zeros_like(flat).index_add_(0, tokens, gates.reshape(-1)[order, None] * torch.cat(outputs))
         loss = None
         if balance:  # Switch: experts x sum_e (fraction routed to e) x (mean router prob of e)

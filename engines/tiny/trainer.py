@@ -32,8 +32,7 @@ from pathlib import Path
 
 import torch
 
-from engines.mismatch import abs_d_stats
-from harness.engine import TimeLimitReached, TrainingDiverged, merge_metrics, time_limit_near
+from harness.engine import TimeLimitReached, TrainingDiverged, time_limit_near
 from harness.lag import check_realized_lag, newest_sampling_version, oldest_needed_version, sampling_version
 from harness.queue_lag import queue_model
 from harness.run import RunConfig, RunDir
@@ -41,7 +40,7 @@ from stabilizers import PolicyBatch, ess_lr_scale, offpolicy_diagnostics, valida
 
 from . import task
 from .adam import Adam  # torch.optim.Adam's updates without its torch._dynamo import (adam.py)
-from .batch import Recomputed, group_advantages, routing_mismatch, step_seed
+from .batch import Recomputed, all_finite, group_advantages, step_metrics, step_seed
 from .checkpoint import load_model, load_state, recover_replaced_dirs, replace_dir_atomic, save_checkpoint
 from .queue_rollout import generate_queued, group_record
 from .rollout import Rollout, RolloutEngine
@@ -94,7 +93,7 @@ class Trainer:
         """One trainer step on ``batch``: recompute, update, diagnostics; returns the metrics row."""
         recomputed = self.recompute(batch)
         update = self.update(batch, recomputed)
-        return self.diagnostics(batch, recomputed, update)
+        return step_metrics(batch, recomputed, update)
 
     def recompute(self, batch: Rollout) -> Recomputed:
         """The trainer's view of the batch before any update (no grad): old_logp with the current
@@ -127,8 +126,9 @@ class Trainer:
         inputs, response, replay = recomputed.inputs, recomputed.response, recomputed.replay
         old_logp, ref_logp, logmu = recomputed.old_logp, recomputed.ref_logp, recomputed.logmu
         advantages = group_advantages(batch.rewards, self.params["samples_per_step"],
-                                      std_normalization=self.recipe.std_normalization)[:, None].expand_as(old_logp)
-        rows = torch.arange(inputs.shape[0]).chunk(self.params["minibatches"])
+                                      std_normalization=self.recipe.std_normalization)[:, None].expand_as(old_logp).contiguous()
+        size = inputs.shape[0] // self.params["minibatches"]  # minibatches divides it (params.py); views, not copies
+        rows = [slice(start, start + size) for start in range(0, inputs.shape[0], size)]
         numbers: dict[str, list[float]] = {"loss": [], "grad_norm": [], "kl/k3": [], "vcpo/lr_scale": []}
         stab: dict[str, list[float]] = {}
         max_norm = self.params["max_grad_norm"] or math.inf
@@ -162,39 +162,9 @@ class Trainer:
             numbers["loss"].append(float(loss.detach()))
             for key, value in result.metrics.items():
                 stab.setdefault(key, []).append(float(value))
-        if not all(torch.isfinite(p).all() for p in self.model.parameters()):
+        if not all_finite(list(self.model.parameters())):
             raise TrainingDiverged("non-finite weights")
         return {"numbers": numbers, "stabilizer": stab}
-
-    def diagnostics(self, batch: Rollout, recomputed: Recomputed, update: dict) -> dict:
-        """The step's metrics row (keys in docs/design.md): reward, entropy, the mismatch between
-        the trainer's and the sampler's log-probabilities, routing, and the loss's own diagnostics."""
-        mask, logmu, old_logp, logp_full = batch.mask, recomputed.logmu, recomputed.old_logp, recomputed.logp_full
-        numbers = update["numbers"]
-        d = old_logp - logmu
-        tv = 0.5 * (logp_full.exp() - batch.logmu_full.exp()).abs().sum(-1)
-        row = {
-            "reward": float(batch.rewards.mean()),
-            "reward/exact": float(batch.exact.mean()),
-            "entropy": float(-(logp_full.exp() * logp_full).sum(-1)[mask.bool()].mean()),
-            "grad_norm": sum(numbers["grad_norm"]) / len(numbers["grad_norm"]),
-            "loss": sum(numbers["loss"]) / len(numbers["loss"]),
-            **abs_d_stats(d.abs()[mask.bool()]),
-            "d/mean": float(d[mask.bool()].mean()),
-            "d/lag_mean_abs": float((old_logp - batch.logp_sampler)[mask.bool()].abs().mean()),
-            "d/impl_mean_abs": float((batch.logp_sampler - logmu)[mask.bool()].abs().mean()),
-            "tv/mean": float(tv[mask.bool()].mean()),
-            "tv/p90": float(torch.quantile(tv[mask.bool()].double(), 0.9)),
-            # E_mu[|pi/mu - 1|] / 2 = TV(mu, pi): the estimate a cluster can make from sampled tokens only
-            "tv/sampled_estimate": float(0.5 * (d.exp() - 1).abs()[mask.bool()].mean()),
-            "routing/mismatch_rate": routing_mismatch(recomputed.routing, batch.routing),
-            "routing/own_mismatch_rate": routing_mismatch(recomputed.own_routing, batch.routing),
-        }
-        for key in ("kl/k3", "vcpo/lr_scale"):  # only when the recipe uses them
-            if numbers[key]:
-                row[key] = sum(numbers[key]) / len(numbers[key])
-        row.update({k: float(v) for k, v in offpolicy_diagnostics(old_logp, logmu, mask).items()})
-        return merge_metrics(row, {k: sum(v) / len(v) for k, v in update["stabilizer"].items()})
 
     # ---------------------------------------------------------------- persistence
     def save(self, pending_rows: list[dict], checkpoint: bool = True) -> None:
