@@ -3,13 +3,13 @@
 Each reference below is the code the change replaced (the commit before it), kept here to hold the
 new code to it bit for bit: the MoE's experts through unbind views instead of a select per expert
 and weight (forward and gradients), the emulated bf16 MoE's elementwise ops on all experts' rows at
-once, and the one finiteness check for all weights.
+once, the one finiteness check for all weights, and the step's numbers read in one transfer.
 """
 import pytest
 import torch
 import torch.nn.functional as F
 
-from engines.tiny.batch import all_finite
+from engines.tiny.batch import all_finite, as_floats
 from engines.tiny.model import ModelConfig, MoE
 from engines.tiny.rollout_bf16 import _moe, bf16
 
@@ -109,3 +109,14 @@ def test_all_finite_finds_a_nan_or_inf_in_any_tensor():
             broken = [t.clone() for t in tensors]
             broken[index].view(-1)[-1] = bad
             assert not all_finite(broken)
+
+
+def test_as_floats_reads_each_value_as_float_does():
+    generator = torch.Generator().manual_seed(0)
+    lists = {"loss": [torch.randn((), generator=generator) for _ in range(3)], "empty": [],
+             "mixed": [torch.tensor(1 / 3, dtype=torch.float64), torch.tensor(0.1), torch.tensor(2.5, dtype=torch.bfloat16)]}
+    floats = as_floats(lists)
+    assert list(floats) == list(lists)
+    assert floats == {key: [float(v) for v in values] for key, values in lists.items()}
+    assert floats["mixed"][1] != 0.1 and floats["mixed"][1] == float(torch.tensor(0.1))  # the float32 value, exactly
+    assert as_floats({}) == {} and as_floats({"a": []}) == {"a": []}

@@ -60,6 +60,14 @@ def all_finite(tensors: list[torch.Tensor]) -> bool:
     return bool(torch.stack(torch._foreach_norm(tensors, math.inf)).isfinite().all())
 
 
+def as_floats(lists: dict[str, list[torch.Tensor]]) -> dict[str, list[float]]:
+    """Each list's floating-point 0-d tensors as Python floats, read in one transfer (one host sync, not
+    one per value): float(t) of each, since torch.stack's promotion among floating types is exact."""
+    values = [value for values in lists.values() for value in values]
+    floats = iter(torch.stack(values).tolist() if values else [])
+    return {key: [next(floats) for _ in values] for key, values in lists.items()}
+
+
 def step_metrics(batch: Rollout, recomputed: Recomputed, update: dict) -> dict:
     """The step's metrics row (keys in docs/design.md): reward, entropy, the mismatch between
     the trainer's and the sampler's log-probabilities, routing, and the loss's own diagnostics."""

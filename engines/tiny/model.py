@@ -250,7 +250,8 @@ def generate(model: TinyMoELM, prompts: torch.Tensor, new_tokens: int, *, temper
         else:
             token = torch.multinomial(logps[-1].exp(), 1, generator=generator)
         tokens.append(token)
-        done |= token[:, 0] == EOS
+        if stop_at_eos:
+            done |= token[:, 0] == EOS
         if step == new_tokens - 1 or (stop_at_eos and bool(done.all())):
             break
         out = model(token, cache=cache)

@@ -40,7 +40,7 @@ from stabilizers import PolicyBatch, ess_lr_scale, offpolicy_diagnostics, valida
 
 from . import task
 from .adam import Adam  # torch.optim.Adam's updates without its torch._dynamo import (adam.py)
-from .batch import Recomputed, all_finite, group_advantages, step_metrics, step_seed
+from .batch import Recomputed, all_finite, as_floats, group_advantages, step_metrics, step_seed
 from .checkpoint import load_model, load_state, recover_replaced_dirs, replace_dir_atomic, save_checkpoint
 from .queue_rollout import generate_queued, group_record
 from .rollout import Rollout, RolloutEngine
@@ -129,8 +129,9 @@ class Trainer:
                                       std_normalization=self.recipe.std_normalization)[:, None].expand_as(old_logp).contiguous()
         size = inputs.shape[0] // self.params["minibatches"]  # minibatches divides it (params.py); views, not copies
         rows = [slice(start, start + size) for start in range(0, inputs.shape[0], size)]
-        numbers: dict[str, list[float]] = {"loss": [], "grad_norm": [], "kl/k3": [], "vcpo/lr_scale": []}
-        stab: dict[str, list[float]] = {}
+        # 0-d tensors until the end: read in one transfer (as_floats), not one sync per value
+        numbers: dict[str, list] = {"loss": [], "grad_norm": [], "kl/k3": [], "vcpo/lr_scale": []}
+        stab: dict[str, list] = {}
         max_norm = self.params["max_grad_norm"] or math.inf
         for index, idx in enumerate(rows):
             mb_out = self.model(inputs[idx], replay=None if replay is None else replay[idx])
@@ -147,24 +148,24 @@ class Trainer:
                 delta = ref_logp[idx] - logp
                 k3 = ((delta.exp() - delta - 1) * mask[idx]).sum() / mask[idx].sum().clamp(min=1)
                 loss = loss + self.params["kl_coef"] * k3
-                numbers["kl/k3"].append(float(k3.detach()))
+                numbers["kl/k3"].append(k3.detach())
             if not torch.isfinite(loss):
                 raise TrainingDiverged("non-finite loss")
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            numbers["grad_norm"].append(float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)))
+            numbers["grad_norm"].append(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm))
             if self.params["vcpo_ess_lr"]:  # VCPO: this step's lr scaled by its minibatch's ESS
                 ess = offpolicy_diagnostics(old_logp[idx], logmu[idx], mask[idx])["offpolicy/ess"]
-                numbers["vcpo/lr_scale"].append(float(ess_lr_scale(ess)))
-                for group in self.optimizer.param_groups:
-                    group["lr"] = self.params["lr"] * numbers["vcpo/lr_scale"][-1]
+                numbers["vcpo/lr_scale"].append(ess_lr_scale(ess))
+                for group in self.optimizer.param_groups:  # the one value needed at once
+                    group["lr"] = self.params["lr"] * float(numbers["vcpo/lr_scale"][-1])
             self.optimizer.step()
-            numbers["loss"].append(float(loss.detach()))
+            numbers["loss"].append(loss.detach())
             for key, value in result.metrics.items():
-                stab.setdefault(key, []).append(float(value))
+                stab.setdefault(key, []).append(value)
         if not all_finite(list(self.model.parameters())):
             raise TrainingDiverged("non-finite weights")
-        return {"numbers": numbers, "stabilizer": stab}
+        return {"numbers": as_floats(numbers), "stabilizer": as_floats(stab)}
 
     # ---------------------------------------------------------------- persistence
     def save(self, pending_rows: list[dict], checkpoint: bool = True) -> None:
