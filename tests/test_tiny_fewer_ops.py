@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engines.tiny.batch import all_finite, as_floats
+from engines.tiny.batch import all_finite, as_floats, clip_grad_norm
 from engines.tiny.model import ModelConfig, MoE
 from engines.tiny.rollout_bf16 import _moe, bf16
 
@@ -120,3 +120,20 @@ def test_as_floats_reads_each_value_as_float_does():
     assert floats == {key: [float(v) for v in values] for key, values in lists.items()}
     assert floats["mixed"][1] != 0.1 and floats["mixed"][1] == float(torch.tensor(0.1))  # the float32 value, exactly
     assert as_floats({}) == {} and as_floats({"a": []}) == {"a": []}
+
+
+@pytest.mark.parametrize("max_norm", [None, 1e-3, 1, 1e6])
+def test_clip_grad_norm_is_torchs_bit_for_bit(max_norm):
+    generator = torch.Generator().manual_seed(5)
+    shapes = [(4, 64, 128), (4, 128), (13, 64), (64,), (2,)]
+    ours = [torch.zeros(shape, requires_grad=True) for shape in shapes]
+    theirs = [torch.zeros(shape, requires_grad=True) for shape in shapes]
+    for a, b in zip(ours, theirs):
+        a.grad = torch.randn(a.shape, generator=generator) * 3
+        b.grad = a.grad.clone()
+    ours[3].grad = None  # a parameter without a gradient is left out, as torch does
+    theirs[3].grad = None
+    total = clip_grad_norm(ours, max_norm)
+    reference = torch.nn.utils.clip_grad_norm_(theirs, float("inf") if max_norm is None else max_norm)
+    assert _same_bits(total, reference)
+    assert all(_same_bits(a.grad, b.grad) for a, b in zip(ours, theirs) if a.grad is not None)

@@ -60,6 +60,18 @@ def all_finite(tensors: list[torch.Tensor]) -> bool:
     return bool(torch.stack(torch._foreach_norm(tensors, math.inf)).isfinite().all())
 
 
+def clip_grad_norm(params: list[torch.Tensor], max_norm: float | None) -> torch.Tensor:
+    """torch.nn.utils.clip_grad_norm_'s total 2-norm and clipping for CPU float32 gradients, in its ops
+    (torch 2.13: per-tensor norms by _foreach_norm, the norm of their stack, grads times
+    min(max_norm / (norm + 1e-6), 1)), without its per-tensor device moves; the multiplication by 1.0
+    that max_norm None (inf) would make changes no value, so it is left out."""
+    grads = [p.grad for p in params if p.grad is not None]
+    total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
+    if max_norm is not None:
+        torch._foreach_mul_(grads, torch.clamp(float(max_norm) / (total + 1e-6), max=1.0))
+    return total
+
+
 def as_floats(lists: dict[str, list[torch.Tensor]]) -> dict[str, list[float]]:
     """Each list's floating-point 0-d tensors as Python floats, read in one transfer (one host sync, not
     one per value): float(t) of each, since torch.stack's promotion among floating types is exact."""

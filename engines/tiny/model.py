@@ -142,7 +142,7 @@ class MoE(nn.Module):
         # tokens in expert order (one index_add_): few ops per call, which is what a small MoE costs.
         experts = chosen.reshape(-1)
         order = experts.argsort(stable=True)
-        tokens = order // self.top_k
+        tokens = order if self.top_k == 1 else order // self.top_k  # one slot per token: no division
         blocks = flat[tokens].split(torch.bincount(experts, minlength=self.w1.shape[0]).tolist())
         # one unbind per weight instead of a select per expert and weight: the same views, fewer ops (and
         # one stack in the backward instead of a zero-filled select_backward per expert, summed)

@@ -60,7 +60,7 @@ def _moe(moe: MoE, x: torch.Tensor):
     # multiple of 32, as in every preset: no element moves between the two paths)
     experts = chosen.reshape(-1)
     order = experts.argsort(stable=True)
-    tokens = order // moe.top_k
+    tokens = order if moe.top_k == 1 else order // moe.top_k  # one slot per token: no division
     sizes = torch.bincount(experts, minlength=moe.w1.shape[0]).tolist()
     by_expert = experts[order]
     first = torch.cat([rows @ w1 for rows, w1 in zip(flat[tokens].split(sizes), moe.w1.unbind())])

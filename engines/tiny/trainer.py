@@ -25,7 +25,6 @@ as an uninterrupted one, but for each row's ``time`` (when the step was produced
 from __future__ import annotations
 
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -40,7 +39,7 @@ from stabilizers import PolicyBatch, ess_lr_scale, offpolicy_diagnostics, valida
 
 from . import task
 from .adam import Adam  # torch.optim.Adam's updates without its torch._dynamo import (adam.py)
-from .batch import Recomputed, all_finite, as_floats, group_advantages, step_metrics, step_seed
+from .batch import Recomputed, all_finite, as_floats, clip_grad_norm, group_advantages, step_metrics, step_seed
 from .checkpoint import load_model, load_state, recover_replaced_dirs, replace_dir_atomic, save_checkpoint
 from .queue_rollout import generate_queued, group_record
 from .rollout import Rollout, RolloutEngine
@@ -67,6 +66,7 @@ class Trainer:
         for p in self.base.parameters():
             p.requires_grad_(False)
         self.model = load_model(base_dir)
+        self.parameters = list(self.model.parameters())
         self.optimizer = Adam(self.model.parameters(), lr=self.params["lr"], betas=tuple(self.params["adam_betas"]))
         self.engine = RolloutEngine(self.model.config, self.params["rollout_dtype"], self.params["temperature"])
         self.snapshots: dict[int, dict[str, torch.Tensor]] = {0: self.state_copy()}
@@ -132,7 +132,6 @@ class Trainer:
         # 0-d tensors until the end: read in one transfer (as_floats), not one sync per value
         numbers: dict[str, list] = {"loss": [], "grad_norm": [], "kl/k3": [], "vcpo/lr_scale": []}
         stab: dict[str, list] = {}
-        max_norm = self.params["max_grad_norm"] or math.inf
         for index, idx in enumerate(rows):
             mb_out = self.model(inputs[idx], replay=None if replay is None else replay[idx])
             logp = (mb_out.logits[:, plen - 1:] / temperature).log_softmax(-1)
@@ -153,7 +152,7 @@ class Trainer:
                 raise TrainingDiverged("non-finite loss")
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            numbers["grad_norm"].append(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm))
+            numbers["grad_norm"].append(clip_grad_norm(self.parameters, self.params["max_grad_norm"]))
             if self.params["vcpo_ess_lr"]:  # VCPO: this step's lr scaled by its minibatch's ESS
                 ess = offpolicy_diagnostics(old_logp[idx], logmu[idx], mask[idx])["offpolicy/ess"]
                 numbers["vcpo/lr_scale"].append(ess_lr_scale(ess))
@@ -163,7 +162,7 @@ class Trainer:
             numbers["loss"].append(loss.detach())
             for key, value in result.metrics.items():
                 stab.setdefault(key, []).append(value)
-        if not all_finite(list(self.model.parameters())):
+        if not all_finite(self.parameters):
             raise TrainingDiverged("non-finite weights")
         return {"numbers": as_floats(numbers), "stabilizer": as_floats(stab)}
 
