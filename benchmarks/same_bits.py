@@ -45,6 +45,7 @@ def run_case(tree: Path, out: Path, name: str, steps: int | None) -> dict[str, s
 
     from harness.config import validate
     from harness.model import Config
+    from harness.run import RunDir
 
     recipe, lag, default_steps, params, scored = CASES[name]
     steps = steps or default_steps
@@ -68,15 +69,15 @@ def run_case(tree: Path, out: Path, name: str, steps: int | None) -> dict[str, s
         done = subprocess.run([sys.executable, "-m", *command], cwd=tree, env=env, capture_output=True, text=True)
         if done.returncode != 0:
             raise SystemExit(f"{tree}: {command[0]} failed ({done.returncode}):\n{done.stderr[-2000:]}")
-    rows = [{k: v for k, v in json.loads(line).items() if k != "time"}
-            for line in (run_dir / "train" / "metrics.jsonl").read_text().splitlines()]
+    run = RunDir(run_dir)
+    rows = [{k: v for k, v in row.items() if k != "time"} for row in run.read_metrics()]
     digests = {"metrics rows": digest(json.dumps(rows, sort_keys=True).encode()), "base model": digest(
         (base / "model.safetensors").read_bytes())}
     for path in sorted(run_dir.rglob("*.safetensors")):
         digests[str(path.relative_to(run_dir))] = digest(path.read_bytes())
-    for path in sorted((run_dir / "eval").glob("*.jsonl")):
-        lines = [{k: v for k, v in json.loads(line).items() if k != "eval_key"} for line in path.read_text().splitlines()]
-        digests[str(path.relative_to(run_dir))] = digest(json.dumps(lines, sort_keys=True).encode())
+    for task in sorted(path.stem for path in (run_dir / "eval").glob("[!.]*.jsonl")):
+        lines = [{k: v for k, v in row.items() if k != "eval_key"} for row in run.read_eval(task)]
+        digests[f"eval lines of {task}"] = digest(json.dumps(lines, sort_keys=True).encode())
     return digests
 
 
