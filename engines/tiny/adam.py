@@ -38,24 +38,37 @@ class Adam:
 
     @torch.no_grad()
     def step(self) -> None:
+        """torch's per-parameter ops, each issued for all parameters by one torch._foreach_* call: on the
+        CPU a foreach op is a loop over the same per-tensor op (torch's *_slow kernels), so the same
+        bits, with one Python call per op instead of one per op and parameter."""
         for group in self.param_groups:
             lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
-            for p in group["params"]:
-                if p.grad is None:  # as torch.optim: no state and no step for a parameter without a gradient
-                    continue
-                state = self.state.setdefault(p, {})
-                if not state:  # torch.optim's lazy state: a float32 step count on the CPU, zero moments
-                    state.update(step=torch.tensor(0.0), exp_avg=torch.zeros_like(p, memory_format=torch.preserve_format),
-                                 exp_avg_sq=torch.zeros_like(p, memory_format=torch.preserve_format))
-                step_t, exp_avg, exp_avg_sq, grad = state["step"], state["exp_avg"], state["exp_avg_sq"], p.grad
-                step_t += 1
-                exp_avg.lerp_(grad, 1 - beta1)
-                exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-                step = step_t.item()
-                # the bias corrections in Python floats, in torch's order: the same rounding
+            params = [p for p in group["params"] if p.grad is not None]  # as torch.optim: no gradient, no step
+            if not params:
+                continue
+            for p in params:
+                if p not in self.state:  # torch.optim's lazy state: a float32 step count on the CPU, zero moments
+                    self.state[p] = {"step": torch.tensor(0.0),
+                                     "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
+                                     "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format)}
+            states = [self.state[p] for p in params]
+            steps, grads = [s["step"] for s in states], [p.grad for p in params]
+            exp_avgs, exp_avg_sqs = [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states]
+            torch._foreach_add_(steps, 1)
+            torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
+            torch._foreach_mul_(exp_avg_sqs, beta2)
+            torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1 - beta2)
+            # the bias corrections in Python floats, in torch's order: the same rounding; one read of all
+            # step counts (they differ only where a parameter once had no gradient)
+            counts = torch.stack(steps).tolist()
+            for step in dict.fromkeys(counts):
+                members = [i for i, count in enumerate(counts) if count == step]
                 step_size = lr / (1 - beta1 ** step)
-                denom = (exp_avg_sq.sqrt() / (1 - beta2 ** step) ** 0.5).add_(eps)
-                p.addcdiv_(exp_avg, denom, value=-step_size)
+                denom = torch._foreach_div(torch._foreach_sqrt([exp_avg_sqs[i] for i in members]),
+                                           (1 - beta2 ** step) ** 0.5)
+                torch._foreach_add_(denom, eps)
+                torch._foreach_addcdiv_([params[i] for i in members], [exp_avgs[i] for i in members], denom,
+                                        value=-step_size)
 
     def state_dict(self) -> dict:
         """torch.optim's layout; the state tensors themselves (not copies), as torch.optim returns them."""

@@ -1,10 +1,20 @@
 """What a tiny-engine trainer step derives from its batch: the seeds of its draws, GRPO's group
-advantages, the routing mismatch, and the batch as the trainer sees it before its update."""
+advantages, the routing mismatch, the batch as the trainer sees it before its update, and the
+step's metrics row."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
+
+from engines.mismatch import abs_d_stats
+from harness.engine import merge_metrics
+from stabilizers import offpolicy_diagnostics
+
+if TYPE_CHECKING:
+    from .rollout import Rollout
 
 
 def step_seed(seed: int, step: int, stream: int) -> int:
@@ -42,3 +52,61 @@ class Recomputed:
     ref_logp: torch.Tensor | None  # the base model's, when the KL term is on
     routing: torch.Tensor  # the trainer's routing (replayed or not)
     own_routing: torch.Tensor  # the trainer's own routing choice
+
+
+def all_finite(tensors: list[torch.Tensor]) -> bool:
+    """Whether every value is finite, in one check for all tensors (not one per tensor): a tensor's
+    max |x| is finite iff all of it is (a NaN propagates through the max)."""
+    return bool(torch.stack(torch._foreach_norm(tensors, math.inf)).isfinite().all())
+
+
+def clip_grad_norm(params: list[torch.Tensor], max_norm: float | None) -> torch.Tensor:
+    """torch.nn.utils.clip_grad_norm_'s total 2-norm and clipping for CPU float32 gradients, in its ops
+    (torch 2.13: per-tensor norms by _foreach_norm, the norm of their stack, grads times
+    min(max_norm / (norm + 1e-6), 1)), without its per-tensor device moves; the multiplication by 1.0
+    that max_norm None (inf) would make changes no value, so it is left out."""
+    grads = [p.grad for p in params if p.grad is not None]
+    total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
+    if max_norm is not None:
+        torch._foreach_mul_(grads, torch.clamp(float(max_norm) / (total + 1e-6), max=1.0))
+    return total
+
+
+def as_floats(lists: dict[str, list[torch.Tensor]]) -> dict[str, list[float]]:
+    """Each list's floating-point 0-d tensors as Python floats, read in one transfer (one host sync, not
+    one per value): float(t) of each, since torch.stack's promotion among floating types is exact."""
+    values = [value for values in lists.values() for value in values]
+    floats = iter(torch.stack(values).tolist() if values else [])
+    return {key: [next(floats) for _ in values] for key, values in lists.items()}
+
+
+def step_metrics(batch: Rollout, recomputed: Recomputed, update: dict) -> dict:
+    """The step's metrics row (keys in docs/design.md): reward, entropy, the mismatch between
+    the trainer's and the sampler's log-probabilities, routing, and the loss's own diagnostics."""
+    mask, logmu, old_logp, logp_full = batch.mask, recomputed.logmu, recomputed.old_logp, recomputed.logp_full
+    numbers, active = update["numbers"], batch.mask.bool()
+    d = old_logp - logmu
+    probs = logp_full.exp()
+    tv = 0.5 * (probs - batch.logmu_full.exp()).abs().sum(-1)[active]
+    row = {
+        "reward": float(batch.rewards.mean()),
+        "reward/exact": float(batch.exact.mean()),
+        "entropy": float(-(probs * logp_full).sum(-1)[active].mean()),
+        "grad_norm": sum(numbers["grad_norm"]) / len(numbers["grad_norm"]),
+        "loss": sum(numbers["loss"]) / len(numbers["loss"]),
+        **abs_d_stats(d.abs()[active]),
+        "d/mean": float(d[active].mean()),
+        "d/lag_mean_abs": float((old_logp - batch.logp_sampler)[active].abs().mean()),
+        "d/impl_mean_abs": float((batch.logp_sampler - logmu)[active].abs().mean()),
+        "tv/mean": float(tv.mean()),
+        "tv/p90": float(torch.quantile(tv.double(), 0.9)),
+        # E_mu[|pi/mu - 1|] / 2 = TV(mu, pi): the estimate a cluster can make from sampled tokens only
+        "tv/sampled_estimate": float(0.5 * (d.exp() - 1).abs()[active].mean()),
+        "routing/mismatch_rate": routing_mismatch(recomputed.routing, batch.routing),
+        "routing/own_mismatch_rate": routing_mismatch(recomputed.own_routing, batch.routing),
+    }
+    for key in ("kl/k3", "vcpo/lr_scale"):  # only when the recipe uses them
+        if numbers[key]:
+            row[key] = sum(numbers[key]) / len(numbers[key])
+    row.update({k: float(v) for k, v in offpolicy_diagnostics(old_logp, logmu, mask).items()})
+    return merge_metrics(row, {k: sum(v) / len(v) for k, v in update["stabilizer"].items()})

@@ -52,16 +52,22 @@ def _moe(moe: MoE, x: torch.Tensor):
         gates = bf16(logits.softmax(-1)).gather(-1, chosen)
     else:
         gates = bf16(logits.gather(-1, chosen).softmax(-1))
-    # as MoE.forward: the (token, slot) pairs grouped by expert, one block of rows per expert
+    # as MoE.forward: the (token, slot) pairs grouped by expert, one block of rows per expert. Each
+    # expert's two matmuls run on its own block, as the bf16 engine calls them; the bias adds, the GELU
+    # and their roundings run once on all blocks together (each expert's bias repeated over its rows):
+    # elementwise, so the same values (GELU's vectorised and scalar paths differ in the last bit, and a
+    # block's numel is a multiple of the vector loop's 2 x 16 floats whenever expert_hidden is a
+    # multiple of 32, as in every preset: no element moves between the two paths)
     experts = chosen.reshape(-1)
     order = experts.argsort(stable=True)
-    tokens = order // moe.top_k
-    blocks = flat[tokens].split(torch.bincount(experts, minlength=moe.w1.shape[0]).tolist())
-    outputs = []
-    for expert, rows in enumerate(blocks):
-        hidden = bf16(F.gelu(bf16(bf16(rows @ moe.w1[expert]) + moe.b1[expert])))
-        outputs.append(bf16(bf16(hidden @ moe.w2[expert]) + moe.b2[expert]))
-    weighted = bf16(gates.reshape(-1)[order, None] * torch.cat(outputs))
+    tokens = order if moe.top_k == 1 else order // moe.top_k  # one slot per token: no division
+    sizes = torch.bincount(experts, minlength=moe.w1.shape[0]).tolist()
+    by_expert = experts[order]
+    first = torch.cat([rows @ w1 for rows, w1 in zip(flat[tokens].split(sizes), moe.w1.unbind())])
+    hidden = bf16(F.gelu(bf16(bf16(first) + moe.b1[by_expert])))
+    second = torch.cat([rows @ w2 for rows, w2 in zip(hidden.split(sizes), moe.w2.unbind())])
+    expert_out = bf16(bf16(second) + moe.b2[by_expert])
+    weighted = bf16(gates.reshape(-1)[order, None] * expert_out)
     out = bf16(torch.zeros_like(flat).index_add_(0, tokens, weighted))
     return out.view(b, t, w), chosen.view(b, t, moe.top_k)
 

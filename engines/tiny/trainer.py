@@ -25,15 +25,13 @@ as an uninterrupted one, but for each row's ``time`` (when the step was produced
 from __future__ import annotations
 
 import json
-import math
 import sys
 import time
 from pathlib import Path
 
 import torch
 
-from engines.mismatch import abs_d_stats
-from harness.engine import TimeLimitReached, TrainingDiverged, merge_metrics, time_limit_near
+from harness.engine import TimeLimitReached, TrainingDiverged, time_limit_near
 from harness.lag import check_realized_lag, newest_sampling_version, oldest_needed_version, sampling_version
 from harness.queue_lag import queue_model
 from harness.run import RunConfig, RunDir
@@ -41,7 +39,7 @@ from stabilizers import PolicyBatch, ess_lr_scale, offpolicy_diagnostics, valida
 
 from . import task
 from .adam import Adam  # torch.optim.Adam's updates without its torch._dynamo import (adam.py)
-from .batch import Recomputed, group_advantages, routing_mismatch, step_seed
+from .batch import Recomputed, all_finite, as_floats, clip_grad_norm, group_advantages, step_metrics, step_seed
 from .checkpoint import load_model, load_state, recover_replaced_dirs, replace_dir_atomic, save_checkpoint
 from .queue_rollout import generate_queued, group_record
 from .rollout import Rollout, RolloutEngine
@@ -68,6 +66,7 @@ class Trainer:
         for p in self.base.parameters():
             p.requires_grad_(False)
         self.model = load_model(base_dir)
+        self.parameters = list(self.model.parameters())
         self.optimizer = Adam(self.model.parameters(), lr=self.params["lr"], betas=tuple(self.params["adam_betas"]))
         self.engine = RolloutEngine(self.model.config, self.params["rollout_dtype"], self.params["temperature"])
         self.snapshots: dict[int, dict[str, torch.Tensor]] = {0: self.state_copy()}
@@ -94,7 +93,7 @@ class Trainer:
         """One trainer step on ``batch``: recompute, update, diagnostics; returns the metrics row."""
         recomputed = self.recompute(batch)
         update = self.update(batch, recomputed)
-        return self.diagnostics(batch, recomputed, update)
+        return step_metrics(batch, recomputed, update)
 
     def recompute(self, batch: Rollout) -> Recomputed:
         """The trainer's view of the batch before any update (no grad): old_logp with the current
@@ -127,11 +126,12 @@ class Trainer:
         inputs, response, replay = recomputed.inputs, recomputed.response, recomputed.replay
         old_logp, ref_logp, logmu = recomputed.old_logp, recomputed.ref_logp, recomputed.logmu
         advantages = group_advantages(batch.rewards, self.params["samples_per_step"],
-                                      std_normalization=self.recipe.std_normalization)[:, None].expand_as(old_logp)
-        rows = torch.arange(inputs.shape[0]).chunk(self.params["minibatches"])
-        numbers: dict[str, list[float]] = {"loss": [], "grad_norm": [], "kl/k3": [], "vcpo/lr_scale": []}
-        stab: dict[str, list[float]] = {}
-        max_norm = self.params["max_grad_norm"] or math.inf
+                                      std_normalization=self.recipe.std_normalization)[:, None].expand_as(old_logp).contiguous()
+        size = inputs.shape[0] // self.params["minibatches"]  # minibatches divides it (params.py); views, not copies
+        rows = [slice(start, start + size) for start in range(0, inputs.shape[0], size)]
+        # 0-d tensors until the end: read in one transfer (as_floats), not one sync per value
+        numbers: dict[str, list] = {"loss": [], "grad_norm": [], "kl/k3": [], "vcpo/lr_scale": []}
+        stab: dict[str, list] = {}
         for index, idx in enumerate(rows):
             mb_out = self.model(inputs[idx], replay=None if replay is None else replay[idx])
             logp = (mb_out.logits[:, plen - 1:] / temperature).log_softmax(-1)
@@ -147,54 +147,24 @@ class Trainer:
                 delta = ref_logp[idx] - logp
                 k3 = ((delta.exp() - delta - 1) * mask[idx]).sum() / mask[idx].sum().clamp(min=1)
                 loss = loss + self.params["kl_coef"] * k3
-                numbers["kl/k3"].append(float(k3.detach()))
+                numbers["kl/k3"].append(k3.detach())
             if not torch.isfinite(loss):
                 raise TrainingDiverged("non-finite loss")
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            numbers["grad_norm"].append(float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)))
+            numbers["grad_norm"].append(clip_grad_norm(self.parameters, self.params["max_grad_norm"]))
             if self.params["vcpo_ess_lr"]:  # VCPO: this step's lr scaled by its minibatch's ESS
                 ess = offpolicy_diagnostics(old_logp[idx], logmu[idx], mask[idx])["offpolicy/ess"]
-                numbers["vcpo/lr_scale"].append(float(ess_lr_scale(ess)))
-                for group in self.optimizer.param_groups:
-                    group["lr"] = self.params["lr"] * numbers["vcpo/lr_scale"][-1]
+                numbers["vcpo/lr_scale"].append(ess_lr_scale(ess))
+                for group in self.optimizer.param_groups:  # the one value needed at once
+                    group["lr"] = self.params["lr"] * float(numbers["vcpo/lr_scale"][-1])
             self.optimizer.step()
-            numbers["loss"].append(float(loss.detach()))
+            numbers["loss"].append(loss.detach())
             for key, value in result.metrics.items():
-                stab.setdefault(key, []).append(float(value))
-        if not all(torch.isfinite(p).all() for p in self.model.parameters()):
+                stab.setdefault(key, []).append(value)
+        if not all_finite(self.parameters):
             raise TrainingDiverged("non-finite weights")
-        return {"numbers": numbers, "stabilizer": stab}
-
-    def diagnostics(self, batch: Rollout, recomputed: Recomputed, update: dict) -> dict:
-        """The step's metrics row (keys in docs/design.md): reward, entropy, the mismatch between
-        the trainer's and the sampler's log-probabilities, routing, and the loss's own diagnostics."""
-        mask, logmu, old_logp, logp_full = batch.mask, recomputed.logmu, recomputed.old_logp, recomputed.logp_full
-        numbers = update["numbers"]
-        d = old_logp - logmu
-        tv = 0.5 * (logp_full.exp() - batch.logmu_full.exp()).abs().sum(-1)
-        row = {
-            "reward": float(batch.rewards.mean()),
-            "reward/exact": float(batch.exact.mean()),
-            "entropy": float(-(logp_full.exp() * logp_full).sum(-1)[mask.bool()].mean()),
-            "grad_norm": sum(numbers["grad_norm"]) / len(numbers["grad_norm"]),
-            "loss": sum(numbers["loss"]) / len(numbers["loss"]),
-            **abs_d_stats(d.abs()[mask.bool()]),
-            "d/mean": float(d[mask.bool()].mean()),
-            "d/lag_mean_abs": float((old_logp - batch.logp_sampler)[mask.bool()].abs().mean()),
-            "d/impl_mean_abs": float((batch.logp_sampler - logmu)[mask.bool()].abs().mean()),
-            "tv/mean": float(tv[mask.bool()].mean()),
-            "tv/p90": float(torch.quantile(tv[mask.bool()].double(), 0.9)),
-            # E_mu[|pi/mu - 1|] / 2 = TV(mu, pi): the estimate a cluster can make from sampled tokens only
-            "tv/sampled_estimate": float(0.5 * (d.exp() - 1).abs()[mask.bool()].mean()),
-            "routing/mismatch_rate": routing_mismatch(recomputed.routing, batch.routing),
-            "routing/own_mismatch_rate": routing_mismatch(recomputed.own_routing, batch.routing),
-        }
-        for key in ("kl/k3", "vcpo/lr_scale"):  # only when the recipe uses them
-            if numbers[key]:
-                row[key] = sum(numbers[key]) / len(numbers[key])
-        row.update({k: float(v) for k, v in offpolicy_diagnostics(old_logp, logmu, mask).items()})
-        return merge_metrics(row, {k: sum(v) / len(v) for k, v in update["stabilizer"].items()})
+        return {"numbers": as_floats(numbers), "stabilizer": as_floats(stab)}
 
     # ---------------------------------------------------------------- persistence
     def save(self, pending_rows: list[dict], checkpoint: bool = True) -> None:

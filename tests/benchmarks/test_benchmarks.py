@@ -29,6 +29,7 @@ SMALLEST = {
     "bench_run_phases": (["--steps", "4", "--out", "{tmp}/phases"], "CPU s"),
     "bench_verdicts": (["--replicates", "200"], "P(two runs agree)"),
     "compare_runs": (["{run}", "{run}"], "identical"),
+    "same_bits": (["--before", ".", "--cases", "r2_top2_bf16", "--steps", "2", "--out", "{tmp}/bits"], "identical"),
     "mutants": (["--only", "digest_ignores_metrics"], "1 of 1 mutants killed"),
     "bench_run_cpu": (["--recipes", "grpo", "--lags", "1", "--seeds", "0"], "train"),
     "bench_setup": (["--ref", "HEAD", "--dir", "{tmp}/clone"], "wall"),

@@ -1,0 +1,119 @@
+"""Whether two checkouts train the same bits: short tiny-engine runs of each, compared file by file.
+
+    .venv/bin/python -m benchmarks.same_bits --before OLD_CHECKOUT [--after CHECKOUT] [--cases NAME ...]
+        [--steps N] [--out DIR]
+
+For a change meant to keep every number (issue 35's per-step op reductions): each case is a short run
+of config.yaml's stress preset cut to one recipe, lag and seed, prepared, trained and (where marked)
+scored by each checkout's own code in fresh processes (`engines.prepare`, `engines.run`,
+`eval.score`, the checkout first on PYTHONPATH, one thread). Compared, as sha256 digests: the base
+model, every checkpoint and the resume state (weights, Adam moments, snapshots, the batch in
+flight) byte for byte, the metrics rows but their `time`, the eval lines but their `eval_key`.
+The cases cover both bf16 rollouts, a SAT recipe, R3 replay with top_k 2, the KL term, VCPO's lr and
+gradient clipping, and R2 with top_k 2. Prints one line per case, "identical" or the files that differ.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# name -> (recipe, lag, steps, engine_params over the stress preset, scored)
+CASES = {
+    "grpo_bf16": ("grpo", 8, 30, {"rollout_dtype": "bfloat16"}, True),
+    "grpo_emulated": ("grpo", 8, 30, {"rollout_dtype": "bfloat16_emulated"}, True),
+    "sat_gspo_emulated": ("sat_gspo", 8, 20, {"rollout_dtype": "bfloat16_emulated"}, False),
+    "r3_top2_kl_vcpo_clip_emulated": ("grpo_r3", 1, 12, {
+        "rollout_dtype": "bfloat16_emulated", "top_k": 2, "kl_coef": 0.01, "vcpo_ess_lr": True,
+        "max_grad_norm": 1.0, "warmstart_steps": 20}, False),
+    "r2_top2_bf16": ("grpo", 2, 12, {"rollout_dtype": "bfloat16", "top_k": 2, "warmstart_steps": 20}, False),
+}
+
+
+def digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def run_case(tree: Path, out: Path, name: str, steps: int | None) -> dict[str, str]:
+    """The case trained (and scored) by the checkout at ``tree`` (on sys.path); its files' digests."""
+    import yaml
+
+    from harness.config import validate
+    from harness.model import Config
+    from harness.run import RunDir
+
+    recipe, lag, default_steps, params, scored = CASES[name]
+    steps = steps or default_steps
+    config = yaml.safe_load((tree / "config.yaml").read_text())
+    config.update(grid=f"bits_{name}", results_dir=str(out), recipes=[recipe], lags=[lag], seeds=[0], claims=[],
+                  baseline=recipe, steps=steps, eval_every=min(10, steps),
+                  engine_params={**config["engine_params"], "preset": "stress", **params})
+    model = Config.build(validate(config))
+    run_config = model.run_config(model.runs[0])
+    grid = Path(model.grid_dir)
+    run_dir, base = grid / "runs" / recipe / f"lag{lag}" / "seed0", grid / run_config["base_model"]
+    env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1", "HF_DATASETS_OFFLINE": "1",
+           "HF_HUB_OFFLINE": "1"}
+    commands = [["engines.prepare", "--engine", model.engine.name, "--engine-params-json",
+                 json.dumps(model.prepare_params()), "--out", str(base)],
+                ["engines.run", "--run-dir", str(run_dir), "--config-json", json.dumps(run_config)]]
+    if scored:
+        commands.append(["eval.score", "--run-dir", str(run_dir), "--tasks", *model.eval.scored_tasks,
+                         "--settings-json", json.dumps(model.eval.job_settings())])
+    for command in commands:
+        done = subprocess.run([sys.executable, "-m", *command], cwd=tree, env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"{tree}: {command[0]} failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    run = RunDir(run_dir)
+    rows = [{k: v for k, v in row.items() if k != "time"} for row in run.read_metrics()]
+    digests = {"metrics rows": digest(json.dumps(rows, sort_keys=True).encode()), "base model": digest(
+        (base / "model.safetensors").read_bytes())}
+    for path in sorted(run_dir.rglob("*.safetensors")):
+        digests[str(path.relative_to(run_dir))] = digest(path.read_bytes())
+    for task in sorted(path.stem for path in (run_dir / "eval").glob("[!.]*.jsonl")):
+        lines = [{k: v for k, v in row.items() if k != "eval_key"} for row in run.read_eval(task)]
+        digests[f"eval lines of {task}"] = digest(json.dumps(lines, sort_keys=True).encode())
+    return digests
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--before", type=Path, required=True, help="the checkout to compare against")
+    parser.add_argument("--after", type=Path, default=ROOT)
+    parser.add_argument("--cases", nargs="*", default=list(CASES), choices=list(CASES))
+    parser.add_argument("--steps", type=int, help="steps of every case (default: each case's own)")
+    parser.add_argument("--out", type=Path, default=Path("results/same_bits"))
+    args = parser.parse_args()
+    found = {}
+    for side in ("before", "after"):
+        tree, out = getattr(args, side).resolve(), (args.out / side).resolve()
+        command = [sys.executable, str(Path(__file__).resolve()), "--child", str(tree), str(out),
+                   str(args.steps or 0), *args.cases]
+        done = subprocess.run(command, cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)},
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"{side} ({tree}) failed:\n{done.stderr[-3000:]}")
+        found[side] = json.loads((out / "digests.json").read_text())
+    differing = 0
+    for name in args.cases:
+        before, after = found["before"][name], found["after"][name]
+        keys = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+        differing += bool(keys)
+        print(f"{name}: " + (f"differs in {keys}" if keys else f"identical ({len(before)} digests: {sorted(before)})"))
+    return 1 if differing else 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--child"]:
+        tree, out, steps, *names = sys.argv[2:]
+        sys.path.insert(0, tree)
+        Path(out).mkdir(parents=True, exist_ok=True)
+        result = {name: run_case(Path(tree), Path(out), name, int(steps) or None) for name in names}
+        (Path(out) / "digests.json").write_text(json.dumps(result, indent=1, sort_keys=True))
+    else:
+        sys.exit(main())
