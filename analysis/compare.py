@@ -104,6 +104,8 @@ def _cell_text(metric: str, cell: dict) -> str:
 
 
 def _claim_text(claim: dict) -> str:
+    if "estimate" not in claim:  # not tested in this grid: a verdict without an interval
+        return f"**{claim['verdict']}**"
     scale, digits = (1, 2) if claim["kind"] == "collapse" else (100, 1)
     return f"**{claim['verdict']}**: {_interval_text(claim, None, scale, digits, sign=True)} ({claim['method']})"
 

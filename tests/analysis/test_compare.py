@@ -104,6 +104,18 @@ def test_a_flipped_verdict_does_not_agree(tmp_path, capsys):
     assert "| **no** |" in markdown
 
 
+def test_a_claim_neither_narrowed_grid_tests_is_shown_without_an_interval(tmp_path, capsys):
+    """A claim a narrowed grid cannot test has a verdict and no estimate (analysis.claims): the
+    Markdown shows the verdict, where it once stopped on the missing estimate."""
+    untested = {"name": "b_cost", "kind": "staleness_cost", "statement": "staleness cost of b (lag 8 minus lag 1)",
+                "verdict": "not tested in this grid"}
+    claims = [CLAIM, untested]
+    status = compare(tmp_path, {**noisy_grid(1), "claims": claims}, {**noisy_grid(1), "claims": claims})
+    markdown = capsys.readouterr().out
+    assert status == 0
+    assert "| **not tested in this grid** | **not tested in this grid** | yes |" in markdown
+
+
 def test_cells_and_claims_of_one_grid_are_listed_not_compared(tmp_path, capsys):
     a = noisy_grid(1)
     b = {**noisy_grid(2), "cells": noisy_grid(2)["cells"][:3],
