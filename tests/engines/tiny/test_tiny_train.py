@@ -334,6 +334,9 @@ def test_dispatcher_routes_by_engine(base, tmp_path, monkeypatch):
     cfg = {**config(base), "engine": "slime", "engine_params": table1["engine_params"], "run_key": "stale"}
     assert run(cfg, tmp_path / "s") == "completed"
     pinned = json.loads((tmp_path / "s" / "config.json").read_text())
-    assert calls == [(pinned, tmp_path / "s")] and pinned["run_key"] != "stale"
+    # the slime engine gets the checked RunConfig of the pinned config and its RunDir, like the tiny engine
+    (run_config, directory), = calls
+    assert json.loads(json.dumps(run_config.raw, default=dict)) == pinned and pinned["run_key"] != "stale"
+    assert run_config.engine.name == "slime" and directory.path == tmp_path / "s"
     with pytest.raises(ValueError, match="unknown engine 'vllm'"):
         run({**cfg, "engine": "vllm"}, tmp_path / "v")
