@@ -124,8 +124,11 @@ def test_a_full_disk_fails_cleanly_and_the_grid_completes_once_space_is_freed(un
 def interrupt(results: Path, workdir: Path, sign: signal.Signals, ready, what: str) -> None:
     """Run the workflow in its own process group and send ``sign`` to the group (as a terminal's
     Ctrl-C, or a batch system's stop, reaches every process of it) once ``ready()`` holds."""
+    # SIGINT as a terminal delivers it: a suite started in the background of a shell without job control
+    # inherits SIGINT ignored (POSIX), and so would the workflow, which then ran to its end unstopped
     process = subprocess.Popen(command(results, workdir, "--rerun-incomplete"), cwd=ROOT, env=environment(),
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         wait_until(ready, what, process)
         os.killpg(process.pid, sign)
