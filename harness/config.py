@@ -141,7 +141,7 @@ def _semantic_errors(config: dict, tasks_dir: Path) -> list[str]:
         engines.get(config["engine"]).resolve_params(config["engine_params"])
     except ValueError as error:
         messages.append(f"config key 'engine_params': {error}")
-    messages += _recipe_engine_params_errors(config)
+    messages += _recipe_engine_params_errors(config, recipes)
     fixed = config["eval"].get("fixed_step")
     if fixed is not None and (fixed > config["steps"] or (fixed % config["eval_every"] and fixed != config["steps"])):
         messages.append(f"config key 'eval.fixed_step': {fixed} is not an evaluated step "
@@ -149,14 +149,15 @@ def _semantic_errors(config: dict, tasks_dir: Path) -> list[str]:
     return messages + claim_errors(config, recipes) + seeding_errors(config) + tuning_errors(config, recipes)
 
 
-def _recipe_engine_params_errors(config: dict) -> list[str]:
-    """A recipe's engine overrides name a recipe of the grid, leave the grid-wide base model's knobs
-    (the engine's prepare_keys) and the preset alone, and pass the engine's own checks."""
+def _recipe_engine_params_errors(config: dict, known) -> list[str]:
+    """A recipe's engine overrides name a known recipe, leave the grid-wide base model's knobs
+    (the engine's prepare_keys) and the preset alone, and pass the engine's own checks. A known recipe
+    outside the grid is allowed, so that a preset can be narrowed with -C recipes=[...]."""
     engine, messages = engines.get(config["engine"]), []
     for recipe, overrides in config["recipe_engine_params"].items():
         key = f"config key 'recipe_engine_params.{recipe}"
-        if recipe not in config["recipes"]:
-            messages.append(f"{key}': {recipe!r} is not one of the grid's recipes {config['recipes']}")
+        if recipe not in known:
+            messages.append(f"{key}': unknown recipe {recipe!r} (neither the registry's nor extra_recipes')")
             continue
         shared = sorted(set(overrides) & {"preset", *engine.prepare_keys})
         if shared:
