@@ -13,6 +13,7 @@ narrowed on the command line) is "not tested in this grid" and outside the famil
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -144,6 +145,39 @@ def decide(claim: Claim, cells: dict, reference_lag: int, budget: int, schedule:
     raise AssertionError("a schedule has at least one look")
 
 
+def threshold_lag(claim: Claim, cells: dict, reference_lag: int, budget: int, seeds: set[int], level: float) -> dict:
+    """The smallest of a trend's lags whose staleness cost (the lag minus the reference lag) passes
+    ``claim.threshold``, with an interval. Each lag's cost interval is read at level / (the lags
+    compared), so that all cover together with probability >= 1 - level (Bonferroni); then the true
+    smallest lag lies between the first lag whose interval reaches past -threshold and the first whose
+    interval lies wholly past it (None: none of the grid's lags)."""
+    lags = [lag for lag in sorted(claim.lags) if lag != reference_lag]
+    each = level / len(lags)
+    costs = []
+    for lag in lags:
+        cost = dataclasses.replace(claim, kind="staleness_cost", lag=lag, lags=None, threshold=None)
+        measured = measure(cost, cells, reference_lag, budget, seeds)
+        low, high = interval(cost, measured, each)
+        costs.append({"lag": lag, "estimate": measured["estimate"], "low": low, "high": high})
+
+    def first(passes) -> int | None:
+        return next((c["lag"] for c in costs if passes(c)), None)
+
+    beyond = -claim.threshold
+    return {"threshold": claim.threshold, "confidence": 1 - level, "each_confidence": 1 - each, "costs": costs,
+            "estimate": first(lambda c: c["estimate"] < beyond),
+            "low": first(lambda c: math.isfinite(c["low"]) and c["low"] < beyond),
+            "high": first(lambda c: math.isfinite(c["high"]) and c["high"] < beyond)}
+
+
+def threshold_text(found: dict, largest_lag: int) -> str:
+    """"cost passes 10 points from lag 4 [2, 8]" (the interval's upper end "> 16": past the grid's lags)."""
+    def lag(value):
+        return f"> {largest_lag}" if value is None else str(value)
+    return (f"cost passes {found['threshold'] * 100:g} points from lag {lag(found['estimate'])} "
+            f"[{lag(found['low'])}, {lag(found['high'])}] ({found['confidence']:.2%} jointly over its lags)")
+
+
 def replication(claim: Claim, decided: dict, schedule: Schedule) -> float | None:
     """P(an independent rerun of the design gives the same outcome), plug-in (REPLICATION_METHOD);
     None where nothing was measured to simulate from."""
@@ -186,6 +220,8 @@ def why(claim: Claim, decided: dict) -> str:
         text += f"; the contrast is not 0 either: {'above' if decided['low'] > 0 else 'below'} 0"
     if not decided["final"] and decided["seeds_needed"]:
         text += f"; about {decided['seeds_needed']} seeds per cell would likely decide it"
+    if decided.get("threshold_lag"):
+        text += f"; {threshold_text(decided['threshold_lag'], max(claim.lags))}"
     return text
 
 
@@ -223,6 +259,10 @@ def answer(claims: tuple[Claim, ...], cells: dict, reference_lag: int, budget: i
             continue
         decided = decide(claim, cells, reference_lag, budget, schedule)
         decided["seeds_needed"] = plan_seeds(claim, decided, schedule.levels[-1])
+        if claim.threshold is not None:  # at the seeds and the level the outcome was read at
+            seeds_read = set(schedule.seeds[:schedule.looks[decided["look"] - 1]])
+            decided["threshold_lag"] = threshold_lag(claim, cells, reference_lag, budget, seeds_read,
+                                                     1 - decided["confidence"])
         decided = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in decided.items()}
         out.append({**row, **decided, "verdict": decided["outcome"], "why": why(claim, decided),
                     "replication": replication(claim, decided, schedule),

@@ -58,6 +58,9 @@ class Claim:
     other_versus: str | None = None
     of: str | None = None
     lags: tuple[int, ...] | None = None  # trend only: the lags the slope is fitted over (default: the grid's)
+    # trend of one recipe only: the staleness cost that matters (fraction of the score); the claim then
+    # also reports the smallest lag whose cost passes it, with an interval (analysis.claims.threshold_lag)
+    threshold: float | None = None
 
     @classmethod
     def build(cls, section: dict, grid_lags=()) -> "Claim":
@@ -69,7 +72,8 @@ class Claim:
                    expect=section["expect"], smallest_effect=float(section["smallest_effect"]),
                    metric=section["metric"], versus=section.get("versus"), versus_lag=versus_lag,
                    other_recipe=section.get("other_recipe"), other_versus=section.get("other_versus"),
-                   of=section.get("of", "cost_difference") if kind == "interaction" else None, lags=lags)
+                   of=section.get("of", "cost_difference") if kind == "interaction" else None, lags=lags,
+                   threshold=section.get("threshold"))
 
     def cells(self, reference_lag: int) -> list[tuple[float, str, int]]:
         """(weight, recipe, lag) of the cells whose weighted seed means make the contrast."""
@@ -146,7 +150,8 @@ def claim_errors(config: dict, recipes) -> list[str]:
     return messages
 
 
-_KIND_ONLY = {"other_recipe": "interaction", "other_versus": "interaction", "of": "interaction", "lags": "trend"}
+_KIND_ONLY = {"other_recipe": "interaction", "other_versus": "interaction", "of": "interaction", "lags": "trend",
+              "threshold": "trend"}
 
 
 def _kind_errors(claim: Claim, section: dict, key: str, reference_lag: int) -> list[str]:
@@ -159,6 +164,9 @@ def _kind_errors(claim: Claim, section: dict, key: str, reference_lag: int) -> l
                         f"{reference_lag}, the grid's smallest; claim it at a larger lag")
     if claim.kind == "interaction" and {claim.recipe, claim.versus} == {claim.other_recipe, claim.other_versus}:
         messages.append(f"{key}.other_recipe' ({claim.name}): the other comparison must name other recipes")
+    if claim.kind == "trend" and claim.threshold is not None and claim.versus is not None:
+        messages.append(f"{key}.threshold' ({claim.name}): a threshold lag is a cost of one recipe; drop versus "
+                        f"or the threshold")
     if claim.kind == "trend" and len(set(claim.lags)) < 2:
         messages.append(f"{key}.lags' ({claim.name}): a slope needs two lags or more, got {list(claim.lags)}")
     return messages

@@ -142,3 +142,36 @@ def test_aggregate_answers_interaction_and_trend_claims(tmp_path):
     for name in ("i", "t"):
         assert answered[name]["statement"] in table and answered[name]["verdict"] in table
     assert "sat_grpo against grpo minus grpo_r3 against grpo" in answered["i"]["statement"]
+
+
+def test_the_threshold_lag_by_hand():
+    """Costs against lag 0 over four seeds, each lag's interval at 0.05 / 3 (three lags compared, t at
+    3 df): lag 2 costs -0.03 on average (its interval short of -0.10), lag 4 -0.11 (past -0.10, its
+    interval on both sides of it), lag 8 -0.31 (wholly past). So the estimate is lag 4, the interval [4, 8]."""
+    from analysis.claims import threshold_lag, threshold_text
+    c = claim(kind="trend", recipe="g", expect="less", lags=[0, 2, 4, 8], threshold=0.10)
+    base = np.array([0.70, 0.60, 0.65, 0.55])
+    costs = {2: [-0.02, -0.04, -0.03, -0.03], 4: [-0.10, -0.12, -0.11, -0.11], 8: [-0.30, -0.32, -0.31, -0.31]}
+    scores = {0: list(base), **{lag: list(base + cost) for lag, cost in costs.items()}}
+    cells = {("g", lag): {"seeds": [0, 1, 2, 3], "per_seed": {"auc": values}} for lag, values in scores.items()}
+    found = threshold_lag(c, cells, 0, 200, {0, 1, 2, 3}, 0.05)
+    each = stats.t.ppf(1 - 0.05 / 3 / 2, 3)
+    for cost, per_seed in zip(found["costs"], costs.values()):
+        half = each * np.std(per_seed, ddof=1) / 2
+        assert cost["low"] == pytest.approx(np.mean(per_seed) - half)
+        assert cost["high"] == pytest.approx(np.mean(per_seed) + half)
+    assert (found["estimate"], found["low"], found["high"]) == (4, 4, 8)
+    assert threshold_text(found, 8) == "cost passes 10 points from lag 4 [4, 8] (95.00% jointly over its lags)"
+    never = threshold_lag(claim(kind="trend", recipe="g", expect="less", lags=[0, 2], threshold=0.10), cells, 0, 200,
+                          {0, 1, 2, 3}, 0.05)
+    assert (never["estimate"], never["low"], never["high"]) == (None, None, None)
+    assert threshold_text(never, 2).startswith("cost passes 10 points from lag > 2 [> 2, > 2]")
+
+
+def test_a_threshold_is_a_trend_of_one_recipe():
+    trend = {"name": "t", "kind": "trend", "recipe": "grpo", "expect": "less", "smallest_effect": 0.01}
+    with pytest.raises(ConfigError, match="claims\\[0\\].threshold' \\(t\\): a threshold lag is a cost of one recipe"):
+        load("config.yaml", {"claims": [{**trend, "versus": "gspo", "threshold": 0.1}]})
+    with pytest.raises(ConfigError, match="claims\\[0\\].threshold' \\(ok\\): only a trend claim has it"):
+        load("config.yaml", {"claims": [{**GOOD, "threshold": 0.1}]})
+    assert claims(load("config.yaml", {"claims": [{**trend, "threshold": 0.1}]}))[0].threshold == 0.1
