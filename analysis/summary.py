@@ -19,6 +19,7 @@ from analysis.contrasts import contrast
 from analysis.curves import RunSummary, read_run, test_task
 from analysis.noise import summarize_noise
 from analysis.reference import load_reference, reference_for
+from analysis.sources import gain_sources
 from analysis.stats import (
     ALPHA,
     BOOTSTRAP_MIN_SEEDS,
@@ -194,6 +195,8 @@ def summarize(config: dict, runs: list[Run]) -> dict:
                "claims": _json_safe(answer(claims(config), cells, reference_lag, int(config["steps"]),
                                            Seeding.of(config), config["seeds"])),
                "cells": _json_safe(list(cells.values()))}
+    # where each recipe's gain comes from (analysis.sources; grids with a gain_sources section)
+    summary["gain_sources"] = _json_safe(gain_sources(config, cells, summary["claims"], int(config["steps"])))
     # the split of each cell's noise into training seed and evaluation, and the plans of seeds vs k:
     # a section of its own (analysis.noise)
     summary["noise"] = _json_safe(summarize_noise(config, runs, reference_lag))

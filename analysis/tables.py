@@ -8,6 +8,7 @@ import io
 
 from analysis.claims import NOT_TESTED
 from analysis.noise import sections as noise_sections
+from analysis.sources import sentences as source_sentences
 from analysis.stats import ALPHA, BOOTSTRAP_MIN_SEEDS, smallest_p
 from analysis.summary import ENDPOINTS, MISMATCH, SCORES, summary_cells
 
@@ -277,8 +278,11 @@ def render_markdown(summary: dict) -> str:
              f"collapse = diverged, or below {summary['collapse_fraction']} x peak after the peak "
              f"through the last evaluation, over at least {summary.get('collapse_confirm', 1)} evaluations. Per-seed values in parentheses, in seed order "
              f"{summary['seeds']}. Paper columns: Table 1 of the SAT paper (AIME24, %, one seed).", ""]
-    for section in sections(summary):
+    for i, section in enumerate(sections(summary)):
         lines += markdown_section(*section)
+        if i == 0 and summary.get("gain_sources"):  # beside the claims, which it describes
+            lines += ["## Where each recipe's gain comes from (analysis.sources: staleness, mismatch, both or "
+                      "neither)", ""] + [f"- {line}" for line in source_sentences(summary["gain_sources"])] + [""]
     lines += ["## What can and cannot be concluded", ""]
     lines += [f"- {line}" for line in summary["conclusions"]] + [""]
     return "\n".join(lines)

@@ -141,7 +141,7 @@ def _semantic_errors(config: dict, tasks_dir: Path) -> list[str]:
         engines.get(config["engine"]).resolve_params(config["engine_params"])
     except ValueError as error:
         messages.append(f"config key 'engine_params': {error}")
-    messages += _recipe_engine_params_errors(config, recipes)
+    messages += _recipe_engine_params_errors(config, recipes) + _gain_sources_errors(config, recipes)
     fixed = config["eval"].get("fixed_step")
     if fixed is not None and (fixed > config["steps"] or (fixed % config["eval_every"] and fixed != config["steps"])):
         messages.append(f"config key 'eval.fixed_step': {fixed} is not an evaluated step "
@@ -167,6 +167,22 @@ def _recipe_engine_params_errors(config: dict, known) -> list[str]:
             engine.resolve_params(recipe_engine_params(config, recipe))
         except ValueError as error:
             messages.append(f"{key}': {error}")
+    return messages
+
+
+def _gain_sources_errors(config: dict, known) -> list[str]:
+    """gain_sources names known recipes (a preset narrowed on the command line may leave some out of the
+    grid: those are not tested) and reads lag 0."""
+    section = config.get("gain_sources")
+    if not section:
+        return []
+    messages = [] if 0 in config["lags"] else [f"config key 'gain_sources': reads lag 0 (no staleness), which "
+                                               f"lags {config['lags']} does not have"]
+    arms = [("baseline", section["baseline"])] + [(f"recipes.{name}", arm) for name, arm in section["recipes"].items()]
+    for where, arm in arms:
+        for side, recipe in arm.items():
+            if recipe not in known:
+                messages.append(f"config key 'gain_sources.{where}.{side}': unknown recipe {recipe!r}")
     return messages
 
 

@@ -1,0 +1,91 @@
+"""Where each recipe's gain comes from: staleness, the sampler's numerics (mismatch), both or neither.
+
+A grid that crosses lag 0 with a mismatch-free sampler (config ``gain_sources``: each recipe, and the
+baseline, as two arms, ``without_mismatch`` (a float32 sampler: pi/mu = 1 at lag 0) and
+``with_mismatch``) splits a recipe R's gain over the baseline G into two contrasts, paired by seed:
+
+- staleness: R's staleness cost minus G's, both without mismatch, at the grid's largest lag H
+  ((R0(H) - R0(0)) - (G0(H) - G0(0))): what R corrects when only the weights are stale;
+- mismatch: R's benefit over G at lag 0 with the mismatch minus without it
+  ((R1(0) - G1(0)) - (R0(0) - G0(0))): what R corrects when only the numerics differ.
+
+Each is read by the claims' rule (analysis.decision, expect "greater" at ``smallest_effect``) at the
+family's level (alpha / the claims the grid tests), but outside the family: a description of the
+grid, exploratory, not a claim. A part counts as present when its outcome is "exceeds" or "claimed
+sign", absent when "below effect", "negligible" or "opposite"; otherwise it is undecided.
+"""
+from __future__ import annotations
+
+from analysis.claims import NOT_TESTED, interval, measure, tested_in
+from analysis.decision import outcome
+from analysis.stats import ALPHA
+from harness.claims import Claim
+
+PRESENT = ("exceeds", "claimed sign")
+ABSENT = ("below effect", "negligible", "opposite")
+
+
+def _part(name: str, kind: str, recipe: str, versus: str, lag: int, effect: float, **other) -> Claim:
+    return Claim(name=name, kind=kind, recipe=recipe, lag=lag, expect="greater", smallest_effect=effect,
+                 metric="auc", versus=versus, versus_lag=None, **other)
+
+
+def parts(section: dict, recipe: str, largest_lag: int) -> dict[str, Claim]:
+    """The two contrasts of ``recipe`` (a key of ``section['recipes']``) as claims of the decision rule."""
+    arms, base, effect = section["recipes"][recipe], section["baseline"], float(section["smallest_effect"])
+    return {"staleness": _part(f"{recipe}.staleness", "cost_difference", arms["without_mismatch"],
+                               base["without_mismatch"], largest_lag, effect),
+            "mismatch": _part(f"{recipe}.mismatch", "interaction", arms["with_mismatch"], base["with_mismatch"], 0,
+                              effect, other_recipe=arms["without_mismatch"], other_versus=base["without_mismatch"],
+                              of="recipes")}
+
+
+def source(staleness: str | None, mismatch: str | None) -> str:
+    """staleness / mismatch / both / neither / undecided, from the two parts' outcomes."""
+    present = [name for name, found in (("staleness", staleness), ("mismatch", mismatch)) if found in PRESENT]
+    if all(found in PRESENT or found in ABSENT for found in (staleness, mismatch)):
+        return {0: "neither", 1: present[0] if present else "neither", 2: "both"}[len(present)]
+    return "undecided"
+
+
+def gain_sources(config: dict, cells: dict, claims_read: list[dict], budget: int) -> dict | None:
+    """The section's baseline and smallest effect, and each of its recipes: its two parts (estimate,
+    interval, outcome) and its source; None without the section. ``claims_read``: the grid's decided claims (their family size
+    sets the level)."""
+    section = config.get("gain_sources")
+    if not section:
+        return None
+    tested = sum(c["verdict"] != NOT_TESTED for c in claims_read)
+    level = ALPHA / max(tested, 1)
+    largest = max(config["lags"])
+    seeds = {s for cell in cells.values() for s in cell["seeds"]}
+    out = []
+    for recipe in section["recipes"]:
+        read, split = {}, parts(section, recipe, largest)
+        if not all(tested_in(part, cells, 0) for part in split.values()):
+            out.append({"recipe": recipe, "source": NOT_TESTED})
+            continue
+        for name, part in split.items():
+            measured = measure(part, cells, 0, budget, seeds)
+            low, high = interval(part, measured, level)
+            read[name] = {"estimate": measured["estimate"], "low": low, "high": high, "n": measured["n"],
+                          "method": measured["method"], "outcome": outcome(low, high, part.smallest_effect, "greater")}
+        out.append({"recipe": recipe, "lag": largest, "confidence": 1 - level, **read,
+                    "source": source(read["staleness"]["outcome"], read["mismatch"]["outcome"])})
+    return {"baseline": section["baseline"], "smallest_effect": float(section["smallest_effect"]), "recipes": out}
+
+
+def _points(part: dict) -> str:
+    bounds = "no interval" if part["low"] is None else f"[{part['low'] * 100:+.1f}, {part['high'] * 100:+.1f}]"
+    return f"{part['estimate'] * 100:+.1f} {bounds} points ({part['outcome']}, n {part['n']})"
+
+
+def sentences(found: dict) -> list[str]:
+    """One sentence per recipe of gain_sources' answer: its source, with the numbers."""
+    base = found["baseline"]
+    return [f"`{row['recipe']}`: {NOT_TESTED} (an arm's cell is missing)." if row["source"] == NOT_TESTED else
+            f"`{row['recipe']}`: **{row['source']}**. Without the sampler's mismatch its staleness cost at lag "
+            f"{row['lag']} is {_points(row['staleness'])} above `{base['without_mismatch']}`'s; at lag 0 its benefit "
+            f"over `{base['with_mismatch']}` with the mismatch minus that without it is {_points(row['mismatch'])} "
+            f"(AUC, {row['confidence']:.2%} intervals, exploratory; smallest effect "
+            f"{found['smallest_effect'] * 100:g} points)." for row in found["recipes"]]
