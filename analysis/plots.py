@@ -1,5 +1,7 @@
 """The report's plots, each written atomically: score curves (percent), |d| quantiles, Kaplan-Meier
-curves of collapse per lag, and the staleness cost per recipe with its interval, claims marked."""
+curves of collapse per lag, the staleness cost per recipe with its interval, claims marked, and for a
+queue grid (lag mode queue) the Pareto front of modelled time against score and each group's lag
+against its modelled length (a text panel for any other grid: the report's files are the same for every grid)."""
 from __future__ import annotations
 
 import math
@@ -10,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
+from analysis.pareto import ENDPOINTS as PARETO_ENDPOINTS
+from analysis.pareto import queue_models
 from analysis.summary import ENDPOINTS, Run, by_cell, score_curve, summary_cells
 from analysis.survival import kaplan_meier
 from analysis.tables import ENDPOINT_NAMES
@@ -162,6 +166,101 @@ def plot_staleness_by_lag(summary: dict, path: Path) -> None:
             text = "claims: " + "; ".join(f"{c['name']}: {c['verdict']}" for c in claimed)
             ax.set_xlabel("lag\n" + textwrap.fill(text, 80), fontsize=7)
     axes[0][-1].legend(fontsize=6, ncol=2 if len(recipes) > 8 else 1)
+    _save(fig, path)
+
+
+def plot_pareto(summary: dict, path: Path) -> None:
+    """A queue grid's modelled time for the run (relative to the fastest (recipe, bound)) against its
+    score with the 95% interval, one panel per endpoint (the AUC, the score at equal modelled time:
+    analysis.pareto), one marker series per recipe, each point labelled with its bound, the recipe's
+    Pareto front a step line (the best score within each time)."""
+    pareto = summary.get("pareto")
+    if not pareto:
+        _not_a_queue_grid(summary, path, "no modelled wall-clock (analysis.pareto)")
+        return
+    import matplotlib.pyplot as plt
+    titles = {"auc": "AUC over the run's steps", "equal_time": "score at equal modelled time"}
+    fig, axes = plt.subplots(1, len(PARETO_ENDPOINTS), figsize=(6.5 * len(PARETO_ENDPOINTS), 5), squeeze=False)
+    for ax, endpoint in zip(axes[0], PARETO_ENDPOINTS):
+        for recipe in summary["recipes"]:
+            rows = [row for row in pareto["cells"] if row["recipe"] == recipe
+                    and row[endpoint] is not None and row[endpoint]["estimate"] is not None]
+            if not rows:
+                continue
+            xs = [row["relative_time"] for row in rows]
+            ys = [100 * row[endpoint]["estimate"] for row in rows]
+            below = [100 * (row[endpoint]["estimate"] - row[endpoint]["low"]) if row[endpoint]["low"] is not None
+                     else 0.0 for row in rows]
+            above = [100 * (row[endpoint]["high"] - row[endpoint]["estimate"]) if row[endpoint]["high"] is not None
+                     else 0.0 for row in rows]
+            bars = ax.errorbar(xs, ys, yerr=[below, above], fmt="o", markersize=4, capsize=2, label=recipe)
+            for x, y, row in zip(xs, ys, rows):
+                ax.annotate(f"b{row['bound']}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+            front = sorted((x, y) for x, y, row in zip(xs, ys, rows) if row["front"][endpoint])
+            ax.step([x for x, _ in front], [y for _, y in front], where="post", color=bars.lines[0].get_color(),
+                    linewidth=1, alpha=0.7, label=f"{recipe}: Pareto front")
+        ax.set(title=titles[endpoint], xlabel="modelled time for the run (relative to the fastest)",
+               ylabel="test score (%, 95% CI)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(textwrap.fill(f"time model (ours, not measured): {pareto['time_model']}", 120), fontsize=8)
+    _save(fig, path)
+
+
+def plot_lag_vs_length(columns: list[tuple[str, list[int], list[float], object]], path: Path) -> None:
+    """Each group's realized lag against its modelled relative length, over the model's D(X) (top),
+    and the realized lag distribution against the model's (bottom): one column per (title, lags,
+    lengths, harness.queue_lag.QueueModel), Spearman's rho of length and lag in its title."""
+    import matplotlib.pyplot as plt
+    from scipy import stats
+    fig, axes = plt.subplots(2, len(columns), figsize=(5 * len(columns), 7.5), squeeze=False)
+    for (title, lags, lengths, model), top, bottom in zip(columns, axes[0], axes[1]):
+        lags, lengths = np.asarray(lags, dtype=int), np.asarray(lengths, dtype=float)
+        jitter = np.random.default_rng(0).uniform(-0.15, 0.15, lags.size)  # only to show overlapping points
+        top.scatter(lengths, lags + jitter, s=6, alpha=0.4, label="groups (realized lag, jittered)")
+        grid = np.geomspace(lengths.min(), lengths.max(), 200)
+        top.plot(grid, [min(model.steps_in_system(x), model.max_lag) for x in grid], color="tab:red",
+                 label="model: E[lag | length] = D(X), before the filter")
+        top.set(xscale="log", xlabel="modelled generation length X (relative to the mean)", ylabel="lag (versions)",
+                title=f"{title}: lag vs length\n(Spearman rho {stats.spearmanr(lengths, lags).statistic:.2f}, "
+                      f"n {lags.size})")
+        top.legend(fontsize=7)
+        observed = np.bincount(lags, minlength=model.max_lag + 1)
+        ks = np.arange(len(observed))
+        bottom.bar(ks - 0.2, observed / observed.sum(), width=0.4, label="realized")
+        bottom.bar(ks + 0.2, model.pmf(), width=0.4, label="model")
+        bottom.set_xticks(ks)
+        bottom.set(xlabel="lag (versions)", ylabel="fraction of groups", title=f"{title}: lag distribution")
+        bottom.legend(fontsize=7)
+    _save(fig, path)
+
+
+def plot_queue_lags(config: dict, runs: list[Run], path: Path) -> None:
+    """lag_vs_length.png of a queue grid: one column per bound above 0, the groups of the first
+    recipe's runs at that bound pooled over seeds (the draws depend on the seed and the bound, not on
+    the recipe, so another recipe's would repeat them), from each step's queue/lags and queue/lengths."""
+    if config["lag_mode"] != "queue":
+        _not_a_queue_grid(config, path, "no per-group lags")
+        return
+    cells, models, recipe, columns = by_cell(runs), queue_models(config), config["recipes"][0], []
+    for bound in [lag for lag in config["lags"] if lag > 0]:
+        rows = [row for run in cells.get((recipe, bound), []) for row in run.train if "queue/lags" in row]
+        if rows:
+            columns.append((f"{recipe}, bound {bound}", [lag for row in rows for lag in row["queue/lags"]],
+                            [length for row in rows for length in row["queue/lengths"]], models[recipe, bound]))
+    if not columns:
+        _not_a_queue_grid(config, path, "no run recorded per-group lags")
+        return
+    plot_lag_vs_length(columns, path)
+
+
+def _not_a_queue_grid(config: dict, path: Path, what: str) -> None:
+    """The figure of a grid it does not apply to: one text panel saying why."""
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(6, 2))
+    reason = "not a queue grid" if config["lag_mode"] != "queue" else "a queue grid"
+    ax.text(0.5, 0.5, f"{reason} (lag_mode {config['lag_mode']}): {what}", ha="center", va="center")
+    ax.set_axis_off()
     _save(fig, path)
 
 

@@ -1,14 +1,15 @@
 """Write a finished grid's reports into <results_dir>/<grid> (docs/design.md), each atomically:
 table.md / table.csv / table.tex (analysis.tables: the claims' verdicts first, then rows =
-recipes, columns = lags), curves.png, mismatch.png, collapse.png (Kaplan-Meier), staleness.png
-(analysis.plots) and summary.json (analysis.summary, with the generated conclusions)."""
+recipes, columns = lags), curves.png, mismatch.png, collapse.png (Kaplan-Meier), staleness.png,
+pareto.png and lag_vs_length.png (a queue grid's; a text panel for any other: analysis.plots) and
+summary.json (analysis.summary, with the generated conclusions)."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from analysis import provenance
 from analysis.looks import scheduled_runs
-from analysis.plots import plot_collapse, plot_curves, plot_mismatch, plot_staleness
+from analysis.plots import plot_collapse, plot_curves, plot_mismatch, plot_pareto, plot_queue_lags, plot_staleness
 from analysis.summary import collect, summarize
 from analysis.tables import conclusions, render_csv, render_latex, render_markdown
 from analysis.tuning import confirmation_view
@@ -38,5 +39,7 @@ def write_reports(config: dict, out: str | Path, progress: bool = True) -> dict:
     plot_mismatch(config, runs, grid.plot_path("mismatch"))
     plot_collapse(summary, grid.plot_path("collapse"))
     plot_staleness(summary, grid.plot_path("staleness"))
+    plot_pareto(summary, grid.plot_path("pareto"))
+    plot_queue_lags(config, runs, grid.plot_path("lag_vs_length"))
     write_json_atomic(grid.summary_path, summary)  # last: its presence means the reports are complete
     return summary

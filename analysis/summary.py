@@ -18,6 +18,7 @@ from analysis.claims import answer
 from analysis.contrasts import contrast
 from analysis.curves import RunSummary, read_run, test_task
 from analysis.noise import summarize_noise
+from analysis.pareto import summarize_pareto
 from analysis.reference import load_reference, reference_for
 from analysis.sources import gain_sources
 from analysis.stats import (
@@ -146,7 +147,9 @@ def summarize(config: dict, runs: list[Run]) -> dict:
     analysis.contrasts, paired by seed where the cells share seeds) and the collapse-rate
     differences (``collapse_vs_baseline``, ``collapse_vs_reference_lag``), each with its p-value
     Holm-adjusted within its table (``p_holm``); then the claims' outcomes (``claims``, analysis.claims:
-    each from its interval at alpha / the claims tested, over the looks of the seed schedule). analysis.report adds the generated conclusions (analysis.tables)."""
+    each from its interval at alpha / the claims tested, over the looks of the seed schedule); the noise
+    section (analysis.noise) and a queue grid's equal-time comparison (``pareto``, analysis.pareto).
+    analysis.report adds the generated conclusions (analysis.tables)."""
     baseline = config.get("baseline")
     if baseline is not None and baseline not in config["recipes"]:
         raise ValueError(f"baseline {baseline!r} is not one of the grid's recipes {config['recipes']}")
@@ -200,6 +203,8 @@ def summarize(config: dict, runs: list[Run]) -> dict:
     # the split of each cell's noise into training seed and evaluation, and the plans of seeds vs k:
     # a section of its own (analysis.noise)
     summary["noise"] = _json_safe(summarize_noise(config, runs, reference_lag))
+    # a queue grid's bounds at equal modelled wall-clock and their Pareto front (analysis.pareto); None otherwise
+    summary["pareto"] = _json_safe(summarize_pareto(config, summary))
     return summary
 
 

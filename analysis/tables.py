@@ -8,6 +8,7 @@ import io
 
 from analysis.claims import NOT_TESTED
 from analysis.noise import sections as noise_sections
+from analysis.pareto import sections as pareto_sections
 from analysis.sources import sentences as source_sentences
 from analysis.stats import ALPHA, BOOTSTRAP_MIN_SEEDS, smallest_p
 from analysis.summary import ENDPOINTS, MISMATCH, SCORES, summary_cells
@@ -188,6 +189,7 @@ def sections(summary: dict) -> list[tuple[str, list[str], list[list[str]]]]:
         table(f"{title} (mean [95% CI: {_methods(shown(lambda c, m=metric: c['stats'][m]))}] (per seed))",
               columns)
     out += noise_sections(summary)  # noise: seed vs evaluation (analysis.noise renders its own tables)
+    out += pareto_sections(summary)  # a queue grid at equal modelled wall-clock (analysis.pareto)
     return out
 
 

@@ -1,12 +1,13 @@
 """Lag vs response length in a queue-lag run (lag_mode queue, harness.queue_lag): one tiny-engine run
-whose every group's realized lag and modelled length are plotted against the model's D(X), beside
+whose every group's realized lag and modelled length are plotted against the model's D(X), above
 the realized lag distribution against the model's.
 
     python benchmarks/bench_queue_lag.py                  # the demo preset, lag 8, 200 steps
     python benchmarks/bench_queue_lag.py --steps 60 --lag 6 --utilization 1.5 --concurrency 16 --capacity 16
 
 The run goes to --out (default results/bench_queue_lag), through the workflow's code (build_base,
-resolve_run_config, engines.run.run); the figure to <out>/lag_vs_length.png and the numbers
+resolve_run_config, engines.run.run); the figure (analysis.plots.plot_lag_vs_length, as a queue grid's
+report draws it: the bench's --out is its grid folder) to <out>/lag_vs_length.png and the numbers
 (Spearman's rho of length and lag, the chi-square fit of the lags to the model) to <out>/queue_lag.json.
 """
 from __future__ import annotations
@@ -18,12 +19,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import matplotlib  # noqa: E402
 import numpy as np  # noqa: E402
 from scipy import stats  # noqa: E402
 
+from analysis.plots import plot_lag_vs_length  # noqa: E402
 from engines.run import run  # noqa: E402
 from engines.tiny.warmstart import build_base  # noqa: E402
 from harness.grid import resolve_run_config, run_dir  # noqa: E402
+from harness.grid_dir import GridDir  # noqa: E402
 from harness.io import write_json_atomic  # noqa: E402
 from harness.queue_lag import queue_model  # noqa: E402
 from harness.run import RunDir  # noqa: E402
@@ -61,35 +65,10 @@ def main(argv=None) -> int:
                "observed_counts": observed.tolist(), "mean_lag": float(lags.mean()),
                "model_mean_lag": float(sum(k * p for k, p in enumerate(model.pmf()))), "queue": queue}
     write_json_atomic(args.out / "queue_lag.json", numbers)
-    plot(lags, lengths, model, observed, args.out / "lag_vs_length.png")
+    matplotlib.use("Agg")  # a file only
+    plot_lag_vs_length([(f"grpo, bound {args.lag}", lags, lengths, model)], GridDir(args.out).plot_path("lag_vs_length"))
     print(json.dumps({k: v for k, v in numbers.items() if k != "model_pmf"}))
     return 0
-
-
-def plot(lags, lengths, model, observed, path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    jitter = np.random.default_rng(0).uniform(-0.15, 0.15, lags.size)  # only to show overlapping points
-    left.scatter(lengths, lags + jitter, s=6, alpha=0.4, label="groups (realized lag, jittered)")
-    grid = np.geomspace(lengths.min(), lengths.max(), 200)
-    left.plot(grid, [min(model.steps_in_system(x), model.max_lag) for x in grid], color="tab:red",
-              label="model: E[lag | length] = D(X), before the filter")
-    left.set(xscale="log", xlabel="modelled generation length X (relative to the mean)", ylabel="lag (versions)",
-             title=f"lag vs length (Spearman rho {stats.spearmanr(lengths, lags).statistic:.2f}, n {lags.size})")
-    left.legend(fontsize=7)
-    ks = np.arange(len(observed))
-    right.bar(ks - 0.2, observed / observed.sum(), width=0.4, label="realized")
-    right.bar(ks + 0.2, model.pmf(), width=0.4, label="model")
-    right.set(xlabel="lag (versions)", ylabel="fraction of groups", title="lag distribution")
-    right.legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.partial.png")
-    fig.savefig(partial, dpi=110)
-    partial.replace(path)  # atomic, as harness.io's writers
-    plt.close(fig)
 
 
 if __name__ == "__main__":

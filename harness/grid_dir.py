@@ -28,7 +28,9 @@ from harness.run import RunDir
 CONFIG, SUMMARY, MLFLOW_MARKER, TRACKING_LOCK = "config.json", "summary.json", "mlflow.json", "tracking.lock"
 TUNING_PICK = "tuning.json"  # the equal tuning budget's pick (analysis.tuning)
 TABLE_FORMATS = ("md", "csv", "tex")
-PLOTS = ("curves", "mismatch", "collapse", "staleness")
+# pareto and lag_vs_length: a queue grid's (analysis.pareto), a text panel for any other, so that every
+# grid's report has the same files (the aggregate rule declares them before the grid exists)
+PLOTS = ("curves", "mismatch", "collapse", "staleness", "pareto", "lag_vs_length")
 # every file analysis.report writes into the grid folder, in the order it writes them
 REPORT_FILES = (*(f"table.{fmt}" for fmt in TABLE_FORMATS), *(f"{name}.png" for name in PLOTS), SUMMARY)
 

@@ -30,13 +30,17 @@ CLAIMS = [
     {"name": "grpo_collapses_at_lag8", "kind": "collapse", "recipe": "grpo", "lag": 8, "versus": "grpo",
      "versus_lag": 1, "expect": "greater", "smallest_effect": 0.5}]
 START_TIME = 1.8e9  # unix seconds of step 0; a step takes 2 s (the rows' ``time`` field)
+# lag mode queue (make_grid(lag_mode="queue")): workflow/presets/queue_pareto.yaml's system
+QUEUE = {"utilization": 1.0, "concurrency": 16, "capacity": 16, "length_sigma": 1.0}
 
 
-def make_config(results_dir, grid: str = "demo", seeds=(0, 1, 2)) -> dict:
-    """The grid's workflow config, checked and completed with the schema's defaults (as every stage gets it)."""
+def make_config(results_dir, grid: str = "demo", seeds=(0, 1, 2), lag_mode: str = "interval") -> dict:
+    """The grid's workflow config, checked and completed with the schema's defaults (as every stage
+    gets it); in lag mode queue with the system QUEUE."""
+    queue = {"lag_queue": QUEUE} if lag_mode == "queue" else {}
     return validate({"grid": grid, "results_dir": str(results_dir), "engine": "tiny",
             "recipes": ["grpo", "sat_grpo", "grpo_r3"], "extra_recipes": {}, "lags": [1, 8],
-            "lag_mode": "interval", "seeds": list(seeds), "steps": STEPS, "eval_every": EVAL_EVERY,
+            "lag_mode": lag_mode, **queue, "seeds": list(seeds), "steps": STEPS, "eval_every": EVAL_EVERY,
             "engine_params": {"preset": "demo"},
             "eval": {"tasks": ["tiny_val", "tiny_test"], "selection_task": "tiny_val", "k": 8,
                      "temperature": 1.0, "top_p": 1.0, "max_gen_toks": 16, "fixed_step": None,
@@ -53,6 +57,15 @@ def scores_of(recipe: str, lag: int, seed: int) -> list[float]:
     rng = np.random.default_rng([len(recipe), lag, seed])
     base = {"grpo": 0.30, "sat_grpo": 0.30, "grpo_r3": 0.35}[recipe]
     return [round(float(base + 0.02 * i + rng.uniform(0, 0.05)), 4) for i in range(4)]
+
+
+def queue_columns(lag: int, rng) -> dict:
+    """A queue-mode step's per-group columns (engines/tiny/queue_rollout.group_record): 16 groups,
+    lognormal lengths (mean 1), the lag growing with the length within the bound."""
+    lengths = np.exp(rng.normal(-0.5, 1.0, 16))
+    lags = [min(lag, int(length + 0.5 + rng.uniform())) for length in lengths]
+    return {"queue/lags": lags, "queue/lengths": [round(float(x), 6) for x in lengths],
+            "queue/lag_mean": sum(lags) / len(lags)}
 
 
 def make_grid(results_dir, **kwargs) -> dict:
@@ -73,7 +86,8 @@ def make_grid(results_dir, **kwargs) -> dict:
                          "reward": math.nan if nan else 0.1 + 0.01 * step, "entropy": 1.0,
                          "grad_norm": math.nan if nan else 1.0, "loss": math.nan if nan else -0.1,
                          "d/mean_abs": math.nan if nan else d, "d/p50": d / 2, "d/p90": 2 * d,
-                         "d/p99": math.nan if nan else 4 * d, "d/max": 8 * d})
+                         "d/p99": math.nan if nan else 4 * d, "d/max": 8 * d,
+                         **(queue_columns(lag, rng) if config["lag_mode"] == "queue" else {})})
         run.append_metrics(rows)
         run.write_status("diverged" if diverged else "completed", last, "non-finite loss" if diverged else "")
         scores = scores_of(recipe, lag, seed)

@@ -64,6 +64,8 @@ rule aggregate:
         mismatch=report(str(GRID_DIR.plot_path("mismatch")), category="Plots"),
         collapse=report(str(GRID_DIR.plot_path("collapse")), category="Plots"),
         staleness=report(str(GRID_DIR.plot_path("staleness")), category="Plots"),
+        pareto=report(str(GRID_DIR.plot_path("pareto")), category="Plots"),
+        lag_vs_length=report(str(GRID_DIR.plot_path("lag_vs_length")), category="Plots"),
     params:
         out=lambda wildcards, output: os.path.dirname(output.table),
     log:
