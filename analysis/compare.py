@@ -11,6 +11,10 @@ numbers match) and a collapse rate's is Newcombe's interval with Fisher's exact 
 (analysis.stats). Holm runs over every test of the comparison (one family). Each claim both grids
 declare (same name and statement) shows both verdicts. Cells and claims in one grid only are
 listed, not compared. Exit status: 0 the grids agree (AGREEMENT), 1 they do not, 2 bad input.
+
+A grid's own report shows another grid's claims beside its own (config side_by_side: e.g. the grid
+run under lag_mode interval beside the one run under constant lag): ``beside`` and
+``render_beside``, called by analysis.report, with that grid as A and this one as B.
 """
 from __future__ import annotations
 
@@ -145,24 +149,89 @@ def render_markdown(result: dict, a: dict, b: dict, files: tuple[Path, Path]) ->
         lines += ["", "## Claims", "", "| claim | A | B | same verdict |", "|---|---|---|---|"]
         lines += [f"| {c['name']}: {c['statement']} | {_claim_text(c['a'])} | {_claim_text(c['b'])} | "
                   f"{'yes' if c['same_verdict'] else '**no**'} |" for c in result["claims"]]
+    missing = _not_compared(result)
+    if missing:
+        lines += ["", "## Not compared", "", *(f"- {line}" for line in missing)]
+    return "\n".join(lines) + "\n"
+
+
+def _not_compared(result: dict) -> list[str]:
+    """The cells and claims in one grid only, and the claims of one name but other statements."""
     missing = [f"cells only in {g.upper()}: " + ", ".join(f"{r} lag {lag}" for r, lag in cells)
                for g, cells in result["cells_only_in"].items() if cells]
     missing += [f"claims only in {g.upper()}: " + ", ".join(names) for g, names in result["claims_only_in"].items()
                 if names]
     if result["claims_defined_differently"]:
         missing.append("claims of one name but other statements: " + ", ".join(result["claims_defined_differently"]))
+    return missing
+
+
+def load_beside(config: dict) -> tuple[dict, Path, dict] | None:
+    """The grid config side_by_side names (harness.grid_dir.GridDir.beside): its section (label filled in),
+    summary.json file and summary; None without the key. Read before this grid's runs, so that a missing
+    file fails at once, naming the key and the file."""
+    grid = GridDir.beside(config)
+    if grid is None:
+        return None
+    section = {"label": config["side_by_side"]["grid"], **config["side_by_side"]}
+    try:
+        return section, *load_summary(grid.summary_path)
+    except FileNotFoundError:
+        raise ValueError(f"config key 'side_by_side.grid': {grid.summary_path} does not exist: run grid "
+                         f"{section['grid']!r} first (its aggregate writes it)") from None
+
+
+def beside(summary: dict, other: tuple[dict, Path, dict]) -> dict:
+    """This grid's summary against the other grid's (load_beside), that grid as A and this one as B:
+    the comparison (``compare``), with the grid, its label and file, and the claims whose verdict differs."""
+    section, file, there = other
+    try:
+        check_same_settings(there, summary, (file, "this grid"))
+        result = compare(there, summary)
+    except ValueError as error:
+        raise ValueError(f"config key 'side_by_side' (grid {section['grid']!r}): {error}") from None
+    return {"grid": section["grid"], "label": section["label"], "file": str(file),
+            "verdict_differs": [c["name"] for c in result["claims"] if not c["same_verdict"]], **result}
+
+
+def render_beside(summary: dict) -> str:
+    """table.md's section of summary.json's side_by_side: per claim both grids declare, both verdicts with
+    their estimates and whether they differ; the claims whose verdict differs; the cells' agreement line."""
+    side = summary.get("side_by_side")
+    if side is None:
+        return ""
+    label, claims = side["label"], {c["name"]: c for c in side["claims"]}
+    lines = ["", f"## Beside {label} (grid {side['grid']})", "",
+             f"A is grid {side['grid']} ({label}, `{side['file']}`), B is this grid. Each claim both grids declare "
+             "with the same statement: its verdict and estimate [interval] in each; every cell, B minus A: "
+             f"`python -m analysis.compare` on the two grid folders.", "",
+             f"| claim | this grid | {label} | verdicts |", "|---|---|---|---|"]
+    lines += [f"| {c['name']}: {c['statement']} | {_claim_text(c['b'])} | {_claim_text(c['a'])} | "
+              f"{'same' if c['same_verdict'] else '**differs**'} |" for c in side["claims"]]
+    differ = [f"{name} ({claims[name]['b']['verdict']} here, {claims[name]['a']['verdict']} there)"
+              for name in side["verdict_differs"]]
+    lines += ["", f"The verdict differs between this grid and {label} for {len(differ)} of the {len(claims)} "
+              f"claims: {'; '.join(differ)}." if differ else
+              f"No claim's verdict differs between this grid and {label} ({len(claims)} claims both declare).",
+              "", _verdict_line(side)]
+    missing = _not_compared(side)
     if missing:
-        lines += ["", "## Not compared", "", *(f"- {line}" for line in missing)]
+        lines += ["", "Not compared:", "", *(f"- {line}" for line in missing)]
     return "\n".join(lines) + "\n"
+
+
+def check_same_settings(a: dict, b: dict, names: tuple) -> None:
+    """Refuse two grids whose cells measure different things (SAME_SETTINGS), naming the key and both grids."""
+    for key in SAME_SETTINGS:
+        if a[key] != b[key]:
+            raise ValueError(f"{SUMMARY} key {key!r} is {a[key]!r} in {names[0]} but {b[key]!r} in {names[1]}: "
+                             f"the grids' cells measure different things")
 
 
 def run(path_a: str, path_b: str, as_json: bool) -> dict:
     """Load, check that the grids measure the same things, compare, print; returns the comparison."""
     (file_a, a), (file_b, b) = load_summary(path_a), load_summary(path_b)
-    for key in SAME_SETTINGS:
-        if a[key] != b[key]:
-            raise ValueError(f"{SUMMARY} key {key!r} is {a[key]!r} in {file_a} but {b[key]!r} in {file_b}: "
-                             f"the grids' cells measure different things")
+    check_same_settings(a, b, (file_a, file_b))
     result = compare(a, b)
     print(json.dumps({"a": str(file_a), "b": str(file_b), **result}, indent=1) if as_json
           else render_markdown(result, a, b, (file_a, file_b)), end="\n" if as_json else "")

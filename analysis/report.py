@@ -2,12 +2,14 @@
 table.md / table.csv / table.tex (analysis.tables: the claims' verdicts first, then rows =
 recipes, columns = lags), curves.png, mismatch.png, collapse.png (Kaplan-Meier), staleness.png,
 pareto.png and lag_vs_length.png (a queue grid's; a text panel for any other: analysis.plots) and
-summary.json (analysis.summary, with the generated conclusions)."""
+summary.json (analysis.summary, with the generated conclusions). With config side_by_side, table.md
+and summary.json also show another grid's claims beside this one's (analysis.compare)."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from analysis import provenance
+from analysis.compare import beside, load_beside, render_beside
 from analysis.looks import scheduled_runs
 from analysis.plots import plot_collapse, plot_curves, plot_mismatch, plot_pareto, plot_queue_lags, plot_staleness
 from analysis.summary import collect, summarize
@@ -23,16 +25,18 @@ def write_reports(config: dict, out: str | Path, progress: bool = True) -> dict:
     import matplotlib
     matplotlib.use("Agg")  # files only: no display on a cluster node or in CI
     grid = GridDir(out)
+    other = load_beside(config)  # first: a grid to show beside this one that is not there fails before the work
     grid.path.mkdir(parents=True, exist_ok=True)
     # with a tuning section: the confirmation grid of the picked values (analysis.tuning), and the pick
     config, summary_tuning = confirmation_view(config)
     runs = collect(config, progress=progress, which=scheduled_runs(config))
     summary = summarize(config, runs)
     summary["tuning"] = summary_tuning
+    summary["side_by_side"] = None if other is None else beside(summary, other)
     summary["conclusions"] = conclusions(summary)
     # then what the runs ran on and what they cost (analysis.provenance)
     write_text_atomic(grid.table_path("md"), render_markdown(summary) + tuning_markdown(summary)
-                      + provenance.render_markdown(config))
+                      + render_beside(summary) + provenance.render_markdown(config))
     write_text_atomic(grid.table_path("csv"), render_csv(summary))
     write_text_atomic(grid.table_path("tex"), render_latex(summary))
     plot_curves(config, runs, grid.plot_path("curves"))

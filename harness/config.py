@@ -146,6 +146,10 @@ def _semantic_errors(config: dict, tasks_dir: Path) -> list[str]:
     if fixed is not None and (fixed > config["steps"] or (fixed % config["eval_every"] and fixed != config["steps"])):
         messages.append(f"config key 'eval.fixed_step': {fixed} is not an evaluated step "
                         f"(a multiple of eval_every={config['eval_every']} up to steps={config['steps']}, or steps)")
+    side = config.get("side_by_side")
+    if side is not None and side["grid"] == config["grid"]:
+        messages.append(f"config key 'side_by_side.grid': {side['grid']!r} is this grid itself; name another grid "
+                        f"under results_dir, whose claims this grid's table.md shows beside its own")
     return messages + claim_errors(config, recipes) + seeding_errors(config) + tuning_errors(config, recipes)
 
 

@@ -101,6 +101,11 @@ def test_defaults_are_filled_and_the_input_is_not_changed():
     ({"eval": {"tasks": ["tiny_test"], "problems": {"tiny_tset": 8}}}, "eval.problems.tiny_tset", "unknown eval task"),
     ({"eval": {"tasks": ["tiny_test"], "backend": "vllm"}}, "eval.backend", "is not one of"),
     ({"eval": {"tasks": ["tiny_test"], "seed": -1}}, "eval.seed", "less than the minimum of 0"),
+    ({"side_by_side": {"grid": "demo"}}, "side_by_side.grid", "'demo' is this grid itself"),
+    ({"side_by_side": {"grid": "../demo"}}, "side_by_side.grid", "does not match"),
+    ({"side_by_side": {"label": "constant lag"}}, "side_by_side.grid", "missing (required)"),
+    ({"side_by_side": {"grid": "demo_c", "lable": "c"}}, "side_by_side.lable", "unknown key"),
+    ({"side_by_side": "demo_c"}, "side_by_side", "not of type 'object'"),
 ])
 def test_bad_config_is_rejected_naming_the_key(change, key, words):
     message = rejected(demo(**change))

@@ -126,6 +126,13 @@ def test_the_run_key_does_not_name_where_results_live():
         RunConfig.check(run, RunDir(folder).grid_dir)  # the tiny engine's check_run, at the resolved path
 
 
+def test_a_grid_shown_beside_another_keeps_every_run_key():
+    """side_by_side is a report setting: config.yaml's runs (the demo's, running) keep their keys with it."""
+    plain = Config.build(load("config.yaml")).run_configs
+    beside = Config.build(load("config.yaml", {"side_by_side": {"grid": "demo_c", "label": "constant lag"}}))
+    assert beside.run_configs == plain and len(plain) > 1
+
+
 def test_a_run_folder_with_the_old_location_dependent_key_is_refused_by_name(tmp_path):
     run = resolve_run_config(load("config.yaml"), "grpo", 1, 0)
     old = {**run, "base_model": "results/demo/base"}  # what run configs held before

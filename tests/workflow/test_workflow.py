@@ -73,6 +73,24 @@ def test_bad_config_is_rejected_before_any_job_runs(scratch, override, key):
     assert list(scratch.iterdir()) == []
 
 
+def test_a_grid_beside_another_reads_its_summary_once_there(scratch):
+    """config side_by_side (docs/statistics.md's command): the other grid's summary.json is an input of
+    aggregate once it exists, so that a rerun of that grid re-renders this table; before, the grid plans."""
+    command = ("-n", "-C", f"results_dir={scratch}", "grid=demo_interval", "lag_mode=interval",
+               "side_by_side={grid: demo, label: constant lag}")
+    inputs = []
+    for there in (False, True):
+        if there:
+            (scratch / "demo").mkdir()
+            (scratch / "demo" / "summary.json").write_text("{}")
+        result = snakemake(*command)
+        assert result.returncode == 0, result.stderr
+        inputs.append(re.search(r"^rule aggregate:\n(?:    .*\n)*?    input: (.*)$", result.stdout, re.MULTILINE)
+                      .group(1).split(", "))
+    assert f"{scratch}/demo_interval/config.json" in inputs[0] and f"{scratch}/demo/summary.json" not in inputs[0]
+    assert sorted(inputs[1]) == sorted([*inputs[0], f"{scratch}/demo/summary.json"])
+
+
 def _resources(output: str, rule: str) -> list[str]:
     return re.findall(rf"^(?:local)?rule {rule}:\n(?:    .*\n)*?    resources: (.*)$", output, re.MULTILINE)
 

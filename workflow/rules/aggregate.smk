@@ -55,6 +55,7 @@ rule aggregate:
     input:
         runs=lambda wildcards: scheduled_outputs(LOOKS),
         config=rules.grid_config.output,
+        beside=BESIDE_SUMMARY,
     output:
         table=report(str(GRID_DIR.table_path("md")), category="Tables"),
         csv=report(str(GRID_DIR.table_path("csv")), category="Tables"),
