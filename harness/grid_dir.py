@@ -128,3 +128,7 @@ class GridDir:
     def read_summary(self) -> dict:
         """summary.json; FileNotFoundError or ValueError naming the file."""
         return read_json(self.summary_path)
+
+    def read_tuning(self) -> dict:
+        """tuning.json (the pick, analysis.tuning.selection); FileNotFoundError or ValueError naming the file."""
+        return read_json(self.tuning_path)

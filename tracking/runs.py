@@ -1,6 +1,7 @@
 """What each MLflow run of a grid gets (tracking.sync's layout): the parent run (the grid), a
-seed run per (recipe, lag, seed) read through harness.run.RunDir, a summary run per cell. The
-MLflow calls themselves are tracking.writer's."""
+seed run per (recipe, lag, seed) read through harness.run.RunDir, a summary run per cell, and with
+an equal tuning budget (config ``tuning``) a candidate run per tuning run. The MLflow calls
+themselves are tracking.writer's."""
 from __future__ import annotations
 
 import hashlib
@@ -22,16 +23,24 @@ from harness.grid_dir import GridDir
 from harness.io import write_json_atomic, write_text_atomic
 from harness.model import Eval
 from harness.run import RunDir
+from harness.tuning import Tuning
 from tracking import layout
 from tracking.store import COMPARISON_VIEW, SEED_RUNS_VIEW, VERDICTS_ARTIFACT, results_root
 from tracking.writer import Writer
 
 SYNCED = "stalebench.synced_step."  # + "train" or "eval.<task>": last step already logged
-SUMMARY_SUFFIX = " summary"
-CURVE_DIGEST = "stalebench.curve_digest"  # a summary run's: the curve last logged  # the summary runs' experiment: "<grid> summary"
+SUMMARY_SUFFIX = " summary"  # the summary runs' experiment: "<grid> summary"
+TUNING_SUFFIX = " tuning"  # the tuning candidates' experiment: "<grid> tuning"
+TUNING_ARTIFACT = "tuning.md"  # the parent run's pick table (tuning_markdown)
+CURVE_DIGEST = "stalebench.curve_digest"  # a summary run's: the curve last logged
 MLFLOW_STATUS = {"completed": "FINISHED", "diverged": "FAILED", "failed": "FAILED"}
 SCORE_UNITS = ("Scores (eval/TASK/score, fixed, best, selected, auc and their intervals) are in percent "
                "(avg@k x 100), as in table.md.")
+TUNING_NOTE = ("The equal tuning budget's candidate runs of grid '{grid}', on the tuning seeds {seeds}: every "
+               "candidate value of each recipe at each selection lag and tuning seed (tags tuning = candidate, picked = "
+               "true/false). Their scores chose the picked values (tuning.md on the grid's parent run) and are not "
+               "results: the picked values' results are their runs on the confirmation seeds, in the experiment "
+               "'{grid}'. " + SCORE_UNITS)
 UNITS_NOTE = SCORE_UNITS + " Seed runs are here; the per-cell summaries are in the experiment '{grid}" + \
     SUMMARY_SUFFIX + "'."
 
@@ -49,34 +58,52 @@ class Tracker:
         self.existing = self.writer.existing(self.experiment_id)
         self.stride = stride
         self.tasks = Eval.build(config["eval"]).scored_tasks
+        self.tuning = Tuning.of(config)
+        self.tuning_experiment_id, self.candidates = None, {}  # the tuning experiment: a tuning grid only
+        if self.tuning is not None:
+            self.tuning_experiment_id = self.writer.experiment(config["grid"] + TUNING_SUFFIX, TUNING_NOTE.format(
+                grid=config["grid"], seeds=list(self.tuning.seeds)))
+            self.candidates = self.writer.existing(self.tuning_experiment_id)
 
     def _run(self, key: str, kind: str, name: str, tags: dict, start_ms: int | None = None):
         """A run of the grid's experiment (found by key, or created)."""
         return self.writer.run(key, kind, name, tags, self.experiment_id, self.existing, start_ms)
 
-    def sync_parent(self, grid_path: Path, summary: dict | None) -> str:
+    def sync_parent(self, grid_path: Path, summary: dict | None, pick: dict | None = None) -> str:
         """The grid's run; ``summary`` (final sync): its claims' verdicts as tags (``claim.<name>``,
         ``claim.<name>.estimate``, ``claims``) and as the run's description (the claims table of
-        table.md), the report files as artifacts with the verdicts table (verdicts_markdown)."""
+        table.md), the report files as artifacts with the verdicts table (verdicts_markdown);
+        ``pick`` (a tuning grid's tuning.json, once written): each recipe's picked value as a tag
+        ``tuning.picked.<recipe>``, and in a final sync the pick's table as tuning.md."""
         final = summary is not None
         run_id, found = self._run(f"grid:{self.config['grid']}", "parent", self.config["grid"],
                                   {"engine": self.config["engine"], "grid": self.config["grid"]})
         tags = {"n_runs": len(expand(self.config)), "mlflow.source.git.commit": self.writer.commit}
         if final:
             tags.update(claim_tags(summary))
+        if pick is not None:
+            tags.update({f"tuning.picked.{recipe}": layout.param_text(entry["picked"])
+                         for recipe, entry in pick["recipes"].items()})
         self.writer.log(run_id, tags=tags)
         if final:
             with tempfile.TemporaryDirectory(prefix="track_") as tmp:
                 write_json_atomic(Path(tmp) / "workflow_config.json", self.config)
                 write_text_atomic(Path(tmp) / VERDICTS_ARTIFACT, verdicts_markdown(summary))
-                self.writer.log_artifacts(run_id, [Path(tmp) / "workflow_config.json", Path(tmp) / VERDICTS_ARTIFACT] + [
+                written = [Path(tmp) / "workflow_config.json", Path(tmp) / VERDICTS_ARTIFACT]
+                if pick is not None:
+                    write_text_atomic(Path(tmp) / TUNING_ARTIFACT, tuning_markdown(self.config["grid"], pick))
+                    written.append(Path(tmp) / TUNING_ARTIFACT)
+                self.writer.log_artifacts(run_id, written + [
                     path for path in GridDir(grid_path).report_paths() if path.exists()])
         self.writer.set_status(run_id, found, "FINISHED" if final else "RUNNING")
         return run_id
 
-    def sync_run(self, parent_id: str, recipe: str, lag: int, seed: int, numbers: dict | None) -> bool:
-        """Sync one seed run; ``numbers`` = its per-seed numbers (final sync) or None (live).
-        Returns False for a run that has not started (live sync only)."""
+    def sync_run(self, parent_id: str, recipe: str, lag: int, seed: int, numbers: dict | None,
+                 candidate: tuple[dict, dict] | None = None) -> bool:
+        """Sync one seed run; ``numbers`` = its per-seed numbers (final sync) or None (live);
+        ``candidate``: the (params, tags) of a tuning run (candidate_runs), which goes to the tuning
+        experiment instead, tied to the grid's run by tag. Returns False for a run that has not
+        started (live sync only)."""
         from mlflow.entities import Metric
         run = RunDir(run_dir(self.config, recipe, lag, seed))
         if numbers is not None:
@@ -90,13 +117,17 @@ class Tracker:
         if not key:
             raise ValueError(f"{run.config_path} has no run_key")
         start_ms = int(run.config_path.stat().st_mtime * 1000)
-        run_id, found = self._run(key, "run", f"{recipe}/lag{lag}/seed{seed}", {"mlflow.parentRunId": parent_id},
-                                  start_ms)
+        name, (extra_params, extra_tags) = f"{recipe}/lag{lag}/seed{seed}", candidate or ({}, {})
+        if candidate is None:
+            run_id, found = self._run(key, "run", name, {"mlflow.parentRunId": parent_id}, start_ms)
+        else:
+            run_id, found = self.writer.run(key, "candidate", name, {"stalebench.grid_run": parent_id},
+                                            self.tuning_experiment_id, self.candidates, start_ms)
         tags = found.data.tags if found is not None else {}
         train_rows = run.read_metrics()
         times = layout.step_times_ms(train_rows, start_ms)
         metrics, problems = [], {}
-        new_tags = {**layout.identity_tags(run_config),
+        new_tags = {**layout.identity_tags(run_config), **extra_tags,
                     "run_dir": os.path.relpath(run.path.resolve(), results_root(self.config))}
         provenance = run.read_provenance()
         if provenance is not None:
@@ -128,7 +159,7 @@ class Tracker:
             metrics += self.writer.changed(found, layout.seed_values(numbers))
             if "collapsed" in numbers:
                 new_tags["collapsed"] = str(bool(numbers["collapsed"])).lower()
-        params = missing_params(found, layout.run_params(run_config, self.config["eval"], problems))
+        params = missing_params(found, {**layout.run_params(run_config, self.config["eval"], problems), **extra_params})
         self.writer.log(run_id, metrics, params=params, tags=new_tags)
         if status is None:
             self.writer.set_status(run_id, found, "RUNNING")
@@ -137,6 +168,26 @@ class Tracker:
             self.writer.set_status(run_id, found, MLFLOW_STATUS.get(status.get("status"), "FAILED"),
                                    max(end_ms, start_ms))
         return True
+
+    def candidate_runs(self, pick: dict | None, final: bool) -> list[tuple]:
+        """The tuning runs (every candidate x selection lag x tuning seed) as (recipe, lag, seed,
+        numbers, candidate), sync_run's arguments: they go to the "<grid> tuning" experiment, never among the grid's
+        runs, so that a tuning score is not read as a result (a picked candidate's is biased upward).
+        Params ``tuning.recipe``, ``tuning.param``, ``tuning.value``; tags ``tuning = candidate`` and,
+        once ``pick`` (tuning.json) exists, ``picked = true/false``. No per-run numbers (the
+        summary's are the confirmation runs'): their curves only."""
+        of = {candidates.variant(value): (recipe, candidates, value)
+              for recipe, candidates in self.tuning.candidates.items() for value in candidates.values}
+        runs = []
+        for variant, lag, seed in self.tuning.runs():
+            recipe, candidates, value = of[variant]
+            params = {"tuning.recipe": recipe, "tuning.param": layout.param_text(list(candidates.params)),
+                      "tuning.value": layout.param_text(value)}
+            tags = {"tuning": "candidate"}
+            if pick is not None:
+                tags["picked"] = str(variant == pick["recipes"][recipe]["variant"]).lower()
+            runs.append((variant, lag, seed, {} if final else None, (params, tags)))
+        return runs
 
     def sync_cell(self, parent_id: str, cell: dict, summary: dict) -> None:
         """A summary run in the "<grid> summary" experiment: every number of the cell (layout.cell_values),
@@ -205,6 +256,22 @@ def claim_tags(summary: dict) -> dict[str, str]:
     section = claims_section(summary)
     tags["mlflow.note.content"] = "\n".join(markdown_section(*section)) if section else claim_conclusions(summary)[0]
     return tags
+
+
+def tuning_markdown(grid: str, pick: dict) -> str:
+    """The parent run's pick table (tuning.md): per recipe the tuned parameter, its candidates, the
+    picked value and the recipe name its confirmation runs carry (params.recipe), and the rule. No
+    tuning score: as in table.md, the best of several noisy scores is biased upward (the winner's
+    curse, docs/statistics.md); the scores stay in tuning.json, the pick's input."""
+    rows = [[recipe, ", ".join(entry["param"]), ", ".join(map(str, entry["values"])), str(entry["picked"]),
+             entry["variant"]] for recipe, entry in pick["recipes"].items()]
+    lines = markdown_section(f"Equal tuning budget of grid {grid}: the pick",
+                             ["recipe", "parameter", "candidates", "picked", "confirmation runs' recipe"], rows)
+    return "\n".join(lines + [
+        f"Each recipe's value was picked on tuning seeds {pick['seeds']} by the {pick['metric']} averaged over "
+        f"lags {pick['lags']}: {pick['rule']}. The candidates' runs are in the experiment '{grid}{TUNING_SUFFIX}'; "
+        "their scores are the pick's input (tuning.json), not results. The picked values' results are their runs "
+        f"on the confirmation seeds, in the experiment '{grid}' (table.md).", ""])
 
 
 def verdicts_markdown(summary: dict) -> str:

@@ -14,7 +14,12 @@ each point stamped with the time its training step was produced; its per-run num
 selected, auc, dbar, ...). The summary runs, one per cell (recipe x lag) with every number of
 summary.json, and two band runs per cell (the bounds of its test-score curve's interval, drawn as
 its band), live in their own experiment "<grid> summary", so that they never crowd the seed runs out
-of the grid's default runs and chart views. The views the UI's links open are stored on the
+of the grid's default runs and chart views. With an equal tuning budget (config ``tuning``) the
+seed runs are the confirmation runs of the picked values, and the candidates' runs on the tuning
+seeds live in the experiment "<grid> tuning" (params tuning.recipe, tuning.param, tuning.value;
+tags ``tuning = candidate``, ``picked`` from the pick file tuning.json), never among the grid's runs: a
+tuning score is the pick's input, not a result; the parent run carries the pick (tags
+``tuning.picked.<recipe>``, tuning.md). The views the UI's links open are stored on the
 experiments as shared views (tracking.layout); the claims' verdicts are the parent run's verdicts.md. Run status: RUNNING while training,
 FINISHED when completed, FAILED with the reason (``status_reason`` tag) when diverged or failed;
 ``collapsed`` tags a collapsed run.
@@ -60,6 +65,7 @@ from harness.grid_dir import GridDir
 from harness.io import write_json_atomic
 from harness.lock import writer_lock
 from harness.run import RunDir
+from harness.tuning import Tuning
 from tracking.runs import Tracker
 from tracking.store import ui_link
 
@@ -85,6 +91,27 @@ def grid_complete(config: dict) -> bool:
     return True
 
 
+def read_pick(config: dict, grid_path: Path, final: bool) -> dict | None:
+    """A tuning grid's pick (tuning.json, the tuning checkpoint's), None without a tuning section or,
+    live, before the checkpoint wrote it; a final sync of a tuning grid needs it."""
+    grid = GridDir(grid_path)
+    if Tuning.of(config) is None or not (final or grid.tuning_path.exists()):
+        return None
+    pick = grid.read_tuning()
+    missing = [recipe for recipe in Tuning.of(config).candidates if recipe not in pick.get("recipes", {})]
+    if missing:
+        raise ValueError(f"{grid.tuning_path} has no pick for {missing}: rerun analysis.tuning (the tune rule)")
+    return pick
+
+
+def live_runs(config: dict, pick: dict | None) -> list[tuple[str, int, int]]:
+    """The grid's runs a live sync looks for: every run; with a tuning section the confirmation runs
+    the pick named (none before it), its candidates' runs being the tuning experiment's."""
+    if Tuning.of(config) is None:
+        return expand(config)
+    return [tuple(run) for run in pick["confirmation_runs"]] if pick is not None else []
+
+
 def check_grid(config: dict, grid_path: str | Path | None, final: bool) -> Path:
     """The grid folder (default: the config's), checked before any store or lock is touched."""
     grid_path = Path(grid_path) if grid_path is not None else grid_dir(config)
@@ -108,19 +135,24 @@ def sync(config: dict, grid_path: str | Path | None = None, progress: bool = Tru
         for cell in summary["cells"]:
             for i, seed in enumerate(cell["seeds"]):
                 numbers[cell["recipe"], cell["lag"], seed] = {k: v[i] for k, v in cell["per_seed"].items()}
+    pick = read_pick(config, grid_path, final)
     tracker = Tracker(config, stride=math.ceil(int(config["steps"]) / max_train_points) if max_train_points else 1)
-    parent_id = tracker.sync_parent(grid_path, summary)
-    runs = summarized_runs(summary) if final else expand(config)
-    synced = 0
-    for recipe, lag, seed in tqdm(runs, desc="track: runs", unit="run", disable=not progress,
-                                  file=sys.stderr, mininterval=2):
-        synced += tracker.sync_run(parent_id, recipe, lag, seed, numbers.get((recipe, lag, seed), {})
-                                   if final else None)
+    parent_id = tracker.sync_parent(grid_path, summary, pick)
+    runs = [(*run, numbers.get(run, {}) if final else None, None)
+            for run in (summarized_runs(summary) if final else live_runs(config, pick))]
+    if tracker.tuning is not None:
+        runs += tracker.candidate_runs(pick, final)
+    synced = {"runs": 0, "tuning_runs": 0}
+    for recipe, lag, seed, run_numbers, candidate in tqdm(runs, desc="track: runs", unit="run", disable=not progress,
+                                                          file=sys.stderr, mininterval=2):
+        synced["runs" if candidate is None else "tuning_runs"] += tracker.sync_run(
+            parent_id, recipe, lag, seed, run_numbers, candidate)
     for cell in summary["cells"] if final else []:
         tracker.sync_cell(parent_id, cell, summary)
     marker = {"tracking_uri": tracker.writer.uri, "experiment": config["grid"],
               "experiment_id": tracker.experiment_id, "summary_experiment_id": tracker.summary_experiment_id,
-              "parent_run_id": parent_id, "runs": synced, "cells": len(summary["cells"]) if final else 0,
+              "tuning_experiment_id": tracker.tuning_experiment_id,
+              "parent_run_id": parent_id, **synced, "cells": len(summary["cells"]) if final else 0,
               "created": tracker.writer.created, "updated": tracker.writer.updated}
     if final:
         write_json_atomic(GridDir(grid_path).mlflow_path, marker)
@@ -189,7 +221,9 @@ def main(argv: list[str] | None = None) -> int:
                         final=not live)
 
     return run_stage("tracking.sync", work, lambda marker, seconds: (
-        f"{marker['runs']} runs + {marker['cells']} cells -> {marker['tracking_uri']} (experiment "
+        f"{marker['runs']} runs + {marker['cells']} cells"
+        + (f" + {marker['tuning_runs']} tuning runs" if marker["tuning_experiment_id"] else "")
+        + f" -> {marker['tracking_uri']} (experiment "
         f"{marker['experiment_id']}; {marker['created']} created, {marker['updated']} updated) "
         f"in {seconds:.1f} s" + ("" if live else "\n" + ui_hint(marker))))
 

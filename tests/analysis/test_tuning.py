@@ -17,22 +17,9 @@ from harness.config import ConfigError, validate
 from harness.grid import resolve_run_config
 from harness.grid_dir import GridDir
 from harness.model import Config
-from harness.run import RunDir, recipe_fingerprint
 from harness.tuning import Tuning, confirmation_config
 from stabilizers import load_recipes, parameters
-
-STEPS, EVAL_EVERY = 20, 5
-TUNING = {"seeds": [10, 11], "recipes": {"grpo": {"param": ["eps_low", "eps_high"], "values": [0.2, 0.1]},
-                                        "sat_grpo": {"param": "alpha", "values": [0.9, 0.5]}}}
-CLAIM = {"name": "sat_beats_grpo", "kind": "recipes", "recipe": "sat_grpo", "versus": "grpo", "lag": 8,
-         "expect": "greater", "smallest_effect": 0.05}
-
-
-def raw_config(results_dir="results", **changes) -> dict:
-    return {"grid": "tuned", "results_dir": str(results_dir), "engine": "tiny", "recipes": ["grpo", "sat_grpo"],
-            "lags": [1, 8], "seeds": [0, 1, 2], "steps": STEPS, "eval_every": EVAL_EVERY,
-            "engine_params": {"preset": "demo"}, "eval": {"tasks": ["tiny_test"]}, "baseline": "grpo",
-            "tuning": TUNING, "claims": [CLAIM], **changes}
+from tests.support.tuning_grid import TUNING, TUNING_SCORE, raw_config, write_run
 
 
 # ----------------------------------------------------------------------------- the rule
@@ -130,28 +117,13 @@ def test_the_confirmation_grid_renames_rows_baseline_and_claims_to_the_picked_va
 
 
 # ----------------------------------------------------------------------------- pick and report on disk
-def _write_run(config, model, run, score):
-    """A finished run whose test score is ``score`` at every checkpoint."""
-    folder = RunDir(GridDir.of(config).run(*run).path)
-    run_config = folder.pin_config(model.run_config(run))
-    folder.write_fingerprint(recipe_fingerprint(json.dumps(run_config["recipe"], sort_keys=True)))
-    folder.append_metrics([{"step": step, "realized_lag": min(step, run[1]) or 0, "reward": 0.1}
-                           for step in range(1, STEPS + 1)])
-    folder.write_status("completed", STEPS, "")
-    folder.write_eval("tiny_test", [{"step": step, "score": score, "k": 4, "per_problem": [], "n_problems": 0,
-                                     "seed": 0, "task": "tiny_test", "task_version": 1}
-                                    for step in range(EVAL_EVERY, STEPS + 1, EVAL_EVERY)])
-
-
 @pytest.mark.slow  # aggregates a fabricated grid: ~50 s on 2 cores
 def test_the_pick_on_disk_and_a_report_of_the_confirmation_seeds_only(tmp_path):
     config = validate(raw_config(tmp_path, lag_mode="constant"))
     model = Config.build(config)
     # grpo: eps 0.1 is better on the tuning seeds; sat_grpo: a tie (the same scores), alpha 0.9 listed first
-    tuning_score = {"grpo.eps_low_eps_high-0.2": 0.30, "grpo.eps_low_eps_high-0.1": 0.50,
-                    "sat_grpo.alpha-0.9": 0.40, "sat_grpo.alpha-0.5": 0.40}
     for run in Tuning.of(config).runs():
-        _write_run(config, model, run, tuning_score[run[0]])
+        write_run(config, model, run, TUNING_SCORE[run[0]])
     grid = GridDir.of(config)
     assert tune(["--config-json", json.dumps(config), "--out", str(grid.tuning_path)]) == 0
     picked = json.loads(grid.tuning_path.read_text())
@@ -160,7 +132,7 @@ def test_the_pick_on_disk_and_a_report_of_the_confirmation_seeds_only(tmp_path):
     # the confirmation seeds score otherwise: the report must show these, never the tuning scores
     confirmation_score = {"grpo.eps_low_eps_high-0.1": 0.20, "sat_grpo.alpha-0.9": 0.60}
     for variant, lag, seed in picked["confirmation_runs"]:
-        _write_run(config, model, (variant, lag, seed), confirmation_score[variant] + 0.01 * seed)
+        write_run(config, model, (variant, lag, seed), confirmation_score[variant] + 0.01 * seed)
     assert selection(config) == picked  # aggregation replays the same pick
     assert aggregate(["--config-json", json.dumps(config), "--out", str(grid.path)]) == 0
     summary = grid.read_summary()

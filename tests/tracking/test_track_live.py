@@ -10,15 +10,21 @@ import urllib.parse
 import pytest
 
 from analysis.report import write_reports
+from analysis.tuning import selection
+from harness.config import validate
 from harness.grid import expand, grid_dir, run_dir
-from harness.io import read_jsonl, write_text_atomic
+from harness.grid_dir import GridDir
+from harness.io import read_jsonl, write_json_atomic, write_text_atomic
+from harness.model import Config
+from harness.tuning import Tuning
 from tests.support.grid_fixture import DIVERGED, make_grid
 from tests.support.mlflow_server import mlflow_server, rest, run_tags
 from tests.support.paths import ROOT
+from tests.support.tuning_grid import TUNING_SCORE, raw_config, write_run
 from tests.support.waiting import GENEROUS_S, wait_until
-from tracking.runs import SUMMARY_SUFFIX
+from tracking.runs import SUMMARY_SUFFIX, TUNING_SUFFIX
 from tracking.store import KIND
-from tracking.sync import main
+from tracking.sync import main, sync
 
 pytestmark = pytest.mark.slow  # an MLflow server and a grid trained while it syncs
 
@@ -125,3 +131,34 @@ def test_follow_interval_must_be_positive(tmp_path, capsys):
         main(["--config-json", json.dumps(config), "--follow", "0"])
     assert exit_.value.code == 2
     assert "--follow INTERVAL must be > 0 seconds" in capsys.readouterr().err
+
+
+def test_a_live_tuning_grid_syncs_its_candidates_apart_then_the_pick_and_its_confirmation_runs(tmp_path, monkeypatch):
+    """Before the pick: the candidates' runs that started, in the tuning experiment without a picked
+    tag, and no run in the grid's (its runs are the confirmation runs, not named yet); after it: the
+    picked tags, the pick on the parent, and the confirmation runs that started, in the grid's."""
+    from mlflow.tracking import MlflowClient
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    config = validate(raw_config(tmp_path / "results", lag_mode="constant"))
+    model, grid, tuning = Config.build(config), GridDir.of(config), Tuning.of(config)
+    for run in tuning.runs()[:-1]:  # the last candidate run has not started
+        write_run(config, model, run, TUNING_SCORE[run[0]])
+    marker = sync(config, progress=False, final=False)
+    client = MlflowClient(marker["tracking_uri"])
+    assert client.get_experiment(marker["tuning_experiment_id"]).name == config["grid"] + TUNING_SUFFIX
+    candidates = client.search_runs([marker["tuning_experiment_id"]], max_results=100)
+    assert len(candidates) == marker["tuning_runs"] == len(tuning.runs()) - 1
+    assert all(r.data.tags["tuning"] == "candidate" and "picked" not in r.data.tags for r in candidates)
+    assert [r.data.tags[KIND] for r in client.search_runs([marker["experiment_id"]])] == ["parent"]
+    write_run(config, model, tuning.runs()[-1], TUNING_SCORE[tuning.runs()[-1][0]])
+    write_json_atomic(grid.tuning_path, selection(config))
+    confirmation = tuple(grid.read_tuning()["confirmation_runs"][0])
+    write_run(config, model, confirmation, 0.3)
+    marker = sync(config, progress=False, final=False)
+    candidates = client.search_runs([marker["tuning_experiment_id"]], max_results=100)
+    assert (len(candidates), marker["created"]) == (len(tuning.runs()), 2)  # the last candidate, the confirmation run
+    assert sorted(r.data.params["recipe"] for r in candidates if r.data.tags["picked"] == "true") == sorted(
+        ["grpo.eps_low_eps_high-0.1", "sat_grpo.alpha-0.9"] * 4)
+    runs = {r.data.tags[KIND]: r for r in client.search_runs([marker["experiment_id"]])}
+    assert runs.keys() == {"parent", "run"} and runs["run"].info.run_name == "{}/lag{}/seed{}".format(*confirmation)
+    assert runs["parent"].data.tags["tuning.picked.grpo"] == "0.1"
