@@ -84,8 +84,8 @@ def sentences(found: dict) -> list[str]:
     """One sentence per recipe of gain_sources' answer: its source, with the numbers."""
     base = found["baseline"]
     return [f"`{row['recipe']}`: {NOT_TESTED} (an arm's cell is missing)." if row["source"] == NOT_TESTED else
-            f"`{row['recipe']}`: **{row['source']}**. Without the sampler's mismatch its staleness cost at lag "
-            f"{row['lag']} is {_points(row['staleness'])} above `{base['without_mismatch']}`'s; at lag 0 its benefit "
-            f"over `{base['with_mismatch']}` with the mismatch minus that without it is {_points(row['mismatch'])} "
-            f"(AUC, {row['confidence']:.2%} intervals, exploratory; smallest effect "
-            f"{found['smallest_effect'] * 100:g} points)." for row in found["recipes"]]
+            f"`{row['recipe']}`: **{row['source']}**. Staleness part (without the sampler's mismatch, its staleness "
+            f"cost at lag {row['lag']} minus `{base['without_mismatch']}`'s; positive: a smaller cost): "
+            f"{_points(row['staleness'])}. Mismatch part (at lag 0, its benefit over `{base['with_mismatch']}` with "
+            f"the mismatch minus without it): {_points(row['mismatch'])}. AUC, {row['confidence']:.2%} intervals, "
+            f"exploratory; smallest effect {found['smallest_effect'] * 100:g} points." for row in found["recipes"]]

@@ -37,7 +37,8 @@ def test_the_two_parts_by_hand():
     assert row["staleness"]["outcome"] == "exceeds" and row["mismatch"]["outcome"] == "negligible"
     assert row["source"] == "staleness"
     (text,) = sentences(found)
-    assert text.startswith("`x`: **staleness**. Without the sampler's mismatch its staleness cost at lag 8 is "
+    assert text.startswith("`x`: **staleness**. Staleness part (without the sampler's mismatch, its staleness cost "
+                           "at lag 8 minus `g32`'s; positive: a smaller cost): "
                            f"{staleness.mean() * 100:+.1f} [")
     assert "(exceeds, n 4)" in text and "(negligible, n 4)" in text
 
