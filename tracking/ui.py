@@ -26,7 +26,7 @@ import urllib.request
 import psutil
 
 from harness.config import ConfigError, load
-from tracking.runs import SUMMARY_SUFFIX
+from tracking.runs import SUMMARY_SUFFIX, TUNING_SUFFIX
 from tracking.store import (
     COMPARISON_VIEW,
     SHARED_VIEW_TAG,
@@ -65,13 +65,17 @@ def compared_lags(uri: str, summary_experiment: str) -> list[int]:
 
 
 def links(base_url: str, uri: str, config: dict) -> str:
-    """The seed runs' link; once the grid is aggregated and synced, a cell comparison per lag and the
+    """The seed runs' link (and a tuning grid's candidates'); once the grid is aggregated and synced, a cell comparison per lag and the
     parent run's verdicts."""
     grid = config["grid"]
     seeds = experiment_id(uri, grid)
     if seeds is None:
         raise ValueError(f"no experiment {grid!r} in {uri}: run the grid (make demo) or tracking.sync first")
     lines = ["Seed runs (charts, every run):", ui_link(base_url, seeds)]
+    tuning = experiment_id(uri, grid + TUNING_SUFFIX)
+    if tuning is not None:  # a grid with a tuning section (tracking.runs): its candidates, kept apart
+        lines += ["Tuning candidates (the tuning seeds: how each value was picked, never a result):",
+                  f"{base_url}/#/experiments/{tuning}"]  # its default runs view: the sync stores no view there
     cells = experiment_id(uri, grid + SUMMARY_SUFFIX)
     if cells is None:
         return "\n".join(lines + ["Cell comparison and verdicts: none yet (the grid is not aggregated and synced)"])

@@ -405,3 +405,12 @@ def test_bad_grid_dir_or_unaggregated_grid_is_named(tmp_path, capsys):
     assert main(args + [str(tmp_path / config["grid"])]) == 2
     assert "summary.json missing: run analysis.aggregate first" in capsys.readouterr().err
     assert not (tmp_path / "mlflow.db").exists()  # refused before any store was opened
+
+
+def test_make_ui_links_the_tuning_candidates_apart_from_the_seed_runs(tuned):
+    from tracking.ui import links
+    config, _, first, _, _ = tuned
+    printed = links("http://127.0.0.1:5000", first["tracking_uri"], config).splitlines()
+    at = printed.index("Tuning candidates (the tuning seeds: how each value was picked, never a result):")
+    assert printed[at + 1] == f"http://127.0.0.1:5000/#/experiments/{first['tuning_experiment_id']}"
+    assert printed[0] == "Seed runs (charts, every run):" and f"experiments/{first['experiment_id']}" in printed[1]
