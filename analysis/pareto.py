@@ -31,8 +31,8 @@ TIME_MODEL = "steps per unit of time = min(1, utilization x (1 - drop rate)) (wo
 
 
 def engine_batch(config: dict, recipe: str) -> int:
-    """The groups per trainer step of ``recipe``'s runs, as the tiny engine hands them to the queue
-    model (engines/tiny/trainer.py: its resolved prompts_per_step)."""
+    """The groups per trainer step of ``recipe``'s runs, as the engine hands them to the queue model
+    (its resolved prompts_per_step: the embedded engine's trainer reads the same key)."""
     params = engines.get(config["engine"]).resolve_params(recipe_engine_params(config, recipe))
     if "prompts_per_step" not in params:
         raise ValueError(f"lag_mode queue: engine {config['engine']!r} has no engine_params.prompts_per_step "
