@@ -12,7 +12,8 @@ baseline, as two arms, ``without_mismatch`` (a float32 sampler: pi/mu = 1 at lag
 Each is read by the claims' rule (analysis.decision, expect "greater" at ``smallest_effect``) at the
 family's level (alpha / the claims the grid tests), but outside the family: a description of the
 grid, exploratory, not a claim. A part counts as present when its outcome is "exceeds" or "claimed
-sign", absent when "below effect", "negligible" or "opposite"; otherwise it is undecided.
+sign", absent when "below effect", "negligible" or "opposite"; otherwise it is undecided (and with
+the other part present, the source says so: "staleness (mismatch undecided)").
 """
 from __future__ import annotations
 
@@ -41,10 +42,15 @@ def parts(section: dict, recipe: str, largest_lag: int) -> dict[str, Claim]:
 
 
 def source(staleness: str | None, mismatch: str | None) -> str:
-    """staleness / mismatch / both / neither / undecided, from the two parts' outcomes."""
-    present = [name for name, found in (("staleness", staleness), ("mismatch", mismatch)) if found in PRESENT]
-    if all(found in PRESENT or found in ABSENT for found in (staleness, mismatch)):
+    """staleness / mismatch / both / neither from the two parts' outcomes; a part present beside one
+    undecided: "staleness (mismatch undecided)"; otherwise undecided."""
+    parts_found = {"staleness": staleness, "mismatch": mismatch}
+    present = [name for name, found in parts_found.items() if found in PRESENT]
+    open_parts = [name for name, found in parts_found.items() if found not in PRESENT + ABSENT]
+    if not open_parts:
         return {0: "neither", 1: present[0] if present else "neither", 2: "both"}[len(present)]
+    if present:
+        return f"{present[0]} ({open_parts[0]} undecided)"
     return "undecided"
 
 

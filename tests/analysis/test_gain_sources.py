@@ -60,7 +60,8 @@ def test_a_recipe_whose_arm_is_not_in_the_grid_is_not_tested():
 @pytest.mark.parametrize("staleness, mismatch, expected", [
     ("exceeds", "claimed sign", "both"), ("claimed sign", "negligible", "staleness"),
     ("opposite", "exceeds", "mismatch"), ("below effect", "negligible", "neither"),
-    ("undecided", "negligible", "undecided"), ("exceeds", "undecided", "undecided"),
+    ("undecided", "negligible", "undecided"), ("exceeds", "undecided", "staleness (mismatch undecided)"),
+    ("nonzero", "claimed sign", "mismatch (staleness undecided)"), ("undecided", "undecided", "undecided"),
 ])
 def test_the_source_from_the_outcomes(staleness, mismatch, expected):
     assert source(staleness, mismatch) == expected
