@@ -95,3 +95,11 @@ def sentences(found: dict) -> list[str]:
             f"{_points(row['staleness'])}. Mismatch part (at lag 0, its benefit over `{base['with_mismatch']}` with "
             f"the mismatch minus without it): {_points(row['mismatch'])}. AUC, {row['confidence']:.2%} intervals, "
             f"exploratory; smallest effect {found['smallest_effect'] * 100:g} points." for row in found["recipes"]]
+
+
+def markdown_lines(found: dict | None) -> list[str]:
+    """table.md's section of gain_sources' answer (none without it): a sentence per recipe."""
+    if not found:
+        return []
+    return ["## Where each recipe's gain comes from (analysis.sources: staleness, mismatch, both or neither)", "",
+            *(f"- {line}" for line in sentences(found)), ""]

@@ -9,7 +9,7 @@ import io
 from analysis.claims import NOT_TESTED
 from analysis.noise import sections as noise_sections
 from analysis.pareto import sections as pareto_sections
-from analysis.sources import sentences as source_sentences
+from analysis.sources import markdown_lines as source_lines
 from analysis.stats import ALPHA, BOOTSTRAP_MIN_SEEDS, smallest_p
 from analysis.summary import ENDPOINTS, MISMATCH, SCORES, summary_cells
 
@@ -273,18 +273,15 @@ def markdown_section(title: str, header: list[str], rows: list[list[str]]) -> li
 
 
 def render_markdown(summary: dict) -> str:
-    lines = [f"# {summary['grid']}: {summary['engine']} engine, {len(summary['seeds'])} seeds, "
-             f"{summary['steps']} steps",
-             "",
-             f"Test task `{summary['test_task']}`; selection task `{summary['selection_task']}`; "
+    lines = [f"# {summary['grid']}: {summary['engine']} engine, {len(summary['seeds'])} seeds, {summary['steps']} steps",
+             "", f"Test task `{summary['test_task']}`; selection task `{summary['selection_task']}`; "
              f"collapse = diverged, or below {summary['collapse_fraction']} x peak after the peak "
              f"through the last evaluation, over at least {summary.get('collapse_confirm', 1)} evaluations. Per-seed values in parentheses, in seed order "
              f"{summary['seeds']}. Paper columns: Table 1 of the SAT paper (AIME24, %, one seed).", ""]
     for i, section in enumerate(sections(summary)):
         lines += markdown_section(*section)
-        if i == 0 and summary.get("gain_sources"):  # beside the claims, which it describes
-            lines += ["## Where each recipe's gain comes from (analysis.sources: staleness, mismatch, both or "
-                      "neither)", ""] + [f"- {line}" for line in source_sentences(summary["gain_sources"])] + [""]
+        if i == 0:  # beside the claims, which it describes
+            lines += source_lines(summary.get("gain_sources"))
     lines += ["## What can and cannot be concluded", ""]
     lines += [f"- {line}" for line in summary["conclusions"]] + [""]
     return "\n".join(lines)
