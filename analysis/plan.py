@@ -26,6 +26,7 @@ from harness.claims import Seeding, claims
 from harness.config import ConfigError, load
 from harness.grid_dir import GridDir
 from harness.io import read_json
+from harness.tuning import Tuning
 
 
 def assumptions_from(summary_path: Path) -> dict[str, tuple[float, float]]:
@@ -42,7 +43,8 @@ def assumptions_from(summary_path: Path) -> dict[str, tuple[float, float]]:
 
 def plan(config: dict, assumed: dict[str, tuple[float, float]], replicates: int = 4000) -> dict:
     """Per tested claim: P(each outcome), P(final) and its mean stopping look; for the grid: the
-    expected runs under the schedule, and the most and fewest it can take."""
+    expected runs under the schedule, the most and fewest it can take, and the tuning runs (config
+    ``tuning``: a fixed number, trained before any of them)."""
     cells = {(recipe, lag) for recipe in config["recipes"] for lag in config["lags"]}
     reference_lag = min(config["lags"])
     tested = [c for c in claims(config) if set(claim_cells(c, reference_lag)) <= cells]
@@ -74,15 +76,17 @@ def plan(config: dict, assumed: dict[str, tuple[float, float]], replicates: int 
                 if any(cell in claim_cells(c, reference_lag) for c in tested) else np.full(replicates, looks[0])
                 for cell in sorted(cells)]
     runs = np.sum(per_cell, axis=0)
+    tuning = Tuning.of(config)
     return {"looks": list(schedule.looks), "levels": list(schedule.levels), "boundary": schedule.boundary,
             "claims": rows, "expected_runs": float(runs.mean()), "fewest_runs": int(len(cells) * looks[0]),
-            "most_runs": int(len(cells) * looks[-1])}
+            "most_runs": int(len(cells) * looks[-1]), "tuning_runs": len(tuning.runs()) if tuning else 0}
 
 
 def render(result: dict) -> str:
     lines = [f"looks {result['looks']} (levels {', '.join(f'{v:.4g}' for v in result['levels'])}"
              f"{', ' + result['boundary'] if result['boundary'] else ''}): expected runs "
-             f"{result['expected_runs']:.1f} (fewest {result['fewest_runs']}, most {result['most_runs']})", "",
+             f"{result['expected_runs']:.1f} (fewest {result['fewest_runs']}, most {result['most_runs']})"
+             + (f", after {result['tuning_runs']} tuning runs" if result["tuning_runs"] else ""), "",
              "| claim | assumed | outcomes | P(two runs agree) | mean look |", "|---|---|---|---|---|"]
     for row in result["claims"]:
         shares = ", ".join(f"{n} {p:.2f}" for n, p in sorted(row["outcomes"].items(), key=lambda x: -x[1]))

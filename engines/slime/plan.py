@@ -23,6 +23,7 @@ from engines.slime.params import model_shape, resolve_params
 from engines.slime.preflight import parameter_counts
 from harness.grid import expand
 from harness.jobs import rule_resources, train_retries, warning_lead_seconds
+from harness.tuning import Tuning
 
 # Derived in docs/cluster.md ("Cost"): ~17 min of generation (20M tokens at ~20k tokens/s on one
 # 4-GPU SGLang engine) overlapped with ~13 min of training (FLOPs at ~25% MFU on 4 GPUs).
@@ -97,13 +98,16 @@ def stop(config: dict, times: dict) -> dict:
 
 
 def plan(config: dict, given: dict | None = None) -> dict:
-    """The grid's jobs with their GPU-hours (low, high), stops and retries, and the totals."""
+    """The grid's jobs with their GPU-hours (low, high), stops and retries, and the totals; with a
+    ``tuning`` section its tuning runs are jobs too (the confirmation runs are the grid's runs)."""
     times = timings(config, given)
     train, evaluate = rule_resources(config, "train"), rule_resources(config, "evaluate")
     checkpoints = config["steps"] // config["eval_every"]
     runtime = train.get("runtime")
     jobs = []
-    for recipe, lag, seed in expand(config):
+    tuning = Tuning.of(config)
+    tuning_runs = tuning.runs() if tuning else []
+    for recipe, lag, seed in expand(config) + tuning_runs:
         train_minutes = [config["steps"] * m for m in times["step"]]
         jobs.append({
             "recipe": recipe, "lag": lag, "seed": seed,
@@ -112,7 +116,7 @@ def plan(config: dict, given: dict | None = None) -> dict:
             "stops": [math.ceil(m / runtime) - 1 if runtime else 0 for m in train_minutes],
         })
     total = {key: [sum(job[key][i] for job in jobs) for i in (0, 1)] for key in ("train_gpu_hours", "eval_gpu_hours")}
-    return {"jobs": jobs, "total": total, "timings": times, "stop": stop(config, times), "checkpoints": checkpoints, "runtime": runtime,
+    return {"jobs": jobs, "tuning_jobs": len(tuning_runs), "total": total, "timings": times, "stop": stop(config, times), "checkpoints": checkpoints, "runtime": runtime,
             "retries": train_retries(config), "train_gpus": train["gpu"], "eval_gpus": evaluate["gpu"]}
 
 
@@ -130,7 +134,9 @@ def report(config: dict, given: dict | None = None) -> str:
         f"takes the previous save and retrains from there). Measure the save (--timings save_gb_per_s, "
         f"drain_minutes) or ask for an earlier warning (resources.train.slurm_extra --signal=URG@"
         f"{math.ceil(budget['total'][1] * 60)})"]
-    lines = [*loud, f"plan: {len(p['jobs'])} training jobs x {config['steps']} steps on {p['train_gpus']} GPUs, "
+    tuning = (f" ({p['tuning_jobs']} of them tuning runs, on the tuning seeds: config tuning)"
+              if p["tuning_jobs"] else "")
+    lines = [*loud, f"plan: {len(p['jobs'])} training jobs{tuning} x {config['steps']} steps on {p['train_gpus']} GPUs, "
              f"{p['checkpoints']} checkpoints each scored on {p['eval_gpus']} GPUs",
              f"  minutes per step {span(t['step'], 1)} ({t['step_source']})",
              f"  minutes per checkpoint {span(t['checkpoint'], 1)} at concurrency {t['concurrency']}, k = "

@@ -98,3 +98,15 @@ def test_measured_timings_and_the_config_move_the_stop_budget(table1):
     unwarned["resources"]["train"] = {**table1["resources"]["train"], "slurm_extra": ""}
     assert plan.stop(unwarned, plan.timings(unwarned))["warning"] is None
     assert not plan.stop(unwarned, plan.timings(unwarned))["exceeds"]
+
+
+def test_the_tuning_runs_are_jobs_of_the_plan(table1):
+    tuned = load(PRESET, {"recipes": ["grpo", "sat_grpo"], "claims": [], "tuning": {
+        "seeds": [100], "lags": [8], "recipes": {"grpo": {"param": ["eps_low", "eps_high"], "values": [0.2, 0.3]},
+                                                 "sat_grpo": {"param": "alpha", "values": [0.9, 0.8]}}}})
+    p = plan.plan(tuned)
+    assert (len(p["jobs"]), p["tuning_jobs"]) == (2 * 2 * 3 + 2 * 2 * 1, 4)
+    assert [job["recipe"] for job in p["jobs"][-4:]] == ["grpo.eps_low_eps_high-0.2", "grpo.eps_low_eps_high-0.3",
+                                                         "sat_grpo.alpha-0.9", "sat_grpo.alpha-0.8"]
+    assert "16 training jobs (4 of them tuning runs" in plan.report(tuned)
+    assert plan.plan(table1)["tuning_jobs"] == 0
