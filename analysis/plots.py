@@ -132,7 +132,7 @@ def plot_staleness_by_lag(summary: dict, path: Path) -> None:
     definition at the reference lag), one panel per endpoint; lags evenly spaced (they are often
     doubling). The verdicts of the claims on the panel's endpoint that read a cost against lag
     (trend, staleness cost, cost difference, interaction) are listed under it; a trend claim's threshold
-    (the cost whose smallest lag it reports) is a dashed line."""
+    (the cost whose smallest lag it reports) is a dashed line on its endpoint's panel."""
     import matplotlib.pyplot as plt
     cells = summary_cells(summary)
     recipes, reference_lag, lags = summary["recipes"], summary["reference_lag"], sorted(summary["lags"])
@@ -154,7 +154,8 @@ def plot_staleness_by_lag(summary: dict, path: Path) -> None:
                 above.append(100 * (high - stat["estimate"]))
             ax.errorbar(xs, ys, yerr=[below, above], marker="o", markersize=3, capsize=2, linewidth=1, label=recipe)
         ax.axhline(0, color="grey", linewidth=0.8)
-        for threshold in sorted({c["threshold"] for c in summary["claims"] if c.get("threshold")}):
+        thresholds = {c["threshold"] for c in summary["claims"] if c.get("threshold") and c["metric"] == endpoint}
+        for threshold in sorted(thresholds):
             ax.axhline(-100 * threshold, color="grey", linewidth=0.8, linestyle="--")  # a trend's threshold lag
         ax.set_xticks(range(len(lags)), [str(lag) for lag in lags])
         ax.set(title=f"{ENDPOINT_NAMES[endpoint]}: cost against lag (minus lag {reference_lag})", xlabel="lag",

@@ -20,7 +20,7 @@ def cost(recipe: str, lag: int) -> dict:
 SUMMARY = {"recipes": ["grpo", "sat_gspo"], "lags": LAGS, "reference_lag": 0,
            "cells": [{"recipe": r, "lag": lag, "staleness_cost": None if lag == 0 else cost(r, lag)}
                      for r in ("grpo", "sat_gspo") for lag in LAGS],
-           "claims": [{"name": "grpo_trend", "kind": "trend", "metric": "auc", "verdict": "supported"},
+           "claims": [{"name": "grpo_trend", "kind": "trend", "metric": "auc", "verdict": "supported", "threshold": 0.1},
                       {"name": "a_recipes_claim", "kind": "recipes", "metric": "auc", "verdict": "inconclusive"}]}
 
 
@@ -45,6 +45,10 @@ def test_the_cost_against_lag_per_recipe_with_intervals(tmp_path, monkeypatch):
         assert [t.get_text() for t in ax.get_xticklabels()] == [str(lag) for lag in LAGS]
     assert "grpo_trend: supported" in auc.get_xlabel() and "a_recipes_claim" not in auc.get_xlabel()
     assert "grpo_trend" not in fixed.get_xlabel()
+    # the trend's threshold (10 points) dashed on its endpoint's panel alone
+    dashed = {name: [line.get_ydata()[0] for line in ax.get_lines() if line.get_linestyle() == "--"]
+              for name, ax in (("auc", auc), ("fixed", fixed))}
+    assert dashed == {"auc": [-10.0], "fixed": []}
 
 
 def test_two_lags_keep_the_per_recipe_panels(tmp_path, monkeypatch):
