@@ -27,6 +27,7 @@ from analysis.contrasts import contrast
 from analysis.stats import ALPHA, collapse_difference, holm
 from analysis.summary import ENDPOINTS, _json_safe, summary_cells
 from analysis.tables import ENDPOINT_NAMES, _comparison_text, _interval_text
+from analysis.tuning import under_recipe_names
 from harness.cli import run_stage
 from harness.grid_dir import SUMMARY, GridDir
 
@@ -183,11 +184,13 @@ def load_beside(config: dict) -> tuple[dict, Path, dict] | None:
 
 def beside(summary: dict, other: tuple[dict, Path, dict]) -> dict:
     """This grid's summary against the other grid's (load_beside), that grid as A and this one as B:
-    the comparison (``compare``), with the grid, its label and file, and the claims whose verdict differs."""
+    the comparison (``compare``), with the grid, its label and file, and the claims whose verdict differs;
+    a tuned grid's picked variants under their recipes' names."""
     section, file, there = other
+    here = under_recipe_names(summary)  # a tuned grid against the same grid untuned: recipe by recipe
     try:
-        check_same_settings(there, summary, (file, "this grid"))
-        result = compare(there, summary)
+        check_same_settings(there, here, (file, "this grid"))
+        result = compare(there, here)
     except ValueError as error:
         raise ValueError(f"config key 'side_by_side' (grid {section['grid']!r}): {error}") from None
     return {"grid": section["grid"], "label": section["label"], "file": str(file),

@@ -21,7 +21,7 @@ from pathlib import Path
 from analysis.summary import collect
 from harness.cli import parse_config, run_stage
 from harness.io import write_json_atomic
-from harness.tuning import Tuning, confirmation_config
+from harness.tuning import CLAIM_RECIPE_FIELDS, Tuning, confirmation_config
 
 TIE = 1e-12  # two means of the same scores summed in another order differ by rounding only
 
@@ -84,6 +84,28 @@ def confirmation_view(config: dict) -> tuple[dict, dict | None]:
     reported["recipes"] = {recipe: {key: value for key, value in entry.items() if key != "tuning_scores"}
                            for recipe, entry in picked["recipes"].items()}
     return view, reported
+
+
+def under_recipe_names(summary: dict) -> dict:
+    """``summary`` with each picked variant's cells and claims named by its recipe
+    (grpo.eps_low_eps_high-0.3 -> grpo), so that a tuned grid compares cell by cell and claim by claim
+    with the same grid untuned (config side_by_side: analysis.compare.beside); ``summary`` itself
+    without a tuning section."""
+    tuning = summary.get("tuning")
+    if tuning is None:
+        return summary
+    names = {entry["variant"]: recipe for recipe, entry in tuning["recipes"].items()}
+
+    def renamed(statement: str) -> str:  # a statement names recipes as written; the longest variant first
+        for variant in sorted(names, key=len, reverse=True):
+            statement = statement.replace(variant, names[variant])
+        return statement
+
+    cells = [{**cell, "recipe": names.get(cell["recipe"], cell["recipe"])} for cell in summary["cells"]]
+    claims = [{**claim, "statement": renamed(claim["statement"]),
+               **{field: names[claim[field]] for field in CLAIM_RECIPE_FIELDS if claim.get(field) in names}}
+              for claim in summary["claims"]]
+    return {**summary, "cells": cells, "claims": claims, "recipes": [names.get(r, r) for r in summary["recipes"]]}
 
 
 def render_markdown(summary: dict) -> str:

@@ -21,7 +21,7 @@ from stabilizers import Recipe, load_recipes, parameters, recipe_from_dict, swit
 
 SWITCHES = ("tis", "rollout_is", "veto")  # a recipe's weights and masks: "veto.threshold" tunes the veto's
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # the rule files' recipe wildcard
-_CLAIM_RECIPES = ("recipe", "versus", "other_recipe", "other_versus")
+CLAIM_RECIPE_FIELDS = ("recipe", "versus", "other_recipe", "other_versus")
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,7 @@ def confirmation_config(config: dict, picked: dict) -> dict:
     recipes = load_recipes(extra=config.get("extra_recipes") or {}, check_values=False)
     variants = {recipe: [c.variant(picked[recipe])] for recipe, c in tuning.candidates.items()}
     view = _renamed(config, variants, recipes)
-    view["claims"] = [{**claim, **{field: variants[claim[field]][0] for field in _CLAIM_RECIPES
+    view["claims"] = [{**claim, **{field: variants[claim[field]][0] for field in CLAIM_RECIPE_FIELDS
                                    if claim.get(field) in variants}} for claim in config.get("claims") or []]
     return view
 

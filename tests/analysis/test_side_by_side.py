@@ -7,11 +7,15 @@ import json
 import pytest
 
 from analysis.aggregate import main
+from analysis.claims import statement
 from analysis.compare import beside, load_beside, render_beside
 from analysis.summary import collect, summarize
+from analysis.tuning import under_recipe_names
+from harness.claims import claims
 from harness.config import validate
 from harness.grid_dir import GridDir
 from harness.io import write_json_atomic
+from harness.tuning import confirmation_config
 from tests.support.grid_fixture import CLAIMS, make_config, make_grid
 
 SIDE = {"grid": "constant", "label": "constant lag"}
@@ -91,3 +95,30 @@ def test_a_missing_other_summary_fails_naming_the_key_and_the_file(tmp_path, cap
     assert (f"config key 'side_by_side.grid': {tmp_path / 'constant' / 'summary.json'} does not exist: "
             "run grid 'constant' first") in error
     assert not GridDir.of(config).path.exists(), "it fails before reading or writing anything"
+
+
+def test_a_tuned_grid_is_read_recipe_by_recipe_beside_the_same_grid_untuned(grids):
+    """A tuned grid's cells and claims name its picked variants (harness.tuning.confirmation_config:
+    workflow/presets/tuned_field.yaml beside its untuned twin); beside the untuned grid each is read under
+    its recipe's name. Here the tuned summary is the other grid's own under the confirmation view's names
+    and statements, so the two agree on every cell and claim."""
+    _, there, _ = grids
+    tuning = {"seeds": [100], "metric": "auc", "lags": None, "recipes": {
+        "grpo": {"param": ["eps_low", "eps_high"], "values": [0.2, 0.1]}, "sat_grpo": {"param": "alpha", "values": [0.9, 0.8]},
+        "grpo_r3": {"param": ["eps_low", "eps_high"], "values": [0.2, 0.1]}}}
+    config = {**make_config("results", grid="constant"), "claims": CLAIMS, "tuning": tuning}
+    view = validate(confirmation_config(config, {"grpo": 0.1, "sat_grpo": 0.8, "grpo_r3": 0.2}))
+    variant = dict(zip(config["recipes"], view["recipes"]))
+    assert variant["sat_grpo"] == "sat_grpo.alpha-0.8"
+    statements = {c.name: statement(c, there["reference_lag"]) for c in claims(view)}
+    tuned = {**there, "tuning": {"recipes": {recipe: {"variant": name} for recipe, name in variant.items()}},
+             "recipes": view["recipes"],
+             "cells": [{**cell, "recipe": variant[cell["recipe"]]} for cell in there["cells"]],
+             "claims": [{**claim, "statement": statements[claim["name"]],
+                         **{field: variant[claim[field]] for field in ("recipe", "versus") if claim.get(field)}}
+                        for claim in there["claims"]]}
+    assert "sat_grpo.alpha-0.8" in tuned["claims"][1]["statement"]
+    assert under_recipe_names(tuned) == {**there, "tuning": tuned["tuning"]}
+    side = beside(tuned, (SIDE, "constant.json", there))
+    assert side["agree"] is True and side["verdict_differs"] == [] and len(side["claims"]) == len(CLAIMS)
+    assert side["cells_only_in"] == {"a": [], "b": []} and side["claims_defined_differently"] == []
