@@ -34,12 +34,12 @@ START_TIME = 1.8e9  # unix seconds of step 0; a step takes 2 s (the rows' ``time
 QUEUE = {"utilization": 1.0, "concurrency": 16, "capacity": 16, "length_sigma": 1.0}
 
 
-def make_config(results_dir, grid: str = "demo", seeds=(0, 1, 2), lag_mode: str = "interval") -> dict:
+def make_config(results_dir, grid: str = "demo", seeds=(0, 1, 2), lag_mode: str = "interval", lags=(1, 8)) -> dict:
     """The grid's workflow config, checked and completed with the schema's defaults (as every stage
     gets it); in lag mode queue with the system QUEUE."""
     queue = {"lag_queue": QUEUE} if lag_mode == "queue" else {}
     return validate({"grid": grid, "results_dir": str(results_dir), "engine": "tiny",
-            "recipes": ["grpo", "sat_grpo", "grpo_r3"], "extra_recipes": {}, "lags": [1, 8],
+            "recipes": ["grpo", "sat_grpo", "grpo_r3"], "extra_recipes": {}, "lags": list(lags),
             "lag_mode": lag_mode, **queue, "seeds": list(seeds), "steps": STEPS, "eval_every": EVAL_EVERY,
             "engine_params": {"preset": "demo"},
             "eval": {"tasks": ["tiny_val", "tiny_test"], "selection_task": "tiny_val", "k": 8,
@@ -82,7 +82,7 @@ def make_grid(results_dir, **kwargs) -> dict:
         for step in range(1, last + 1):
             d = 0.01 * lag * (1 + 0.1 * rng.uniform())
             nan = diverged and step == last
-            rows.append({"step": step, "time": START_TIME + 2.0 * step, "realized_lag": 1 + (step - 1) % lag, "policy_version": step - 1,
+            rows.append({"step": step, "time": START_TIME + 2.0 * step, "realized_lag": 1 + (step - 1) % lag if lag else 0, "policy_version": step - 1,
                          "reward": math.nan if nan else 0.1 + 0.01 * step, "entropy": 1.0,
                          "grad_norm": math.nan if nan else 1.0, "loss": math.nan if nan else -0.1,
                          "d/mean_abs": math.nan if nan else d, "d/p50": d / 2, "d/p90": 2 * d,
