@@ -5,7 +5,7 @@
     snakemake --profile workflow/profiles/slurm --configfile workflow/presets/table1.yaml
 
 The config is checked (schema, then recipe and task names, then the engine's parameters) before
-any job is scheduled. Each rule's params carry only what its jobs read (harness.model), so that
+any job is scheduled. Each rule's params carry only what its jobs read (harness.settings), so that
 Snakemake's default rerun triggers (code, input, mtime, params) redo exactly what a change affects:
 a changed aggregation key reruns no train or evaluate job, a new eval task or a changed eval
 setting reruns each run's one evaluate job (which re-scores only the tasks it changes). A changed

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 from analysis.contrasts import contrast
@@ -30,6 +31,7 @@ from analysis.tables import ENDPOINT_NAMES, _comparison_text, _interval_text
 from analysis.tuning import under_recipe_names
 from harness.cli import run_stage
 from harness.grid_dir import SUMMARY, GridDir
+from harness.settings import Config
 
 METRICS = (*ENDPOINTS, "collapse")
 METRIC_NAMES = {**ENDPOINT_NAMES, "collapse": "collapse rate"}
@@ -167,14 +169,14 @@ def _not_compared(result: dict) -> list[str]:
     return missing
 
 
-def load_beside(config: dict) -> tuple[dict, Path, dict] | None:
-    """The grid config side_by_side names (harness.grid_dir.GridDir.beside): its section (label filled in),
+def load_beside(config: Config) -> tuple[dict, Path, dict] | None:
+    """The grid config side_by_side names (Config.beside_folder): its section (label filled in),
     summary.json file and summary; None without the key. Read before this grid's runs, so that a missing
     file fails at once, naming the key and the file."""
-    grid = GridDir.beside(config)
+    grid = config.beside_folder
     if grid is None:
         return None
-    section = {"label": config["side_by_side"]["grid"], **config["side_by_side"]}
+    section = asdict(config.side_by_side)
     try:
         return section, *load_summary(grid.summary_path)
     except FileNotFoundError:

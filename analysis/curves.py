@@ -36,8 +36,8 @@ from pathlib import Path
 import numpy as np
 
 from harness.io import read_jsonl
-from harness.model import Collapse, Eval
 from harness.run import RunDir
+from harness.settings import Config
 
 TAIL_FRACTION = 0.1  # d-bar window: the last 10% of optimizer steps
 
@@ -197,33 +197,22 @@ def mismatch_tail(train_metrics: list[dict]) -> tuple[float, float]:
     return tail_mean("d/mean_abs"), tail_mean("d/p99")
 
 
-def test_task(eval_settings: dict) -> str:
-    """The task the scores are reported on: the first of eval.tasks that is not the selection task."""
-    selection = eval_settings.get("selection_task")
-    tasks = [t for t in eval_settings.get("tasks") or [] if t != selection]
-    if not tasks:
-        raise ValueError(f"eval.tasks must name a test task besides the selection task {selection!r}")
-    return tasks[0]
-
-
-def read_run(run_dir: str | Path, config: dict) -> tuple[RunSummary, dict, list[tuple[int, float]], list[dict]]:
-    """Summarize one run directory (harness.run.RunDir) under the checked workflow ``config``;
-    returns the summary, the run's config.json, its test curve and its training metrics rows.
-    Errors name the bad file (and line)."""
-    run = RunDir(run_dir)
+def read_run(run: RunDir, config: Config) -> tuple[RunSummary, dict, list[tuple[int, float]], list[dict]]:
+    """Summarize one run folder under the grid's ``config``; returns the summary, the run's
+    config.json, its test curve and its training metrics rows. Errors name the bad file (and line)."""
     run_config = run.read_config()
     status = run.read_status()
     if status is None:
         raise FileNotFoundError(f"run output missing: {run.status_path}")
-    settings = Eval.build(config["eval"])
+    settings = config.eval
     diverged = status.get("status") == "diverged"
-    test = load_curve(run.eval_path(test_task(config["eval"])), allow_empty=diverged)
+    test = load_curve(run.eval_path(settings.test_task), allow_empty=diverged)
     train_metrics = run.read_metrics()
     selection = settings.selection_task
-    collapse = Collapse.build(config["collapse"])
     summary = summarize_run(
-        test, budget=int(config["steps"]), status=status.get("status"), status_step=status.get("step"),
+        test, budget=config.steps, status=status.get("status"), status_step=status.get("step"),
         fixed_step=settings.fixed_step,
         selection=load_curve(run.eval_path(selection), allow_empty=diverged) if selection else None,
-        collapse_fraction=collapse.fraction, collapse_confirm=collapse.confirm, train_metrics=train_metrics)
+        collapse_fraction=config.collapse.fraction, collapse_confirm=config.collapse.confirm,
+        train_metrics=train_metrics)
     return summary, run_config, test, train_metrics

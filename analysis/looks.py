@@ -14,43 +14,39 @@ from pathlib import Path
 
 from analysis.claims import open_cells
 from analysis.summary import build_cells, collect
-from harness.claims import Seeding, claims
 from harness.cli import parse_config, run_stage
-from harness.grid import expand
 from harness.io import write_json_atomic
+from harness.settings import Config, Run
 
-Run = tuple[str, int, int]
 
-
-def look_runs(config: dict, cells: list[tuple[str, int]], look: int) -> list[Run]:
+def look_runs(config: Config, cells: list[tuple[str, int]], look: int) -> list[Run]:
     """The runs the ``look``-th look (1-based) adds to ``cells``: their seeds from the previous look's
     count up to this look's."""
-    looks, seeds = Seeding.of(config).looks, config["seeds"]
+    looks, seeds = config.seeding.looks, config.seeds
     new = set(seeds[(looks[look - 2] if look > 1 else 0):looks[look - 1]])
-    return [run for run in expand(config) if run[:2] in set(cells) and run[2] in new]
+    return [run for run in config.grid_runs if run[:2] in set(cells) and run[2] in new]
 
 
-def after_look(config: dict, planned: list[Run], look: int) -> list[tuple[str, int]]:
+def after_look(config: Config, planned: list[Run], look: int) -> list[tuple[str, int]]:
     """The cells still open after reading ``look`` on the runs ``planned`` (all runs through it)."""
     cells = build_cells(config, collect(config, progress=False, which=planned))
-    return open_cells(claims(config), cells, min(config["lags"]), int(config["steps"]), Seeding.of(config),
-                      config["seeds"], look)
+    return open_cells(config.claims, cells, config.reference_lag, config.steps, config.seeding, config.seeds, look)
 
 
-def scheduled_runs(config: dict, through: int | None = None) -> list[Run]:
+def scheduled_runs(config: Config, through: int | None = None) -> list[Run]:
     """Every run the schedule asks for through its ``through``-th look (default: the last), given the
     runs read at each look before; a fixed design: the whole grid."""
-    seeding = Seeding.of(config)
+    seeding = config.seeding
     if seeding is None:
-        return expand(config)
-    planned = look_runs(config, list(dict.fromkeys(run[:2] for run in expand(config))), 1)
+        return list(config.grid_runs)
+    planned = look_runs(config, list(dict.fromkeys(run[:2] for run in config.grid_runs)), 1)
     for look in range(2, (through or len(seeding.looks)) + 1):
         planned += look_runs(config, after_look(config, planned, look - 1), look)
-    order = {run: i for i, run in enumerate(expand(config))}
+    order = {run: i for i, run in enumerate(config.grid_runs)}
     return sorted(planned, key=order.__getitem__)
 
 
-def interim(config: dict, look: int) -> dict:
+def interim(config: Config, look: int) -> dict:
     """What look ``look`` decided: the cells still open and the runs the next look adds to them."""
     cells = after_look(config, scheduled_runs(config, through=look), look)
     return {"look": look, "open_cells": [list(cell) for cell in cells],
@@ -64,8 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--look", type=int, required=True, help="the look just run (1-based, before the last)")
     parser.add_argument("--out", required=True, help="the JSON file to write: the next look's runs")
     args = parser.parse_args(argv)
-    config = parse_config(parser, args.config_json)
-    seeding = Seeding.of(config)
+    config = Config.build(parse_config(parser, args.config_json))
+    seeding = config.seeding
     if seeding is None or not 1 <= args.look < len(seeding.looks):
         parser.error(f"--look {args.look}: the config's seeding has no later look to plan")
 

@@ -35,9 +35,7 @@ from statsmodels.stats.power import TTestPower
 
 from analysis.contrasts import tost_power
 from analysis.stats import ALPHA, POWER
-from harness.claims import claims as declared_claims
-from harness.grid import run_dir
-from harness.run import RunDir
+from harness.settings import Config
 
 
 @dataclass(frozen=True)
@@ -198,16 +196,14 @@ def selection_inflation(parts: NoiseParts, evaluations: int) -> float:
     return math.sqrt(parts.k_part()) * expected_max_normal(evaluations)
 
 
-def _counts_at_fixed_step(config: dict, runs: list) -> tuple[np.ndarray | None, int, int, int, str]:
+def _counts_at_fixed_step(config: Config, runs: list) -> tuple[np.ndarray | None, int, int, int, str]:
     """The cell's S x P table of correct counts at each run's fixed step, k, the fewest evaluations
     of a run and how many runs had no counts there (a diverged run: its fixed-step score is 0 by rule,
     not a measurement), or None and why."""
-    from analysis.curves import test_task  # analysis.curves imports nothing of this module
-
-    task = test_task(config["eval"])
+    task = config.eval.test_task
     table, ks, evaluations, left_out = [], set(), [], 0
     for run in runs:
-        rows = RunDir(run_dir(config, run.recipe, run.lag, run.seed)).read_eval(task)
+        rows = config.folder.run(run.recipe, run.lag, run.seed).read_eval(task)
         row = next((r for r in rows if r["step"] == run.summary.fixed_step), None)
         if row is None or "per_problem" not in row:
             left_out += 1
@@ -223,7 +219,7 @@ def _counts_at_fixed_step(config: dict, runs: list) -> tuple[np.ndarray | None, 
     return np.array(table, dtype=float), k, min(evaluations), left_out, ""
 
 
-def measured_costs(config: dict) -> dict | None:
+def measured_costs(config: Config) -> dict | None:
     """One run's training and one unit of k, in median wall seconds of the grid's train and evaluate
     jobs (analysis.provenance's Snakemake benchmark files; an evaluate job scores one run's
     checkpoints with k samples); None without them."""
@@ -233,10 +229,10 @@ def measured_costs(config: dict) -> dict | None:
     train, evaluate = (rows.get(rule, {}).get("median_wall_s") for rule in ("train", "evaluate"))
     if not train or not evaluate:
         return None
-    return {"train_cost": train, "sample_cost": evaluate / int(config["eval"]["k"]), "unit": "wall s (median job)"}
+    return {"train_cost": train, "sample_cost": evaluate / config.eval.k, "unit": "wall s (median job)"}
 
 
-def summarize_noise(config: dict, runs: list, reference_lag: int) -> dict:
+def summarize_noise(config: Config, runs: list) -> dict:
     """summary.json's "noise": per cell its components at the fixed step, both intervals and the
     selection inflation of its best-checkpoint score; per claim on a score, the plan (seeds vs k) at
     which its test decides it with POWER (analysis.contrasts' seeds-needed rules, at ALPHA over the
@@ -257,12 +253,12 @@ def summarize_noise(config: dict, runs: list, reference_lag: int) -> dict:
                       "inflation": selection_inflation(parts, evaluations)})
     costs = measured_costs(config)
     plans = []
-    declared = declared_claims(config)
+    declared = config.claims
     level = ALPHA / max(len(declared), 1)  # the claims' level without a seed schedule: Bonferroni over them
     for claim in declared:
         if claim.kind == "collapse":
             continue
-        arms = [(w, parts_of.get((recipe, lag))) for w, recipe, lag in claim.cells(reference_lag)]
+        arms = [(w, parts_of.get((recipe, lag))) for w, recipe, lag in claim.cells(config.reference_lag)]
         equivalence = claim.expect == "equivalent"
         entry = {"claim": claim.name, "metric": "fixed", "smallest_effect": claim.smallest_effect, "alpha": level,
                  "rule": "TOST shows equivalence" if equivalence else "the t test detects the smallest effect"}

@@ -22,29 +22,28 @@ from __future__ import annotations
 
 import math
 
-from harness import engine as engines
-from harness.grid import recipe_engine_params
 from harness.queue_lag import QueueModel, queue_model
+from harness.settings import Config
 
 ENDPOINTS = ("auc", "equal_time")  # the scores whose front is drawn: the run's AUC, the score at equal time
 TIME_MODEL = "steps per unit of time = min(1, utilization x (1 - drop rate)) (workflow/presets/queue_pareto.yaml)"
 
 
-def engine_batch(config: dict, recipe: str) -> int:
+def engine_batch(config: Config, recipe: str) -> int:
     """The groups per trainer step of ``recipe``'s runs, as the engine hands them to the queue model
     (its resolved prompts_per_step: the embedded engine's trainer reads the same key)."""
-    params = engines.get(config["engine"]).resolve_params(recipe_engine_params(config, recipe))
+    params = config.recipe_engine_params[recipe]
     if "prompts_per_step" not in params:
-        raise ValueError(f"lag_mode queue: engine {config['engine']!r} has no engine_params.prompts_per_step "
+        raise ValueError(f"lag_mode queue: engine {config.engine.name!r} has no engine_params.prompts_per_step "
                          "(the queue model's batch)")
     return int(params["prompts_per_step"])
 
 
-def queue_models(config: dict) -> dict[tuple[str, int], QueueModel]:
+def queue_models(config: Config) -> dict[tuple[str, int], QueueModel]:
     """The queue model of each (recipe, bound) of a queue grid, bounds above 0 (module docstring)."""
-    batches = {recipe: engine_batch(config, recipe) for recipe in config["recipes"]}
-    return {(recipe, int(lag)): queue_model(config["lag_queue"], batches[recipe], int(lag))
-            for recipe in config["recipes"] for lag in config["lags"] if lag > 0}
+    batches = {recipe: engine_batch(config, recipe) for recipe in config.recipes}
+    return {(recipe, int(lag)): queue_model(config.lag_queue, batches[recipe], int(lag))
+            for recipe in config.recipes for lag in config.lags if lag > 0}
 
 
 def throughput(model: QueueModel) -> float:
@@ -66,14 +65,14 @@ def pareto_front(points: list[tuple[float, float | None]]) -> list[bool]:
             for t, s in points]
 
 
-def summarize_pareto(config: dict, summary: dict) -> dict | None:
+def summarize_pareto(config: Config, summary: dict) -> dict | None:
     """summary.json's "pareto" of a queue grid (None otherwise): per (recipe, bound) the drop rate,
     the throughput, the modelled time of the run (absolute and relative to the fastest), its AUC, the
     steps it reaches at equal time and its score there; whether it is on its recipe's front per
     endpoint (ENDPOINTS)."""
-    if config["lag_mode"] != "queue":
+    if config.lag_mode != "queue":
         return None
-    steps, models = int(config["steps"]), queue_models(config)
+    steps, models = config.steps, queue_models(config)
     rates = {key: throughput(model) for key, model in models.items()}
     fastest = max(rates.values())
     cells = {(c["recipe"], c["lag"]): c for c in summary["cells"]}
@@ -88,14 +87,14 @@ def summarize_pareto(config: dict, summary: dict) -> dict | None:
                      "equal_time": None if point is None else {
                          "step": point["step"], **{k: point[k] for k in ("estimate", "low", "high", "n", "method")}},
                      "front": {}})
-    for recipe in config["recipes"]:
+    for recipe in config.recipes:
         mine = [row for row in rows if row["recipe"] == recipe]
         for endpoint in ENDPOINTS:
             flags = pareto_front([(row["time"], (row[endpoint] or {}).get("estimate")) for row in mine])
             for row, flag in zip(mine, flags):
                 row["front"][endpoint] = flag
-    return {"time_model": TIME_MODEL, "lag_queue": dict(config["lag_queue"]), "steps": steps,
-            "time_budget": steps / fastest, "left_out": [int(lag) for lag in config["lags"] if lag == 0],
+    return {"time_model": TIME_MODEL, "lag_queue": dict(config.lag_queue), "steps": steps,
+            "time_budget": steps / fastest, "left_out": [int(lag) for lag in config.lags if lag == 0],
             "cells": rows}
 
 

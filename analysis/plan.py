@@ -22,11 +22,10 @@ import numpy as np
 
 from analysis.claims import Schedule, claim_cells
 from analysis.decision import simulate_collapse, simulate_contrast
-from harness.claims import Seeding, claims
 from harness.config import ConfigError, load
 from harness.grid_dir import GridDir
 from harness.io import read_json
-from harness.tuning import Tuning
+from harness.settings import Config
 
 
 def assumptions_from(summary_path: Path) -> dict[str, tuple[float, float]]:
@@ -41,14 +40,14 @@ def assumptions_from(summary_path: Path) -> dict[str, tuple[float, float]]:
     return out
 
 
-def plan(config: dict, assumed: dict[str, tuple[float, float]], replicates: int = 4000) -> dict:
+def plan(config: Config, assumed: dict[str, tuple[float, float]], replicates: int = 4000) -> dict:
     """Per tested claim: P(each outcome), P(final) and its mean stopping look; for the grid: the
     expected runs under the schedule, the most and fewest it can take, and the tuning runs (config
     ``tuning``: a fixed number, trained before any of them)."""
-    cells = {(recipe, lag) for recipe in config["recipes"] for lag in config["lags"]}
-    reference_lag = min(config["lags"])
-    tested = [c for c in claims(config) if set(claim_cells(c, reference_lag)) <= cells]
-    schedule = Schedule.build(Seeding.of(config), config["seeds"], len(tested))
+    cells = {(recipe, lag) for recipe in config.recipes for lag in config.lags}
+    reference_lag = config.reference_lag
+    tested = [c for c in config.claims if set(claim_cells(c, reference_lag)) <= cells]
+    schedule = Schedule.build(config.seeding, config.seeds, len(tested))
     missing = [c.name for c in tested if c.name not in assumed and c.kind == "collapse"]
     if missing:
         raise ValueError(f"no assumption for the collapse claims {missing}: pass --assume NAME=rate_x:rate_y")
@@ -76,7 +75,7 @@ def plan(config: dict, assumed: dict[str, tuple[float, float]], replicates: int 
                 if any(cell in claim_cells(c, reference_lag) for c in tested) else np.full(replicates, looks[0])
                 for cell in sorted(cells)]
     runs = np.sum(per_cell, axis=0)
-    tuning = Tuning.of(config)
+    tuning = config.tuning
     return {"looks": list(schedule.looks), "levels": list(schedule.levels), "boundary": schedule.boundary,
             "claims": rows, "expected_runs": float(runs.mean()), "fewest_runs": int(len(cells) * looks[0]),
             "most_runs": int(len(cells) * looks[-1]), "tuning_runs": len(tuning.runs()) if tuning else 0}
@@ -118,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.grid:
             assumed.update(assumptions_from(GridDir(args.grid).summary_path if args.grid.is_dir() else args.grid))
         assumed.update(dict(args.assume))
-        print(render(plan(config, assumed, args.replicates)))
+        print(render(plan(Config.build(config), assumed, args.replicates)))
     except (ConfigError, ValueError, OSError) as error:
         print(f"analysis.plan: error: {error}", file=sys.stderr)
         return 2

@@ -17,19 +17,20 @@ from analysis.pareto import queue_models
 from analysis.summary import ENDPOINTS, Run, by_cell, score_curve, summary_cells
 from analysis.survival import kaplan_meier
 from analysis.tables import ENDPOINT_NAMES
+from harness.settings import Config
 
 QUANTILES = ("d/mean_abs", "d/p50", "d/p90", "d/p99")
 
 
-def plot_curves(config: dict, runs: list[Run], path: Path) -> None:
+def plot_curves(config: Config, runs: list[Run], path: Path) -> None:
     """Test score (%) vs step: the seed mean per recipe with its 95% Student t band, one panel per lag."""
     import matplotlib.pyplot as plt
     cells = by_cell(runs)
-    lags = list(config["lags"])
+    lags = list(config.lags)
     fig, axes = plt.subplots(1, len(lags), figsize=(5 * len(lags), 4), squeeze=False, sharey=True)
     for ax, lag in zip(axes[0], lags):
-        for recipe in config["recipes"]:
-            curve = score_curve(cells.get((recipe, lag), []), int(config["steps"]))
+        for recipe in config.recipes:
+            curve = score_curve(cells.get((recipe, lag), []), config.steps)
             steps = [point["step"] for point in curve]
             line, = ax.plot(steps, [100 * point["estimate"] for point in curve], marker=".", label=recipe)
             ax.fill_between(steps, [100 * point["low"] for point in curve], [100 * point["high"] for point in curve],
@@ -40,17 +41,17 @@ def plot_curves(config: dict, runs: list[Run], path: Path) -> None:
     _save(fig, path)
 
 
-def plot_mismatch(config: dict, runs: list[Run], path: Path) -> None:
+def plot_mismatch(config: Config, runs: list[Run], path: Path) -> None:
     """|d| = |log pi/mu| quantiles vs step (seed mean): one row per quantile, one column per lag."""
     import matplotlib.pyplot as plt
     cells = by_cell(runs)
-    lags = list(config["lags"])
+    lags = list(config.lags)
     fig, axes = plt.subplots(len(QUANTILES), len(lags), figsize=(5 * len(lags), 2.6 * len(QUANTILES)),
                              squeeze=False, sharex=True)
     for col, lag in enumerate(lags):
         for row, key in enumerate(QUANTILES):
             ax = axes[row][col]
-            for recipe in config["recipes"]:
+            for recipe in config.recipes:
                 series: dict[int, list[float]] = {}
                 for run in cells.get((recipe, lag), []):
                     for line in run.train:
@@ -177,7 +178,7 @@ def plot_pareto(summary: dict, path: Path) -> None:
     Pareto front a step line (the best score within each time)."""
     pareto = summary.get("pareto")
     if not pareto:
-        _not_a_queue_grid(summary, path, "no modelled wall-clock (analysis.pareto)")
+        _not_a_queue_grid(summary["lag_mode"], path, "no modelled wall-clock (analysis.pareto)")
         return
     import matplotlib.pyplot as plt
     titles = {"auc": "AUC over the run's steps", "equal_time": "score at equal modelled time"}
@@ -236,31 +237,31 @@ def plot_lag_vs_length(columns: list[tuple[str, list[int], list[float], object]]
     _save(fig, path)
 
 
-def plot_queue_lags(config: dict, runs: list[Run], path: Path) -> None:
+def plot_queue_lags(config: Config, runs: list[Run], path: Path) -> None:
     """lag_vs_length.png of a queue grid: one column per bound above 0, the groups of the first
     recipe's runs at that bound pooled over seeds (the draws depend on the seed and the bound, not on
     the recipe, so another recipe's would repeat them), from each step's queue/lags and queue/lengths."""
-    if config["lag_mode"] != "queue":
-        _not_a_queue_grid(config, path, "no per-group lags")
+    if config.lag_mode != "queue":
+        _not_a_queue_grid(config.lag_mode, path, "no per-group lags")
         return
-    cells, models, recipe, columns = by_cell(runs), queue_models(config), config["recipes"][0], []
-    for bound in [lag for lag in config["lags"] if lag > 0]:
+    cells, models, recipe, columns = by_cell(runs), queue_models(config), config.recipes[0], []
+    for bound in [lag for lag in config.lags if lag > 0]:
         rows = [row for run in cells.get((recipe, bound), []) for row in run.train if "queue/lags" in row]
         if rows:
             columns.append((f"{recipe}, bound {bound}", [lag for row in rows for lag in row["queue/lags"]],
                             [length for row in rows for length in row["queue/lengths"]], models[recipe, bound]))
     if not columns:
-        _not_a_queue_grid(config, path, "no run recorded per-group lags")
+        _not_a_queue_grid(config.lag_mode, path, "no run recorded per-group lags")
         return
     plot_lag_vs_length(columns, path)
 
 
-def _not_a_queue_grid(config: dict, path: Path, what: str) -> None:
+def _not_a_queue_grid(lag_mode: str, path: Path, what: str) -> None:
     """The figure of a grid it does not apply to: one text panel saying why."""
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(6, 2))
-    reason = "not a queue grid" if config["lag_mode"] != "queue" else "a queue grid"
-    ax.text(0.5, 0.5, f"{reason} (lag_mode {config['lag_mode']}): {what}", ha="center", va="center")
+    reason = "not a queue grid" if lag_mode != "queue" else "a queue grid"
+    ax.text(0.5, 0.5, f"{reason} (lag_mode {lag_mode}): {what}", ha="center", va="center")
     ax.set_axis_off()
     _save(fig, path)
 

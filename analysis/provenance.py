@@ -16,17 +16,16 @@ import statistics
 from collections import defaultdict
 
 from harness.engine import RULES
-from harness.grid import expand, run_dir
-from harness.grid_dir import GridDir
-from harness.run import PROVENANCE, RunDir
+from harness.run import PROVENANCE
+from harness.settings import Config
 
 
-def _attempts(config: dict) -> tuple[list[tuple[str, dict]], list[str]]:
+def _attempts(config: Config) -> tuple[list[tuple[str, dict]], list[str]]:
     """(run name, attempt) for every recorded attempt of the grid's runs; the runs without a record."""
     attempts, missing = [], []
-    for recipe, lag, seed in expand(config):
+    for recipe, lag, seed in config.grid_runs:
         name = f"{recipe}/lag{lag}/seed{seed}"
-        record = RunDir(run_dir(config, recipe, lag, seed)).read_provenance()
+        record = config.folder.run(recipe, lag, seed).read_provenance()
         if record is None:
             missing.append(name)
             continue
@@ -56,7 +55,7 @@ def _listed(names: list[str], limit: int = 6) -> str:
     return ", ".join(names[:limit]) + (f", ... ({len(names) - limit} more)" if len(names) > limit else "")
 
 
-def provenance_lines(config: dict) -> list[str]:
+def provenance_lines(config: Config) -> list[str]:
     attempts, missing = _attempts(config)
     lines = ["## Provenance", ""]
     if attempts:
@@ -86,9 +85,9 @@ def _number(text: str | None) -> float | None:
         return None
 
 
-def benchmark_rows(config: dict) -> list[dict]:
+def benchmark_rows(config: Config) -> list[dict]:
     """Per rule with benchmark files: jobs, total and median wall seconds, total CPU seconds, peak RSS (MB)."""
-    root = GridDir.of(config).benchmarks_dir
+    root = config.folder.benchmarks_dir
     rows = []
     for rule in RULES:
         single = root / f"{rule}.tsv"  # a rule with one job (prepare, aggregate, track)
@@ -112,7 +111,7 @@ def _cell(value, digits: int) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
 
 
-def compute_lines(config: dict) -> list[str]:
+def compute_lines(config: Config) -> list[str]:
     rows = benchmark_rows(config)
     if not rows:
         return []
@@ -129,6 +128,6 @@ def compute_lines(config: dict) -> list[str]:
     return lines + [""]
 
 
-def render_markdown(config: dict) -> str:
+def render_markdown(config: Config) -> str:
     """The provenance and compute sections, appended to table.md by analysis.report."""
     return "\n".join(["", *provenance_lines(config), *compute_lines(config)])

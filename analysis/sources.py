@@ -17,10 +17,13 @@ the other part present, the source says so: "staleness (mismatch undecided)").
 """
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from analysis.claims import NOT_TESTED, interval, measure, tested_in
 from analysis.decision import outcome
 from analysis.stats import ALPHA
 from harness.claims import Claim
+from harness.settings import Config, GainSources
 
 PRESENT = ("exceeds", "claimed sign")
 ABSENT = ("below effect", "negligible", "opposite")
@@ -31,13 +34,13 @@ def _part(name: str, kind: str, recipe: str, versus: str, lag: int, effect: floa
                  metric="auc", versus=versus, versus_lag=None, **other)
 
 
-def parts(section: dict, recipe: str, largest_lag: int) -> dict[str, Claim]:
-    """The two contrasts of ``recipe`` (a key of ``section['recipes']``) as claims of the decision rule."""
-    arms, base, effect = section["recipes"][recipe], section["baseline"], float(section["smallest_effect"])
-    return {"staleness": _part(f"{recipe}.staleness", "cost_difference", arms["without_mismatch"],
-                               base["without_mismatch"], largest_lag, effect),
-            "mismatch": _part(f"{recipe}.mismatch", "interaction", arms["with_mismatch"], base["with_mismatch"], 0,
-                              effect, other_recipe=arms["without_mismatch"], other_versus=base["without_mismatch"],
+def parts(section: GainSources, recipe: str, largest_lag: int) -> dict[str, Claim]:
+    """The two contrasts of ``recipe`` (a key of ``section.recipes``) as claims of the decision rule."""
+    arms, base, effect = section.recipes[recipe], section.baseline, section.smallest_effect
+    return {"staleness": _part(f"{recipe}.staleness", "cost_difference", arms.without_mismatch,
+                               base.without_mismatch, largest_lag, effect),
+            "mismatch": _part(f"{recipe}.mismatch", "interaction", arms.with_mismatch, base.with_mismatch, 0,
+                              effect, other_recipe=arms.without_mismatch, other_versus=base.without_mismatch,
                               of="recipes")}
 
 
@@ -54,31 +57,31 @@ def source(staleness: str | None, mismatch: str | None) -> str:
     return "undecided"
 
 
-def gain_sources(config: dict, cells: dict, claims_read: list[dict], budget: int) -> dict | None:
+def gain_sources(config: Config, cells: dict, claims_read: list[dict]) -> dict | None:
     """The section's baseline and smallest effect, and each of its recipes: its two parts (estimate,
     interval, outcome) and its source; None without the section. ``claims_read``: the grid's decided claims (their family size
     sets the level)."""
-    section = config.get("gain_sources")
-    if not section:
+    section = config.gain_sources
+    if section is None:
         return None
     tested = sum(c["verdict"] != NOT_TESTED for c in claims_read)
     level = ALPHA / max(tested, 1)
-    largest = max(config["lags"])
+    largest = max(config.lags)
     seeds = {s for cell in cells.values() for s in cell["seeds"]}
     out = []
-    for recipe in section["recipes"]:
+    for recipe in section.recipes:
         read, split = {}, parts(section, recipe, largest)
         if not all(tested_in(part, cells, 0) for part in split.values()):
             out.append({"recipe": recipe, "source": NOT_TESTED})
             continue
         for name, part in split.items():
-            measured = measure(part, cells, 0, budget, seeds)
+            measured = measure(part, cells, 0, config.steps, seeds)
             low, high = interval(part, measured, level)
             read[name] = {"estimate": measured["estimate"], "low": low, "high": high, "n": measured["n"],
                           "method": measured["method"], "outcome": outcome(low, high, part.smallest_effect, "greater")}
         out.append({"recipe": recipe, "lag": largest, "confidence": 1 - level, **read,
                     "source": source(read["staleness"]["outcome"], read["mismatch"]["outcome"])})
-    return {"baseline": section["baseline"], "smallest_effect": float(section["smallest_effect"]), "recipes": out}
+    return {"baseline": asdict(section.baseline), "smallest_effect": section.smallest_effect, "recipes": out}
 
 
 def _points(part: dict) -> str:

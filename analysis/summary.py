@@ -16,7 +16,7 @@ from tqdm import tqdm
 
 from analysis.claims import answer
 from analysis.contrasts import contrast
-from analysis.curves import RunSummary, read_run, test_task
+from analysis.curves import RunSummary, read_run
 from analysis.noise import summarize_noise
 from analysis.pareto import summarize_pareto
 from analysis.reference import load_reference, reference_for
@@ -32,10 +32,7 @@ from analysis.stats import (
     mean_ci,
     prob_improvement,
 )
-from harness.claims import Seeding, claims
-from harness.grid import expand, run_dir
-from harness.model import Collapse
-from harness.run import RunDir
+from harness.settings import Config, thawed
 
 SCORES = {"fixed": "Fixed-step score", "best": "Best-checkpoint score (optimistic: chosen on the test set)",
           "selected": "Selected-checkpoint score (chosen on the selection task)",
@@ -60,16 +57,16 @@ class Run:
     train: list[dict]  # the run's training metrics rows
 
 
-def collect(config: dict, progress: bool = True, which: list[tuple[str, int, int]] | None = None) -> list[Run]:
+def collect(config: Config, progress: bool = True, which: list[tuple[str, int, int]] | None = None) -> list[Run]:
     """The runs ``which`` (default: every run of the grid), read and summarized; a missing or bad file
     fails with its path, and a run whose loss is not its recipe's is refused
     (harness.run.RunDir.check_fingerprint)."""
     runs = []
-    for recipe, lag, seed in tqdm(expand(config) if which is None else which, desc="aggregate: reading runs",
+    for recipe, lag, seed in tqdm(config.grid_runs if which is None else which, desc="aggregate: reading runs",
                                   unit="run", disable=not progress, file=sys.stderr):
-        folder = run_dir(config, recipe, lag, seed)
+        folder = config.folder.run(recipe, lag, seed)
         summary, run_config, curve, train = read_run(folder, config)
-        RunDir(folder).check_fingerprint()
+        folder.check_fingerprint()
         runs.append(Run(recipe, lag, seed, run_config.get("run_key", ""), run_config.get("recipe") or {},
                         summary, curve, train))
     return runs
@@ -132,14 +129,14 @@ def _cell(recipe: str, lag: int, runs: list[Run], reference: dict, budget: int) 
             "reference": reference_for(runs[0].recipe_spec, lag, reference) if runs else None}
 
 
-def build_cells(config: dict, runs: list[Run]) -> dict[tuple[str, int], dict]:
+def build_cells(config: Config, runs: list[Run]) -> dict[tuple[str, int], dict]:
     """Every cell (recipe, lag) of the grid with its runs' per-seed values and statistics."""
     reference, grouped = load_reference(), by_cell(runs)
-    return {(recipe, lag): _cell(recipe, lag, grouped.get((recipe, lag), []), reference, int(config["steps"]))
-            for recipe in config["recipes"] for lag in config["lags"]}
+    return {(recipe, lag): _cell(recipe, lag, grouped.get((recipe, lag), []), reference, config.steps)
+            for recipe in config.recipes for lag in config.lags}
 
 
-def summarize(config: dict, runs: list[Run]) -> dict:
+def summarize(config: Config, runs: list[Run]) -> dict:
     """The machine-readable summary (summary.json): one entry per cell with per-seed values,
     mean + 95% CI per metric, collapse k/n with Wilson CI, and the exploratory comparisons:
     P(improvement) over the baseline (``improvement``), the difference to the baseline at the same
@@ -150,10 +147,10 @@ def summarize(config: dict, runs: list[Run]) -> dict:
     each from its interval at alpha / the claims tested, over the looks of the seed schedule); the noise
     section (analysis.noise) and a queue grid's equal-time comparison (``pareto``, analysis.pareto).
     analysis.report adds the generated conclusions (analysis.tables)."""
-    baseline = config.get("baseline")
-    if baseline is not None and baseline not in config["recipes"]:
-        raise ValueError(f"baseline {baseline!r} is not one of the grid's recipes {config['recipes']}")
-    reference_lag = min(config["lags"])
+    baseline = config.baseline
+    if baseline is not None and baseline not in config.recipes:
+        raise ValueError(f"baseline {baseline!r} is not one of the grid's recipes {list(config.recipes)}")
+    reference_lag = config.reference_lag
     cells = build_cells(config, runs)
 
     def minus(cell, other):
@@ -178,31 +175,28 @@ def summarize(config: dict, runs: list[Run]) -> dict:
                 cell["vs_baseline"] = minus(cell, base)
                 cell["collapse_vs_baseline"] = compare_collapse(cell, base)
     _adjust(list(cells.values()), baseline)
-    settings = config.get("eval") or {}
-    summary = {"grid": config["grid"], "engine": config["engine"], "recipes": list(config["recipes"]),
-               "lags": list(config["lags"]), "lag_mode": config["lag_mode"], "seeds": list(config["seeds"]),
-               "steps": config["steps"],
-               "test_task": test_task(settings), "selection_task": settings.get("selection_task"),
-               "fixed_step": settings.get("fixed_step"), "baseline": baseline,
-               "collapse_fraction": Collapse.build(config["collapse"]).fraction,
-               "collapse_confirm": Collapse.build(config["collapse"]).confirm,
-               "seeding": None if Seeding.of(config) is None else {"looks": list(Seeding.of(config).looks),
-                                                                    "boundary": Seeding.of(config).boundary},
-               "seeding_declared": config.get("seeding"),
+    seeding = config.seeding
+    summary = {"grid": config.grid, "engine": config.engine.name, "recipes": list(config.recipes),
+               "lags": list(config.lags), "lag_mode": config.lag_mode, "seeds": list(config.seeds),
+               "steps": config.steps,
+               "test_task": config.eval.test_task, "selection_task": config.eval.selection_task,
+               "fixed_step": config.eval.fixed_step, "baseline": baseline,
+               "collapse_fraction": config.collapse.fraction, "collapse_confirm": config.collapse.confirm,
+               "seeding": None if seeding is None else {"looks": list(seeding.looks), "boundary": seeding.boundary},
+               "seeding_declared": thawed(config.seeding_declared),
                "reference_lag": reference_lag,
                "comparisons": {"confidence": CONFIDENCE, "alpha": ALPHA, "power": POWER,
                                "correction": "holm", "family": FAMILY, "endpoints": list(ENDPOINTS),
                                "bootstrap_min_seeds": BOOTSTRAP_MIN_SEEDS,
                                "claims": "confirmatory: each claim's interval at alpha / the claims tested "
                                          "(Bonferroni), spent over the looks of the seed schedule"},
-               "claims": _json_safe(answer(claims(config), cells, reference_lag, int(config["steps"]),
-                                           Seeding.of(config), config["seeds"])),
+               "claims": _json_safe(answer(config.claims, cells, reference_lag, config.steps, seeding, config.seeds)),
                "cells": _json_safe(list(cells.values()))}
     # where each recipe's gain comes from (analysis.sources; grids with a gain_sources section)
-    summary["gain_sources"] = _json_safe(gain_sources(config, cells, summary["claims"], int(config["steps"])))
+    summary["gain_sources"] = _json_safe(gain_sources(config, cells, summary["claims"]))
     # the split of each cell's noise into training seed and evaluation, and the plans of seeds vs k:
     # a section of its own (analysis.noise)
-    summary["noise"] = _json_safe(summarize_noise(config, runs, reference_lag))
+    summary["noise"] = _json_safe(summarize_noise(config, runs))
     # a queue grid's bounds at equal modelled wall-clock and their Pareto front (analysis.pareto); None otherwise
     summary["pareto"] = _json_safe(summarize_pareto(config, summary))
     return summary

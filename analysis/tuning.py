@@ -21,7 +21,8 @@ from pathlib import Path
 from analysis.summary import collect
 from harness.cli import parse_config, run_stage
 from harness.io import write_json_atomic
-from harness.tuning import CLAIM_RECIPE_FIELDS, Tuning, confirmation_config
+from harness.settings import Config
+from harness.tuning import CLAIM_RECIPE_FIELDS
 
 TIE = 1e-12  # two means of the same scores summed in another order differ by rounding only
 
@@ -36,10 +37,10 @@ def pick(scores: list[tuple[object, float]]):
     return next(value for value, score in scores if score >= best - TIE)
 
 
-def tuning_scores(config: dict, runs) -> dict[str, list[tuple[object, float]]]:
+def tuning_scores(config: Config, runs) -> dict[str, list[tuple[object, float]]]:
     """recipe -> (value, mean score over its tuning runs) in declared order, from ``runs``
     (analysis.summary.Run of the tuning runs); a candidate without every one of its runs is refused."""
-    tuning, by_run = Tuning.of(config), {(run.recipe, run.lag, run.seed): run for run in runs}
+    tuning, by_run = config.tuning, {(run.recipe, run.lag, run.seed): run for run in runs}
     scores = {}
     for recipe, candidates in tuning.candidates.items():
         scores[recipe] = []
@@ -53,11 +54,11 @@ def tuning_scores(config: dict, runs) -> dict[str, list[tuple[object, float]]]:
     return scores
 
 
-def selection(config: dict, progress: bool = False) -> dict:
+def selection(config: Config, progress: bool = False) -> dict:
     """What the pick decided, from the grid's tuning runs (tuning.json): per recipe the parameter,
     the candidates with their tuning scores (the pick's input), the picked value and its variant;
     and the confirmation runs (the picked variants at every lag and seed of the grid)."""
-    tuning = Tuning.of(config)
+    tuning = config.tuning
     scores = tuning_scores(config, collect(config, progress=progress, which=tuning.runs()))
     recipes = {}
     for recipe, candidates in tuning.candidates.items():
@@ -69,17 +70,16 @@ def selection(config: dict, progress: bool = False) -> dict:
             "rule": "highest mean over the tuning seeds and lags; a tie goes to the candidate listed first",
             "recipes": recipes,
             "confirmation_runs": [[entry["variant"], lag, seed] for entry in recipes.values()
-                                  for lag in config["lags"] for seed in config["seeds"]]}
+                                  for lag in config.lags for seed in config.seeds]}
 
 
-def confirmation_view(config: dict) -> tuple[dict, dict | None]:
+def confirmation_view(config: Config) -> tuple[Config, dict | None]:
     """The grid aggregation reads: with a tuning section, the confirmation grid of the picked
-    variants (harness.tuning.confirmation_config) and the pick without its tuning scores; otherwise
-    ``config`` and None."""
-    if Tuning.of(config) is None:
+    variants (Config.confirmation) and the pick without its tuning scores; otherwise ``config`` and None."""
+    if config.tuning is None:
         return config, None
     picked = selection(config)
-    view = confirmation_config(config, {r: e["picked"] for r, e in picked["recipes"].items()})
+    view = config.confirmation({r: e["picked"] for r, e in picked["recipes"].items()})
     reported = {key: value for key, value in picked.items() if key != "confirmation_runs"}
     reported["recipes"] = {recipe: {key: value for key, value in entry.items() if key != "tuning_scores"}
                            for recipe, entry in picked["recipes"].items()}
@@ -145,8 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config-json", required=True, help="the checked workflow config (the grid folder's, harness.grid_dir.GridDir.config_path)")
     parser.add_argument("--out", required=True, help="the JSON file to write: the grid folder's tuning pick (GridDir.tuning_path)")
     args = parser.parse_args(argv)
-    config = parse_config(parser, args.config_json)
-    if Tuning.of(config) is None:
+    config = Config.build(parse_config(parser, args.config_json))
+    if config.tuning is None:
         parser.error("the config declares no tuning section")
 
     def work() -> dict:

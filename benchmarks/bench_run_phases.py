@@ -156,7 +156,7 @@ def main() -> None:
     import yaml
 
     from harness.config import validate
-    from harness.model import Config
+    from harness.settings import Config
 
     config = yaml.safe_load((args.tree / "config.yaml").read_text())
     label = time.strftime("%Y%m%dT%H%M%S")

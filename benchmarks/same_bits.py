@@ -44,7 +44,7 @@ def run_case(tree: Path, out: Path, name: str, steps: int | None) -> dict[str, s
     import yaml
 
     from harness.config import validate
-    from harness.model import Config
+    from harness.settings import Config
     from harness.run import RunDir
 
     recipe, lag, default_steps, params, scored = CASES[name]

@@ -2,7 +2,7 @@
 
     python -m eval.score --run-dir DIR --tasks NAME [NAME ...] --settings-json JSON
 
-JSON is the eval settings of the run's evaluate job (harness.model.Eval.job_settings; the config's
+JSON is the eval settings of the run's evaluate job (harness.settings.Eval.job_settings; the config's
 whole eval section is accepted too), shared by every task, checked and completed with the defaults
 of the config schema (harness.config.check_eval_settings): k, temperature, top_p, max_gen_toks,
 seed, backend (an lm-eval model name, eval/__init__.py; null = the one the run's engine names),

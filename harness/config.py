@@ -6,7 +6,7 @@ eval-task names exist, the baseline is in the grid, the fixed step is an evaluat
 engine's own parameter checks). Every error names the config key, e.g.
 ``config key 'lags[1]': -1 is less than the minimum of 0``. The allowed values that code defines
 (engines, lag modes, eval back ends) are filled into the schema from that code, not repeated.
-harness.model turns the checked config into typed objects; harness.jobs holds the Snakemake
+harness.settings turns the checked config into typed objects; harness.jobs holds the Snakemake
 plumbing (CLI retyping, job resources, retries); harness.grid_dir the grid folder (its config.json).
 """
 from __future__ import annotations
@@ -203,7 +203,7 @@ def validate(config: dict, *, tasks_dir: str | Path = TASKS_DIR) -> dict:
 
 
 def check_eval_settings(settings: dict) -> dict:
-    """One evaluate job's settings (harness.model.Eval.job_settings) checked against the schema's
+    """One evaluate job's settings (harness.settings.Eval.job_settings) checked against the schema's
     eval section, its defaults filled in; raises ConfigError naming each 'eval.<key>'."""
     if not isinstance(settings, dict):
         raise ConfigError(f"eval settings must be a JSON object, got {type(settings).__name__}")

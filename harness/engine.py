@@ -26,7 +26,7 @@ An engine provides everything the workflow needs to know about it (docs/design.m
                                             the engine's importance ratio pi/mu must average 1 and stay
                                             near it (the tiny engine: engines/tiny/null_check.py). It
                                             raises ValueError with the numbers to refuse the grid.
-                                            params: harness.model.Config.null_check_params (the
+                                            params: harness.settings.Config.null_check_params (the
                                             config's null_check settings and each distinct setting
                                             of the grid's recipes, reading only null_check_keys)
 

@@ -102,7 +102,7 @@ def variant_specs(config: dict, recipes: dict) -> dict[str, dict]:
 
 def trainable_config(config: dict, recipes: dict) -> dict:
     """A plain grid (no tuning section) whose runs are every run a tuning config may train: each
-    variant at every lag and at the tuning and the grid's seeds (harness.model resolves their run
+    variant at every lag and at the tuning and the grid's seeds (harness.settings resolves their run
     configs once); ``config`` itself when it declares no tuning."""
     tuning = Tuning.of(config)
     if tuning is None:

@@ -21,7 +21,7 @@ from analysis.tables import (
 from harness.grid import expand, run_dir
 from harness.grid_dir import GridDir
 from harness.io import write_json_atomic, write_text_atomic
-from harness.model import Eval
+from harness.settings import Eval
 from harness.run import RunDir
 from harness.tuning import Tuning
 from tracking import layout

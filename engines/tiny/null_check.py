@@ -98,7 +98,7 @@ def failures(measured: dict, settings: dict) -> list[str]:
 
 def null_check(params: dict, base_dir: Path) -> dict:
     """The engine's null_check: ``params`` = {settings, cases: [{engine_params, routing_replay}]}
-    (harness.model.Config.null_check_params). Returns the report; NullCheckFailed with the numbers
+    (harness.settings.Config.null_check_params). Returns the report; NullCheckFailed with the numbers
     of every failing case."""
     settings, report = params["settings"], {"settings": params["settings"], "cases": []}
     for case in params["cases"]:

@@ -16,7 +16,7 @@ from analysis.tuning import main as tune
 from harness.config import ConfigError, validate
 from harness.grid import resolve_run_config
 from harness.grid_dir import GridDir
-from harness.model import Config
+from harness.settings import Config
 from harness.tuning import Tuning, confirmation_config
 from stabilizers import load_recipes, parameters
 from tests.support.tuning_grid import TUNING, TUNING_SCORE, raw_config, write_run

@@ -14,7 +14,7 @@ from engines.null_check import main
 from engines.prepare import main as prepare
 from engines.tiny.null_check import NullCheckFailed, null_check
 from harness.config import load
-from harness.model import Config
+from harness.settings import Config
 from tests.support.tiny_runs import SMALL
 from tests.support.workflow_cli import planned_jobs, snakemake
 

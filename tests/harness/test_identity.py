@@ -16,7 +16,7 @@ from harness.config import load, schema, validate
 from harness.grid import BASE_MODEL, resolve_run_config, run_dir
 from harness.identity import eval_key, run_key
 from harness.lag import LAG_MODES
-from harness.model import Config
+from harness.settings import Config
 from harness.provenance import collect, finish_attempt, start_attempt
 from harness.run import RunConfig, RunDir, refuse_changed_runs
 from stabilizers import parameters

@@ -4,7 +4,7 @@ import pytest
 
 from harness.claims import claims
 from harness.config import ConfigError, load
-from harness.model import Config
+from harness.settings import Config
 
 
 def test_an_override_reaches_only_its_recipes_runs():

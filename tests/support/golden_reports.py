@@ -18,7 +18,7 @@ from pathlib import Path
 from harness.config import validate
 from harness.grid_dir import GridDir
 from harness.io import write_json_atomic
-from harness.model import Config
+from harness.settings import Config
 from harness.tuning import Tuning
 from tests.support.grid_fixture import CLAIMS, make_grid
 from tests.support.tuning_grid import TUNING_SCORE, raw_config, write_run
@@ -54,7 +54,7 @@ def write_grids(results: Path) -> list[dict]:
     model, grid = Config.build(tuned), GridDir.of(tuned)
     for run in Tuning.of(tuned).runs():
         write_run(tuned, model, run, TUNING_SCORE[run[0]])
-    write_json_atomic(grid.tuning_path, selection(tuned))
+    write_json_atomic(grid.tuning_path, selection(model))
     for variant, lag, seed in grid.read_tuning()["confirmation_runs"]:
         write_run(tuned, model, (variant, lag, seed), 0.2 + 0.01 * seed + 0.02 * lag)
     configs.append(tuned)

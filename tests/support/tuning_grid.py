@@ -29,7 +29,7 @@ def raw_config(results_dir="results", **changes) -> dict:
 
 
 def write_run(config, model, run, score):
-    """A finished run whose test score is ``score`` at every checkpoint (``model``: harness.model.Config
+    """A finished run whose test score is ``score`` at every checkpoint (``model``: harness.settings.Config
     of ``config``, which resolves the run's config)."""
     folder = RunDir(GridDir.of(config).run(*run).path)
     run_config = folder.pin_config(model.run_config(run))

@@ -14,7 +14,7 @@ from harness.config import validate
 from harness.grid import expand, grid_dir, run_dir
 from harness.grid_dir import REPORT_FILES, GridDir
 from harness.io import append_jsonl_atomic, read_jsonl, write_json_atomic
-from harness.model import Config
+from harness.settings import Config
 from harness.tuning import Tuning
 from tests.support.grid_fixture import CLAIMS, COLLAPSED, DIVERGE_STEP, DIVERGED, EARLY_DIVERGED, START_TIME, make_grid
 from tests.support.mlflow_server import mlflow_server, rest, run_params, run_tags

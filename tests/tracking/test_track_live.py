@@ -15,7 +15,7 @@ from harness.config import validate
 from harness.grid import expand, grid_dir, run_dir
 from harness.grid_dir import GridDir
 from harness.io import read_jsonl, write_json_atomic, write_text_atomic
-from harness.model import Config
+from harness.settings import Config
 from harness.tuning import Tuning
 from tests.support.grid_fixture import DIVERGED, make_grid
 from tests.support.mlflow_server import mlflow_server, rest, run_tags

@@ -20,7 +20,7 @@ import pytest
 from harness.config import load
 from harness.grid import run_dir
 from harness.io import read_jsonl
-from harness.model import Config
+from harness.settings import Config
 from harness.run import RunDir
 from tests.support.workflow_cli import SNAKEMAKE, copy_checkout, job_counts
 

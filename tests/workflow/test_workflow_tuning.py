@@ -12,7 +12,7 @@ from analysis.summary import collect
 from analysis.tuning import pick, tuning_scores
 from harness.config import load
 from harness.grid_dir import GridDir
-from harness.model import Config
+from harness.settings import Config
 from harness.tuning import Tuning
 from tests.support.workflow_cli import ROOT, job_counts, snakemake
 

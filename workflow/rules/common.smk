@@ -1,6 +1,6 @@
 # Plumbing (docs/design.md, "The house"): the config checked once, the typed model, the paths
 # and resources every rule file uses. The rules stay thin; what a config means to Snakemake lives in
-# harness.jobs, what it means to a stage in harness.model.
+# harness.jobs, what it means to a stage in harness.settings.
 import json
 import os
 import sys
@@ -15,7 +15,7 @@ from harness.io import write_json_atomic
 from harness.jobs import job_resources, retype_cli_values, rule_resources, train_retries
 from harness.claims import Seeding
 from harness.tuning import Tuning
-from harness.model import Config
+from harness.settings import Config
 from harness.run import STATUS_PATTERN, eval_file_pattern, refuse_changed_runs
 
 

@@ -6,6 +6,8 @@ docstring per field, built once per process.
     config.run_config(run)     # the resolved run config of one run (its hash is the run key)
     config.eval.job_settings() # exactly what each run's evaluate job reads
     config.collapse.fraction   # what aggregation reads
+    config.claims              # the declared claims, typed (harness.claims.Claim)
+    config.seeding             # the seed schedule this grid runs (harness.claims.Seeding), or None
 
 Every default is the schema's (workflow/schemas/config.schema.yaml) and every check is
 harness.config's: these classes only give the checked values names and types, and say which
@@ -21,8 +23,10 @@ from pathlib import Path
 from types import MappingProxyType
 
 from harness import engine as engines
+from harness.claims import Claim, Seeding, claims
 from harness.grid import expand, grid_dir, recipe_engine_params, resolve_run_config
-from harness.tuning import trainable_config
+from harness.grid_dir import GridDir
+from harness.tuning import Tuning, confirmation_config, trainable_config
 from stabilizers import load_recipes
 
 Run = tuple[str, int, int]  # (recipe, lag, seed)
@@ -80,6 +84,14 @@ class Eval:
         return _section(cls, section)
 
     @property
+    def test_task(self) -> str:
+        """The task the scores are reported on: the first of tasks that is not the selection task."""
+        tasks = [task for task in self.tasks if task != self.selection_task]
+        if not tasks:
+            raise ValueError(f"eval.tasks must name a test task besides the selection task {self.selection_task!r}")
+        return tasks[0]
+
+    @property
     def scored_tasks(self) -> list[str]:
         """Scored on every checkpoint: the test tasks, then the split that selects the checkpoint."""
         extra = [self.selection_task] if self.selection_task and self.selection_task not in self.tasks else []
@@ -94,19 +106,19 @@ class Eval:
         reruns the job but re-scores only that task."""
         settings = {"k": self.k, "temperature": self.temperature, "top_p": self.top_p,
                     "max_gen_toks": self.max_gen_toks, "seed": self.seed, "backend": self.backend,
-                    "server": _thawed(self.server), "data": dict(self.data), "batch_size": self.batch_size}
+                    "server": thawed(self.server), "data": dict(self.data), "batch_size": self.batch_size}
         problems = {task: self.problems[task] for task in self.scored_tasks if task in self.problems}
         if problems:
             settings["problems"] = problems
         return settings
 
 
-def _thawed(value):
+def thawed(value):
     """The plain JSON value of a _frozen one (for a job's command line)."""
     if isinstance(value, MappingProxyType):
-        return {key: _thawed(item) for key, item in value.items()}
+        return {key: thawed(item) for key, item in value.items()}
     if isinstance(value, tuple):
-        return [_thawed(item) for item in value]
+        return [thawed(item) for item in value]
     return value
 
 
@@ -122,6 +134,48 @@ class Collapse:
     @classmethod
     def build(cls, section: dict) -> "Collapse":
         return _section(cls, section)
+
+
+@dataclass(frozen=True)
+class GainArms:
+    """A recipe's two arms in the config's ``gain_sources`` section (analysis.sources)."""
+
+    without_mismatch: str
+    """The recipe with a mismatch-free sampler (e.g. float32: pi/mu = 1 at lag 0)."""
+    with_mismatch: str
+    """The recipe with the sampler's numerics differing from the trainer's (e.g. bfloat16)."""
+
+
+@dataclass(frozen=True)
+class GainSources:
+    """The config's ``gain_sources`` section: where each recipe's gain comes from (analysis.sources)."""
+
+    baseline: GainArms
+    recipes: MappingProxyType
+    """recipe -> its GainArms, in the declared order."""
+    smallest_effect: float
+
+    @classmethod
+    def build(cls, section: dict | None) -> "GainSources | None":
+        if not section:
+            return None
+        return cls(GainArms(**section["baseline"]),
+                   MappingProxyType({recipe: GainArms(**arms) for recipe, arms in section["recipes"].items()}),
+                   float(section["smallest_effect"]))
+
+
+@dataclass(frozen=True)
+class SideBySide:
+    """The config's ``side_by_side`` section: another grid whose claims this grid's report shows beside its own."""
+
+    grid: str
+    """The other grid's name (its folder <results_dir>/<grid>)."""
+    label: str
+    """What the other grid is, in the section's title (default: its name)."""
+
+    @classmethod
+    def build(cls, section: dict | None) -> "SideBySide | None":
+        return None if section is None else cls(section["grid"], section.get("label", section["grid"]))
 
 
 @dataclass(frozen=True)
@@ -165,7 +219,25 @@ class Config:
     """Per-rule job resources over the engine's defaults (harness.jobs.rule_resources)."""
     run_configs: MappingProxyType
     """Run -> its resolved run config (harness.grid.resolve_run_config)."""
-    # Sections added by later issues (e.g. claims) go here: a class above, a field, a line in build.
+    recipe_engine_params: MappingProxyType
+    """Recipe (with a tuning section: each candidate) -> the engine's settings its runs train with."""
+    grid_runs: tuple[Run, ...]
+    """The grid's own runs (recipe x lag x seed, in config order): with a tuning section, not its candidates'."""
+    claims: tuple[Claim, ...]
+    """The declared claims, the confirmatory family (analysis.claims answers them)."""
+    seeding: Seeding | None
+    """The seed schedule this grid runs (the declared looks its seeds allow); None: a fixed design."""
+    seeding_declared: MappingProxyType | None
+    """The ``seeding`` section as declared (before a narrowed seed list cuts its looks)."""
+    tuning: Tuning | None
+    """The equal tuning budget (harness.tuning); None without one."""
+    gain_sources: GainSources | None
+    """Where each recipe's gain comes from (analysis.sources); None without the section."""
+    side_by_side: SideBySide | None
+    """Another grid whose claims the report shows beside this one's; None without it."""
+    lag_queue: MappingProxyType | None
+    """The queueing model of lag mode queue (harness.queue_lag); None in the other modes."""
+    # A new section: a class above, a field, a line in build.
 
     @classmethod
     def build(cls, config: dict) -> "Config":
@@ -186,7 +258,33 @@ class Config:
                    lags=tuple(config["lags"]), lag_mode=config["lag_mode"], seeds=tuple(config["seeds"]),
                    steps=config["steps"], eval_every=config["eval_every"], eval=Eval.build(config["eval"]),
                    collapse=Collapse.build(config["collapse"]), baseline=config["baseline"],
-                   resources=_frozen(config["resources"]), run_configs=MappingProxyType(run_configs))
+                   resources=_frozen(config["resources"]), run_configs=MappingProxyType(run_configs),
+                   recipe_engine_params=_frozen(per_recipe),
+                   grid_runs=tuple(expand(config)), claims=claims(config), seeding=Seeding.of(config),
+                   seeding_declared=_frozen(config.get("seeding")), tuning=Tuning.of(config),
+                   gain_sources=GainSources.build(config.get("gain_sources")),
+                   side_by_side=SideBySide.build(config.get("side_by_side")),
+                   lag_queue=_frozen(config.get("lag_queue")) if config["lag_mode"] == "queue" else None)
+
+    @property
+    def folder(self) -> GridDir:
+        """The grid's folder on disk; its runs are ``folder.run(recipe, lag, seed)``."""
+        return GridDir(self.grid_dir)
+
+    @property
+    def beside_folder(self) -> GridDir | None:
+        """The folder of the grid side_by_side names, under the same results_dir; None without it."""
+        return None if self.side_by_side is None else GridDir(self.results_dir / self.side_by_side.grid)
+
+    @property
+    def reference_lag(self) -> int:
+        """The lag every staleness cost is measured against: the grid's smallest."""
+        return min(self.lags)
+
+    def confirmation(self, picked: dict) -> "Config":
+        """The grid of a tuning section's confirmation runs (harness.tuning.confirmation_config): each
+        recipe replaced by its picked variant (``picked``: recipe -> value), a plain grid."""
+        return Config.build(confirmation_config(thawed(self.raw), picked))
 
     @property
     def runs(self) -> list[Run]:
@@ -210,4 +308,4 @@ class Config:
             case = {"engine_params": {key: run_config["engine_params"][key] for key in self.engine.null_check_keys},
                     "routing_replay": run_config["recipe"].get("routing_replay")}
             cases.setdefault(repr(sorted(case["engine_params"].items())) + repr(case["routing_replay"]), case)
-        return {"settings": _thawed(self.raw["null_check"]), "cases": list(cases.values())}
+        return {"settings": thawed(self.raw["null_check"]), "cases": list(cases.values())}
