@@ -14,15 +14,16 @@ from analysis.summary import collect, summarize
 from analysis.tables import conclusions, render_csv, render_latex, render_markdown
 from analysis.tuning import confirmation_view
 from analysis.tuning import render_markdown as tuning_markdown
+from harness.grid_dir import GridDir
 from harness.io import write_json_atomic, write_text_atomic
 from harness.settings import Config
 
 
-def write_reports(config: Config, progress: bool = True) -> dict:
-    """Read the grid, write every report file into its folder; returns the summary."""
+def write_reports(config: Config, out: GridDir | None = None, progress: bool = True) -> dict:
+    """Read the grid, write every report file into ``out`` (default: the grid's folder); returns the summary."""
     import matplotlib
     matplotlib.use("Agg")  # files only: no display on a cluster node or in CI
-    grid = config.folder
+    grid = out or config.folder
     other = load_beside(config)  # first: a grid to show beside this one that is not there fails before the work
     grid.path.mkdir(parents=True, exist_ok=True)
     # with a tuning section: the confirmation grid of the picked values (analysis.tuning), and the pick

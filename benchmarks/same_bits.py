@@ -44,8 +44,11 @@ def run_case(tree: Path, out: Path, name: str, steps: int | None) -> dict[str, s
     import yaml
 
     from harness.config import validate
-    from harness.settings import Config
     from harness.run import RunDir
+    try:
+        from harness.settings import Config
+    except ImportError:  # a checkout from before the typed config's file was renamed (harness/model.py)
+        from harness.model import Config
 
     recipe, lag, default_steps, params, scored = CASES[name]
     steps = steps or default_steps

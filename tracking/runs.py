@@ -21,8 +21,8 @@ from analysis.tables import (
 from harness.grid import expand, run_dir
 from harness.grid_dir import GridDir
 from harness.io import write_json_atomic, write_text_atomic
-from harness.settings import Eval
 from harness.run import RunDir
+from harness.settings import Eval
 from harness.tuning import Tuning
 from tracking import layout
 from tracking.store import COMPARISON_VIEW, SEED_RUNS_VIEW, VERDICTS_ARTIFACT, results_root

@@ -7,6 +7,7 @@ import pytest
 from analysis.curves import auc, load_curve, mismatch_tail, read_run, summarize_run
 from harness.grid import run_dir
 from harness.io import append_jsonl_atomic
+from harness.settings import Config
 from tests.support.grid_fixture import COLLAPSED, DIVERGE_STEP, DIVERGED, STEPS, make_grid
 
 CURVE = [(5, 0.2), (10, 0.6), (15, 0.4), (20, 0.5)]
@@ -86,13 +87,13 @@ def test_mismatch_tail_uses_last_ten_percent_and_skips_nan():
 
 
 def test_read_run_on_fabricated_grid(tmp_path):
-    config = make_grid(tmp_path)
-    s, run_config, curve, train = read_run(run_dir(config, *COLLAPSED), config)
+    config = Config.build(make_grid(tmp_path))
+    s, run_config, curve, train = read_run(config.folder.run(*COLLAPSED), config)
     assert s.collapsed and s.collapse_step == 15 and run_config["recipe"]["name"] == "grpo"
     assert [v for _, v in curve] == [0.40, 0.50, 0.20, 0.10]
     assert [row["step"] for row in train] == list(range(1, STEPS + 1))
     assert s.selected_step == 5  # validation is best one checkpoint before the test peak (10)
-    d, _, _, _ = read_run(run_dir(config, *DIVERGED), config)
+    d, _, _, _ = read_run(config.folder.run(*DIVERGED), config)
     assert d.status == "diverged" and d.collapse_step == DIVERGE_STEP and d.fixed == 0.0
     assert math.isfinite(d.dbar)  # the NaN at the diverging step is left out
 

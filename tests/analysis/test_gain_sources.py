@@ -1,11 +1,14 @@
 """Where a recipe's gain comes from (analysis.sources): its two contrasts worked by hand, the source
 from their outcomes, the sentence, and the config checks of gain_sources."""
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 from scipy import stats
 
 from analysis.sources import gain_sources, sentences, source
 from harness.config import ConfigError, load
+from harness.settings import GainSources
 
 SECTION = {"baseline": {"without_mismatch": "g32", "with_mismatch": "g16"},
            "recipes": {"x": {"without_mismatch": "x32", "with_mismatch": "x16"}}, "smallest_effect": 0.05}
@@ -19,13 +22,17 @@ AUC = {("g32", 0): [0.60, 0.62, 0.58, 0.61], ("g32", 8): [0.30, 0.31, 0.29, 0.30
        ("x16", 0): [0.56, 0.58, 0.53, 0.56], ("x16", 8): [0.45, 0.47, 0.44, 0.46]}
 
 
+def grid() -> SimpleNamespace:
+    """What gain_sources reads of a harness.settings.Config: the lags, the step budget and the section."""
+    return SimpleNamespace(lags=(0, 8), steps=200, gain_sources=GainSources.build(SECTION))
+
+
 def cells():
     return {cell: {"seeds": SEEDS, "per_seed": {"auc": values}} for cell, values in AUC.items()}
 
 
 def test_the_two_parts_by_hand():
-    config = {"lags": [0, 8], "gain_sources": SECTION}
-    found = gain_sources(config, cells(), claims_read=[], budget=200)
+    found = gain_sources(grid(), cells(), claims_read=[])
     (row,) = found["recipes"]
     a = {cell: np.array(values) for cell, values in AUC.items()}
     staleness = (a["x32", 8] - a["x32", 0]) - (a["g32", 8] - a["g32", 0])
@@ -46,13 +53,13 @@ def test_the_two_parts_by_hand():
 def test_the_level_is_the_claims_family_level():
     """Two claims tested: each part's interval at 0.05 / 2, as theirs."""
     read = [{"verdict": "exceeds"}, {"verdict": "undecided"}, {"verdict": "not tested in this grid"}]
-    found = gain_sources({"lags": [0, 8], "gain_sources": SECTION}, cells(), read, 200)
+    found = gain_sources(grid(), cells(), read)
     assert found["recipes"][0]["confidence"] == pytest.approx(1 - 0.05 / 2)
 
 
 def test_a_recipe_whose_arm_is_not_in_the_grid_is_not_tested():
     narrowed = {cell: value for cell, value in cells().items() if cell[0] != "x16"}
-    found = gain_sources({"lags": [0, 8], "gain_sources": SECTION}, narrowed, [], 200)
+    found = gain_sources(grid(), narrowed, [])
     assert found["recipes"] == [{"recipe": "x", "source": "not tested in this grid"}]
     assert sentences(found) == ["`x`: not tested in this grid (an arm's cell is missing)."]
 

@@ -23,8 +23,8 @@ from analysis.noise import (
     tost_shows_equivalence,
 )
 from analysis.summary import collect
-from harness.grid import run_dir
-from harness.run import RunDir
+from harness.config import validate
+from harness.settings import Config
 from tests.support.grid_fixture import make_grid
 
 
@@ -163,13 +163,13 @@ def test_selection_inflation_against_a_simulated_flat_run():
 
 
 def test_the_noise_section_on_a_fabricated_grid(tmp_path):
-    config = make_grid(tmp_path)
-    config["claims"] = [{"name": "cost", "kind": "staleness_cost", "recipe": "grpo", "lag": 8, "expect": "less",
-                         "smallest_effect": 0.1, "metric": "fixed"}]
+    config = Config.build(validate({**make_grid(tmp_path), "claims": [
+        {"name": "cost", "kind": "staleness_cost", "recipe": "grpo", "lag": 8, "expect": "less",
+         "smallest_effect": 0.1, "metric": "fixed"}]}))
     rng = np.random.default_rng(1)
     tables = {}
     for run in collect(config, progress=False):
-        folder = RunDir(run_dir(config, run.recipe, run.lag, run.seed))
+        folder = config.folder.run(run.recipe, run.lag, run.seed)
         rows = folder.read_eval("tiny_test")
         for row in rows:
             row["per_problem"] = rng.binomial(8, rng.uniform(0.2, 0.8, 12)).tolist()
@@ -178,11 +178,11 @@ def test_the_noise_section_on_a_fabricated_grid(tmp_path):
         fixed = next((r for r in rows if r["step"] == run.summary.fixed_step), None)
         if fixed is not None:
             tables.setdefault((run.recipe, run.lag), []).append(fixed["per_problem"])
-    bench = tmp_path / config["grid"] / "logs" / "benchmarks"
+    bench = config.folder.benchmarks_dir
     for rule, seconds in (("train", 40.0), ("evaluate", 4.0)):
         (bench / rule).mkdir(parents=True)
         (bench / rule / "one.tsv").write_text(f"s\tcpu_time\tmax_rss\n{seconds}\t1\t1\n")
-    out = noise.summarize_noise(config, collect(config, progress=False), reference_lag=1)
+    out = noise.summarize_noise(config, collect(config, progress=False))
     json.dumps(out)  # summary.json is JSON
     for cell in out["cells"]:
         table = tables[cell["recipe"], cell["lag"]]

@@ -10,8 +10,10 @@ import pytest
 import analysis.plots as plots
 from analysis.aggregate import main
 from analysis.pareto import pareto_front, score_within, summarize_pareto, throughput
+from harness.config import validate
 from harness.queue_lag import QueueModel
-from tests.support.grid_fixture import STEPS, make_grid, scores_of
+from harness.settings import Config
+from tests.support.grid_fixture import STEPS, make_config, make_grid, scores_of
 
 matplotlib.use("Agg")
 
@@ -38,10 +40,11 @@ def curve(*points):
              "n": 3, "method": "student-t"} for s, e in points]
 
 
-def test_equal_time_by_hand():
-    config = {"lag_mode": "queue", "engine": "tiny", "recipes": ["grpo"], "lags": [0, 1, 2], "steps": 100,
-              "engine_params": {"preset": "demo", "prompts_per_step": 2},
-              "lag_queue": {"utilization": 1.0, "concurrency": 2, "capacity": 1, "length_sigma": 0.0}}
+def test_equal_time_by_hand(tmp_path):
+    raw = {**make_config(tmp_path, lag_mode="queue", lags=(0, 1, 2)), "recipes": ["grpo"], "steps": 100,
+           "engine_params": {"preset": "demo", "prompts_per_step": 2}, "claims": [],
+           "lag_queue": {"utilization": 1.0, "concurrency": 2, "capacity": 1, "length_sigma": 0.0}}
+    config = Config.build(validate(raw))
     scores = curve((20, 0.1), (40, 0.2), (60, 0.3), (80, 0.4), (100, 0.5))
     summary = {"cells": [{"recipe": "grpo", "lag": lag, "curve": scores,
                           "stats": {"auc": {"estimate": auc, "low": auc - 0.05, "high": auc + 0.05}}}
@@ -56,7 +59,7 @@ def test_equal_time_by_hand():
     assert (bound2["steps_reached"], bound2["equal_time"]["step"], bound2["equal_time"]["estimate"]) == (100, 100, 0.5)
     # AUC: the slower bound 1 scores higher, so both are on the front; at equal time bound 2 dominates
     assert bound1["front"] == {"auc": True, "equal_time": False} and bound2["front"] == {"auc": True, "equal_time": True}
-    assert summarize_pareto({**config, "lag_mode": "interval"}, summary) is None
+    assert summarize_pareto(Config.build(validate({**raw, "lag_mode": "interval"})), summary) is None
 
 
 def test_score_within_skips_unscored_steps():
@@ -123,6 +126,6 @@ def test_other_grids_get_a_text_panel(tmp_path, monkeypatch):
     figures = []
     monkeypatch.setattr(plots, "_save", lambda fig, path: figures.append(fig))
     plots.plot_pareto({"lag_mode": "interval", "pareto": None}, tmp_path / "pareto.png")
-    plots.plot_queue_lags({"lag_mode": "interval"}, [], tmp_path / "lag_vs_length.png")
+    plots.plot_queue_lags(Config.build(make_config(tmp_path)), [], tmp_path / "lag_vs_length.png")
     for fig in figures:
         assert [t.get_text() for t in fig.axes[0].texts][0].startswith("not a queue grid (lag_mode interval)")

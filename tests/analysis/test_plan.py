@@ -5,6 +5,7 @@ import pytest
 
 from analysis import plan
 from harness.config import load
+from harness.settings import Config
 from tests.support.paths import ROOT
 
 TUNED = ROOT / "workflow" / "presets" / "tuned_field.yaml"
@@ -16,7 +17,7 @@ SCHEDULE = {"looks": [3, 5]}
 @pytest.mark.parametrize("assumed, stops_first", [((-0.5, 0.01), True), ((-0.05, 0.5), False)])
 def test_a_clear_claim_stops_at_the_first_look_and_an_unclear_one_runs_on(assumed, stops_first):
     config = load(TUNED, {"claims": [COST], "tuning": None, "seeding": SCHEDULE})
-    result = plan.plan(config, {COST["name"]: assumed}, replicates=400)
+    result = plan.plan(Config.build(config), {COST["name"]: assumed}, replicates=400)
     (row,) = result["claims"]
     assert (result["fewest_runs"], result["most_runs"]) == (14 * 3, 14 * 5)
     if stops_first:
@@ -29,8 +30,9 @@ def test_a_clear_claim_stops_at_the_first_look_and_an_unclear_one_runs_on(assume
 
 def test_the_tuning_runs_are_counted_beside_the_schedule():
     """tuned_field.yaml: 7 recipes x 3 candidates x 2 lags x 3 tuning seeds, before the 70 it plans."""
-    result = plan.plan(load(TUNED, {"claims": [COST]}), {COST["name"]: (-0.3, 0.02)}, replicates=100)
+    result = plan.plan(Config.build(load(TUNED, {"claims": [COST]})), {COST["name"]: (-0.3, 0.02)}, replicates=100)
     assert (result["tuning_runs"], result["expected_runs"]) == (126, 70.0)
     assert plan.render(result).splitlines()[0].endswith("expected runs 70.0 (fewest 70, most 70), after 126 tuning runs")
-    untuned = plan.plan(load(TUNED, {"claims": [COST], "tuning": None}), {COST["name"]: (-0.3, 0.02)}, replicates=100)
+    untuned = plan.plan(Config.build(load(TUNED, {"claims": [COST], "tuning": None})), {COST["name"]: (-0.3, 0.02)},
+                        replicates=100)
     assert untuned["tuning_runs"] == 0 and "tuning" not in plan.render(untuned)

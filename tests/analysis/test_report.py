@@ -22,6 +22,7 @@ from analysis.summary import ENDPOINTS, collect
 from analysis.tables import ENDPOINT_NAMES
 from harness.grid import run_dir
 from harness.grid_dir import REPORT_FILES
+from harness.settings import Config
 from tests.support.grid_fixture import COLLAPSED, DIVERGED, EARLY_DIVERGED, EQUAL_CELL, make_grid, scores_of
 from tests.support.paths import ROOT
 
@@ -118,7 +119,8 @@ def test_the_curves_plot_draws_each_cells_seed_mean(grid, scratch, monkeypatch):
     config, _, _ = grid
     drawn = []
     monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda figure, *args, **kwargs: drawn.append(figure))
-    plot_curves(config, collect(config, progress=False), scratch / "curves.png")
+    typed = Config.build(config)
+    plot_curves(typed, collect(typed, progress=False), scratch / "curves.png")
     (figure,) = drawn
     assert [ax.get_title() for ax in figure.axes] == ["lag 1", "lag 8"]
     lines = {line.get_label(): line for line in figure.axes[0].get_lines()}

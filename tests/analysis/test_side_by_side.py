@@ -15,6 +15,7 @@ from harness.claims import claims
 from harness.config import validate
 from harness.grid_dir import GridDir
 from harness.io import write_json_atomic
+from harness.settings import Config
 from harness.tuning import confirmation_config
 from tests.support.grid_fixture import CLAIMS, make_config, make_grid
 
@@ -31,7 +32,8 @@ def grids(tmp_path_factory):
     the "interval" grid aggregated beside it: (interval's config, constant's summary, interval's summary)."""
     results = tmp_path_factory.mktemp("results")
     constant = validate({**make_grid(results, grid="constant", seeds=(3, 4, 5)), "claims": CLAIMS})
-    there = summarize(constant, collect(constant, progress=False))
+    typed = Config.build(constant)
+    there = summarize(typed, collect(typed, progress=False))
     write_json_atomic(GridDir.of(constant).summary_path, there)
     config = {**make_grid(results, grid="interval"), "claims": CLAIMS, "side_by_side": SIDE}
     assert aggregate(config) == 0
@@ -70,7 +72,7 @@ def test_the_table_shows_both_verdicts_and_names_the_claims_that_differ(grids):
 
 def test_no_verdict_differs_beside_the_same_runs_and_the_label_defaults_to_the_grid(grids):
     config, _, summary = grids
-    other = load_beside({**config, "side_by_side": {"grid": "constant"}})
+    other = load_beside(Config.build(validate({**config, "side_by_side": {"grid": "constant"}})))
     assert other[0] == {"grid": "constant", "label": "constant"}
     side = beside(summary, (other[0], other[1], summary))  # this grid's own summary as the other's
     assert side["verdict_differs"] == [] and side["agree"] is True
@@ -78,7 +80,7 @@ def test_no_verdict_differs_beside_the_same_runs_and_the_label_defaults_to_the_g
     assert text.startswith("\n## Beside constant (grid constant)\n")
     assert f"No claim's verdict differs between this grid and constant ({len(CLAIMS)} claims both declare)." in text
     assert "**The grids agree within their noise**" in text
-    assert render_beside({"side_by_side": None}) == "" and load_beside(make_config(config["results_dir"])) is None
+    assert render_beside({"side_by_side": None}) == "" and load_beside(Config.build(make_config(config["results_dir"]))) is None
 
 
 def test_a_grid_of_another_step_budget_is_refused_naming_the_key_and_the_setting(grids):

@@ -38,7 +38,7 @@ def _run(recipe, lag, seed, auc):
 
 
 def test_a_candidates_score_is_its_mean_over_the_tuning_seeds_and_lags():
-    config = validate(raw_config())
+    config = Config.build(validate(raw_config()))
     # grpo eps 0.1 is better at lag 8 only, by more than eps 0.2 is better at lag 1: the mean over lags decides
     aucs = {("grpo.eps_low_eps_high-0.2", 1): (0.50, 0.52), ("grpo.eps_low_eps_high-0.2", 8): (0.20, 0.22),
             ("grpo.eps_low_eps_high-0.1", 1): (0.45, 0.47), ("grpo.eps_low_eps_high-0.1", 8): (0.30, 0.32),

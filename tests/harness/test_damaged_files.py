@@ -14,6 +14,7 @@ from analysis.summary import collect, summarize
 from harness.grid_dir import GridDir
 from harness.io import write_json_atomic
 from harness.run import RunDir
+from harness.settings import Config
 from tests.support.grid_fixture import make_grid
 from tests.support.paths import ROOT
 
@@ -27,7 +28,8 @@ def grid_folder(tmp_path_factory):
     config = make_grid(tmp_path_factory.mktemp("damaged") / "results")
     grid = GridDir.of(config)
     write_json_atomic(grid.config_path, config)
-    write_json_atomic(grid.summary_path, summarize(config, collect(config, progress=False)))
+    typed = Config.build(config)
+    write_json_atomic(grid.summary_path, summarize(typed, collect(typed, progress=False)))
     return config
 
 

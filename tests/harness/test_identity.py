@@ -16,9 +16,9 @@ from harness.config import load, schema, validate
 from harness.grid import BASE_MODEL, resolve_run_config, run_dir
 from harness.identity import eval_key, run_key
 from harness.lag import LAG_MODES
-from harness.settings import Config
 from harness.provenance import collect, finish_attempt, start_attempt
 from harness.run import RunConfig, RunDir, refuse_changed_runs
+from harness.settings import Config
 from stabilizers import parameters
 from tests.support.grid_fixture import DIVERGE_STEP, STEPS, make_grid
 from tests.support.workflow_cli import snakemake

@@ -3,8 +3,9 @@ and sums each rule's Snakemake benchmark files."""
 from __future__ import annotations
 
 from analysis.provenance import benchmark_rows, render_markdown
-from harness.grid import run_dir
+from harness.config import validate
 from harness.io import write_json_atomic
+from harness.settings import Config
 
 # Snakemake's benchmark file: a header and one line per job run.
 TSV = ("s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
@@ -14,18 +15,20 @@ MACHINE = {"host": "a", "cpu_model": "Xeon", "cpu_capability": "AVX512", "torch"
            "requirements_lock_sha256": "f" * 64}
 
 
-def grid(tmp_path) -> dict:
-    return {"grid": "g", "results_dir": str(tmp_path), "recipes": ["grpo", "gspo"], "lags": [1], "seeds": [0, 1]}
+def grid(tmp_path) -> Config:
+    return Config.build(validate({"grid": "g", "results_dir": str(tmp_path), "engine": "tiny", "recipes": ["grpo", "gspo"],
+                                  "lags": [1], "seeds": [0, 1], "steps": 20, "eval_every": 5, "claims": [], "baseline": "grpo",
+                                  "engine_params": {"preset": "demo"}, "eval": {"tasks": ["tiny_test"]}}))
 
 
 def record(config, recipe, seed, *attempts):
-    write_json_atomic(run_dir(config, recipe, 1, seed) / "provenance.json", {"attempts": list(attempts)})
+    write_json_atomic(config.folder.run(recipe, 1, seed).path / "provenance.json", {"attempts": list(attempts)})
 
 
 def test_one_commit_and_one_machine_are_said_once(tmp_path):
     config = grid(tmp_path)
-    for recipe in config["recipes"]:
-        for seed in config["seeds"]:
+    for recipe in config.recipes:
+        for seed in config.seeds:
             record(config, recipe, seed, MACHINE)
     text = render_markdown(config)
     assert "All runs on one commit: 1111111111." in text

@@ -20,8 +20,8 @@ import pytest
 from harness.config import load
 from harness.grid import run_dir
 from harness.io import read_jsonl
-from harness.settings import Config
 from harness.run import RunDir
+from harness.settings import Config
 from tests.support.workflow_cli import SNAKEMAKE, copy_checkout, job_counts
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2700)]  # a grid run by Snakemake, then three more calls
