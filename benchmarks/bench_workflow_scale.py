@@ -60,6 +60,7 @@ def fabricate(results: Path, runs: int, steps: int, eval_every: int, train_keys:
 def bench_mlflow(args) -> None:
     from analysis.summary import collect, summarize
     from harness.io import write_json_atomic
+    from harness.settings import Config
     from tracking.sync import sync
     os.environ.pop("MLFLOW_TRACKING_URI", None)
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
@@ -71,15 +72,16 @@ def bench_mlflow(args) -> None:
               f"in {time.perf_counter() - start:.1f} s", flush=True)
         start = time.perf_counter()
         grid = GridDir.of(config)
-        write_json_atomic(grid.summary_path, summarize(config, collect(config, progress=False)))
+        typed = Config.build(config)
+        write_json_atomic(grid.summary_path, summarize(typed, collect(typed, progress=False)))
         print(f"aggregated (statistics only) in {time.perf_counter() - start:.1f} s", flush=True)
         logged_steps = min(args.steps, args.max_train_points or args.steps)
         n_metrics = n_runs * (logged_steps * args.train_keys + 2 * 3 * (args.steps // args.eval_every))
         start = time.perf_counter()
-        sync(config, grid.path, progress=True, max_train_points=args.max_train_points)
+        sync(typed, grid.path, progress=True, max_train_points=args.max_train_points)
         first = time.perf_counter() - start
         start = time.perf_counter()
-        sync(config, grid.path, progress=False, max_train_points=args.max_train_points)
+        sync(typed, grid.path, progress=False, max_train_points=args.max_train_points)
         second = time.perf_counter() - start
     print(f"mlflow sync: {n_runs} runs x {args.steps} steps (training curves at ~{logged_steps} steps: "
           f"--max-train-points), {n_metrics:,} step metrics: {first:.1f} s "

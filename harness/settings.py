@@ -97,6 +97,10 @@ class Eval:
         extra = [self.selection_task] if self.selection_task and self.selection_task not in self.tasks else []
         return [*self.tasks, *extra]
 
+    def as_dict(self) -> dict:
+        """The section as the checked config holds it (every field, plain JSON values)."""
+        return {field.name: thawed(getattr(self, field.name)) for field in dataclasses.fields(self)}
+
     def job_settings(self) -> dict:
         """What a run's evaluate job reads to score the scored_tasks: sampling, seed, back end,
         server, data files and those tasks' problem counts. Not fixed_step (aggregation reads it),

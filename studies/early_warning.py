@@ -26,8 +26,8 @@ from pathlib import Path
 
 from analysis.curves import read_run
 from harness.cli import parse_config, run_stage
-from harness.grid import expand, run_dir
 from harness.io import write_text_atomic
+from harness.settings import Config
 
 BASELINE_STEPS = (11, 30)
 WINDOW = 10
@@ -51,11 +51,11 @@ def ess_drop_step(rows: list[dict]) -> int | None:
     return None
 
 
-def run_leads(config: dict) -> list[dict]:
+def run_leads(config: Config) -> list[dict]:
     """Per run: recipe, lag, seed, collapsed, collapse step, ESS drop step, lead time (or None)."""
     out = []
-    for recipe, lag, seed in expand(config):
-        summary, _, _, train = read_run(run_dir(config, recipe, lag, seed), config)
+    for recipe, lag, seed in config.grid_runs:
+        summary, _, _, train = read_run(config.folder.run(recipe, lag, seed), config)
         drop = ess_drop_step(train)
         lead = summary.collapse_step - drop if summary.collapsed and drop is not None else None
         out.append({"recipe": recipe, "lag": lag, "seed": seed, "collapsed": summary.collapsed,
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     config = parse_config(parser, args.config_json)
 
     def work():
-        leads = run_leads(config)
+        leads = run_leads(Config.build(config))
         if args.out:
             write_text_atomic(args.out, table(leads))
         else:

@@ -18,14 +18,11 @@ from analysis.tables import (
     markdown_section,
     replication_text,
 )
-from harness.grid import expand, run_dir
 from harness.grid_dir import GridDir
 from harness.io import write_json_atomic, write_text_atomic
-from harness.run import RunDir
-from harness.settings import Eval
-from harness.tuning import Tuning
+from harness.settings import Config, thawed
 from tracking import layout
-from tracking.store import COMPARISON_VIEW, SEED_RUNS_VIEW, VERDICTS_ARTIFACT, results_root
+from tracking.store import COMPARISON_VIEW, SEED_RUNS_VIEW, VERDICTS_ARTIFACT
 from tracking.writer import Writer
 
 SYNCED = "stalebench.synced_step."  # + "train" or "eval.<task>": last step already logged
@@ -48,21 +45,21 @@ UNITS_NOTE = SCORE_UNITS + " Seed runs are here; the per-cell summaries are in t
 class Tracker:
     """One pass of one grid into one MLflow store (tracking.sync's module docstring)."""
 
-    def __init__(self, config: dict, stride: int):
+    def __init__(self, config: Config, stride: int):
         """``stride``: training metrics are logged at every stride-th step (plus the first and last)."""
         self.config = config
-        self.writer = Writer(config)
-        self.experiment_id = self.writer.experiment(config["grid"], UNITS_NOTE.format(grid=config["grid"]))
+        self.writer = Writer(config.results_dir)
+        self.experiment_id = self.writer.experiment(config.grid, UNITS_NOTE.format(grid=config.grid))
         self.summary_experiment_id, self.cells = None, {}  # the summary experiment: final sync only
         self.writer.share_view(self.experiment_id, SEED_RUNS_VIEW, layout.seed_runs_view())
         self.existing = self.writer.existing(self.experiment_id)
         self.stride = stride
-        self.tasks = Eval.build(config["eval"]).scored_tasks
-        self.tuning = Tuning.of(config)
+        self.tasks = config.eval.scored_tasks
+        self.tuning = config.tuning
         self.tuning_experiment_id, self.candidates = None, {}  # the tuning experiment: a tuning grid only
         if self.tuning is not None:
-            self.tuning_experiment_id = self.writer.experiment(config["grid"] + TUNING_SUFFIX, TUNING_NOTE.format(
-                grid=config["grid"], seeds=list(self.tuning.seeds)))
+            self.tuning_experiment_id = self.writer.experiment(config.grid + TUNING_SUFFIX, TUNING_NOTE.format(
+                grid=config.grid, seeds=list(self.tuning.seeds)))
             self.candidates = self.writer.existing(self.tuning_experiment_id)
 
     def _run(self, key: str, kind: str, name: str, tags: dict, start_ms: int | None = None):
@@ -76,9 +73,9 @@ class Tracker:
         ``pick`` (a tuning grid's tuning.json, once written): each recipe's picked value as a tag
         ``tuning.picked.<recipe>``, and in a final sync the pick's table as tuning.md."""
         final = summary is not None
-        run_id, found = self._run(f"grid:{self.config['grid']}", "parent", self.config["grid"],
-                                  {"engine": self.config["engine"], "grid": self.config["grid"]})
-        tags = {"n_runs": len(expand(self.config)), "mlflow.source.git.commit": self.writer.commit}
+        run_id, found = self._run(f"grid:{self.config.grid}", "parent", self.config.grid,
+                                  {"engine": self.config.engine.name, "grid": self.config.grid})
+        tags = {"n_runs": len(self.config.grid_runs), "mlflow.source.git.commit": self.writer.commit}
         if final:
             tags.update(claim_tags(summary))
         if pick is not None:
@@ -87,11 +84,11 @@ class Tracker:
         self.writer.log(run_id, tags=tags)
         if final:
             with tempfile.TemporaryDirectory(prefix="track_") as tmp:
-                write_json_atomic(Path(tmp) / "workflow_config.json", self.config)
+                write_json_atomic(Path(tmp) / "workflow_config.json", thawed(self.config.raw))
                 write_text_atomic(Path(tmp) / VERDICTS_ARTIFACT, verdicts_markdown(summary))
                 written = [Path(tmp) / "workflow_config.json", Path(tmp) / VERDICTS_ARTIFACT]
                 if pick is not None:
-                    write_text_atomic(Path(tmp) / TUNING_ARTIFACT, tuning_markdown(self.config["grid"], pick))
+                    write_text_atomic(Path(tmp) / TUNING_ARTIFACT, tuning_markdown(self.config.grid, pick))
                     written.append(Path(tmp) / TUNING_ARTIFACT)
                 self.writer.log_artifacts(run_id, written + [
                     path for path in GridDir(grid_path).report_paths() if path.exists()])
@@ -105,7 +102,7 @@ class Tracker:
         experiment instead, tied to the grid's run by tag. Returns False for a run that has not
         started (live sync only)."""
         from mlflow.entities import Metric
-        run = RunDir(run_dir(self.config, recipe, lag, seed))
+        run = self.config.folder.run(recipe, lag, seed)
         if numbers is not None:
             for path in (run.config_path, run.status_path):
                 if not path.exists():
@@ -128,7 +125,7 @@ class Tracker:
         times = layout.step_times_ms(train_rows, start_ms)
         metrics, problems = [], {}
         new_tags = {**layout.identity_tags(run_config), **extra_tags,
-                    "run_dir": os.path.relpath(run.path.resolve(), results_root(self.config))}
+                    "run_dir": os.path.relpath(run.path.resolve(), self.config.results_dir.resolve())}
         provenance = run.read_provenance()
         if provenance is not None:
             new_tags.update(layout.provenance_tags(provenance))
@@ -159,7 +156,7 @@ class Tracker:
             metrics += self.writer.changed(found, layout.seed_values(numbers))
             if "collapsed" in numbers:
                 new_tags["collapsed"] = str(bool(numbers["collapsed"])).lower()
-        params = missing_params(found, {**layout.run_params(run_config, self.config["eval"], problems), **extra_params})
+        params = missing_params(found, {**layout.run_params(run_config, self.config.eval.as_dict(), problems), **extra_params})
         self.writer.log(run_id, metrics, params=params, tags=new_tags)
         if status is None:
             self.writer.set_status(run_id, found, "RUNNING")
@@ -195,9 +192,9 @@ class Tracker:
         the cell's band runs, one per bound of the curve's 95% interval (layout.BAND_PARTS), which the
         comparison's groups draw as the band (layout.comparison_view)."""
         if self.summary_experiment_id is None:
-            name = self.config["grid"] + SUMMARY_SUFFIX
+            name = self.config.grid + SUMMARY_SUFFIX
             self.summary_experiment_id = self.writer.experiment(
-                name, f"One run per cell (recipe x lag) of grid '{self.config['grid']}': means over seeds "
+                name, f"One run per cell (recipe x lag) of grid '{self.config.grid}': means over seeds "
                       "with their intervals and tests; two band runs per cell (low, high) carry the bounds "
                       "of its test-score curve. " + SCORE_UNITS)
             cost_metric = layout.staleness_cost_metric(summary["claims"])
@@ -206,14 +203,14 @@ class Tracker:
                     summary["test_task"], lag, None if lag == summary["reference_lag"] else cost_metric))
             self.cells = self.writer.existing(self.summary_experiment_id)
         recipe, lag = cell["recipe"], cell["lag"]
-        key = f"cell:{self.config['grid']}:{recipe}:lag{lag}"
+        key = f"cell:{self.config.grid}:{recipe}:lag{lag}"
         run_id, found = self.writer.run(key, "cell", f"summary {recipe}/lag{lag}", {"stalebench.grid_run": parent_id},
                                         self.summary_experiment_id, self.cells)
         values, tags = layout.cell_values(cell)
         tags.update({"seeds": json.dumps(cell["seeds"]), "run_keys": json.dumps(cell.get("run_keys", [])),
                      "baseline": str(summary["baseline"]), "mlflow.note.content": baseline_note(summary, lag)})
         params = {}  # the params its seeds share (from the first seed's config)
-        first = RunDir(run_dir(self.config, recipe, lag, cell["seeds"][0])) if cell["seeds"] else None
+        first = self.config.folder.run(recipe, lag, cell["seeds"][0]) if cell["seeds"] else None
         if first is not None and first.config_path.exists():
             params = layout.cell_params(first.read_config())
         params.update({"recipe": recipe, "lag": str(lag)})

@@ -24,30 +24,31 @@ VERDICTS_ARTIFACT = "verdicts.md"  # the parent run's claims table (parent_link)
 SHARED_VIEW_TAG = "mlflow.sharedViewState."  # + key: an experiment tag the UI opens with ?viewStateShareKey=key
 
 
-def results_root(config: dict) -> Path:
-    return Path(config.get("results_dir", "results")).resolve()
+def local_store(results_dir: Path) -> Path:
+    """The default store's file: <results_dir>/mlflow.db, shared by every grid of that folder."""
+    return Path(results_dir).resolve() / "mlflow.db"
 
 
-def tracking_uri(config: dict) -> tuple[str, str | None]:
+def tracking_uri(results_dir: Path) -> tuple[str, str | None]:
     """(tracking URI, artifact root of a new experiment: None = the server's default, else the
     proxied root under which ``<experiment>/<run id>/artifacts`` resolve)."""
     if os.environ.get("MLFLOW_TRACKING_URI"):
         return os.environ["MLFLOW_TRACKING_URI"], None
-    return f"sqlite:///{results_root(config) / 'mlflow.db'}", PROXIED
+    return f"sqlite:///{local_store(results_dir)}", PROXIED
 
 
-def artifact_destination(config: dict) -> Path:
+def artifact_destination(results_dir: Path) -> Path:
     """The folder a local store's ``mlflow-artifacts:/`` URIs resolve to (the UI server's
     ``--artifacts-destination``)."""
-    return results_root(config) / "mlartifacts"
+    return Path(results_dir).resolve() / "mlartifacts"
 
 
-def local_artifact_dir(config: dict, artifact_uri: str) -> Path | None:
+def local_artifact_dir(results_dir: Path, artifact_uri: str) -> Path | None:
     """The folder of a run whose artifact URI is proxied (``mlflow-artifacts:/<exp>/<run>/artifacts``)
     in the local store; None when the artifacts go through a tracking server."""
     if os.environ.get("MLFLOW_TRACKING_URI") or not artifact_uri.startswith(PROXIED):
         return None
-    return artifact_destination(config) / artifact_uri[len(PROXIED):].lstrip("/")
+    return artifact_destination(results_dir) / artifact_uri[len(PROXIED):].lstrip("/")
 
 
 def create_local_store(uri: str) -> None:

@@ -60,12 +60,10 @@ from pathlib import Path
 from tqdm import tqdm
 
 from harness.cli import parse_config, run_stage
-from harness.grid import expand, grid_dir, run_dir
 from harness.grid_dir import GridDir
 from harness.io import write_json_atomic
 from harness.lock import writer_lock
-from harness.run import RunDir
-from harness.tuning import Tuning
+from harness.settings import Config
 from tracking.runs import Tracker
 from tracking.store import ui_link
 
@@ -77,53 +75,53 @@ def summarized_runs(summary: dict) -> list[tuple[str, int, int]]:
     return [(cell["recipe"], cell["lag"], seed) for cell in summary["cells"] for seed in cell["seeds"]]
 
 
-def grid_complete(config: dict) -> bool:
+def grid_complete(config: Config) -> bool:
     """Aggregated: summary.json exists and is newer than the status (RunDir.status_path) of every run
     it read."""
-    grid = GridDir.of(config)
+    grid = config.folder
     if not grid.summary_path.exists():
         return False
     newest = grid.summary_path.stat().st_mtime
     for recipe, lag, seed in summarized_runs(grid.read_summary()):
-        status = RunDir(run_dir(config, recipe, lag, seed)).status_path
+        status = grid.run(recipe, lag, seed).status_path
         if not status.exists() or status.stat().st_mtime > newest:
             return False
     return True
 
 
-def read_pick(config: dict, grid_path: Path, final: bool) -> dict | None:
+def read_pick(config: Config, grid_path: Path, final: bool) -> dict | None:
     """A tuning grid's pick (tuning.json, the tuning checkpoint's), None without a tuning section or,
     live, before the checkpoint wrote it; a final sync of a tuning grid needs it."""
     grid = GridDir(grid_path)
-    if Tuning.of(config) is None or not (final or grid.tuning_path.exists()):
+    if config.tuning is None or not (final or grid.tuning_path.exists()):
         return None
     pick = grid.read_tuning()
-    missing = [recipe for recipe in Tuning.of(config).candidates if recipe not in pick.get("recipes", {})]
+    missing = [recipe for recipe in config.tuning.candidates if recipe not in pick.get("recipes", {})]
     if missing:
         raise ValueError(f"{grid.tuning_path} has no pick for {missing}: rerun analysis.tuning (the tune rule)")
     return pick
 
 
-def live_runs(config: dict, pick: dict | None) -> list[tuple[str, int, int]]:
+def live_runs(config: Config, pick: dict | None) -> list[tuple[str, int, int]]:
     """The grid's runs a live sync looks for: every run; with a tuning section the confirmation runs
     the pick named (none before it), its candidates' runs being the tuning experiment's."""
-    if Tuning.of(config) is None:
-        return expand(config)
+    if config.tuning is None:
+        return list(config.grid_runs)
     return [tuple(run) for run in pick["confirmation_runs"]] if pick is not None else []
 
 
-def check_grid(config: dict, grid_path: str | Path | None, final: bool) -> Path:
+def check_grid(config: Config, grid_path: str | Path | None, final: bool) -> Path:
     """The grid folder (default: the config's), checked before any store or lock is touched."""
-    grid_path = Path(grid_path) if grid_path is not None else grid_dir(config)
-    if grid_path.resolve() != grid_dir(config).resolve():
-        raise ValueError(f"--grid-dir {grid_path} is not the config's <results_dir>/<grid> {grid_dir(config)}")
+    grid_path = Path(grid_path) if grid_path is not None else config.grid_dir
+    if grid_path.resolve() != config.grid_dir.resolve():
+        raise ValueError(f"--grid-dir {grid_path} is not the config's <results_dir>/<grid> {config.grid_dir}")
     if final and not GridDir(grid_path).summary_path.exists():
         raise FileNotFoundError(f"{GridDir(grid_path).summary_path} missing: run analysis.aggregate first "
                                 "(or sync a running grid: --live)")
     return grid_path
 
 
-def sync(config: dict, grid_path: str | Path | None = None, progress: bool = True,
+def sync(config: Config, grid_path: str | Path | None = None, progress: bool = True,
          max_train_points: int = TRAIN_POINTS, final: bool = True) -> dict:
     """One pass over the grid. Final (default): the grid is aggregated (summary.json), every run
     ends FINISHED/FAILED, summary runs and artifacts are synced and mlflow.json is written. Live:
@@ -136,7 +134,7 @@ def sync(config: dict, grid_path: str | Path | None = None, progress: bool = Tru
             for i, seed in enumerate(cell["seeds"]):
                 numbers[cell["recipe"], cell["lag"], seed] = {k: v[i] for k, v in cell["per_seed"].items()}
     pick = read_pick(config, grid_path, final)
-    tracker = Tracker(config, stride=math.ceil(int(config["steps"]) / max_train_points) if max_train_points else 1)
+    tracker = Tracker(config, stride=math.ceil(config.steps / max_train_points) if max_train_points else 1)
     parent_id = tracker.sync_parent(grid_path, summary, pick)
     runs = [(*run, numbers.get(run, {}) if final else None, None)
             for run in (summarized_runs(summary) if final else live_runs(config, pick))]
@@ -149,7 +147,7 @@ def sync(config: dict, grid_path: str | Path | None = None, progress: bool = Tru
             parent_id, recipe, lag, seed, run_numbers, candidate)
     for cell in summary["cells"] if final else []:
         tracker.sync_cell(parent_id, cell, summary)
-    marker = {"tracking_uri": tracker.writer.uri, "experiment": config["grid"],
+    marker = {"tracking_uri": tracker.writer.uri, "experiment": config.grid,
               "experiment_id": tracker.experiment_id, "summary_experiment_id": tracker.summary_experiment_id,
               "tuning_experiment_id": tracker.tuning_experiment_id,
               "parent_run_id": parent_id, **synced, "cells": len(summary["cells"]) if final else 0,
@@ -159,7 +157,7 @@ def sync(config: dict, grid_path: str | Path | None = None, progress: bool = Tru
     return marker
 
 
-def follow(config: dict, interval: float, progress: bool = False, max_train_points: int = TRAIN_POINTS,
+def follow(config: Config, interval: float, progress: bool = False, max_train_points: int = TRAIN_POINTS,
            passes: int | None = None) -> dict:
     """Live passes every ``interval`` seconds until the grid is aggregated (or ``passes`` passes);
     returns the last pass's marker. The caller holds the writer lock for the whole loop."""
@@ -212,12 +210,13 @@ def main(argv: list[str] | None = None) -> int:
     live = args.live or args.follow is not None
 
     def work():
-        grid_path = check_grid(config, args.grid_dir, final=not live)
+        typed = Config.build(config)
+        grid_path = check_grid(typed, args.grid_dir, final=not live)
         mode = "follow" if args.follow else "live" if live else "final"
         with writer_lock(GridDir(grid_path).tracking_lock_path, f"MLflow writer, {mode}", args.wait_lock):
             if args.follow is not None:
-                return follow(config, args.follow, max_train_points=args.max_train_points)
-            return sync(config, grid_path, progress=not live, max_train_points=args.max_train_points,
+                return follow(typed, args.follow, max_train_points=args.max_train_points)
+            return sync(typed, grid_path, progress=not live, max_train_points=args.max_train_points,
                         final=not live)
 
     return run_stage("tracking.sync", work, lambda marker, seconds: (

@@ -22,18 +22,20 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 import psutil
 
 from harness.config import ConfigError, load
+from harness.settings import Config
 from tracking.runs import SUMMARY_SUFFIX, TUNING_SUFFIX
 from tracking.store import (
     COMPARISON_VIEW,
     SHARED_VIEW_TAG,
     artifact_destination,
     comparison_link,
+    local_store,
     parent_link,
-    results_root,
     tracking_uri,
     ui_link,
 )
@@ -64,10 +66,9 @@ def compared_lags(uri: str, summary_experiment: str) -> list[int]:
     return sorted(int(key[len(prefix):]) for key in tags if key.startswith(prefix) and key[len(prefix):].isdigit())
 
 
-def links(base_url: str, uri: str, config: dict) -> str:
-    """The seed runs' link (and a tuning grid's candidates'); once the grid is aggregated and synced, a cell comparison per lag and the
-    parent run's verdicts."""
-    grid = config["grid"]
+def links(base_url: str, uri: str, grid: str) -> str:
+    """The seed runs' link of ``grid`` (and a tuning grid's candidates'); once the grid is aggregated and synced,
+    a cell comparison per lag and the parent run's verdicts."""
     seeds = experiment_id(uri, grid)
     if seeds is None:
         raise ValueError(f"no experiment {grid!r} in {uri}: run the grid (make demo) or tracking.sync first")
@@ -86,9 +87,9 @@ def links(base_url: str, uri: str, config: dict) -> str:
                                parent_link(base_url, seeds, parent_run_id(uri, seeds, grid))])
 
 
-def server_command(config: dict, port: int) -> list[str]:
-    return [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", tracking_uri(config)[0],
-            "--artifacts-destination", str(artifact_destination(config)), "--serve-artifacts",
+def server_command(results_dir: Path, port: int) -> list[str]:
+    return [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", tracking_uri(results_dir)[0],
+            "--artifacts-destination", str(artifact_destination(results_dir)), "--serve-artifacts",
             "--host", HOST, "--port", str(port), "--workers", "1"]
 
 
@@ -135,23 +136,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=5000, help="0: a free port, which the link names")
     args = parser.parse_args(argv)
     try:
-        config = load(args.config, {"grid": args.grid} if args.grid else None)
+        config = Config.build(load(args.config, {"grid": args.grid} if args.grid else None))
     except ConfigError as error:
         parser.error(str(error))
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    uri = tracking_uri(config)[0]
+    uri = tracking_uri(config.results_dir)[0]
     if not uri.startswith("sqlite:"):
-        print(links(uri, uri, config), flush=True)
+        print(links(uri, uri, config.grid), flush=True)
         return 0
-    if not (results_root(config) / "mlflow.db").exists():
-        parser.error(f"no MLflow store at {results_root(config) / 'mlflow.db'}: run the grid (make demo) first")
-    links(HOST, uri, config)  # refuses a store without the grid before a server starts
-    process = subprocess.Popen(server_command(config, args.port), env=server_env(), start_new_session=True)
+    if not local_store(config.results_dir).exists():
+        parser.error(f"no MLflow store at {local_store(config.results_dir)}: run the grid (make demo) first")
+    links(HOST, uri, config.grid)  # refuses a store without the grid before a server starts
+    process = subprocess.Popen(server_command(config.results_dir, args.port), env=server_env(), start_new_session=True)
     # SIGTERM (e.g. from a test) goes through the finally below, which stops the server's process group
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         base = wait_healthy(process, args.port)
-        print(f"MLflow UI of grid {config['grid']!r} (Ctrl-C stops it).\n{links(base, uri, config)}", flush=True)
+        print(f"MLflow UI of grid {config.grid!r} (Ctrl-C stops it).\n{links(base, uri, config.grid)}", flush=True)
         return process.wait()
     except KeyboardInterrupt:
         return 0

@@ -27,10 +27,10 @@ MAX_METRICS, MAX_PARAMS, MAX_TAGS = 1000, 100, 100  # MLflow's log_batch limits
 class Writer:
     """One pass into one MLflow store; counts the runs it created and updated."""
 
-    def __init__(self, config: dict):
+    def __init__(self, results_dir: Path):
         from mlflow.tracking import MlflowClient
-        self.config = config
-        self.uri, self.artifact_root = tracking_uri(config)
+        self.results_dir = results_dir
+        self.uri, self.artifact_root = tracking_uri(results_dir)
         if self.uri.startswith("sqlite:"):
             create_local_store(self.uri)
             fast_sqlite_commits()
@@ -129,7 +129,7 @@ class Writer:
     def log_artifacts(self, run_id: str, paths: list[Path]) -> None:
         """Same artifact paths each sync: overwrites. A local store's proxied artifacts go straight
         into the folder its UI server serves them from (tracking.store)."""
-        local = local_artifact_dir(self.config, self.client.get_run(run_id).info.artifact_uri)
+        local = local_artifact_dir(self.results_dir, self.client.get_run(run_id).info.artifact_uri)
         if local is not None:
             from mlflow.store.artifact.local_artifact_repo import LocalArtifactRepository
             repository = LocalArtifactRepository(str(local))

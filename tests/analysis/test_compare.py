@@ -13,6 +13,7 @@ from analysis.stats import mean_ci
 from analysis.summary import collect, summarize
 from harness.config import validate
 from harness.io import write_json_atomic
+from harness.settings import Config
 from tests.support import grid_fixture
 
 pytestmark = pytest.mark.slow  # two aggregated grids
@@ -161,7 +162,8 @@ def grids(tmp_path_factory):
                 score + (shift if (recipe, lag) == ("grpo_r3", 1) else 0.0) for score in original(recipe, lag, seed)])
             config = validate({**grid_fixture.make_grid(root / name), "claims": CLAIMS})
         folders[name] = root / name / config["grid"]
-        write_json_atomic(folders[name] / "summary.json", summarize(config, collect(config, progress=False)))
+        typed = Config.build(config)
+        write_json_atomic(folders[name] / "summary.json", summarize(typed, collect(typed, progress=False)))
     return folders
 
 

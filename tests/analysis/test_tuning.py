@@ -133,7 +133,7 @@ def test_the_pick_on_disk_and_a_report_of_the_confirmation_seeds_only(tmp_path):
     confirmation_score = {"grpo.eps_low_eps_high-0.1": 0.20, "sat_grpo.alpha-0.9": 0.60}
     for variant, lag, seed in picked["confirmation_runs"]:
         write_run(config, model, (variant, lag, seed), confirmation_score[variant] + 0.01 * seed)
-    assert selection(config) == picked  # aggregation replays the same pick
+    assert selection(model) == picked  # aggregation replays the same pick
     assert aggregate(["--config-json", json.dumps(config), "--out", str(grid.path)]) == 0
     summary = grid.read_summary()
     assert summary["recipes"] == ["grpo.eps_low_eps_high-0.1", "sat_grpo.alpha-0.9"] and summary["seeds"] == [0, 1, 2]

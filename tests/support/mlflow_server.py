@@ -17,7 +17,7 @@ def mlflow_server(results_dir: Path, log: Path):
     """Yields the server's base URL; its log goes to ``log`` (shown if it fails to start)."""
     env = {k: v for k, v in server_env().items() if k != "MLFLOW_TRACKING_URI"}
     with open(log, "w") as out:
-        server = subprocess.Popen(server_command({"results_dir": str(results_dir)}, 0), stdout=out,
+        server = subprocess.Popen(server_command(results_dir, 0), stdout=out,
                                   stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
         try:

@@ -25,12 +25,13 @@ def synced_grid(folder: Path) -> Path:
     """The reduced test grid under ``folder`` with its claims, aggregated and synced; returns its config file."""
     from analysis.report import write_reports
     from harness.config import validate
-    from harness.grid import grid_dir
+    from harness.settings import Config
     from tests.support.grid_fixture import CLAIMS, make_grid
     from tracking.sync import sync
     config = validate({**make_grid(folder / "results"), "claims": CLAIMS})
-    write_reports(config, grid_dir(config), progress=False)
-    sync(config, progress=False)
+    typed = Config.build(config)
+    write_reports(typed, progress=False)
+    sync(typed, progress=False)
     path = folder / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     return path

@@ -50,16 +50,17 @@ def synced(tmp_path_factory):
     saved = os.environ.pop("MLFLOW_TRACKING_URI", None)
     try:
         config = validate({**make_grid(tmp_path_factory.mktemp("track") / "results"), "claims": CLAIMS})
-        write_reports(config, grid_dir(config), progress=False)
+        write_reports(Config.build(config), progress=False)
         first = track(config)
-        client = MlflowClient(tracking_uri(config)[0])
+        client = MlflowClient(tracking_uri(config["results_dir"])[0])
         first_count = len(all_runs(client, first["experiment_id"]))
         # changes a re-sync must carry: one more training step, and a re-aggregation with another
         # fixed step (summary numbers change)
         append_jsonl_atomic(run_dir(config, *EXTRA_STEP_RUN) / "train" / "metrics.jsonl",
                             [{"step": 21, "time": START_TIME + 42, "reward": 0.99, "d/mean_abs": 0.5}])
         config = {**config, "eval": {**config["eval"], "fixed_step": 10}}
-        write_json_atomic(grid_dir(config) / "summary.json", summarize(config, collect(config, progress=False)))
+        typed = Config.build(config)
+        write_json_atomic(grid_dir(config) / "summary.json", summarize(typed, collect(typed, progress=False)))
         second = track(config)
         yield config, client, first, first_count, second
     finally:
@@ -79,10 +80,10 @@ def tuned(tmp_path_factory):
         model, grid = Config.build(config), GridDir.of(config)
         for run in Tuning.of(config).runs():
             write_run(config, model, run, TUNING_SCORE[run[0]])
-        write_json_atomic(grid.tuning_path, selection(config))
+        write_json_atomic(grid.tuning_path, selection(model))
         for variant, lag, seed in grid.read_tuning()["confirmation_runs"]:
             write_run(config, model, (variant, lag, seed), 0.2 + 0.01 * seed)
-        write_reports(config, grid.path, progress=False)
+        write_reports(model, progress=False)
         first = track(config)
         client = MlflowClient(first["tracking_uri"])
         counts = {e: len(all_runs(client, first[e])) for e in ("experiment_id", "tuning_experiment_id")}
@@ -132,7 +133,7 @@ def test_the_grid_experiment_holds_the_confirmation_runs_and_the_pick_no_candida
     assert {r.data.params["seed"] for r in seeds} == {"0", "1", "2"}  # no tuning seed among the results
     parent = next(r for r in runs if r.data.tags[KIND] == "parent")
     assert (parent.data.tags["tuning.picked.grpo"], parent.data.tags["tuning.picked.sat_grpo"]) == ("0.1", "0.9")
-    table = (local_artifact_dir(config, parent.info.artifact_uri) / TUNING_ARTIFACT).read_text()
+    table = (local_artifact_dir(config["results_dir"], parent.info.artifact_uri) / TUNING_ARTIFACT).read_text()
     rows = [line.split(" | ") for line in table.splitlines() if line.startswith(("| grpo", "| sat_grpo"))]
     assert [row[2:] for row in rows] == [["0.2, 0.1", "0.1", "grpo.eps_low_eps_high-0.1 |"],
                                          ["0.9, 0.5", "0.9", "sat_grpo.alpha-0.9 |"]]
@@ -196,7 +197,7 @@ def test_seed_runs_in_the_grid_experiment_summaries_in_their_own(synced):
     assert sat.data.params["loss.alpha"] == "0.9" and sat.data.params["loss.quantile_scope"] == "microbatch"
     # artifacts: in the folder the UI server serves mlflow-artifacts:/ from (a REST test opens them)
     assert parent.info.artifact_uri == f"mlflow-artifacts:/{config['grid']}/{parent.info.run_id}/artifacts"
-    folder = local_artifact_dir(config, parent.info.artifact_uri)
+    folder = local_artifact_dir(config["results_dir"], parent.info.artifact_uri)
     assert {p.name for p in folder.iterdir()} == set(REPORT_FILES) | {"workflow_config.json", VERDICTS_ARTIFACT}
     rows = [line.split(" | ") for line in (folder / VERDICTS_ARTIFACT).read_text().splitlines()[4:] if line]
     assert [(row[0].removeprefix("| "), row[1]) for row in rows] == [
@@ -261,8 +262,9 @@ def test_status_failed_with_reason_and_collapse_tagged(synced):
 def test_training_curves_strided_and_stamped(synced):
     config, client, _, _, _ = synced
     other = make_grid(config["results_dir"], grid="strided")  # same store, its own experiment
-    write_json_atomic(grid_dir(other) / "summary.json", summarize(other, collect(other, progress=False)))
-    marker = sync(other, progress=False, max_train_points=5)  # 20 steps -> every 4th
+    typed = Config.build(other)
+    write_json_atomic(grid_dir(other) / "summary.json", summarize(typed, collect(typed, progress=False)))
+    marker = sync(typed, progress=False, max_train_points=5)  # 20 steps -> every 4th
     runs = {r.data.tags["run_key"]: r for r in all_runs(client, marker["experiment_id"])}
     expected = {("grpo", 1, 0): [1, 4, 8, 12, 16, 20], DIVERGED: [1, 4, 8, DIVERGE_STEP], EARLY_DIVERGED: [1, 3]}
     for run, steps in expected.items():
@@ -309,7 +311,7 @@ def test_provenance_fields_become_tags(tmp_path, monkeypatch):
     config = make_grid(tmp_path, seeds=(0,))
     write_json_atomic(run_dir(config, "grpo", 1, 0) / "provenance.json",
                       {"git": {"commit": "abc123", "dirty": True}, "host": "node7"})
-    marker = sync(config, progress=False, final=False)
+    marker = sync(Config.build(config), progress=False, final=False)
     run = next(r for r in MlflowClient(marker["tracking_uri"]).search_runs([marker["experiment_id"]])
                if r.data.tags.get("run_key") == key_of(config, ("grpo", 1, 0)))
     assert (run.data.tags["prov.git.commit"], run.data.tags["prov.git.dirty"], run.data.tags["prov.host"]) == (
@@ -390,11 +392,10 @@ def test_summary_runs_chart_the_cell_curves_and_the_parent_carries_the_verdicts(
 
 
 def test_store_location(monkeypatch, tmp_path):
-    config = {"grid": "g", "results_dir": str(tmp_path / "res")}
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    assert tracking_uri(config) == (f"sqlite:///{tmp_path}/res/mlflow.db", "mlflow-artifacts:")
+    assert tracking_uri(tmp_path / "res") == (f"sqlite:///{tmp_path}/res/mlflow.db", "mlflow-artifacts:")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5999")
-    assert tracking_uri(config) == ("http://127.0.0.1:5999", None)
+    assert tracking_uri(tmp_path / "res") == ("http://127.0.0.1:5999", None)
 
 
 def test_bad_grid_dir_or_unaggregated_grid_is_named(tmp_path, capsys):
@@ -410,7 +411,7 @@ def test_bad_grid_dir_or_unaggregated_grid_is_named(tmp_path, capsys):
 def test_make_ui_links_the_tuning_candidates_apart_from_the_seed_runs(tuned):
     from tracking.ui import links
     config, _, first, _, _ = tuned
-    printed = links("http://127.0.0.1:5000", first["tracking_uri"], config).splitlines()
+    printed = links("http://127.0.0.1:5000", first["tracking_uri"], config["grid"]).splitlines()
     at = printed.index("Tuning candidates (the tuning seeds: how each value was picked, never a result):")
     assert printed[at + 1] == f"http://127.0.0.1:5000/#/experiments/{first['tuning_experiment_id']}"
     assert printed[0] == "Seed runs (charts, every run):" and f"experiments/{first['experiment_id']}" in printed[1]

@@ -18,6 +18,7 @@ from harness.grid import run_dir
 from harness.grid_dir import GridDir
 from harness.io import write_json_atomic
 from harness.run import RunDir
+from harness.settings import Config
 from tests.support.grid_fixture import START_TIME, STEPS, make_grid
 from tests.support.mlflow_kill import counted
 from tests.support.workflow_cli import ROOT
@@ -40,7 +41,7 @@ def store_state(config: dict) -> dict:
     each metric's history as (step, value, timestamp) points; the timestamp only where the files
     give it (a seed run's train/ and eval/ curves), not where the sync's clock does."""
     from mlflow.tracking import MlflowClient
-    client = MlflowClient(tracking_uri(config)[0])
+    client = MlflowClient(tracking_uri(config["results_dir"])[0])
     state = {}
     for name in (config["grid"], config["grid"] + " summary"):
         experiment = client.get_experiment_by_name(name)
@@ -71,7 +72,8 @@ def grids(tmp_path_factory):
                                   "d/p90": 0.02, "d/p99": 0.04, "d/max": 0.08}
                                  for step in range(STEPS + 1, LONG_STEPS + 1)])
         write_json_atomic(GridDir.of(config).config_path, config)
-        write_json_atomic(GridDir.of(config).summary_path, summarize(config, collect(config, progress=False)))
+        typed = Config.build(config)
+        write_json_atomic(GridDir.of(config).summary_path, summarize(typed, collect(typed, progress=False)))
         other = tmp_path_factory.mktemp("sync_killed") / "results"
         shutil.copytree(config["results_dir"], other)
         killed = {**config, "results_dir": str(other)}
@@ -97,8 +99,9 @@ def test_a_sync_killed_between_writes_and_run_again_ends_as_an_uninterrupted_syn
     reference = store_state(config)
     long_key = json.loads(RunDir(run_dir(config, *LONG_RUN)).config_path.read_text())["run_key"]
     assert len(reference[long_key]["metrics"]["train/reward"]) == LONG_STEPS
-    long_id = MlflowClient(tracking_uri(config)[0]).search_runs(
-        [MlflowClient(tracking_uri(config)[0]).get_experiment_by_name(config["grid"]).experiment_id],
+    client = MlflowClient(tracking_uri(config["results_dir"])[0])
+    long_id = client.search_runs(
+        [client.get_experiment_by_name(config["grid"]).experiment_id],
         filter_string=f"tags.run_key = '{long_key}'")[0].info.run_id
     long_batches = [i for i, (name, run_id) in enumerate(writes, start=1) if name == "log_batch" and run_id == long_id]
     assert len(long_batches) >= 2, long_batches

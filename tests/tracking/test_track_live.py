@@ -99,7 +99,7 @@ def test_follow_a_running_grid_then_finish_it(tmp_path, monkeypatch, capsys):
 
             # the grid completes and is aggregated: the follower stops by itself
             finish()
-            write_reports(config, grid_dir(config), progress=False)
+            write_reports(Config.build(config), progress=False)
             follower.wait(timeout=GENEROUS_S)  # it stops by itself once the grid is aggregated
             assert follower.returncode == 0, log.read_text()
             # the final sync (the track rule) finishes the same runs: nothing duplicated
@@ -143,7 +143,7 @@ def test_a_live_tuning_grid_syncs_its_candidates_apart_then_the_pick_and_its_con
     model, grid, tuning = Config.build(config), GridDir.of(config), Tuning.of(config)
     for run in tuning.runs()[:-1]:  # the last candidate run has not started
         write_run(config, model, run, TUNING_SCORE[run[0]])
-    marker = sync(config, progress=False, final=False)
+    marker = sync(model, progress=False, final=False)
     client = MlflowClient(marker["tracking_uri"])
     assert client.get_experiment(marker["tuning_experiment_id"]).name == config["grid"] + TUNING_SUFFIX
     candidates = client.search_runs([marker["tuning_experiment_id"]], max_results=100)
@@ -151,10 +151,10 @@ def test_a_live_tuning_grid_syncs_its_candidates_apart_then_the_pick_and_its_con
     assert all(r.data.tags["tuning"] == "candidate" and "picked" not in r.data.tags for r in candidates)
     assert [r.data.tags[KIND] for r in client.search_runs([marker["experiment_id"]])] == ["parent"]
     write_run(config, model, tuning.runs()[-1], TUNING_SCORE[tuning.runs()[-1][0]])
-    write_json_atomic(grid.tuning_path, selection(config))
+    write_json_atomic(grid.tuning_path, selection(model))
     confirmation = tuple(grid.read_tuning()["confirmation_runs"][0])
     write_run(config, model, confirmation, 0.3)
-    marker = sync(config, progress=False, final=False)
+    marker = sync(model, progress=False, final=False)
     candidates = client.search_runs([marker["tuning_experiment_id"]], max_results=100)
     assert (len(candidates), marker["created"]) == (len(tuning.runs()), 2)  # the last candidate, the confirmation run
     assert sorted(r.data.params["recipe"] for r in candidates if r.data.tags["picked"] == "true") == sorted(

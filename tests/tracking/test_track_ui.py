@@ -17,6 +17,7 @@ from harness.config import load
 from harness.grid import expand, run_dir
 from harness.grid_dir import GridDir
 from harness.run import RunDir
+from harness.settings import Config
 from tests.support.grid_fixture import make_grid
 from tests.support.optional import missing as optional_input_missing
 from tests.support.ui_check import CHROMIUM, chart_card, render, running_ui, synced_grid, visible_text
@@ -32,7 +33,7 @@ SCREENSHOTS = Path(os.environ.get("STALEBENCH_SCREENSHOTS") or Path(tempfile.get
 def test_ui_serves_the_store_and_prints_the_runs_view_link(tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     config = make_grid(tmp_path / "results")
-    marker = sync(config, progress=False, final=False)
+    marker = sync(Config.build(config), progress=False, final=False)
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
     with running_ui(tmp_path / "config.yaml") as (_, links):
         base, _, fragment = links[0].partition("/#/")

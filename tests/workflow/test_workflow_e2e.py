@@ -167,7 +167,7 @@ def test_mlflow_holds_each_run_once_under_the_parent(grid_to_change):
     assert {run.data.tags["run_key"] for run in by_kind["run"]} == keys
     history = client.get_metric_history(by_kind["run"][0].info.run_id, "eval/tiny_test/score")
     assert sorted(m.step for m in history) == [4, 8, 12]
-    artifacts = local_artifact_dir(config, by_kind["parent"][0].info.artifact_uri)  # what `make ui` serves
+    artifacts = local_artifact_dir(config["results_dir"], by_kind["parent"][0].info.artifact_uri)  # what `make ui` serves
     assert {"table.md", "curves.png"} <= {path.name for path in artifacts.iterdir()}
 
     # A second sync (the track rule again) updates in place and adds no run.

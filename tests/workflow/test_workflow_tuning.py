@@ -41,7 +41,7 @@ def test_the_picked_values_are_confirmed_on_fresh_seeds_and_only_those_are_repor
         grid, tuning, model = GridDir.of(config), Tuning.of(config), Config.build(config)
         picked = json.loads(grid.tuning_path.read_text())
         # the pick is the rule's on the tuning runs as they are on disk
-        scores = tuning_scores(config, collect(config, progress=False, which=tuning.runs()))
+        scores = tuning_scores(model, collect(model, progress=False, which=tuning.runs()))
         for recipe in ("grpo", "sat_grpo"):
             entry = picked["recipes"][recipe]
             assert entry["picked"] == pick(scores[recipe])
