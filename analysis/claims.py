@@ -13,7 +13,6 @@ narrowed on the command line) is "not tested in this grid" and outside the famil
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -33,19 +32,12 @@ from analysis.decision import (
 )
 from analysis.stats import ALPHA
 from analysis.survival import collapse_test, seeds_needed_collapse
-from harness.claims import Claim, Seeding
+from harness.claims import Claim, Seeding, StalenessCost
 
 NOT_TESTED = "not tested in this grid"
 REPLICATION_METHOD = ("plug-in parametric bootstrap: 4000 reruns of the design (its looks and levels) "
                       "with normal per-seed contrasts at the measured mean and sd (collapse: binomial at "
                       "the measured rates)")
-KIND_TEXT = {"staleness_cost": "staleness cost of {recipe} (lag {lag} minus lag {reference_lag})",
-             "cost_difference": "staleness cost of {recipe} minus that of {versus} (lag {lag} minus lag "
-                                "{reference_lag})",
-             "recipes": "{recipe} minus {versus} at lag {lag}",
-             "collapse": "collapse rate of {recipe} at lag {lag} minus that of {versus} at lag {versus_lag}",
-             "interaction": "{recipe} against {versus} minus {other_recipe} against {other_versus} ({of}, lag {lag})",
-             "trend": "least-squares slope of {recipe}'s score against lag over lags {lags} (per unit of lag)"}
 METRIC_TEXT = {"auc": "AUC", "fixed": "fixed-step score", "best": "best-checkpoint score",
                "selected": "selected-checkpoint score"}
 
@@ -74,27 +66,17 @@ class Schedule:
 
 def statement(claim: Claim, reference_lag: int) -> str:
     """The claim in words: what is tested, its endpoint and its smallest effect (points or rate)."""
-    what = KIND_TEXT[claim.kind].format(reference_lag=reference_lag, **vars(claim))
-    if claim.kind == "collapse":
-        effect, endpoint = f"{claim.smallest_effect:.2f} in rate", "by the step budget"
-    else:
-        effect, endpoint = f"{claim.smallest_effect * 100:.1f} points", METRIC_TEXT[claim.metric]
+    what = claim.describe(reference_lag)
+    effect, endpoint = RULES[claim.scale].effect_and_endpoint(claim)
     if claim.expect == "equivalent":
         return f"{what}, {endpoint}: within +-{effect} of 0"
     sign = ">" if claim.expect == "greater" else "<"
     return f"{what}, {endpoint}: {sign} 0 by at least {effect}"
 
 
-def claim_cells(claim: Claim, reference_lag: int) -> list[tuple[str, int]]:
-    """The cells (recipe, lag) whose runs the claim reads."""
-    if claim.kind == "collapse":
-        return [(claim.recipe, claim.lag), (claim.versus, claim.versus_lag)]
-    return [(recipe, lag) for _, recipe, lag in claim.cells(reference_lag)]
-
-
 def tested_in(claim: Claim, cells: dict, reference_lag: int) -> bool:
     """Whether the grid has every cell the claim reads."""
-    return all(cell in cells for cell in claim_cells(claim, reference_lag))
+    return all(cell in cells for cell in claim.read_cells(reference_lag))
 
 
 def _values(cell: dict, key: str, seeds: set[int]) -> tuple[list, list]:
@@ -102,35 +84,97 @@ def _values(cell: dict, key: str, seeds: set[int]) -> tuple[list, list]:
     return [v for v, _ in pairs], [s for _, s in pairs]
 
 
-def measure(claim: Claim, cells: dict, reference_lag: int, budget: int, seeds: set[int]) -> dict:
-    """The claim's estimate and what its interval rests on, from the cells' runs of ``seeds``."""
-    if claim.kind == "collapse":
+class ScoreRule:
+    """How a claim on a score is decided: a contrast of cell means (analysis.contrasts, paired by seed
+    where the cells share their seeds) and its Student t interval."""
+
+    @staticmethod
+    def effect_and_endpoint(claim: Claim) -> tuple[str, str]:
+        return f"{claim.smallest_effect * 100:.1f} points", METRIC_TEXT[claim.metric]
+
+    @staticmethod
+    def measure(claim: Claim, cells: dict, reference_lag: int, budget: int, seeds: set[int]) -> dict:
+        result = contrast([(weight, *_values(cells[recipe, lag], claim.metric, seeds))
+                           for weight, recipe, lag in claim.cells(reference_lag)])
+        return {"estimate": result.estimate, "n": result.n, "method": result.method, "test": result.method,
+                "p": result.p, "se": result.se, "df": result.df, "spread": result.spread}
+
+    @staticmethod
+    def interval(measured: dict, level: float) -> tuple[float, float]:
+        if measured["method"] == "degenerate":
+            return measured["estimate"], measured["estimate"]
+        if not math.isfinite(measured["se"]):
+            return math.nan, math.nan
+        low, high = t_bounds(measured["estimate"], measured["se"], measured["df"], level)
+        return float(low), float(high)
+
+    @staticmethod
+    def replicates(claim: Claim, decided: dict, args: tuple) -> np.ndarray | None:
+        if decided["method"] not in ("paired-t", "welch-satterthwaite"):
+            return None
+        return simulate_contrast(decided["estimate"], decided["spread"], *args)[0]
+
+    @staticmethod
+    def seeds_to_decide(claim: Claim, decided: dict, level: float) -> int | None:
+        spread, n = decided.get("spread", math.nan), decided["n"]
+        if not (math.isfinite(spread) and n >= 2):
+            return None
+        upper = spread * math.sqrt((n - 1) / stats.chi2.ppf(0.2, n - 1)) if spread > 0 else 0.0
+        if claim.expect == "equivalent":
+            return seeds_needed_equivalence(claim.smallest_effect, upper, alpha=level)
+        return seeds_needed(claim.smallest_effect, upper, alpha=level)
+
+
+class RateRule:
+    """How a claim on collapse rates is decided: the difference of two cells' collapse rates with its
+    Newcombe interval, the log-rank test of their collapse times beside it (stratified by seed where
+    the cells share their seeds)."""
+
+    @staticmethod
+    def effect_and_endpoint(claim: Claim) -> tuple[str, str]:
+        return f"{claim.smallest_effect:.2f} in rate", "by the step budget"
+
+    @staticmethod
+    def measure(claim: Claim, cells: dict, reference_lag: int, budget: int, seeds: set[int]) -> dict:
         (x, seeds_x), (y, seeds_y) = (_values(cells[cell], "collapse_step", seeds)
-                                      for cell in ((claim.recipe, claim.lag), (claim.versus, claim.versus_lag)))
+                                      for cell in claim.read_cells(reference_lag))
         result = collapse_test(x, y, budget, strata=(seeds_x, seeds_y))
         return {"estimate": result.estimate, "n": min(result.n_x, result.n_y), "method": "newcombe",
                 "test": result.method, "p": result.p, "z": result.z,
                 "counts": [round(result.rate_x * result.n_x), result.n_x, round(result.rate_y * result.n_y), result.n_y],
                 "rates": [result.rate_x, result.rate_y]}
-    result = contrast([(weight, *_values(cells[recipe, lag], claim.metric, seeds))
-                       for weight, recipe, lag in claim.cells(reference_lag)])
-    return {"estimate": result.estimate, "n": result.n, "method": result.method, "test": result.method,
-            "p": result.p, "se": result.se, "df": result.df, "spread": result.spread}
 
-
-def interval(claim: Claim, measured: dict, level: float) -> tuple[float, float]:
-    """The claim's two-sided interval at ``level`` (NaN bounds: none)."""
-    if claim.kind == "collapse":
+    @staticmethod
+    def interval(measured: dict, level: float) -> tuple[float, float]:
         if min(measured["counts"][1], measured["counts"][3]) == 0:
             return math.nan, math.nan
         low, high = newcombe_bounds(*measured["counts"], level)
         return float(low), float(high)
-    if measured["method"] == "degenerate":
-        return measured["estimate"], measured["estimate"]
-    if not math.isfinite(measured["se"]):
-        return math.nan, math.nan
-    low, high = t_bounds(measured["estimate"], measured["se"], measured["df"], level)
-    return float(low), float(high)
+
+    @staticmethod
+    def replicates(claim: Claim, decided: dict, args: tuple) -> np.ndarray | None:
+        if min(decided["counts"][1], decided["counts"][3]) == 0:
+            return None
+        return simulate_collapse(*decided["rates"], *args)[0]
+
+    @staticmethod
+    def seeds_to_decide(claim: Claim, decided: dict, level: float) -> int | None:
+        counts = decided["counts"]
+        pooled = (counts[0] + counts[2]) / max(counts[1] + counts[3], 1)
+        return seeds_needed_collapse(claim.smallest_effect, pooled, alpha=level)
+
+
+RULES = {"points": ScoreRule, "rate": RateRule}  # by Claim.scale
+
+
+def measure(claim: Claim, cells: dict, reference_lag: int, budget: int, seeds: set[int]) -> dict:
+    """The claim's estimate and what its interval rests on, from the cells' runs of ``seeds``."""
+    return RULES[claim.scale].measure(claim, cells, reference_lag, budget, seeds)
+
+
+def interval(claim: Claim, measured: dict, level: float) -> tuple[float, float]:
+    """The claim's two-sided interval at ``level`` (NaN bounds: none)."""
+    return RULES[claim.scale].interval(measured, level)
 
 
 def decide(claim: Claim, cells: dict, reference_lag: int, budget: int, schedule: Schedule) -> dict:
@@ -155,7 +199,8 @@ def threshold_lag(claim: Claim, cells: dict, reference_lag: int, budget: int, se
     each = level / len(lags)
     costs = []
     for lag in lags:
-        cost = dataclasses.replace(claim, kind="staleness_cost", lag=lag, lags=None, threshold=None)
+        cost = StalenessCost(name=claim.name, recipe=claim.recipe, lag=lag, expect=claim.expect,
+                             smallest_effect=claim.smallest_effect, metric=claim.metric)
         measured = measure(cost, cells, reference_lag, budget, seeds)
         low, high = interval(cost, measured, each)
         costs.append({"lag": lag, "estimate": measured["estimate"], "low": low, "high": high})
@@ -182,15 +227,8 @@ def replication(claim: Claim, decided: dict, schedule: Schedule) -> float | None
     """P(an independent rerun of the design gives the same outcome), plug-in (REPLICATION_METHOD);
     None where nothing was measured to simulate from."""
     args = (schedule.looks, schedule.levels, claim.smallest_effect, claim.expect)
-    if claim.kind == "collapse":
-        if min(decided["counts"][1], decided["counts"][3]) == 0:
-            return None
-        outcomes, _ = simulate_collapse(*decided["rates"], *args)
-    else:
-        if decided["method"] not in ("paired-t", "welch-satterthwaite"):
-            return None
-        outcomes, _ = simulate_contrast(decided["estimate"], decided["spread"], *args)
-    return float(np.mean(outcomes == decided["outcome"]))
+    outcomes = RULES[claim.scale].replicates(claim, decided, args)
+    return None if outcomes is None else float(np.mean(outcomes == decided["outcome"]))
 
 
 def plan_seeds(claim: Claim, decided: dict, level: float) -> int | None:
@@ -199,17 +237,7 @@ def plan_seeds(claim: Claim, decided: dict, level: float) -> int | None:
     80% upper confidence bound of the spread measured so far (never the observed effect)."""
     if decided["final"]:
         return None
-    if claim.kind == "collapse":
-        counts = decided["counts"]
-        pooled = (counts[0] + counts[2]) / max(counts[1] + counts[3], 1)
-        return seeds_needed_collapse(claim.smallest_effect, pooled, alpha=level)
-    spread, n = decided.get("spread", math.nan), decided["n"]
-    if not (math.isfinite(spread) and n >= 2):
-        return None
-    upper = spread * math.sqrt((n - 1) / stats.chi2.ppf(0.2, n - 1)) if spread > 0 else 0.0
-    if claim.expect == "equivalent":
-        return seeds_needed_equivalence(claim.smallest_effect, upper, alpha=level)
-    return seeds_needed(claim.smallest_effect, upper, alpha=level)
+    return RULES[claim.scale].seeds_to_decide(claim, decided, level)
 
 
 def why(claim: Claim, decided: dict) -> str:
@@ -240,7 +268,7 @@ def open_cells(claims: tuple[Claim, ...], cells: dict, reference_lag: int, budge
     tested, schedule = family(claims, cells, reference_lag, seeding, seeds)
     wanted = {cell for claim in tested
               if not decide(claim, cells, reference_lag, budget, schedule.through(look))["final"]
-              for cell in claim_cells(claim, reference_lag)}
+              for cell in claim.read_cells(reference_lag)}
     return [cell for cell in cells if cell in wanted]
 
 
@@ -252,7 +280,7 @@ def answer(claims: tuple[Claim, ...], cells: dict, reference_lag: int, budget: i
     tested, schedule = family(claims, cells, reference_lag, seeding, seeds)
     out = []
     for claim in claims:
-        row = {**vars(claim), "statement": statement(claim, reference_lag), "family_size": len(tested)}
+        row = {**claim.row(), "statement": statement(claim, reference_lag), "family_size": len(tested)}
         if claim not in tested:
             out.append({**row, "verdict": NOT_TESTED, "why": "a cell it compares is not in this grid",
                         "final": False, "replication": None})

@@ -29,6 +29,7 @@ from analysis.stats import ALPHA, collapse_difference, holm
 from analysis.summary import ENDPOINTS, _json_safe, summary_cells
 from analysis.tables import ENDPOINT_NAMES, _comparison_text, _interval_text
 from analysis.tuning import under_recipe_names
+from harness.claims import KINDS
 from harness.cli import run_stage
 from harness.grid_dir import SUMMARY, GridDir
 from harness.settings import Config
@@ -113,7 +114,7 @@ def _cell_text(metric: str, cell: dict) -> str:
 def _claim_text(claim: dict) -> str:
     if "estimate" not in claim:  # not tested in this grid: a verdict without an interval
         return f"**{claim['verdict']}**"
-    scale, digits = (1, 2) if claim["kind"] == "collapse" else (100, 1)
+    scale, digits = (1, 2) if KINDS[claim["kind"]].scale == "rate" else (100, 1)
     return f"**{claim['verdict']}**: {_interval_text(claim, None, scale, digits, sign=True)} ({claim['method']})"
 
 

@@ -256,7 +256,7 @@ def summarize_noise(config: Config, runs: list) -> dict:
     declared = config.claims
     level = ALPHA / max(len(declared), 1)  # the claims' level without a seed schedule: Bonferroni over them
     for claim in declared:
-        if claim.kind == "collapse":
+        if claim.scale == "rate":  # the noise parts are a score's
             continue
         arms = [(w, parts_of.get((recipe, lag))) for w, recipe, lag in claim.cells(config.reference_lag)]
         equivalence = claim.expect == "equivalent"

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.claims import Schedule, claim_cells
+from analysis.claims import Schedule
 from analysis.decision import simulate_collapse, simulate_contrast
 from harness.config import ConfigError, load
 from harness.grid_dir import GridDir
@@ -46,15 +46,15 @@ def plan(config: Config, assumed: dict[str, tuple[float, float]], replicates: in
     ``tuning``: a fixed number, trained before any of them)."""
     cells = {(recipe, lag) for recipe in config.recipes for lag in config.lags}
     reference_lag = config.reference_lag
-    tested = [c for c in config.claims if set(claim_cells(c, reference_lag)) <= cells]
+    tested = [c for c in config.claims if set(c.read_cells(reference_lag)) <= cells]
     schedule = Schedule.build(config.seeding, config.seeds, len(tested))
-    missing = [c.name for c in tested if c.name not in assumed and c.kind == "collapse"]
+    missing = [c.name for c in tested if c.name not in assumed and c.scale == "rate"]
     if missing:
         raise ValueError(f"no assumption for the collapse claims {missing}: pass --assume NAME=rate_x:rate_y")
     rows, stops = [], {}
     for claim in tested:
         args = (schedule.looks, schedule.levels, claim.smallest_effect, claim.expect)
-        if claim.kind == "collapse":
+        if claim.scale == "rate":
             outcomes, stopped = simulate_collapse(*assumed[claim.name], *args, draws=replicates)
         else:
             effect = {"greater": claim.smallest_effect, "less": -claim.smallest_effect, "equivalent": 0.0}
@@ -71,8 +71,8 @@ def plan(config: Config, assumed: dict[str, tuple[float, float]], replicates: in
                      "agree": float(sum(p * p for p in shares.values())),
                      "mean_look": float(stopped.mean() + 1)})
     looks = np.array(schedule.looks)
-    per_cell = [looks[np.max([stops[c.name] for c in tested if cell in claim_cells(c, reference_lag)], axis=0)]
-                if any(cell in claim_cells(c, reference_lag) for c in tested) else np.full(replicates, looks[0])
+    per_cell = [looks[np.max([stops[c.name] for c in tested if cell in c.read_cells(reference_lag)], axis=0)]
+                if any(cell in c.read_cells(reference_lag) for c in tested) else np.full(replicates, looks[0])
                 for cell in sorted(cells)]
     runs = np.sum(per_cell, axis=0)
     tuning = config.tuning

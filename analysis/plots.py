@@ -17,6 +17,7 @@ from analysis.pareto import queue_models
 from analysis.summary import ENDPOINTS, Run, by_cell, score_curve, summary_cells
 from analysis.survival import kaplan_meier
 from analysis.tables import ENDPOINT_NAMES
+from harness.claims import KINDS
 from harness.settings import Config
 
 QUANTILES = ("d/mean_abs", "d/p50", "d/p90", "d/p99")
@@ -104,7 +105,7 @@ def plot_staleness(summary: dict, path: Path) -> None:
     fig, axes = plt.subplots(1, len(panels), figsize=(max(5.0, 0.7 * len(recipes)) * len(panels), 4.8),
                              squeeze=False)
     for ax, (endpoint, lag) in zip(axes[0], panels):
-        claimed = [c for c in summary["claims"] if c["kind"] in ("staleness_cost", "cost_difference")
+        claimed = [c for c in summary["claims"] if KINDS[c["kind"]].is_cost
                    and c["lag"] == lag and c["metric"] == endpoint]
         marked = {c["recipe"] for c in claimed} | {c["versus"] for c in claimed if c["versus"]}
         for x, recipe in enumerate(recipes):
@@ -162,8 +163,7 @@ def plot_staleness_by_lag(summary: dict, path: Path) -> None:
         ax.set(title=f"{ENDPOINT_NAMES[endpoint]}: cost against lag (minus lag {reference_lag})", xlabel="lag",
                ylabel="staleness cost (points, 95% CI)")
         ax.grid(alpha=0.3, axis="y")
-        claimed = [c for c in summary["claims"] if c["metric"] == endpoint and c["kind"] in
-                   ("trend", "staleness_cost", "cost_difference", "interaction")]
+        claimed = [c for c in summary["claims"] if c["metric"] == endpoint and KINDS[c["kind"]].about_lag]
         if claimed:
             text = "claims: " + "; ".join(f"{c['name']}: {c['verdict']}" for c in claimed)
             ax.set_xlabel("lag\n" + textwrap.fill(text, 80), fontsize=7)

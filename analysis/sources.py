@@ -22,26 +22,22 @@ from dataclasses import asdict
 from analysis.claims import NOT_TESTED, interval, measure, tested_in
 from analysis.decision import outcome
 from analysis.stats import ALPHA
-from harness.claims import Claim
+from harness.claims import Claim, CostDifference, Interaction
 from harness.settings import Config, GainSources
 
 PRESENT = ("exceeds", "claimed sign")
 ABSENT = ("below effect", "negligible", "opposite")
 
 
-def _part(name: str, kind: str, recipe: str, versus: str, lag: int, effect: float, **other) -> Claim:
-    return Claim(name=name, kind=kind, recipe=recipe, lag=lag, expect="greater", smallest_effect=effect,
-                 metric="auc", versus=versus, versus_lag=None, **other)
-
-
 def parts(section: GainSources, recipe: str, largest_lag: int) -> dict[str, Claim]:
     """The two contrasts of ``recipe`` (a key of ``section.recipes``) as claims of the decision rule."""
     arms, base, effect = section.recipes[recipe], section.baseline, section.smallest_effect
-    return {"staleness": _part(f"{recipe}.staleness", "cost_difference", arms.without_mismatch,
-                               base.without_mismatch, largest_lag, effect),
-            "mismatch": _part(f"{recipe}.mismatch", "interaction", arms.with_mismatch, base.with_mismatch, 0,
-                              effect, other_recipe=arms.without_mismatch, other_versus=base.without_mismatch,
-                              of="recipes")}
+    common = {"expect": "greater", "smallest_effect": effect, "metric": "auc"}
+    return {"staleness": CostDifference(name=f"{recipe}.staleness", recipe=arms.without_mismatch,
+                                        versus=base.without_mismatch, lag=largest_lag, **common),
+            "mismatch": Interaction(name=f"{recipe}.mismatch", recipe=arms.with_mismatch, versus=base.with_mismatch,
+                                    other_recipe=arms.without_mismatch, other_versus=base.without_mismatch,
+                                    of="recipes", lag=0, **common)}
 
 
 def source(staleness: str | None, mismatch: str | None) -> str:

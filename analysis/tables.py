@@ -12,6 +12,7 @@ from analysis.pareto import sections as pareto_sections
 from analysis.sources import markdown_lines as source_lines
 from analysis.stats import ALPHA, BOOTSTRAP_MIN_SEEDS, smallest_p
 from analysis.summary import ENDPOINTS, MISMATCH, SCORES, summary_cells
+from harness.claims import KINDS
 
 ENDPOINT_NAMES = {"auc": "AUC", "fixed": "fixed-step score", "best": "best-checkpoint score",
                   "selected": "selected-checkpoint score"}
@@ -70,8 +71,8 @@ def claim_text(claim: dict) -> str:
     the claim's level, with the method and n."""
     if claim["verdict"] == NOT_TESTED:
         return "–"
-    scale, unit = (1, "") if claim["kind"] == "collapse" else (100, " points")
-    digits = 2 if claim["kind"] == "collapse" else 1
+    rate = KINDS[claim["kind"]].scale == "rate"
+    scale, unit, digits = (1, "", 2) if rate else (100, " points", 1)
     return (f"{_interval_text(claim, None, scale, digits, sign=True)}{unit} ({claim['confidence']:.2%}, "
             f"{claim['method']}, n {claim['n']})")
 

@@ -6,6 +6,7 @@ checks, so a claim naming no recipe, or looks that do not increase, stop before 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 
 @dataclass(frozen=True)
@@ -39,62 +40,229 @@ def seeding_errors(config: dict) -> list[str]:
     return []
 
 
+# The fields of a claim's row in summary.json, every kind's, in this order (None where a kind has none).
+ROW_FIELDS = ("name", "kind", "recipe", "lag", "expect", "smallest_effect", "metric", "versus", "versus_lag",
+              "other_recipe", "other_versus", "of", "lags", "threshold")
+
+
 @dataclass(frozen=True)
 class Claim:
-    """One declared claim: a comparison, its endpoint and the smallest effect that matters."""
+    """One declared claim: a comparison, its endpoint and the smallest effect that matters. A kind is a
+    subclass (KINDS): its cells, its words, its scale and whether it is a staleness cost; a new kind is
+    one class here and its schema entry (workflow/schemas/config.schema.yaml)."""
 
     name: str  # unique label, the claim's row in table.md / table.csv / summary.json
-    kind: str  # staleness_cost | cost_difference | recipes | collapse | interaction | trend
     recipe: str
     lag: int
     expect: str  # greater | less | equivalent: the claimed sign of the contrast, or |contrast| < margin
     smallest_effect: float  # fraction of the score (or of the collapse rate; trend: per unit of lag)
     metric: str  # auc | fixed | best | selected (unused by collapse claims)
-    versus: str | None  # the other recipe; None for staleness_cost (and a trend of one recipe)
-    versus_lag: int | None  # collapse only: the other cell's lag (default: lag)
-    # interaction only: the same comparison made with other recipes (e.g. the float32-sampler twins
-    # of recipe and versus), and which comparison it is: cost_difference (the default) or recipes
-    other_recipe: str | None = None
-    other_versus: str | None = None
-    of: str | None = None
-    lags: tuple[int, ...] | None = None  # trend only: the lags the slope is fitted over (default: the grid's)
-    # trend of one recipe only: the staleness cost that matters (fraction of the score); the claim then
-    # also reports the smallest lag whose cost passes it, with an interval (analysis.claims.threshold_lag)
-    threshold: float | None = None
+
+    kind: ClassVar[str]  # the config's ``kind``
+    words: ClassVar[str]  # the contrast in words, formatted with the claim's fields and reference_lag
+    scale: ClassVar[str] = "points"  # points: a contrast of cell means of a score; rate: of collapse rates
+    is_cost: ClassVar[bool] = False  # a staleness cost or a difference of them (marked in staleness.png)
+    about_lag: ClassVar[bool] = False  # compares how scores change with lag (named on the cost-against-lag panel)
+    own_fields: ClassVar[tuple[str, ...]] = ()  # config fields only this kind has
+    threshold: ClassVar[float | None] = None  # a trend's cost threshold (Trend); no other kind has one
+
+    @staticmethod
+    def build(section: dict, grid_lags=()) -> "Claim":
+        """The claim of a checked config section, as its kind's class."""
+        return KINDS[section["kind"]].from_section(section, tuple(grid_lags))
 
     @classmethod
-    def build(cls, section: dict, grid_lags=()) -> "Claim":
-        kind = section["kind"]
-        versus_lag = section.get("versus_lag", section["lag"]) if kind == "collapse" else None
-        lags = tuple(section.get("lags") or grid_lags) if kind == "trend" else None
-        lag = section["lag"] if "lag" in section else max(lags)  # a trend's lag: the largest of its fit
-        return cls(name=section["name"], kind=kind, recipe=section["recipe"], lag=lag,
-                   expect=section["expect"], smallest_effect=float(section["smallest_effect"]),
-                   metric=section["metric"], versus=section.get("versus"), versus_lag=versus_lag,
-                   other_recipe=section.get("other_recipe"), other_versus=section.get("other_versus"),
-                   of=section.get("of", "cost_difference") if kind == "interaction" else None, lags=lags,
-                   threshold=section.get("threshold"))
+    def from_section(cls, section: dict, grid_lags: tuple[int, ...]) -> "Claim":
+        return cls(name=section["name"], recipe=section["recipe"], lag=section["lag"], expect=section["expect"],
+                   smallest_effect=float(section["smallest_effect"]), metric=section["metric"],
+                   **cls._own(section, grid_lags))
+
+    @classmethod
+    def _own(cls, section: dict, grid_lags: tuple[int, ...]) -> dict:
+        """The kind's own fields from its config section."""
+        return {}
 
     def cells(self, reference_lag: int) -> list[tuple[float, str, int]]:
         """(weight, recipe, lag) of the cells whose weighted seed means make the contrast."""
-        if self.kind == "staleness_cost":
-            return [(1.0, self.recipe, self.lag), (-1.0, self.recipe, reference_lag)]
-        if self.kind == "cost_difference":
-            return [*self._cost(self.recipe, reference_lag), *_negated(self._cost(self.versus, reference_lag))]
-        if self.kind == "interaction":
-            # (recipe vs versus) minus (other_recipe vs other_versus): a difference of differences of
-            # differences when the comparison is a cost difference, of differences when it is two recipes
-            inner = (lambda a, b: [*self._cost(a, reference_lag), *_negated(self._cost(b, reference_lag))]) \
-                if self.of == "cost_difference" else (lambda a, b: [(1.0, a, self.lag), (-1.0, b, self.lag)])
-            return [*inner(self.recipe, self.versus), *_negated(inner(self.other_recipe, self.other_versus))]
-        if self.kind == "trend":
-            slope = [(weight, self.recipe, lag) for weight, lag in slope_weights(self.lags)]
-            return slope if self.versus is None else \
-                [*slope, *_negated([(w, self.versus, lag) for w, _, lag in slope])]
-        return [(1.0, self.recipe, self.lag), (-1.0, self.versus, self.versus_lag or self.lag)]
+        raise NotImplementedError
+
+    def read_cells(self, reference_lag: int) -> list[tuple[str, int]]:
+        """The cells (recipe, lag) whose runs the claim reads."""
+        return [(recipe, lag) for _, recipe, lag in self.cells(reference_lag)]
+
+    def describe(self, reference_lag: int) -> str:
+        """What the claim compares, in words (analysis.claims.statement adds its endpoint and effect)."""
+        return self.words.format(reference_lag=reference_lag, **vars(self))
+
+    def errors(self, key: str, reference_lag: int) -> list[str]:
+        """What a config check refuses of this kind (``key``: "config key 'claims[i]")."""
+        return []
+
+    def row(self) -> dict:
+        """The claim as summary.json's row holds it: every kind's fields (ROW_FIELDS), None where it has none."""
+        return {field: getattr(self, field, None) for field in ROW_FIELDS}
 
     def _cost(self, recipe: str, reference_lag: int) -> list[tuple[float, str, int]]:
         return [(1.0, recipe, self.lag), (-1.0, recipe, reference_lag)]
+
+    def _cost_at_reference_lag(self, key: str, reference_lag: int) -> list[str]:
+        if self.lag != reference_lag:
+            return []
+        return [f"{key}.lag' ({self.name}): a staleness cost is measured against lag {reference_lag}, the grid's "
+                "smallest; claim it at a larger lag (a grid of one lag measures none: pass claims=[])"]
+
+
+@dataclass(frozen=True)
+class StalenessCost(Claim):
+    """A recipe's score at ``lag`` minus at the reference lag (the grid's smallest)."""
+
+    kind: ClassVar[str] = "staleness_cost"
+    words: ClassVar[str] = "staleness cost of {recipe} (lag {lag} minus lag {reference_lag})"
+    is_cost: ClassVar[bool] = True
+    about_lag: ClassVar[bool] = True
+
+    def cells(self, reference_lag: int) -> list[tuple[float, str, int]]:
+        return self._cost(self.recipe, reference_lag)
+
+    def errors(self, key: str, reference_lag: int) -> list[str]:
+        return self._cost_at_reference_lag(key, reference_lag)
+
+
+@dataclass(frozen=True)
+class CostDifference(Claim):
+    """The staleness cost of ``recipe`` minus that of ``versus``."""
+
+    versus: str = ""
+    kind: ClassVar[str] = "cost_difference"
+    words: ClassVar[str] = "staleness cost of {recipe} minus that of {versus} (lag {lag} minus lag {reference_lag})"
+    is_cost: ClassVar[bool] = True
+    about_lag: ClassVar[bool] = True
+
+    @classmethod
+    def _own(cls, section: dict, grid_lags: tuple[int, ...]) -> dict:
+        return {"versus": section["versus"]}
+
+    def cells(self, reference_lag: int) -> list[tuple[float, str, int]]:
+        return [*self._cost(self.recipe, reference_lag), *_negated(self._cost(self.versus, reference_lag))]
+
+    def errors(self, key: str, reference_lag: int) -> list[str]:
+        return self._cost_at_reference_lag(key, reference_lag)
+
+
+@dataclass(frozen=True)
+class Recipes(Claim):
+    """Two recipes at one lag: ``recipe`` minus ``versus``."""
+
+    versus: str = ""
+    kind: ClassVar[str] = "recipes"
+    words: ClassVar[str] = "{recipe} minus {versus} at lag {lag}"
+
+    @classmethod
+    def _own(cls, section: dict, grid_lags: tuple[int, ...]) -> dict:
+        return {"versus": section["versus"]}
+
+    def cells(self, reference_lag: int) -> list[tuple[float, str, int]]:
+        return [(1.0, self.recipe, self.lag), (-1.0, self.versus, self.lag)]
+
+
+@dataclass(frozen=True)
+class Collapse(Claim):
+    """The collapse rate of ``recipe`` at ``lag`` minus that of ``versus`` at ``versus_lag`` (a rate, not a score)."""
+
+    versus: str = ""
+    versus_lag: int = 0
+    kind: ClassVar[str] = "collapse"
+    words: ClassVar[str] = "collapse rate of {recipe} at lag {lag} minus that of {versus} at lag {versus_lag}"
+    scale: ClassVar[str] = "rate"
+
+    @classmethod
+    def _own(cls, section: dict, grid_lags: tuple[int, ...]) -> dict:
+        return {"versus": section["versus"], "versus_lag": section.get("versus_lag", section["lag"])}
+
+    def cells(self, reference_lag: int) -> list[tuple[float, str, int]]:
+        return [(1.0, self.recipe, self.lag), (-1.0, self.versus, self.versus_lag)]
+
+
+@dataclass(frozen=True)
+class Interaction(Claim):
+    """(recipe vs versus) minus (other_recipe vs other_versus), each comparison ``of`` a cost difference
+    (the default) or two recipes at one lag: e.g. a recipe's gain with a bf16 sampler minus with float32."""
+
+    versus: str = ""
+    other_recipe: str = ""
+    other_versus: str = ""
+    of: str = "cost_difference"
+    kind: ClassVar[str] = "interaction"
+    words: ClassVar[str] = "{recipe} against {versus} minus {other_recipe} against {other_versus} ({of}, lag {lag})"
+    own_fields: ClassVar[tuple[str, ...]] = ("other_recipe", "other_versus", "of")
+    about_lag: ClassVar[bool] = True
+
+    @classmethod
+    def _own(cls, section: dict, grid_lags: tuple[int, ...]) -> dict:
+        return {"versus": section["versus"], "other_recipe": section["other_recipe"],
+                "other_versus": section["other_versus"], "of": section.get("of", "cost_difference")}
+
+    def cells(self, reference_lag: int) -> list[tuple[float, str, int]]:
+        # a difference of differences of differences when the comparison is a cost difference, of
+        # differences when it is two recipes
+        def inner(a: str, b: str) -> list[tuple[float, str, int]]:
+            if self.of == "cost_difference":
+                return [*self._cost(a, reference_lag), *_negated(self._cost(b, reference_lag))]
+            return [(1.0, a, self.lag), (-1.0, b, self.lag)]
+        return [*inner(self.recipe, self.versus), *_negated(inner(self.other_recipe, self.other_versus))]
+
+    def errors(self, key: str, reference_lag: int) -> list[str]:
+        messages = []
+        if self.of == "cost_difference" and self.lag == reference_lag:
+            messages.append(f"{key}.lag' ({self.name}): an interaction of staleness costs is measured against lag "
+                            f"{reference_lag}, the grid's smallest; claim it at a larger lag")
+        if {self.recipe, self.versus} == {self.other_recipe, self.other_versus}:
+            messages.append(f"{key}.other_recipe' ({self.name}): the other comparison must name other recipes")
+        return messages
+
+
+@dataclass(frozen=True)
+class Trend(Claim):
+    """The least-squares slope of ``recipe``'s score against lag over ``lags`` (minus ``versus``'s, if
+    given); with a ``threshold`` cost it also reports the smallest lag whose cost passes it
+    (analysis.claims.threshold_lag)."""
+
+    versus: str | None = None
+    lags: tuple[int, ...] = ()  # the lags the slope is fitted over (default: the grid's)
+    threshold: float | None = None  # the staleness cost that matters, a fraction of the score (one recipe only)
+    kind: ClassVar[str] = "trend"
+    words: ClassVar[str] = "least-squares slope of {recipe}'s score against lag over lags {lags} (per unit of lag)"
+    own_fields: ClassVar[tuple[str, ...]] = ("lags", "threshold")
+    about_lag: ClassVar[bool] = True
+
+    @classmethod
+    def from_section(cls, section: dict, grid_lags: tuple[int, ...]) -> "Claim":
+        lags = tuple(section.get("lags") or grid_lags)
+        return super().from_section({"lag": max(lags), **section}, grid_lags)  # its lag: the largest of its fit
+
+    @classmethod
+    def _own(cls, section: dict, grid_lags: tuple[int, ...]) -> dict:
+        return {"versus": section.get("versus"), "lags": tuple(section.get("lags") or grid_lags),
+                "threshold": section.get("threshold")}
+
+    def cells(self, reference_lag: int) -> list[tuple[float, str, int]]:
+        slope = [(weight, self.recipe, lag) for weight, lag in slope_weights(self.lags)]
+        return slope if self.versus is None else [*slope, *_negated([(w, self.versus, lag) for w, _, lag in slope])]
+
+    def errors(self, key: str, reference_lag: int) -> list[str]:
+        messages = []
+        if self.threshold is not None and self.versus is not None:
+            messages.append(f"{key}.threshold' ({self.name}): a threshold lag is a cost of one recipe; drop versus "
+                            f"or the threshold")
+        if len(set(self.lags)) < 2:
+            messages.append(f"{key}.lags' ({self.name}): a slope needs two lags or more, got {list(self.lags)}")
+        return messages
+
+
+KINDS: dict[str, type[Claim]] = {cls.kind: cls for cls in
+                                  (StalenessCost, CostDifference, Recipes, Collapse, Interaction, Trend)}
+# the config fields only one kind has, and that kind (a field on another kind is refused, naming it)
+OWN_FIELD_KINDS = {field: cls.kind for cls in KINDS.values() for field in cls.own_fields}
 
 
 def _negated(cells: list[tuple[float, str, int]]) -> list[tuple[float, str, int]]:
@@ -124,49 +292,25 @@ def claim_errors(config: dict, recipes) -> list[str]:
     messages, names = [], set()
     reference_lag = min(config["lags"])
     for i, claim in enumerate(claims(config)):
-        key = f"config key 'claims[{i}]"
+        key, section = f"config key 'claims[{i}]", config["claims"][i]
         if claim.name in names:
             messages.append(f"{key}.name': {claim.name!r} is declared twice")
         names.add(claim.name)
         for field in ("recipe", "versus", "other_recipe", "other_versus"):
-            value = getattr(claim, field)
+            value = getattr(claim, field, None)
             if value is not None and value not in recipes:
                 messages.append(f"{key}.{field}' ({claim.name}): unknown recipe {value!r}; "
                                 f"available: {', '.join(sorted(recipes))}")
-        lags = [("lag", claim.lag), ("versus_lag", claim.versus_lag)]
-        lags += [(f"lags[{j}]", lag) for j, lag in enumerate(config["claims"][i].get("lags") or [])]
+        lags = [("lag", claim.lag), ("versus_lag", getattr(claim, "versus_lag", None))]
+        lags += [(f"lags[{j}]", lag) for j, lag in enumerate(section.get("lags") or [])]
         for field, value in lags:
             if value is not None and value < 0:
                 messages.append(f"{key}.{field}' ({claim.name}): {value!r} is not a lag (an integer >= 0)")
-        messages += _kind_errors(claim, config["claims"][i], key, reference_lag)
-        if claim.kind in ("staleness_cost", "cost_difference") and claim.lag == reference_lag:
-            messages.append(f"{key}.lag' ({claim.name}): a staleness cost is measured against lag "
-                            f"{reference_lag}, the grid's smallest; claim it at a larger lag (a grid of "
-                            "one lag measures none: pass claims=[])")
-        if claim.kind != "collapse" and "versus_lag" in config["claims"][i]:
+        messages += [f"{key}.{field}' ({claim.name}): only a{'n' if kind[0] in 'aeiou' else ''} {kind} claim has it"
+                     for field, kind in OWN_FIELD_KINDS.items() if field in section and claim.kind != kind]
+        messages += claim.errors(key, reference_lag)
+        if "versus_lag" in section and not isinstance(claim, Collapse):
             messages.append(f"{key}.versus_lag' ({claim.name}): only a collapse claim compares two lags")
-        if claim.kind != "collapse" and claim.metric == "selected" and not config["eval"].get("selection_task"):
+        if claim.scale == "points" and claim.metric == "selected" and not config["eval"].get("selection_task"):
             messages.append(f"{key}.metric' ({claim.name}): 'selected' needs eval.selection_task")
-    return messages
-
-
-_KIND_ONLY = {"other_recipe": "interaction", "other_versus": "interaction", "of": "interaction", "lags": "trend",
-              "threshold": "trend"}
-
-
-def _kind_errors(claim: Claim, section: dict, key: str, reference_lag: int) -> list[str]:
-    """The fields of the interaction and trend kinds: each on its own kind only; an interaction of
-    cost differences away from the reference lag; a trend over two lags or more."""
-    messages = [f"{key}.{field}' ({claim.name}): only a{'n' if kind[0] in 'aeiou' else ''} {kind} claim has it"
-                for field, kind in _KIND_ONLY.items() if field in section and claim.kind != kind]
-    if claim.kind == "interaction" and claim.of == "cost_difference" and claim.lag == reference_lag:
-        messages.append(f"{key}.lag' ({claim.name}): an interaction of staleness costs is measured against lag "
-                        f"{reference_lag}, the grid's smallest; claim it at a larger lag")
-    if claim.kind == "interaction" and {claim.recipe, claim.versus} == {claim.other_recipe, claim.other_versus}:
-        messages.append(f"{key}.other_recipe' ({claim.name}): the other comparison must name other recipes")
-    if claim.kind == "trend" and claim.threshold is not None and claim.versus is not None:
-        messages.append(f"{key}.threshold' ({claim.name}): a threshold lag is a cost of one recipe; drop versus "
-                        f"or the threshold")
-    if claim.kind == "trend" and len(set(claim.lags)) < 2:
-        messages.append(f"{key}.lags' ({claim.name}): a slope needs two lags or more, got {list(claim.lags)}")
     return messages

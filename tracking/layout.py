@@ -19,6 +19,7 @@ import math
 import re
 
 from analysis.summary import SCORES
+from harness.claims import KINDS
 from tracking.store import SEED_RUNS_FILTER
 
 PERCENT = 100.0
@@ -169,7 +170,7 @@ BAND_PARTS = ("low", "high")  # a cell's band runs, beside its summary run (the 
 
 def staleness_cost_metric(claims: list[dict]) -> str:
     """The score whose staleness cost the comparison charts: the staleness claims' metric (AUC by default)."""
-    return next((c["metric"] for c in claims if c["kind"] in ("staleness_cost", "cost_difference")), "auc")
+    return next((c["metric"] for c in claims if KINDS[c["kind"]].is_cost), "auc")
 
 
 def seed_runs_view() -> dict:

@@ -13,7 +13,7 @@ from analysis.aggregate import main
 from analysis.claims import NOT_TESTED, answer, open_cells
 from analysis.decision import look_levels, outcome, outcomes, true_of
 from analysis.survival import collapse_test
-from harness.claims import Claim, Seeding
+from harness.claims import Recipes, Seeding, StalenessCost
 from harness.config import ConfigError, load
 from tests.support.grid_fixture import CLAIMS, make_grid
 
@@ -100,10 +100,8 @@ def test_the_outcome_is_where_the_interval_lies(low, high, expect, expected):
 
 
 def test_a_claim_outside_a_narrowed_grid_is_not_tested_and_leaves_the_family():
-    claim = Claim(name="c", kind="recipes", recipe="a", lag=8, expect="greater", smallest_effect=0.05, metric="auc",
-                  versus="b", versus_lag=None)
-    other = Claim(name="d", kind="staleness_cost", recipe="a", lag=8, expect="less", smallest_effect=0.05,
-                  metric="auc", versus=None, versus_lag=None)
+    claim = Recipes(name="c", recipe="a", lag=8, expect="greater", smallest_effect=0.05, metric="auc", versus="b")
+    other = StalenessCost(name="d", recipe="a", lag=8, expect="less", smallest_effect=0.05, metric="auc")
     cells = {(r, lag): {"recipe": r, "lag": lag, "seeds": [0, 1, 2], "per_seed": {"auc": values}}
              for r, lag, values in (("a", 1, [0.6, 0.62, 0.61]), ("a", 8, [0.3, 0.35, 0.31]))}
     rows = {row["name"]: row for row in answer((claim, other), cells, 1, 100)}
@@ -112,10 +110,8 @@ def test_a_claim_outside_a_narrowed_grid_is_not_tested_and_leaves_the_family():
 
 
 def test_a_declared_schedule_stops_a_claim_at_its_first_final_look():
-    cost = Claim(name="cost", kind="staleness_cost", recipe="a", lag=8, expect="less", smallest_effect=0.05,
-                 metric="auc", versus=None, versus_lag=None)
-    same = Claim(name="same", kind="recipes", recipe="b", versus="a", lag=1, expect="greater", smallest_effect=0.05,
-                 metric="auc", versus_lag=None)
+    cost = StalenessCost(name="cost", recipe="a", lag=8, expect="less", smallest_effect=0.05, metric="auc")
+    same = Recipes(name="same", recipe="b", versus="a", lag=1, expect="greater", smallest_effect=0.05, metric="auc")
     seeds = [0, 1, 2, 3, 4]
     cells = {("a", 1): [0.60, 0.61, 0.59, 0.60, 0.62], ("a", 8): [0.20, 0.21, 0.19, 0.22, 0.20],
              ("b", 1): [0.50, 0.70, 0.55, 0.68, 0.61], ("b", 8): [0.3] * 5}

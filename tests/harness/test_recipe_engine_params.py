@@ -50,4 +50,4 @@ def test_the_sources_preset_crosses_precision_replay_and_lag():
     assert model.lags == (0, 1, 8) and len(model.runs) == 24 * 3 * 10  # every seed the schedule may reach
     assert {case["engine_params"]["rollout_dtype"] for case in model.null_check_params()["cases"]} == \
         {"float32", "bfloat16", "float16"}
-    assert {c.kind for c in claims(dict(model.raw))} == {"interaction", "trend"}
+    assert {type(c).kind for c in claims(dict(model.raw))} == {"interaction", "trend"}
