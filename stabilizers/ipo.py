@@ -45,7 +45,7 @@ def ipo(
     objective = torch.where(keep, capped * batch.advantages, 0.0)
     metrics = {
         "ipo/masked_frac": masked_mean((~keep).to(p.dtype), batch.active),
-        "ipo/capped_frac": masked_mean((ratio.detach() > max_importance_ratio).to(p.dtype), batch.active),
+        "ipo/capped_frac": masked_mean((keep & (ratio.detach() > max_importance_ratio)).to(p.dtype), batch.active),
         "ratio/mean": masked_mean(ratio.detach(), batch.active),
     }
     return LossOutput(aggregate(objective, batch, aggregation), metrics)
