@@ -4,6 +4,7 @@ sampler field: a loss that reads it registers what it needs, and an engine that 
 refused by the config check, naming the recipe, the loss and the engine. Formulas: each module's
 docstring and docs/stabilizers.md."""
 import math
+import re
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from harness import engine as engines
 from harness.config import ConfigError, validate
 from stabilizers import PolicyBatch, SamplerDistribution, get, load_recipes, loss_needs, register, validate_batch
 from stabilizers._fingerprint import canned_batch
+from tests.support.paths import ROOT
 
 F64 = torch.float64
 
@@ -248,3 +250,12 @@ def test_every_new_recipe_is_registered_with_its_loss():
         "ipo": "ipo", "score_centering": "score_centering", "score_centering_tis": "score_centering",
         "score_centering_mis": "score_centering", "score_centering_top4": "score_centering", "estr": "estr",
         "topr": "topr"}
+
+
+def test_every_recipe_is_on_the_policy_triangle_map():
+    """docs/stabilizers.md's map names each recipe of recipes.yaml in its first column, once."""
+    text = (ROOT / "docs" / "stabilizers.md").read_text()
+    section = text.split("## The Policy Triangle map")[1].split("\n## ")[0]
+    rows = [line.split("|")[1] for line in section.splitlines() if line.startswith("| `")]
+    named = [name for cell in rows for name in re.findall(r"`([a-z0-9_]+)`", cell)]
+    assert sorted(named) == sorted(load_recipes())
