@@ -1,7 +1,7 @@
 """ESTR, the entropy-scaled trust region (Zhao et al. 2026, "Deconstructing Off-Policy Ratios:
 Entropy-Scaled Trust Regions for Asynchronous RL", arXiv 2607.22186). THIRD-PARTY SOURCE: neither the
-paper nor its code was read; the rule is that of three independent reading notes (Chinese and
-Japanese, /work/shared/reference/field-2026-autumn.md section 1.1), which agree with one another.
+paper nor its code was read; the rule is that of three independent reading notes (a Chinese deep
+read, a Japanese note, a Chinese daily digest), which agree with one another.
 
     delta_t = log pi(y_t) - log mu(y_t)
     H_t     = -sum_v mu(v) log mu(v)                    (the sampler's entropy: PolicyBatch.sampler.entropy)
