@@ -11,8 +11,9 @@ import pytest
 import torch
 import yaml
 
-from harness import engine as engines
 from harness.config import ConfigError, validate
+from harness.grid import resolve_run_config
+from harness.run import RunConfig
 from stabilizers import PolicyBatch, SamplerDistribution, get, load_recipes, loss_needs, register, validate_batch
 from stabilizers._fingerprint import canned_batch
 from tests.support.paths import ROOT
@@ -138,7 +139,7 @@ def test_score_centering_exact_form_by_its_formula(weight):
     out = get("score_centering")(batch, weight=weight)
     loss, d_token, d_vocab = numpy_centering(WEIGHTS[weight])
     torch.testing.assert_close(out.loss, t(loss))
-    torch.testing.assert_close(grad(out, batch.logp), t([d_token]))
+    torch.testing.assert_close(grad(out, batch.logp), torch.tensor(d_token[None], dtype=F64))
     torch.testing.assert_close(grad(out, logp_all), torch.tensor(d_vocab, dtype=F64))
 
 
@@ -239,8 +240,11 @@ def test_a_recipe_that_needs_the_sampler_is_refused_by_an_engine_that_cannot_giv
     assert "recipes[3]" not in message and "recipes[4]" not in message  # topr and ipo read mu(y_t) only
     validate({**on_slime, "recipes": ["grpo", "topr", "ipo"]})
     validate({**grid, "recipes": ["grpo", "score_centering_tis", "estr"], "baseline": "grpo"})  # tiny supplies both
-    with pytest.raises(ValueError, match="recipe 'estr' \\(loss 'estr'\\) needs"):
-        engines.check_supplies(engines.get("slime"), "estr", "estr")
+    # and a run config that reached a job anyway (written by hand, or before this check) is refused there too
+    run_grid = {"grid": "g", "engine": "slime", "lag_mode": "interval", "steps": 2, "eval_every": 1, "recipes": ["estr"],
+                "lags": [1], "seeds": [0], "engine_params": table1["engine_params"]}
+    with pytest.raises(ValueError, match="recipe 'estr' \\(loss 'estr'\\) needs sampler_entropy.*engine 'slime'"):
+        RunConfig.check(resolve_run_config(run_grid, "estr", 1, 0))
 
 
 def test_every_new_recipe_is_registered_with_its_loss():
