@@ -11,7 +11,8 @@ The point of the Score Centering code's ISCorrection grid that it names "topr" (
 sweeps/06b_quant_stale.yaml: level seq_sum, high 1.0, outside clamp, sign neg; losses.py: a
 non-negative advantage is "positive", weights are detached REINFORCE coefficients over the token
 count). TOPR has no parameter but the reference and the aggregation. The sequence log-ratio is
-capped at 0 before exp: the weight is min(R, 1) without overflow.
+capped at 0 before exp: the weight is min(R, 1) without overflow (the code clamps it to [-20, 20],
+so that a weight below e^-20 is e^-20 there and smaller here).
 """
 from __future__ import annotations
 
