@@ -31,16 +31,16 @@ from ._surrogate import aggregate, masked_mean
 from .api import LossOutput, PolicyBatch, ranges, register, sampler_field
 
 
-def _centering_mass(logp: torch.Tensor, logq: torch.Tensor, weight: str, tis_cap: float, mis_low: float,
-                    mis_high: float) -> torch.Tensor:
-    """q f(p / q), in log space so that q = 0 gives 0 and p / q never overflows (detached)."""
+def _log_mass(logp: torch.Tensor, logq: torch.Tensor, weight: str, tis_cap: float, mis_low: float,
+              mis_high: float) -> torch.Tensor:
+    """log(q f(p / q)), detached: in log space, so that q = 0 gives -inf and p / q never overflows."""
     logp, logq = logp.detach(), logq.detach()
     if weight == "none":
-        return logq.exp()
+        return logq
     if weight == "tis":  # q min(p / q, c) = min(p, c q)
-        return torch.minimum(logp, logq + math.log(tis_cap)).exp()
+        return torch.minimum(logp, logq + math.log(tis_cap))
     low = logq + (math.log(mis_low) if mis_low > 0 else -math.inf)
-    return torch.where((logp >= low) & (logp <= logq + math.log(mis_high)), logp.exp(), 0.0)
+    return torch.where((logp >= low) & (logp <= logq + math.log(mis_high)), logp, -math.inf)
 
 
 def _tail_alpha(rho: torch.Tensor, weight: str, tis_cap: float, mis_low: float, mis_high: float) -> torch.Tensor:
@@ -70,9 +70,9 @@ def score_centering(
     if top_k < 0:
         raise ValueError(f"stabilizer 'score_centering': top_k = {top_k}; 0 (exact) or a head size >= 1")
     logq, logp_all = sampler_field(batch, "logq", "score_centering"), sampler_field(batch, "logp", "score_centering")
-    sampled = _centering_mass(batch.logp, batch.rollout_logp, weight, tis_cap, mis_low, mis_high)
-    w = sampled / batch.rollout_logp.detach().exp()  # f(p / q) of the sampled token
-    mass = _centering_mass(logp_all, logq, weight, tis_cap, mis_low, mis_high)
+    # f(p / q) of the sampled token: its mass over q
+    w = (_log_mass(batch.logp, batch.rollout_logp, weight, tis_cap, mis_low, mis_high) - batch.rollout_logp.detach()).exp()
+    mass = _log_mass(logp_all, logq, weight, tis_cap, mis_low, mis_high).exp()
     tail_q = torch.zeros_like(w)
     if 0 < top_k < logq.shape[-1]:  # a static shape: the top-k form with a tail
         head = torch.zeros_like(logq, dtype=torch.bool).scatter(-1, logq.topk(top_k, dim=-1).indices, True)
