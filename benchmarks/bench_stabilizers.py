@@ -19,13 +19,15 @@ import time
 import torch
 import torch._dynamo
 
-from stabilizers import PolicyBatch, load_recipes
+from benchmarks.gpu_check import sampler_for
+from stabilizers import PolicyBatch, load_recipes, loss_needs
 
 RESPONSE_LENGTH = 1000
 
 
-def make_batch(n_tokens: int, seed: int = 0, device: str = "cpu") -> PolicyBatch:
-    """A batch shaped like an LLM's: mean |d| ~ 0.01 with a heavy tail, 10% padding, group advantages."""
+def make_batch(n_tokens: int, seed: int = 0, device: str = "cpu", needs: tuple[str, ...] = ()) -> PolicyBatch:
+    """A batch shaped like an LLM's: mean |d| ~ 0.01 with a heavy tail, 10% padding, group advantages;
+    with the sampler's distribution over a small vocabulary (gpu_check.sampler_for) where a recipe ``needs`` it."""
     generator = torch.Generator().manual_seed(seed)
     shape = (n_tokens // RESPONSE_LENGTH, RESPONSE_LENGTH)
     rollout_logp = -torch.rand(shape, generator=generator) * 3
@@ -34,7 +36,8 @@ def make_batch(n_tokens: int, seed: int = 0, device: str = "cpu") -> PolicyBatch
     advantages = torch.randn(shape[0], 1, generator=generator).expand(shape).contiguous()
     mask = (torch.rand(shape, generator=generator) > 0.1).float()
     return PolicyBatch(logp=logp, old_logp=logp.detach().clone(), rollout_logp=rollout_logp.to(device),
-                       advantages=advantages.to(device), mask=mask.to(device))
+                       advantages=advantages.to(device), mask=mask.to(device),
+                       sampler=sampler_for(needs, shape, generator, device))
 
 
 def time_call(loss_fn, batch: PolicyBatch) -> float:
@@ -82,7 +85,8 @@ def main() -> None:
     # every recipe compiles the same closure (entry_point) into its own graph
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 2 * len(names))
     for n_tokens in args.tokens:
-        batch = make_batch(n_tokens, device=args.device)
+        needs = tuple(sorted({need for name in names for need in loss_needs(recipes[name].loss)}))
+        batch = make_batch(n_tokens, device=args.device, needs=needs)
         eager = {name: entry_point(recipes[name]) for name in names}
         compiled = {} if args.no_compile else {
             name: torch.compile(fn, fullgraph=True, dynamic=False) for name, fn in eager.items()}

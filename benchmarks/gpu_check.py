@@ -31,14 +31,16 @@ if __package__ in (None, ""):  # run as a script: the repository root on the pat
 
 import torch
 
-from stabilizers import PolicyBatch, available, get, load_recipes
+from stabilizers import PolicyBatch, SamplerDistribution, available, get, load_recipes, loss_needs
 
 TOLERANCE = 1e-4
 RESPONSE_LENGTH = 1024
+SAMPLER_VOCAB = 16  # Score Centering's and ESTR's vocabulary here: the tiny engine's order of size
 
 
-def make_batch(n_tokens: int, device: str, seed: int = 0) -> PolicyBatch:
-    """Drawn on the CPU (identical on every device): mean |d| ~ 0.01 with a heavy tail, 10% padding."""
+def make_batch(n_tokens: int, device: str, seed: int = 0, needs: tuple[str, ...] = ()) -> PolicyBatch:
+    """Drawn on the CPU (identical on every device): mean |d| ~ 0.01 with a heavy tail, 10% padding;
+    with the sampler's distribution (sampler_for) for a loss that ``needs`` it."""
     g = torch.Generator().manual_seed(seed)
     shape = (max(1, n_tokens // RESPONSE_LENGTH), RESPONSE_LENGTH)
     rollout_logp = -torch.rand(shape, generator=g) * 3
@@ -47,7 +49,21 @@ def make_batch(n_tokens: int, device: str, seed: int = 0) -> PolicyBatch:
     advantages = torch.randn(shape[0], 1, generator=g).expand(shape).contiguous()
     mask = (torch.rand(shape, generator=g) > 0.1).float()
     return PolicyBatch(logp=logp.to(device).requires_grad_(True), old_logp=old_logp.to(device),
-                       rollout_logp=rollout_logp.to(device), advantages=advantages.to(device), mask=mask.to(device))
+                       rollout_logp=rollout_logp.to(device), advantages=advantages.to(device), mask=mask.to(device),
+                       sampler=sampler_for(needs, shape, g, device))
+
+
+def sampler_for(needs: tuple[str, ...], shape: tuple[int, int], generator: torch.Generator,
+                device: str) -> SamplerDistribution | None:
+    """mu's and pi's log-probs over a SAMPLER_VOCAB-entry vocabulary (pi's a leaf with gradient) and mu's
+    entropy, drawn after the batch's other tensors (which it leaves as they were); None for a loss that
+    reads none (stabilizers.loss_needs)."""
+    if not needs:
+        return None
+    logits = torch.randn((*shape, SAMPLER_VOCAB), generator=generator)
+    logq = (logits + 0.01 * torch.randn((*shape, SAMPLER_VOCAB), generator=generator)).log_softmax(-1)
+    return SamplerDistribution(logq=logq.to(device), logp=logits.log_softmax(-1).to(device).requires_grad_(True),
+                               entropy=torch.special.entr(logq.exp()).sum(-1).to(device))
 
 
 def count_syncs(fn):
@@ -106,7 +122,7 @@ def stabilizer_check(name: str, n_tokens: int):
         loss = get(name)(batch).loss
         loss.backward()
         return loss.detach(), batch.logp.grad.detach()
-    return lambda device: make_batch(n_tokens, device), step
+    return lambda device: make_batch(n_tokens, device, needs=loss_needs(name)), step
 
 
 def slime_runs():
@@ -129,6 +145,8 @@ def slime_runs():
             continue  # a loss slime has no normaliser for: the launcher refuses it too
         if recipe.params.get("quantile_scope", "microbatch") == "global":
             continue  # needs Megatron's data-parallel group
+        if loss_needs(recipe.loss):
+            continue  # the sampler's distribution, which slime's pin does not carry (the config check refuses it)
 
         def prepare(device):
             logits, batch = make_sample_batch(seed=0)

@@ -142,6 +142,7 @@ def _semantic_errors(config: dict, tasks_dir: Path) -> list[str]:
     except ValueError as error:
         messages.append(f"config key 'engine_params': {error}")
     messages += _recipe_engine_params_errors(config, recipes) + _gain_sources_errors(config, recipes)
+    messages += _supplies_errors(config, recipes)
     fixed = config["eval"].get("fixed_step")
     if fixed is not None and (fixed > config["steps"] or (fixed % config["eval_every"] and fixed != config["steps"])):
         messages.append(f"config key 'eval.fixed_step': {fixed} is not an evaluated step "
@@ -171,6 +172,19 @@ def _recipe_engine_params_errors(config: dict, known) -> list[str]:
             engine.resolve_params(recipe_engine_params(config, recipe))
         except ValueError as error:
             messages.append(f"{key}': {error}")
+    return messages
+
+
+def _supplies_errors(config: dict, known) -> list[str]:
+    """A grid recipe whose loss reads the sampler's distribution beyond the sampled token (Score
+    Centering, ESTR) needs an engine that supplies it."""
+    engine, messages = engines.get(config["engine"]), []
+    for i, name in enumerate(config["recipes"]):
+        if name in known:
+            try:
+                engines.check_supplies(engine, name, known[name].loss)
+            except ValueError as error:
+                messages.append(f"config key 'recipes[{i}]': {error}")
     return messages
 
 

@@ -7,6 +7,10 @@ An engine provides everything the workflow needs to know about it (docs/design.m
                                             (ValueError naming the key); no file access
     resources[rule]                         default job resources per rule (config `resources` overrides);
                                             train's slurm_extra asks for the time-limit warning signal
+    supplies, supplies_note                 what of the sampler's distribution beyond the sampled token
+                                            it fills in PolicyBatch.sampler (stabilizers.SAMPLER_NEEDS),
+                                            and why not more: a recipe whose loss needs more is refused
+                                            by the config check (check_supplies), before any job
     step_minutes                            an upper estimate of one training step's wall time (minutes):
                                             with the train job's runtime it sets the training job's retries
     train(run_config, run_dir) -> status    train or resume one run (a checked harness.run.RunConfig and
@@ -67,6 +71,8 @@ class Engine:
     null_check: Callable[[dict, Path | None], dict] | None = None
     null_check_keys: tuple[str, ...] = ()
     step_minutes: float = 0.0
+    supplies: tuple[str, ...] = ()
+    supplies_note: str = ""
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.resources) - set(RULES))
@@ -76,6 +82,18 @@ class Engine:
             raise ValueError(f"engine {self.name!r}: prepare, prepare_outputs and prepare_keys go together")
         if (self.null_check is None) != (not self.null_check_keys):
             raise ValueError(f"engine {self.name!r}: null_check and null_check_keys go together")
+
+
+def check_supplies(engine: Engine, recipe_name: str, loss: str) -> None:
+    """A ValueError naming the recipe, its loss and the engine when the loss needs of the sampler's
+    distribution what the engine cannot supply (read from source: no torch)."""
+    from stabilizers import SAMPLER_NEEDS, loss_needs
+
+    missing = [need for need in loss_needs(loss) if need not in engine.supplies]
+    if missing:
+        wanted = "; ".join(f"{need}: {SAMPLER_NEEDS[need]}" for need in missing)
+        raise ValueError(f"recipe {recipe_name!r} (loss {loss!r}) needs {wanted}, which engine {engine.name!r} "
+                         f"cannot supply" + (f" ({engine.supplies_note})" if engine.supplies_note else ""))
 
 
 class TrainingDiverged(Exception):

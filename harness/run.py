@@ -320,6 +320,7 @@ class RunConfig:
                     grid=raw.get("grid", ""), lag=raw["lag"], lag_mode=raw["lag_mode"], seed=raw["seed"],
                     steps=raw["steps"], eval_every=raw["eval_every"],
                     base_model=Path(grid_dir) / raw["base_model"] if raw.get("base_model") else None, run_key=raw["run_key"])
+        engines.check_supplies(engine, recipe.name, recipe.loss)
         if engine.check_run is not None:
             engine.check_run(typed)
         return typed

@@ -9,7 +9,19 @@ Imports nothing from engines/, eval/ or workflow/. Importing the package does no
 """
 import importlib
 
-from .api import LossOutput, PolicyBatch, Reduce, available, get, parameters, register, validate_batch
+from .api import (
+    SAMPLER_NEEDS,
+    LossOutput,
+    PolicyBatch,
+    Reduce,
+    SamplerDistribution,
+    available,
+    get,
+    loss_needs,
+    parameters,
+    register,
+    validate_batch,
+)
 from .recipes import (
     Recipe,
     check_values,
@@ -25,8 +37,8 @@ _TORCH_EXPORTS = {"tis_weight": "tis", "with_tis": "tis", "offpolicy_diagnostics
                   "ess_lr_scale": "_diagnostics", "TorchDistributedReduce": "_distributed",
                   "fingerprint": "_fingerprint"}
 
-__all__ = ["LossOutput", "PolicyBatch", "Recipe", "Reduce", "available", "check_values", "get",
-           "get_recipe", "load_recipes", "parameters", "recipe_from_dict", "recipe_from_named_dict", "register",
+__all__ = ["SAMPLER_NEEDS", "LossOutput", "PolicyBatch", "Recipe", "Reduce", "SamplerDistribution", "available",
+           "check_values", "get", "get_recipe", "load_recipes", "loss_needs", "parameters", "recipe_from_dict", "recipe_from_named_dict", "register",
            "switch_defaults", "validate_batch", *_TORCH_EXPORTS]
 
 

@@ -37,6 +37,16 @@ def _registered_name(node: ast.FunctionDef) -> str | None:
     return None
 
 
+def _registered_needs(node: ast.FunctionDef, path: Path) -> tuple[str, ...]:
+    """The literal ``needs=`` of the function's ``@register(...)`` (what it reads of the sampler), () without one."""
+    call = _decorator_call(node, "register")
+    try:
+        return tuple(next((ast.literal_eval(keyword.value) for keyword in call.keywords if keyword.arg == "needs"), ()))
+    except ValueError:
+        raise ValueError(f"{path}: the needs of {node.name} must be a literal (the config check reads them "
+                         "from the source)") from None
+
+
 def _declared_ranges(node: ast.FunctionDef, path: Path) -> dict[str, object]:
     """The literal keyword arguments of the function's ``@ranges(...)``, {} without one."""
     call = _decorator_call(node, "ranges")
@@ -69,10 +79,10 @@ def _signature(node: ast.FunctionDef, path: Path) -> tuple[dict[str, object], di
 
 
 @cache
-def _module_signatures(path: Path, mtime_ns: int) -> dict[str, tuple[dict[str, object], dict[str, object]]]:
-    """{name: (defaults, declared ranges)} of the stabilizers one module registers (cached per file version)."""
+def _module_signatures(path: Path, mtime_ns: int) -> dict[str, tuple[dict, dict, tuple[str, ...]]]:
+    """{name: (defaults, declared ranges, needs)} of the stabilizers one module registers (cached per file version)."""
     tree = ast.parse(path.read_text(), filename=str(path))
-    return {name: _signature(node, path) for node in ast.walk(tree)
+    return {name: (*_signature(node, path), _registered_needs(node, path)) for node in ast.walk(tree)
             if isinstance(node, ast.FunctionDef) and (name := _registered_name(node)) is not None}
 
 
@@ -85,10 +95,10 @@ def function_signature(module: str, function: str) -> tuple[dict[str, object], d
     raise KeyError(f"stabilizers/{module}.py defines no function {function!r}")
 
 
-_KNOWN: dict[str, tuple[dict[str, object], dict[str, object]]] = {}
+_KNOWN: dict[str, tuple[dict, dict, tuple[str, ...]]] = {}
 
 
-def _known(name: str) -> tuple[dict[str, object], dict[str, object]] | None:
+def _known(name: str) -> tuple[dict, dict, tuple[str, ...]] | None:
     """Rescans the package only for a name not seen before, so a warm lookup is a dict read (which
     torch.compile traces through without a graph break)."""
     if name not in _KNOWN:
@@ -108,7 +118,13 @@ def declared_ranges(name: str) -> dict[str, object] | None:
     return None if known is None else known[1]
 
 
-def _scan() -> dict[str, tuple[dict[str, object], dict[str, object]]]:
+def needs(name: str) -> tuple[str, ...] | None:
+    """What stabilizer ``name`` reads of the sampler (its ``@register(..., needs=...)``), None if no module registers it."""
+    known = _known(name)
+    return None if known is None else known[2]
+
+
+def _scan() -> dict[str, tuple[dict, dict, tuple[str, ...]]]:
     found = {}
     for path in sorted(_PACKAGE.glob("*.py")):
         if not path.name.startswith("__"):
@@ -119,4 +135,4 @@ def _scan() -> dict[str, tuple[dict[str, object], dict[str, object]]]:
 def signatures() -> dict[str, dict[str, object]]:
     """{stabilizer name: {keyword parameter: default}} over every module of the package (a module
     added since the last call is found: the directory is listed on each call)."""
-    return {name: defaults for name, (defaults, _) in _scan().items()}
+    return {name: signature[0] for name, signature in _scan().items()}

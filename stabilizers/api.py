@@ -18,6 +18,10 @@ The contract, checked by register() when the module is imported:
   response) or "token_sum_norm" (Dr.GRPO's sum over a constant; stabilizers._surrogate.aggregate).
   Its default follows the method's source; the slime adapter maps the first two to slime's
   reducers (per-token loss, sample mean) and refuses the third by name;
+- a loss that reads the sampler's distribution beyond the sampled token requests it when it
+  registers, ``@register("name", needs=("sampler_logp",))`` (the names: SAMPLER_NEEDS); the engine
+  fills ``PolicyBatch.sampler`` with what its recipe's loss needs, and a config whose engine cannot
+  give it is refused before any job (harness.engine.check_supplies);
 - a loss that draws random numbers takes ``seed: int`` and draws as a function of (seed, token
   position) alone: no global RNG, no generator state. Recipe.compute_loss passes each training
   step's seed, so a step's draws are the same on a rerun and differ from step to step.
@@ -38,13 +42,22 @@ from typing import TYPE_CHECKING, Callable, Protocol
 from . import _catalog as catalog
 from ._ranges import CONVENTIONS, Range, check_range, check_values, complete, keyword_defaults, ranges
 
-__all__ = ["LossOutput", "PolicyBatch", "Reduce", "available", "check_params", "check_range", "get", "parameters",
-           "ranges", "register", "validate_batch", "value_ranges"]
+__all__ = ["SAMPLER_NEEDS", "LossOutput", "PolicyBatch", "Reduce", "SamplerDistribution", "available", "check_params",
+           "check_range", "get", "loss_needs", "parameters", "ranges", "register", "validate_batch", "value_ranges"]
 
 if TYPE_CHECKING:
     import torch
 
 _BATCH_TENSORS = ("logp", "old_logp", "rollout_logp", "advantages", "mask")
+
+# What a loss may read of the sampler beyond the sampled token, by the name it requests at registration
+# and an engine declares it supplies (harness.engine.Engine.supplies). A top-k head (SGLang's
+# top_logprobs_num) would be a third name; no engine transports one yet.
+SAMPLER_NEEDS = {
+    "sampler_logp": "the sampler's log-probs over the whole vocabulary at each response token, with the "
+                    "current policy's on the same entries (PolicyBatch.sampler.logq and .logp)",
+    "sampler_entropy": "the sampler's entropy H(mu) at each response token (PolicyBatch.sampler.entropy)",
+}
 
 
 class Reduce(Protocol):
@@ -52,6 +65,22 @@ class Reduce(Protocol):
 
     def all_gather(self, values: torch.Tensor) -> list[torch.Tensor]:
         """Every rank's 1-D tensor (sizes may differ), in rank order; no gradient."""
+
+
+@dataclass(frozen=True)
+class SamplerDistribution:
+    """The sampler's distribution at each response token, beyond the sampled one; an engine fills only
+    what its recipe's loss needs (SAMPLER_NEEDS), the rest stays None.
+
+    logq: [B, L, V] log mu(v) for every vocabulary entry v (detached): "sampler_logp".
+    logp: [B, L, V] log pi(v) of the current policy on the same entries, with gradient (its entry at the
+        sampled token is PolicyBatch.logp): "sampler_logp".
+    entropy: [B, L] H(mu) = -sum_v mu(v) log mu(v): "sampler_entropy".
+    """
+
+    logq: torch.Tensor | None = None
+    logp: torch.Tensor | None = None
+    entropy: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -65,6 +94,7 @@ class PolicyBatch:
     mask: 1 for an active response token, 0 for padding.
     token_weight: optional per-token weight applied before aggregation (TIS sets it).
     reduce: collectives across data-parallel ranks, or None for one process.
+    sampler: the sampler's distribution, for a loss that registered needs (SamplerDistribution); else None.
     """
 
     logp: torch.Tensor
@@ -74,6 +104,7 @@ class PolicyBatch:
     mask: torch.Tensor
     token_weight: torch.Tensor | None = None
     reduce: Reduce | None = None
+    sampler: SamplerDistribution | None = None
 
     # mask as booleans, computed once per batch (every loss reads it several times); set in
     # __post_init__ rather than a cached_property, whose lock torch.compile cannot trace
@@ -123,9 +154,13 @@ def _check_contract(name: str, fn: Stabilizer) -> None:
         raise ValueError(f"{where}: declare its value ranges with @ranges(...) under @register")
 
 
-def register(name: str) -> Callable[[Stabilizer], Stabilizer]:
+def register(name: str, *, needs: tuple[str, ...] = ()) -> Callable[[Stabilizer], Stabilizer]:
     """Register a stabilizer under ``name``, checking the contract above; a second definition of the
-    same name raises."""
+    same name raises. ``needs``: what it reads of PolicyBatch.sampler (SAMPLER_NEEDS), written as a
+    literal (the config check reads it from the source)."""
+    unknown = sorted(set(needs) - set(SAMPLER_NEEDS))
+    if unknown:
+        raise ValueError(f"stabilizer {name!r} needs {unknown}; an engine can supply {sorted(SAMPLER_NEEDS)}")
 
     def decorator(fn: Stabilizer) -> Stabilizer:
         if name in _REGISTRY and _where_defined(_REGISTRY[name]) != _where_defined(fn):
@@ -134,6 +169,7 @@ def register(name: str) -> Callable[[Stabilizer], Stabilizer]:
                 f"and {_where_defined(fn)}"
             )
         _check_contract(name, fn)
+        fn.__needs__ = tuple(needs)
         _REGISTRY[name] = fn
         return fn
 
@@ -185,6 +221,31 @@ def check_params(name: str, params: dict) -> None:
     check_values(value_ranges(name), accepted, params)
 
 
+def loss_needs(name: str) -> tuple[str, ...]:
+    """What stabilizer ``name`` reads of PolicyBatch.sampler (its ``needs=``), from source without torch
+    like parameters(), or from one registered at run time outside this package's files."""
+    needs = catalog.needs(name)
+    if needs is None and name in _REGISTRY:
+        needs = _REGISTRY[name].__needs__
+    if needs is None:
+        raise KeyError(f"unknown stabilizer {name!r}; available: {', '.join(sorted(catalog.signatures()))}")
+    return needs
+
+
+_FIELD_NEED = {"logq": "sampler_logp", "logp": "sampler_logp", "entropy": "sampler_entropy"}
+
+
+def sampler_field(batch: PolicyBatch, field_name: str, loss: str) -> torch.Tensor:
+    """``batch.sampler.<field_name>``, or a ValueError naming the loss and what it needs (a Python
+    check on None, not on a tensor value)."""
+    value = None if batch.sampler is None else getattr(batch.sampler, field_name)
+    if value is None:
+        need = _FIELD_NEED[field_name]
+        raise ValueError(f"stabilizer {loss!r} needs PolicyBatch.sampler.{field_name}: {SAMPLER_NEEDS[need]}; "
+                         f"the engine must fill it (register(..., needs=({need!r},)))")
+    return value
+
+
 def _lookup(name: str) -> Stabilizer:
     if name not in _REGISTRY:
         _discover()  # a module may have been added since the last scan
@@ -222,6 +283,17 @@ def validate_batch(batch: PolicyBatch) -> None:
     tensors = {name: getattr(batch, name) for name in _BATCH_TENSORS}
     if batch.token_weight is not None:
         tensors["token_weight"] = batch.token_weight
+    sampler = batch.sampler or SamplerDistribution()
+    if sampler.entropy is not None:
+        tensors["sampler.entropy"] = sampler.entropy
+    for name in ("logq", "logp"):  # log-probs over the vocabulary: -inf (a zero probability) is allowed
+        tensor = getattr(sampler, name)
+        if tensor is not None and (tensor.dim() != 3 or tensor.shape[:2] != shape):
+            raise ValueError(f"PolicyBatch.sampler.{name} has shape {tuple(tensor.shape)}, expected "
+                             f"{tuple(shape)} + (vocabulary,)")
+        if tensor is not None and torch.isnan(tensor.detach()).any():
+            raise ValueError(f"PolicyBatch.sampler.{name} has NaN values, first at "
+                             f"{tuple(torch.isnan(tensor.detach()).nonzero()[0].tolist())}")
     for name, tensor in tensors.items():
         if tensor.shape != shape:
             raise ValueError(

@@ -9,8 +9,12 @@
     loss    token-mean over all active tokens of  -M_t w_t A_t  (no epsilon clip: the mask replaces it)
 
 The mean is over trust-region tokens, as in the released code (verl/trainer/ppo/core_algos.py,
-commit 4514ce2: budget ``KL2_budget x token_num`` over those tokens, checked here); the paper's
-exact set is UNVERIFIED. The released code then caps |log w| at a
+commit 4514ce2: budget ``KL2_budget x token_num`` over those tokens, checked here). The set and the
+denominator are confirmed by the paper's final version (ICLR 2026, openreview IIgl5MWelz) as
+agentscope-ai/Trinity-RFT PR #615 (2026-08-20) implements it: "constrain only active PPO trust-region
+quadrants: A>0 with ratio>1 or A<0 with ratio<1; paper default tau = 0.04; preserve the original
+valid-token denominator" (a third-party excerpt of the PR; the final paper itself was not read).
+The released code then caps |log w| at a
 shared threshold (a capped mean) instead of masking; this module implements Algorithm 1's greedy
 mask. tau = 0.04 is the paper's default.
 

@@ -16,7 +16,7 @@ import yaml
 from . import _catalog as catalog
 from ._ranges import check_values as check_ranges
 from ._ranges import complete
-from .api import LossOutput, PolicyBatch, check_params, get, parameters
+from .api import LossOutput, PolicyBatch, SamplerDistribution, check_params, get, loss_needs, parameters
 
 DEFAULT_RECIPES = Path(__file__).with_name("recipes.yaml")
 _RECIPE_KEYS = {"loss", "params", "routing_replay", "tis", "rollout_is", "veto", "std_normalization", "table1"}
@@ -146,8 +146,11 @@ def _check_values(recipe: Recipe, where: str) -> None:
     import torch
 
     zero, one = torch.zeros(1, 1), torch.ones(1, 1)
+    # a one-entry vocabulary (mu = pi = 1, entropy 0) for a loss that reads the sampler's distribution
+    sampler = SamplerDistribution(logq=zero[..., None], logp=zero[..., None], entropy=zero) if loss_needs(recipe.loss) else None
     try:
-        recipe.compute_loss(PolicyBatch(logp=zero, old_logp=zero, rollout_logp=zero, advantages=one, mask=one))
+        recipe.compute_loss(PolicyBatch(logp=zero, old_logp=zero, rollout_logp=zero, advantages=one, mask=one,
+                                        sampler=sampler))
     except (TypeError, ValueError) as error:
         raise ValueError(f"{where}: {error}") from None
 

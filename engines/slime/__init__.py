@@ -67,4 +67,10 @@ ENGINE = register(Engine(
         "track": {"threads": 1, "mem_mb": 4000, "runtime": 60},
     },
     step_minutes=25,
+    # Score Centering needs the sampler's log-probs over the vocabulary (SGLang returns a top-k head with
+    # top_logprobs_num) and ESTR the sampler's entropy; the pin carries neither to the trainer. The
+    # trainer-side entropy slime computes is the current policy's, not mu's: no proxy is taken for it.
+    supplies=(),
+    supplies_note="the pinned slime records only the sampled token's log-prob from SGLang "
+                  "(Sample.rollout_log_probs); it requests no top-k log-probs and records no rollout entropy",
 ))

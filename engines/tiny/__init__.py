@@ -56,4 +56,5 @@ ENGINE = register(Engine(
         "track": {"threads": 1, "mem_mb": 2000},
     },
     step_minutes=0.01,
+    supplies=("sampler_logp", "sampler_entropy"),  # the rollout keeps the sampler's full log-probs (logmu_full)
 ))

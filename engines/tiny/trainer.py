@@ -35,7 +35,14 @@ from harness.engine import TimeLimitReached, TrainingDiverged, time_limit_near
 from harness.lag import check_realized_lag, newest_sampling_version, oldest_needed_version, sampling_version
 from harness.queue_lag import queue_model
 from harness.run import RunConfig, RunDir
-from stabilizers import PolicyBatch, ess_lr_scale, offpolicy_diagnostics, validate_batch
+from stabilizers import (
+    PolicyBatch,
+    SamplerDistribution,
+    ess_lr_scale,
+    loss_needs,
+    offpolicy_diagnostics,
+    validate_batch,
+)
 
 from . import task
 from .adam import Adam  # torch.optim.Adam's updates without its torch._dynamo import (adam.py)
@@ -51,6 +58,7 @@ class Trainer:
     def __init__(self, run_config: RunConfig, run: RunDir, progress=sys.stderr):
         """``run_config``: checked by RunConfig.check, which ran the engine's check_run (the base model)."""
         self.recipe, self.params = run_config.recipe, run_config.engine_params
+        self.needs = loss_needs(self.recipe.loss)  # what the loss reads of the sampler's distribution
         self.run_key = run_config.run_key
         self.lag, self.mode, self.seed = run_config.lag, run_config.lag_mode, run_config.seed
         self.steps, self.eval_every = run_config.steps, run_config.eval_every
@@ -134,12 +142,13 @@ class Trainer:
         stab: dict[str, list] = {}
         for index, idx in enumerate(rows):
             mb_out = self.model(inputs[idx], replay=None if replay is None else replay[idx])
-            logp = (mb_out.logits[:, plen - 1:] / temperature).log_softmax(-1)
-            logp = logp.gather(-1, response[idx][..., None])[..., 0]
+            logp_full = (mb_out.logits[:, plen - 1:] / temperature).log_softmax(-1)
+            logp = logp_full.gather(-1, response[idx][..., None])[..., 0]
             if not torch.isfinite(logp.detach()).all():
                 raise TrainingDiverged("non-finite log-probabilities")
             policy_batch = PolicyBatch(logp=logp, old_logp=old_logp[idx], rollout_logp=logmu[idx],
-                                       advantages=advantages[idx], mask=mask[idx])
+                                       advantages=advantages[idx], mask=mask[idx],
+                                       sampler=self.sampler_distribution(batch.logmu_full[idx], logp_full))
             validate_batch(policy_batch)  # the engine's boundary: the loss itself checks nothing
             result = self.recipe.compute_loss(policy_batch, step_seed=step_seed(self.seed, self.step + 1, 2 + index))
             loss = result.loss
@@ -165,6 +174,17 @@ class Trainer:
         if not all_finite(self.parameters):
             raise TrainingDiverged("non-finite weights")
         return {"numbers": as_floats(numbers), "stabilizer": as_floats(stab)}
+
+    def sampler_distribution(self, logq: torch.Tensor, logp_full: torch.Tensor) -> SamplerDistribution | None:
+        """What the recipe's loss reads of the sampler (stabilizers.SAMPLER_NEEDS), from the rollout's
+        recorded log mu over the vocabulary and this minibatch's log pi; None for a loss that reads
+        none, so that no other loss holds a [B, L, V] tensor past the gather."""
+        if not self.needs:
+            return None
+        full = "sampler_logp" in self.needs
+        return SamplerDistribution(logq=logq if full else None, logp=logp_full if full else None,
+                                   entropy=torch.special.entr(logq.exp()).sum(-1) if "sampler_entropy" in self.needs
+                                   else None)
 
     # ---------------------------------------------------------------- persistence
     def save(self, pending_rows: list[dict], checkpoint: bool = True) -> None:

@@ -6,16 +6,21 @@ import pytest
 import torch
 import torch._dynamo
 
-from stabilizers import PolicyBatch, available, get, load_recipes, with_tis
+from stabilizers import PolicyBatch, SamplerDistribution, available, get, load_recipes, loss_needs, with_tis
 
 
-def random_batch(seed=0, shape=(8, 32)):
+def random_batch(seed=0, shape=(8, 32), needs=()):
+    """A batch with, for a loss that reads it, the sampler's distribution over a 16-entry vocabulary."""
     generator = torch.Generator().manual_seed(seed)
     rollout = -3 * torch.rand(shape, generator=generator)
     logp = (rollout + 0.05 * torch.randn(shape, generator=generator) ** 3).requires_grad_(True)
+    logits = torch.randn((*shape, 16), generator=generator)
+    logq = (logits + 0.1 * torch.randn((*shape, 16), generator=generator)).log_softmax(-1)
+    sampler = SamplerDistribution(logq=logq, logp=logits.log_softmax(-1).requires_grad_(True),
+                                  entropy=torch.special.entr(logq.exp()).sum(-1)) if needs else None
     return PolicyBatch(logp=logp, old_logp=logp.detach() - 0.01, rollout_logp=rollout,
                        advantages=torch.randn(shape[0], 1, generator=generator).expand(shape).contiguous(),
-                       mask=(torch.rand(shape, generator=generator) > 0.2).float())
+                       mask=(torch.rand(shape, generator=generator) > 0.2).float(), sampler=sampler)
 
 
 def graph_breaks(fn, *args):
@@ -31,7 +36,14 @@ def loss_and_metrics(out):
 @pytest.mark.parametrize("name", available())
 def test_every_stabilizer_traces_without_a_graph_break(name):
     loss_fn = get(name)  # looked up outside the traced function, as an engine does once
-    assert graph_breaks(lambda batch: loss_and_metrics(loss_fn(batch)), random_batch()) == (0, [])
+    batch = random_batch(needs=loss_needs(name))
+    assert graph_breaks(lambda batch: loss_and_metrics(loss_fn(batch)), batch) == (0, [])
+
+
+def test_the_top_k_form_traces_without_a_graph_break():
+    centering = get("score_centering")
+    batch = random_batch(needs=("sampler_logp",))
+    assert graph_breaks(lambda batch: loss_and_metrics(centering(batch, weight="mis", top_k=4)), batch) == (0, [])
 
 
 def test_tis_and_a_recipe_trace_without_a_graph_break():

@@ -2,6 +2,8 @@
 same fingerprint, every recipe its own, and a recipe whose module runs another loss is caught."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from stabilizers import api, fingerprint, load_recipes, recipe_from_dict, recipe_from_named_dict, validate_batch
@@ -28,10 +30,34 @@ def test_every_recipe_has_its_own_loss_on_the_canned_batch():
     shared = [names for names in by_loss.values() if len(names) > 1]
     # and mu_grpo's pair: the canned batch's ratios are near 1, so mu-GRPO's veto (pi / mu < 1e-4 with
     # A < 0) never fires there; the veto's metrics still tell the two apart (its effect: test_stabilizers_rivals)
+    # and ipo with m2po: on the canned batch both remove the one token at log pi/mu = 1 and nothing else (no
+    # other token has |pi - mu| > 0.1 or a large M2), and weigh the rest by pi/mu uncapped; reshaping the
+    # batch would change every recorded fingerprint, so their metrics tell them apart
     twins = [{name.removesuffix("_r3"), name} for name in RECIPES if name.endswith("_r3")] + \
-        [{"grpo_sum_norm", "grpo_dr"}, {"grpo_mu_relaxed", "mu_grpo"}]
+        [{"grpo_sum_norm", "grpo_dr"}, {"grpo_mu_relaxed", "mu_grpo"}, {"ipo", "m2po"}]
     assert sorted(map(sorted, shared)) == sorted(map(sorted, twins))
     assert fingerprint(RECIPES["mu_grpo"])["metrics"] != fingerprint(RECIPES["grpo_mu_relaxed"])["metrics"]
+    assert fingerprint(RECIPES["ipo"])["metrics"] != fingerprint(RECIPES["m2po"])["metrics"]
+
+
+def test_a_loss_that_reads_the_sampler_gets_it_and_its_gradient_counts(monkeypatch):
+    """Score Centering and ESTR get the canned sampler they need (the others none, so that their recorded
+    fingerprints stay); the centering term's gradient reaches pi's log-probs over the vocabulary, and a
+    loss that drops it is caught."""
+    assert canned_batch().sampler is None
+    batch = canned_batch(("sampler_logp", "sampler_entropy"))
+    validate_batch(batch)
+    assert batch.sampler.logq.shape == batch.sampler.logp.shape == (5, 12, 6)
+    recorded = fingerprint(RECIPES["score_centering"])
+    centering = api._REGISTRY["score_centering"]
+
+    def without_centering_gradient(batch, **params):
+        sampler = api.SamplerDistribution(logq=batch.sampler.logq, logp=batch.sampler.logp.detach())
+        return centering(dataclasses.replace(batch, sampler=sampler), **params)
+
+    monkeypatch.setitem(api._REGISTRY, "score_centering", without_centering_gradient)  # the planted fault
+    ran = fingerprint(RECIPES["score_centering"])
+    assert ran["loss"] == recorded["loss"] and ran["gradient"] != recorded["gradient"]
 
 
 def test_a_run_config_recipe_has_the_fingerprint_of_its_source():

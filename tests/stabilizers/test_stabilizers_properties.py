@@ -12,7 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stabilizers import PolicyBatch, available, get, get_recipe, load_recipes
+from stabilizers import PolicyBatch, SamplerDistribution, available, get, get_recipe, load_recipes
 from stabilizers._surrogate import _radix_select, lower_quantile, sat_contraction, sat_gate, tail_gate
 
 D_VALUES = st.one_of(
@@ -51,7 +51,7 @@ def fresh(batch):
     """The same batch with a new leaf logp (for a second backward)."""
     logp = batch.logp.detach().clone().requires_grad_(True)
     return PolicyBatch(logp=logp, old_logp=batch.old_logp, rollout_logp=batch.rollout_logp,
-                       advantages=batch.advantages, mask=batch.mask)
+                       advantages=batch.advantages, mask=batch.mask, sampler=batch.sampler)
 
 
 def loss_and_grad(name, batch, **params):
@@ -250,8 +250,10 @@ def test_q_zero_case_is_reached():
 
 @given(batches(), st.sampled_from(["token_mean", "sample_mean"]))
 def test_no_active_token_gives_zero_loss_and_zero_gradient(batch, aggregation):
+    uniform = torch.full((*batch.logp.shape, 4), -math.log(4), dtype=batch.logp.dtype)  # for Score Centering, ESTR
     empty = PolicyBatch(logp=batch.logp, old_logp=batch.old_logp, rollout_logp=batch.rollout_logp,
-                        advantages=batch.advantages, mask=torch.zeros_like(batch.mask))
+                        advantages=batch.advantages, mask=torch.zeros_like(batch.mask),
+                        sampler=SamplerDistribution(logq=uniform, logp=uniform, entropy=uniform.sum(-1) * -0.25))
     for name in available():
         out, grad = loss_and_grad(name, empty, aggregation=aggregation)
         assert out.loss.item() == 0.0 and torch.equal(grad, torch.zeros_like(grad)), name

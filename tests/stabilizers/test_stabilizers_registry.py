@@ -11,6 +11,7 @@ import stabilizers
 from stabilizers import (
     PolicyBatch,
     Recipe,
+    SamplerDistribution,
     api,
     available,
     get,
@@ -210,7 +211,9 @@ def test_recipes_are_the_papers():
     practice = {"grpo_clip_higher", "grpo_sum_norm", "grpo_dr", "grpo_geo_rs", "sapo", "opsm", "dppo_kl",
                 "dppo_pkl"}  # issue 26
     rivals = {"p3o", "mu_grpo", "grpo_mu_relaxed"}  # issue 40 (tests/stabilizers/test_stabilizers_rivals.py)
-    assert set(TABLE1) | controls | field | practice | rivals == set(recipes)
+    autumn = {"ipo", "score_centering", "score_centering_tis", "score_centering_mis", "score_centering_top4", "estr",
+              "topr"}  # issue 50 (tests/stabilizers/test_stabilizers_autumn.py)
+    assert set(TABLE1) | controls | field | practice | rivals | autumn == set(recipes)
     assert [name for name, recipe in recipes.items() if not recipe.std_normalization] == ["grpo_dr"]
     assert recipes["grpo_dr"].as_dict()["params"] == recipes["grpo_sum_norm"].as_dict()["params"]
     assert "std_normalization" not in recipes["grpo_sum_norm"].as_dict()  # on by default: old run keys unchanged
@@ -240,10 +243,14 @@ def test_recipes_are_the_papers():
     assert recipes["cispo_old"].params == {**recipes["cispo"].params, "ratio_against": "old"}
     assert recipes["grpo_seq_tis"].rollout_is == {"level": "sequence", "cap": 2.0}
     assert recipes["grpo_seq_mis"].rollout_is == {"level": "sequence", "lower": 0.5, "upper": 2.0}
+    assert recipes["ipo"].params == {"eps": 0.1, "max_importance_ratio": 1e4}
+    assert {recipes[f"score_centering{suffix}"].params["weight"] for suffix in ("", "_tis", "_mis")} == {"none", "tis", "mis"}
     for recipe in recipes.values():  # each one runs and gives a finite loss
         b = batch()
+        uniform = torch.full((*b.logp.shape, 4), -math.log(4))  # the sampler, for Score Centering and ESTR
         b = PolicyBatch(logp=b.logp.requires_grad_(True), old_logp=b.old_logp, rollout_logp=b.rollout_logp,
-                        advantages=b.advantages, mask=b.mask)
+                        advantages=b.advantages, mask=b.mask,
+                        sampler=SamplerDistribution(logq=uniform, logp=uniform, entropy=uniform[..., 0] * -1))
         out = recipe.compute_loss(b, step_seed=3)
         out.loss.backward()
         assert math.isfinite(out.loss.item()) and torch.isfinite(b.logp.grad).all(), recipe.name

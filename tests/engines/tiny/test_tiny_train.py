@@ -1,5 +1,6 @@
 """The tiny engine's RL loop: determinism, resume after kill -9, lag, R3, bad input."""
 import json
+import math
 import os
 import random
 import shutil
@@ -229,6 +230,36 @@ def test_dr_grpo_advantages_are_the_reward_minus_the_group_mean(base, tmp_path):
     plain = read_jsonl(tmp_path / "grpo" / "train" / "metrics.jsonl")
     std_free = read_jsonl(tmp_path / "dr" / "train" / "metrics.jsonl")
     assert plain[0]["reward"] == std_free[0]["reward"] and plain[0]["grad_norm"] != std_free[0]["grad_norm"]
+
+
+# the issue-50 recipes and a diagnostic each logs
+AUTUMN_2026 = {"ipo": "ipo/masked_frac", "score_centering_mis": "score_centering/center_mass",
+               "score_centering_top4": "score_centering/tail_q", "estr": "estr/masked_frac",
+               "topr": "topr/tapered_frac"}
+
+
+def test_the_autumn_2026_recipes_train_with_the_sampler_they_need(base, tmp_path, monkeypatch):
+    """Two steps each, with the recorded fingerprint (the canned sampler for Score Centering and ESTR).
+    The trainer gives Score Centering the rollout's log mu over the vocabulary and its own log pi with
+    gradient, ESTR mu's entropy, and the other losses nothing."""
+    given = {}
+    supply = Trainer.sampler_distribution
+
+    def recorded(self, logq, logp_full):
+        given[self.recipe.name] = out = supply(self, logq, logp_full)
+        return out
+
+    monkeypatch.setattr(Trainer, "sampler_distribution", recorded)
+    for recipe, key in AUTUMN_2026.items():
+        assert run(config(base, recipe=recipe, steps=2), tmp_path / recipe) == "completed"
+        assert all(key in row for row in read_jsonl(tmp_path / recipe / "train" / "metrics.jsonl")), recipe
+        assert RunDir(tmp_path / recipe).read_fingerprint()["digest"], recipe
+    assert given["ipo"] is None and given["topr"] is None
+    centering, estr = given["score_centering_mis"], given["estr"]
+    assert centering.entropy is None and centering.logp.requires_grad and centering.logq.shape == centering.logp.shape
+    assert centering.logq.shape[-1] == 13 and torch.allclose(centering.logq.exp().sum(-1), torch.ones(()))
+    assert estr.logq is None and estr.logp is None
+    assert ((estr.entropy >= 0) & (estr.entropy <= math.log(13) + 1e-6)).all()
 
 
 def test_vcpo_scales_each_steps_lr_by_its_ess(base, tmp_path):
