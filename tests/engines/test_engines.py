@@ -57,6 +57,29 @@ def test_no_engine_is_named_in_the_rules_analysis_or_tracking():
     assert paths and _names_in(paths) == []
 
 
+def _raw_config_reads(path: Path) -> list[str]:
+    """``config[...]``, ``config.get(...)`` and a ``config`` parameter not annotated Config, with their lines."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        named = None
+        if isinstance(node, ast.Subscript):
+            named = node.value
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+            named = node.func.value
+        if named is not None and (getattr(named, "id", None) == "config" or getattr(named, "attr", None) == "config"):
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
+        if isinstance(node, ast.arg) and node.arg == "config" and ast.unparse(node.annotation or ast.Name("?")) != "Config":
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno}: parameter config: {ast.unparse(node.annotation or ast.Name('?'))}")
+    return found
+
+
+def test_analysis_and_tracking_read_the_typed_config_never_a_raw_dict():
+    """A stage loads the checked config once (harness.settings.Config) and passes it on typed: a raw
+    dict read there is a setting that no schema field documents and no stage's inputs name."""
+    paths = [*ROOT.glob("analysis/**/*.py"), *ROOT.glob("tracking/**/*.py")]
+    assert paths and [read for path in paths for read in _raw_config_reads(path)] == []
+
+
 def _imports(path: Path) -> set[str]:
     modules = set()
     for node in ast.walk(ast.parse(path.read_text())):
