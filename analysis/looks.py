@@ -14,7 +14,7 @@ from pathlib import Path
 
 from analysis.claims import open_cells
 from analysis.summary import build_cells, collect
-from harness.cli import parse_config, run_stage
+from harness.cli import load_grid, run_stage
 from harness.io import write_json_atomic
 from harness.settings import Config, Run
 
@@ -55,12 +55,11 @@ def interim(config: Config, look: int) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m analysis.looks", description=__doc__.split("\n")[0])
-    parser.add_argument("--config-json", required=True,
-                        help="the checked workflow config (the grid folder's, harness.grid_dir.GridDir.config_path)")
+    parser.add_argument("--grid", required=True, help="the grid folder, <results_dir>/<grid> (its config.json)")
     parser.add_argument("--look", type=int, required=True, help="the look just run (1-based, before the last)")
     parser.add_argument("--out", required=True, help="the JSON file to write: the next look's runs")
     args = parser.parse_args(argv)
-    config = Config.build(parse_config(parser, args.config_json))
+    config = load_grid(parser, args.grid)
     seeding = config.seeding
     if seeding is None or not 1 <= args.look < len(seeding.looks):
         parser.error(f"--look {args.look}: the config's seeding has no later look to plan")

@@ -9,7 +9,7 @@ analysis.tuning``, a Snakemake checkpoint: its output names the confirmation run
 from it); aggregation replays it from the same runs (:func:`confirmation_view`) and reports the picked
 variants' confirmation seeds only: a tuning score is the pick's input (tuning.json), never a result.
 
-    python -m analysis.tuning --config-json <the grid's checked config> --out <the grid's pick file>
+    python -m analysis.tuning --grid <results_dir>/<grid> --out <the grid's pick file>
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from analysis.summary import collect
-from harness.cli import parse_config, run_stage
+from harness.cli import load_grid, run_stage
 from harness.io import write_json_atomic
 from harness.settings import Config
 from harness.tuning import CLAIM_RECIPE_FIELDS
@@ -142,10 +142,10 @@ def _interval(cell: dict | None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m analysis.tuning", description=__doc__.split("\n")[0])
-    parser.add_argument("--config-json", required=True, help="the checked workflow config (the grid folder's, harness.grid_dir.GridDir.config_path)")
+    parser.add_argument("--grid", required=True, help="the grid folder, <results_dir>/<grid> (its config.json)")
     parser.add_argument("--out", required=True, help="the JSON file to write: the grid folder's tuning pick (GridDir.tuning_path)")
     args = parser.parse_args(argv)
-    config = Config.build(parse_config(parser, args.config_json))
+    config = load_grid(parser, args.grid)
     if config.tuning is None:
         parser.error("the config declares no tuning section")
 

@@ -78,10 +78,10 @@ def bench_mlflow(args) -> None:
         logged_steps = min(args.steps, args.max_train_points or args.steps)
         n_metrics = n_runs * (logged_steps * args.train_keys + 2 * 3 * (args.steps // args.eval_every))
         start = time.perf_counter()
-        sync(typed, grid.path, progress=True, max_train_points=args.max_train_points)
+        sync(typed, progress=True, max_train_points=args.max_train_points)
         first = time.perf_counter() - start
         start = time.perf_counter()
-        sync(typed, grid.path, progress=False, max_train_points=args.max_train_points)
+        sync(typed, progress=False, max_train_points=args.max_train_points)
         second = time.perf_counter() - start
     print(f"mlflow sync: {n_runs} runs x {args.steps} steps (training curves at ~{logged_steps} steps: "
           f"--max-train-points), {n_metrics:,} step metrics: {first:.1f} s "

@@ -33,23 +33,35 @@ def parse_json_arg(value: str, flag: str) -> dict:
     return obj
 
 
-def parse_config(parser: argparse.ArgumentParser, value: str) -> dict:
-    """A --config-json argument (inline, or the grid's config.json that the workflow writes),
-    validated (harness.config) before any work; errors name the key."""
+def load_grid(parser: argparse.ArgumentParser, folder: str):
+    """The checked, typed config (harness.settings.Config) of the grid folder ``folder``, from its
+    config.json (the workflow's grid_config rule writes it), before any work. A folder that is not a
+    grid's, a damaged config.json, another grid's config.json (a copied or foreign folder) and a config
+    that fails its checks are refused, naming the file. A moved grid folder is read where it lies,
+    whatever results_dir its file recorded."""
     from harness.config import ConfigError, validate
+    from harness.grid_dir import GridDir
+    from harness.settings import Config
 
+    grid = GridDir(folder)
+    path = grid.config_path
+    if not path.is_file():
+        parser.error(f"--grid {folder}: {path} does not exist: not a grid folder (<results_dir>/<grid>, "
+                     "made by the workflow)")
     try:
-        config = json.loads(_json_text(value))
-    except json.JSONDecodeError as error:
-        parser.error(f"{_source(value, '--config-json')}: not valid JSON ({error})")
-    # A grid's own config.json is read where it lies: a grid folder that was moved (a new disk, a copy to a
-    # laptop) is aggregated and tracked at its new place, whatever results_dir the file recorded.
-    if isinstance(config, dict) and _names_a_file(value) and Path(value).parent.name == config.get("grid"):
-        config["results_dir"] = str(Path(value).parent.parent)
+        config = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        parser.error(f"{path}: not valid JSON ({error})")
+    if not isinstance(config, dict):
+        parser.error(f"{path}: expected a JSON object, got {type(config).__name__}")
+    if config.get("grid") != grid.path.resolve().name:
+        parser.error(f"{path}: the config of grid {config.get('grid')!r}, not of this folder "
+                     f"{grid.path.resolve().name!r}: a grid folder holds its own grid's config")
+    config["results_dir"] = str(grid.path.resolve().parent)
     try:
-        return validate(config)
-    except ConfigError as error:
-        parser.error(str(error))
+        return Config.build(validate(config))
+    except (ConfigError, ValueError, KeyError) as error:
+        parser.error(f"{path}: {error}")
 
 
 # A stage's exit status says why it stopped, so that a caller (Snakemake's retries, a script) can tell:

@@ -1,6 +1,6 @@
 """Does a drop in the effective sample size precede collapse? The lead time of each collapsed run.
 
-    python -m studies.early_warning --config-json JSON [--out FILE.md]
+    python -m studies.early_warning --grid <results_dir>/<grid> [--out FILE.md]
 
 JSON is the checked workflow config (as the aggregate rule passes it, or a file path). For every run
 of the grid: its collapse step (analysis.curves, the harness's rule) and its ESS drop step, the
@@ -25,7 +25,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from analysis.curves import read_run
-from harness.cli import parse_config, run_stage
+from harness.cli import load_grid, run_stage
 from harness.io import write_text_atomic
 from harness.settings import Config
 
@@ -85,14 +85,13 @@ def table(leads: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m studies.early_warning", description=__doc__.split("\n")[0])
-    parser.add_argument("--config-json", required=True,
-                        help="the checked workflow config: <grid>/config.json or inline JSON")
+    parser.add_argument("--grid", required=True, help="the grid folder, <results_dir>/<grid> (its config.json)")
     parser.add_argument("--out", type=Path, help="write the table here (else print it)")
     args = parser.parse_args(argv)
-    config = parse_config(parser, args.config_json)
+    config = load_grid(parser, args.grid)
 
     def work():
-        leads = run_leads(Config.build(config))
+        leads = run_leads(config)
         if args.out:
             write_text_atomic(args.out, table(leads))
         else:

@@ -1,6 +1,6 @@
 """Sync a grid into MLflow: the workflow's single MLflow writer (docs/design.md, "MLflow").
 
-    python -m tracking.sync --config-json <grid>/config.json [--grid-dir <results_dir>/<grid>]   # final (the track rule)
+    python -m tracking.sync --grid <results_dir>/<grid>                            # final (the track rule)
     python -m tracking.sync --config config.yaml --live                            # a running grid, once
     python -m tracking.sync --config config.yaml --follow 300                      # ... every 300 s
 
@@ -59,7 +59,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from harness.cli import parse_config, run_stage
+from harness.cli import load_grid, run_stage
 from harness.grid_dir import GridDir
 from harness.io import write_json_atomic
 from harness.lock import writer_lock
@@ -110,23 +110,20 @@ def live_runs(config: Config, pick: dict | None) -> list[tuple[str, int, int]]:
     return [tuple(run) for run in pick["confirmation_runs"]] if pick is not None else []
 
 
-def check_grid(config: Config, grid_path: str | Path | None, final: bool) -> Path:
-    """The grid folder (default: the config's), checked before any store or lock is touched."""
-    grid_path = Path(grid_path) if grid_path is not None else config.grid_dir
-    if grid_path.resolve() != config.grid_dir.resolve():
-        raise ValueError(f"--grid-dir {grid_path} is not the config's <results_dir>/<grid> {config.grid_dir}")
-    if final and not GridDir(grid_path).summary_path.exists():
-        raise FileNotFoundError(f"{GridDir(grid_path).summary_path} missing: run analysis.aggregate first "
+def check_grid(config: Config, final: bool) -> Path:
+    """The grid folder, checked before any store or lock is touched."""
+    if final and not config.folder.summary_path.exists():
+        raise FileNotFoundError(f"{config.folder.summary_path} missing: run analysis.aggregate first "
                                 "(or sync a running grid: --live)")
-    return grid_path
+    return config.grid_dir
 
 
-def sync(config: Config, grid_path: str | Path | None = None, progress: bool = True,
+def sync(config: Config, progress: bool = True,
          max_train_points: int = TRAIN_POINTS, final: bool = True) -> dict:
     """One pass over the grid. Final (default): the grid is aggregated (summary.json), every run
     ends FINISHED/FAILED, summary runs and artifacts are synced and mlflow.json is written. Live:
     whatever has started, runs still training stay RUNNING. The caller holds the writer lock."""
-    grid_path = check_grid(config, grid_path, final)
+    grid_path = check_grid(config, final)
     summary, numbers = None, {}
     if final:
         summary = GridDir(grid_path).read_summary()
@@ -184,9 +181,8 @@ def ui_hint(marker: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tracking.sync", description=__doc__.split("\n")[0])
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--config-json", help="the checked workflow config: <grid>/config.json (what the track rule passes) or inline JSON")
-    source.add_argument("--config", help="a workflow config YAML file, e.g. config.yaml")
-    parser.add_argument("--grid-dir", help="<results_dir>/<grid> (default: the config's)")
+    source.add_argument("--grid", help="the grid folder, <results_dir>/<grid> (its config.json; what the track rule passes)")
+    source.add_argument("--config", help="a workflow config YAML file, e.g. config.yaml (a grid still running: --live)")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--live", action="store_true", help="one live pass over a grid that is still running")
     mode.add_argument("--follow", type=float, metavar="INTERVAL",
@@ -198,26 +194,24 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.follow is not None and args.follow <= 0:
         parser.error("--follow INTERVAL must be > 0 seconds")
-    if args.config_json is not None:
-        config = parse_config(parser, args.config_json)
+    if args.grid is not None:
+        config = load_grid(parser, args.grid)
     else:
         from harness.config import ConfigError, load
         try:
-            config = load(args.config)
+            config = Config.build(load(args.config))
         except ConfigError as error:
             parser.error(str(error))
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # no network calls from a batch job
     live = args.live or args.follow is not None
 
     def work():
-        typed = Config.build(config)
-        grid_path = check_grid(typed, args.grid_dir, final=not live)
+        check_grid(config, final=not live)
         mode = "follow" if args.follow else "live" if live else "final"
-        with writer_lock(GridDir(grid_path).tracking_lock_path, f"MLflow writer, {mode}", args.wait_lock):
+        with writer_lock(config.folder.tracking_lock_path, f"MLflow writer, {mode}", args.wait_lock):
             if args.follow is not None:
-                return follow(typed, args.follow, max_train_points=args.max_train_points)
-            return sync(typed, grid_path, progress=not live, max_train_points=args.max_train_points,
-                        final=not live)
+                return follow(config, args.follow, max_train_points=args.max_train_points)
+            return sync(config, progress=not live, max_train_points=args.max_train_points, final=not live)
 
     return run_stage("tracking.sync", work, lambda marker, seconds: (
         f"{marker['runs']} runs + {marker['cells']} cells"

@@ -121,14 +121,14 @@ def test_aggregate_answers_interaction_and_trend_claims(tmp_path):
     import json
 
     from analysis.aggregate import main
-    from tests.support.grid_fixture import make_grid
+    from tests.support.grid_fixture import make_grid, written_grid
 
     kinds = [{"name": "i", "kind": "interaction", "recipe": "sat_grpo", "versus": "grpo", "other_recipe": "grpo_r3",
               "other_versus": "grpo", "lag": 8, "expect": "greater", "smallest_effect": 0.05},
              {"name": "t", "kind": "trend", "recipe": "grpo_r3", "expect": "less", "smallest_effect": 0.005}]
     config = {**make_grid(tmp_path), "claims": kinds}
     out = tmp_path / config["grid"]
-    assert main(["--config-json", json.dumps(config), "--out", str(out)]) == 0
+    assert main(["--grid", written_grid(config)]) == 0
     summary = json.loads((out / "summary.json").read_text())
     auc = {(c["recipe"], c["lag"]): np.array(c["per_seed"]["auc"], dtype=float) for c in summary["cells"]}
     by_hand_i = (auc["sat_grpo", 8] - auc["sat_grpo", 1]) - (auc["grpo", 8] - auc["grpo", 1]) \

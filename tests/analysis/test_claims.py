@@ -15,7 +15,7 @@ from analysis.decision import look_levels, outcome, outcomes, true_of
 from analysis.survival import collapse_test
 from harness.claims import Recipes, Seeding, StalenessCost
 from harness.config import ConfigError, load
-from tests.support.grid_fixture import CLAIMS, make_grid
+from tests.support.grid_fixture import CLAIMS, make_grid, written_grid
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +23,7 @@ def grid(tmp_path_factory):
     root = tmp_path_factory.mktemp("grid")
     config = {**make_grid(root), "claims": CLAIMS}
     out = root / config["grid"]
-    assert main(["--config-json", json.dumps(config), "--out", str(out)]) == 0
+    assert main(["--grid", written_grid(config)]) == 0
     return config, out, json.loads((out / "summary.json").read_text())
 
 

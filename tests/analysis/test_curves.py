@@ -1,5 +1,4 @@
 """Per-run metrics: fixed/best/selected scores, AUC against known areas, the collapse rule, d-bar."""
-import json
 import math
 
 import pytest
@@ -8,7 +7,7 @@ from analysis.curves import auc, load_curve, mismatch_tail, read_run, summarize_
 from harness.grid import run_dir
 from harness.io import append_jsonl_atomic
 from harness.settings import Config
-from tests.support.grid_fixture import COLLAPSED, DIVERGE_STEP, DIVERGED, STEPS, make_grid
+from tests.support.grid_fixture import COLLAPSED, DIVERGE_STEP, DIVERGED, STEPS, make_grid, written_grid
 
 CURVE = [(5, 0.2), (10, 0.6), (15, 0.4), (20, 0.5)]
 
@@ -123,6 +122,6 @@ def test_a_cut_last_line_of_metrics_stops_aggregate_naming_the_file(tmp_path, ca
     run = RunDir(run_dir(config, *COLLAPSED))
     text = run.metrics_path.read_text()
     run.metrics_path.write_text(text[:-40])  # the last row loses its end (and its newline)
-    assert main(["--config-json", json.dumps(config), "--out", str(tmp_path / config["grid"])]) == 2
+    assert main(["--grid", written_grid(config)]) == 2
     message = capsys.readouterr().err
     assert f"{run.metrics_path}, line {STEPS}: not valid JSON" in message, message

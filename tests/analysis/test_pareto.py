@@ -13,7 +13,7 @@ from analysis.pareto import pareto_front, score_within, summarize_pareto, throug
 from harness.config import validate
 from harness.queue_lag import QueueModel
 from harness.settings import Config
-from tests.support.grid_fixture import STEPS, make_config, make_grid, scores_of
+from tests.support.grid_fixture import STEPS, make_config, make_grid, scores_of, written_grid
 
 matplotlib.use("Agg")
 
@@ -79,7 +79,7 @@ def queue_grid(tmp_path_factory):
     root = tmp_path_factory.mktemp("queue")
     config = make_grid(root, grid="queue", lag_mode="queue")
     out = root / config["grid"]
-    assert main(["--config-json", json.dumps(config), "--out", str(out)]) == 0
+    assert main(["--grid", written_grid(config)]) == 0
     return config, out, json.loads((out / "summary.json").read_text())
 
 

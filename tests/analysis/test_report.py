@@ -23,7 +23,15 @@ from analysis.tables import ENDPOINT_NAMES
 from harness.grid import run_dir
 from harness.grid_dir import REPORT_FILES
 from harness.settings import Config
-from tests.support.grid_fixture import COLLAPSED, DIVERGED, EARLY_DIVERGED, EQUAL_CELL, make_grid, scores_of
+from tests.support.grid_fixture import (
+    COLLAPSED,
+    DIVERGED,
+    EARLY_DIVERGED,
+    EQUAL_CELL,
+    make_grid,
+    scores_of,
+    written_grid,
+)
 from tests.support.paths import ROOT
 
 
@@ -32,7 +40,7 @@ def grid(tmp_path_factory):
     root = tmp_path_factory.mktemp("grid")
     config = make_grid(root)
     out = root / config["grid"]
-    assert main(["--config-json", json.dumps(config), "--out", str(out)]) == 0
+    assert main(["--grid", written_grid(config)]) == 0
     return config, out, json.loads((out / "summary.json").read_text())
 
 
@@ -134,7 +142,7 @@ def test_summary_is_the_same_from_another_process(grid, scratch):
     """Same runs, same summary.json, from a second aggregate in a process with another hash seed (set
     and dict orders differ)."""
     config, _, summary = grid
-    result = subprocess.run([sys.executable, "-m", "analysis.aggregate", "--config-json", json.dumps(config),
+    result = subprocess.run([sys.executable, "-m", "analysis.aggregate", "--grid", written_grid(config),
                              "--out", str(scratch)], capture_output=True, text=True, cwd=ROOT,
                             env={**os.environ, "PYTHONHASHSEED": "12345"})
     assert result.returncode == 0, result.stderr[-3000:]
@@ -144,12 +152,12 @@ def test_summary_is_the_same_from_another_process(grid, scratch):
 def test_bad_config_and_missing_run_are_named(grid, tmp_path, capsys):
     config, _, _ = grid
     with pytest.raises(SystemExit):
-        main(["--config-json", json.dumps({**config, "recipes": ["nope"]}), "--out", str(tmp_path)])
+        main(["--grid", written_grid({**config, "results_dir": str(tmp_path), "recipes": ["nope"]})])
     assert "recipes[0]" in capsys.readouterr().err
     broken = make_grid(tmp_path)
     victim = run_dir(broken, "grpo_r3", 1, 2)
     shutil.rmtree(victim / "train")
-    assert main(["--config-json", json.dumps(broken), "--out", str(tmp_path / "out")]) == 2
+    assert main(["--grid", written_grid(broken), "--out", str(tmp_path / "out")]) == 2
     assert str(victim / "train" / "status.json") in capsys.readouterr().err
     assert not (tmp_path / "out" / "summary.json").exists()
 

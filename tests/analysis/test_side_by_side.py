@@ -17,13 +17,13 @@ from harness.grid_dir import GridDir
 from harness.io import write_json_atomic
 from harness.settings import Config
 from harness.tuning import confirmation_config
-from tests.support.grid_fixture import CLAIMS, make_config, make_grid
+from tests.support.grid_fixture import CLAIMS, make_config, make_grid, written_grid
 
 SIDE = {"grid": "constant", "label": "constant lag"}
 
 
 def aggregate(config: dict) -> int:
-    return main(["--config-json", json.dumps(config), "--out", str(GridDir.of(config).path)])
+    return main(["--grid", written_grid(config)])
 
 
 @pytest.fixture(scope="module")

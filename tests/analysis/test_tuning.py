@@ -19,6 +19,7 @@ from harness.grid_dir import GridDir
 from harness.settings import Config
 from harness.tuning import Tuning, confirmation_config
 from stabilizers import load_recipes, parameters
+from tests.support.grid_fixture import written_grid
 from tests.support.tuning_grid import TUNING, TUNING_SCORE, raw_config, write_run
 
 
@@ -125,7 +126,7 @@ def test_the_pick_on_disk_and_a_report_of_the_confirmation_seeds_only(tmp_path):
     for run in Tuning.of(config).runs():
         write_run(config, model, run, TUNING_SCORE[run[0]])
     grid = GridDir.of(config)
-    assert tune(["--config-json", json.dumps(config), "--out", str(grid.tuning_path)]) == 0
+    assert tune(["--grid", written_grid(config), "--out", str(grid.tuning_path)]) == 0
     picked = json.loads(grid.tuning_path.read_text())
     assert {r: e["picked"] for r, e in picked["recipes"].items()} == {"grpo": 0.1, "sat_grpo": 0.9}
     assert picked["confirmation_runs"][0] == ["grpo.eps_low_eps_high-0.1", 1, 0] and len(picked["confirmation_runs"]) == 12
@@ -134,7 +135,7 @@ def test_the_pick_on_disk_and_a_report_of_the_confirmation_seeds_only(tmp_path):
     for variant, lag, seed in picked["confirmation_runs"]:
         write_run(config, model, (variant, lag, seed), confirmation_score[variant] + 0.01 * seed)
     assert selection(model) == picked  # aggregation replays the same pick
-    assert aggregate(["--config-json", json.dumps(config), "--out", str(grid.path)]) == 0
+    assert aggregate(["--grid", str(grid.path)]) == 0
     summary = grid.read_summary()
     assert summary["recipes"] == ["grpo.eps_low_eps_high-0.1", "sat_grpo.alpha-0.9"] and summary["seeds"] == [0, 1, 2]
     assert summary["claims"][0]["recipe"] == "sat_grpo.alpha-0.9"

@@ -5,7 +5,7 @@ jsonl, each through the stage entry points the workflow and a user call (in-proc
 code that reads them (tests/harness/test_identity.py, tests/analysis/test_curves.py)."""
 from __future__ import annotations
 
-import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -62,6 +62,16 @@ def refused(capsys, main, argv: list[str]) -> str:
     return capsys.readouterr().err
 
 
+def looks_main(argv):
+    from analysis.looks import main
+    return main(argv)
+
+
+def tuning_main(argv):
+    from analysis.tuning import main
+    return main(argv)
+
+
 def sync_main(argv):
     from tracking.sync import main
     return main(argv)
@@ -95,7 +105,7 @@ def test_a_damaged_summary_is_named_by_track_compare_and_plan(grid, store, capsy
     folder = GridDir.of(grid)
     summary = cut(folder.summary_path)
     expected = f"{summary}: not valid JSON"
-    assert expected in refused(capsys, sync_main, ["--config-json", str(folder.config_path)])
+    assert expected in refused(capsys, sync_main, ["--grid", str(folder.path)])
     assert expected in refused(capsys, compare_main, [str(folder.path), str(folder.path)])
     assert expected in refused(capsys, plan_main, [str(ROOT / "config.yaml"), "--from", str(folder.path),
                                                    "--replicates", "10"])
@@ -106,10 +116,25 @@ def test_a_damaged_grid_config_is_named_by_aggregate_and_track(grid, capsys):
     folder = GridDir.of(grid)
     config = cut(folder.config_path)
     summary = folder.summary_path.read_bytes()
-    for main, extra in ((aggregate_main, ["--out", str(folder.path)]), (sync_main, [])):
-        message = refused(capsys, main, ["--config-json", str(config), *extra])
+    out = ["--out", str(folder.path / "not_written.json")]
+    for main, extra in ((aggregate_main, []), (sync_main, []), (looks_main, ["--look", "1", *out]), (tuning_main, out)):
+        message = refused(capsys, main, ["--grid", str(folder.path), *extra])
         assert f"{config}: not valid JSON" in message, message
     assert folder.summary_path.read_bytes() == summary  # aggregate wrote nothing
+
+
+def test_a_foreign_or_missing_grid_folder_is_refused_naming_the_file(grid, tmp_path, capsys):
+    """Another grid's config.json copied into a folder (a grid folder holds its own grid's config), and a
+    folder that is no grid's: every stage refuses before any work, naming the file."""
+    foreign = tmp_path / "other_grid"
+    shutil.copytree(GridDir.of(grid).path, foreign)
+    for main in (aggregate_main, sync_main):
+        message = refused(capsys, main, ["--grid", str(foreign)])
+        assert f"{foreign / 'config.json'}: the config of grid {grid['grid']!r}, not of this folder 'other_grid'" \
+            in message, message
+        message = refused(capsys, main, ["--grid", str(tmp_path)])
+        assert f"{tmp_path / 'config.json'} does not exist: not a grid folder" in message, message
+    assert not (foreign / "mlflow.json").exists()
 
 
 def cut_eval_file(grid: dict) -> tuple[Path, str]:
@@ -123,7 +148,7 @@ def test_a_damaged_eval_file_is_named_by_aggregate(grid, capsys):
     folder = GridDir.of(grid)
     summary = folder.summary_path.read_bytes()
     _, expected = cut_eval_file(grid)
-    message = refused(capsys, aggregate_main, ["--config-json", json.dumps(grid), "--out", str(folder.path)])
+    message = refused(capsys, aggregate_main, ["--grid", str(folder.path)])
     assert expected in message, message
     assert folder.summary_path.read_bytes() == summary
 
@@ -131,4 +156,4 @@ def test_a_damaged_eval_file_is_named_by_aggregate(grid, capsys):
 @pytest.mark.slow  # an MLflow store made (~50 s on a loaded 2-core box)
 def test_a_damaged_eval_file_is_named_by_track(grid, store, capsys):
     _, expected = cut_eval_file(grid)
-    assert expected in refused(capsys, sync_main, ["--config-json", str(GridDir.of(grid).config_path)])
+    assert expected in refused(capsys, sync_main, ["--grid", str(GridDir.of(grid).path)])

@@ -15,7 +15,7 @@ from harness.grid import resolved_recipe, run_dir
 from harness.io import read_json
 from harness.run import RunDir, recipe_fingerprint
 from stabilizers import fingerprint, get, get_recipe, load_recipes
-from tests.support.grid_fixture import make_grid
+from tests.support.grid_fixture import make_grid, written_grid
 
 TOY = "fingerprint_toy"
 
@@ -70,7 +70,7 @@ def test_aggregate_refuses_a_run_whose_module_ran_another_loss(tmp_path, monkeyp
     expected = recipe_fingerprint(json.dumps(victim.read_config()["recipe"], sort_keys=True))
     assert planted["digest"] != expected["digest"]
     grid = tmp_path / "demo"
-    assert aggregate(["--config-json", json.dumps(config), "--out", str(grid)]) == 2
+    assert aggregate(["--grid", written_grid(config)]) == 2
     error = capsys.readouterr().err
     assert str(victim.path) in error and planted["digest"] in error and expected["digest"] in error
     assert not (grid / "summary.json").exists()
@@ -80,7 +80,7 @@ def test_aggregate_refuses_a_run_without_a_fingerprint(tmp_path, capsys):
     config = make_grid(tmp_path)
     victim = RunDir(run_dir(config, "sat_grpo", 8, 2))
     victim.fingerprint_path.unlink()
-    assert aggregate(["--config-json", json.dumps(config), "--out", str(tmp_path / "demo")]) == 2
+    assert aggregate(["--grid", written_grid(config)]) == 2
     assert f"{victim.fingerprint_path} is missing" in capsys.readouterr().err
 
 

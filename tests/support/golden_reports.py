@@ -61,8 +61,8 @@ def write_grids(results: Path) -> list[dict]:
     for config in configs:
         folder = GridDir.of(config).path
         write_json_atomic(folder / "config.json", config)
-        assert aggregate(["--config-json", str(folder / "config.json"), "--out", str(folder)]) == 0
-        assert track(["--config-json", str(folder / "config.json"), "--grid-dir", str(folder)]) == 0
+        assert aggregate(["--grid", str(folder)]) == 0
+        assert track(["--grid", str(folder)]) == 0
     return configs
 
 

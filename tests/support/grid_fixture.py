@@ -9,6 +9,8 @@ import numpy as np
 
 from harness.config import validate
 from harness.grid import expand, resolve_run_config, run_dir
+from harness.grid_dir import GridDir
+from harness.io import write_json_atomic
 from harness.run import RunDir, recipe_fingerprint
 
 STEPS, EVAL_EVERY = 20, 5
@@ -100,3 +102,11 @@ def make_grid(results_dir, **kwargs) -> dict:
                  "pass_at_k": v, "maj_at_k": v, "seed": 0, "task": task, "task_version": 1}
                 for s, v in zip(eval_steps, val)])
     return config
+
+
+def written_grid(config: dict) -> str:
+    """The grid folder of a checked ``config`` with its config.json written there (what the workflow's
+    grid_config rule does), as a stage's --grid argument."""
+    folder = GridDir.of(config)
+    write_json_atomic(folder.config_path, config)
+    return str(folder.path)

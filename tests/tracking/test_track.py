@@ -16,7 +16,16 @@ from harness.grid_dir import REPORT_FILES, GridDir
 from harness.io import append_jsonl_atomic, read_jsonl, write_json_atomic
 from harness.settings import Config
 from harness.tuning import Tuning
-from tests.support.grid_fixture import CLAIMS, COLLAPSED, DIVERGE_STEP, DIVERGED, EARLY_DIVERGED, START_TIME, make_grid
+from tests.support.grid_fixture import (
+    CLAIMS,
+    COLLAPSED,
+    DIVERGE_STEP,
+    DIVERGED,
+    EARLY_DIVERGED,
+    START_TIME,
+    make_grid,
+    written_grid,
+)
 from tests.support.mlflow_server import mlflow_server, rest, run_params, run_tags
 from tests.support.tuning_grid import TUNING_SCORE, raw_config, write_run
 from tracking import layout
@@ -31,7 +40,7 @@ EXTRA_STEP_RUN = ("sat_grpo", 8, 2)  # gets one more training step between the t
 
 
 def track(config):
-    assert main(["--config-json", json.dumps(config), "--grid-dir", str(grid_dir(config))]) == 0
+    assert main(["--grid", written_grid(config)]) == 0
     return json.loads((grid_dir(config) / "mlflow.json").read_text())
 
 
@@ -400,10 +409,10 @@ def test_store_location(monkeypatch, tmp_path):
 
 def test_bad_grid_dir_or_unaggregated_grid_is_named(tmp_path, capsys):
     config = make_grid(tmp_path)
-    args = ["--config-json", json.dumps(config), "--grid-dir"]
-    assert main(args + [str(tmp_path / "elsewhere")]) == 2
-    assert "is not the config's <results_dir>/<grid>" in capsys.readouterr().err
-    assert main(args + [str(tmp_path / config["grid"])]) == 2
+    with pytest.raises(SystemExit):
+        main(["--grid", str(tmp_path / "elsewhere")])
+    assert f"{tmp_path / 'elsewhere' / 'config.json'} does not exist: not a grid folder" in capsys.readouterr().err
+    assert main(["--grid", written_grid(config)]) == 2
     assert "summary.json missing: run analysis.aggregate first" in capsys.readouterr().err
     assert not (tmp_path / "mlflow.db").exists()  # refused before any store was opened
 

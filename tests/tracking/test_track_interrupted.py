@@ -33,7 +33,7 @@ ID_TAGS = ("mlflow.parentRunId", "stalebench.grid_run")  # run ids: each store d
 
 
 def arguments(config: dict) -> list[str]:
-    return ["--config-json", str(GridDir.of(config).config_path), "--max-train-points", "0"]
+    return ["--grid", str(GridDir.of(config).path), "--max-train-points", "0"]
 
 
 def store_state(config: dict) -> dict:

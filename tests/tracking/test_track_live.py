@@ -17,7 +17,7 @@ from harness.grid_dir import GridDir
 from harness.io import read_jsonl, write_json_atomic, write_text_atomic
 from harness.settings import Config
 from harness.tuning import Tuning
-from tests.support.grid_fixture import DIVERGED, make_grid
+from tests.support.grid_fixture import DIVERGED, make_grid, written_grid
 from tests.support.mlflow_server import mlflow_server, rest, run_tags
 from tests.support.paths import ROOT
 from tests.support.tuning_grid import TUNING_SCORE, raw_config, write_run
@@ -63,11 +63,11 @@ def test_follow_a_running_grid_then_finish_it(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     config = make_grid(tmp_path / "results")
     finish = unfinish(config, tmp_path)
-    config_json = json.dumps(config)
+    folder = written_grid(config)
     log = tmp_path / "follow.log"
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     with open(log, "w") as out:
-        follower = subprocess.Popen([sys.executable, "-m", "tracking.sync", "--config-json", config_json,
+        follower = subprocess.Popen([sys.executable, "-m", "tracking.sync", "--grid", folder,
                                      "--follow", "1"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
         try:
@@ -75,7 +75,7 @@ def test_follow_a_running_grid_then_finish_it(tmp_path, monkeypatch, capsys):
         except AssertionError as error:
             raise AssertionError(f"{error}:\n{log.read_text()[-3000:]}") from None
         # a second writer is refused while the follower holds the lock, naming it
-        assert main(["--config-json", config_json, "--live"]) == 3
+        assert main(["--grid", folder, "--live"]) == 3
         error = capsys.readouterr().err
         assert "tracking.lock is held by another writer" in error and "(MLflow writer, follow, since" in error
         assert not (grid_dir(config) / "mlflow.json").exists()  # a live sync writes no marker
@@ -103,7 +103,7 @@ def test_follow_a_running_grid_then_finish_it(tmp_path, monkeypatch, capsys):
             follower.wait(timeout=GENEROUS_S)  # it stops by itself once the grid is aggregated
             assert follower.returncode == 0, log.read_text()
             # the final sync (the track rule) finishes the same runs: nothing duplicated
-            assert main(["--config-json", config_json, "--wait-lock", "60"]) == 0
+            assert main(["--grid", folder, "--wait-lock", "60"]) == 0
             assert "make ui" in capsys.readouterr().err  # its last line: how to open the UI
 
             final = {run_tags(r)["run_key"]: r for r in search(base, experiment_id)}
@@ -128,7 +128,7 @@ def test_follow_a_running_grid_then_finish_it(tmp_path, monkeypatch, capsys):
 def test_follow_interval_must_be_positive(tmp_path, capsys):
     config = make_grid(tmp_path)
     with pytest.raises(SystemExit) as exit_:
-        main(["--config-json", json.dumps(config), "--follow", "0"])
+        main(["--grid", written_grid(config), "--follow", "0"])
     assert exit_.value.code == 2
     assert "--follow INTERVAL must be > 0 seconds" in capsys.readouterr().err
 

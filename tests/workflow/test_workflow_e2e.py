@@ -171,9 +171,8 @@ def test_mlflow_holds_each_run_once_under_the_parent(grid_to_change):
     assert {"table.md", "curves.png"} <= {path.name for path in artifacts.iterdir()}
 
     # A second sync (the track rule again) updates in place and adds no run.
-    second = subprocess.run([sys.executable, "-m", "tracking.sync", "--config-json", json.dumps(config),
-                             "--grid-dir", str(grid_dir(config))], cwd=ROOT, env=env, capture_output=True,
-                            text=True, timeout=300)
+    second = subprocess.run([sys.executable, "-m", "tracking.sync", "--grid", str(grid_dir(config))], cwd=ROOT,
+                            env=env, capture_output=True, text=True, timeout=300)
     assert second.returncode == 0, second.stderr
     assert json.loads((grid_dir(config) / "mlflow.json").read_text())["created"] == 0
     assert sorted(run.info.run_id for run in _mlflow_runs(config)[1]) == sorted(run.info.run_id for run in runs)

@@ -67,8 +67,7 @@ def test_a_moved_grid_plans_no_train_or_evaluate_job_and_keeps_its_keys():
 
         # aggregate reads the grid's config.json where it now lies (it recorded the old results_dir)
         grid = model.grid_dir
-        aggregated = subprocess.run([sys.executable, "-m", "analysis.aggregate", "--config-json",
-                                     str(grid / "config.json"), "--out", str(grid)],
+        aggregated = subprocess.run([sys.executable, "-m", "analysis.aggregate", "--grid", str(grid)],
                                     cwd=code, capture_output=True, text=True)
         assert aggregated.returncode == 0, aggregated.stderr[-3000:]
         assert (grid / "table.md").stat().st_mtime > (grid / "config.json").stat().st_mtime

@@ -11,6 +11,8 @@ checkpoint look:
         config=rules.grid_config.output,
     output:
         GRID_DIR.look_pattern,
+    params:
+        grid=str(GRID_DIR.path),
     log:
         f"{LOGS}/look{{look}}.log",
     benchmark:
@@ -21,7 +23,7 @@ checkpoint look:
     resources:
         **job_resources(CONFIG, "aggregate"),
     shell:
-        "python -m analysis.looks --config-json {input.config:q} --look {wildcards.look}"
+        "python -m analysis.looks --grid {params.grid:q} --look {wildcards.look}"
         " --out {output:q} > {log:q} 2>&1"
 
 
@@ -38,6 +40,7 @@ if TUNING is not None:
             str(GRID_DIR.tuning_path),
         params:
             tuning=json.dumps(CONFIG["tuning"], sort_keys=True),
+            grid=str(GRID_DIR.path),
         log:
             f"{LOGS}/tune.log",
         benchmark:
@@ -48,7 +51,7 @@ if TUNING is not None:
         resources:
             **job_resources(CONFIG, "aggregate"),
         shell:
-            "python -m analysis.tuning --config-json {input.config:q} --out {output:q} > {log:q} 2>&1"
+            "python -m analysis.tuning --grid {params.grid:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule aggregate:
@@ -68,7 +71,7 @@ rule aggregate:
         pareto=report(str(GRID_DIR.plot_path("pareto")), category="Plots"),
         lag_vs_length=report(str(GRID_DIR.plot_path("lag_vs_length")), category="Plots"),
     params:
-        out=lambda wildcards, output: os.path.dirname(output.table),
+        grid=str(GRID_DIR.path),
     log:
         f"{LOGS}/aggregate.log",
     benchmark:
@@ -79,4 +82,4 @@ rule aggregate:
     resources:
         **job_resources(CONFIG, "aggregate"),
     shell:
-        "python -m analysis.aggregate --config-json {input.config:q} --out {params.out:q} > {log:q} 2>&1"
+        "python -m analysis.aggregate --grid {params.grid:q} > {log:q} 2>&1"

@@ -11,7 +11,7 @@ rule track:
     output:
         str(GRID_DIR.mlflow_path),
     params:
-        grid_dir=lambda wildcards, output: os.path.dirname(output[0]),
+        grid=str(GRID_DIR.path),
     log:
         f"{LOGS}/track.log",
     benchmark:
@@ -22,5 +22,5 @@ rule track:
     resources:
         **job_resources(CONFIG, "track"),
     shell:
-        "python -m tracking.sync --config-json {input.config:q} --grid-dir {params.grid_dir:q} --wait-lock 3600"
+        "python -m tracking.sync --grid {params.grid:q} --wait-lock 3600"
         " > {log:q} 2>&1 && tail -n 1 {log:q}"
