@@ -96,7 +96,8 @@ def test_a_missing_other_summary_fails_naming_the_key_and_the_file(tmp_path, cap
     error = capsys.readouterr().err
     assert (f"config key 'side_by_side.grid': {tmp_path / 'constant' / 'summary.json'} does not exist: "
             "run grid 'constant' first") in error
-    assert not GridDir.of(config).path.exists(), "it fails before reading or writing anything"
+    written = sorted(path.name for path in GridDir.of(config).path.iterdir())
+    assert written == ["config.json"], "it fails before reading or writing anything but the grid's config"
 
 
 def test_a_tuned_grid_is_read_recipe_by_recipe_beside_the_same_grid_untuned(grids):
