@@ -14,7 +14,7 @@ import numpy as np
 
 from analysis.pareto import ENDPOINTS as PARETO_ENDPOINTS
 from analysis.pareto import queue_models
-from analysis.summary import ENDPOINTS, Run, by_cell, score_curve, summary_cells
+from analysis.summary import ENDPOINTS, RunResult, by_cell, score_curve, summary_cells
 from analysis.survival import kaplan_meier
 from analysis.tables import ENDPOINT_NAMES
 from harness.claims import KINDS
@@ -23,7 +23,7 @@ from harness.settings import Config
 QUANTILES = ("d/mean_abs", "d/p50", "d/p90", "d/p99")
 
 
-def plot_curves(config: Config, runs: list[Run], path: Path) -> None:
+def plot_curves(config: Config, runs: list[RunResult], path: Path) -> None:
     """Test score (%) vs step: the seed mean per recipe with its 95% Student t band, one panel per lag."""
     import matplotlib.pyplot as plt
     cells = by_cell(runs)
@@ -42,7 +42,7 @@ def plot_curves(config: Config, runs: list[Run], path: Path) -> None:
     _save(fig, path)
 
 
-def plot_mismatch(config: Config, runs: list[Run], path: Path) -> None:
+def plot_mismatch(config: Config, runs: list[RunResult], path: Path) -> None:
     """|d| = |log pi/mu| quantiles vs step (seed mean): one row per quantile, one column per lag."""
     import matplotlib.pyplot as plt
     cells = by_cell(runs)
@@ -237,7 +237,7 @@ def plot_lag_vs_length(columns: list[tuple[str, list[int], list[float], object]]
     _save(fig, path)
 
 
-def plot_queue_lags(config: Config, runs: list[Run], path: Path) -> None:
+def plot_queue_lags(config: Config, runs: list[RunResult], path: Path) -> None:
     """lag_vs_length.png of a queue grid: one column per bound above 0, the groups of the first
     recipe's runs at that bound pooled over seeds (the draws depend on the seed and the bound, not on
     the recipe, so another recipe's would repeat them), from each step's queue/lags and queue/lengths."""

@@ -46,7 +46,7 @@ FAMILY = "exploratory: one table (one comparison and endpoint over every recipe 
 
 
 @dataclass(frozen=True)
-class Run:
+class RunResult:
     recipe: str
     lag: int
     seed: int
@@ -57,7 +57,7 @@ class Run:
     train: list[dict]  # the run's training metrics rows
 
 
-def collect(config: Config, progress: bool = True, which: list[tuple[str, int, int]] | None = None) -> list[Run]:
+def collect(config: Config, progress: bool = True, which: list[tuple[str, int, int]] | None = None) -> list[RunResult]:
     """The runs ``which`` (default: every run of the grid), read and summarized; a missing or bad file
     fails with its path, and a run whose loss is not its recipe's is refused
     (harness.run.RunDir.check_fingerprint)."""
@@ -67,14 +67,14 @@ def collect(config: Config, progress: bool = True, which: list[tuple[str, int, i
         folder = config.folder.run(recipe, lag, seed)
         summary, run_config, curve, train = read_run(folder, config)
         folder.check_fingerprint()
-        runs.append(Run(recipe, lag, seed, run_config.get("run_key", ""), run_config.get("recipe") or {},
+        runs.append(RunResult(recipe, lag, seed, run_config.get("run_key", ""), run_config.get("recipe") or {},
                         summary, curve, train))
     return runs
 
 
-def by_cell(runs: list[Run]) -> dict[tuple[str, int], list[Run]]:
+def by_cell(runs: list[RunResult]) -> dict[tuple[str, int], list[RunResult]]:
     """The runs grouped by cell (recipe, lag)."""
-    cells: dict[tuple[str, int], list[Run]] = {}
+    cells: dict[tuple[str, int], list[RunResult]] = {}
     for run in runs:
         cells.setdefault((run.recipe, run.lag), []).append(run)
     return cells
@@ -85,7 +85,7 @@ def summary_cells(summary: dict) -> dict[tuple[str, int], dict]:
     return {(cell["recipe"], cell["lag"]): cell for cell in summary["cells"]}
 
 
-def realized_lag_distribution(runs: list[Run]) -> dict:
+def realized_lag_distribution(runs: list[RunResult]) -> dict:
     """The realized lag of every trained step of the cell's runs (its training rows): lowest,
     highest, mean and how many steps had each lag, pooled over seeds (the engines fail a run whose
     realized lag leaves its mode's bound, harness.lag.check_realized_lag)."""
@@ -97,7 +97,7 @@ def realized_lag_distribution(runs: list[Run]) -> dict:
             "steps": {str(int(v)): int(n) for v, n in zip(values, counts)}}
 
 
-def score_at_steps(run: Run, steps: list[int]) -> list[float]:
+def score_at_steps(run: RunResult, steps: list[int]) -> list[float]:
     """The run's test score at each step (0 after a divergence, NaN where not evaluated)."""
     scores = dict(run.curve)
     last = run.curve[-1][0] if run.curve else 0
@@ -105,7 +105,7 @@ def score_at_steps(run: Run, steps: list[int]) -> list[float]:
     return [scores.get(s, 0.0 if diverged and s > last else math.nan) for s in steps]
 
 
-def score_curve(runs: list[Run], budget: int) -> list[dict]:
+def score_curve(runs: list[RunResult], budget: int) -> list[dict]:
     """A cell's test-score curve: at each step any of its runs was evaluated (and the budget's last
     step), the mean over its seeds with the 95% interval of mean_ci, as the cell's other scores."""
     steps = sorted({s for run in runs for s, _ in run.curve} | {budget})
@@ -113,7 +113,7 @@ def score_curve(runs: list[Run], budget: int) -> list[dict]:
     return [{"step": step, **mean_ci(per_run[:, i]).as_dict()} for i, step in enumerate(steps)]
 
 
-def _cell(recipe: str, lag: int, runs: list[Run], reference: dict, budget: int) -> dict:
+def _cell(recipe: str, lag: int, runs: list[RunResult], reference: dict, budget: int) -> dict:
     seeds = {m: [getattr(r.summary, m) for r in runs]
              for m in (*SCORES, *MISMATCH, "collapsed", "collapse_step", "best_step", "selected_step", "status")}
     seeds["collapse_step"] = [step if collapsed else None
@@ -129,14 +129,14 @@ def _cell(recipe: str, lag: int, runs: list[Run], reference: dict, budget: int) 
             "reference": reference_for(runs[0].recipe_spec, lag, reference) if runs else None}
 
 
-def build_cells(config: Config, runs: list[Run]) -> dict[tuple[str, int], dict]:
+def build_cells(config: Config, runs: list[RunResult]) -> dict[tuple[str, int], dict]:
     """Every cell (recipe, lag) of the grid with its runs' per-seed values and statistics."""
     reference, grouped = load_reference(), by_cell(runs)
     return {(recipe, lag): _cell(recipe, lag, grouped.get((recipe, lag), []), reference, config.steps)
             for recipe in config.recipes for lag in config.lags}
 
 
-def summarize(config: Config, runs: list[Run]) -> dict:
+def summarize(config: Config, runs: list[RunResult]) -> dict:
     """The machine-readable summary (summary.json): one entry per cell with per-seed values,
     mean + 95% CI per metric, collapse k/n with Wilson CI, and the exploratory comparisons:
     P(improvement) over the baseline (``improvement``), the difference to the baseline at the same

@@ -39,7 +39,7 @@ def pick(scores: list[tuple[object, float]]):
 
 def tuning_scores(config: Config, runs) -> dict[str, list[tuple[object, float]]]:
     """recipe -> (value, mean score over its tuning runs) in declared order, from ``runs``
-    (analysis.summary.Run of the tuning runs); a candidate without every one of its runs is refused."""
+    (analysis.summary.RunResult of the tuning runs); a candidate without every one of its runs is refused."""
     tuning, by_run = config.tuning, {(run.recipe, run.lag, run.seed): run for run in runs}
     scores = {}
     for recipe, candidates in tuning.candidates.items():

@@ -11,7 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness import engine as engines
-from harness.claims import Seeding
 from harness.identity import run_key
 from harness.lag import check_lag
 from harness.queue_lag import QUEUE_KEYS
@@ -36,17 +35,6 @@ def expand(config: dict) -> list[tuple[str, int, int]]:
     """Every (recipe, lag, seed) of the grid, in config order."""
     return [(recipe, int(lag), int(seed))
             for recipe in config["recipes"] for lag in config["lags"] for seed in config["seeds"]]
-
-
-def first_look(config: dict) -> list[tuple[str, int, int]]:
-    """The runs of the first look of the config's seed schedule (``seeding``): every cell at
-    seeds[:looks[0]]; without a schedule, every run. Later looks' runs come from the claims read at
-    the look before (analysis.looks)."""
-    seeding = Seeding.of(config)
-    if seeding is None:
-        return expand(config)
-    seeds = set(config["seeds"][:seeding.looks[0]])
-    return [run for run in expand(config) if run[2] in seeds]
 
 
 def check_run(run_config: dict) -> Recipe:

@@ -285,6 +285,14 @@ class Config:
         """The lag every staleness cost is measured against: the grid's smallest."""
         return min(self.lags)
 
+    def first_look(self) -> list[Run]:
+        """The runs of the seed schedule's first look: every cell at seeds[:looks[0]]; without a schedule,
+        every run. Later looks' runs come from the claims read at the look before (analysis.looks)."""
+        if self.seeding is None:
+            return list(self.grid_runs)
+        seeds = set(self.seeds[:self.seeding.looks[0]])
+        return [run for run in self.grid_runs if run[2] in seeds]
+
     def confirmation(self, picked: dict) -> "Config":
         """The grid of a tuning section's confirmation runs (harness.tuning.confirmation_config): each
         recipe replaced by its picked variant (``picked``: recipe -> value), a plain grid."""

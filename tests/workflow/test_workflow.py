@@ -9,8 +9,9 @@ import yaml
 
 from harness import engine as engines
 from harness.config import load
-from harness.grid import expand, first_look
+from harness.grid import expand
 from harness.grid_dir import REPORT_FILES
+from harness.settings import Config
 from tests.support.workflow_cli import ROOT, job_counts, planned_jobs, planned_outputs, snakemake
 
 pytestmark = pytest.mark.slow  # Snakemake calls (10-40 s each)
@@ -29,7 +30,7 @@ def test_dry_run_of_the_demo_grid_lists_every_job(scratch):
     assert result.returncode == 0, result.stderr
     # the demo declares a seed schedule: the plan holds its first look (every cell at seeds[:3]) and the
     # interim job after it, whose output adds the next look's runs
-    runs = first_look(DEMO)
+    runs = Config.build(DEMO).first_look()
     assert len(runs) == len(DEMO["recipes"]) * len(DEMO["lags"]) * DEMO["seeding"]["looks"][0] < len(expand(DEMO))
     assert job_counts(result.stdout) == {"grid_config": 1, "prepare": 1, "null_check": 1, "train": len(runs), "evaluate": len(runs),
                                          "look": 1, "aggregate": 1, "track": 1, "all": 1}

@@ -12,7 +12,7 @@ checkpoint look:
     output:
         GRID_DIR.look_pattern,
     params:
-        grid=str(GRID_DIR.path),
+        grid=lambda wildcards, output: os.path.dirname(os.path.dirname(output[0])),
     log:
         f"{LOGS}/look{{look}}.log",
     benchmark:
@@ -40,7 +40,7 @@ if TUNING is not None:
             str(GRID_DIR.tuning_path),
         params:
             tuning=json.dumps(CONFIG["tuning"], sort_keys=True),
-            grid=str(GRID_DIR.path),
+            grid=lambda wildcards, output: os.path.dirname(output[0]),
         log:
             f"{LOGS}/tune.log",
         benchmark:
@@ -71,7 +71,7 @@ rule aggregate:
         pareto=report(str(GRID_DIR.plot_path("pareto")), category="Plots"),
         lag_vs_length=report(str(GRID_DIR.plot_path("lag_vs_length")), category="Plots"),
     params:
-        grid=str(GRID_DIR.path),
+        grid=lambda wildcards, output: os.path.dirname(output.summary),
     log:
         f"{LOGS}/aggregate.log",
     benchmark:

@@ -9,12 +9,10 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import update_config
 
 from harness.config import ConfigError, check_recipe_values, validate
-from harness.grid import RUN_FOLDER, first_look, run_dir
+from harness.grid import RUN_FOLDER, run_dir
 from harness.grid_dir import GridDir
 from harness.io import write_json_atomic
 from harness.jobs import job_resources, retype_cli_values, rule_resources, train_retries
-from harness.claims import Seeding
-from harness.tuning import Tuning
 from harness.settings import Config
 from harness.run import STATUS_PATTERN, eval_file_pattern, refuse_changed_runs
 

@@ -1,10 +1,10 @@
 # The runs each job needs under the seed schedule (config seeding, analysis.looks), functions only, so
 # that the rule files stay thin. Each later look's runs are the output of the interim job of the look
 # before it (checkpoint look, aggregate.smk).
-LOOKS = len(Seeding.of(CONFIG).looks) if Seeding.of(CONFIG) else 1
+LOOKS = len(MODEL.seeding.looks) if MODEL.seeding else 1
 # An equal tuning budget (config tuning, analysis.tuning): the candidates' runs on the tuning seeds,
 # then the picked values' on the grid's seeds, which the grid-wide pick names (checkpoint tune).
-TUNING = Tuning.of(CONFIG)
+TUNING = MODEL.tuning
 
 
 def run_outputs(runs):
@@ -23,7 +23,7 @@ def scheduled_outputs(through):
     if TUNING is not None:
         with open(checkpoints.tune.get().output[0]) as picked:
             return run_outputs(TUNING.runs() + [tuple(run) for run in json.load(picked)["confirmation_runs"]])
-    runs = first_look(CONFIG)
+    runs = MODEL.first_look()
     for look in range(1, through):
         with open(checkpoints.look.get(look=look).output[0]) as interim:
             runs += [tuple(run) for run in json.load(interim)["next_runs"]]

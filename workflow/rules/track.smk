@@ -11,7 +11,7 @@ rule track:
     output:
         str(GRID_DIR.mlflow_path),
     params:
-        grid=str(GRID_DIR.path),
+        grid=lambda wildcards, output: os.path.dirname(output[0]),
     log:
         f"{LOGS}/track.log",
     benchmark:
