@@ -1,0 +1,123 @@
+"""Two grids in one results folder sync into one MLflow store (results/mlflow.db) at once: every
+writer holds the store's lock (tracking.store.store_lock) while it creates or writes the store, so
+both end with exit 0 and their runs in it; a holder killed -9 leaves the lock to the other."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from analysis.summary import collect, summarize
+from harness.grid_dir import GridDir
+from harness.io import write_json_atomic
+from tests.support.grid_fixture import make_grid
+from tests.support.waiting import wait_until
+from tests.support.workflow_cli import ROOT
+from tracking.store import KIND, tracking_uri
+
+GRIDS = ("g1", "g2")
+PAIRS = 20
+SEED_RUNS = 6  # make_grid with one seed: 3 recipes x 2 lags
+STOP_AT = 8  # the store write before which the killed holder stops: the store made, its grid half written
+ENV = {**{k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}, "MLFLOW_DISABLE_TELEMETRY": "true"}
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory):
+    """A results folder holding two small aggregated grids and no store."""
+    results = tmp_path_factory.mktemp("two_grids") / "results"
+    for name in GRIDS:
+        config = make_grid(results, grid=name, seeds=(0,))
+        write_json_atomic(GridDir.of(config).config_path, config)
+        write_json_atomic(GridDir.of(config).summary_path, summarize(config, collect(config, progress=False)))
+    return results
+
+
+def copy_results(template, results) -> dict[str, dict]:
+    """The two grids in a results folder of their own (a new store), by name: their configs."""
+    shutil.copytree(template, results)
+    configs = {}
+    for name in GRIDS:
+        grid = GridDir(results / name)
+        configs[name] = {**json.loads(grid.config_path.read_text()), "results_dir": str(results)}
+        write_json_atomic(grid.config_path, configs[name])
+    return configs
+
+
+def seed_runs(config: dict) -> int:
+    """The grid's seed runs in its store (0 without its experiment)."""
+    from mlflow.tracking import MlflowClient
+    client = MlflowClient(tracking_uri(config)[0])
+    experiment = client.get_experiment_by_name(config["grid"])
+    if experiment is None:
+        return 0
+    return len(client.search_runs([experiment.experiment_id], filter_string=f"tags.\"{KIND}\" = 'run'"))
+
+
+def worker() -> subprocess.Popen:
+    process = subprocess.Popen([sys.executable, "-m", "tests.support.sync_race"], cwd=ROOT, env=ENV, text=True,
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert process.stdout.readline().strip() == "ready"
+    return process
+
+
+def test_two_grids_syncing_into_one_new_store_at_once_both_finish(template, tmp_path):
+    workers = {name: worker() for name in GRIDS}
+    failed = []
+    try:
+        for pair in range(PAIRS):
+            configs = copy_results(template, tmp_path / f"pair{pair}")
+            for name, process in workers.items():  # both syncs start within a millisecond
+                process.stdin.write(str(GridDir.of(configs[name]).config_path) + "\n")
+                process.stdin.flush()
+            answers = {name: json.loads(process.stdout.readline()) for name, process in workers.items()}
+            statuses = {name: answer["status"] for name, answer in answers.items()}
+            if any(statuses.values()):  # not opened: MLflow would complete a half-made store as it opened it
+                failed.append((pair, statuses, [answer["stderr"][-600:] for answer in answers.values()
+                                                if answer["status"]]))
+                continue
+            runs = {name: seed_runs(config) for name, config in configs.items()}
+            if set(runs.values()) != {SEED_RUNS}:
+                failed.append((pair, statuses, runs))
+    finally:
+        for process in workers.values():
+            process.stdin.close()
+            process.wait(timeout=60)
+    assert not failed, f"{len(failed)} of {PAIRS} pairs failed (pair, exit statuses, stderr or seed runs): {failed}"
+
+
+def sync(config: dict, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "tracking.sync", "--config-json", str(GridDir.of(config).config_path)],
+                            cwd=ROOT, env=ENV, text=True, **kwargs)
+
+
+def test_a_holder_killed_minus_9_leaves_the_store_to_the_other_grid(template, tmp_path):
+    import psutil
+    configs = copy_results(template, tmp_path / "results")
+    first = configs["g1"]
+    holder = subprocess.Popen([sys.executable, "-m", "tests.support.mlflow_kill", str(STOP_AT), "--stop", "--",
+                               "--config-json", str(GridDir.of(first).config_path)], cwd=ROOT, env=ENV)
+    try:
+        wait_until(lambda: psutil.Process(holder.pid).status() == psutil.STATUS_STOPPED,
+                   f"g1's sync stopped before store write {STOP_AT}", holder)
+        log = tmp_path / "g2.log"
+        with log.open("w") as err:
+            other = sync(configs["g2"], stderr=err)
+        holds = f"host {socket.gethostname()}, pid {holder.pid}"
+        wait_until(lambda: f"is held by {holds}" in log.read_text(), "g2's sync waiting for the store's lock", other)
+    finally:
+        holder.kill()  # kill -9 (a stopped process dies of it too): no clean-up runs, the kernel drops the lock
+        holder.wait()
+    assert other.wait(timeout=600) == 0, log.read_text()
+    taken = [line for line in log.read_text().splitlines() if f"taking over the lock of {holds}," in line]
+    assert taken and "(MLflow writer of grid g1, final, since" in taken[0], log.read_text()
+    assert seed_runs(configs["g2"]) == SEED_RUNS
+    rerun = sync(first, stderr=subprocess.PIPE)  # the killed grid's sync, run again, finishes its grid
+    _, err = rerun.communicate(timeout=600)
+    assert rerun.returncode == 0, err
+    assert seed_runs(first) == SEED_RUNS and seed_runs(configs["g2"]) == SEED_RUNS
