@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -21,18 +23,16 @@ from tests.support.workflow_cli import ROOT
 from tracking.store import KIND, tracking_uri
 
 GRIDS = ("g1", "g2")
-PAIRS = 20
-SEED_RUNS = 6  # make_grid with one seed: 3 recipes x 2 lags
-STOP_AT = 8  # the store write before which the killed holder stops: the store made, its grid half written
 ENV = {**{k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}, "MLFLOW_DISABLE_TELEMETRY": "true"}
 
 
 @pytest.fixture(scope="module")
 def template(tmp_path_factory):
-    """A results folder holding two small aggregated grids and no store."""
+    """A results folder holding two aggregated one-run grids and no store: a pair's time is the new
+    store's creation, where the race is."""
     results = tmp_path_factory.mktemp("two_grids") / "results"
     for name in GRIDS:
-        config = make_grid(results, grid=name, seeds=(0,))
+        config = make_grid(results, grid=name, seeds=(0,), recipes=("grpo",), lags=(1,))
         write_json_atomic(GridDir.of(config).config_path, config)
         write_json_atomic(GridDir.of(config).summary_path, summarize(config, collect(config, progress=False)))
     return results
@@ -66,11 +66,14 @@ def worker() -> subprocess.Popen:
     return process
 
 
-def test_two_grids_syncing_into_one_new_store_at_once_both_finish(template, tmp_path):
+# Without the store's lock every pair failed (20 of 20: docs/mlflow.md), so a few pairs catch a
+# regression in the default set; the issue's 20 run with the slow tests.
+@pytest.mark.parametrize("pairs", [3, pytest.param(20, marks=pytest.mark.slow)])
+def test_two_grids_syncing_into_one_new_store_at_once_both_finish(template, tmp_path, pairs):
     workers = {name: worker() for name in GRIDS}
     failed = []
     try:
-        for pair in range(PAIRS):
+        for pair in range(pairs):
             configs = copy_results(template, tmp_path / f"pair{pair}")
             for name, process in workers.items():  # both syncs start within a millisecond
                 process.stdin.write(str(GridDir.of(configs[name]).config_path) + "\n")
@@ -82,13 +85,13 @@ def test_two_grids_syncing_into_one_new_store_at_once_both_finish(template, tmp_
                                                 if answer["status"]]))
                 continue
             runs = {name: seed_runs(config) for name, config in configs.items()}
-            if set(runs.values()) != {SEED_RUNS}:
+            if set(runs.values()) != {1}:
                 failed.append((pair, statuses, runs))
     finally:
         for process in workers.values():
             process.stdin.close()
             process.wait(timeout=60)
-    assert not failed, f"{len(failed)} of {PAIRS} pairs failed (pair, exit statuses, stderr or seed runs): {failed}"
+    assert not failed, f"{len(failed)} of {pairs} pairs failed (pair, exit statuses, stderr or seed runs): {failed}"
 
 
 def sync(config: dict, **kwargs) -> subprocess.Popen:
@@ -96,15 +99,17 @@ def sync(config: dict, **kwargs) -> subprocess.Popen:
                             cwd=ROOT, env=ENV, text=True, **kwargs)
 
 
-def test_a_holder_killed_minus_9_leaves_the_store_to_the_other_grid(template, tmp_path):
-    import psutil
+@pytest.mark.slow  # three fresh syncs, each importing MLflow
+def test_a_holder_killed_minus_9_while_creating_the_store_leaves_it_to_the_other_grid(template, tmp_path):
     configs = copy_results(template, tmp_path / "results")
-    first = configs["g1"]
-    holder = subprocess.Popen([sys.executable, "-m", "tests.support.mlflow_kill", str(STOP_AT), "--stop", "--",
-                               "--config-json", str(GridDir.of(first).config_path)], cwd=ROOT, env=ENV)
+    first, store = configs["g1"], Path(tracking_uri(configs["g1"])[0].removeprefix("sqlite:///"))
+    creating = store.with_name(f".{store.name}.creating")  # tracking.store.create_local_store's
+    holder = sync(first)
     try:
-        wait_until(lambda: psutil.Process(holder.pid).status() == psutil.STATUS_STOPPED,
-                   f"g1's sync stopped before store write {STOP_AT}", holder)
+        # stopped (SIGSTOP) half way through MLflow's migrations of the new store, the lock held
+        wait_until(creating.exists, "g1's sync creating the store", holder)
+        os.kill(holder.pid, signal.SIGSTOP)
+        assert creating.exists() and not store.exists()
         log = tmp_path / "g2.log"
         with log.open("w") as err:
             other = sync(configs["g2"], stderr=err)
@@ -116,8 +121,8 @@ def test_a_holder_killed_minus_9_leaves_the_store_to_the_other_grid(template, tm
     assert other.wait(timeout=600) == 0, log.read_text()
     taken = [line for line in log.read_text().splitlines() if f"taking over the lock of {holds}," in line]
     assert taken and "(MLflow writer of grid g1, final, since" in taken[0], log.read_text()
-    assert seed_runs(configs["g2"]) == SEED_RUNS
+    assert seed_runs(configs["g2"]) == 1 and not creating.exists()
     rerun = sync(first, stderr=subprocess.PIPE)  # the killed grid's sync, run again, finishes its grid
     _, err = rerun.communicate(timeout=600)
     assert rerun.returncode == 0, err
-    assert seed_runs(first) == SEED_RUNS and seed_runs(configs["g2"]) == SEED_RUNS
+    assert seed_runs(first) == 1 and seed_runs(configs["g2"]) == 1
