@@ -129,7 +129,8 @@ def sync(config: dict, grid_path: str | Path | None = None, progress: bool = Tru
          max_train_points: int = TRAIN_POINTS, final: bool = True) -> dict:
     """One pass over the grid. Final (default): the grid is aggregated (summary.json), every run
     ends FINISHED/FAILED, summary runs and artifacts are synced and mlflow.json is written. Live:
-    whatever has started, runs still training stay RUNNING. The caller holds the writer lock."""
+    whatever has started, runs still training stay RUNNING. The caller holds the grid's writer lock
+    and the store's (tracking.store.store_lock)."""
     grid_path = check_grid(config, grid_path, final)
     summary, numbers = None, {}
     if final:
