@@ -38,6 +38,7 @@ def holder() -> dict:
 
 
 def who(info: dict | None) -> str:
+    """A holder's description as the lock's messages name it."""
     if not info:
         return "an unknown process (it has not written its description yet)"
     return (f"host {info.get('host')}, pid {info.get('pid')}, SLURM job {info.get('slurm_job_id') or '-'} "
