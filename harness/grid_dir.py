@@ -7,7 +7,7 @@
     grid.table_path("md"), grid.plot_path("curves"), grid.summary_path
                                            the report files analysis.report writes (summary.json last)
     grid.mlflow_path                       mlflow.json: the final MLflow sync's marker
-    grid.tracking_lock_path                tracking.lock: the one MLflow writer (harness.lock.writer_lock)
+    grid.tracking_lock_path                tracking.lock: the grid's one MLflow writer (harness.lock.writer_lock)
     grid.null_check_path                   null_check.json: the lag-0 null check's numbers (engines.null_check)
     grid.look_pattern                      looks/look{look}.json: what each look of a seed schedule decided
     grid.tuning_path                       tuning.json: each recipe's picked value (analysis.tuning)

@@ -1,4 +1,4 @@
-"""Where the MLflow store lives, how it stays relocatable, the single-writer lock's name and the UI link.
+"""Where the MLflow store lives, how it stays relocatable, the store's lock and the UI links.
 
 Default store: ``sqlite:///<results_dir>/mlflow.db`` with artifacts under ``<results_dir>/mlartifacts``.
 The experiments of that store record their artifact location as ``mlflow-artifacts:/<experiment>``,
@@ -7,13 +7,26 @@ a path relative to whatever artifact root the UI server is started with (``--art
 store, so ``results/`` can be moved or copied to another machine and still lists and opens every
 artifact. The writer (tracking.sync) puts artifacts straight into that folder, the place the server
 later reads them from. If $MLFLOW_TRACKING_URI names a server, both runs and artifacts go there.
+
+One writer of a local store at a time: two grids in one results folder share its mlflow.db, and two
+processes creating a new store's schema at once fail (MLflow migrates it table by table:
+``table _alembic_tmp_experiments already exists``). Every writer (tracking.sync's final and live
+passes, tracking.ui while its server starts) holds ``store_lock``, waiting its turn; a new store is
+built beside its path and renamed into place, so a writer killed while creating it leaves no
+half-made store. A server (or a database server's URI) has no such lock: the server owns its store,
+migrates it once when it starts and serializes its clients' writes; a lock file here could not reach
+writers on other machines anyway.
 """
 from __future__ import annotations
 
+import contextlib
+import math
 import os
 import sqlite3
 import urllib.parse
 from pathlib import Path
+
+from harness.lock import writer_lock
 
 PROXIED = "mlflow-artifacts:"
 KIND = "stalebench.kind"  # the tag naming a run's kind: parent | run | cell
@@ -51,13 +64,27 @@ def local_artifact_dir(results_dir: Path, artifact_uri: str) -> Path | None:
     return artifact_destination(results_dir) / artifact_uri[len(PROXIED):].lstrip("/")
 
 
+def store_lock(uri: str, purpose: str):
+    """The lock of the store ``uri`` (the module's docstring): <store>.lock beside a sqlite store,
+    waited for as long as another writer holds it; none for a server."""
+    if not uri.startswith("sqlite:///"):
+        return contextlib.nullcontext()
+    return writer_lock(uri.removeprefix("sqlite:///") + ".lock", purpose, wait_s=math.inf)
+
+
 def create_local_store(uri: str) -> None:
     """Create a new sqlite store as the UI server would (the default artifact root proxied): MLflow's
     Default experiment then records ``mlflow-artifacts:/0``, where MlflowClient would have written the
-    absolute path of the writer's ./mlruns."""
+    absolute path of the writer's ./mlruns. Built under another name and renamed: a store's path
+    never holds a half-migrated schema. The caller holds ``store_lock``."""
     from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
-    if not Path(uri.removeprefix("sqlite:///")).exists():
-        SqlAlchemyStore(uri, f"{PROXIED}/")
+    path = Path(uri.removeprefix("sqlite:///"))
+    if path.exists():
+        return
+    building = path.with_name(f".{path.name}.creating")
+    building.unlink(missing_ok=True)  # left by a writer killed while creating the store
+    SqlAlchemyStore(f"sqlite:///{building}", f"{PROXIED}/").engine.dispose()
+    os.replace(building, path)
 
 
 _PRAGMA_SET = False

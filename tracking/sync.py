@@ -34,7 +34,9 @@ and evaluations as they land; no summary runs, artifacts or marker (the grid is 
 ``--follow`` repeats every INTERVAL seconds and stops once the grid is aggregated (summary.json
 newer than every run's status); the final sync (the track rule) then finishes the same runs.
 One writer per grid: <grid>/tracking.lock (harness.lock.writer_lock) refuses a second one; the
-track rule waits for a live sync to stop (``--wait-lock``). Modules: tracking.runs (what each run
+track rule waits for a live sync to stop (``--wait-lock``). One writer per store: each pass holds the
+store's lock (tracking.store.store_lock), which another grid's sync into the same store waits for, so
+that grids in one results folder run at once. Modules: tracking.runs (what each run
 gets), tracking.writer (the MLflow calls), tracking.layout (names and units), tracking.store.
 
 Training curves are logged at every stride-th step, stride = ceil(steps / max_train_points)
@@ -65,7 +67,7 @@ from harness.io import write_json_atomic
 from harness.lock import writer_lock
 from harness.settings import Config
 from tracking.runs import Tracker
-from tracking.store import ui_link
+from tracking.store import store_lock, tracking_uri, ui_link
 
 TRAIN_POINTS = 100  # training metrics logged at up to ~this many steps per run (0 = every step)
 
@@ -122,7 +124,8 @@ def sync(config: Config, progress: bool = True,
          max_train_points: int = TRAIN_POINTS, final: bool = True) -> dict:
     """One pass over the grid. Final (default): the grid is aggregated (summary.json), every run
     ends FINISHED/FAILED, summary runs and artifacts are synced and mlflow.json is written. Live:
-    whatever has started, runs still training stay RUNNING. The caller holds the writer lock."""
+    whatever has started, runs still training stay RUNNING. The caller holds the grid's writer lock
+    and the store's (tracking.store.store_lock)."""
     grid_path = check_grid(config, final)
     summary, numbers = None, {}
     if final:
@@ -157,10 +160,12 @@ def sync(config: Config, progress: bool = True,
 def follow(config: Config, interval: float, progress: bool = False, max_train_points: int = TRAIN_POINTS,
            passes: int | None = None) -> dict:
     """Live passes every ``interval`` seconds until the grid is aggregated (or ``passes`` passes);
-    returns the last pass's marker. The caller holds the writer lock for the whole loop."""
+    returns the last pass's marker. The caller holds the grid's writer lock for the whole loop; each
+    pass holds the store's, which another grid's sync waits for meanwhile."""
     count = 0
     while True:
-        marker = sync(config, progress=progress, max_train_points=max_train_points, final=False)
+        with store_lock(tracking_uri(config.results_dir)[0], f"MLflow writer of grid {config.grid}, follow"):
+            marker = sync(config, progress=progress, max_train_points=max_train_points, final=False)
         count += 1
         print(f"tracking.sync: live pass {count}: {marker['runs']} runs ({marker['created']} new) "
               f"at {time.strftime('%H:%M:%S')}", file=sys.stderr, flush=True)
@@ -211,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
         with writer_lock(config.folder.tracking_lock_path, f"MLflow writer, {mode}", args.wait_lock):
             if args.follow is not None:
                 return follow(config, args.follow, max_train_points=args.max_train_points)
-            return sync(config, progress=not live, max_train_points=args.max_train_points, final=not live)
+            with store_lock(tracking_uri(config.results_dir)[0], f"MLflow writer of grid {config.grid}, {mode}"):
+                return sync(config, progress=not live, max_train_points=args.max_train_points, final=not live)
 
     return run_stage("tracking.sync", work, lambda marker, seconds: (
         f"{marker['runs']} runs + {marker['cells']} cells"

@@ -36,6 +36,7 @@ from tracking.store import (
     comparison_link,
     local_store,
     parent_link,
+    store_lock,
     tracking_uri,
     ui_link,
 )
@@ -146,12 +147,17 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not local_store(config.results_dir).exists():
         parser.error(f"no MLflow store at {local_store(config.results_dir)}: run the grid (make demo) first")
-    links(HOST, uri, config.grid)  # refuses a store without the grid before a server starts
-    process = subprocess.Popen(server_command(config.results_dir, args.port), env=server_env(), start_new_session=True)
     # SIGTERM (e.g. from a test) goes through the finally below, which stops the server's process group
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    process = None
     try:
-        base = wait_healthy(process, args.port)
+        # MLflow completes a store it opens (tables, its Default experiment): this client and the
+        # starting server are writers of the store until the server answers (tracking.store)
+        with store_lock(uri, f"MLflow UI of grid {config.grid}, starting"):
+            links(HOST, uri, config.grid)  # refuses a store without the grid before a server starts
+            process = subprocess.Popen(server_command(config.results_dir, args.port), env=server_env(),
+                                       start_new_session=True)
+            base = wait_healthy(process, args.port)
         print(f"MLflow UI of grid {config.grid!r} (Ctrl-C stops it).\n{links(base, uri, config.grid)}", flush=True)
         return process.wait()
     except KeyboardInterrupt:
@@ -160,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tracking.ui: error: {error}", file=sys.stderr)
         return 1
     finally:
-        if process.poll() is None:
+        if process is not None and process.poll() is None:
             os.killpg(process.pid, signal.SIGTERM)
             process.wait(timeout=30)
 

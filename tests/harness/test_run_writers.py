@@ -2,6 +2,7 @@
 time limit (SLURM's warning signal -> resume state, exit 75 -> the retry ends bit-identical)."""
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -42,7 +43,7 @@ def test_a_second_writer_fails_at_once_naming_the_holder(base, tmp_path, monkeyp
     assert run(cfg, tmp_path / "r") == "completed"  # released with the block
 
 
-def test_the_lock_dies_with_its_holder(tmp_path):
+def test_the_lock_dies_with_its_holder_and_its_taker_says_so(tmp_path, capfd):
     path = tmp_path / "locks" / "train.lock"
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from harness.lock import writer_lock\n"
                                f"with writer_lock({str(path)!r}, 'train'):\n print('held', flush=True); time.sleep(600)"],
@@ -53,8 +54,13 @@ def test_the_lock_dies_with_its_holder(tmp_path):
             pass
     holder.kill()  # kill -9: no clean-up runs, the kernel drops the lock
     holder.wait()
+    capfd.readouterr()
     with writer_lock(path, "train"):
         assert json.loads(path.read_text())["pid"] == os.getpid()
+    assert f"taking over the lock of host {socket.gethostname()}, pid {holder.pid}," in capfd.readouterr().err
+    with writer_lock(path, "train"):  # released by its holder: nothing to take over
+        pass
+    assert "taking over" not in capfd.readouterr().err
 
 
 def test_a_step_log_refuses_a_step_that_is_not_after_the_last(tmp_path):

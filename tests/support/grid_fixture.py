@@ -36,12 +36,14 @@ START_TIME = 1.8e9  # unix seconds of step 0; a step takes 2 s (the rows' ``time
 QUEUE = {"utilization": 1.0, "concurrency": 16, "capacity": 16, "length_sigma": 1.0}
 
 
-def make_config(results_dir, grid: str = "demo", seeds=(0, 1, 2), lag_mode: str = "interval", lags=(1, 8)) -> dict:
+def make_config(results_dir, grid: str = "demo", seeds=(0, 1, 2), lag_mode: str = "interval",
+                recipes=("grpo", "sat_grpo", "grpo_r3"), lags=(1, 8)) -> dict:
     """The grid's workflow config, checked and completed with the schema's defaults (as every stage
-    gets it); in lag mode queue with the system QUEUE."""
+    gets it); in lag mode queue with the system QUEUE. Fewer recipes or lags: a smaller grid (the
+    known cases outside it are not in it)."""
     queue = {"lag_queue": QUEUE} if lag_mode == "queue" else {}
     return validate({"grid": grid, "results_dir": str(results_dir), "engine": "tiny",
-            "recipes": ["grpo", "sat_grpo", "grpo_r3"], "extra_recipes": {}, "lags": list(lags),
+            "recipes": list(recipes), "extra_recipes": {}, "lags": list(lags),
             "lag_mode": lag_mode, **queue, "seeds": list(seeds), "steps": STEPS, "eval_every": EVAL_EVERY,
             "engine_params": {"preset": "demo"},
             "eval": {"tasks": ["tiny_val", "tiny_test"], "selection_task": "tiny_val", "k": 8,
