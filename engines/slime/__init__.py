@@ -51,8 +51,10 @@ def _train(run_config, run_dir) -> str:
 # GPU jobs on a SLURM partition (named `gpu` here; a site renames it with the config's
 # `resources: {train: {slurm_partition: ...}}`): the paper trained on 8 x H200 per run
 # (the SAT paper, arXiv 2607.18722); evaluation serves one checkpoint on one node. Training asks for
-# the time-limit warning 15 minutes ahead (a Megatron save of the 30B model with its optimizer
-# takes minutes; SLURM may send it up to a minute early); a step takes 15-25 min (docs/cluster.md, Cost).
+# the time-limit warning as early as a stop can take: the lead is the stop budget that
+# `python -m engines.slime.launch --plan` computes for Qwen3-30B-A3B from its estimated timings (one
+# step of drain + a periodic Megatron + HF save on the slowest published write speed: engines.slime.plan),
+# and the plan refuses a shorter one; a step takes 15-25 min (docs/cluster.md, Cost).
 ENGINE = register(Engine(
     name="slime",
     resolve_params=_resolve_params,
@@ -61,7 +63,7 @@ ENGINE = register(Engine(
     eval_backend="server",
     resources={
         "train": {"threads": 32, "mem_mb": 512000, "gpu": 8, "runtime": 4320, "slurm_partition": "gpu",
-                  "slurm_extra": "--signal=URG@900"},
+                  "slurm_extra": "--signal=URG@6426"},
         "evaluate": {"threads": 16, "mem_mb": 256000, "gpu": 8, "runtime": 240, "slurm_partition": "gpu"},
         "aggregate": {"threads": 1, "mem_mb": 4000, "runtime": 60},
         "track": {"threads": 1, "mem_mb": 4000, "runtime": 60},

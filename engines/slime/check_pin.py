@@ -34,11 +34,13 @@ from engines.slime.refresh_known_flags import flag_literals, known_flags
 HERE = Path(__file__).resolve().parent
 ROOTS = ("slime", "megatron")
 # Members of slime's classes the adapter uses on instances (no import statement names them):
-# (module, class) -> members. driver: the rollout manager and the training group; metrics: a sample's
-# weight versions.
+# (module, class) -> members (methods, fields, attributes a method sets on self). driver: the rollout
+# manager, the training group and its trainer actors (a stop's save without the HF copy); metrics: a
+# sample's weight versions.
 SLIME_MEMBERS = {
     ("slime.ray.rollout", "RolloutManager"): ("generate", "save", "dispose"),
-    ("slime.ray.actor_group", "RayTrainGroup"): ("async_train", "update_weights", "save_model"),
+    ("slime.ray.actor_group", "RayTrainGroup"): ("async_train", "update_weights", "save_model", "_actor_handlers"),
+    ("slime.backends.megatron_utils.actor", "MegatronTrainRayActor"): ("save_model", "args"),
     ("slime.utils.types", "Sample"): ("weight_versions",),
 }
 
@@ -88,7 +90,9 @@ def class_members(path: Path, name: str) -> set[str] | None:
         if isinstance(node, ast.ClassDef) and node.name == name:
             return {item.name for item in node.body if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))} | {
                 item.target.id for item in node.body if isinstance(item, ast.AnnAssign)
-                and isinstance(item.target, ast.Name)}
+                and isinstance(item.target, ast.Name)} | {
+                target.attr for item in ast.walk(node) if isinstance(item, ast.Assign) for target in item.targets
+                if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self"}
     return None
 
 

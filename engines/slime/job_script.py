@@ -5,7 +5,7 @@ The script re-executes itself inside the pinned slime container (apptainer or do
 with slime's own rewards, starts a private Ray head, submits the harness's lag driver (``python3 -m
 engines.slime.driver``, every lag mode) with every flag of engines.slime.flags, and stops its own Ray on exit.
 SLURM's time-limit warning (SIGURG) makes the script touch the run's ``stop_requested`` mark; the
-driver then saves Megatron's state after its current step, marks ``stopped`` and stops. It never kills
+driver then saves Megatron's state of its last trained step at once, marks ``stopped`` and stops. It never kills
 other processes (slime's example scripts run ``pkill -9 python``). The recipe reaches the trainer
 through ``--custom-config-path`` (the run's ``engine_settings`` YAML; its keys land on slime's args).
 The job's pre-flight reads the run's config.json, which the run folder pins (harness.run.RunDir).
@@ -77,7 +77,7 @@ def job_script_text(run_config: RunConfig, run: RunDir, *, check_files: bool = T
     ]
     lines += [
         "# SLURM's time-limit warning (sbatch --signal=URG@<s>, the engine's train resources) asks for a",
-        "# Megatron save now: the lag driver saves after its current step and stops. The trap comes",
+        "# Megatron save now: the lag driver saves its last trained step and stops. The trap comes",
         "# before anything starts (bash ignores SIGURG without one, so an early warning would be lost); the",
         "# last attempt's mark is cleared once per job, outside the container. bash runs the trap during",
         "# `wait` at once, after a foreground command when that ends.",

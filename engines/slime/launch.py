@@ -11,7 +11,7 @@ container pin, the model's shape), ``flags`` (every slime / Megatron flag of the
 
 Every file of the run is named by its RunDir (harness.run: ENGINE_FILES for the engine's own). At
 SLURM's time-limit warning the job script marks ``stop_requested``; the lag driver (every mode) then
-saves Megatron's state after its current step, marks ``stopped`` and stops, and ``run`` raises
+saves Megatron's state of its last trained step, marks ``stopped`` and stops, and ``run`` raises
 TimeLimitReached (engines.run exits 75, the retry resumes). A job that ends early without that mark
 (it failed, also after the warning) is a failure.
 

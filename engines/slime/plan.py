@@ -9,11 +9,14 @@ range: the user's own (``--timings FILE``, a YAML ``{step_minutes: [low, high], 
 [low, high]}`` once one run has measured them), else ESTIMATES (derived, not measured; their source
 printed).
 
-The stop at the time-limit warning is budgeted too (``stop``): the driver's drain (it looks for the
-warning after each training step, so up to one whole step runs first), the data-source save (none
-left: each is made right after its generation, engines.slime.driver) and the save itself (slime's
-save_model writes the Megatron checkpoint and, with --save-hf, an HF one: bytes over a write
-bandwidth). A plan whose stop can outlast the warning says so loudly, first and last.
+The stop at the time-limit warning is budgeted too (``stop``): the driver's drain (it sees the
+warning while it waits for a generation and after each training call or push, so what runs first is
+at most one training call, bounded by a step's minutes), the data-source save (none left: each is made
+right after its generation, engines.slime.driver) and the save itself: a stop off the evaluation
+cadence writes the Megatron checkpoint only, but a warning that comes during a periodic step's
+training or save waits for that save, which writes the HF copy too (bytes over a write bandwidth). The
+train job's warning lead (``--signal=...@<s>`` in resources.train.slurm_extra) must cover the whole
+budget at its slow end: a shorter one is refused with the lead it needs.
 """
 from __future__ import annotations
 
@@ -74,7 +77,7 @@ def timings(config: dict, given: dict | None = None) -> dict:
         "drain": _pair(given["drain_minutes"], "drain_minutes") if "drain_minutes" in given else STEP_MINUTES
         if "step_minutes" not in given else _pair(given["step_minutes"], "step_minutes"),
         "drain_source": "--timings drain_minutes (measured by the user)" if "drain_minutes" in given
-        else "one step: the driver looks for the warning after each training step",
+        else "one training call, at most a step: the driver sees the warning while it waits for a generation",
         "save_gb_per_s": _pair(given["save_gb_per_s"], "save_gb_per_s") if "save_gb_per_s" in given else SAVE_GB_PER_S,
         "save_source": "--timings save_gb_per_s (measured by the user)" if "save_gb_per_s" in given
         else "estimate, DLRover's Megatron-LM save on a 100 MB/s NAS, engines/slime/plan.py (not measured)",
@@ -82,18 +85,23 @@ def timings(config: dict, given: dict | None = None) -> dict:
 
 
 def stop(config: dict, times: dict) -> dict:
-    """The time-limit stop's budget in minutes (low, high): drain + data-source save + the save,
-    against the warning's lead (None where the train job asks for no warning)."""
+    """The time-limit stop's budget in minutes (low, high): drain + data-source save + a periodic save
+    (Megatron + HF: the longest save a stop can wait for), against the warning's lead (None where the
+    train job asks for no warning); ``lead_seconds``: the lead the budget needs."""
     params = resolve_params(config.get("engine_params") or {})
     parameters = sum(parameter_counts(model_shape(params["model_type"])))
-    per_parameter = WEIGHT_BYTES + (OPTIMIZER_BYTES if params["save_optimizer"] else 0) + HF_BYTES
-    gigabytes = parameters * per_parameter / 1e9
-    save = tuple(gigabytes / rate / 60 for rate in reversed(times["save_gb_per_s"]))  # faster write, shorter save
+    megatron = parameters * (WEIGHT_BYTES + (OPTIMIZER_BYTES if params["save_optimizer"] else 0)) / 1e9
+    gigabytes = megatron + parameters * HF_BYTES / 1e9
+
+    def minutes(size):
+        return tuple(size / rate / 60 for rate in reversed(times["save_gb_per_s"]))  # faster write, shorter save
+
     data_source = (0.0, 0.0)  # saved right after each generation, before its rollout trains
     lead = warning_lead_seconds(rule_resources(config, "train"))
-    total = tuple(d + s + w for d, s, w in zip(times["drain"], data_source, save))
-    return {"parameters": parameters, "gigabytes": gigabytes, "drain": times["drain"], "data_source": data_source,
-            "save": save, "total": total, "warning": lead / 60 if lead else None,
+    total = tuple(d + s + w for d, s, w in zip(times["drain"], data_source, minutes(gigabytes)))
+    return {"parameters": parameters, "gigabytes": gigabytes, "megatron_gigabytes": megatron, "drain": times["drain"],
+            "data_source": data_source, "save": minutes(gigabytes), "megatron_save": minutes(megatron),
+            "total": total, "warning": lead / 60 if lead else None, "lead_seconds": math.ceil(total[1] * 60),
             "exceeds": lead is not None and total[1] > lead / 60}
 
 
@@ -101,9 +109,18 @@ def plan(config: dict, given: dict | None = None) -> dict:
     """The grid's jobs with their GPU-hours (low, high), stops and retries, and the totals; with a
     ``tuning`` section its tuning runs are jobs too (the confirmation runs are the grid's runs)."""
     times = timings(config, given)
+    budget = stop(config, times)
+    if budget["exceeds"]:
+        raise ValueError(
+            f"resources.train.slurm_extra: the time-limit warning comes {budget['warning']:.1f} min before the limit, "
+            f"but a stop may take up to {budget['total'][1]:.1f} min (drain {budget['drain'][1]:.1f} + save "
+            f"{budget['save'][1]:.1f}: {budget['gigabytes']:,.0f} GB at {times['save_gb_per_s'][0]:.2f} GB/s); the "
+            f"job would be killed before its save ends. Ask for --signal=URG@{budget['lead_seconds']}, or measure "
+            "the step and the save (--timings drain_minutes, save_gb_per_s)")
     train, evaluate = rule_resources(config, "train"), rule_resources(config, "evaluate")
     checkpoints = config["steps"] // config["eval_every"]
     runtime = train.get("runtime")
+    usable = runtime - (budget["warning"] or 0) if runtime else None  # a job stops at its warning
     jobs = []
     tuning = Tuning.of(config)
     tuning_runs = tuning.runs() if tuning else []
@@ -113,10 +130,10 @@ def plan(config: dict, given: dict | None = None) -> dict:
             "recipe": recipe, "lag": lag, "seed": seed,
             "train_gpu_hours": [m / 60 * train["gpu"] for m in train_minutes],
             "eval_gpu_hours": [checkpoints * m / 60 * evaluate["gpu"] for m in times["checkpoint"]],
-            "stops": [math.ceil(m / runtime) - 1 if runtime else 0 for m in train_minutes],
+            "stops": [math.ceil(m / usable) - 1 if runtime else 0 for m in train_minutes],
         })
     total = {key: [sum(job[key][i] for job in jobs) for i in (0, 1)] for key in ("train_gpu_hours", "eval_gpu_hours")}
-    return {"jobs": jobs, "tuning_jobs": len(tuning_runs), "total": total, "timings": times, "stop": stop(config, times), "checkpoints": checkpoints, "runtime": runtime,
+    return {"jobs": jobs, "tuning_jobs": len(tuning_runs), "total": total, "timings": times, "stop": budget, "checkpoints": checkpoints, "runtime": runtime,
             "retries": train_retries(config), "train_gpus": train["gpu"], "eval_gpus": evaluate["gpu"]}
 
 
@@ -128,29 +145,25 @@ def report(config: dict, given: dict | None = None) -> str:
         return f"{pair[0]:,.{digits}f}-{pair[1]:,.{digits}f}"
 
     budget = p["stop"]
-    loud = [] if not budget["exceeds"] else [
-        f"WARNING: a time-limit stop may take {span(budget['total'], 1)} min, more than the "
-        f"{budget['warning']:.0f}-min warning: the job can be killed before its save ends (the resume then "
-        f"takes the previous save and retrains from there). Measure the save (--timings save_gb_per_s, "
-        f"drain_minutes) or ask for an earlier warning (resources.train.slurm_extra --signal=URG@"
-        f"{math.ceil(budget['total'][1] * 60)})"]
     tuning = (f" ({p['tuning_jobs']} of them tuning runs, on the tuning seeds: config tuning)"
               if p["tuning_jobs"] else "")
-    lines = [*loud, f"plan: {len(p['jobs'])} training jobs{tuning} x {config['steps']} steps on {p['train_gpus']} GPUs, "
+    lines = [f"plan: {len(p['jobs'])} training jobs{tuning} x {config['steps']} steps on {p['train_gpus']} GPUs, "
              f"{p['checkpoints']} checkpoints each scored on {p['eval_gpus']} GPUs",
              f"  minutes per step {span(t['step'], 1)} ({t['step_source']})",
              f"  minutes per checkpoint {span(t['checkpoint'], 1)} at concurrency {t['concurrency']}, k = "
              f"{config['eval']['k']} ({t['checkpoint_source']})",
              f"  train runtime {p['runtime']} min: retries {p['retries']} (harness.jobs.train_retries)",
              f"  time-limit stop {span(budget['total'], 1)} min against a "
-             + (f"{budget['warning']:.0f}-min warning" if budget["warning"] else "train job with no warning")
+             + (f"{budget['warning']:.1f}-min warning" if budget["warning"] else "train job with no warning")
              + f": drain {span(budget['drain'], 1)} ({t['drain_source']}) + data-source save 0 (made after each "
-             f"generation) + save {span(budget['save'], 1)} ({budget['gigabytes']:,.0f} GB: "
-             f"{budget['parameters'] / 1e9:.2f}B parameters; at {span(t['save_gb_per_s'], 2)} GB/s, {t['save_source']})",
+             f"generation) + a periodic save {span(budget['save'], 1)} ({budget['gigabytes']:,.0f} GB: "
+             f"{budget['parameters'] / 1e9:.2f}B parameters, Megatron with optimizer + HF; a stop off the "
+             f"evaluation cadence writes the Megatron {budget['megatron_gigabytes']:,.0f} GB only, "
+             f"{span(budget['megatron_save'], 1)} min; at {span(t['save_gb_per_s'], 2)} GB/s, {t['save_source']})",
              "recipe lag seed | train GPU-h | eval GPU-h | time-limit stops"]
     lines += [f"{job['recipe']} {job['lag']} {job['seed']} | {span(job['train_gpu_hours'])} | "
               f"{span(job['eval_gpu_hours'])} | {job['stops'][0]}-{job['stops'][1]}" for job in p["jobs"]]
     total = [a + b for a, b in zip(p["total"]["train_gpu_hours"], p["total"]["eval_gpu_hours"])]
     lines.append(f"grid: training {span(p['total']['train_gpu_hours'])} GPU-h + evaluation "
                  f"{span(p['total']['eval_gpu_hours'])} GPU-h = {span(total)} GPU-h")
-    return "\n".join([*lines, *loud])
+    return "\n".join(lines)

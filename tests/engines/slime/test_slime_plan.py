@@ -29,17 +29,18 @@ def test_the_table1_plan_adds_up_from_the_presets_steps_and_resources(table1):
     assert job["train_gpu_hours"] == pytest.approx([544 * low / 60 * 8, 544 * high / 60 * 8])
     checkpoint = plan.timings(table1)["checkpoint"]
     assert job["eval_gpu_hours"] == pytest.approx([34 * m / 60 * 4 for m in checkpoint])
-    assert job["stops"] == [math.ceil(544 * m / 10080) - 1 for m in (low, high)] == [0, 1]
+    usable = 10080 - plan.stop(table1, plan.timings(table1))["warning"]  # a job ends at its warning
+    assert job["stops"] == [math.ceil(544 * m / usable) - 1 for m in (low, high)] == [0, 1]
     assert p["total"]["train_gpu_hours"] == pytest.approx([84 * h for h in job["train_gpu_hours"]])
     assert p["retries"] == train_retries(table1)
 
 
 def test_the_users_timings_replace_the_estimates(table1):
-    measured = {"step_minutes": 30, "checkpoint_minutes": [10, 12]}
+    measured = {"step_minutes": 30, "checkpoint_minutes": [10, 12], "save_gb_per_s": 1}
     t = plan.timings(table1, measured)
     assert (t["step"], t["checkpoint"]) == ((30.0, 30.0), (10.0, 12.0))
     assert "measured by the user" in t["step_source"] and "measured by the user" in t["checkpoint_source"]
-    assert plan.plan(table1, measured)["jobs"][0]["stops"] == [math.ceil(544 * 30 / 10080) - 1] * 2
+    assert plan.plan(table1, measured)["jobs"][0]["stops"] == [1, 1]
     with pytest.raises(ValueError, match="--timings step_minutes"):
         plan.timings(table1, {"step_minutes": [20, 10]})
 
@@ -59,28 +60,36 @@ def test_the_cli_prints_every_job_and_the_grid(tmp_path):
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert sum(line.startswith(("grpo ", "sat_gspo_r3 ")) for line in lines) == 2 * 2 * 3
-    assert lines[-2].startswith("grid: training 91,392-152,320 GPU-h")
-    assert lines[0].startswith("WARNING: a time-limit stop") and lines[-1] == lines[0]  # loud: first and last
+    assert lines[-1].startswith("grid: training 91,392-152,320 GPU-h")
+    assert not any("WARNING" in line for line in lines)  # the preset's lead covers its stop
     assert "not measured" in result.stdout  # an estimate says so
     (tmp_path / "timings.yaml").write_text("step_minutes: 20\ncheckpoint_minutes: 5\ndrain_minutes: 4\nsave_gb_per_s: 10\n")
     measured = subprocess.run([sys.executable, "-m", "engines.slime.launch", "--plan", str(PRESET), "--timings",
                                str(tmp_path / "timings.yaml")], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert measured.returncode == 0, measured.stderr
     assert f"grid: training {84 * 544 * 20 / 60 * 8:,.0f}-{84 * 544 * 20 / 60 * 8:,.0f} GPU-h" in measured.stdout
-    assert "WARNING" not in measured.stdout and "time-limit stop 4.8-4.8 min against a 15-min warning" in measured.stdout
+    assert "time-limit stop 4.8-4.8 min against a 107.1-min warning" in measured.stdout
 
 
 def test_the_stop_is_budgeted_against_the_warning(table1):
-    """drain (one step, the driver's check after each training step) + data-source save (none left)
-    + the save: Qwen3-30B-A3B's parameters x 16 bytes (bf16 weights, fp32 master weights and two Adam
-    moments, the HF save) over the write bandwidth."""
+    """drain (one training call, at most a step) + data-source save (none left) + a periodic save:
+    Qwen3-30B-A3B's parameters x 16 bytes (bf16 weights, fp32 master weights and two Adam moments, the
+    HF save) over the write bandwidth; a stop off the cadence writes the 14 Megatron bytes only. The
+    preset's warning lead is that budget; a shorter one is refused with the lead it needs."""
     budget = plan.stop(table1, plan.timings(table1))
     assert budget["parameters"] == pytest.approx(30.53e9, rel=2e-3)  # the model card's 30.5B
     assert budget["gigabytes"] == pytest.approx(budget["parameters"] * 16 / 1e9)
+    assert budget["megatron_gigabytes"] == pytest.approx(budget["parameters"] * 14 / 1e9)
     save = budget["gigabytes"] / plan.SAVE_GB_PER_S[0] / 60
     assert budget["save"] == pytest.approx((save, save)) and budget["data_source"] == (0.0, 0.0)
     assert budget["total"] == pytest.approx([m + save for m in plan.STEP_MINUTES])
-    assert budget["warning"] == 15 and budget["exceeds"]  # a step alone outlasts the 15-min warning
+    assert budget["lead_seconds"] == math.ceil(budget["total"][1] * 60) == 6426
+    assert budget["warning"] == budget["lead_seconds"] / 60 and not budget["exceeds"]
+    early = copy.deepcopy(table1)
+    early["resources"]["train"] = {**table1["resources"]["train"], "slurm_extra": "--signal=URG@900"}
+    with pytest.raises(ValueError, match=r"resources.train.slurm_extra: .* 15.0 min .* up to 107.1 min .*"
+                                         r"--signal=URG@6426"):
+        plan.plan(early)
 
 
 def test_measured_timings_and_the_config_move_the_stop_budget(table1):
