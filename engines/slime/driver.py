@@ -48,6 +48,7 @@ from __future__ import annotations
 from typing import Callable
 
 from engines.slime.lag import driver_version
+from engines.slime.metrics import first_non_finite
 from harness.io import write_text_atomic
 from harness.lag import check_lag
 from harness.run import RunDir
@@ -67,7 +68,8 @@ def megatron_save_only(actor, rollout_id: int):
 
 def lag_loop(args, rollout_manager, actor_model, *, mode: str, lag: int, seed: int, num_rollout_per_epoch: int | None,
              get: Callable, periodic: Callable, stop_requested: Callable[[], bool] = lambda: False,
-             ready: Callable[[object], bool] = lambda ref: True) -> int | None:
+             ready: Callable[[object], bool] = lambda ref: True,
+             diverged: Callable[[int], bool] = lambda rollout_id: False) -> int | None:
     """Train rollouts ``args.start_rollout_id .. args.num_rollout - 1`` on the schedule of ``mode``, ``lag``, ``seed``;
     returns the last trained rollout when it stopped at the time-limit warning (``start - 1`` when none
     was), else None.
@@ -76,7 +78,9 @@ def lag_loop(args, rollout_manager, actor_model, *, mode: str, lag: int, seed: i
     ``actor_model`` slime's RayTrainGroup (``async_train``, ``update_weights``, ``save_model``, and its
     trainer actors ``_actor_handlers``); ``get`` is ``ray.get``; ``periodic`` is slime's
     ``should_run_periodic_action``; ``stop_requested`` (the time-limit warning came) ends the loop at
-    once, with a save; ``ready(ref)`` waits up to POLL_SECONDS for a generation and says whether it is done."""
+    once, with a save; ``ready(ref)`` waits up to POLL_SECONDS for a generation and says whether it is done;
+    ``diverged(rollout_id)`` (the step's loss or grad norm is not finite) ends the loop after that step,
+    with no save: the run is over, and slime skipped that step's update."""
     check_lag(lag, mode)
     start, end = args.start_rollout_id, args.num_rollout
 
@@ -116,6 +120,8 @@ def lag_loop(args, rollout_manager, actor_model, *, mode: str, lag: int, seed: i
         if rollout_id in data_source_saved:
             get(data_source_saved.pop(rollout_id))  # done with its generation: a save error surfaces here
         get(actor_model.async_train(rollout_id, data))
+        if diverged(rollout_id):
+            break
         if periodic(rollout_id, args.save_interval, num_rollout_per_epoch, end):
             actor_model.save_model(rollout_id, force_sync=stop_requested() or rollout_id == end - 1)
             saved = rollout_id
@@ -163,7 +169,9 @@ def main() -> None:
     stop_file = run.engine_file("stop_requested")  # touched by the job script at the warning
     stopped = lag_loop(args, rollout_manager, actor_model, **schedule, num_rollout_per_epoch=num_rollout_per_epoch,
                        get=ray.get, periodic=should_run_periodic_action, stop_requested=stop_file.exists,
-                       ready=lambda ref: bool(ray.wait([ref], timeout=POLL_SECONDS)[0]))
+                       ready=lambda ref: bool(ray.wait([ref], timeout=POLL_SECONDS)[0]),
+                       # the writer rank appended the step's row before its training call returned
+                       diverged=lambda rollout_id: first_non_finite(run.read_metrics()) is not None)
     if stopped is not None:  # dispose would queue behind the generations in flight: ray stop ends them
         write_text_atomic(run.engine_file("stopped"), f"{stopped}\n")
         return

@@ -31,7 +31,6 @@ reward functions, before it starts Ray.
 from __future__ import annotations
 
 import argparse
-import math
 import re
 import shutil
 import subprocess
@@ -41,6 +40,7 @@ from pathlib import Path
 import yaml
 
 from engines.slime.job_script import write_job_script
+from engines.slime.metrics import first_non_finite
 from engines.slime.plan import report as plan_report
 from harness.checkpoint import hf_checkpoint_problem
 from harness.cli import parse_json_arg
@@ -97,9 +97,8 @@ def finish_interrupted_swaps(run: RunDir) -> None:
 def final_status(run_config: RunConfig, run: RunDir, returncode: int) -> dict:
     rows = run.read_metrics()
     last = rows[-1]["step"] if rows else 0
-    for row in rows:
-        if not all(math.isfinite(row.get(key, 0.0)) for key in ("loss", "grad_norm")):
-            return {"status": "diverged", "step": row["step"], "message": f"non-finite loss or grad norm at step {row['step']}"}
+    if row := first_non_finite(rows):
+        return {"status": "diverged", "step": row["step"], "message": f"non-finite loss or grad norm at step {row['step']}"}
     if returncode == 0 and last == run_config.steps:
         return {"status": "completed", "step": last, "message": f"completed {last} steps"}
     return {"status": "failed", "step": last, "message": f"slime job exited with code {returncode} after step {last}"}

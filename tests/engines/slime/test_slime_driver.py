@@ -87,6 +87,25 @@ def test_a_stop_on_a_periodic_step_saves_once_with_its_hf_copy():
     assert cluster.log[cluster.log.index(("train", 4)) + 1:] == [("megatron_save", 4), ("hf_save", 4)]
 
 
+@pytest.mark.parametrize("mode", SLIME_MODES)
+def test_a_non_finite_step_ends_the_loop_there_without_a_save(mode):
+    """Step 7 (rollout 6) logs a NaN grad norm: nothing trains, saves or is pushed after it."""
+    cluster = FakeCluster()
+    rows = {}
+    train = cluster.async_train
+
+    def async_train(rollout_id, data):  # the trainer's writer rank appends the step's row
+        rows[rollout_id] = float("nan") if rollout_id == 6 else 1.0
+        return train(rollout_id, data)
+
+    cluster.async_train = async_train
+    args = Namespace(start_rollout_id=0, num_rollout=20, save_interval=5, rollout_global_dataset=True)
+    assert lag_loop(args, cluster, cluster, mode=mode, lag=3, seed=0, num_rollout_per_epoch=None, get=cluster.get,
+                    periodic=periodic, diverged=lambda r: rows[r] != rows[r]) is None
+    assert [r for r, _, _ in cluster.trained] == list(range(7)) and cluster.saved == [4]
+    assert cluster.log[cluster.log.index(("train", 6)) + 1:] == []
+
+
 def _stop(cluster, lag, mode="interval", steps=544, save_interval=16):
     args = Namespace(start_rollout_id=0, num_rollout=steps, save_interval=save_interval, rollout_global_dataset=True)
     return lag_loop(args, cluster, cluster, mode=mode, lag=lag, seed=0, num_rollout_per_epoch=None, get=cluster.get,

@@ -239,7 +239,8 @@ in slime's order: the Megatron save, then the HF save (config.json, shards, the 
 killed after FAKE_RAY_FAIL_AFTER steps dies in the middle of its last HF save. SLURM's warning reaches
 the job script after FAKE_RAY_WARN_AFTER steps, or with FAKE_RAY_WARN_AT_START during `ray start`,
 before the job is submitted (bash marks it once `ray start` returns); a warning the script has not
-marked within 10 s fails the job."""
+marked within 10 s fails the job. FAKE_RAY_NAN_AT: slime logs a non-finite grad norm at that step
+and the job ends there, as the driver ends it."""
 import json, os, signal, sys, time
 sys.path.insert(0, {tests!r})
 from tests.support.slime_checkpoints import write_hf_save, write_megatron_save
@@ -262,9 +263,13 @@ if sys.argv[1:3] == ["job", "submit"]:
     train = os.path.dirname(value("--custom-config-path"))
     fail_after = int(os.environ.get("FAKE_RAY_FAIL_AFTER", steps))
     warn_after = int(os.environ.get("FAKE_RAY_WARN_AFTER", steps))
+    nan_at = int(os.environ.get("FAKE_RAY_NAN_AT", 0))
     with open(os.path.join(train, "metrics.jsonl"), "a") as f:
         for rollout_id in range(min(steps, fail_after)):
-            f.write(json.dumps({{"step": rollout_id + 1, "loss": -0.1, "grad_norm": 1.0}}) + "\n")
+            grad_norm = float("nan") if rollout_id + 1 == nan_at else 1.0  # slime logs a skipped step's norm
+            f.write(json.dumps({{"step": rollout_id + 1, "loss": -0.1, "grad_norm": grad_norm}}) + "\n")
+            if rollout_id + 1 == nan_at:  # the driver: no save, a normal end
+                break
             if rollout_id == 0 and os.environ.get("FAKE_RAY_WARN_AT_START"):
                 wait_for_the_mark(train)
             if rollout_id + 1 == warn_after:
@@ -390,6 +395,22 @@ def test_time_limit_warning_saves_and_stops_without_a_status(table1, tmp_path, m
     (train / "metrics.jsonl").unlink()  # the fake job replays every step (slime's metrics hook cuts back)
     assert launch.run(RunConfig.check(run_config), RunDir(directory)) == "completed"
     assert sorted(p.name for p in (train / "checkpoints").iterdir()) == ["step_4", "step_8"]
+
+
+@pytest.mark.slow  # the job script with a fake ray
+def test_a_non_finite_step_ends_the_run_diverged_and_its_checkpoints_stay_scorable(table1, tmp_path, monkeypatch):
+    """slime logs a non-finite grad norm at step 6 (Megatron's NaN check is off, so nothing raises) and
+    the driver ends the job there: the run is "diverged" at step 6, with no retry (run returns, as the
+    tiny engine's train does), its HF checkpoints before it are published for scoring, and a rerun
+    starts no job."""
+    run_config, directory, calls = fake_slime_job(table1, tmp_path, monkeypatch)
+    monkeypatch.setenv("FAKE_RAY_NAN_AT", "6")
+    assert launch.run(RunConfig.check(run_config), RunDir(directory)) == "diverged"
+    status = json.loads((directory / "train" / "status.json").read_text())
+    assert (status["status"], status["step"]) == ("diverged", 6)
+    assert sorted(RunDir(directory).checkpoints()) == [4]  # what eval.score scores, as for a tiny run
+    jobs = calls.read_text()
+    assert launch.run(RunConfig.check(run_config), RunDir(directory)) == "diverged" and calls.read_text() == jobs
 
 
 @pytest.mark.slow  # the job script with a fake ray

@@ -27,3 +27,4 @@ def add_arguments(parser):
     parser.add_argument("--use-precision-aware-optimizer")
     parser.add_argument("--weight-decay")
     parser.add_argument("--moe-z-loss-coeff")
+    parser.add_argument("--no-check-for-nan-in-loss-and-grad")
