@@ -5,8 +5,8 @@
 The sources are read, not imported (as refresh_known_flags reads them). Three lists, taken from the
 adapter's own code where they can be, so that they cannot fall behind it:
 - flags: every ``--`` literal of engines/slime/flags.py (the launcher's flag table, the flags it
-  owns) and every flag engines.slime.loss refuses by name must be accepted by the checkouts'
-  parsers (refresh_known_flags.known_flags);
+  owns) and every flag engines.slime.loss and engines.slime.params refuse by name must be accepted by
+  the checkouts' parsers (refresh_known_flags.known_flags);
 - symbols: every name engines/slime/*.py imports from ``slime`` or ``megatron`` (read from their
   import statements, lazy ones included), and every attribute they read of an imported module
   (``mpu.get_data_parallel_group``), defined or imported at the top level of that module; and
@@ -28,7 +28,7 @@ from pathlib import Path
 import yaml
 
 from engines.slime.loss import DATA_AND_OPTIMISATION_FLAGS, UNHANDLED_SLIME_OPTIONS
-from engines.slime.params import MODELS
+from engines.slime.params import MODELS, RESUME_BREAKING_FLAGS
 from engines.slime.refresh_known_flags import flag_literals, known_flags
 
 HERE = Path(__file__).resolve().parent
@@ -47,7 +47,7 @@ SLIME_MEMBERS = {
 
 def adapter_flags() -> set[str]:
     return (flag_literals(ast.parse((HERE / "flags.py").read_text())) | {flag for flag, *_ in UNHANDLED_SLIME_OPTIONS}
-            | set(DATA_AND_OPTIMISATION_FLAGS))
+            | set(DATA_AND_OPTIMISATION_FLAGS) | set(RESUME_BREAKING_FLAGS))
 
 
 def adapter_symbols() -> set[tuple[str, str]]:

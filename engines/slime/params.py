@@ -87,6 +87,21 @@ DEFAULTS = {
 }
 OPTIONAL = ("reward_key", "rollout_max_context_len")  # None is a valid value
 
+# slime / Megatron flags that would make a resumed job differ from an uninterrupted run, refused in
+# extra_args with the reason. slime sets the first three itself on a job with no Megatron save to load
+# (slime/utils/arguments.py); on a resume they would throw away what the save holds.
+RESUME_BREAKING_FLAGS = {
+    "--no-load-optim": "a resumed job would start Adam's moments and step count afresh",
+    "--no-load-rng": "a resumed job would not restore the random states saved with its checkpoint",
+    "--finetune": "a resumed job would load the weights only: Megatron's iteration, and with it slime's next "
+                  "rollout id, restarts at 0, and Adam and the random states start afresh",
+    "--start-rollout-id": "every job would start at that rollout instead of the one after its checkpoint's step",
+    "--ckpt-step": "every job would load that step's save instead of its latest",
+    "--no-save-rng": "the saves would hold no random states for a resumed job to restore",
+    "--disable-rollout-global-dataset": "the data source's position would not be saved, so a resumed job would not "
+                                        "continue the prompt sequence (engines.slime.driver)",
+}
+
 
 def pinned_container() -> dict:
     return yaml.safe_load(CONTAINER_PIN.read_text())
@@ -175,6 +190,9 @@ def resolve_params(engine_params: dict) -> dict:
     if not isinstance(params["extra_args"], list) or not isinstance(params["binds"], list):
         raise ValueError("engine_params.extra_args and engine_params.binds must be lists")
     slime_loss.refuse_unhandled_flags(params["extra_args"])
+    for flag in sorted({str(arg).split("=", 1)[0] for arg in params["extra_args"]} & set(RESUME_BREAKING_FLAGS)):
+        raise ValueError(f"engine_params.extra_args sets {flag}: {RESUME_BREAKING_FLAGS[flag]}; a job stopped at "
+                         "its time limit must resume with an uninterrupted run's state, so engines.slime refuses it")
     if not isinstance(params["env"], dict):
         raise ValueError("engine_params.env must be a mapping")
     return params

@@ -14,7 +14,7 @@ from engines.slime import loss as slime_loss
 from engines.slime import preflight, retention
 from engines.slime.flags import slime_flags
 from engines.slime.job_script import write_job_script
-from engines.slime.params import model_context, model_shape, resolve_params
+from engines.slime.params import RESUME_BREAKING_FLAGS, model_context, model_shape, resolve_params
 from eval.score import ScoreError, score_run
 from harness.checkpoint import hf_checkpoint_problem
 from harness.config import load
@@ -207,6 +207,17 @@ def test_every_flag_that_changes_the_loss_inputs_is_refused_in_extra_args(preset
 def test_every_flag_that_changes_the_data_or_the_optimiser_is_refused_by_name(preset, flag):
     with pytest.raises(ValueError, match=f"engine_params.extra_args sets {flag}: "):
         params_of(preset, extra_args=[f"{flag}=x" if flag.endswith("-path") else flag])
+    flags, prefixes = preflight.known_flags()
+    assert flag in flags  # a real flag of slime or Megatron at the pin
+
+
+@pytest.mark.parametrize("flag", sorted(RESUME_BREAKING_FLAGS))
+def test_every_flag_that_breaks_a_resume_is_refused_with_its_reason(preset, flag):
+    """Both spellings (``--flag value`` and ``--flag=value``), when the config is checked: before any job."""
+    for extra in ([flag, "3"], [f"{flag}=3"]):
+        with pytest.raises(ValueError, match=f"engine_params.extra_args sets {flag}: .*must resume with an "
+                                             "uninterrupted run's state"):
+            params_of(preset, extra_args=extra)
     flags, prefixes = preflight.known_flags()
     assert flag in flags  # a real flag of slime or Megatron at the pin
 

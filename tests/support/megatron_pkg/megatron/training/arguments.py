@@ -28,3 +28,8 @@ def add_arguments(parser):
     parser.add_argument("--weight-decay")
     parser.add_argument("--moe-z-loss-coeff")
     parser.add_argument("--no-check-for-nan-in-loss-and-grad")
+    parser.add_argument("--no-load-optim")
+    parser.add_argument("--no-load-rng")
+    parser.add_argument("--no-save-rng")
+    parser.add_argument("--finetune")
+    parser.add_argument("--ckpt-step")
