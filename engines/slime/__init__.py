@@ -18,6 +18,8 @@ Modules (slime and megatron are imported lazily, inside the functions that run i
 - ``reward_model``: the dry run's model of slime's rule-based rewards, held to slime's own scores on
   reward_agreement.jsonl.
 - ``retention``: keeps the newest Megatron checkpoints of a run.
+- ``footprint``: a run's disk and a training job's host memory (estimates), for ``plan`` and ``preflight``.
+- ``plan``: the GPU-hours, the time-limit stop's budget, disk and host memory of a grid (``launch --plan``).
 - ``check_pin``: checks slime / Megatron-LM checkouts for every flag, symbol and file the adapter uses.
 The software these target is pinned in envs/slime-container.yaml.
 """

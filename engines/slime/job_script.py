@@ -55,7 +55,7 @@ def job_script_text(run_config: RunConfig, run: RunDir, *, check_files: bool = T
     pin = pinned_container()
     flags = slime_flags(run_config, run)
     emitted = {flag[0] for flag in slime_flags(run_config, run, extra=False)}
-    report = preflight.preflight(params, emitted, check_files=check_files)
+    report = preflight.preflight(run_config, run, emitted, check_files=check_files)
     # mount the harness, the run and what the job reads at the same paths inside the container
     data = [params["hf_checkpoint"], params["ref_load"], str(Path(params["prompt_data"]).parent), *params["binds"]]
     binds = sorted({str(REPO), str(run_dir), *(str(Path(p).resolve()) for p in data)})

@@ -224,3 +224,14 @@ def model_context(params: dict, shape: dict) -> int:
     return shape["max_position_embeddings"]
 
 
+def parameter_counts(shape: dict) -> tuple[int, int]:
+    """(non-expert, expert) parameters of a Megatron GPT model with SwiGLU MLPs and RMSNorm."""
+    h, layers = shape["hidden_size"], shape["num_layers"]
+    q, kv = shape["num_attention_heads"] * shape["kv_channels"], shape["num_query_groups"] * shape["kv_channels"]
+    attention = h * q + 2 * h * kv + q * h + (2 * shape["kv_channels"] if shape["qk_layernorm"] else 0)
+    norms = 2 * h
+    router = h * shape["num_experts"] if shape["num_experts"] else 0
+    dense_mlp = 3 * h * shape["dense_ffn_hidden_size"]
+    embeddings = shape["vocab_size"] * h * (2 if shape["untie_embeddings_and_output_weights"] else 1) + h
+    experts = layers * shape["num_experts"] * 3 * h * shape["moe_ffn_hidden_size"]
+    return layers * (attention + norms + router + dense_mlp) + embeddings, experts

@@ -21,12 +21,16 @@ budget at its slow end: a shorter one is refused with the lead it needs.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
-from engines.slime.params import model_shape, resolve_params
-from engines.slime.preflight import parameter_counts
-from harness.grid import expand
+import yaml
+
+from engines.slime import footprint
+from engines.slime.params import REPO, model_shape, parameter_counts, resolve_params
+from harness.grid import expand, resolve_run_config
 from harness.jobs import rule_resources, train_retries, warning_lead_seconds
 from harness.tuning import Tuning
+from stabilizers.recipes import recipe_from_named_dict
 
 # Derived in docs/cluster.md ("Cost"): ~17 min of generation (20M tokens at ~20k tokens/s on one
 # 4-GPU SGLang engine) overlapped with ~13 min of training (FLOPs at ~25% MFU on 4 GPUs).
@@ -39,15 +43,12 @@ RESPONSE_TOKENS = (5_000, 15_000)
 TOKENS_PER_SECOND = 20_000
 SATURATION = 64
 AIME_PROBLEMS = 30
-# Bytes per parameter a stop's save writes: the Megatron checkpoint's bf16 weights (2) and, with
-# save_optimizer, the distributed optimizer's fp32 master weights and two Adam moments (12; the same
-# bytes when they live on the CPU, optimizer_cpu_offload), plus the bf16 HF save (2).
-WEIGHT_BYTES, OPTIMIZER_BYTES, HF_BYTES = 2, 12, 2
 # The one public figure found for a Megatron-LM save's write speed: 24 GB (GPT-1.5B, distributed
 # optimizer) in 242 s on a 100 MB/s NAS, DLRover's flash-checkpoint blog
 # (github.com/intelligent-machine-learning/dlrover, docs/blogs/megatron_flash_checkpoint.md). A
 # parallel file system writes faster; the user's measured `save_gb_per_s` replaces it.
 SAVE_GB_PER_S = (24 / 242, 24 / 242)
+PROFILE = REPO / "workflow" / "profiles" / "slurm" / "config.yaml"
 
 
 def _pair(value, key: str) -> tuple[float, float]:
@@ -90,8 +91,8 @@ def stop(config: dict, times: dict) -> dict:
     train job asks for no warning); ``lead_seconds``: the lead the budget needs."""
     params = resolve_params(config.get("engine_params") or {})
     parameters = sum(parameter_counts(model_shape(params["model_type"])))
-    megatron = parameters * (WEIGHT_BYTES + (OPTIMIZER_BYTES if params["save_optimizer"] else 0)) / 1e9
-    gigabytes = megatron + parameters * HF_BYTES / 1e9
+    saves = footprint.disk(params, config["steps"], config["eval_every"])
+    megatron, gigabytes = saves["megatron_save"] / 1e9, (saves["megatron_save"] + saves["hf_save"]) / 1e9
 
     def minutes(size):
         return tuple(size / rate / 60 for rate in reversed(times["save_gb_per_s"]))  # faster write, shorter save
@@ -103,6 +104,39 @@ def stop(config: dict, times: dict) -> dict:
             "data_source": data_source, "save": minutes(gigabytes), "megatron_save": minutes(megatron),
             "total": total, "warning": lead / 60 if lead else None, "lead_seconds": math.ceil(total[1] * 60),
             "exceeds": lead is not None and total[1] > lead / 60}
+
+
+def concurrent_jobs(count: int) -> tuple[int, str]:
+    """How many of ``count`` training jobs run at once: the SLURM profile's ``jobs``."""
+    profile = yaml.safe_load(PROFILE.read_text())
+    return min(count, int(profile["jobs"])), f"{PROFILE.relative_to(REPO)} jobs: {profile['jobs']}"
+
+
+def grid_footprint(config: dict, runs: list[tuple], jobs: int) -> dict:
+    """Disk per run and per grid of ``jobs`` training jobs, and the host memory of the largest of
+    ``runs`` (the grid's; a tuning run has its recipe's) mid-run and at the response cap, against the
+    train rule's mem_mb: a job it cannot hold is refused."""
+    params = resolve_params(config.get("engine_params") or {})
+    run = footprint.disk(params, config["steps"], config["eval_every"])
+    at_once, source = concurrent_jobs(jobs)
+    first = {}
+    for recipe, lag, seed in runs:
+        first.setdefault(recipe, (lag, seed))
+    replay = {recipe: recipe_from_named_dict(resolve_run_config(config, recipe, *first[recipe])["recipe"], "config").replay
+              for recipe in first}
+    recipe, lag = max(dict.fromkeys((recipe, lag) for recipe, lag, _ in runs), key=lambda job: footprint.host_memory(
+        params, replay=replay[job[0]], lag=job[1], response_tokens=footprint.MID_RUN_RESPONSE_TOKENS)["total"])
+    mid = footprint.host_memory(params, replay=replay[recipe], lag=lag, response_tokens=footprint.MID_RUN_RESPONSE_TOKENS)
+    cap = footprint.host_memory(params, replay=replay[recipe], lag=lag, response_tokens=params["rollout_max_response_len"])
+    mem_mb = rule_resources(config, "train").get("mem_mb")
+    if mem_mb and mid["total"] > mem_mb * 1e6:
+        raise ValueError(f"resources.train.mem_mb = {mem_mb:,} MB cannot hold {recipe} at lag {lag}: "
+                         f"{footprint.describe_memory(mid)} (estimate, engines/slime/footprint.py); ask for more")
+    free, free_source = footprint.free_bytes(Path(config.get("results_dir", "results")))
+    return {"run": run, "at_once": at_once, "at_once_source": source, "grid_peak": at_once * run["peak"],
+            "grid_kept": jobs * run["kept"], "grid_written": jobs * run["written"],
+            "free": free, "free_source": free_source, "memory": mid, "memory_cap": cap, "memory_job": (recipe, lag),
+            "mem_mb": mem_mb}
 
 
 def plan(config: dict, given: dict | None = None) -> dict:
@@ -133,8 +167,24 @@ def plan(config: dict, given: dict | None = None) -> dict:
             "stops": [math.ceil(m / usable) - 1 if runtime else 0 for m in train_minutes],
         })
     total = {key: [sum(job[key][i] for job in jobs) for i in (0, 1)] for key in ("train_gpu_hours", "eval_gpu_hours")}
-    return {"jobs": jobs, "tuning_jobs": len(tuning_runs), "total": total, "timings": times, "stop": budget, "checkpoints": checkpoints, "runtime": runtime,
+    return {"jobs": jobs, "footprint": grid_footprint(config, expand(config), len(jobs)), "tuning_jobs": len(tuning_runs), "total": total, "timings": times, "stop": budget, "checkpoints": checkpoints, "runtime": runtime,
             "retries": train_retries(config), "train_gpus": train["gpu"], "eval_gpus": evaluate["gpu"]}
+
+
+def footprint_lines(f: dict) -> list[str]:
+    run, tb = f["run"], footprint.TB
+    recipe, lag = f["memory_job"]
+    return [
+        f"  disk per run (estimate, engines/slime/footprint.py): peak {run['peak'] / tb:.2f} TB ({run['saves']} HF "
+        f"saves x {run['hf_save'] / 1e9:,.0f} GB, all kept until evaluated, + {min(run['keep'] + 1, run['saves'])} "
+        f"Megatron saves x {run['megatron_save'] / 1e9:,.0f} GB), {run['kept'] / tb:.2f} TB kept when it ends, "
+        f"{run['written'] / tb:.1f} TB written",
+        f"  disk per grid (estimate): peak {f['grid_peak'] / tb:,.0f} TB with {f['at_once']} jobs at once "
+        f"({f['at_once_source']}), {f['grid_kept'] / tb:,.0f} TB kept when all end, {f['grid_written'] / 1e15:.2f} "
+        f"PB written; {f['free'] / tb:,.2f} TB free here ({f['free_source']}; each job's pre-flight checks its own)",
+        f"  host memory per training job (estimate, the largest: {recipe} at lag {lag}): "
+        f"{footprint.describe_memory(f['memory'])}; {footprint.describe_memory(f['memory_cap'])}, the response cap; "
+        + (f"resources.train.mem_mb {f['mem_mb']:,} MB" if f["mem_mb"] else "no resources.train.mem_mb")]
 
 
 def report(config: dict, given: dict | None = None) -> str:
@@ -160,6 +210,7 @@ def report(config: dict, given: dict | None = None) -> str:
              f"{budget['parameters'] / 1e9:.2f}B parameters, Megatron with optimizer + HF; a stop off the "
              f"evaluation cadence writes the Megatron {budget['megatron_gigabytes']:,.0f} GB only, "
              f"{span(budget['megatron_save'], 1)} min; at {span(t['save_gb_per_s'], 2)} GB/s, {t['save_source']})",
+             *footprint_lines(p["footprint"]),
              "recipe lag seed | train GPU-h | eval GPU-h | time-limit stops"]
     lines += [f"{job['recipe']} {job['lag']} {job['seed']} | {span(job['train_gpu_hours'])} | "
               f"{span(job['eval_gpu_hours'])} | {job['stops'][0]}-{job['stops'][1]}" for job in p["jobs"]]

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from engines.slime import plan
+from engines.slime import footprint, plan
 from harness.config import load
 from harness.jobs import train_retries
 from tests.support.paths import ROOT
@@ -119,3 +119,24 @@ def test_the_tuning_runs_are_jobs_of_the_plan(table1):
                                                          "sat_grpo.alpha-0.9", "sat_grpo.alpha-0.8"]
     assert "16 training jobs (4 of them tuning runs" in plan.report(tuned)
     assert plan.plan(table1)["tuning_jobs"] == 0
+
+
+def test_the_plan_holds_the_disk_and_host_memory_of_the_grid(table1):
+    """Per grid: 64 jobs at once (the SLURM profile's jobs) x a run's peak, 84 x what a run keeps and
+    writes; the host memory of the largest job (an R3 recipe at lag 8), which a too-small
+    resources.train.mem_mb refuses with the numbers."""
+    f = plan.plan(table1)["footprint"]
+    run = footprint.disk(plan.resolve_params(table1["engine_params"]), 544, 16)
+    assert (f["at_once"], f["grid_peak"], f["grid_kept"]) == (64, 64 * run["peak"], 84 * run["kept"])
+    assert f["grid_written"] == pytest.approx(1.395e15, rel=1e-3)  # the issue's "1.4 PB written"
+    assert f["memory_job"] == ("grpo_r3", 8) and f["memory"]["total"] == pytest.approx(1.177e12, rel=1e-3)
+    text = plan.report(table1)
+    assert "disk per grid (estimate): peak 215 TB with 64 jobs at once" in text
+    assert "host memory per training job (estimate, the largest: grpo_r3 at lag 8): 1,177 GB" in text
+    small = copy.deepcopy(table1)
+    small["resources"]["train"]["mem_mb"] = 900_000
+    with pytest.raises(ValueError, match=r"resources.train.mem_mb = 900,000 MB cannot hold grpo_r3 at lag 8: "
+                                         r"1,177 GB at 5,000-token responses"):
+        plan.plan(small)
+    no_r3 = load(PRESET, {"recipes": ["grpo", "gspo"], "claims": []})
+    assert plan.plan(no_r3)["footprint"]["memory"]["r3"] == 0
