@@ -37,7 +37,8 @@ def container_prefix(params: dict, binds: list[str]) -> str:
     image = params["container"]
     if params["container_runtime"] == "apptainer":
         mounts = " ".join(f"--bind {shlex.quote(b)}" for b in binds)
-        return f"apptainer exec --nv --cleanenv --env STALEBENCH_IN_CONTAINER=1 {mounts} docker://{image}"
+        source = shlex.quote(image) if image.endswith(".sif") else f"docker://{image}"  # a local file, or a registry's
+        return f"apptainer exec --nv --cleanenv --env STALEBENCH_IN_CONTAINER=1 {mounts} {source}"
     mounts = " ".join(f"-v {shlex.quote(b)}:{shlex.quote(b)}" for b in binds)
     return (f"docker run --rm --gpus all --ipc=host --shm-size=32g --network=host -e STALEBENCH_IN_CONTAINER=1 "
             f"{mounts} {image}")

@@ -108,9 +108,12 @@ def pinned_container() -> dict:
 
 
 def check_container(image: str) -> None:
-    """An image reference is pinned when it names a digest, or a tag that is not a moving one."""
+    """An image reference is pinned when it names a digest, or a tag that is not a moving one; a local
+    Apptainer image (a path ending in .sif) is a file, pinned by its contents."""
     if not isinstance(image, str) or not image or any(c.isspace() for c in image):
         raise ValueError(f"engine_params.container must be an image reference, got {image!r}")
+    if image.endswith(".sif"):
+        return
     name, _, digest = image.partition("@")
     if digest:
         if not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
@@ -199,10 +202,33 @@ def resolve_params(engine_params: dict) -> dict:
 
 
 def check_paths(params: dict) -> None:
-    """The model and data the job reads must exist (on the machine that writes the job: the job node)."""
+    """The model and data the job reads must exist (on the machine that writes the job: the job node),
+    and the image must be one the node can start (check_image)."""
     for key in ("hf_checkpoint", "ref_load", "prompt_data"):
         if not Path(params[key]).exists():
             raise FileNotFoundError(f"engine_params.{key}: {params[key]} does not exist")
+    check_image(params)
+
+
+def check_image(params: dict) -> None:
+    """A local .sif must exist and be run by Apptainer; a registry reference must name a registry the
+    nodes reach: ``localhost`` (the placeholder of envs/slime-container.yaml) is each node itself."""
+    image, runtime = params["container"], params["container_runtime"]
+    if runtime == "none":  # already inside the image
+        return
+    if image.endswith(".sif"):
+        if runtime != "apptainer":
+            raise ValueError(f"engine_params.container {image!r} is an Apptainer image: set container_runtime: "
+                             f"apptainer (got {runtime!r})")
+        if not Path(image).is_file():
+            raise FileNotFoundError(f"engine_params.container: {image} does not exist")
+        return
+    registry = image.split("/", 1)[0] if "/" in image else ""
+    if registry.split(":", 1)[0] in ("localhost", "127.0.0.1", "[::1]"):
+        raise ValueError(f"engine_params.container {image!r} names a registry on localhost, which is each node "
+                         "itself: push the image to a registry the nodes reach and name it there, or build a "
+                         "local image (apptainer build slime.sif docker-daemon://<image>) and give its .sif path "
+                         "(docs/cluster.md, The image)")
 
 
 def model_shape(model_type: str) -> dict:

@@ -2,6 +2,7 @@
 refused before anything is written, and run() executing its script against a fake `ray`."""
 from __future__ import annotations
 
+import copy
 import inspect
 import json
 import os
@@ -30,6 +31,7 @@ from tests.support.slime_checkpoints import write_hf_save
 PRESET = ROOT / "workflow" / "presets" / "table1.yaml"
 DAPO_PROMPTS = FIXTURES / "dapo_prompts.jsonl"
 PIN = yaml.safe_load((Path(REPO) / "envs" / "slime-container.yaml").read_text())
+IMAGE = PIN["image"].replace("localhost:5000", "registry.example.org")  # the pinned image, pushed where nodes reach
 
 
 @pytest.fixture
@@ -43,7 +45,7 @@ def table1(tmp_path):
     config["results_dir"] = str(tmp_path / "results")
     config["engine_params"].update(hf_checkpoint=str(data / "Qwen3-30B-A3B-Base"),
                                    ref_load=str(data / "Qwen3-30B-A3B-Base_torch_dist"),
-                                   prompt_data=str(data / "prompts.jsonl"))
+                                   prompt_data=str(data / "prompts.jsonl"), container=IMAGE)
     return config
 
 
@@ -111,7 +113,7 @@ def assert_paper_settings(flags, train, seed, config, *, per_token_loss=True):
 def assert_harness_script(text):
     assert f"SLIME_COMMIT={PIN['slime']['commit']}" in text
     assert "exit 3" in text  # strict commit check
-    assert "apptainer exec --nv" in text and f"docker://{PIN['image']}" in text
+    assert "apptainer exec --nv" in text and f"docker://{IMAGE}" in text
     assert PIN["image"].endswith(f":{PIN['slime']['commit'][:8]}-cu129")  # the image built at the pinned commit
     assert "python3 -m engines.slime.preflight" in text.split("ray start")[0]  # checked before Ray starts
     assert "# pre-flight: memory per training GPU" in text
@@ -198,8 +200,31 @@ def test_bad_input_is_refused_before_anything_is_written(table1, change, error, 
 
 def test_pinned_references_are_accepted():
     for image in (PIN["image"], "slimerl/slime:nightly-dev-20260810a-cu129", "registry:5000/slime:v0.3",
-                  "slimerl/slime:latest@sha256:" + "a" * 64):
+                  "slimerl/slime:latest@sha256:" + "a" * 64, "/shared/images/slime-624b824a.sif"):
         check_container(image)
+
+
+def test_the_image_is_one_the_nodes_can_start(table1, tmp_path):
+    """A registry tag the nodes reach and a local .sif are both accepted (the .sif run as a file, not
+    pulled); the localhost placeholder of envs/slime-container.yaml is refused by name before the job
+    script is written, and so is a .sif that is not there or a .sif under docker."""
+    def script(**engine_params):
+        config = copy.deepcopy(table1)
+        config["engine_params"].update(engine_params)
+        config["results_dir"] = str(tmp_path / "results" / str(abs(hash(str(engine_params)))))  # the image is in the run key
+        run_config = RunConfig.check(resolve_run_config(config, "grpo", 1, 0))
+        return write_job_script(run_config, RunDir(run_dir(config, "grpo", 1, 0))).read_text()
+
+    assert f"docker://{IMAGE}" in script()
+    sif = tmp_path / "slime-624b824a.sif"
+    sif.write_bytes(b"SIF")
+    assert f"{shlex.quote(str(sif))} bash" in script(container=str(sif)) and "docker://" not in script(container=str(sif))
+    with pytest.raises(ValueError, match="names a registry on localhost, which is each node itself"):
+        script(container=PIN["image"])
+    with pytest.raises(FileNotFoundError, match="engine_params.container: .*missing.sif does not exist"):
+        script(container=str(tmp_path / "missing.sif"))
+    with pytest.raises(ValueError, match="is an Apptainer image: set container_runtime: apptainer"):
+        script(container=str(sif), container_runtime="docker")
 
 
 def test_publish_renames_complete_hf_saves_to_step_directories(tmp_path):
