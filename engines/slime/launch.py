@@ -145,7 +145,7 @@ def run(run_config: RunConfig, run: RunDir) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Write (and run) the slime job of one run.")
     parser.add_argument("--plan", metavar="CONFIG", help="print the grid's GPU-hour plan (engines.slime.plan); run nothing")
-    parser.add_argument("--timings", metavar="FILE", help="with --plan: YAML {step_minutes, checkpoint_minutes} measured")
+    parser.add_argument("--timings", metavar="FILE", help="with --plan: YAML of measured timings (engines.slime.plan)")
     parser.add_argument("--run-dir")
     parser.add_argument("--config-json", help="resolved run config, inline JSON or a file path")
     parser.add_argument("--dry-run", action="store_true", help="write the job script and print it; run nothing")

@@ -4,10 +4,13 @@
 Per job (recipe x lag x seed) and for the grid: training GPU-hours (steps x minutes per step x the
 train job's GPUs), evaluation GPU-hours (checkpoints x minutes per checkpoint x the evaluate job's
 GPUs), the time-limit stops expected at the train job's runtime, the retries the workflow gives the
-train rule (harness.jobs.train_retries) and the evaluation's concurrency. The times are a low-high
-range: the user's own (``--timings FILE``, a YAML ``{step_minutes: [low, high], checkpoint_minutes:
-[low, high]}`` once one run has measured them), else ESTIMATES (derived, not measured; their source
-printed).
+train rule (harness.jobs.train_retries) and the evaluation's concurrency. A run's training time is
+its steps, its periodic saves (the trainer waits), each attempt's start-up and each resumed attempt's
+read of its Megatron save. The times are a low-high range: the user's own (``--timings FILE``, a YAML
+``{step_minutes, checkpoint_minutes, drain_minutes, save_gb_per_s, startup_minutes}``, each [low,
+high], once one run has measured them), else ESTIMATES from published figures where there are any
+(their sources printed and in docs/cluster.md, Cost); the report names the input whose range moves the
+grid's GPU-hours most. Disk and host memory: engines.slime.footprint.
 
 The stop at the time-limit warning is budgeted too (``stop``): the driver's drain (it sees the
 warning while it waits for a generation and after each training call or push, so what runs first is
@@ -35,6 +38,13 @@ from stabilizers.recipes import recipe_from_named_dict
 # Derived in docs/cluster.md ("Cost"): ~17 min of generation (20M tokens at ~20k tokens/s on one
 # 4-GPU SGLang engine) overlapped with ~13 min of training (FLOPs at ~25% MFU on 4 GPUs).
 STEP_MINUTES = (15.0, 25.0)
+# The public end-to-end figure for this model: NeMo-RL v0.6's performance summary (GRPO on
+# Qwen3-30B-A3B, DGX-H100, BF16): 1,102 tokens/s/GPU on-policy, 1,414 one step off
+# (docs/cluster.md, Cost); a step's tokens are its samples x footprint.MID_RUN_RESPONSE_TOKENS.
+TOKENS_PER_GPU_SECOND = (1_102, 1_414)
+# A job's start before its first step (Ray, SGLang loading the HF weights, Megatron building the model):
+# no public figure found, an estimate; a resumed job also reads its Megatron save (at the save's speed).
+STARTUP_MINUTES = (5.0, 10.0)
 # One checkpoint of AIME24: the weight swap (1-3 min, a 60 GB HF save read from the shared file
 # system) plus 30 problems x k responses of ~5k-15k tokens, at the ~20k tokens/s of one 4-GPU engine
 # (docs/cluster.md) once SATURATION requests are in flight, proportionally less with fewer.
@@ -43,11 +53,12 @@ RESPONSE_TOKENS = (5_000, 15_000)
 TOKENS_PER_SECOND = 20_000
 SATURATION = 64
 AIME_PROBLEMS = 30
-# The one public figure found for a Megatron-LM save's write speed: 24 GB (GPT-1.5B, distributed
-# optimizer) in 242 s on a 100 MB/s NAS, DLRover's flash-checkpoint blog
-# (github.com/intelligent-machine-learning/dlrover, docs/blogs/megatron_flash_checkpoint.md). A
-# parallel file system writes faster; the user's measured `save_gb_per_s` replaces it.
-SAVE_GB_PER_S = (24 / 242, 24 / 242)
+# A Megatron-LM save's write speed, slow end: 24 GB (GPT-1.5B, distributed optimizer) in 242 s on a
+# 100 MB/s NAS, DLRover's flash-checkpoint blog (github.com/intelligent-machine-learning/dlrover,
+# docs/blogs/megatron_flash_checkpoint.md); fast end: "about 6 to 8 minutes" for a Qwen3-30B-A3B save
+# (NVIDIA-NeMo/RL issue 1208) of a 359 GB checkpoint directory (volcengine/verl issue 2408): 359 GB in
+# 8 min. The user's measured `save_gb_per_s` replaces both.
+SAVE_GB_PER_S = (24 / 242, 359 / 480)
 PROFILE = REPO / "workflow" / "profiles" / "slurm" / "config.yaml"
 
 
@@ -66,23 +77,39 @@ def timings(config: dict, given: dict | None = None) -> dict:
     in_flight = min(concurrency, AIME_PROBLEMS * k, SATURATION)
     rate = TOKENS_PER_SECOND * in_flight / SATURATION
     estimate = tuple(swap + AIME_PROBLEMS * k * tokens / rate / 60 for swap, tokens in zip(SWAP_MINUTES, RESPONSE_TOKENS))
+    published = public_step_minutes(config)
+    step = (min(STEP_MINUTES[0], published[0]), max(STEP_MINUTES[1], published[1]))
     return {
-        "step": _pair(given["step_minutes"], "step_minutes") if "step_minutes" in given else STEP_MINUTES,
+        "step": _pair(given["step_minutes"], "step_minutes") if "step_minutes" in given else step,
         "step_source": "--timings step_minutes (measured by the user)" if "step_minutes" in given
-        else "estimate, docs/cluster.md Cost (not measured)",
+        else (f"estimate, not measured: docs/cluster.md Cost's derivation {STEP_MINUTES[0]:.0f}-{STEP_MINUTES[1]:.0f}, "
+              f"NeMo-RL v0.6's {TOKENS_PER_GPU_SECOND[0]:,}-{TOKENS_PER_GPU_SECOND[1]:,} tokens/s/GPU for this model "
+              f"{published[0]:.1f}-{published[1]:.1f}"),
         "checkpoint": _pair(given["checkpoint_minutes"], "checkpoint_minutes") if "checkpoint_minutes" in given
         else estimate,
         "checkpoint_source": "--timings checkpoint_minutes (measured by the user)" if "checkpoint_minutes" in given
         else "estimate, engines/slime/plan.py (not measured)",
         "concurrency": concurrency,
-        "drain": _pair(given["drain_minutes"], "drain_minutes") if "drain_minutes" in given else STEP_MINUTES
+        "drain": _pair(given["drain_minutes"], "drain_minutes") if "drain_minutes" in given else step
         if "step_minutes" not in given else _pair(given["step_minutes"], "step_minutes"),
         "drain_source": "--timings drain_minutes (measured by the user)" if "drain_minutes" in given
         else "one training call, at most a step: the driver sees the warning while it waits for a generation",
         "save_gb_per_s": _pair(given["save_gb_per_s"], "save_gb_per_s") if "save_gb_per_s" in given else SAVE_GB_PER_S,
         "save_source": "--timings save_gb_per_s (measured by the user)" if "save_gb_per_s" in given
-        else "estimate, DLRover's Megatron-LM save on a 100 MB/s NAS, engines/slime/plan.py (not measured)",
+        else ("estimate, not measured: DLRover's Megatron-LM save on a 100 MB/s NAS to NeMo-RL's 6-8 min "
+              "Qwen3-30B-A3B save, engines/slime/plan.py"),
+        "startup": _pair(given["startup_minutes"], "startup_minutes") if "startup_minutes" in given else STARTUP_MINUTES,
+        "startup_source": "--timings startup_minutes (measured by the user)" if "startup_minutes" in given
+        else "estimate, not measured: no public figure found",
     }
+
+
+def public_step_minutes(config: dict) -> tuple[float, float]:
+    """Minutes per step (low, high) at NeMo-RL's published rates on the train job's GPUs."""
+    params = resolve_params(config.get("engine_params") or {})
+    tokens = params["rollout_batch_size"] * params["n_samples_per_prompt"] * footprint.MID_RUN_RESPONSE_TOKENS
+    gpus = rule_resources(config, "train")["gpu"]
+    return tuple(tokens / (rate * gpus) / 60 for rate in reversed(TOKENS_PER_GPU_SECOND))
 
 
 def stop(config: dict, times: dict) -> dict:
@@ -158,16 +185,30 @@ def plan(config: dict, given: dict | None = None) -> dict:
     jobs = []
     tuning = Tuning.of(config)
     tuning_runs = tuning.runs() if tuning else []
+    def train_minutes(step: float, save: float, startup: float, load: float) -> tuple[float, int]:
+        """A run's minutes on its node (steps, periodic saves, each attempt's start, each resume's load
+        of its Megatron save) and its time-limit stops."""
+        working = config["steps"] * step + checkpoints * save
+        stops = math.ceil((working + startup) / usable) - 1 if runtime else 0
+        return working + (stops + 1) * startup + stops * load, stops
+
+    def run_minutes(step: int, save: int, startup: int) -> tuple[float, int]:  # 0: an input's low end, 1: high
+        return train_minutes(times["step"][step], budget["save"][save], times["startup"][startup],
+                             budget["megatron_save"][save])
+
+    ends = [run_minutes(i, i, i) for i in (0, 1)]
+    swings = {name: (run_minutes(*ends_of)[0] - ends[0][0]) * train["gpu"] / 60 for name, ends_of in (
+        ("minutes per step", (1, 0, 0)), ("save speed", (0, 1, 0)), ("start-up", (0, 0, 1)))}
+    jobs = []
     for recipe, lag, seed in expand(config) + tuning_runs:
-        train_minutes = [config["steps"] * m for m in times["step"]]
         jobs.append({
             "recipe": recipe, "lag": lag, "seed": seed,
-            "train_gpu_hours": [m / 60 * train["gpu"] for m in train_minutes],
+            "train_gpu_hours": [m / 60 * train["gpu"] for m, _ in ends],
             "eval_gpu_hours": [checkpoints * m / 60 * evaluate["gpu"] for m in times["checkpoint"]],
-            "stops": [math.ceil(m / usable) - 1 if runtime else 0 for m in train_minutes],
+            "stops": [stops for _, stops in ends],
         })
     total = {key: [sum(job[key][i] for job in jobs) for i in (0, 1)] for key in ("train_gpu_hours", "eval_gpu_hours")}
-    return {"jobs": jobs, "footprint": grid_footprint(config, expand(config), len(jobs)), "tuning_jobs": len(tuning_runs), "total": total, "timings": times, "stop": budget, "checkpoints": checkpoints, "runtime": runtime,
+    return {"jobs": jobs, "swings": {name: swing * len(jobs) for name, swing in swings.items()}, "footprint": grid_footprint(config, expand(config), len(jobs)), "tuning_jobs": len(tuning_runs), "total": total, "timings": times, "stop": budget, "checkpoints": checkpoints, "runtime": runtime,
             "retries": train_retries(config), "train_gpus": train["gpu"], "eval_gpus": evaluate["gpu"]}
 
 
@@ -203,6 +244,10 @@ def report(config: dict, given: dict | None = None) -> str:
              f"  minutes per checkpoint {span(t['checkpoint'], 1)} at concurrency {t['concurrency']}, k = "
              f"{config['eval']['k']} ({t['checkpoint_source']})",
              f"  train runtime {p['runtime']} min: retries {p['retries']} (harness.jobs.train_retries)",
+             f"  per run on top of its steps: {p['checkpoints']} periodic saves of {span(budget['save'], 1)} min each "
+             f"(Megatron + HF, the trainer waits), {span(t['startup'], 1)} min of start-up per attempt "
+             f"({t['startup_source']}), and a resumed attempt's read of its Megatron save "
+             f"{span(budget['megatron_save'], 1)} min; no rework: the warning's lead covers a stop",
              f"  time-limit stop {span(budget['total'], 1)} min against a "
              + (f"{budget['warning']:.1f}-min warning" if budget["warning"] else "train job with no warning")
              + f": drain {span(budget['drain'], 1)} ({t['drain_source']}) + data-source save 0 (made after each "
@@ -217,4 +262,7 @@ def report(config: dict, given: dict | None = None) -> str:
     total = [a + b for a, b in zip(p["total"]["train_gpu_hours"], p["total"]["eval_gpu_hours"])]
     lines.append(f"grid: training {span(p['total']['train_gpu_hours'])} GPU-h + evaluation "
                  f"{span(p['total']['eval_gpu_hours'])} GPU-h = {span(total)} GPU-h")
+    swings = sorted(p["swings"].items(), key=lambda item: -item[1])
+    lines.append(f"  the training range is dominated by {swings[0][0]}: each input alone from its low to its high "
+                 "end adds " + ", ".join(f"{name} {swing:,.0f} GPU-h" for name, swing in swings))
     return "\n".join(lines)

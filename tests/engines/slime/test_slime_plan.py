@@ -22,17 +22,27 @@ def table1():
 
 
 def test_the_table1_plan_adds_up_from_the_presets_steps_and_resources(table1):
+    """By hand: a step of 15 (docs/cluster.md's derivation) to 38.7 min (20.48M tokens at NeMo-RL's
+    1,102 tokens/s/GPU on 8 GPUs); per run 544 steps + 34 periodic saves (489 GB at 0.75 to 0.099
+    GB/s) + a start per attempt (5-10 min) + a resumed attempt's read of its Megatron save (427 GB)."""
     p = plan.plan(table1)
     assert len(p["jobs"]) == 14 * 2 * 3 and p["checkpoints"] == 544 // 16
-    low, high = plan.STEP_MINUTES
+    t, budget = plan.timings(table1), p["stop"]
+    assert t["step"] == pytest.approx((15.0, 4096 * 5000 / (1102 * 8) / 60))
     job = p["jobs"][0]
-    assert job["train_gpu_hours"] == pytest.approx([544 * low / 60 * 8, 544 * high / 60 * 8])
+    low = 544 * 15.0 + 34 * budget["save"][0] + 5.0  # one attempt: 8,530 min fit in the week less the lead
+    working = 544 * t["step"][1] + 34 * budget["save"][1]
+    stops = math.ceil((working + 10.0) / (10080 - budget["warning"])) - 1
+    high = working + (stops + 1) * 10.0 + stops * budget["megatron_save"][1]
+    assert job["train_gpu_hours"] == pytest.approx([low / 60 * 8, high / 60 * 8])
+    assert job["stops"] == [0, stops] == [0, 2]
     checkpoint = plan.timings(table1)["checkpoint"]
     assert job["eval_gpu_hours"] == pytest.approx([34 * m / 60 * 4 for m in checkpoint])
-    usable = 10080 - plan.stop(table1, plan.timings(table1))["warning"]  # a job ends at its warning
-    assert job["stops"] == [math.ceil(544 * m / usable) - 1 for m in (low, high)] == [0, 1]
     assert p["total"]["train_gpu_hours"] == pytest.approx([84 * h for h in job["train_gpu_hours"]])
-    assert p["retries"] == train_retries(table1)
+    assert p["retries"] == train_retries(table1) == 3
+    assert max(p["swings"], key=p["swings"].get) == "minutes per step"  # what the report names as dominant
+    assert p["swings"]["minutes per step"] == pytest.approx(84 * (544 * (t["step"][1] - 15) + 2 * 5.0 + 2 * (
+        budget["megatron_save"][0])) / 60 * 8)  # two stops more at the slow step: their starts and loads
 
 
 def test_the_users_timings_replace_the_estimates(table1):
@@ -60,35 +70,40 @@ def test_the_cli_prints_every_job_and_the_grid(tmp_path):
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert sum(line.startswith(("grpo ", "sat_gspo_r3 ")) for line in lines) == 2 * 2 * 3
-    assert lines[-1].startswith("grid: training 91,392-152,320 GPU-h")
+    assert lines[-2].startswith("grid: training 95,593-269,106 GPU-h")
+    assert lines[-1].startswith("  the training range is dominated by minutes per step:")
     assert not any("WARNING" in line for line in lines)  # the preset's lead covers its stop
     assert "not measured" in result.stdout  # an estimate says so
-    (tmp_path / "timings.yaml").write_text("step_minutes: 20\ncheckpoint_minutes: 5\ndrain_minutes: 4\nsave_gb_per_s: 10\n")
+    (tmp_path / "timings.yaml").write_text("step_minutes: 20\ncheckpoint_minutes: 5\ndrain_minutes: 4\n"
+                                           "save_gb_per_s: 10\nstartup_minutes: 0.01\n")
     measured = subprocess.run([sys.executable, "-m", "engines.slime.launch", "--plan", str(PRESET), "--timings",
                                str(tmp_path / "timings.yaml")], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert measured.returncode == 0, measured.stderr
-    assert f"grid: training {84 * 544 * 20 / 60 * 8:,.0f}-{84 * 544 * 20 / 60 * 8:,.0f} GPU-h" in measured.stdout
-    assert "time-limit stop 4.8-4.8 min against a 107.1-min warning" in measured.stdout
+    save, load = 488.514 / 10 / 60, 427.450 / 10 / 60  # a periodic save, a resume's load, at the measured 10 GB/s
+    training = 84 * (544 * 20 + 34 * save + 2 * 0.01 + load) / 60 * 8  # 10,908 min: one stop in a week less the lead
+    assert f"grid: training {training:,.0f}-{training:,.0f} GPU-h" in measured.stdout
+    assert "time-limit stop 4.8-4.8 min against a 120.8-min warning" in measured.stdout
 
 
 def test_the_stop_is_budgeted_against_the_warning(table1):
     """drain (one training call, at most a step) + data-source save (none left) + a periodic save:
     Qwen3-30B-A3B's parameters x 16 bytes (bf16 weights, fp32 master weights and two Adam moments, the
     HF save) over the write bandwidth; a stop off the cadence writes the 14 Megatron bytes only. The
-    preset's warning lead is that budget; a shorter one is refused with the lead it needs."""
-    budget = plan.stop(table1, plan.timings(table1))
+    preset's warning lead is that budget at its slow end; a shorter one is refused with the lead it needs."""
+    times = plan.timings(table1)
+    budget = plan.stop(table1, times)
     assert budget["parameters"] == pytest.approx(30.53e9, rel=2e-3)  # the model card's 30.5B
     assert budget["gigabytes"] == pytest.approx(budget["parameters"] * 16 / 1e9)
     assert budget["megatron_gigabytes"] == pytest.approx(budget["parameters"] * 14 / 1e9)
-    save = budget["gigabytes"] / plan.SAVE_GB_PER_S[0] / 60
-    assert budget["save"] == pytest.approx((save, save)) and budget["data_source"] == (0.0, 0.0)
-    assert budget["total"] == pytest.approx([m + save for m in plan.STEP_MINUTES])
-    assert budget["lead_seconds"] == math.ceil(budget["total"][1] * 60) == 6426
+    fast, slow = (budget["gigabytes"] / rate / 60 for rate in reversed(plan.SAVE_GB_PER_S))
+    assert budget["save"] == pytest.approx((fast, slow)) and budget["data_source"] == (0.0, 0.0)
+    assert budget["total"] == pytest.approx([times["step"][0] + fast, times["step"][1] + slow])
+    assert budget["lead_seconds"] == math.ceil(budget["total"][1] * 60) == 7249
     assert budget["warning"] == budget["lead_seconds"] / 60 and not budget["exceeds"]
     early = copy.deepcopy(table1)
     early["resources"]["train"] = {**table1["resources"]["train"], "slurm_extra": "--signal=URG@900"}
-    with pytest.raises(ValueError, match=r"resources.train.slurm_extra: .* 15.0 min .* up to 107.1 min .*"
-                                         r"--signal=URG@6426"):
+    with pytest.raises(ValueError, match=r"resources.train.slurm_extra: .* 15.0 min .* up to 120.8 min .*"
+                                         r"--signal=URG@7249"):
         plan.plan(early)
 
 
@@ -101,8 +116,8 @@ def test_measured_timings_and_the_config_move_the_stop_budget(table1):
     no_optimizer["engine_params"]["save_optimizer"] = False
     assert plan.stop(no_optimizer, plan.timings(no_optimizer))["gigabytes"] == pytest.approx(gigabytes * 4 / 16)
     later = copy.deepcopy(table1)
-    later.setdefault("resources", {})["train"] = {**table1["resources"]["train"], "slurm_extra": "--signal=B:URG@7200"}
-    assert plan.stop(later, plan.timings(later))["warning"] == 120 and not plan.stop(later, plan.timings(later))["exceeds"]
+    later.setdefault("resources", {})["train"] = {**table1["resources"]["train"], "slurm_extra": "--signal=B:URG@7800"}
+    assert plan.stop(later, plan.timings(later))["warning"] == 130 and not plan.stop(later, plan.timings(later))["exceeds"]
     unwarned = copy.deepcopy(table1)
     unwarned["resources"]["train"] = {**table1["resources"]["train"], "slurm_extra": ""}
     assert plan.stop(unwarned, plan.timings(unwarned))["warning"] is None
