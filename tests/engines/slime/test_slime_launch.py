@@ -329,7 +329,12 @@ def fake_job_environment(tmp_path, monkeypatch) -> Path:
         (bin_dir / tool).chmod(0o755)
     calls = tmp_path / "ray_calls.jsonl"
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("PYTHONPATH", str(SUPPORT / "slime_pkg"))
+    # the job's pre-flight sees a file system that holds the run (the dev box's /tmp does not hold 1 TB)
+    roomy = tmp_path / "roomy_fs"
+    roomy.mkdir()
+    (roomy / "sitecustomize.py").write_text("import shutil, types\n"
+                                            "shutil.disk_usage = lambda path: types.SimpleNamespace(free=10**16)\n")
+    monkeypatch.setenv("PYTHONPATH", f"{SUPPORT / 'slime_pkg'}{os.pathsep}{roomy}")
     monkeypatch.setenv("FAKE_RAY_CALLS", str(calls))
     return slime, calls
 
