@@ -222,7 +222,8 @@ def footprint_lines(f: dict) -> list[str]:
         f"{run['written'] / tb:.1f} TB written",
         f"  disk per grid (estimate): peak {f['grid_peak'] / tb:,.0f} TB with {f['at_once']} jobs at once "
         f"({f['at_once_source']}), {f['grid_kept'] / tb:,.0f} TB kept when all end, {f['grid_written'] / 1e15:.2f} "
-        f"PB written; {f['free'] / tb:,.2f} TB free here ({f['free_source']}; each job's pre-flight checks its own)",
+        f"PB written; {f['free'] / tb:,.2f} TB free here ({f['free_source']}), which holds "
+        f"{int(f['free'] // run['peak'])} jobs at once (snakemake --jobs; each job's pre-flight checks its own)",
         f"  host memory per training job (estimate, the largest: {recipe} at lag {lag}): "
         f"{footprint.describe_memory(f['memory'])}; {footprint.describe_memory(f['memory_cap'])}, the response cap; "
         + (f"resources.train.mem_mb {f['mem_mb']:,} MB" if f["mem_mb"] else "no resources.train.mem_mb")]

@@ -5,6 +5,7 @@ import copy
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -147,6 +148,8 @@ def test_the_plan_holds_the_disk_and_host_memory_of_the_grid(table1):
     assert f["memory_job"] == ("grpo_r3", 8) and f["memory"]["total"] == pytest.approx(1.177e12, rel=1e-3)
     text = plan.report(table1)
     assert "disk per grid (estimate): peak 215 TB with 64 jobs at once" in text
+    assert f"TB free here (df {plan.footprint._existing(Path(table1['results_dir']))}), which holds " \
+        f"{int(f['free'] // run['peak'])} jobs at once" in text
     assert "host memory per training job (estimate, the largest: grpo_r3 at lag 8): 1,177 GB" in text
     small = copy.deepcopy(table1)
     small["resources"]["train"]["mem_mb"] = 900_000
