@@ -18,6 +18,8 @@ Modules (slime and megatron are imported lazily, inside the functions that run i
 - ``reward_model``: the dry run's model of slime's rule-based rewards, held to slime's own scores on
   reward_agreement.jsonl.
 - ``retention``: keeps the newest Megatron checkpoints of a run.
+- ``footprint``: a run's disk and a training job's host memory (estimates), for ``plan`` and ``preflight``.
+- ``plan``: the GPU-hours, the time-limit stop's budget, disk and host memory of a grid (``launch --plan``).
 - ``check_pin``: checks slime / Megatron-LM checkouts for every flag, symbol and file the adapter uses.
 The software these target is pinned in envs/slime-container.yaml.
 """
@@ -51,8 +53,11 @@ def _train(run_config, run_dir) -> str:
 # GPU jobs on a SLURM partition (named `gpu` here; a site renames it with the config's
 # `resources: {train: {slurm_partition: ...}}`): the paper trained on 8 x H200 per run
 # (the SAT paper, arXiv 2607.18722); evaluation serves one checkpoint on one node. Training asks for
-# the time-limit warning 15 minutes ahead (a Megatron save of the 30B model with its optimizer
-# takes minutes; SLURM may send it up to a minute early); a step takes 15-25 min (docs/cluster.md, Cost).
+# the time-limit warning as early as a stop can take: the lead is the stop budget that
+# `python -m engines.slime.launch --plan` computes for Qwen3-30B-A3B from its estimated timings (one
+# step of drain + a periodic Megatron + HF save on the slowest published write speed: engines.slime.plan),
+# and the plan refuses a shorter one; a step takes 15-39 min (engines.slime.plan: the docs' derivation and
+# NeMo-RL's published rate for this model, docs/cluster.md Cost), its high end is step_minutes.
 ENGINE = register(Engine(
     name="slime",
     resolve_params=_resolve_params,
@@ -61,12 +66,12 @@ ENGINE = register(Engine(
     eval_backend="server",
     resources={
         "train": {"threads": 32, "mem_mb": 512000, "gpu": 8, "runtime": 4320, "slurm_partition": "gpu",
-                  "slurm_extra": "--signal=URG@900"},
+                  "slurm_extra": "--signal=URG@7249"},
         "evaluate": {"threads": 16, "mem_mb": 256000, "gpu": 8, "runtime": 240, "slurm_partition": "gpu"},
         "aggregate": {"threads": 1, "mem_mb": 4000, "runtime": 60},
         "track": {"threads": 1, "mem_mb": 4000, "runtime": 60},
     },
-    step_minutes=25,
+    step_minutes=39,
     # Score Centering needs the sampler's log-probs over the vocabulary (SGLang returns a top-k head with
     # top_logprobs_num) and ESTR the sampler's entropy; the pin carries neither to the trainer. The
     # trainer-side entropy slime computes is the current policy's, not mu's: no proxy is taken for it.

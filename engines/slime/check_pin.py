@@ -5,8 +5,8 @@
 The sources are read, not imported (as refresh_known_flags reads them). Three lists, taken from the
 adapter's own code where they can be, so that they cannot fall behind it:
 - flags: every ``--`` literal of engines/slime/flags.py (the launcher's flag table, the flags it
-  owns) and every flag engines.slime.loss refuses by name must be accepted by the checkouts'
-  parsers (refresh_known_flags.known_flags);
+  owns) and every flag engines.slime.loss and engines.slime.params refuse by name must be accepted by
+  the checkouts' parsers (refresh_known_flags.known_flags);
 - symbols: every name engines/slime/*.py imports from ``slime`` or ``megatron`` (read from their
   import statements, lazy ones included), and every attribute they read of an imported module
   (``mpu.get_data_parallel_group``), defined or imported at the top level of that module; and
@@ -28,24 +28,26 @@ from pathlib import Path
 import yaml
 
 from engines.slime.loss import DATA_AND_OPTIMISATION_FLAGS, UNHANDLED_SLIME_OPTIONS
-from engines.slime.params import MODELS
+from engines.slime.params import MODELS, RESUME_BREAKING_FLAGS
 from engines.slime.refresh_known_flags import flag_literals, known_flags
 
 HERE = Path(__file__).resolve().parent
 ROOTS = ("slime", "megatron")
 # Members of slime's classes the adapter uses on instances (no import statement names them):
-# (module, class) -> members. driver: the rollout manager and the training group; metrics: a sample's
-# weight versions.
+# (module, class) -> members (methods, fields, attributes a method sets on self). driver: the rollout
+# manager, the training group and its trainer actors (a stop's save without the HF copy); metrics: a
+# sample's weight versions.
 SLIME_MEMBERS = {
     ("slime.ray.rollout", "RolloutManager"): ("generate", "save", "dispose"),
-    ("slime.ray.actor_group", "RayTrainGroup"): ("async_train", "update_weights", "save_model"),
+    ("slime.ray.actor_group", "RayTrainGroup"): ("async_train", "update_weights", "save_model", "_actor_handlers"),
+    ("slime.backends.megatron_utils.actor", "MegatronTrainRayActor"): ("save_model", "args"),
     ("slime.utils.types", "Sample"): ("weight_versions",),
 }
 
 
 def adapter_flags() -> set[str]:
     return (flag_literals(ast.parse((HERE / "flags.py").read_text())) | {flag for flag, *_ in UNHANDLED_SLIME_OPTIONS}
-            | set(DATA_AND_OPTIMISATION_FLAGS))
+            | set(DATA_AND_OPTIMISATION_FLAGS) | set(RESUME_BREAKING_FLAGS))
 
 
 def adapter_symbols() -> set[tuple[str, str]]:
@@ -88,7 +90,9 @@ def class_members(path: Path, name: str) -> set[str] | None:
         if isinstance(node, ast.ClassDef) and node.name == name:
             return {item.name for item in node.body if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))} | {
                 item.target.id for item in node.body if isinstance(item, ast.AnnAssign)
-                and isinstance(item.target, ast.Name)}
+                and isinstance(item.target, ast.Name)} | {
+                target.attr for item in ast.walk(node) if isinstance(item, ast.Assign) for target in item.targets
+                if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self"}
     return None
 
 

@@ -7,8 +7,9 @@ makes slime's calls in the order that realizes it, and slime's own code does all
     push weights (version start)
     generate every rollout the pushed version samples, each followed by its data-source save
     for each rollout r:
+        wait for r's generation                      (at the time-limit warning: save r - 1 and stop)
         train on r                                   -> trainer version r + 1
-        save Megatron every --save-interval steps; at the time-limit warning, save and stop
+        save Megatron every --save-interval steps    (at the warning: save r and stop)
         if the next rollout to generate is sampled by version r + 1:
             wait for the generations in flight, push weights (version r + 1),
             generate every rollout that version samples
@@ -30,30 +31,56 @@ generated but not yet trained at a stop are regenerated from the same prompts, b
 version (a resumed job keeps no older weights than its own: driver_version's ``start``, so it trains
 younger batches than an uninterrupted run for up to ``lag`` steps).
 
-Time-limit stops take one Megatron save: no save waits behind a generation, and the generations in
-flight are not waited for (the job script's ``ray stop`` ends them). Once the save is on disk the
-driver writes the run's ``stopped`` mark, which tells engines.slime.launch that the job stopped at
-the warning and should be resumed; any other early end is a failure.
+Time-limit stops take one Megatron save, as soon as the warning is seen: the driver polls the
+run's ``stop_requested`` mark while it waits for a generation (every POLL_SECONDS), and checks it
+after each training call and each push, so what runs after the warning is at most the training call
+or the save in progress, then the stop's save. A stop waits for no generation (the job script's ``ray
+stop`` ends those in flight). The stop's save skips slime's HF copy (``megatron_save_only``: a step
+off the evaluation cadence is never scored, engines.slime.launch deletes its HF save), unless the
+step is a periodic save's, whose HF copy the evaluation needs; a step already saved is not saved
+again. Once the save is on disk the driver writes the run's ``stopped`` mark, which tells
+engines.slime.launch that the job stopped at the warning and should be resumed; any other early end
+is a failure. engines.slime.plan budgets the stop (one training call + a periodic save) against the
+warning's lead.
 """
 from __future__ import annotations
 
 from typing import Callable
 
 from engines.slime.lag import driver_version
+from engines.slime.metrics import first_non_finite
 from harness.io import write_text_atomic
 from harness.lag import check_lag
 from harness.run import RunDir
 
+POLL_SECONDS = 10.0  # how often a wait for a generation looks for the warning
+
+
+def megatron_save_only(actor, rollout_id: int):
+    """(Runs inside each slime trainer actor, through Ray's ``__ray_call__``.) slime's save_model at a stop,
+    without its HF copy: ``args.save_hf`` is what makes save_model write one."""
+    save_hf, actor.args.save_hf = actor.args.save_hf, None
+    try:
+        return actor.save_model(rollout_id, force_sync=True)
+    finally:
+        actor.args.save_hf = save_hf
+
 
 def lag_loop(args, rollout_manager, actor_model, *, mode: str, lag: int, seed: int, num_rollout_per_epoch: int | None,
-             get: Callable, periodic: Callable, stop_requested: Callable[[], bool] = lambda: False) -> int | None:
+             get: Callable, periodic: Callable, stop_requested: Callable[[], bool] = lambda: False,
+             ready: Callable[[object], bool] = lambda ref: True,
+             diverged: Callable[[int], bool] = lambda rollout_id: False) -> int | None:
     """Train rollouts ``args.start_rollout_id .. args.num_rollout - 1`` on the schedule of ``mode``, ``lag``, ``seed``;
-    returns the last trained rollout when it stopped at the time-limit warning, else None.
+    returns the last trained rollout when it stopped at the time-limit warning (``start - 1`` when none
+    was), else None.
 
     ``rollout_manager`` is slime's RolloutManager actor handle (``generate.remote``, ``save.remote``);
-    ``actor_model`` slime's RayTrainGroup (``async_train``, ``update_weights``, ``save_model``);
-    ``get`` is ``ray.get``; ``periodic`` is slime's ``should_run_periodic_action``; ``stop_requested``
-    (the time-limit warning came) ends the loop after the current step, with a save."""
+    ``actor_model`` slime's RayTrainGroup (``async_train``, ``update_weights``, ``save_model``, and its
+    trainer actors ``_actor_handlers``); ``get`` is ``ray.get``; ``periodic`` is slime's
+    ``should_run_periodic_action``; ``stop_requested`` (the time-limit warning came) ends the loop at
+    once, with a save; ``ready(ref)`` waits up to POLL_SECONDS for a generation and says whether it is done;
+    ``diverged(rollout_id)`` (the step's loss or grad norm is not finite) ends the loop after that step,
+    with no save: the run is over, and slime skipped that step's update."""
     check_lag(lag, mode)
     start, end = args.start_rollout_id, args.num_rollout
 
@@ -61,6 +88,7 @@ def lag_loop(args, rollout_manager, actor_model, *, mode: str, lag: int, seed: i
         return driver_version(rollout_id, mode=mode, lag=lag, seed=seed, start=start)
 
     in_flight, generated, data_source_saved, following = {}, {}, {}, start
+    saved = start - 1  # the step the job resumed from is on disk already
 
     def generate_sampled_by(pushed: int) -> None:
         nonlocal following
@@ -70,22 +98,41 @@ def lag_loop(args, rollout_manager, actor_model, *, mode: str, lag: int, seed: i
                 data_source_saved[following] = rollout_manager.save.remote(following)
             following += 1
 
+    def collect(rollout_id: int) -> bool:
+        """Wait for rollout_id's generation unless the warning comes first; False: it came."""
+        while not ready(in_flight[rollout_id]):
+            if stop_requested():
+                return False
+        generated[rollout_id] = get(in_flight.pop(rollout_id))
+        return True
+
+    def stop_at(rollout_id: int) -> int:
+        if rollout_id != saved:
+            get([handle.__ray_call__.remote(megatron_save_only, rollout_id) for handle in actor_model._actor_handlers])
+        return rollout_id
+
     actor_model.update_weights()
     generate_sampled_by(start)
     for rollout_id in range(start, end):
-        data = generated.pop(rollout_id) if rollout_id in generated else get(in_flight.pop(rollout_id))
+        if stop_requested() or (rollout_id in in_flight and not collect(rollout_id)):
+            return stop_at(rollout_id - 1)
+        data = generated.pop(rollout_id)
         if rollout_id in data_source_saved:
             get(data_source_saved.pop(rollout_id))  # done with its generation: a save error surfaces here
         get(actor_model.async_train(rollout_id, data))
-        stop = stop_requested() and rollout_id < end - 1
-        if stop or periodic(rollout_id, args.save_interval, num_rollout_per_epoch, end):
-            actor_model.save_model(rollout_id, force_sync=stop or rollout_id == end - 1)
-        if stop:
-            return rollout_id
+        if diverged(rollout_id):
+            break
+        if periodic(rollout_id, args.save_interval, num_rollout_per_epoch, end):
+            actor_model.save_model(rollout_id, force_sync=stop_requested() or rollout_id == end - 1)
+            saved = rollout_id
+        if rollout_id == end - 1:
+            break
+        if stop_requested():
+            return stop_at(rollout_id)
         if following < end and version(following) == rollout_id + 1:
             # finish every generation in flight first: a push must not land in the middle of one
-            generated.update({r: get(ref) for r, ref in in_flight.items()})
-            in_flight.clear()
+            if not all(collect(r) for r in list(in_flight)):
+                return stop_at(rollout_id)
             actor_model.update_weights()
             generate_sampled_by(rollout_id + 1)
     return None
@@ -121,7 +168,10 @@ def main() -> None:
     run = RunDir(args.stalebench_run_dir)
     stop_file = run.engine_file("stop_requested")  # touched by the job script at the warning
     stopped = lag_loop(args, rollout_manager, actor_model, **schedule, num_rollout_per_epoch=num_rollout_per_epoch,
-                       get=ray.get, periodic=should_run_periodic_action, stop_requested=stop_file.exists)
+                       get=ray.get, periodic=should_run_periodic_action, stop_requested=stop_file.exists,
+                       ready=lambda ref: bool(ray.wait([ref], timeout=POLL_SECONDS)[0]),
+                       # the writer rank appended the step's row before its training call returned
+                       diverged=lambda rollout_id: first_non_finite(run.read_metrics()) is not None)
     if stopped is not None:  # dispose would queue behind the generations in flight: ray stop ends them
         write_text_atomic(run.engine_file("stopped"), f"{stopped}\n")
         return

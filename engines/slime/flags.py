@@ -86,6 +86,10 @@ def slime_flags(run_config: RunConfig, run: RunDir, *, extra: bool = True) -> li
         ("--attention-dropout", "0.0"), ("--hidden-dropout", "0.0"),
         ("--accumulate-allreduce-grads-in-fp32",), ("--attention-softmax-in-fp32",),
         ("--attention-backend", "flash"),
+        # a non-finite loss or gradient is a result, not a crash: Megatron's check (on by default) raises
+        # before the step is logged, and every retry would raise again; without it slime skips that
+        # update and logs the non-finite grad norm, and the driver ends the run there (diverged)
+        ("--no-check-for-nan-in-loss-and-grad",),
         *([("--fp16",)] if params["precision"] == "fp16" else []),  # FP16 training + rollouts, arXiv 2510.26788
     ]
     if params["optimizer_cpu_offload"]:  # as slime's own Qwen3-30B-A3B script

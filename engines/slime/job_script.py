@@ -5,7 +5,7 @@ The script re-executes itself inside the pinned slime container (apptainer or do
 with slime's own rewards, starts a private Ray head, submits the harness's lag driver (``python3 -m
 engines.slime.driver``, every lag mode) with every flag of engines.slime.flags, and stops its own Ray on exit.
 SLURM's time-limit warning (SIGURG) makes the script touch the run's ``stop_requested`` mark; the
-driver then saves Megatron's state after its current step, marks ``stopped`` and stops. It never kills
+driver then saves Megatron's state of its last trained step at once, marks ``stopped`` and stops. It never kills
 other processes (slime's example scripts run ``pkill -9 python``). The recipe reaches the trainer
 through ``--custom-config-path`` (the run's ``engine_settings`` YAML; its keys land on slime's args).
 The job's pre-flight reads the run's config.json, which the run folder pins (harness.run.RunDir).
@@ -37,7 +37,8 @@ def container_prefix(params: dict, binds: list[str]) -> str:
     image = params["container"]
     if params["container_runtime"] == "apptainer":
         mounts = " ".join(f"--bind {shlex.quote(b)}" for b in binds)
-        return f"apptainer exec --nv --cleanenv --env STALEBENCH_IN_CONTAINER=1 {mounts} docker://{image}"
+        source = shlex.quote(image) if image.endswith(".sif") else f"docker://{image}"  # a local file, or a registry's
+        return f"apptainer exec --nv --cleanenv --env STALEBENCH_IN_CONTAINER=1 {mounts} {source}"
     mounts = " ".join(f"-v {shlex.quote(b)}:{shlex.quote(b)}" for b in binds)
     return (f"docker run --rm --gpus all --ipc=host --shm-size=32g --network=host -e STALEBENCH_IN_CONTAINER=1 "
             f"{mounts} {image}")
@@ -55,7 +56,7 @@ def job_script_text(run_config: RunConfig, run: RunDir, *, check_files: bool = T
     pin = pinned_container()
     flags = slime_flags(run_config, run)
     emitted = {flag[0] for flag in slime_flags(run_config, run, extra=False)}
-    report = preflight.preflight(params, emitted, check_files=check_files)
+    report = preflight.preflight(run_config, run, emitted, check_files=check_files)
     # mount the harness, the run and what the job reads at the same paths inside the container
     data = [params["hf_checkpoint"], params["ref_load"], str(Path(params["prompt_data"]).parent), *params["binds"]]
     binds = sorted({str(REPO), str(run_dir), *(str(Path(p).resolve()) for p in data)})
@@ -77,7 +78,7 @@ def job_script_text(run_config: RunConfig, run: RunDir, *, check_files: bool = T
     ]
     lines += [
         "# SLURM's time-limit warning (sbatch --signal=URG@<s>, the engine's train resources) asks for a",
-        "# Megatron save now: the lag driver saves after its current step and stops. The trap comes",
+        "# Megatron save now: the lag driver saves its last trained step and stops. The trap comes",
         "# before anything starts (bash ignores SIGURG without one, so an early warning would be lost); the",
         "# last attempt's mark is cleared once per job, outside the container. bash runs the trap during",
         "# `wait` at once, after a foreground command when that ends.",

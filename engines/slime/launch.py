@@ -11,7 +11,7 @@ container pin, the model's shape), ``flags`` (every slime / Megatron flag of the
 
 Every file of the run is named by its RunDir (harness.run: ENGINE_FILES for the engine's own). At
 SLURM's time-limit warning the job script marks ``stop_requested``; the lag driver (every mode) then
-saves Megatron's state after its current step, marks ``stopped`` and stops, and ``run`` raises
+saves Megatron's state of its last trained step, marks ``stopped`` and stops, and ``run`` raises
 TimeLimitReached (engines.run exits 75, the retry resumes). A job that ends early without that mark
 (it failed, also after the warning) is a failure.
 
@@ -31,7 +31,6 @@ reward functions, before it starts Ray.
 from __future__ import annotations
 
 import argparse
-import math
 import re
 import shutil
 import subprocess
@@ -41,6 +40,7 @@ from pathlib import Path
 import yaml
 
 from engines.slime.job_script import write_job_script
+from engines.slime.metrics import first_non_finite
 from engines.slime.plan import report as plan_report
 from harness.checkpoint import hf_checkpoint_problem
 from harness.cli import parse_json_arg
@@ -97,9 +97,8 @@ def finish_interrupted_swaps(run: RunDir) -> None:
 def final_status(run_config: RunConfig, run: RunDir, returncode: int) -> dict:
     rows = run.read_metrics()
     last = rows[-1]["step"] if rows else 0
-    for row in rows:
-        if not all(math.isfinite(row.get(key, 0.0)) for key in ("loss", "grad_norm")):
-            return {"status": "diverged", "step": row["step"], "message": f"non-finite loss or grad norm at step {row['step']}"}
+    if row := first_non_finite(rows):
+        return {"status": "diverged", "step": row["step"], "message": f"non-finite loss or grad norm at step {row['step']}"}
     if returncode == 0 and last == run_config.steps:
         return {"status": "completed", "step": last, "message": f"completed {last} steps"}
     return {"status": "failed", "step": last, "message": f"slime job exited with code {returncode} after step {last}"}
@@ -146,7 +145,7 @@ def run(run_config: RunConfig, run: RunDir) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Write (and run) the slime job of one run.")
     parser.add_argument("--plan", metavar="CONFIG", help="print the grid's GPU-hour plan (engines.slime.plan); run nothing")
-    parser.add_argument("--timings", metavar="FILE", help="with --plan: YAML {step_minutes, checkpoint_minutes} measured")
+    parser.add_argument("--timings", metavar="FILE", help="with --plan: YAML of measured timings (engines.slime.plan)")
     parser.add_argument("--run-dir")
     parser.add_argument("--config-json", help="resolved run config, inline JSON or a file path")
     parser.add_argument("--dry-run", action="store_true", help="write the job script and print it; run nothing")

@@ -89,6 +89,12 @@ def checked_rollout_record(args, rollout_id: int) -> dict:
                        start_version=record["start_version"])
     return record
 
+def first_non_finite(rows: list[dict]) -> dict | None:
+    """The first row whose loss or grad norm is not finite (the run diverged at its step), or None."""
+    return next((row for row in rows if not all(math.isfinite(row.get(key, 0.0)) for key in ("loss", "grad_norm"))),
+                None)
+
+
 # --- 2. trainer side -----------------------------------------------------------------------
 
 def local_abs_d(rollout_data: dict) -> torch.Tensor:

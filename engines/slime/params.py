@@ -87,15 +87,33 @@ DEFAULTS = {
 }
 OPTIONAL = ("reward_key", "rollout_max_context_len")  # None is a valid value
 
+# slime / Megatron flags that would make a resumed job differ from an uninterrupted run, refused in
+# extra_args with the reason. slime sets the first three itself on a job with no Megatron save to load
+# (slime/utils/arguments.py); on a resume they would throw away what the save holds.
+RESUME_BREAKING_FLAGS = {
+    "--no-load-optim": "a resumed job would start Adam's moments and step count afresh",
+    "--no-load-rng": "a resumed job would not restore the random states saved with its checkpoint",
+    "--finetune": "a resumed job would load the weights only: Megatron's iteration, and with it slime's next "
+                  "rollout id, restarts at 0, and Adam and the random states start afresh",
+    "--start-rollout-id": "every job would start at that rollout instead of the one after its checkpoint's step",
+    "--ckpt-step": "every job would load that step's save instead of its latest",
+    "--no-save-rng": "the saves would hold no random states for a resumed job to restore",
+    "--disable-rollout-global-dataset": "the data source's position would not be saved, so a resumed job would not "
+                                        "continue the prompt sequence (engines.slime.driver)",
+}
+
 
 def pinned_container() -> dict:
     return yaml.safe_load(CONTAINER_PIN.read_text())
 
 
 def check_container(image: str) -> None:
-    """An image reference is pinned when it names a digest, or a tag that is not a moving one."""
+    """An image reference is pinned when it names a digest, or a tag that is not a moving one; a local
+    Apptainer image (a path ending in .sif) is a file, pinned by its contents."""
     if not isinstance(image, str) or not image or any(c.isspace() for c in image):
         raise ValueError(f"engine_params.container must be an image reference, got {image!r}")
+    if image.endswith(".sif"):
+        return
     name, _, digest = image.partition("@")
     if digest:
         if not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
@@ -175,16 +193,42 @@ def resolve_params(engine_params: dict) -> dict:
     if not isinstance(params["extra_args"], list) or not isinstance(params["binds"], list):
         raise ValueError("engine_params.extra_args and engine_params.binds must be lists")
     slime_loss.refuse_unhandled_flags(params["extra_args"])
+    for flag in sorted({str(arg).split("=", 1)[0] for arg in params["extra_args"]} & set(RESUME_BREAKING_FLAGS)):
+        raise ValueError(f"engine_params.extra_args sets {flag}: {RESUME_BREAKING_FLAGS[flag]}; a job stopped at "
+                         "its time limit must resume with an uninterrupted run's state, so engines.slime refuses it")
     if not isinstance(params["env"], dict):
         raise ValueError("engine_params.env must be a mapping")
     return params
 
 
 def check_paths(params: dict) -> None:
-    """The model and data the job reads must exist (on the machine that writes the job: the job node)."""
+    """The model and data the job reads must exist (on the machine that writes the job: the job node),
+    and the image must be one the node can start (check_image)."""
     for key in ("hf_checkpoint", "ref_load", "prompt_data"):
         if not Path(params[key]).exists():
             raise FileNotFoundError(f"engine_params.{key}: {params[key]} does not exist")
+    check_image(params)
+
+
+def check_image(params: dict) -> None:
+    """A local .sif must exist and be run by Apptainer; a registry reference must name a registry the
+    nodes reach: ``localhost`` (the placeholder of envs/slime-container.yaml) is each node itself."""
+    image, runtime = params["container"], params["container_runtime"]
+    if runtime == "none":  # already inside the image
+        return
+    if image.endswith(".sif"):
+        if runtime != "apptainer":
+            raise ValueError(f"engine_params.container {image!r} is an Apptainer image: set container_runtime: "
+                             f"apptainer (got {runtime!r})")
+        if not Path(image).is_file():
+            raise FileNotFoundError(f"engine_params.container: {image} does not exist")
+        return
+    registry = image.split("/", 1)[0] if "/" in image else ""
+    if registry.split(":", 1)[0] in ("localhost", "127.0.0.1", "[::1]"):
+        raise ValueError(f"engine_params.container {image!r} names a registry on localhost, which is each node "
+                         "itself: push the image to a registry the nodes reach and name it there, or build a "
+                         "local image (apptainer build slime.sif docker-daemon://<image>) and give its .sif path "
+                         "(docs/cluster.md, The image)")
 
 
 def model_shape(model_type: str) -> dict:
@@ -206,3 +250,14 @@ def model_context(params: dict, shape: dict) -> int:
     return shape["max_position_embeddings"]
 
 
+def parameter_counts(shape: dict) -> tuple[int, int]:
+    """(non-expert, expert) parameters of a Megatron GPT model with SwiGLU MLPs and RMSNorm."""
+    h, layers = shape["hidden_size"], shape["num_layers"]
+    q, kv = shape["num_attention_heads"] * shape["kv_channels"], shape["num_query_groups"] * shape["kv_channels"]
+    attention = h * q + 2 * h * kv + q * h + (2 * shape["kv_channels"] if shape["qk_layernorm"] else 0)
+    norms = 2 * h
+    router = h * shape["num_experts"] if shape["num_experts"] else 0
+    dense_mlp = 3 * h * shape["dense_ffn_hidden_size"]
+    embeddings = shape["vocab_size"] * h * (2 if shape["untie_embeddings_and_output_weights"] else 1) + h
+    experts = layers * shape["num_experts"] * 3 * h * shape["moe_ffn_hidden_size"]
+    return layers * (attention + norms + router + dense_mlp) + embeddings, experts

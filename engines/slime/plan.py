@@ -4,30 +4,47 @@
 Per job (recipe x lag x seed) and for the grid: training GPU-hours (steps x minutes per step x the
 train job's GPUs), evaluation GPU-hours (checkpoints x minutes per checkpoint x the evaluate job's
 GPUs), the time-limit stops expected at the train job's runtime, the retries the workflow gives the
-train rule (harness.jobs.train_retries) and the evaluation's concurrency. The times are a low-high
-range: the user's own (``--timings FILE``, a YAML ``{step_minutes: [low, high], checkpoint_minutes:
-[low, high]}`` once one run has measured them), else ESTIMATES (derived, not measured; their source
-printed).
+train rule (harness.jobs.train_retries) and the evaluation's concurrency. A run's training time is
+its steps, its periodic saves (the trainer waits), each attempt's start-up and each resumed attempt's
+read of its Megatron save. The times are a low-high range: the user's own (``--timings FILE``, a YAML
+``{step_minutes, checkpoint_minutes, drain_minutes, save_gb_per_s, startup_minutes}``, each [low,
+high], once one run has measured them), else ESTIMATES from published figures where there are any
+(their sources printed and in docs/cluster.md, Cost); the report names the input whose range moves the
+grid's GPU-hours most. Disk and host memory: engines.slime.footprint.
 
-The stop at the time-limit warning is budgeted too (``stop``): the driver's drain (it looks for the
-warning after each training step, so up to one whole step runs first), the data-source save (none
-left: each is made right after its generation, engines.slime.driver) and the save itself (slime's
-save_model writes the Megatron checkpoint and, with --save-hf, an HF one: bytes over a write
-bandwidth). A plan whose stop can outlast the warning says so loudly, first and last.
+The stop at the time-limit warning is budgeted too (``stop``): the driver's drain (it sees the
+warning while it waits for a generation and after each training call or push, so what runs first is
+at most one training call, bounded by a step's minutes), the data-source save (none left: each is made
+right after its generation, engines.slime.driver) and the save itself: a stop off the evaluation
+cadence writes the Megatron checkpoint only, but a warning that comes during a periodic step's
+training or save waits for that save, which writes the HF copy too (bytes over a write bandwidth). The
+train job's warning lead (``--signal=...@<s>`` in resources.train.slurm_extra) must cover the whole
+budget at its slow end: a shorter one is refused with the lead it needs.
 """
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
-from engines.slime.params import model_shape, resolve_params
-from engines.slime.preflight import parameter_counts
-from harness.grid import expand
+import yaml
+
+from engines.slime import footprint
+from engines.slime.params import REPO, model_shape, parameter_counts, resolve_params
+from harness.grid import expand, resolve_run_config
 from harness.jobs import rule_resources, train_retries, warning_lead_seconds
 from harness.tuning import Tuning
+from stabilizers.recipes import recipe_from_named_dict
 
 # Derived in docs/cluster.md ("Cost"): ~17 min of generation (20M tokens at ~20k tokens/s on one
 # 4-GPU SGLang engine) overlapped with ~13 min of training (FLOPs at ~25% MFU on 4 GPUs).
 STEP_MINUTES = (15.0, 25.0)
+# The public end-to-end figure for this model: NeMo-RL v0.6's performance summary (GRPO on
+# Qwen3-30B-A3B, DGX-H100, BF16): 1,102 tokens/s/GPU on-policy, 1,414 one step off
+# (docs/cluster.md, Cost); a step's tokens are its samples x footprint.MID_RUN_RESPONSE_TOKENS.
+TOKENS_PER_GPU_SECOND = (1_102, 1_414)
+# A job's start before its first step (Ray, SGLang loading the HF weights, Megatron building the model):
+# no public figure found, an estimate; a resumed job also reads its Megatron save (at the save's speed).
+STARTUP_MINUTES = (5.0, 10.0)
 # One checkpoint of AIME24: the weight swap (1-3 min, a 60 GB HF save read from the shared file
 # system) plus 30 problems x k responses of ~5k-15k tokens, at the ~20k tokens/s of one 4-GPU engine
 # (docs/cluster.md) once SATURATION requests are in flight, proportionally less with fewer.
@@ -36,15 +53,13 @@ RESPONSE_TOKENS = (5_000, 15_000)
 TOKENS_PER_SECOND = 20_000
 SATURATION = 64
 AIME_PROBLEMS = 30
-# Bytes per parameter a stop's save writes: the Megatron checkpoint's bf16 weights (2) and, with
-# save_optimizer, the distributed optimizer's fp32 master weights and two Adam moments (12; the same
-# bytes when they live on the CPU, optimizer_cpu_offload), plus the bf16 HF save (2).
-WEIGHT_BYTES, OPTIMIZER_BYTES, HF_BYTES = 2, 12, 2
-# The one public figure found for a Megatron-LM save's write speed: 24 GB (GPT-1.5B, distributed
-# optimizer) in 242 s on a 100 MB/s NAS, DLRover's flash-checkpoint blog
-# (github.com/intelligent-machine-learning/dlrover, docs/blogs/megatron_flash_checkpoint.md). A
-# parallel file system writes faster; the user's measured `save_gb_per_s` replaces it.
-SAVE_GB_PER_S = (24 / 242, 24 / 242)
+# A Megatron-LM save's write speed, slow end: 24 GB (GPT-1.5B, distributed optimizer) in 242 s on a
+# 100 MB/s NAS, DLRover's flash-checkpoint blog (github.com/intelligent-machine-learning/dlrover,
+# docs/blogs/megatron_flash_checkpoint.md); fast end: "about 6 to 8 minutes" for a Qwen3-30B-A3B save
+# (NVIDIA-NeMo/RL issue 1208) of a 359 GB checkpoint directory (volcengine/verl issue 2408): 359 GB in
+# 8 min. The user's measured `save_gb_per_s` replaces both.
+SAVE_GB_PER_S = (24 / 242, 359 / 480)
+PROFILE = REPO / "workflow" / "profiles" / "slurm" / "config.yaml"
 
 
 def _pair(value, key: str) -> tuple[float, float]:
@@ -62,62 +77,156 @@ def timings(config: dict, given: dict | None = None) -> dict:
     in_flight = min(concurrency, AIME_PROBLEMS * k, SATURATION)
     rate = TOKENS_PER_SECOND * in_flight / SATURATION
     estimate = tuple(swap + AIME_PROBLEMS * k * tokens / rate / 60 for swap, tokens in zip(SWAP_MINUTES, RESPONSE_TOKENS))
+    published = public_step_minutes(config)
+    step = (min(STEP_MINUTES[0], published[0]), max(STEP_MINUTES[1], published[1]))
     return {
-        "step": _pair(given["step_minutes"], "step_minutes") if "step_minutes" in given else STEP_MINUTES,
+        "step": _pair(given["step_minutes"], "step_minutes") if "step_minutes" in given else step,
         "step_source": "--timings step_minutes (measured by the user)" if "step_minutes" in given
-        else "estimate, docs/cluster.md Cost (not measured)",
+        else (f"estimate, not measured: docs/cluster.md Cost's derivation {STEP_MINUTES[0]:.0f}-{STEP_MINUTES[1]:.0f}, "
+              f"NeMo-RL v0.6's {TOKENS_PER_GPU_SECOND[0]:,}-{TOKENS_PER_GPU_SECOND[1]:,} tokens/s/GPU for this model "
+              f"{published[0]:.1f}-{published[1]:.1f}"),
         "checkpoint": _pair(given["checkpoint_minutes"], "checkpoint_minutes") if "checkpoint_minutes" in given
         else estimate,
         "checkpoint_source": "--timings checkpoint_minutes (measured by the user)" if "checkpoint_minutes" in given
         else "estimate, engines/slime/plan.py (not measured)",
         "concurrency": concurrency,
-        "drain": _pair(given["drain_minutes"], "drain_minutes") if "drain_minutes" in given else STEP_MINUTES
+        "drain": _pair(given["drain_minutes"], "drain_minutes") if "drain_minutes" in given else step
         if "step_minutes" not in given else _pair(given["step_minutes"], "step_minutes"),
         "drain_source": "--timings drain_minutes (measured by the user)" if "drain_minutes" in given
-        else "one step: the driver looks for the warning after each training step",
+        else "one training call, at most a step: the driver sees the warning while it waits for a generation",
         "save_gb_per_s": _pair(given["save_gb_per_s"], "save_gb_per_s") if "save_gb_per_s" in given else SAVE_GB_PER_S,
         "save_source": "--timings save_gb_per_s (measured by the user)" if "save_gb_per_s" in given
-        else "estimate, DLRover's Megatron-LM save on a 100 MB/s NAS, engines/slime/plan.py (not measured)",
+        else ("estimate, not measured: DLRover's Megatron-LM save on a 100 MB/s NAS to NeMo-RL's 6-8 min "
+              "Qwen3-30B-A3B save, engines/slime/plan.py"),
+        "startup": _pair(given["startup_minutes"], "startup_minutes") if "startup_minutes" in given else STARTUP_MINUTES,
+        "startup_source": "--timings startup_minutes (measured by the user)" if "startup_minutes" in given
+        else "estimate, not measured: no public figure found",
     }
 
 
+def public_step_minutes(config: dict) -> tuple[float, float]:
+    """Minutes per step (low, high) at NeMo-RL's published rates on the train job's GPUs."""
+    params = resolve_params(config.get("engine_params") or {})
+    tokens = params["rollout_batch_size"] * params["n_samples_per_prompt"] * footprint.MID_RUN_RESPONSE_TOKENS
+    gpus = rule_resources(config, "train")["gpu"]
+    return tuple(tokens / (rate * gpus) / 60 for rate in reversed(TOKENS_PER_GPU_SECOND))
+
+
 def stop(config: dict, times: dict) -> dict:
-    """The time-limit stop's budget in minutes (low, high): drain + data-source save + the save,
-    against the warning's lead (None where the train job asks for no warning)."""
+    """The time-limit stop's budget in minutes (low, high): drain + data-source save + a periodic save
+    (Megatron + HF: the longest save a stop can wait for), against the warning's lead (None where the
+    train job asks for no warning); ``lead_seconds``: the lead the budget needs."""
     params = resolve_params(config.get("engine_params") or {})
     parameters = sum(parameter_counts(model_shape(params["model_type"])))
-    per_parameter = WEIGHT_BYTES + (OPTIMIZER_BYTES if params["save_optimizer"] else 0) + HF_BYTES
-    gigabytes = parameters * per_parameter / 1e9
-    save = tuple(gigabytes / rate / 60 for rate in reversed(times["save_gb_per_s"]))  # faster write, shorter save
+    saves = footprint.disk(params, config["steps"], config["eval_every"])
+    megatron, gigabytes = saves["megatron_save"] / 1e9, (saves["megatron_save"] + saves["hf_save"]) / 1e9
+
+    def minutes(size):
+        return tuple(size / rate / 60 for rate in reversed(times["save_gb_per_s"]))  # faster write, shorter save
+
     data_source = (0.0, 0.0)  # saved right after each generation, before its rollout trains
     lead = warning_lead_seconds(rule_resources(config, "train"))
-    total = tuple(d + s + w for d, s, w in zip(times["drain"], data_source, save))
-    return {"parameters": parameters, "gigabytes": gigabytes, "drain": times["drain"], "data_source": data_source,
-            "save": save, "total": total, "warning": lead / 60 if lead else None,
+    total = tuple(d + s + w for d, s, w in zip(times["drain"], data_source, minutes(gigabytes)))
+    return {"parameters": parameters, "gigabytes": gigabytes, "megatron_gigabytes": megatron, "drain": times["drain"],
+            "data_source": data_source, "save": minutes(gigabytes), "megatron_save": minutes(megatron),
+            "total": total, "warning": lead / 60 if lead else None, "lead_seconds": math.ceil(total[1] * 60),
             "exceeds": lead is not None and total[1] > lead / 60}
+
+
+def concurrent_jobs(count: int) -> tuple[int, str]:
+    """How many of ``count`` training jobs run at once: the SLURM profile's ``jobs``."""
+    profile = yaml.safe_load(PROFILE.read_text())
+    return min(count, int(profile["jobs"])), f"{PROFILE.relative_to(REPO)} jobs: {profile['jobs']}"
+
+
+def grid_footprint(config: dict, runs: list[tuple], jobs: int) -> dict:
+    """Disk per run and per grid of ``jobs`` training jobs, and the host memory of the largest of
+    ``runs`` (the grid's; a tuning run has its recipe's) mid-run and at the response cap, against the
+    train rule's mem_mb: a job it cannot hold is refused."""
+    params = resolve_params(config.get("engine_params") or {})
+    run = footprint.disk(params, config["steps"], config["eval_every"])
+    at_once, source = concurrent_jobs(jobs)
+    first = {}
+    for recipe, lag, seed in runs:
+        first.setdefault(recipe, (lag, seed))
+    replay = {recipe: recipe_from_named_dict(resolve_run_config(config, recipe, *first[recipe])["recipe"], "config").replay
+              for recipe in first}
+    recipe, lag = max(dict.fromkeys((recipe, lag) for recipe, lag, _ in runs), key=lambda job: footprint.host_memory(
+        params, replay=replay[job[0]], lag=job[1], response_tokens=footprint.MID_RUN_RESPONSE_TOKENS)["total"])
+    mid = footprint.host_memory(params, replay=replay[recipe], lag=lag, response_tokens=footprint.MID_RUN_RESPONSE_TOKENS)
+    cap = footprint.host_memory(params, replay=replay[recipe], lag=lag, response_tokens=params["rollout_max_response_len"])
+    mem_mb = rule_resources(config, "train").get("mem_mb")
+    if mem_mb and mid["total"] > mem_mb * 1e6:
+        raise ValueError(f"resources.train.mem_mb = {mem_mb:,} MB cannot hold {recipe} at lag {lag}: "
+                         f"{footprint.describe_memory(mid)} (estimate, engines/slime/footprint.py); ask for more")
+    free, free_source = footprint.free_bytes(Path(config.get("results_dir", "results")))
+    return {"run": run, "at_once": at_once, "at_once_source": source, "grid_peak": at_once * run["peak"],
+            "grid_kept": jobs * run["kept"], "grid_written": jobs * run["written"],
+            "free": free, "free_source": free_source, "memory": mid, "memory_cap": cap, "memory_job": (recipe, lag),
+            "mem_mb": mem_mb}
 
 
 def plan(config: dict, given: dict | None = None) -> dict:
     """The grid's jobs with their GPU-hours (low, high), stops and retries, and the totals; with a
     ``tuning`` section its tuning runs are jobs too (the confirmation runs are the grid's runs)."""
     times = timings(config, given)
+    budget = stop(config, times)
+    if budget["exceeds"]:
+        raise ValueError(
+            f"resources.train.slurm_extra: the time-limit warning comes {budget['warning']:.1f} min before the limit, "
+            f"but a stop may take up to {budget['total'][1]:.1f} min (drain {budget['drain'][1]:.1f} + save "
+            f"{budget['save'][1]:.1f}: {budget['gigabytes']:,.0f} GB at {times['save_gb_per_s'][0]:.2f} GB/s); the "
+            f"job would be killed before its save ends. Ask for --signal=URG@{budget['lead_seconds']}, or measure "
+            "the step and the save (--timings drain_minutes, save_gb_per_s)")
     train, evaluate = rule_resources(config, "train"), rule_resources(config, "evaluate")
     checkpoints = config["steps"] // config["eval_every"]
     runtime = train.get("runtime")
+    usable = runtime - (budget["warning"] or 0) if runtime else None  # a job stops at its warning
     jobs = []
     tuning = Tuning.of(config)
     tuning_runs = tuning.runs() if tuning else []
+    def train_minutes(step: float, save: float, startup: float, load: float) -> tuple[float, int]:
+        """A run's minutes on its node (steps, periodic saves, each attempt's start, each resume's load
+        of its Megatron save) and its time-limit stops."""
+        working = config["steps"] * step + checkpoints * save
+        stops = math.ceil((working + startup) / usable) - 1 if runtime else 0
+        return working + (stops + 1) * startup + stops * load, stops
+
+    def run_minutes(step: int, save: int, startup: int) -> tuple[float, int]:  # 0: an input's low end, 1: high
+        return train_minutes(times["step"][step], budget["save"][save], times["startup"][startup],
+                             budget["megatron_save"][save])
+
+    ends = [run_minutes(i, i, i) for i in (0, 1)]
+    swings = {name: (run_minutes(*ends_of)[0] - ends[0][0]) * train["gpu"] / 60 for name, ends_of in (
+        ("minutes per step", (1, 0, 0)), ("save speed", (0, 1, 0)), ("start-up", (0, 0, 1)))}
+    jobs = []
     for recipe, lag, seed in expand(config) + tuning_runs:
-        train_minutes = [config["steps"] * m for m in times["step"]]
         jobs.append({
             "recipe": recipe, "lag": lag, "seed": seed,
-            "train_gpu_hours": [m / 60 * train["gpu"] for m in train_minutes],
+            "train_gpu_hours": [m / 60 * train["gpu"] for m, _ in ends],
             "eval_gpu_hours": [checkpoints * m / 60 * evaluate["gpu"] for m in times["checkpoint"]],
-            "stops": [math.ceil(m / runtime) - 1 if runtime else 0 for m in train_minutes],
+            "stops": [stops for _, stops in ends],
         })
     total = {key: [sum(job[key][i] for job in jobs) for i in (0, 1)] for key in ("train_gpu_hours", "eval_gpu_hours")}
-    return {"jobs": jobs, "tuning_jobs": len(tuning_runs), "total": total, "timings": times, "stop": stop(config, times), "checkpoints": checkpoints, "runtime": runtime,
+    return {"jobs": jobs, "swings": {name: swing * len(jobs) for name, swing in swings.items()}, "footprint": grid_footprint(config, expand(config), len(jobs)), "tuning_jobs": len(tuning_runs), "total": total, "timings": times, "stop": budget, "checkpoints": checkpoints, "runtime": runtime,
             "retries": train_retries(config), "train_gpus": train["gpu"], "eval_gpus": evaluate["gpu"]}
+
+
+def footprint_lines(f: dict) -> list[str]:
+    run, tb = f["run"], footprint.TB
+    recipe, lag = f["memory_job"]
+    return [
+        f"  disk per run (estimate, engines/slime/footprint.py): peak {run['peak'] / tb:.2f} TB ({run['saves']} HF "
+        f"saves x {run['hf_save'] / 1e9:,.0f} GB, all kept until evaluated, + {min(run['keep'] + 1, run['saves'])} "
+        f"Megatron saves x {run['megatron_save'] / 1e9:,.0f} GB), {run['kept'] / tb:.2f} TB kept when it ends, "
+        f"{run['written'] / tb:.1f} TB written",
+        f"  disk per grid (estimate): peak {f['grid_peak'] / tb:,.0f} TB with {f['at_once']} jobs at once "
+        f"({f['at_once_source']}), {f['grid_kept'] / tb:,.0f} TB kept when all end, {f['grid_written'] / 1e15:.2f} "
+        f"PB written; {f['free'] / tb:,.2f} TB free here ({f['free_source']}), which holds "
+        f"{int(f['free'] // run['peak'])} jobs at once (snakemake --jobs; each job's pre-flight checks its own)",
+        f"  host memory per training job (estimate, the largest: {recipe} at lag {lag}): "
+        f"{footprint.describe_memory(f['memory'])}; {footprint.describe_memory(f['memory_cap'])}, the response cap; "
+        + (f"resources.train.mem_mb {f['mem_mb']:,} MB" if f["mem_mb"] else "no resources.train.mem_mb")]
 
 
 def report(config: dict, given: dict | None = None) -> str:
@@ -128,29 +237,33 @@ def report(config: dict, given: dict | None = None) -> str:
         return f"{pair[0]:,.{digits}f}-{pair[1]:,.{digits}f}"
 
     budget = p["stop"]
-    loud = [] if not budget["exceeds"] else [
-        f"WARNING: a time-limit stop may take {span(budget['total'], 1)} min, more than the "
-        f"{budget['warning']:.0f}-min warning: the job can be killed before its save ends (the resume then "
-        f"takes the previous save and retrains from there). Measure the save (--timings save_gb_per_s, "
-        f"drain_minutes) or ask for an earlier warning (resources.train.slurm_extra --signal=URG@"
-        f"{math.ceil(budget['total'][1] * 60)})"]
     tuning = (f" ({p['tuning_jobs']} of them tuning runs, on the tuning seeds: config tuning)"
               if p["tuning_jobs"] else "")
-    lines = [*loud, f"plan: {len(p['jobs'])} training jobs{tuning} x {config['steps']} steps on {p['train_gpus']} GPUs, "
+    lines = [f"plan: {len(p['jobs'])} training jobs{tuning} x {config['steps']} steps on {p['train_gpus']} GPUs, "
              f"{p['checkpoints']} checkpoints each scored on {p['eval_gpus']} GPUs",
              f"  minutes per step {span(t['step'], 1)} ({t['step_source']})",
              f"  minutes per checkpoint {span(t['checkpoint'], 1)} at concurrency {t['concurrency']}, k = "
              f"{config['eval']['k']} ({t['checkpoint_source']})",
              f"  train runtime {p['runtime']} min: retries {p['retries']} (harness.jobs.train_retries)",
+             f"  per run on top of its steps: {p['checkpoints']} periodic saves of {span(budget['save'], 1)} min each "
+             f"(Megatron + HF, the trainer waits), {span(t['startup'], 1)} min of start-up per attempt "
+             f"({t['startup_source']}), and a resumed attempt's read of its Megatron save "
+             f"{span(budget['megatron_save'], 1)} min; no rework: the warning's lead covers a stop",
              f"  time-limit stop {span(budget['total'], 1)} min against a "
-             + (f"{budget['warning']:.0f}-min warning" if budget["warning"] else "train job with no warning")
+             + (f"{budget['warning']:.1f}-min warning" if budget["warning"] else "train job with no warning")
              + f": drain {span(budget['drain'], 1)} ({t['drain_source']}) + data-source save 0 (made after each "
-             f"generation) + save {span(budget['save'], 1)} ({budget['gigabytes']:,.0f} GB: "
-             f"{budget['parameters'] / 1e9:.2f}B parameters; at {span(t['save_gb_per_s'], 2)} GB/s, {t['save_source']})",
+             f"generation) + a periodic save {span(budget['save'], 1)} ({budget['gigabytes']:,.0f} GB: "
+             f"{budget['parameters'] / 1e9:.2f}B parameters, Megatron with optimizer + HF; a stop off the "
+             f"evaluation cadence writes the Megatron {budget['megatron_gigabytes']:,.0f} GB only, "
+             f"{span(budget['megatron_save'], 1)} min; at {span(t['save_gb_per_s'], 2)} GB/s, {t['save_source']})",
+             *footprint_lines(p["footprint"]),
              "recipe lag seed | train GPU-h | eval GPU-h | time-limit stops"]
     lines += [f"{job['recipe']} {job['lag']} {job['seed']} | {span(job['train_gpu_hours'])} | "
               f"{span(job['eval_gpu_hours'])} | {job['stops'][0]}-{job['stops'][1]}" for job in p["jobs"]]
     total = [a + b for a, b in zip(p["total"]["train_gpu_hours"], p["total"]["eval_gpu_hours"])]
     lines.append(f"grid: training {span(p['total']['train_gpu_hours'])} GPU-h + evaluation "
                  f"{span(p['total']['eval_gpu_hours'])} GPU-h = {span(total)} GPU-h")
-    return "\n".join([*lines, *loud])
+    swings = sorted(p["swings"].items(), key=lambda item: -item[1])
+    lines.append(f"  the training range is dominated by {swings[0][0]}: each input alone from its low to its high "
+                 "end adds " + ", ".join(f"{name} {swing:,.0f} GPU-h" for name, swing in swings))
+    return "\n".join(lines)

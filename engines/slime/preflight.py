@@ -14,6 +14,10 @@ functions). Each check raises ValueError naming the engine_params key:
   (estimate_memory) must fit in ``gpu_memory_gib``; the estimate is printed.
 - context: a response of ``rollout_max_response_len`` tokens must leave room for a prompt in the
   model's context.
+- host memory: the job's memory (SLURM_MEM_PER_NODE, the train rule's mem_mb) must hold CPU Adam, the
+  weight backups and R3's routed experts at a mid-run response length (engines.slime.footprint).
+- disk: the run's peak on disk (HF saves kept for evaluation, Megatron saves kept) must fit in its file
+  system's free space or Lustre quota.
 - extra_args: no flag the launcher sets (argparse keeps the last value, so an override would silently
   change the run), none the model script's MODEL_ARGS set (they come last: models.yaml script_flags)
   and no flag slime, Megatron or SGLang does not define (slime ignores unknown flags):
@@ -24,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import re
 import sys
 from argparse import Namespace
@@ -31,7 +36,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from engines.slime.flags import OWNED_FLAGS, slime_flags
-from engines.slime.params import PROMPT_FORMATS, model_context, model_shape
+from engines.slime.footprint import check_disk, check_host_memory
+from engines.slime.params import PROMPT_FORMATS, model_context, model_shape, parameter_counts
 from engines.slime.reward_model import rule_reward
 from harness.io import read_jsonl
 from harness.run import RunConfig, RunDir
@@ -104,19 +110,6 @@ def check_prompts(params: dict) -> str:
 
 
 # --- memory and context --------------------------------------------------------------------------
-
-def parameter_counts(shape: dict) -> tuple[int, int]:
-    """(non-expert, expert) parameters of a Megatron GPT model with SwiGLU MLPs and RMSNorm."""
-    h, layers = shape["hidden_size"], shape["num_layers"]
-    q, kv = shape["num_attention_heads"] * shape["kv_channels"], shape["num_query_groups"] * shape["kv_channels"]
-    attention = h * q + 2 * h * kv + q * h + (2 * shape["kv_channels"] if shape["qk_layernorm"] else 0)
-    norms = 2 * h
-    router = h * shape["num_experts"] if shape["num_experts"] else 0
-    dense_mlp = 3 * h * shape["dense_ffn_hidden_size"]
-    embeddings = shape["vocab_size"] * h * (2 if shape["untie_embeddings_and_output_weights"] else 1) + h
-    experts = layers * shape["num_experts"] * 3 * h * shape["moe_ffn_hidden_size"]
-    return layers * (attention + norms + router + dense_mlp) + embeddings, experts
-
 
 def estimate_memory(params: dict, shape: dict) -> dict:
     """GiB per training GPU under Megatron with slime's settings.
@@ -200,14 +193,22 @@ def check_extra_args(extra_args: list, emitted: set[str], script_flags: tuple = 
     return f"extra_args: {len(extra_args)} argument(s), none owned or unknown"
 
 
-def preflight(params: dict, emitted: set[str], *, check_files: bool, reward=None) -> list[str]:
-    """Every check; the report lines. ``reward``: the scorer (default: the rule model)."""
+def preflight(run_config: RunConfig, run: RunDir, emitted: set[str], *, check_files: bool, reward=None,
+              on_node: bool = False, mem_mb: int | None = None) -> list[str]:
+    """Every check; the report lines. ``reward``: the scorer (default: the rule model). ``on_node`` (the
+    job itself): the run's file system must hold its disk estimate and ``mem_mb`` (the job's memory)
+    its host memory estimate (engines.slime.footprint); the dry run prints the estimates."""
+    params = run_config.engine_params
     shape = model_shape(params["model_type"])
     lines = [check_reward(params, reward or rule_reward(params["rm_type"]))]
     if check_files:
         lines.append(check_prompts(params))
-    return lines + [check_memory(params, shape), check_context(params, shape),
-                    check_extra_args(params["extra_args"], emitted, tuple(shape.get("script_flags", ())))]
+    return lines + [
+        check_memory(params, shape), check_context(params, shape),
+        check_host_memory(params, replay=run_config.recipe.replay, lag=run_config.lag, mem_mb=mem_mb),
+        check_disk(params, steps=run_config.steps, eval_every=run_config.eval_every,
+                   train_dir=run.train_dir if on_node else None),
+        check_extra_args(params["extra_args"], emitted, tuple(shape.get("script_flags", ())))]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -219,7 +220,9 @@ def main(argv: list[str] | None = None) -> None:
         run_config = RunConfig.check(run.read_config())  # the config the run folder pins
         emitted = {flag[0] for flag in slime_flags(run_config, run, extra=False)}
         params = run_config.engine_params
-        lines = preflight(params, emitted, check_files=True, reward=slime_reward(params["rm_type"]))
+        memory = os.environ.get("SLURM_MEM_PER_NODE")  # sbatch --mem, in MB (the train rule's mem_mb)
+        lines = preflight(run_config, run, emitted, check_files=True, reward=slime_reward(params["rm_type"]),
+                          on_node=True, mem_mb=int(memory) if memory else None)
     except (ValueError, OSError, ImportError) as error:  # ImportError: slime missing, not in the container
         raise SystemExit(f"engines.slime.preflight: {error}") from None
     print("\n".join(f"pre-flight: {line}" for line in lines), file=sys.stderr)

@@ -102,14 +102,15 @@ def test_time_limit_warning_saves_resume_state_and_the_retry_ends_identical(base
 
 
 def test_training_retries_cover_the_step_budget_within_the_time_limit():
-    """By hand: table1's 544 steps x 25 min = 13600 min of training. A week's job (10080 min, warned
-    15 min ahead: 10065 usable) needs 2 jobs; a day's (1425 usable) 13600 / 1425 = 9.5 -> 10 jobs.
+    """By hand: table1's 544 steps x 39 min = 21216 min of training. A week's job (10080 min, warned
+    7249 s = 120.8 min ahead: 9959.2 usable) needs 3 jobs; a day's (1319.2 usable) 21216 / 1319.2 = 16.1
+    -> 17 jobs.
     Retries = jobs - 1 resubmissions + 1 spare = jobs."""
     slime = load(ROOT / "workflow" / "presets" / "table1.yaml")
-    assert (slime["steps"], engines.get("slime").step_minutes) == (544, 25)  # the figures above
-    assert train_retries(slime) == 2
+    assert (slime["steps"], engines.get("slime").step_minutes) == (544, 39)  # the figures above
+    assert train_retries(slime) == 3
     day = {**slime, "resources": {"train": {"runtime": 60 * 24}}}
-    assert train_retries(day) == 10
+    assert train_retries(day) == 17
     assert train_retries(load(ROOT / "config.yaml")) == 1  # tiny: one job, one spare
     with pytest.raises(ValueError, match="resources.train.runtime"):
         train_retries({**slime, "resources": {"train": {"runtime": 10}}})

@@ -7,11 +7,16 @@ later call is waited on). With a ``data_source`` (slime's RolloutDataSource, tes
 is slime's ``RolloutManager.save``: ``data_source.save(r)``.
 
 ``log`` records every call as it runs or is waited on: ("generate", r), ("data_source_save", r),
-("wait_generation", r), ("megatron_save", r), ("train", r), ("push", version).
+("wait_generation", r), ("megatron_save", r), ("hf_save", r), ("train", r), ("push", version).
+
+``TimedCluster`` runs the same calls on a clock, to time a time-limit stop against the warning's lead.
 """
 from __future__ import annotations
 
+import math
 from argparse import Namespace
+
+from engines.slime.driver import POLL_SECONDS
 
 
 class FakeRef:
@@ -33,6 +38,7 @@ class FakeCluster:
         self.data_source, self.batch_size = data_source, batch_size
         self.generate = Namespace(remote=self._generate)
         self.save = Namespace(remote=self._save)
+        self._actor_handlers = [FakeTrainActor(self)]
 
     # --- RolloutManager.generate.remote(rollout_id), .save.remote(rollout_id) ---
     def _generate(self, rollout_id):
@@ -79,8 +85,73 @@ class FakeCluster:
         self.log.append(("push", self.engine_version))
 
     def save_model(self, rollout_id, force_sync=False):
-        self.log.append(("megatron_save", rollout_id))
+        for actor in self._actor_handlers:
+            actor.save_model(rollout_id, force_sync)
+
+    def saving(self, rollout_id: int, hf: bool) -> None:
+        self.log += [("megatron_save", rollout_id), *([("hf_save", rollout_id)] if hf else [])]
         self.saved.append(rollout_id)
+
+
+class FakeTrainActor:
+    """One of slime's trainer actors (MegatronTrainRayActor): save_model writes the HF copy too when
+    args.save_hf is set (slime/backends/megatron_utils/actor.py); ``__ray_call__`` runs a function
+    on the actor, as Ray's does."""
+
+    def __init__(self, cluster: FakeCluster):
+        self.cluster, self.args = cluster, Namespace(save_hf="hf/iter_{rollout_id}")
+        self.__ray_call__ = Namespace(remote=lambda fn, *a: FakeRef(lambda: fn(self, *a), "call", -1))
+
+    def save_model(self, rollout_id, force_sync=False):
+        self.cluster.saving(rollout_id, hf=self.args.save_hf is not None)
+
+
+class TimedCluster(FakeCluster):
+    """FakeCluster on a clock (minutes): the rollout manager runs its calls one at a time (a generation
+    takes ``generate``, a data-source save no time), a training call ``train``, a push ``push``, a
+    Megatron save ``megatron`` and its HF copy ``hf``; ``ready`` waits up to the driver's POLL_SECONDS
+    as ray.wait does. The warning comes at minute ``warning``; ``save_ends`` holds when each save ended."""
+
+    def __init__(self, *, generate: float, train: float, push: float, megatron: float, hf: float,
+                 warning: float = math.inf):
+        super().__init__()
+        self.minutes = {"generate": generate, "train": train, "push": push, "megatron": megatron, "hf": hf}
+        self.warning, self.clock, self.manager_free, self.save_ends = warning, 0.0, 0.0, []
+
+    def _queued(self, ref):
+        start = max(self.clock, self.manager_free)
+        ref.ready_at = self.manager_free = start + (self.minutes["generate"] if ref.kind == "generation" else 0.0)
+        return super()._queued(ref)
+
+    def get(self, ref):
+        if not isinstance(ref, list):
+            self.clock = max(self.clock, getattr(ref, "ready_at", self.clock))
+        return super().get(ref)
+
+    def ready(self, ref) -> bool:
+        if ref.ready_at <= self.clock + POLL_SECONDS / 60:
+            self.clock = max(self.clock, ref.ready_at)
+            return True
+        self.clock += POLL_SECONDS / 60
+        return False
+
+    def stop_requested(self) -> bool:
+        return self.clock >= self.warning
+
+    def async_train(self, rollout_id, data):
+        refs = super().async_train(rollout_id, data)
+        for ref in refs:
+            ref.ready_at = self.clock + self.minutes["train"]
+        return refs
+
+    def update_weights(self):
+        super().update_weights()
+        self.clock += self.minutes["push"]
+
+    def saving(self, rollout_id: int, hf: bool) -> None:
+        super().saving(rollout_id, hf)
+        self.clock += self.minutes["megatron"] + (self.minutes["hf"] if hf else 0.0)
+        self.save_ends.append(self.clock)
 
 
 def periodic(rollout_id, interval, num_rollout_per_epoch=None, num_rollout=None):

@@ -37,6 +37,8 @@ def test_the_stand_in_has_everything_the_adapter_uses():
 
 @pytest.mark.parametrize("path, removed, problem", [
     ("slime/slime/ray/rollout.py", "    def dispose(self):\n", "symbol slime.ray.rollout.RolloutManager.dispose"),
+    ("slime/slime/ray/actor_group.py", "        self._actor_handlers = []\n",
+     "symbol slime.ray.actor_group.RayTrainGroup._actor_handlers"),
     ("slime/slime/backends/megatron_utils/loss.py", "def get_log_probs_and_entropy(",
      "symbol slime.backends.megatron_utils.loss.get_log_probs_and_entropy"),
     ("megatron/megatron/core/parallel_state.py", "def is_pipeline_last_stage(",

@@ -5,10 +5,14 @@ from argparse import Namespace
 
 import pytest
 
+from engines.slime import plan
 from engines.slime.driver import check_args, lag_loop
 from engines.slime.lag import driver_version, trainer_version
+from harness.config import load
+from harness.jobs import rule_resources, warning_lead_seconds
 from harness.lag import LAG_MODES, sampling_version
-from tests.support.slime_cluster import FakeCluster, periodic
+from tests.support.paths import ROOT
+from tests.support.slime_cluster import FakeCluster, TimedCluster, periodic
 
 # the modes slime realizes: queue (a lag per group) is the tiny engine's only (engines/slime/job_script.py)
 SLIME_MODES = tuple(mode for mode in LAG_MODES if mode != "queue")
@@ -62,17 +66,86 @@ def test_a_resumed_job_warms_up_from_its_own_start():
 @pytest.mark.parametrize("mode", SLIME_MODES)
 @pytest.mark.parametrize("lag", [1, 3, 8])
 def test_the_time_limit_warning_saves_and_stops_in_every_mode(mode, lag):
-    """After the warning the driver makes one call, the Megatron save of the step it trained: it waits
-    for no generation (those in flight are regenerated on resume) and queues no data-source save
-    behind them; that rollout's data-source state was written right after its generation."""
+    """After the warning the driver makes one call, the Megatron save of the step it trained, without
+    slime's HF copy (step 7 is off the evaluation cadence): it waits for no generation (those in flight
+    are regenerated on resume) and queues no data-source save behind them; that rollout's data-source
+    state was written right after its generation."""
     cluster = run(lag, mode=mode, stop_after=6, global_dataset=True)
     assert cluster.stopped == 6
     assert [r for r, _, _ in cluster.trained] == list(range(7)) and cluster.saved == [4, 6]
     after_the_warning = cluster.log[cluster.log.index(("train", 6)) + 1:]
     assert after_the_warning == [("megatron_save", 6)]
+    assert ("hf_save", 4) in cluster.log  # a periodic save keeps its HF copy
     actor_calls = [call for call in cluster.log if call[0] in ("generate", "data_source_save")]
     for r in range(7):  # each the actor's next call after its generation, before any later generation
         assert actor_calls[actor_calls.index(("generate", r)) + 1] == ("data_source_save", r)
+
+
+def test_a_stop_on_a_periodic_step_saves_once_with_its_hf_copy():
+    cluster = run(1, mode="interval", stop_after=4)
+    assert cluster.stopped == 4 and cluster.saved == [4]
+    assert cluster.log[cluster.log.index(("train", 4)) + 1:] == [("megatron_save", 4), ("hf_save", 4)]
+
+
+@pytest.mark.parametrize("mode", SLIME_MODES)
+def test_a_non_finite_step_ends_the_loop_there_without_a_save(mode):
+    """Step 7 (rollout 6) logs a NaN grad norm: nothing trains, saves or is pushed after it."""
+    cluster = FakeCluster()
+    rows = {}
+    train = cluster.async_train
+
+    def async_train(rollout_id, data):  # the trainer's writer rank appends the step's row
+        rows[rollout_id] = float("nan") if rollout_id == 6 else 1.0
+        return train(rollout_id, data)
+
+    cluster.async_train = async_train
+    args = Namespace(start_rollout_id=0, num_rollout=20, save_interval=5, rollout_global_dataset=True)
+    assert lag_loop(args, cluster, cluster, mode=mode, lag=3, seed=0, num_rollout_per_epoch=None, get=cluster.get,
+                    periodic=periodic, diverged=lambda r: rows[r] != rows[r]) is None
+    assert [r for r, _, _ in cluster.trained] == list(range(7)) and cluster.saved == [4]
+    assert cluster.log[cluster.log.index(("train", 6)) + 1:] == []
+
+
+def _stop(cluster, lag, mode="interval", steps=544, save_interval=16):
+    args = Namespace(start_rollout_id=0, num_rollout=steps, save_interval=save_interval, rollout_global_dataset=True)
+    return lag_loop(args, cluster, cluster, mode=mode, lag=lag, seed=0, num_rollout_per_epoch=None, get=cluster.get,
+                    periodic=periodic, stop_requested=cluster.stop_requested, ready=cluster.ready)
+
+
+def test_a_warning_during_a_generation_is_acted_on_before_it_ends():
+    """Interval lag 8 generates 8 rollouts one after another after each push: the trainer waits for
+    each. A warning in that wait stops the job within one poll, not after the generation and a step."""
+    cluster = TimedCluster(generate=30, train=10, push=1, megatron=5, hf=1, warning=110)
+    # rollouts 0, 1, 2 trained by minute 1 + 90 + 10; rollout 3's generation would end at minute 121
+    assert _stop(cluster, lag=8) == 2
+    assert cluster.save_ends == [pytest.approx(115, abs=0.2)]  # a poll + a Megatron save, no HF copy
+    assert ("hf_save", 2) not in cluster.log
+
+
+def test_every_stop_save_finishes_before_the_kill_under_the_presets_timings():
+    """The driver on a clock with the Table-1 preset's timings at their slow end (engines.slime.plan:
+    a generation and a training call each a whole step, a push 1 min (an assumption of this test),
+    a periodic save (Megatron + HF) and a stop's (Megatron) at the published write speed, a save every
+    eval_every steps), the warning at every 5 minutes of the first 40 steps: every stop's save ends
+    before the kill at the preset's warning lead. Under the old 15-min lead most do not."""
+    table1 = load(ROOT / "workflow" / "presets" / "table1.yaml")
+    times = plan.timings(table1)
+    budget = plan.stop(table1, times)
+    lead = warning_lead_seconds(rule_resources(table1, "train")) / 60
+    assert lead * 60 == budget["lead_seconds"]  # the preset's lead is the plan's budget
+    step, megatron, full = times["step"][1], budget["megatron_save"][1], budget["save"][1]
+    spare = {}
+    for lag in table1["lags"]:
+        for warning in range(5, int(40 * step), 5):
+            cluster = TimedCluster(generate=step, train=step, push=1, megatron=megatron, hf=full - megatron,
+                                   warning=warning)
+            stopped = _stop(cluster, lag, save_interval=table1["eval_every"])
+            assert stopped is not None and cluster.stop_requested()
+            end = max([warning, *cluster.save_ends])  # the stop's own save, or a periodic one it waited for
+            spare[lag, warning] = warning + lead - end
+            assert stopped == -1 or (("hf_save", stopped) in cluster.log) == ((stopped + 1) % table1["eval_every"] == 0)
+    assert min(spare.values()) >= 0, min(spare.items(), key=lambda item: item[1])
+    assert sum(lead - s > 15 for s in spare.values()) > len(spare) / 2  # the old 15-min lead: killed mid-save
 
 
 @pytest.mark.parametrize("mode", SLIME_MODES)

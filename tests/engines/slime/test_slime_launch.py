@@ -2,6 +2,7 @@
 refused before anything is written, and run() executing its script against a fake `ray`."""
 from __future__ import annotations
 
+import copy
 import inspect
 import json
 import os
@@ -30,6 +31,7 @@ from tests.support.slime_checkpoints import write_hf_save
 PRESET = ROOT / "workflow" / "presets" / "table1.yaml"
 DAPO_PROMPTS = FIXTURES / "dapo_prompts.jsonl"
 PIN = yaml.safe_load((Path(REPO) / "envs" / "slime-container.yaml").read_text())
+IMAGE = PIN["image"].replace("localhost:5000", "registry.example.org")  # the pinned image, pushed where nodes reach
 
 
 @pytest.fixture
@@ -43,7 +45,7 @@ def table1(tmp_path):
     config["results_dir"] = str(tmp_path / "results")
     config["engine_params"].update(hf_checkpoint=str(data / "Qwen3-30B-A3B-Base"),
                                    ref_load=str(data / "Qwen3-30B-A3B-Base_torch_dist"),
-                                   prompt_data=str(data / "prompts.jsonl"))
+                                   prompt_data=str(data / "prompts.jsonl"), container=IMAGE)
     return config
 
 
@@ -111,7 +113,7 @@ def assert_paper_settings(flags, train, seed, config, *, per_token_loss=True):
 def assert_harness_script(text):
     assert f"SLIME_COMMIT={PIN['slime']['commit']}" in text
     assert "exit 3" in text  # strict commit check
-    assert "apptainer exec --nv" in text and f"docker://{PIN['image']}" in text
+    assert "apptainer exec --nv" in text and f"docker://{IMAGE}" in text
     assert PIN["image"].endswith(f":{PIN['slime']['commit'][:8]}-cu129")  # the image built at the pinned commit
     assert "python3 -m engines.slime.preflight" in text.split("ray start")[0]  # checked before Ray starts
     assert "# pre-flight: memory per training GPU" in text
@@ -198,8 +200,31 @@ def test_bad_input_is_refused_before_anything_is_written(table1, change, error, 
 
 def test_pinned_references_are_accepted():
     for image in (PIN["image"], "slimerl/slime:nightly-dev-20260810a-cu129", "registry:5000/slime:v0.3",
-                  "slimerl/slime:latest@sha256:" + "a" * 64):
+                  "slimerl/slime:latest@sha256:" + "a" * 64, "images/slime-624b824a.sif"):
         check_container(image)
+
+
+def test_the_image_is_one_the_nodes_can_start(table1, tmp_path):
+    """A registry tag the nodes reach and a local .sif are both accepted (the .sif run as a file, not
+    pulled); the localhost placeholder of envs/slime-container.yaml is refused by name before the job
+    script is written, and so is a .sif that is not there or a .sif under docker."""
+    def script(**engine_params):
+        config = copy.deepcopy(table1)
+        config["engine_params"].update(engine_params)
+        config["results_dir"] = str(tmp_path / "results" / str(abs(hash(str(engine_params)))))  # the image is in the run key
+        run_config = RunConfig.check(resolve_run_config(config, "grpo", 1, 0))
+        return write_job_script(run_config, RunDir(run_dir(config, "grpo", 1, 0))).read_text()
+
+    assert f"docker://{IMAGE}" in script()
+    sif = tmp_path / "slime-624b824a.sif"
+    sif.write_bytes(b"SIF")
+    assert f"{shlex.quote(str(sif))} bash" in script(container=str(sif)) and "docker://" not in script(container=str(sif))
+    with pytest.raises(ValueError, match="names a registry on localhost, which is each node itself"):
+        script(container=PIN["image"])
+    with pytest.raises(FileNotFoundError, match="engine_params.container: .*missing.sif does not exist"):
+        script(container=str(tmp_path / "missing.sif"))
+    with pytest.raises(ValueError, match="is an Apptainer image: set container_runtime: apptainer"):
+        script(container=str(sif), container_runtime="docker")
 
 
 def test_publish_renames_complete_hf_saves_to_step_directories(tmp_path):
@@ -239,7 +264,8 @@ in slime's order: the Megatron save, then the HF save (config.json, shards, the 
 killed after FAKE_RAY_FAIL_AFTER steps dies in the middle of its last HF save. SLURM's warning reaches
 the job script after FAKE_RAY_WARN_AFTER steps, or with FAKE_RAY_WARN_AT_START during `ray start`,
 before the job is submitted (bash marks it once `ray start` returns); a warning the script has not
-marked within 10 s fails the job."""
+marked within 10 s fails the job. FAKE_RAY_NAN_AT: slime logs a non-finite grad norm at that step
+and the job ends there, as the driver ends it."""
 import json, os, signal, sys, time
 sys.path.insert(0, {tests!r})
 from tests.support.slime_checkpoints import write_hf_save, write_megatron_save
@@ -262,9 +288,13 @@ if sys.argv[1:3] == ["job", "submit"]:
     train = os.path.dirname(value("--custom-config-path"))
     fail_after = int(os.environ.get("FAKE_RAY_FAIL_AFTER", steps))
     warn_after = int(os.environ.get("FAKE_RAY_WARN_AFTER", steps))
+    nan_at = int(os.environ.get("FAKE_RAY_NAN_AT", 0))
     with open(os.path.join(train, "metrics.jsonl"), "a") as f:
         for rollout_id in range(min(steps, fail_after)):
-            f.write(json.dumps({{"step": rollout_id + 1, "loss": -0.1, "grad_norm": 1.0}}) + "\n")
+            grad_norm = float("nan") if rollout_id + 1 == nan_at else 1.0  # slime logs a skipped step's norm
+            f.write(json.dumps({{"step": rollout_id + 1, "loss": -0.1, "grad_norm": grad_norm}}) + "\n")
+            if rollout_id + 1 == nan_at:  # the driver: no save, a normal end
+                break
             if rollout_id == 0 and os.environ.get("FAKE_RAY_WARN_AT_START"):
                 wait_for_the_mark(train)
             if rollout_id + 1 == warn_after:
@@ -299,7 +329,12 @@ def fake_job_environment(tmp_path, monkeypatch) -> Path:
         (bin_dir / tool).chmod(0o755)
     calls = tmp_path / "ray_calls.jsonl"
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("PYTHONPATH", str(SUPPORT / "slime_pkg"))
+    # the job's pre-flight sees a file system that holds the run (the dev box's /tmp does not hold 1 TB)
+    roomy = tmp_path / "roomy_fs"
+    roomy.mkdir()
+    (roomy / "sitecustomize.py").write_text("import shutil, types\n"
+                                            "shutil.disk_usage = lambda path: types.SimpleNamespace(free=10**16)\n")
+    monkeypatch.setenv("PYTHONPATH", f"{SUPPORT / 'slime_pkg'}{os.pathsep}{roomy}")
     monkeypatch.setenv("FAKE_RAY_CALLS", str(calls))
     return slime, calls
 
@@ -390,6 +425,22 @@ def test_time_limit_warning_saves_and_stops_without_a_status(table1, tmp_path, m
     (train / "metrics.jsonl").unlink()  # the fake job replays every step (slime's metrics hook cuts back)
     assert launch.run(RunConfig.check(run_config), RunDir(directory)) == "completed"
     assert sorted(p.name for p in (train / "checkpoints").iterdir()) == ["step_4", "step_8"]
+
+
+@pytest.mark.slow  # the job script with a fake ray
+def test_a_non_finite_step_ends_the_run_diverged_and_its_checkpoints_stay_scorable(table1, tmp_path, monkeypatch):
+    """slime logs a non-finite grad norm at step 6 (Megatron's NaN check is off, so nothing raises) and
+    the driver ends the job there: the run is "diverged" at step 6, with no retry (run returns, as the
+    tiny engine's train does), its HF checkpoints before it are published for scoring, and a rerun
+    starts no job."""
+    run_config, directory, calls = fake_slime_job(table1, tmp_path, monkeypatch)
+    monkeypatch.setenv("FAKE_RAY_NAN_AT", "6")
+    assert launch.run(RunConfig.check(run_config), RunDir(directory)) == "diverged"
+    status = json.loads((directory / "train" / "status.json").read_text())
+    assert (status["status"], status["step"]) == ("diverged", 6)
+    assert sorted(RunDir(directory).checkpoints()) == [4]  # what eval.score scores, as for a tiny run
+    jobs = calls.read_text()
+    assert launch.run(RunConfig.check(run_config), RunDir(directory)) == "diverged" and calls.read_text() == jobs
 
 
 @pytest.mark.slow  # the job script with a fake ray

@@ -4,17 +4,19 @@ format, memory per GPU, context, extra_args), the dry run printing it, and compl
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 import yaml
 
+from engines.slime import footprint, preflight, retention
 from engines.slime import loss as slime_loss
-from engines.slime import preflight, retention
 from engines.slime.flags import slime_flags
 from engines.slime.job_script import write_job_script
-from engines.slime.params import model_context, model_shape, resolve_params
+from engines.slime.params import RESUME_BREAKING_FLAGS, model_context, model_shape, parameter_counts, resolve_params
 from eval.score import ScoreError, score_run
 from harness.checkpoint import hf_checkpoint_problem
 from harness.config import load
@@ -129,7 +131,7 @@ def test_memory_estimate_of_the_preset_and_of_slimes_own_example(preset):
       weights 7.47 GiB, gradients 14.94 GiB; activations 1,006,632,960 + 356,515,840 + 6,223,298,560 B
       = 7.07 GiB -> 29.47 GiB. Without offload: Adam 12 B * (385,273,344/2 + 3,623,878,656/1) = 42.65 GiB."""
     shape = model_shape("qwen3-30B-A3B")
-    assert preflight.parameter_counts(shape) == (1_541_093_376, 28_991_029_248)
+    assert parameter_counts(shape) == (1_541_093_376, 28_991_029_248)
     memory = preflight.estimate_memory(params_of(preset), shape)
     assert memory["parameters_per_gpu"] == 7_633_030_656
     assert memory["parameters"] == pytest.approx(2 * 7_633_030_656 / GIB) == pytest.approx(14.218, abs=1e-3)
@@ -207,6 +209,17 @@ def test_every_flag_that_changes_the_loss_inputs_is_refused_in_extra_args(preset
 def test_every_flag_that_changes_the_data_or_the_optimiser_is_refused_by_name(preset, flag):
     with pytest.raises(ValueError, match=f"engine_params.extra_args sets {flag}: "):
         params_of(preset, extra_args=[f"{flag}=x" if flag.endswith("-path") else flag])
+    flags, prefixes = preflight.known_flags()
+    assert flag in flags  # a real flag of slime or Megatron at the pin
+
+
+@pytest.mark.parametrize("flag", sorted(RESUME_BREAKING_FLAGS))
+def test_every_flag_that_breaks_a_resume_is_refused_with_its_reason(preset, flag):
+    """Both spellings (``--flag value`` and ``--flag=value``), when the config is checked: before any job."""
+    for extra in ([flag, "3"], [f"{flag}=3"]):
+        with pytest.raises(ValueError, match=f"engine_params.extra_args sets {flag}: .*must resume with an "
+                                             "uninterrupted run's state"):
+            params_of(preset, extra_args=extra)
     flags, prefixes = preflight.known_flags()
     assert flag in flags  # a real flag of slime or Megatron at the pin
 
@@ -324,3 +337,56 @@ def test_refresh_reads_flags_from_sources(tmp_path):
                      "--sglang-mem-fraction-static"}
     assert patterns == {"--router-"}
     assert known_flags(tmp_path / "slime", tmp_path / "megatron", None)[1] == {"--router-", "--sglang-"}
+
+
+# --- disk and host memory ---------------------------------------------------------------------------
+
+def _r3_job(preset, tmp_path, monkeypatch):
+    """A Table-1 R3 job at lag 8, its file system with 10 PB free (df)."""
+    monkeypatch.setattr(footprint.shutil, "disk_usage", lambda path: SimpleNamespace(free=10**16))
+    run_config = RunConfig.check(resolve_run_config(preset, "grpo_r3", 8, 0))
+    emitted = {flag[0] for flag in slime_flags(run_config, RunDir(tmp_path / "run"), extra=False)}
+    return run_config, RunDir(tmp_path / "run"), emitted
+
+
+def test_the_footprint_adds_up_by_hand(preset):
+    """Per run: 34 HF saves (2 B a parameter) kept + 2 Megatron saves (14 B) kept and a third being
+    written; host memory: CPU Adam 16 B, the actor's and the reference's bf16 backups, and R3's int32
+    [tokens, 48 layers, top-8] held 2 x 4 trainer ranks + 1 manager + (8 + 1) rollouts at lag 8."""
+    params, parameters = params_of(preset), 30_532_122_624
+    disk = footprint.disk(params, 544, 16)
+    assert (disk["hf_save"], disk["megatron_save"]) == (2 * parameters, 14 * parameters)
+    assert disk["peak"] == 34 * 2 * parameters + 3 * 14 * parameters  # 3.36 TB, the issue's "peak 3.4 TB"
+    assert disk["written"] == 34 * 16 * parameters
+    memory = footprint.host_memory(params, replay="r3", lag=8, response_tokens=5_000)
+    assert memory["optimizer"] == 16 * parameters and memory["backups"] == 2 * 2 * parameters
+    assert memory["r3"] == 4096 * 5_000 * 48 * 8 * 4 * (2 * 4 + 1 + 9)
+    assert footprint.host_memory(params, replay=None, lag=8, response_tokens=5_000)["r3"] == 0
+
+
+def test_the_preflight_refuses_a_job_whose_mem_mb_cannot_hold_it_with_the_numbers(preset, tmp_path, monkeypatch):
+    run_config, run, emitted = _r3_job(preset, tmp_path, monkeypatch)
+    with pytest.raises(ValueError, match=r"resources.train.mem_mb = 900,000 MB cannot hold the host memory per "
+                                         r"training job \(estimate\): 1,177 GB at 5,000-token responses: CPU Adam "
+                                         r"489 GB \+ weight backups 122 GB \+ R3 routed experts 566 GB \(18 copies\)"):
+        preflight.preflight(run_config, run, emitted, check_files=False, on_node=True, mem_mb=900_000)
+    lines = preflight.preflight(run_config, run, emitted, check_files=False, on_node=True, mem_mb=1_900_000)
+    assert any("within mem_mb 1,900,000 MB" in line for line in lines)
+
+
+def test_the_preflight_refuses_a_run_its_lustre_quota_cannot_hold_with_the_numbers(preset, tmp_path, monkeypatch):
+    """`lfs quota -q -u` (a fake on PATH, Lustre's columns: kbytes used, quota, limit, grace, files,
+    ...): 1 TB left under the quota, less than df's free space, against the run's 3.36 TB peak."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "lfs").write_text("#!/bin/sh\necho '/lustre 1000000000 0 1976562500 - 120 0 0 -'\n")
+    (bin_dir / "lfs").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    run_config, run, emitted = _r3_job(preset, tmp_path, monkeypatch)
+    with pytest.raises(ValueError, match=r"peak 3.36 TB .* 3.36 TB still to come against 1.00 TB free "
+                                         r"\(lfs quota .*\): the file system of .* cannot hold the run"):
+        preflight.preflight(run_config, run, emitted, check_files=False, on_node=True, mem_mb=1_900_000)
+    write_megatron_save(run.engine_file("resume_checkpoints"), 15)  # what the run holds counts as written
+    (bin_dir / "lfs").write_text("#!/bin/sh\necho '/lustre 0 0 0 - 0 0 0 -'\n")  # no limit: df's 10 PB
+    assert "TB free (df " in preflight.preflight(run_config, run, emitted, check_files=False, on_node=True,
+                                                 mem_mb=1_900_000)[-2]

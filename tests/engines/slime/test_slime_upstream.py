@@ -3,6 +3,8 @@ tests/support/slime_upstream.py): check_pin on the real trees, and every Table-1
 list parsed by slime's own argument code, then handed to the adapter's loss checks."""
 from __future__ import annotations
 
+import argparse
+import ast
 import re
 import subprocess
 import sys
@@ -105,3 +107,34 @@ def test_slimes_parser_keeps_the_loss_settings_the_launcher_emits(table1_as_slim
         assert values["calculate_per_token_loss"] is slime_loss.per_token_loss_flag(recipe)
         assert values["grpo_std_normalization"] is recipe.std_normalization
         assert values["use_tis"] is False and values["rollout_top_p"] == 1.0
+
+
+def test_megatrons_nan_check_is_off_so_a_non_finite_step_is_logged_not_raised(tmp_path):
+    """Megatron's own definition of the flag (megatron/training/arguments.py at the pin, run on a
+    Table-1 job's argument list) turns check_for_nan_in_loss_and_grad off, which it is by default.
+    With it on, Megatron's DDP raises on a non-finite gradient (training.py hands it to
+    check_for_nan_in_grad) before slime logs the step, and every retry raises again; off, slime's
+    train_one_step skips that update and logs the non-finite grad norm, the row the driver and
+    engines.slime.launch read as "diverged"."""
+    upstream = upstream_dir()
+    arguments = upstream / "Megatron-LM" / "megatron" / "training" / "arguments.py"
+    call = next(node for node in ast.walk(ast.parse(arguments.read_text())) if isinstance(node, ast.Call)
+                and getattr(node.func, "attr", None) == "add_argument"
+                and any(getattr(arg, "value", None) == "--no-check-for-nan-in-loss-and-grad" for arg in node.args))
+    call.func.value = ast.Name("parser", ast.Load())
+    parser = argparse.ArgumentParser()
+    eval(compile(ast.fix_missing_locations(ast.Expression(call)), str(arguments), "eval"), {"parser": parser})
+    assert parser.parse_known_args([])[0].check_for_nan_in_loss_and_grad is True  # Megatron's default
+    config = load(PRESET)
+    for name in ("hf", "ref"):
+        (tmp_path / name).mkdir()
+    config["engine_params"].update(hf_checkpoint=str(tmp_path / "hf"), ref_load=str(tmp_path / "ref"),
+                                   prompt_data=str(tmp_path / "prompts.jsonl"))
+    run_config = RunConfig.check(resolve_run_config(config, "gspo", 8, 0))
+    argv = [token for flag in slime_flags(run_config, RunDir(tmp_path / "run")) for token in flag]
+    assert parser.parse_known_args(argv)[0].check_for_nan_in_loss_and_grad is False
+    training = (upstream / "Megatron-LM" / "megatron" / "training" / "training.py").read_text()
+    assert "kwargs['check_for_nan_in_grad'] = args.check_for_nan_in_loss_and_grad" in training
+    model = (upstream / "slime" / "slime" / "backends" / "megatron_utils" / "model.py").read_text()
+    assert 'if not getattr(args, "check_for_nan_in_loss_and_grad", True):' in model
+    assert 'log_dict[f"train/{role_tag}grad_norm"] = grad_norm' in model

@@ -2,6 +2,10 @@
 
 
 class RayTrainGroup:
+    def __init__(self, args):
+        self.args = args
+        self._actor_handlers = []
+
     def async_train(self, rollout_id, rollout_data_ref, external_data=None):
         raise NotImplementedError("stand-in")
 

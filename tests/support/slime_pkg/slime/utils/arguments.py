@@ -78,6 +78,8 @@ def add_arguments(parser):
     parser.add_argument("--buffer-filter-path")
     parser.add_argument("--reset-optimizer-states")
     parser.add_argument("--use-stateless-adam")
+    parser.add_argument("--start-rollout-id")
+    parser.add_argument("--disable-rollout-global-dataset")
 
 
 def parse_args():
