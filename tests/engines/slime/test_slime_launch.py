@@ -189,6 +189,7 @@ def test_bad_input_is_refused_before_anything_is_written(table1, change, error, 
     @stabilizers.api.ranges(eps_low="[0, 1)")
     def summed_loss(batch, *, eps_low: float = 0.2):
         return LossOutput(-(batch.logp * batch.mask).sum())
+    summed_loss.__needs__ = ()  # what register() records: it needs nothing of the sampler beyond mu
     monkeypatch.setitem(stabilizers.api._REGISTRY, "summed_loss", summed_loss)
     change(table1)
     recipe = table1["recipes"][0]
