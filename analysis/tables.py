@@ -71,8 +71,7 @@ def claim_text(claim: dict) -> str:
     the claim's level, with the method and n."""
     if claim["verdict"] == NOT_TESTED:
         return "–"
-    rate = KINDS[claim["kind"]].scale == "rate"
-    scale, unit, digits = (1, "", 2) if rate else (100, " points", 1)
+    scale, unit, digits = (1, "", 2) if KINDS[claim["kind"]].scale == "rate" else (100, " points", 1)
     return (f"{_interval_text(claim, None, scale, digits, sign=True)}{unit} ({claim['confidence']:.2%}, "
             f"{claim['method']}, n {claim['n']})")
 
