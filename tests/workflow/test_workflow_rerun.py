@@ -131,10 +131,12 @@ def test_a_stabilizer_default_is_refused_in_the_runs_that_use_it(grid):
 
 
 def _scored(grid: Grid, run: str) -> dict[str, int]:
-    """task -> how many checkpoints the run's last evaluate job scored on it (eval.score's log lines)."""
-    log = (grid.results / "rerun" / "logs" / "evaluate" / f"{run}.log").read_text()
-    return {task: int(n) for n, task in re.findall(r"^eval\.score: (\d+) checkpoint\(s\) of .* scored on (\S+)$",
-                                                  log, re.MULTILINE)}
+    """task -> how many checkpoints of the run its cell's last evaluate job scored on it (eval.score's log
+    lines; the job packs the cell's seeds, here seed 0 alone: harness.jobs.run_packs)."""
+    cell = run.rsplit("/", 1)[0]
+    log = (grid.results / "rerun" / "logs" / "evaluate" / cell / "seeds0.log").read_text()
+    return {task: int(n) for n, task in re.findall(
+        rf"^eval\.score: (\d+) checkpoint\(s\) of \S*{re.escape(run)} scored on (\S+)$", log, re.MULTILINE)}
 
 
 def test_a_killed_evaluate_job_rescores_only_the_checkpoints_it_had_not_finished(grid):
