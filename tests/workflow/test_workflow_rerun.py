@@ -172,8 +172,9 @@ def test_every_rule_has_a_benchmark_file_and_the_report_tabulates_them(grid):
     assert (benchmarks / "prepare.tsv").is_file() and (benchmarks / "aggregate.tsv").is_file()
     assert (benchmarks / "track.tsv").is_file()
     assert len(list((benchmarks / "train").glob("**/*.tsv"))) == 2
-    evaluate = benchmarks / "evaluate"  # one job per run
-    assert sorted(str(path.relative_to(evaluate)) for path in evaluate.glob("**/*.tsv")) == [f"{run}.tsv" for run in RUNS]
+    evaluate = benchmarks / "evaluate"  # one job per pack of a cell's seeds (harness.jobs.run_packs), here seed 0
+    assert sorted(str(path.relative_to(evaluate)) for path in evaluate.glob("**/*.tsv")) == [
+        f"{run.rsplit('/', 1)[0]}/seeds0.tsv" for run in RUNS]
     table = (grid.results / "rerun" / "table.md").read_text()
     assert "## Compute per rule" in table and "| train | 2 |" in table and "| evaluate | 2 |" in table
     assert "All runs on one commit" in table and "All runs on one machine" in table
