@@ -87,7 +87,6 @@ def child_score(run_dir: str, tasks: list[str], settings_json: str, out: Path) -
 def child_profile(config_json: str, run_dir: str, steps: int, out: Path) -> None:
     """aten op counts per trainer step (rollout and update apart), from torch.profiler's events."""
     import torch
-    from torch.profiler import ProfilerActivity, profile
 
     from engines.tiny.trainer import Trainer
     from harness.run import RunConfig, RunDir
@@ -98,12 +97,21 @@ def child_profile(config_json: str, run_dir: str, steps: int, out: Path) -> None
     batch = trainer.generate(1)
     trainer.train_on(batch)  # the first step's one-off work (lazy imports, allocations) is not counted
     trainer.step = 1
+    out.write_text(json.dumps({"steps": steps, "per_step": op_counts(trainer, batch, steps)}))
+
+
+def op_counts(trainer, batch, steps: int) -> dict[str, dict[str, float]]:
+    """aten ops per trainer step of ``steps`` steps from ``trainer.step + 1`` on (rollout and update apart)
+    by torch.profiler: all, those called from Python, those with bf16 inputs, bf16 and fp32 matmuls."""
+    from torch.profiler import ProfilerActivity, profile
+
     counts = {"rollout": {}, "update": {}}
-    for step in range(2, 2 + steps):
+    first = trainer.step + 1
+    for step in range(first, first + steps):
         for phase in ("rollout", "update"):
             with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
                 if phase == "rollout":
-                    batch = trainer.generate(step)
+                    next_batch = trainer.generate(step + 1)
                 else:
                     trainer.train_on(batch)
             tally = counts[phase]
@@ -116,9 +124,9 @@ def child_profile(config_json: str, run_dir: str, steps: int, out: Path) -> None
                                  ("ops with bf16 inputs", bf16), ("bf16 matmuls", bf16 and event.name in MATMULS),
                                  ("fp32 matmuls", not bf16 and event.name in MATMULS)):
                     tally[key] = tally.get(key, 0) + int(hit)
+        batch = next_batch
         trainer.step = step
-    per_step = {phase: {k: v / steps for k, v in tally.items()} for phase, tally in counts.items()}
-    out.write_text(json.dumps({"steps": steps, "per_step": per_step}))
+    return {phase: {k: v / steps for k, v in tally.items()} for phase, tally in counts.items()}
 
 
 def timed_child(args, mode: list[str], out: Path) -> dict:

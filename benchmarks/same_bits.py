@@ -1,7 +1,7 @@
 """Whether two checkouts train the same bits: short tiny-engine runs of each, compared file by file.
 
     .venv/bin/python -m benchmarks.same_bits --before OLD_CHECKOUT [--after CHECKOUT] [--cases NAME ...]
-        [--steps N] [--out DIR]
+        [--steps N] [--packed] [--out DIR]
 
 For a change meant to keep every number (issue 35's per-step op reductions): each case is a short run
 of config.yaml's stress preset cut to one recipe, lag and seed, prepared, trained and (where marked)
@@ -11,6 +11,8 @@ model, every checkpoint and the resume state (weights, Adam moments, snapshots, 
 flight) byte for byte, the metrics rows but their `time`, the eval lines but their `eval_key`.
 The cases cover both bf16 rollouts, a SAT recipe, R3 replay with top_k 2, the KL term, VCPO's lr and
 gradient clipping, and R2 with top_k 2. Prints one line per case, "identical" or the files that differ.
+--packed: the after side trains all cases one after another in one `engines.run` process and scores
+the scored ones in one `eval.score` process, as a packed job does (harness.jobs.run_packs).
 """
 from __future__ import annotations
 
@@ -39,12 +41,12 @@ def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def run_case(tree: Path, out: Path, name: str, steps: int | None) -> dict[str, str]:
-    """The case trained (and scored) by the checkout at ``tree`` (on sys.path); its files' digests."""
+def plan_case(tree: Path, out: Path, name: str, steps: int | None) -> dict:
+    """The case's prepare command, run folder, train arguments and scoring arguments (None: not scored),
+    as the checkout at ``tree`` (on sys.path) resolves them."""
     import yaml
 
     from harness.config import validate
-    from harness.run import RunDir
     try:
         from harness.settings import Config
     except ImportError:  # a checkout from before the typed config's file was renamed (harness/model.py)
@@ -60,28 +62,49 @@ def run_case(tree: Path, out: Path, name: str, steps: int | None) -> dict[str, s
     run_config = model.run_config(model.runs[0])
     grid = Path(model.grid_dir)
     run_dir, base = grid / "runs" / recipe / f"lag{lag}" / "seed0", grid / run_config["base_model"]
+    return {"prepare": ["engines.prepare", "--engine", model.engine.name, "--engine-params-json",
+                        json.dumps(model.prepare_params()), "--out", str(base)],
+            "run_dir": run_dir, "base": base, "train": ["--run-dir", str(run_dir), "--config-json", json.dumps(run_config)],
+            "score": ["--tasks", *model.eval.scored_tasks, "--settings-json", json.dumps(model.eval.job_settings())]
+            if scored else None}
+
+
+def run_cases(tree: Path, out: Path, names: list[str], steps: int | None, packed: bool) -> dict[str, dict[str, str]]:
+    """The cases trained (and scored) by the checkout at ``tree``, each in processes of its own, or
+    (``packed``) all trained in one `engines.run` process and scored in one `eval.score` process, as a
+    packed job does (harness.jobs.run_packs); each case's files' digests."""
+    from harness.run import RunDir
+
+    plans = {name: plan_case(tree, out, name, steps) for name in names}
     env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1", "HF_DATASETS_OFFLINE": "1",
            "HF_HUB_OFFLINE": "1"}
-    commands = [["engines.prepare", "--engine", model.engine.name, "--engine-params-json",
-                 json.dumps(model.prepare_params()), "--out", str(base)],
-                ["engines.run", "--run-dir", str(run_dir), "--config-json", json.dumps(run_config)]]
-    if scored:
-        commands.append(["eval.score", "--run-dir", str(run_dir), "--tasks", *model.eval.scored_tasks,
-                         "--settings-json", json.dumps(model.eval.job_settings())])
+    commands = [plan["prepare"] for plan in plans.values()]
+    scored = [plan for plan in plans.values() if plan["score"] is not None]
+    if packed:
+        commands.append(["engines.run", *(arg for plan in plans.values() for arg in plan["train"])])
+        if scored:
+            commands.append(["eval.score", "--run-dir", *(str(plan["run_dir"]) for plan in scored), *scored[0]["score"]])
+    else:
+        commands += [["engines.run", *plan["train"]] for plan in plans.values()]
+        commands += [["eval.score", "--run-dir", str(plan["run_dir"]), *plan["score"]] for plan in scored]
     for command in commands:
         done = subprocess.run([sys.executable, "-m", *command], cwd=tree, env=env, capture_output=True, text=True)
         if done.returncode != 0:
             raise SystemExit(f"{tree}: {command[0]} failed ({done.returncode}):\n{done.stderr[-2000:]}")
-    run = RunDir(run_dir)
-    rows = [{k: v for k, v in row.items() if k != "time"} for row in run.read_metrics()]
-    digests = {"metrics rows": digest(json.dumps(rows, sort_keys=True).encode()), "base model": digest(
-        (base / "model.safetensors").read_bytes())}
-    for path in sorted(run_dir.rglob("*.safetensors")):
-        digests[str(path.relative_to(run_dir))] = digest(path.read_bytes())
-    for task in sorted(path.stem for path in (run_dir / "eval").glob("[!.]*.jsonl")):
-        lines = [{k: v for k, v in row.items() if k != "eval_key"} for row in run.read_eval(task)]
-        digests[f"eval lines of {task}"] = digest(json.dumps(lines, sort_keys=True).encode())
-    return digests
+    found = {}
+    for name, plan in plans.items():
+        run_dir, base = plan["run_dir"], plan["base"]
+        run = RunDir(run_dir)
+        rows = [{k: v for k, v in row.items() if k != "time"} for row in run.read_metrics()]
+        digests = {"metrics rows": digest(json.dumps(rows, sort_keys=True).encode()), "base model": digest(
+            (base / "model.safetensors").read_bytes())}
+        for path in sorted(run_dir.rglob("*.safetensors")):
+            digests[str(path.relative_to(run_dir))] = digest(path.read_bytes())
+        for task in sorted(path.stem for path in (run_dir / "eval").glob("[!.]*.jsonl")):
+            lines = [{k: v for k, v in row.items() if k != "eval_key"} for row in run.read_eval(task)]
+            digests[f"eval lines of {task}"] = digest(json.dumps(lines, sort_keys=True).encode())
+        found[name] = digests
+    return found
 
 
 def main() -> int:
@@ -91,12 +114,16 @@ def main() -> int:
     parser.add_argument("--cases", nargs="*", default=list(CASES), choices=list(CASES))
     parser.add_argument("--steps", type=int, help="steps of every case (default: each case's own)")
     parser.add_argument("--out", type=Path, default=Path("results/same_bits"))
+    parser.add_argument("--packed", action="store_true",
+                        help="the after side trains every case in one engines.run process and scores them in one "
+                             "eval.score process (a packed job), the before side each alone")
     args = parser.parse_args()
     found = {}
     for side in ("before", "after"):
         tree, out = getattr(args, side).resolve(), (args.out / side).resolve()
+        packed = "packed" if args.packed and side == "after" else "alone"
         command = [sys.executable, str(Path(__file__).resolve()), "--child", str(tree), str(out),
-                   str(args.steps or 0), *args.cases]
+                   str(args.steps or 0), packed, *args.cases]
         done = subprocess.run(command, cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)},
                               capture_output=True, text=True)
         if done.returncode != 0:
@@ -113,10 +140,10 @@ def main() -> int:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--child"]:
-        tree, out, steps, *names = sys.argv[2:]
+        tree, out, steps, packed, *names = sys.argv[2:]
         sys.path.insert(0, tree)
         Path(out).mkdir(parents=True, exist_ok=True)
-        result = {name: run_case(Path(tree), Path(out), name, int(steps) or None) for name in names}
+        result = run_cases(Path(tree), Path(out), names, int(steps) or None, packed == "packed")
         (Path(out) / "digests.json").write_text(json.dumps(result, indent=1, sort_keys=True))
     else:
         sys.exit(main())

@@ -1,4 +1,7 @@
-"""Train one run of the grid: ``python -m engines.run --run-dir DIR --config-json JSON``.
+"""Train runs of the grid: ``python -m engines.run --run-dir DIR --config-json JSON [--run-dir ... --config-json ...]``.
+
+Several pairs (a packed train job, harness.jobs.run_packs): the runs one after another in this process,
+each exactly as if alone (its own checks, lock, pin, provenance, status and resume; harness.cli.run_each).
 
 JSON is the resolved run config (harness.grid.resolve_run_config), inline or as a file path.
 The run is checked once (harness.run.RunConfig.check: the harness's checks, the engine's parameter
@@ -23,7 +26,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.cli import parse_json_arg, run_stage
+from harness.cli import parse_json_arg, run_each
 from harness.engine import watch_time_limit
 from harness.provenance import finish_attempt, start_attempt
 from harness.run import RunConfig, RunDir
@@ -57,14 +60,17 @@ def record_fingerprint(run: RunDir, checked: RunConfig) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Train one run of the grid (resumes if interrupted).")
-    parser.add_argument("--run-dir", required=True)
-    parser.add_argument("--config-json", required=True, help="resolved run config, inline JSON or a file path")
+    parser = argparse.ArgumentParser(description="Train runs of the grid, one after another (each resumes if interrupted).")
+    parser.add_argument("--run-dir", required=True, action="append", help="once per run")
+    parser.add_argument("--config-json", required=True, action="append",
+                        help="resolved run config of the --run-dir in the same place, inline JSON or a file path")
     args = parser.parse_args(argv)
-    run_config = parse_json_arg(args.config_json, "--config-json")
+    if len(args.run_dir) != len(args.config_json):
+        parser.error(f"give one --config-json per --run-dir (got {len(args.run_dir)} and {len(args.config_json)})")
+    runs = [(folder, parse_json_arg(text, "--config-json")) for folder, text in zip(args.run_dir, args.config_json)]
     watch_time_limit()
-    return run_stage("engines.run", lambda: run(run_config, args.run_dir),
-                     lambda status, seconds: f"{args.run_dir}: {status} in {seconds:.1f} s")
+    return run_each("engines.run", runs, lambda pair: run(pair[1], pair[0]),
+                    lambda pair, status, seconds: f"{pair[0]}: {status} in {seconds:.1f} s")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,9 @@
-"""Score every not-yet-scored checkpoint of a run on one or more lm-eval tasks, in one process.
+"""Score every not-yet-scored checkpoint of runs on one or more lm-eval tasks, in one process.
 
-    python -m eval.score --run-dir DIR --tasks NAME [NAME ...] --settings-json JSON
+    python -m eval.score --run-dir DIR [DIR ...] --tasks NAME [NAME ...] --settings-json JSON
+
+Several run folders (a packed evaluate job, harness.jobs.run_packs): scored one after another, each as if
+alone (its own locks and files; harness.cli.run_each), lm-eval imported once.
 
 JSON is the eval settings of the run's evaluate job (harness.settings.Eval.job_settings; the config's
 whole eval section is accepted too), shared by every task, checked and completed with the defaults
@@ -42,7 +45,7 @@ from lm_eval.evaluator import evaluate  # noqa: E402
 from lm_eval.tasks import TaskManager  # noqa: E402
 from lm_eval.tasks._yaml_loader import load_yaml  # noqa: E402
 
-from harness.cli import run_stage  # noqa: E402
+from harness.cli import run_each  # noqa: E402
 from harness.config import ConfigError, check_eval_settings  # noqa: E402
 from harness.identity import eval_key  # noqa: E402
 from harness.run import RunDir  # noqa: E402
@@ -200,7 +203,7 @@ def _score_unlocked(run: RunDir, task_dicts: dict[str, dict], settings: dict, fo
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m eval.score", description=__doc__.split("\n")[0])
-    parser.add_argument("--run-dir", required=True)
+    parser.add_argument("--run-dir", required=True, nargs="+")
     parser.add_argument("--tasks", nargs="+", required=True, metavar="NAME", help="the lm-eval tasks to score")
     parser.add_argument("--settings-json", required=True, help="the eval settings of every task, as JSON")
     args = parser.parse_args(argv)
@@ -210,14 +213,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--settings-json is not valid JSON: {error}")
     from eval.server import ServerError
 
-    def work():
+    def work(run_dir: str):
         try:
-            return score_run(args.run_dir, args.tasks, settings, log=lambda m: print(m, file=sys.stderr))
+            return score_run(run_dir, args.tasks, settings, log=lambda m: print(m, file=sys.stderr))
         except ServerError as error:  # an unreachable or failing server: bad input, one clear line
             raise ScoreError(str(error)) from None
 
-    return run_stage("eval.score", work, lambda rows, seconds: "\neval.score: ".join(
-        [f"{sum(row['task'] == task for row in rows)} checkpoint(s) of {args.run_dir} scored on {task}"
+    return run_each("eval.score", args.run_dir, work, lambda run_dir, rows, seconds: "\neval.score: ".join(
+        [f"{sum(row['task'] == task for row in rows)} checkpoint(s) of {run_dir} scored on {task}"
          for task in args.tasks] + [f"done in {seconds:.2f} s"]))
 
 if __name__ == "__main__":

@@ -93,3 +93,20 @@ def run_stage(prog: str, work, describe) -> int:
         return EXIT_BAD_INPUT
     print(f"{prog}: {describe(result, time.perf_counter() - start)}", file=sys.stderr)
     return EXIT_OK
+
+
+def run_each(prog: str, items: list, work, describe) -> int:
+    """``run_stage`` for each item in turn, in one process (a packed job: the runs of a cell, each with
+    its own lock, status and resume). Every item is tried, so that one bad run does not hold back the
+    others; a stop before the time limit ends the job at once (its retry resumes where it stopped).
+    The job's status: the first non-zero item's, else EXIT_OK."""
+    from harness.engine import EXIT_RESUME
+
+    status = EXIT_OK
+    for item in items:
+        code = run_stage(prog, lambda item=item: work(item),
+                         lambda result, seconds, item=item: describe(item, result, seconds))
+        if code == EXIT_RESUME:
+            return code
+        status = status or code
+    return status

@@ -13,6 +13,9 @@ An engine provides everything the workflow needs to know about it (docs/design.m
                                             by the config check (check_supplies), before any job
     step_minutes                            an upper estimate of one training step's wall time (minutes):
                                             with the train job's runtime it sets the training job's retries
+    packs_runs                              whether one train job trains a cell's runs of a look one after
+                                            another in one process (and one evaluate job scores them): the
+                                            start-up paid once (harness.jobs.run_packs); else a job per run
     train(run_config, run_dir) -> status    train or resume one run (a checked harness.run.RunConfig and
                                             its harness.run.RunDir); writes its status (RunDir.write_status)
     eval_backend                            the lm-eval model that scores its checkpoints, by its name
@@ -73,6 +76,7 @@ class Engine:
     step_minutes: float = 0.0
     supplies: tuple[str, ...] = ()
     supplies_note: str = ""
+    packs_runs: bool = False
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.resources) - set(RULES))

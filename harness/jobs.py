@@ -1,16 +1,21 @@
 """The Snakemake plumbing of the workflow (workflow/rules/common.smk): what a config means to
 Snakemake rather than to a stage. ``-C`` values retyped, each rule's job resources, the training
-job's retries. The grid folder's file names: harness.grid_dir.
+job's retries, the runs each train and evaluate job packs. The grid folder's file names: harness.grid_dir.
 """
 from __future__ import annotations
 
+import json
 import math
 import re
+from dataclasses import dataclass
+from pathlib import Path
 
 import yaml
 
 from harness import engine as engines
+from harness.claims import Seeding
 from harness.config import ConfigError
+from harness.tuning import Tuning
 
 
 def retype_cli_values(value):
@@ -50,11 +55,11 @@ def warning_lead_seconds(resources: dict) -> int | None:
     return int(lead.group(1)) if lead else None
 
 
-def train_retries(config: dict) -> int:
-    """How often a failed training job is submitted again: the jobs its step budget needs within
-    the job's time limit (steps x the engine's step_minutes, over the train runtime less the
-    warning lead of slurm_extra's --signal), less the first job, plus one spare for a job lost to
-    a cancel, a node failure or a preemption. Each job resumes where the previous one stopped."""
+def train_retries(config: dict, runs: int = 1) -> int:
+    """How often a failed training job of ``runs`` runs is submitted again: the jobs its step budget
+    needs within the job's time limit (runs x steps x the engine's step_minutes, over the train runtime
+    less the warning lead of slurm_extra's --signal), less the first job, plus one spare for a job lost
+    to a cancel, a node failure or a preemption. Each job resumes where the previous one stopped."""
     resources = rule_resources(config, "train")
     if not resources.get("runtime"):  # no time limit the config knows of
         return 1
@@ -63,5 +68,61 @@ def train_retries(config: dict) -> int:
     if usable <= 0:
         raise ConfigError(f"config key 'resources.train.runtime': {resources['runtime']} minutes leave no time "
                           f"before the time-limit warning (--signal=...@{lead})")
-    jobs = math.ceil(config["steps"] * engines.get(config["engine"]).step_minutes / usable)
+    jobs = math.ceil(runs * config["steps"] * engines.get(config["engine"]).step_minutes / usable)
     return max(jobs, 1)  # (jobs - 1) resubmissions + 1 spare
+
+
+@dataclass(frozen=True)
+class Pack:
+    """The runs of a cell (recipe, lag) that one train job trains one after another in one process, and
+    one evaluate job scores: those at ``seeds``, or (None) one run per job, the ``{seed}`` wildcard."""
+
+    suffix: str  # of its rules' names: train<suffix>, evaluate<suffix>
+    seeds: tuple[int, ...] | None
+
+    @property
+    def label(self) -> str:
+        """Its jobs' log and benchmark file names (Snakemake wildcards in braces)."""
+        return "seed{seed}" if self.seeds is None else "seeds" + "_".join(map(str, self.seeds))
+
+    @property
+    def size(self) -> int:
+        return 1 if self.seeds is None else len(self.seeds)
+
+    def folders(self, run_pattern: str) -> list[str]:
+        """Its runs' folders in a cell: ``run_pattern`` (harness.grid.RUN_FOLDER under a grid) at each seed."""
+        if self.seeds is None:
+            return [run_pattern]
+        return [run_pattern.replace("{seed}", str(seed)) for seed in self.seeds]
+
+
+def run_packs(config: dict) -> list[Pack]:
+    """The packs of an engine that packs runs (Engine.packs_runs), one pair of rules each: the runs the
+    grid always adds to a cell together. With a seed schedule, a look's seeds (the look's interim job
+    says which cells get them); with a tuning section, the tuning seeds and then the grid's; otherwise
+    every seed. Disjoint, so that one rule makes each run's files. Another engine: a job per run."""
+    if not engines.get(config["engine"]).packs_runs:
+        return [Pack("", None)]
+    tuning, seeding, seeds = Tuning.of(config), Seeding.of(config), tuple(config["seeds"])
+    packs = [Pack("_tuning", tuple(tuning.seeds))] if tuning is not None else []
+    if seeding is None:
+        return packs + [Pack("", seeds)]
+    bounds = (0, *seeding.looks)
+    return packs + [Pack("" if look == 1 else f"_look{look}", seeds[start:end])
+                    for look, (start, end) in enumerate(zip(bounds, bounds[1:]), start=1)]
+
+
+def train_arguments(model, pack: Pack):
+    """The params function of a pack's train job: ``--run-dir DIR --config-json JSON`` per run, from its
+    outputs (each run's status file) and ``model`` (harness.settings.Config: the resolved run configs), so
+    that a change to any run's config reruns the job (whose finished runs are not redone)."""
+
+    def arguments(wildcards, output) -> list[str]:
+        seeds = pack.seeds if pack.seeds is not None else (int(wildcards.seed),)
+        runs = []
+        for status, seed in zip(output, seeds):
+            run_config = model.run_config((wildcards.recipe, int(wildcards.lag), seed))
+            runs += ["--run-dir", str(Path(status).parent.parent), "--config-json", json.dumps(run_config, sort_keys=True)]
+        return runs
+
+    return arguments

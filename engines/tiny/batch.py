@@ -52,6 +52,7 @@ class Recomputed:
     ref_logp: torch.Tensor | None  # the base model's, when the KL term is on
     routing: torch.Tensor  # the trainer's routing (replayed or not)
     own_routing: torch.Tensor  # the trainer's own routing choice
+    first_logits: torch.Tensor  # the update's first minibatch's forward, with its graph (Trainer.recompute)
 
 
 def all_finite(tensors: list[torch.Tensor]) -> bool:

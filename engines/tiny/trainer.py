@@ -103,18 +103,34 @@ class Trainer:
         update = self.update(batch, recomputed)
         return step_metrics(batch, recomputed, update)
 
+    def minibatches(self, rows: int) -> list[slice]:
+        """The update's minibatches of a batch of ``rows`` rows: views, not copies (minibatches divides
+        the rows, params.py)."""
+        size = rows // self.params["minibatches"]
+        return [slice(start, start + size) for start in range(0, rows, size)]
+
     def recompute(self, batch: Rollout) -> Recomputed:
-        """The trainer's view of the batch before any update (no grad): old_logp with the current
-        weights (replaying the engine's routing under R3; under R2 the update replays the routing
-        this recompute chose), and the base model's for the KL term (with the update's routing)."""
+        """The trainer's view of the batch before any update: old_logp with the current weights
+        (replaying the engine's routing under R3; under R2 the update replays the routing this
+        recompute chose), and the base model's for the KL term (with the update's routing). The
+        first minibatch's forward keeps its graph: the update's first forward would be the same
+        one (these weights, these rows, this routing), so the update takes it instead of
+        repeating it. Per minibatch, the rows' values are those of one forward over the whole batch on the
+        kernels tested (tests/engines/tiny/test_tiny_fewer_ops.py, benchmarks/same_bits.py)."""
         temperature = self.params["temperature"]
         plen = batch.tokens.shape[1] - batch.mask.shape[1]
         inputs, response = batch.tokens[:, :-1], batch.tokens[:, plen:]
         replay_mode = self.recipe.replay
+        first, *rest = self.minibatches(inputs.shape[0])
+        engine_routing = batch.routing if replay_mode == "r3" else None
+        head = self.model(inputs[first], replay=None if engine_routing is None else engine_routing[first])
         with torch.no_grad():
-            out = self.model(inputs, replay=batch.routing if replay_mode == "r3" else None)
-            replay = {"r3": batch.routing, "r2": out.routing, None: None}[replay_mode]
-            logp_full = (out.logits[:, plen - 1:] / temperature).log_softmax(-1)
+            outs = [head] + [self.model(inputs[idx], replay=None if engine_routing is None else engine_routing[idx])
+                             for idx in rest]
+            logits = torch.cat([o.logits.detach() for o in outs])
+            routing, own_routing = torch.cat([o.routing for o in outs]), torch.cat([o.own_routing for o in outs])
+            replay = {"r3": batch.routing, "r2": routing, None: None}[replay_mode]
+            logp_full = (logits[:, plen - 1:] / temperature).log_softmax(-1)
             old_logp = logp_full.gather(-1, response[..., None])[..., 0]
             ref_logp = None
             if self.params["kl_coef"] > 0:
@@ -124,8 +140,8 @@ class Trainer:
             raise TrainingDiverged("non-finite log-probabilities")
         return Recomputed(plen=plen, inputs=inputs, response=response, replay=replay,
                           logmu=batch.logmu_full.gather(-1, response[..., None])[..., 0],
-                          logp_full=logp_full, old_logp=old_logp, ref_logp=ref_logp, routing=out.routing,
-                          own_routing=out.own_routing)
+                          logp_full=logp_full, old_logp=old_logp, ref_logp=ref_logp, routing=routing,
+                          own_routing=own_routing, first_logits=head.logits)
 
     def update(self, batch: Rollout, recomputed: Recomputed) -> dict[str, list[float]]:
         """The recipe's stabilizer on ``minibatches`` PolicyBatches, an Adam step after each (with
@@ -135,14 +151,14 @@ class Trainer:
         old_logp, ref_logp, logmu = recomputed.old_logp, recomputed.ref_logp, recomputed.logmu
         advantages = group_advantages(batch.rewards, self.params["samples_per_step"],
                                       std_normalization=self.recipe.std_normalization)[:, None].expand_as(old_logp).contiguous()
-        size = inputs.shape[0] // self.params["minibatches"]  # minibatches divides it (params.py); views, not copies
-        rows = [slice(start, start + size) for start in range(0, inputs.shape[0], size)]
+        rows = self.minibatches(inputs.shape[0])
         # 0-d tensors until the end: read in one transfer (as_floats), not one sync per value
         numbers: dict[str, list] = {"loss": [], "grad_norm": [], "kl/k3": [], "vcpo/lr_scale": []}
         stab: dict[str, list] = {}
         for index, idx in enumerate(rows):
-            mb_out = self.model(inputs[idx], replay=None if replay is None else replay[idx])
-            logp_full = (mb_out.logits[:, plen - 1:] / temperature).log_softmax(-1)
+            logits = recomputed.first_logits if index == 0 else \
+                self.model(inputs[idx], replay=None if replay is None else replay[idx]).logits
+            logp_full = (logits[:, plen - 1:] / temperature).log_softmax(-1)
             logp = logp_full.gather(-1, response[idx][..., None])[..., 0]
             if not torch.isfinite(logp.detach()).all():
                 raise TrainingDiverged("non-finite log-probabilities")

@@ -27,6 +27,7 @@ SMALLEST = {
     "bench_queue_lag": (["--steps", "4", "--out", "{tmp}/queue"], "{"),
     "bench_rollout_mismatch": (["--run", "{run}", "--rollouts", "2"], "bfloat16"),
     "bench_run_phases": (["--steps", "4", "--out", "{tmp}/phases"], "CPU s"),
+    "bench_step": (["--steps", "3", "--warmup", "1", "--repeats", "1", "--out", "{tmp}/step"], "floor"),
     "bench_verdicts": (["--replicates", "200"], "P(two runs agree)"),
     "compare_runs": (["{run}", "{run}"], "identical"),
     "same_bits": (["--before", ".", "--cases", "r2_top2_bf16", "--steps", "2", "--out", "{tmp}/bits"], "identical"),

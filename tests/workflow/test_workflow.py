@@ -12,7 +12,7 @@ from harness.config import load
 from harness.grid import expand
 from harness.grid_dir import REPORT_FILES
 from harness.settings import Config
-from tests.support.workflow_cli import ROOT, job_counts, planned_jobs, planned_outputs, snakemake
+from tests.support.workflow_cli import ROOT, job_counts, planned_outputs, snakemake
 
 pytestmark = pytest.mark.slow  # Snakemake calls (10-40 s each)
 
@@ -32,15 +32,18 @@ def test_dry_run_of_the_demo_grid_lists_every_job(scratch):
     # interim job after it, whose output adds the next look's runs
     runs = Config.build(DEMO).first_look()
     assert len(runs) == len(DEMO["recipes"]) * len(DEMO["lags"]) * DEMO["seeding"]["looks"][0] < len(expand(DEMO))
-    assert job_counts(result.stdout) == {"grid_config": 1, "prepare": 1, "null_check": 1, "train": len(runs), "evaluate": len(runs),
-                                         "look": 1, "aggregate": 1, "track": 1, "all": 1}
-    trained = {path for rule, path in planned_jobs(result.stdout) if rule == "train"}
-    assert trained == {f"{scratch}/demo/runs/{r}/lag{lag}/seed{s}/train/status.json" for r, lag, s in runs}
-    # One evaluate job per run scores every task the config names (the test task, and a selection task if any).
+    # one train and one evaluate job per cell (the tiny engine packs a look's runs: harness.jobs.run_packs)
+    cells = sorted({(r, lag) for r, lag, _ in runs})
+    assert job_counts(result.stdout) == {"grid_config": 1, "prepare": 1, "null_check": 1, "train": len(cells),
+                                         "evaluate": len(cells), "look": 1, "aggregate": 1, "track": 1, "all": 1}
+    look_seeds = sorted({s for _, _, s in runs})
+    assert sorted(planned_outputs(result.stdout, "train")) == sorted(
+        [f"{scratch}/demo/runs/{r}/lag{lag}/seed{s}/train/status.json" for s in look_seeds] for r, lag in cells)
+    # Each evaluate job scores every task the config names (the test task, and a selection task if any).
     tasks = DEMO["eval"]["tasks"] + ([DEMO["eval"]["selection_task"]] if DEMO["eval"].get("selection_task") else [])
     assert sorted(planned_outputs(result.stdout, "evaluate")) == sorted(
-        [f"{scratch}/demo/runs/{r}/lag{lag}/seed{s}/eval/{task}.jsonl" for task in tasks]
-        for r, lag, s in runs)
+        [f"{scratch}/demo/runs/{r}/lag{lag}/seed{s}/eval/{task}.jsonl" for s in look_seeds for task in tasks]
+        for r, lag in cells)
     # The aggregate rule declares exactly the files analysis.aggregate writes.
     aggregate = re.search(r"^(?:local)?rule aggregate:\n(?:    .*\n)*?    output: (.*)$", result.stdout, re.MULTILINE)
     assert sorted(aggregate.group(1).split(", ")) == sorted(f"{scratch}/demo/{name}" for name in REPORT_FILES)
@@ -51,9 +54,10 @@ def test_command_line_overrides_are_typed(scratch):
     result = snakemake("-n", "-C", f"results_dir={scratch}", "grid=quick", "recipes=[gspo]", "baseline=gspo", "lags=[3]", "claims=[]",
                        "seeds=[5,6]", "eval={tasks: [tiny_test], selection_task: null}")
     assert result.returncode == 0, result.stderr
-    assert job_counts(result.stdout) == {"grid_config": 1, "prepare": 1, "null_check": 1, "train": 2, "evaluate": 2,
+    assert job_counts(result.stdout) == {"grid_config": 1, "prepare": 1, "null_check": 1, "train": 1, "evaluate": 1,
                                          "aggregate": 1, "track": 1, "all": 1}
-    assert ("evaluate", f"{scratch}/quick/runs/gspo/lag3/seed6/eval/tiny_test.jsonl") in planned_jobs(result.stdout)
+    assert planned_outputs(result.stdout, "evaluate") == [
+        [f"{scratch}/quick/runs/gspo/lag3/seed{seed}/eval/tiny_test.jsonl" for seed in (5, 6)]]
 
 
 @pytest.mark.parametrize(("override", "key"), [

@@ -24,7 +24,7 @@ from harness.io import read_jsonl
 from tests.support.pristine import Pristine
 from tests.support.untimed import untimed_rows
 from tests.support.waiting import wait_until
-from tests.support.workflow_cli import ROOT, SNAKEMAKE, job_counts, planned_jobs, snakemake
+from tests.support.workflow_cli import ROOT, SNAKEMAKE, job_counts, planned_jobs, planned_outputs, snakemake
 from tracking.runs import SUMMARY_SUFFIX
 from tracking.store import local_artifact_dir
 
@@ -72,9 +72,9 @@ def run_grid(results: Path):
     args = cli_overrides(results)
     result = snakemake("-c2", *args, env=env, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    runs = len(RECIPES) * len(LAGS) * len(SEEDS)
-    assert job_counts(result.stdout + result.stderr) == {"grid_config": 1, "prepare": 1, "null_check": 1, "train": runs,
-                                                         "evaluate": runs, "aggregate": 1, "track": 1, "all": 1}
+    cells = len(RECIPES) * len(LAGS)  # a job per cell: the tiny engine packs its seeds (harness.jobs.run_packs)
+    assert job_counts(result.stdout + result.stderr) == {"grid_config": 1, "prepare": 1, "null_check": 1, "train": cells,
+                                                         "evaluate": cells, "aggregate": 1, "track": 1, "all": 1}
     config = load(ROOT / "config.yaml", {"results_dir": str(results), **OVERRIDES})
     return config, env, args
 
@@ -196,12 +196,15 @@ def test_resume_redoes_only_the_lost_run_and_gives_the_same_table(grid_to_change
     assert plan.returncode == 0, plan.stderr
     assert "train" in plan.stdout, plan.stdout + plan.stderr
     grid_path = str(grid_dir(config))
+    # the lost run's cell: its pack's jobs, whose finished run resumes at its last step and keeps its files
+    cell = [run_dir(config, "grpo_dualclip", 4, seed) for seed in SEEDS]
     assert sorted(planned_jobs(plan.stdout)) == sorted([
-        ("train", f"{lost}/train/status.json"),
-        ("evaluate", f"{lost}/eval/tiny_test.jsonl"),
+        ("train", f"{cell[0]}/train/status.json"),
+        ("evaluate", f"{cell[0]}/eval/tiny_test.jsonl"),
         ("aggregate", f"{grid_path}/table.md"),
         ("track", f"{grid_path}/mlflow.json"),
     ])
+    assert planned_outputs(plan.stdout, "train") == [[f"{folder}/train/status.json" for folder in cell]]
     again = snakemake("-c2", *args, env=env, timeout=600)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert (grid_dir(config) / "table.csv").read_text() == before, "CPU runs are bit-reproducible"

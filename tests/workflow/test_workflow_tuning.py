@@ -14,7 +14,7 @@ from harness.config import load
 from harness.grid_dir import GridDir
 from harness.settings import Config
 from harness.tuning import Tuning
-from tests.support.workflow_cli import ROOT, job_counts, snakemake
+from tests.support.workflow_cli import ROOT, job_counts, planned_outputs, snakemake
 
 # The warm start gives the base model a score above 0, so that the candidates' AUCs differ.
 OVERRIDES = {
@@ -79,7 +79,9 @@ def test_the_tuned_field_plans_every_candidates_tuning_runs_before_the_pick_and_
     plan = snakemake("-n", *args, timeout=300)
     assert plan.returncode == 0, plan.stderr[-3000:]
     counts = job_counts(plan.stdout)
-    # 7 recipes x 3 candidates x 2 lags x 3 tuning seeds; the confirmation runs come after the pick
-    assert (counts["train"], counts["evaluate"], counts["tune"], counts["aggregate"]) == (126, 126, 1, 1)
+    # 7 recipes x 3 candidates x 2 lags, each cell's 3 tuning seeds in one job (harness.jobs.run_packs);
+    # the confirmation runs come after the pick
+    assert (counts["train_tuning"], counts["evaluate_tuning"], counts["tune"], counts["aggregate"]) == (42, 42, 1, 1)
+    assert "train" not in counts and all(len(outputs) == 3 for outputs in planned_outputs(plan.stdout, "train_tuning"))
     lint = snakemake("--lint", *args, timeout=300)
     assert lint.returncode == 0 and "Lints for" not in lint.stdout + lint.stderr, lint.stdout + lint.stderr

@@ -12,7 +12,7 @@ from harness.config import ConfigError, check_recipe_values, validate
 from harness.grid import RUN_FOLDER, run_dir
 from harness.grid_dir import GridDir
 from harness.io import write_json_atomic
-from harness.jobs import job_resources, retype_cli_values, rule_resources, train_retries
+from harness.jobs import job_resources, retype_cli_values, rule_resources, run_packs, train_arguments, train_retries
 from harness.settings import Config
 from harness.run import STATUS_PATTERN, eval_file_pattern, refuse_changed_runs
 
@@ -22,7 +22,8 @@ update_config(config, retype_cli_values(workflow.config_settings.overwrite_confi
 try:
     CONFIG = validate(config)
     MODEL = Config.build(CONFIG)  # resolves every run (engine params, stabilizer defaults) once
-    TRAIN_RETRIES = train_retries(CONFIG)
+    PACKS = run_packs(CONFIG)  # the runs each train and evaluate job takes (train.smk, evaluate.smk)
+    TRAIN_RETRIES = {pack.suffix: train_retries(CONFIG, pack.size) for pack in PACKS}
     # Run identity from the run folders, before any job (and whether or not .snakemake/ is there): a
     # run folder holding another run key is refused here, not by its train job after Snakemake has
     # deleted the job's outputs. Not again in a cluster job's own snakemake.

@@ -1,9 +1,9 @@
-# Training: one job per (recipe, lag, seed); an engine with a grid-wide prepare step (e.g. a
+# Training: one job per pack of a cell's runs (below); an engine with a grid-wide prepare step (e.g. a
 # warm-start model) runs it first. engines.run resumes from the run's last checkpoint,
 # so a killed job run again (--rerun-incomplete) redoes only the missing steps; it writes the run's status last.
 # A train job's params are its resolved run config (presets expanded, every stabilizer default):
 # a change to any of it reruns the job; the prepare job gets only the engine params it reads.
-# A job stopped before its time limit (exit 75) is retried too: TRAIN_RETRIES covers the jobs the step
+# A job stopped before its time limit (exit 75) is retried too: its retries cover the jobs its runs' step
 # budget needs within the time limit, plus one (harness.jobs.train_retries).
 
 if ENGINE.prepare_outputs:
@@ -59,29 +59,34 @@ if NULL_CHECK is not None:
             " || {{ cat {log:q} >&2; exit 2; }}"
 
 
-rule train:
-    input:
-        rules.prepare.output if ENGINE.prepare_outputs else [],
-        # ancient: a rerun of the check (a changed level) that passes does not redo finished runs
-        ancient(rules.null_check.output) if NULL_CHECK is not None else [],
-    output:
-        f"{RUN}/{STATUS_PATTERN}",
-    params:
-        run_dir=lambda wildcards, output: os.path.dirname(os.path.dirname(output[0])),
-        run_config=lambda wc: json.dumps(MODEL.run_config((wc.recipe, int(wc.lag), int(wc.seed))), sort_keys=True),
-    log:
-        f"{LOGS}/train/{{recipe}}/lag{{lag}}/seed{{seed}}.log",
-    benchmark:
-        f"{BENCHMARKS}/train/{{recipe}}/lag{{lag}}/seed{{seed}}.tsv"
-    conda:
-        "../../envs/stalebench-cpu.yaml"
-    threads: rule_resources(CONFIG, "train")["threads"]
-    # Only the main snakemake retries. Inside a cluster job the executor's job-step snakemake would
-    # otherwise rerun a trainer that stopped at the time-limit warning within the same allocation,
-    # past the (one-off) warning, into the limit.
-    retries: TRAIN_RETRIES if workflow.is_main_process else 0
-    resources:
-        **job_resources(CONFIG, "train"),
-    shell:
-        "OMP_NUM_THREADS={threads} python -m engines.run"
-        " --run-dir {params.run_dir:q} --config-json {params.run_config:q} > {log:q} 2>&1"
+# One job per pack of a cell's runs (harness.jobs.run_packs: a look's seeds where the engine packs runs,
+# else one run): engines.run trains them one after another in one process, each with its own lock,
+# status and resume, so that a killed or stopped job's retry resumes each run where it stopped.
+for pack in PACKS:
+
+    rule:
+        name:
+            f"train{pack.suffix}"
+        input:
+            rules.prepare.output if ENGINE.prepare_outputs else [],
+            # ancient: a rerun of the check (a changed level) that passes does not redo finished runs
+            ancient(rules.null_check.output) if NULL_CHECK is not None else [],
+        output:
+            [f"{folder}/{STATUS_PATTERN}" for folder in pack.folders(RUN)],
+        params:
+            runs=train_arguments(MODEL, pack),
+        log:
+            f"{LOGS}/train/{{recipe}}/lag{{lag}}/{pack.label}.log",
+        benchmark:
+            f"{BENCHMARKS}/train/{{recipe}}/lag{{lag}}/{pack.label}.tsv"
+        conda:
+            "../../envs/stalebench-cpu.yaml"
+        threads: rule_resources(CONFIG, "train")["threads"]
+        # Only the main snakemake retries. Inside a cluster job the executor's job-step snakemake would
+        # otherwise rerun a trainer that stopped at the time-limit warning within the same allocation,
+        # past the (one-off) warning, into the limit.
+        retries: TRAIN_RETRIES[pack.suffix] if workflow.is_main_process else 0
+        resources:
+            **job_resources(CONFIG, "train"),
+        shell:
+            "OMP_NUM_THREADS={threads} python -m engines.run {params.runs:q} > {log:q} 2>&1"

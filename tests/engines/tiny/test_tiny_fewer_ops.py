@@ -3,15 +3,22 @@
 Each reference below is the code the change replaced (the commit before it), kept here to hold the
 new code to it bit for bit: the MoE's experts through unbind views instead of a select per expert
 and weight (forward and gradients), the emulated bf16 MoE's elementwise ops on all experts' rows at
-once, the one finiteness check for all weights, and the step's numbers read in one transfer.
+once, the one finiteness check for all weights, and the step's numbers read in one transfer; and
+(issue 48) the recompute whose first minibatch's forward the update takes instead of repeating it.
 """
+import hashlib
+
 import pytest
 import torch
 import torch.nn.functional as F
 
-from engines.tiny.batch import all_finite, as_floats, clip_grad_norm
+from engines.run import run
+from engines.tiny.batch import Recomputed, all_finite, as_floats, clip_grad_norm
 from engines.tiny.model import ModelConfig, MoE
 from engines.tiny.rollout_bf16 import _moe, bf16
+from engines.tiny.trainer import Trainer
+from tests.support.tiny_runs import config
+from tests.support.untimed import untimed_rows
 
 
 def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -137,3 +144,46 @@ def test_clip_grad_norm_is_torchs_bit_for_bit(max_norm):
     reference = torch.nn.utils.clip_grad_norm_(theirs, float("inf") if max_norm is None else max_norm)
     assert _same_bits(total, reference)
     assert all(_same_bits(a.grad, b.grad) for a, b in zip(ours, theirs) if a.grad is not None)
+
+
+def _recompute_in_one_forward(trainer: Trainer, batch) -> Recomputed:
+    """Trainer.recompute before issue 48: one no-grad forward over the whole batch; the update then made
+    its first minibatch's forward anew (here first_logits, made as the update made it)."""
+    temperature = trainer.params["temperature"]
+    plen = batch.tokens.shape[1] - batch.mask.shape[1]
+    inputs, response = batch.tokens[:, :-1], batch.tokens[:, plen:]
+    replay_mode = trainer.recipe.replay
+    with torch.no_grad():
+        out = trainer.model(inputs, replay=batch.routing if replay_mode == "r3" else None)
+        replay = {"r3": batch.routing, "r2": out.routing, None: None}[replay_mode]
+        logp_full = (out.logits[:, plen - 1:] / temperature).log_softmax(-1)
+        old_logp = logp_full.gather(-1, response[..., None])[..., 0]
+        ref_logp = None
+        if trainer.params["kl_coef"] > 0:
+            ref_logits = trainer.base(inputs, replay=replay).logits[:, plen - 1:] / temperature
+            ref_logp = ref_logits.log_softmax(-1).gather(-1, response[..., None])[..., 0]
+    first = trainer.minibatches(inputs.shape[0])[0]
+    first_logits = trainer.model(inputs[first], replay=None if replay is None else replay[first]).logits
+    return Recomputed(plen=plen, inputs=inputs, response=response, replay=replay,
+                      logmu=batch.logmu_full.gather(-1, response[..., None])[..., 0], logp_full=logp_full,
+                      old_logp=old_logp, ref_logp=ref_logp, routing=out.routing, own_routing=out.own_routing,
+                      first_logits=first_logits)
+
+
+R2 = {"grpo_r2": {"loss": "grpo", "params": {"eps_low": 0.2, "eps_high": 0.2}, "routing_replay": "r2"}}
+
+
+@pytest.mark.parametrize(("recipe", "params"), [
+    ("grpo", {}), ("sat_gspo", {"rollout_dtype": "bfloat16_emulated"}),
+    ("grpo_r3", {"kl_coef": 0.05, "vcpo_ess_lr": True, "max_grad_norm": 1.0}), ("grpo_r2", {"minibatches": 4})])
+def test_the_update_taking_the_recomputes_first_forward_trains_the_same_bits(base, tmp_path, monkeypatch,
+                                                                             recipe, params):
+    cfg = config(base, recipe=recipe, lag=2, steps=4, eval_every=2, extra_recipes=R2, **params)
+    assert run(cfg, tmp_path / "new") == "completed"
+    monkeypatch.setattr(Trainer, "recompute", _recompute_in_one_forward)
+    assert run(cfg, tmp_path / "old") == "completed"
+    tensors = {side: {str(p.relative_to(tmp_path / side)): hashlib.sha256(p.read_bytes()).hexdigest()
+                      for p in sorted((tmp_path / side).rglob("*.safetensors"))} for side in ("new", "old")}
+    assert len(tensors["new"]) == 3 and tensors["new"] == tensors["old"]  # checkpoints 2, 4 and the resume state
+    assert untimed_rows(tmp_path / "new" / "train" / "metrics.jsonl") == untimed_rows(
+        tmp_path / "old" / "train" / "metrics.jsonl")
