@@ -22,8 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT)]
 
-from analysis.curves import test_task  # noqa: E402
 from harness.config import load  # noqa: E402
+from harness.settings import Config  # noqa: E402
 from tests.support.ui_check import CHROMIUM, render, running_ui, synced_grid, visible_text  # noqa: E402
 
 
@@ -55,7 +55,7 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="ui_shot_") as tmp:
         config_path = Path(args.config) if args.config else synced_grid(Path(tmp))
-        chart = f"eval/{test_task(load(config_path)['eval'])}/score"
+        chart = f"eval/{Config.build(load(config_path)).eval.test_task}/score"
         with running_ui(config_path) as (_, links):
             doms = [render(link, out / f"page{number}.png") for number, link in enumerate(links, 1)]
     shown = chart in visible_text(doms[0])

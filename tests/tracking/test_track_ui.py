@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from analysis import curves
 from harness.config import load
 from harness.grid import expand, run_dir
 from harness.grid_dir import GridDir
@@ -61,7 +60,7 @@ def drawn_lines(dom: str, title: str) -> list[str]:
 
 def seed_runs_page(dom: str, config: dict) -> list[str]:
     """Every seed run with a test-score curve drawn on the test-score chart, and the last run by name listed."""
-    task = curves.test_task(config["eval"])
+    task = Config.build(config).eval.test_task
     expected = sum(1 for run in expand(config) if RunDir(run_dir(config, *run)).read_eval(task))
     drawn = len(drawn_lines(dom, f"eval/{task}/score"))
     last = "{}/lag{}/seed{}".format(*max(expand(config), key=lambda run: "{}/lag{}/seed{}".format(*run)))
@@ -72,7 +71,7 @@ def seed_runs_page(dom: str, config: dict) -> list[str]:
 def comparison_page(dom: str, config: dict, lag: int) -> list[str]:
     """The cell comparison at one lag: a line per cell over its 95% band, each in a colour of its own,
     every cell named; at a lag other than the reference, a named bar per cell on the staleness-cost chart."""
-    chart = f"eval/{curves.test_task(config['eval'])}/score"
+    chart = f"eval/{Config.build(config).eval.test_task}/score"
     groups = [f"recipe: {recipe}, lag: {lag}" for recipe in config["recipes"]]
     card, missing = chart_card(dom, chart), []
     lines, bands = drawn_lines(dom, chart), re.findall(r'class="js-fill"[^>]*?[ "]fill: (rgb\([^)]*\))', card)
