@@ -95,8 +95,12 @@ class Claim:
         return self.words.format(reference_lag=reference_lag, **vars(self))
 
     def errors(self, key: str, reference_lag: int) -> list[str]:
-        """What a config check refuses of this kind (``key``: "config key 'claims[i]")."""
-        return []
+        """What a config check refuses of this kind (``key``: "config key 'claims[i]"): a staleness cost
+        claimed at the reference lag, where it is 0 by definition."""
+        if not self.is_cost or self.lag != reference_lag:
+            return []
+        return [f"{key}.lag' ({self.name}): a staleness cost is measured against lag {reference_lag}, the grid's "
+                "smallest; claim it at a larger lag (a grid of one lag measures none: pass claims=[])"]
 
     def row(self) -> dict:
         """The claim as summary.json's row holds it: every kind's fields (ROW_FIELDS), None where it has none."""
@@ -104,12 +108,6 @@ class Claim:
 
     def _cost(self, recipe: str, reference_lag: int) -> list[tuple[float, str, int]]:
         return [(1.0, recipe, self.lag), (-1.0, recipe, reference_lag)]
-
-    def _cost_at_reference_lag(self, key: str, reference_lag: int) -> list[str]:
-        if self.lag != reference_lag:
-            return []
-        return [f"{key}.lag' ({self.name}): a staleness cost is measured against lag {reference_lag}, the grid's "
-                "smallest; claim it at a larger lag (a grid of one lag measures none: pass claims=[])"]
 
 
 @dataclass(frozen=True)
@@ -124,52 +122,46 @@ class StalenessCost(Claim):
     def cells(self, reference_lag: int) -> list[tuple[float, str, int]]:
         return self._cost(self.recipe, reference_lag)
 
-    def errors(self, key: str, reference_lag: int) -> list[str]:
-        return self._cost_at_reference_lag(key, reference_lag)
+
+@dataclass(frozen=True)
+class _Versus(Claim):
+    """A comparison with another recipe, ``versus`` (required by the schema for these kinds)."""
+
+    versus: str = ""
+
+    @classmethod
+    def _own(cls, section: dict, grid_lags: tuple[int, ...]) -> dict:
+        return {"versus": section["versus"]}
 
 
 @dataclass(frozen=True)
-class CostDifference(Claim):
+class CostDifference(_Versus):
     """The staleness cost of ``recipe`` minus that of ``versus``."""
 
-    versus: str = ""
     kind: ClassVar[str] = "cost_difference"
     words: ClassVar[str] = "staleness cost of {recipe} minus that of {versus} (lag {lag} minus lag {reference_lag})"
     is_cost: ClassVar[bool] = True
     about_lag: ClassVar[bool] = True
 
-    @classmethod
-    def _own(cls, section: dict, grid_lags: tuple[int, ...]) -> dict:
-        return {"versus": section["versus"]}
-
     def cells(self, reference_lag: int) -> list[tuple[float, str, int]]:
         return [*self._cost(self.recipe, reference_lag), *_negated(self._cost(self.versus, reference_lag))]
 
-    def errors(self, key: str, reference_lag: int) -> list[str]:
-        return self._cost_at_reference_lag(key, reference_lag)
-
 
 @dataclass(frozen=True)
-class Recipes(Claim):
+class Recipes(_Versus):
     """Two recipes at one lag: ``recipe`` minus ``versus``."""
 
-    versus: str = ""
     kind: ClassVar[str] = "recipes"
     words: ClassVar[str] = "{recipe} minus {versus} at lag {lag}"
-
-    @classmethod
-    def _own(cls, section: dict, grid_lags: tuple[int, ...]) -> dict:
-        return {"versus": section["versus"]}
 
     def cells(self, reference_lag: int) -> list[tuple[float, str, int]]:
         return [(1.0, self.recipe, self.lag), (-1.0, self.versus, self.lag)]
 
 
 @dataclass(frozen=True)
-class Collapse(Claim):
+class Collapse(_Versus):
     """The collapse rate of ``recipe`` at ``lag`` minus that of ``versus`` at ``versus_lag`` (a rate, not a score)."""
 
-    versus: str = ""
     versus_lag: int = 0
     kind: ClassVar[str] = "collapse"
     words: ClassVar[str] = "collapse rate of {recipe} at lag {lag} minus that of {versus} at lag {versus_lag}"
@@ -177,18 +169,17 @@ class Collapse(Claim):
 
     @classmethod
     def _own(cls, section: dict, grid_lags: tuple[int, ...]) -> dict:
-        return {"versus": section["versus"], "versus_lag": section.get("versus_lag", section["lag"])}
+        return {**super()._own(section, grid_lags), "versus_lag": section.get("versus_lag", section["lag"])}
 
     def cells(self, reference_lag: int) -> list[tuple[float, str, int]]:
         return [(1.0, self.recipe, self.lag), (-1.0, self.versus, self.versus_lag)]
 
 
 @dataclass(frozen=True)
-class Interaction(Claim):
+class Interaction(_Versus):
     """(recipe vs versus) minus (other_recipe vs other_versus), each comparison ``of`` a cost difference
     (the default) or two recipes at one lag: e.g. a recipe's gain with a bf16 sampler minus with float32."""
 
-    versus: str = ""
     other_recipe: str = ""
     other_versus: str = ""
     of: str = "cost_difference"
@@ -199,7 +190,7 @@ class Interaction(Claim):
 
     @classmethod
     def _own(cls, section: dict, grid_lags: tuple[int, ...]) -> dict:
-        return {"versus": section["versus"], "other_recipe": section["other_recipe"],
+        return {**super()._own(section, grid_lags), "other_recipe": section["other_recipe"],
                 "other_versus": section["other_versus"], "of": section.get("of", "cost_difference")}
 
     def cells(self, reference_lag: int) -> list[tuple[float, str, int]]:
