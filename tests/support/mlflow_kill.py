@@ -1,12 +1,10 @@
 """Kill an MLflow sync at an exact store write: the calls through which tracking.writer changes the
-store, counted, and a process that SIGKILLs itself just before the k-th one (or, ``--stop``, stops
-itself there with SIGSTOP, its locks held, for a test to kill it while another process waits).
+store, counted, and a process that SIGKILLs itself just before the k-th one.
 
 Each of these calls is one transaction of the store (a SQL commit), so killing before each of them
 reaches every state a kill -9 at any instant can leave in the store.
 
-    python -m tests.support.mlflow_kill K -- <tracking.sync arguments>          # killed before write K
-    python -m tests.support.mlflow_kill K --stop -- <tracking.sync arguments>   # stopped before write K
+    python -m tests.support.mlflow_kill K -- <tracking.sync arguments>   # killed before write K
 """
 from __future__ import annotations
 
@@ -23,9 +21,9 @@ WRITES = ("create_experiment", "restore_experiment", "set_experiment_tag", "crea
 
 
 @contextlib.contextmanager
-def counted(kill_at: int | None = None, signal_at: int = signal.SIGKILL):
+def counted(kill_at: int | None = None):
     """Record the store writes made in the block (the list holds (call, run id or name) per write);
-    with ``kill_at``, send this process ``signal_at`` just before write ``kill_at`` (1-based)."""
+    with ``kill_at``, SIGKILL this process just before write ``kill_at`` (1-based)."""
     from mlflow.tracking import MlflowClient
     calls: list[tuple[str, str]] = []
 
@@ -33,7 +31,7 @@ def counted(kill_at: int | None = None, signal_at: int = signal.SIGKILL):
         def wrapped(self, *args, **kwargs):
             calls.append((name, str(args[0]) if args else ""))
             if len(calls) == kill_at:
-                os.kill(os.getpid(), signal_at)
+                os.kill(os.getpid(), signal.SIGKILL)
             return call(self, *args, **kwargs)
         return wrapped
 
@@ -47,7 +45,6 @@ if __name__ == "__main__":
     from tracking.sync import main
 
     kill_at, arguments = int(sys.argv[1]), sys.argv[sys.argv.index("--") + 1:]
-    stop = "--stop" in sys.argv[2:sys.argv.index("--")]
-    with counted(kill_at, signal.SIGSTOP if stop else signal.SIGKILL):
+    with counted(kill_at):
         status = main(arguments)
     sys.exit(status)
