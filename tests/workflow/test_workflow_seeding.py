@@ -12,6 +12,7 @@ from analysis.looks import scheduled_runs
 from harness.config import load
 from harness.grid import expand, run_dir
 from harness.grid_dir import GridDir
+from harness.settings import Config
 from tests.support.workflow_cli import ROOT, snakemake
 
 # grpo_twin is grpo under another name: the same runs seed for seed, a contrast of exactly 0 (a point
@@ -48,7 +49,7 @@ def test_a_declared_schedule_adds_seeds_only_to_the_open_claims_cells():
         assert interim["open_cells"] == [["grpo", 1], ["grpo_fast", 1]]
         assert interim["next_runs"] == [["grpo", 1, 2], ["grpo_fast", 1, 2]]
         assert not (run_dir(config, "grpo_twin", 1, 2)).exists() and (run_dir(config, "grpo_fast", 1, 2)).exists()
-        assert scheduled_runs(config) == [("grpo", 1, 0), ("grpo", 1, 1), ("grpo", 1, 2), ("grpo_twin", 1, 0),
+        assert scheduled_runs(Config.build(config)) == [("grpo", 1, 0), ("grpo", 1, 1), ("grpo", 1, 2), ("grpo_twin", 1, 0),
                                           ("grpo_twin", 1, 1), ("grpo_fast", 1, 0), ("grpo_fast", 1, 1),
                                           ("grpo_fast", 1, 2)]
         summary = json.loads(GridDir.of(config).summary_path.read_text())
