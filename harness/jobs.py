@@ -13,9 +13,8 @@ from pathlib import Path
 import yaml
 
 from harness import engine as engines
-from harness.claims import Seeding
 from harness.config import ConfigError
-from harness.tuning import Tuning
+from harness.settings import Config
 
 
 def retype_cli_values(value):
@@ -96,14 +95,14 @@ class Pack:
         return [run_pattern.replace("{seed}", str(seed)) for seed in self.seeds]
 
 
-def run_packs(config: dict) -> list[Pack]:
+def run_packs(config: Config) -> list[Pack]:
     """The packs of an engine that packs runs (Engine.packs_runs), one pair of rules each: the runs the
     grid always adds to a cell together. With a seed schedule, a look's seeds (the look's interim job
     says which cells get them); with a tuning section, the tuning seeds and then the grid's; otherwise
     every seed. Disjoint, so that one rule makes each run's files. Another engine: a job per run."""
-    if not engines.get(config["engine"]).packs_runs:
+    if not config.engine.packs_runs:
         return [Pack("", None)]
-    tuning, seeding, seeds = Tuning.of(config), Seeding.of(config), tuple(config["seeds"])
+    tuning, seeding, seeds = config.tuning, config.seeding, config.seeds
     packs = [Pack("_tuning", tuple(tuning.seeds))] if tuning is not None else []
     if seeding is None:
         return packs + [Pack("", seeds)]

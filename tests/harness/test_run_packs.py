@@ -14,26 +14,27 @@ DEMO = yaml.safe_load((ROOT / "config.yaml").read_text())
 
 
 def test_a_seed_schedule_packs_each_looks_seeds_and_a_fixed_design_every_seed():
-    assert run_packs(validate(DEMO)) == [Pack("", (0, 1, 2)), Pack("_look2", (3, 4, 5)), Pack("_look3", (6, 7, 8, 9))]
+    assert run_packs(Config.build(validate(DEMO))) == [Pack("", (0, 1, 2)), Pack("_look2", (3, 4, 5)), Pack("_look3", (6, 7, 8, 9))]
     fixed = validate({**DEMO, "seeds": [4, 2]})  # one look left: a fixed design
-    assert run_packs(fixed) == [Pack("", (4, 2))]
+    assert run_packs(Config.build(fixed)) == [Pack("", (4, 2))]
     assert Pack("", (4, 2)).folders("g/" + RUN_FOLDER) == ["g/runs/{recipe}/lag{lag}/seed4", "g/runs/{recipe}/lag{lag}/seed2"]
     assert Pack("", (4, 2)).label == "seeds4_2"
 
 
 def test_a_tuning_section_packs_the_tuning_seeds_apart():
-    assert run_packs(validate(raw_config())) == [Pack("_tuning", (10, 11)), Pack("", (0, 1, 2))]
+    assert run_packs(Config.build(validate(raw_config()))) == [Pack("_tuning", (10, 11)), Pack("", (0, 1, 2))]
 
 
 def test_an_engine_that_does_not_pack_runs_a_job_per_run():
     table1 = yaml.safe_load((ROOT / "workflow" / "presets" / "table1.yaml").read_text())
-    [pack] = run_packs(validate(table1))
+    [pack] = run_packs(Config.build(validate(table1)))
     assert pack == Pack("", None) and pack.folders(RUN_FOLDER) == [RUN_FOLDER] and pack.label == "seed{seed}"
 
 
 def test_a_packed_jobs_arguments_are_each_runs_folder_and_config():
     config = validate({**DEMO, "seeds": [4, 2]})
-    model, [pack] = Config.build(config), run_packs(config)
+    model = Config.build(config)
+    [pack] = run_packs(model)
     outputs = [f"g/runs/grpo/lag8/seed{seed}/train/status.json" for seed in pack.seeds]
     wildcards = type("Wildcards", (), {"recipe": "grpo", "lag": "8"})()
     arguments = train_arguments(model, pack)(wildcards, outputs)

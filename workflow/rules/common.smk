@@ -22,7 +22,7 @@ update_config(config, retype_cli_values(workflow.config_settings.overwrite_confi
 try:
     CONFIG = validate(config)
     MODEL = Config.build(CONFIG)  # resolves every run (engine params, stabilizer defaults) once
-    PACKS = run_packs(CONFIG)  # the runs each train and evaluate job takes (train.smk, evaluate.smk)
+    PACKS = run_packs(MODEL)  # the runs each train and evaluate job takes (train.smk, evaluate.smk)
     TRAIN_RETRIES = {pack.suffix: train_retries(CONFIG, pack.size) for pack in PACKS}
     # Run identity from the run folders, before any job (and whether or not .snakemake/ is there): a
     # run folder holding another run key is refused here, not by its train job after Snakemake has
