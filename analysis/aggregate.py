@@ -1,4 +1,4 @@
-"""Aggregate a finished grid: the claims' verdicts, tables, plots and summary.json (analysis.report) in <results_dir>/<grid>.
+"""Aggregate a finished grid: the claims' verdicts, tables, plots and summary.json (analysis.report.write) in <results_dir>/<grid>.
 
     python -m analysis.aggregate --grid <results_dir>/<grid> [--out FOLDER]
 """
@@ -18,7 +18,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     config = load_grid(parser, args.grid)
     out = GridDir(args.out or args.grid)
-    from analysis.report import write_reports  # after validation: matplotlib/scipy load only for real work
+    from analysis.report.write import write_reports  # after validation: matplotlib/scipy load only for real work
     return run_stage("analysis.aggregate", lambda: write_reports(config, out), lambda summary, seconds: (
         f"{len(summary['cells'])} cells from {sum(len(c['seeds']) for c in summary['cells'])} runs "
         f"-> {out.path} in {seconds:.1f} s"))

@@ -6,9 +6,9 @@
     .venv/bin/python -m benchmarks.bench_coverage --verdicts   # the claims' decision rule end to end
 
 Each trial draws n seed scores per arm from a known distribution and asks whether the interval
-(analysis.stats, the functions the report calls) contains the true value: the mean of x (Student
+(analysis.statistics.intervals, the functions the report calls) contains the true value: the mean of x (Student
 t, as reported; BCa bootstrap for comparison), mean(x) - mean(y) (Welch), and P(X > Y) (BCa
-bootstrap, which the report gives only from analysis.stats.BOOTSTRAP_MIN_SEEDS seeds per arm).
+bootstrap, which the report gives only from analysis.statistics.intervals.BOOTSTRAP_MIN_SEEDS seeds per arm).
 A 95% interval should cover about 0.95 of the time; with T trials the printed fraction has a
 standard error of about sqrt(0.95 * 0.05 / T) (0.007 at 1,000). The last distribution is a
 stress case (skewness about 2, a score pinned near 0): the limit of the intervals, not their use.
@@ -26,9 +26,9 @@ from pathlib import Path
 import numpy as np
 from scipy import integrate, stats
 
-from analysis.contrasts import paired, seeds_needed, tost_p, welch_satterthwaite
-from analysis.stats import ALPHA, _improvement, bootstrap_interval, t_interval
-from analysis.survival import logrank
+from analysis.statistics.contrasts import paired, seeds_needed, tost_p, welch_satterthwaite
+from analysis.statistics.intervals import ALPHA, _improvement, bootstrap_interval, t_interval
+from analysis.statistics.survival import logrank
 from harness.grid_dir import GridDir
 
 
@@ -86,7 +86,7 @@ def bootstrap_coverage(scores: Scores, n: int, trials: int, seed: int = 0) -> di
     return {"mean BCa": float(np.mean(mean_hits)), "P(improvement) BCa": float(np.mean(improvement_hits))}
 
 
-# --- contrasts of cells (analysis.contrasts) and collapse times (analysis.survival) -----------------
+# --- contrasts of cells (analysis.statistics.contrasts) and collapse times (analysis.statistics.survival) -----------------
 # Six cells per simulated grid: recipes a, b, c at lag 1 and lag 8; a1, b1, b8, c1 ~ base and
 # a8, c8 ~ stale (the marginal's two distributions). So a's staleness
 # cost is the true effect, b's is 0 (a true null), a's cost minus b's is the effect and a's minus
@@ -206,7 +206,7 @@ def endpoint_power(summary_path: Path, effect: float = 0.05) -> list[str]:
     """Which endpoint detects a declared effect with fewer seeds, on a finished grid's runs: for
     each exploratory contrast of summary.json (staleness costs, differences to the baseline), the
     spread of one seed's contrast under AUC and under the fixed-step score, and the seeds per cell
-    analysis.contrasts.seeds_needed asks for at ``effect`` (a power comparison at a declared
+    analysis.statistics.contrasts.seeds_needed asks for at ``effect`` (a power comparison at a declared
     effect: the observed effects play no part)."""
     summary = json.loads(summary_path.read_text())
     lines = [f"Seeds per cell for 80% power at a {effect * 100:g}-point effect, {summary_path} "

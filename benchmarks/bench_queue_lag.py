@@ -6,7 +6,7 @@ the realized lag distribution against the model's.
     python benchmarks/bench_queue_lag.py --steps 60 --lag 6 --utilization 1.5 --concurrency 16 --capacity 16
 
 The run goes to --out (default results/bench_queue_lag), through the workflow's code (build_base,
-resolve_run_config, engines.run.run); the figure (analysis.plots.plot_lag_vs_length, as a queue grid's
+resolve_run_config, engines.train.run); the figure (analysis.report.plots.plot_lag_vs_length, as a queue grid's
 report draws it: the bench's --out is its grid folder) to <out>/lag_vs_length.png and the numbers
 (Spearman's rho of length and lag, the chi-square fit of the lags to the model) to <out>/queue_lag.json.
 """
@@ -23,8 +23,8 @@ import matplotlib  # noqa: E402
 import numpy as np  # noqa: E402
 from scipy import stats  # noqa: E402
 
-from analysis.plots import plot_lag_vs_length  # noqa: E402
-from engines.run import run  # noqa: E402
+from analysis.report.plots import plot_lag_vs_length  # noqa: E402
+from engines.train import run  # noqa: E402
 from engines.tiny.warmstart import build_base  # noqa: E402
 from harness.grid import resolve_run_config, run_dir  # noqa: E402
 from harness.grid_dir import GridDir  # noqa: E402

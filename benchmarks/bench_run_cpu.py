@@ -8,7 +8,7 @@ of the demo config in a fresh results folder, with the checkout at --tree (defau
 an older checkout, e.g. a `git worktree`, to compare builds back to back on one machine with one
 venv), then sums each rule's cpu_time column over its jobs and divides by the number of runs.
 One core by default, so that jobs do not compete with each other for the CPU. The cpu_time column
-is Snakemake's sampled figure, a lower bound (see analysis.provenance.compute_lines); for exact CPU
+is Snakemake's sampled figure, a lower bound (see analysis.report.machines.compute_lines); for exact CPU
 seconds time the jobs' commands with /usr/bin/time.
 """
 from __future__ import annotations

@@ -5,7 +5,7 @@
 
 The run is config.yaml's (of the checkout at --tree, default this one) cut to one recipe, lag and seed.
 Its base model is prepared first (not timed: once per grid). Then two fresh processes, each under
-`/usr/bin/time -v`, run what the workflow's jobs run: `engines.run.main` (the train job) and
+`/usr/bin/time -v`, run what the workflow's jobs run: `engines.train.main` (the train job) and
 `eval.score.main` (the evaluate job), with the checkout at --tree first on sys.path. Inside each, the
 process's CPU clock (time.process_time, from the process's start) is read around the trainer's
 rollouts (Trainer.generate) and updates (Trainer.train_on: recompute, Adam steps, diagnostics) and
@@ -58,7 +58,7 @@ class PhaseClock:
 
 
 def child_train(run_dir: str, config_json: str, out: Path) -> None:
-    from engines import run as train_job
+    from engines import train as train_job
     from engines.tiny.trainer import Trainer
 
     clock = PhaseClock()

@@ -5,7 +5,7 @@
         # a small study: greedy validation exact match at every checkpoint, collapse, mean |d|, SAT's q
 
 Runs go to --out (default results/bench_tiny/<preset>), through the same code as the workflow
-(engines.tiny.warmstart.build_base, harness.grid.resolve_run_config, engines.run.run).
+(engines.tiny.warmstart.build_base, harness.grid.resolve_run_config, engines.train.run).
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from engines.run import run  # noqa: E402
+from engines.train import run  # noqa: E402
 from engines.tiny.checkpoint import load_model  # noqa: E402
 from engines.tiny.warmstart import build_base, exact_match  # noqa: E402
 from harness.grid import resolve_run_config, run_dir  # noqa: E402

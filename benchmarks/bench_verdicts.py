@@ -1,4 +1,4 @@
-"""The decision rule end to end (analysis.decision, analysis.claims): does a second run repeat the
+"""The decision rule end to end (analysis.statistics.decision, analysis.claims.verdicts): does a second run repeat the
 verdicts, and is the familywise error held, for fixed and sequential seed designs?
 
     .venv/bin/python -m benchmarks.bench_verdicts [--replicates 20000]
@@ -23,9 +23,9 @@ import math
 
 import numpy as np
 
-from analysis.decision import look_levels, newcombe_bounds, outcomes, run_schedule, t_bounds, true_of
-from analysis.stats import ALPHA
-from analysis.survival import stratified_logrank
+from analysis.statistics.decision import look_levels, newcombe_bounds, outcomes, run_schedule, t_bounds, true_of
+from analysis.statistics.intervals import ALPHA
+from analysis.statistics.survival import stratified_logrank
 
 DELTA = 10.0  # points: the demo's smallest effect
 COSTS = {"grpo": (-29.2, 4.05), "gspo": (-23.0, 6.0), "gspo_mu": (-1.9, 3.6), "sat_gspo": (-3.0, 2.1)}

@@ -5,13 +5,13 @@
 
 For a change meant to keep every number (issue 35's per-step op reductions): each case is a short run
 of config.yaml's stress preset cut to one recipe, lag and seed, prepared, trained and (where marked)
-scored by each checkout's own code in fresh processes (`engines.prepare`, `engines.run`,
+scored by each checkout's own code in fresh processes (`engines.prepare`, `engines.train`,
 `eval.score`, the checkout first on PYTHONPATH, one thread). Compared, as sha256 digests: the base
 model, every checkpoint and the resume state (weights, Adam moments, snapshots, the batch in
 flight) byte for byte, the metrics rows but their `time`, the eval lines but their `eval_key`.
 The cases cover both bf16 rollouts, a SAT recipe, R3 replay with top_k 2, the KL term, VCPO's lr and
 gradient clipping, and R2 with top_k 2. Prints one line per case, "identical" or the files that differ.
---packed: the after side trains all cases one after another in one `engines.run` process and scores
+--packed: the after side trains all cases one after another in one `engines.train` process and scores
 the scored ones in one `eval.score` process, as a packed job does (harness.jobs.run_packs).
 """
 from __future__ import annotations
@@ -71,7 +71,7 @@ def plan_case(tree: Path, out: Path, name: str, steps: int | None) -> dict:
 
 def run_cases(tree: Path, out: Path, names: list[str], steps: int | None, packed: bool) -> dict[str, dict[str, str]]:
     """The cases trained (and scored) by the checkout at ``tree``, each in processes of its own, or
-    (``packed``) all trained in one `engines.run` process and scored in one `eval.score` process, as a
+    (``packed``) all trained in one `engines.train` process and scored in one `eval.score` process, as a
     packed job does (harness.jobs.run_packs); each case's files' digests."""
     from harness.run import RunDir
 
@@ -81,11 +81,11 @@ def run_cases(tree: Path, out: Path, names: list[str], steps: int | None, packed
     commands = [plan["prepare"] for plan in plans.values()]
     scored = [plan for plan in plans.values() if plan["score"] is not None]
     if packed:
-        commands.append(["engines.run", *(arg for plan in plans.values() for arg in plan["train"])])
+        commands.append(["engines.train", *(arg for plan in plans.values() for arg in plan["train"])])
         if scored:
             commands.append(["eval.score", "--run-dir", *(str(plan["run_dir"]) for plan in scored), *scored[0]["score"]])
     else:
-        commands += [["engines.run", *plan["train"]] for plan in plans.values()]
+        commands += [["engines.train", *plan["train"]] for plan in plans.values()]
         commands += [["eval.score", "--run-dir", str(plan["run_dir"]), *plan["score"]] for plan in scored]
     for command in commands:
         done = subprocess.run([sys.executable, "-m", *command], cwd=tree, env=env, capture_output=True, text=True)
@@ -115,7 +115,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, help="steps of every case (default: each case's own)")
     parser.add_argument("--out", type=Path, default=Path("results/same_bits"))
     parser.add_argument("--packed", action="store_true",
-                        help="the after side trains every case in one engines.run process and scores them in one "
+                        help="the after side trains every case in one engines.train process and scores them in one "
                              "eval.score process (a packed job), the before side each alone")
     args = parser.parse_args()
     found = {}

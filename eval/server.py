@@ -32,7 +32,7 @@ import requests
 from lm_eval.models.openai_completions import LocalCompletionsAPI
 from tenacity import retry, stop_after_attempt, wait_exponential
 
-from harness.checkpoint import hf_checkpoint_problem
+from harness.hf_save import hf_checkpoint_problem
 
 # Errors that mean "the server did not answer" (sync path: requests; concurrent path: aiohttp).
 NETWORK_ERRORS = (requests.exceptions.RequestException, aiohttp.ClientError, asyncio.TimeoutError)

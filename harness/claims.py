@@ -1,5 +1,5 @@
 """The config's claims and their seed schedule, typed: the ``claims`` and ``seeding`` sections
-(analysis.claims answers them; docs/statistics.md). Self-contained: defaults live in the schema,
+(analysis.claims.verdicts answers them; docs/statistics.md). Self-contained: defaults live in the schema,
 the tests in analysis/; harness.config calls claim_errors and seeding_errors among its semantic
 checks, so a claim naming no recipe, or looks that do not increase, stop before any job runs.
 """
@@ -11,7 +11,7 @@ from typing import ClassVar
 
 @dataclass(frozen=True)
 class Seeding:
-    """The config's ``seeding`` section: the declared seed schedule of the claims (analysis.claims)."""
+    """The config's ``seeding`` section: the declared seed schedule of the claims (analysis.claims.verdicts)."""
 
     looks: tuple[int, ...]
     """Seeds per cell at each look: the claims are read at seeds[:n] for each n."""
@@ -91,7 +91,7 @@ class Claim:
         return [(recipe, lag) for _, recipe, lag in self.cells(reference_lag)]
 
     def describe(self, reference_lag: int) -> str:
-        """What the claim compares, in words (analysis.claims.statement adds its endpoint and effect)."""
+        """What the claim compares, in words (analysis.claims.verdicts.statement adds its endpoint and effect)."""
         return self.words.format(reference_lag=reference_lag, **vars(self))
 
     def errors(self, key: str, reference_lag: int) -> list[str]:
@@ -216,7 +216,7 @@ class Interaction(_Versus):
 class Trend(Claim):
     """The least-squares slope of ``recipe``'s score against lag over ``lags`` (minus ``versus``'s, if
     given); with a ``threshold`` cost it also reports the smallest lag whose cost passes it
-    (analysis.claims.threshold_lag)."""
+    (analysis.claims.verdicts.threshold_lag)."""
 
     versus: str | None = None
     lags: tuple[int, ...] = ()  # the lags the slope is fitted over (default: the grid's)

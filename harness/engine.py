@@ -1,5 +1,5 @@
 """The engine contract: the Engine record, the registry every engine registers into, and the
-signals and errors an engine and the training entry point (engines.run) share.
+signals and errors an engine and the training entry point (engines.train) share.
 
 An engine provides everything the workflow needs to know about it (docs/design.md):
 
@@ -31,7 +31,7 @@ An engine provides everything the workflow needs to know about it (docs/design.m
     null_check(params, base_dir) -> report  optional: the lag-0 null check, a grid-wide step after
                                             prepare that every run waits for: with identical weights,
                                             the engine's importance ratio pi/mu must average 1 and stay
-                                            near it (the tiny engine: engines/tiny/null_check.py). It
+                                            near it (the tiny engine: engines/tiny/null_ratios.py). It
                                             raises ValueError with the numbers to refuse the grid.
                                             params: harness.settings.Config.null_check_params (the
                                             config's null_check settings and each distinct setting
@@ -109,7 +109,7 @@ class TrainingDiverged(Exception):
 # `sbatch --signal=URG@<seconds>`. SIGURG because its default action is "ignore": SLURM signals
 # every process of the job step, and Snakemake's own processes there must survive it (SIGUSR1
 # would kill them). An engine that sees it saves its resume state and raises TimeLimitReached;
-# engines.run then exits with EXIT_RESUME, the job fails before its limit, and the retry resumes.
+# engines.train then exits with EXIT_RESUME, the job fails before its limit, and the retry resumes.
 TIME_LIMIT_SIGNAL = signal.SIGURG
 EXIT_RESUME = os.EX_TEMPFAIL  # 75
 _TIME_LIMIT_NEAR = threading.Event()

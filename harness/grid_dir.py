@@ -5,12 +5,12 @@
     grid.config_path                       config.json: the checked workflow config (aggregate's and track's input)
     grid.run(recipe, lag, seed)            the RunDir of runs/<recipe>/lag<lag>/seed<seed>/
     grid.table_path("md"), grid.plot_path("curves"), grid.summary_path
-                                           the report files analysis.report writes (summary.json last)
+                                           the report files analysis.report.write writes (summary.json last)
     grid.mlflow_path                       mlflow.json: the final MLflow sync's marker
     grid.tracking_lock_path                tracking.lock: the grid's one MLflow writer (harness.lock.writer_lock)
     grid.null_check_path                   null_check.json: the lag-0 null check's numbers (engines.null_check)
     grid.look_pattern                      looks/look{look}.json: what each look of a seed schedule decided
-    grid.tuning_path                       tuning.json: each recipe's picked value (analysis.tuning)
+    grid.tuning_path                       tuning.json: each recipe's picked value (analysis.schedule.tune)
     grid.base_dir, grid.logs_dir           base/ (the engine's prepared model), logs/ (per rule, and
                                            Snakemake's benchmark files under logs/benchmarks/)
 
@@ -27,12 +27,12 @@ from harness.io import read_json
 from harness.run import RunDir
 
 CONFIG, SUMMARY, MLFLOW_MARKER, TRACKING_LOCK = "config.json", "summary.json", "mlflow.json", "tracking.lock"
-TUNING_PICK = "tuning.json"  # the equal tuning budget's pick (analysis.tuning)
+TUNING_PICK = "tuning.json"  # the equal tuning budget's pick (analysis.schedule.tune)
 TABLE_FORMATS = ("md", "csv", "tex")
-# pareto and lag_vs_length: a queue grid's (analysis.pareto), a text panel for any other, so that every
+# pareto and lag_vs_length: a queue grid's (analysis.cells.pareto), a text panel for any other, so that every
 # grid's report has the same files (the aggregate rule declares them before the grid exists)
 PLOTS = ("curves", "mismatch", "collapse", "staleness", "pareto", "lag_vs_length")
-# every file analysis.report writes into the grid folder, in the order it writes them
+# every file analysis.report.write writes into the grid folder, in the order it writes them
 REPORT_FILES = (*(f"table.{fmt}" for fmt in TABLE_FORMATS), *(f"{name}.png" for name in PLOTS), SUMMARY)
 
 
@@ -81,13 +81,13 @@ class GridDir:
 
     @property
     def tuning_path(self) -> Path:
-        """The equal tuning budget's pick (analysis.tuning): each recipe's value, chosen on the tuning
+        """The equal tuning budget's pick (analysis.schedule.tune): each recipe's value, chosen on the tuning
         seeds, and the confirmation runs it asks for; a grid-wide step between the two."""
         return self.path / TUNING_PICK
 
     @property
     def look_pattern(self) -> str:
-        """The interim file of each look of the seed schedule (analysis.looks), ``{look}`` its number."""
+        """The interim file of each look of the seed schedule (analysis.schedule.looks), ``{look}`` its number."""
         return str(self.path / "looks" / "look{look}.json")
 
     @property
@@ -130,5 +130,5 @@ class GridDir:
         return read_json(self.summary_path)
 
     def read_tuning(self) -> dict:
-        """tuning.json (the pick, analysis.tuning.selection); FileNotFoundError or ValueError naming the file."""
+        """tuning.json (the pick, analysis.schedule.tune.selection); FileNotFoundError or ValueError naming the file."""
         return read_json(self.tuning_path)

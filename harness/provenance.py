@@ -2,7 +2,7 @@
 
 The run key says *what* was run; this file says *with what*, so that two machines' different
 numbers for one key can be explained. A run resumed after a kill may finish elsewhere, so the
-file holds one entry per attempt (engines.run), oldest first:
+file holds one entry per attempt (engines.train), oldest first:
 
     {"attempts": [{
         "started", "finished"        UTC ISO 8601 times; finished is null while running or after a kill
@@ -19,7 +19,7 @@ file holds one entry per attempt (engines.run), oldest first:
         "cuda_devices"               names of visible CUDA devices ([] on CPU)
     }, ...]}
 
-analysis.provenance reads these files into the report.
+analysis.report.machines reads these files into the report.
 """
 from __future__ import annotations
 

@@ -231,7 +231,7 @@ class RunDir:
         recorded = self.read_fingerprint()
         if recorded is None:
             raise ValueError(f"{self.fingerprint_path} is missing: the run was trained before train jobs "
-                             f"recorded the loss that ran; train it again (python -m engines.run --run-dir "
+                             f"recorded the loss that ran; train it again (python -m engines.train --run-dir "
                              f"{self.path} --config-json {self.config_path} records it and resumes)")
         expected = recipe_fingerprint(json.dumps(self.read_config().get("recipe"), sort_keys=True))
         if recorded.get("digest") != expected["digest"]:

@@ -128,7 +128,7 @@ def thawed(value):
 
 @dataclass(frozen=True)
 class Collapse:
-    """The config's ``collapse`` section: when a run counts as collapsed (analysis.curves)."""
+    """The config's ``collapse`` section: when a run counts as collapsed (analysis.cells.curves)."""
 
     fraction: float
     """A run collapsed if after its peak its test score falls below fraction x peak and stays there."""
@@ -142,7 +142,7 @@ class Collapse:
 
 @dataclass(frozen=True)
 class GainArms:
-    """A recipe's two arms in the config's ``gain_sources`` section (analysis.sources)."""
+    """A recipe's two arms in the config's ``gain_sources`` section (analysis.claims.gain_sources)."""
 
     without_mismatch: str
     """The recipe with a mismatch-free sampler (e.g. float32: pi/mu = 1 at lag 0)."""
@@ -152,7 +152,7 @@ class GainArms:
 
 @dataclass(frozen=True)
 class GainSources:
-    """The config's ``gain_sources`` section: where each recipe's gain comes from (analysis.sources)."""
+    """The config's ``gain_sources`` section: where each recipe's gain comes from (analysis.claims.gain_sources)."""
 
     baseline: GainArms
     recipes: MappingProxyType
@@ -228,7 +228,7 @@ class Config:
     grid_runs: tuple[Run, ...]
     """The grid's own runs (recipe x lag x seed, in config order): with a tuning section, not its candidates'."""
     claims: tuple[Claim, ...]
-    """The declared claims, the confirmatory family (analysis.claims answers them)."""
+    """The declared claims, the confirmatory family (analysis.claims.verdicts answers them)."""
     seeding: Seeding | None
     """The seed schedule this grid runs (the declared looks its seeds allow); None: a fixed design."""
     seeding_declared: MappingProxyType | None
@@ -236,7 +236,7 @@ class Config:
     tuning: Tuning | None
     """The equal tuning budget (harness.tuning); None without one."""
     gain_sources: GainSources | None
-    """Where each recipe's gain comes from (analysis.sources); None without the section."""
+    """Where each recipe's gain comes from (analysis.claims.gain_sources); None without the section."""
     side_by_side: SideBySide | None
     """Another grid whose claims the report shows beside this one's; None without it."""
     lag_queue: MappingProxyType | None
@@ -287,7 +287,7 @@ class Config:
 
     def first_look(self) -> list[Run]:
         """The runs of the seed schedule's first look: every cell at seeds[:looks[0]]; without a schedule,
-        every run. Later looks' runs come from the claims read at the look before (analysis.looks)."""
+        every run. Later looks' runs come from the claims read at the look before (analysis.schedule.looks)."""
         if self.seeding is None:
             return list(self.grid_runs)
         seeds = set(self.seeds[:self.seeding.looks[0]])

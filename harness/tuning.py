@@ -1,4 +1,4 @@
-"""The config's equal tuning budget, typed: the ``tuning`` section (analysis.tuning picks the values;
+"""The config's equal tuning budget, typed: the ``tuning`` section (analysis.schedule.tune picks the values;
 docs/statistics.md, "Equal tuning budget").
 
 Every tuned recipe gets the same number of candidate values of one of its parameters. Each candidate
@@ -6,7 +6,7 @@ is a recipe variant with a name, run folders and run keys of its own (``<recipe>
 e.g. ``sat_grpo.alpha-0.95``), so that every run the workflow may train is known before any job
 runs: the tuning runs (every variant x selection lag x tuning seed) and the confirmation runs (a
 variant x the grid's lags x the grid's seeds), among which the grid-wide pick (a Snakemake
-checkpoint, analysis.tuning) chooses the picked variant's. The claims name the recipes; the
+checkpoint, analysis.schedule.tune) chooses the picked variant's. The claims name the recipes; the
 confirmation grid (:func:`confirmation_config`) is the plain grid of the picked variants, so that
 aggregation and tracking read it as any other grid. Self-contained (defaults live in the schema);
 harness.config calls :func:`tuning_errors` among its semantic checks.
@@ -56,7 +56,7 @@ class Tuning:
     seeds: tuple[int, ...]
     """The tuning seeds: disjoint from the grid's seeds (the confirmation's)."""
     metric: str
-    """The per-run score the candidates are ranked by (auc or fixed; analysis.curves)."""
+    """The per-run score the candidates are ranked by (auc or fixed; analysis.cells.curves)."""
     lags: tuple[int, ...]
     """The lags the tuning runs train at; a candidate's score is its mean over these lags and the seeds."""
     candidates: dict

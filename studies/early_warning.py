@@ -3,7 +3,7 @@
     python -m studies.early_warning --grid <results_dir>/<grid> [--out FILE.md]
 
 JSON is the checked workflow config (as the aggregate rule passes it, or a file path). For every run
-of the grid: its collapse step (analysis.curves, the harness's rule) and its ESS drop step, the
+of the grid: its collapse step (analysis.cells.curves, the harness's rule) and its ESS drop step, the
 first step s > BASELINE_STEPS[1] whose trailing WINDOW-step mean of `offpolicy/ess` is below
 DROP_FRACTION x the run's median ESS over steps BASELINE_STEPS (after a lag of up to 10 has
 ramped up: the first batches all come from the base model). Lead time = collapse step - drop step
@@ -24,7 +24,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from analysis.curves import read_run
+from analysis.cells.curves import read_run
 from harness.cli import load_grid, run_stage
 from harness.io import write_text_atomic
 from harness.settings import Config

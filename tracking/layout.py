@@ -18,7 +18,7 @@ import json
 import math
 import re
 
-from analysis.summary import SCORES
+from analysis.cells.summary import SCORES
 from harness.claims import KINDS
 from tracking.store import SEED_RUNS_FILTER
 

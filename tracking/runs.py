@@ -10,7 +10,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from analysis.tables import (
+from analysis.report.tables import (
     claim_conclusions,
     claim_text,
     claims_section,

@@ -100,7 +100,7 @@ def read_pick(config: Config, grid_path: Path, final: bool) -> dict | None:
     pick = grid.read_tuning()
     missing = [recipe for recipe in config.tuning.candidates if recipe not in pick.get("recipes", {})]
     if missing:
-        raise ValueError(f"{grid.tuning_path} has no pick for {missing}: rerun analysis.tuning (the tune rule)")
+        raise ValueError(f"{grid.tuning_path} has no pick for {missing}: rerun analysis.schedule.tune (the tune rule)")
     return pick
 
 

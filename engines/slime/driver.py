@@ -1,7 +1,7 @@
 """Every lag mode over slime's Ray actors: ``python3 -m engines.slime.driver <slime flags>``.
 
 The harness's schedule (harness.lag: interval, constant, bounded; lag 0 = the synchronous loop)
-says which trainer version samples each rollout (engines.slime.lag.driver_version); this driver
+says which trainer version samples each rollout (engines.slime.weight_versions.driver_version); this driver
 makes slime's calls in the order that realizes it, and slime's own code does all the work:
 
     push weights (version start)
@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from engines.slime.lag import driver_version
+from engines.slime.weight_versions import driver_version
 from engines.slime.metrics import first_non_finite
 from harness.io import write_text_atomic
 from harness.lag import check_lag

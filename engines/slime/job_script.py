@@ -138,7 +138,7 @@ def write_job_script(run_config: RunConfig, run: RunDir, *, check_files: bool = 
     settings; return the script."""
     run = RunDir(run.path.resolve())
     text = job_script_text(run_config, run, check_files=check_files)
-    run.pin_config(run_config.as_dict())  # config.json: what the job's pre-flight reads (engines.run pinned it already)
+    run.pin_config(run_config.as_dict())  # config.json: what the job's pre-flight reads (engines.train pinned it already)
     write_text_atomic(run.engine_file("engine_settings"), yaml.safe_dump(custom_config(run_config, run), sort_keys=True))
     script = run.engine_file("job_script")
     write_text_atomic(script, text)

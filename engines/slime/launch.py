@@ -12,14 +12,14 @@ container pin, the model's shape), ``flags`` (every slime / Megatron flag of the
 Every file of the run is named by its RunDir (harness.run: ENGINE_FILES for the engine's own). At
 SLURM's time-limit warning the job script marks ``stop_requested``; the lag driver (every mode) then
 saves Megatron's state of its last trained step, marks ``stopped`` and stops, and ``run`` raises
-TimeLimitReached (engines.run exits 75, the retry resumes). A job that ends early without that mark
+TimeLimitReached (engines.train exits 75, the retry resumes). A job that ends early without that mark
 (it failed, also after the warning) is a failure.
 
 Checkpoints: Megatron's (for resuming) in the run's ``resume_checkpoints`` folder, the last
 ``keep_megatron_checkpoints`` kept (engines.slime.retention, every few minutes while the job runs);
 HF ones written by slime's ``--save-hf <hf_saves>/iter_{rollout_id}`` every ``eval_every`` steps and
 renamed to the run's checkpoint of step rollout_id + 1 (RunDir.checkpoint_path) when the job ends,
-where the evaluation stage finds them. Only complete HF saves are published (harness.checkpoint); an
+where the evaluation stage finds them. Only complete HF saves are published (harness.hf_save); an
 interrupted one is reported in the run's status and left where slime wrote it.
 
 Everything is checked before the script is written: a recipe slime cannot express, a missing
@@ -42,7 +42,7 @@ import yaml
 from engines.slime.job_script import write_job_script
 from engines.slime.metrics import first_non_finite
 from engines.slime.plan import report as plan_report
-from harness.checkpoint import hf_checkpoint_problem
+from harness.hf_save import hf_checkpoint_problem
 from harness.cli import parse_json_arg
 from harness.config import load
 from harness.engine import TimeLimitReached
@@ -52,7 +52,7 @@ from harness.run import RunConfig, RunDir
 def publish_hf_checkpoints(run: RunDir, run_config: RunConfig | None = None) -> tuple[list[Path], list[str]]:
     """Rename slime's complete HF saves <hf_saves>/iter_<r>/ to the run's checkpoint of step r + 1 (the
     layout the evaluation stage reads). Returns (published, problems): an incomplete save
-    (harness.checkpoint: index + every shard it names) stays where it is and is reported, never
+    (harness.hf_save: index + every shard it names) stays where it is and is reported, never
     published. With the run config, a save off the evaluation cadence (made at a time-limit stop)
     is deleted instead: the evaluated steps are those of an uninterrupted run."""
     finish_interrupted_swaps(run)
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--run-dir and --config-json are required (or --plan CONFIG)")
     raw = parse_json_arg(args.config_json, "--config-json")
     try:
-        run_config, folder = RunConfig.check(raw), RunDir(args.run_dir)  # checked once, as engines.run does
+        run_config, folder = RunConfig.check(raw), RunDir(args.run_dir)  # checked once, as engines.train does
         if args.dry_run:
             print(write_job_script(run_config, folder, check_files=not args.no_path_check).read_text())
         else:

@@ -132,7 +132,7 @@ def recipe_of(args) -> Recipe:
 def check_trainer_fingerprint(args, recipe: Recipe) -> None:
     """The recipe's fingerprint (stabilizers.fingerprint) as this process computes it, i.e. on the
     training actor where Megatron calls the loss, with the container's code and torch, against
-    the run's fingerprint, which engines.run recorded on the job's node before slime started (and
+    the run's fingerprint, which engines.train recorded on the job's node before slime started (and
     which aggregate checks): a trainer that would compute another loss stops at its first micro-batch.
     The trainer's own is written beside it (RunDir.engine_file("trainer_fingerprint"))."""
     run_dir = getattr(args, "stalebench_run_dir", None)

@@ -2,7 +2,7 @@
 
 1. Rollout side, ``--custom-rollout-log-function-path engines.slime.metrics.log_rollout``: for
    every generated rollout, the SGLang weight versions of its samples (Sample.weight_versions)
-   -> the trainer version that sampled it (engines.slime.lag) -> the run's rollout log.
+   -> the trainer version that sampled it (engines.slime.weight_versions) -> the run's rollout log.
 2. Trainer side, ``--rollout-data-postprocess-path engines.slime.metrics.postprocess``: called on
    every trainer rank after the log-probs are recomputed and before the step trains. d =
    log_probs - rollout_log_probs (log pi - log mu at the start of the step) over active tokens
@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from engines.mismatch import abs_d_stats
-from engines.slime.lag import trainer_version
+from engines.slime.weight_versions import trainer_version
 from engines.slime.loss import refuse_unhandled_options
 from harness.io import append_jsonl_atomic, read_jsonl
 from harness.lag import check_realized_lag

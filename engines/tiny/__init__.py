@@ -29,7 +29,7 @@ def _prepare(engine_params: dict, out_dir: Path):
 
 
 def _null_check(params: dict, base_dir: Path | None) -> dict:
-    from .null_check import null_check
+    from .null_ratios import null_check
 
     return null_check(params, base_dir)
 

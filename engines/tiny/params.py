@@ -26,7 +26,7 @@ from __future__ import annotations
 ROLLOUT_DTYPES = ("bfloat16", "float16", "float32", "bfloat16_emulated")
 MODEL_KNOBS = ("width", "layers", "heads", "experts", "top_k", "expert_hidden")
 WARMSTART_KNOBS = ("warmstart_steps", "warmstart_lr", "warmstart_batch", "warmstart_seed")
-# what the lag-0 null check reads besides the base model (engines/tiny/null_check.py): the sampler
+# what the lag-0 null check reads besides the base model (engines/tiny/null_ratios.py): the sampler
 NULL_CHECK_KNOBS = ("preset", "rollout_dtype", "temperature", "prompts_per_step", "samples_per_step", "reward")
 
 DEMO = {

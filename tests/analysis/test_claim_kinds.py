@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from analysis.contrasts import contrast
+from analysis.statistics.contrasts import contrast
 from harness.claims import Claim, claims, slope_weights
 from harness.config import ConfigError, load
 
@@ -105,7 +105,7 @@ def test_good_interaction_and_trend_claims_pass():
 
 
 def test_the_new_kinds_are_stated_in_words():
-    from analysis.claims import statement
+    from analysis.claims.verdicts import statement
     interaction = claim(kind="interaction", recipe="x_bf16", versus="g_bf16", other_recipe="x_fp32",
                         other_versus="g_fp32", lag=8, expect="equivalent")
     assert statement(interaction, 0) == ("x_bf16 against g_bf16 minus x_fp32 against g_fp32 (cost_difference, lag 8), "
@@ -148,7 +148,7 @@ def test_the_threshold_lag_by_hand():
     """Costs against lag 0 over four seeds, each lag's interval at 0.05 / 3 (three lags compared, t at
     3 df): lag 2 costs -0.03 on average (its interval short of -0.10), lag 4 -0.11 (past -0.10, its
     interval on both sides of it), lag 8 -0.31 (wholly past). So the estimate is lag 4, the interval [4, 8]."""
-    from analysis.claims import threshold_lag, threshold_text
+    from analysis.claims.verdicts import threshold_lag, threshold_text
     c = claim(kind="trend", recipe="g", expect="less", lags=[0, 2, 4, 8], threshold=0.10)
     base = np.array([0.70, 0.60, 0.65, 0.55])
     costs = {2: [-0.02, -0.04, -0.03, -0.03], 4: [-0.10, -0.12, -0.11, -0.11], 8: [-0.30, -0.32, -0.31, -0.31]}

@@ -10,9 +10,9 @@ from scipy import stats
 from statsmodels.stats.proportion import confint_proportions_2indep
 
 from analysis.aggregate import main
-from analysis.claims import NOT_TESTED, answer, open_cells
-from analysis.decision import look_levels, outcome, outcomes, true_of
-from analysis.survival import collapse_test
+from analysis.claims.verdicts import NOT_TESTED, answer, open_cells
+from analysis.statistics.decision import look_levels, outcome, outcomes, true_of
+from analysis.statistics.survival import collapse_test
 from harness.claims import Recipes, Seeding, StalenessCost
 from harness.config import ConfigError, load
 from tests.support.grid_fixture import CLAIMS, make_grid, written_grid
@@ -154,7 +154,7 @@ def test_looks_that_do_not_increase_are_refused_naming_the_key():
 
 
 def test_an_interval_that_covers_the_truth_gives_an_outcome_true_of_it():
-    """The property the familywise bound rests on (analysis.decision): every row of the outcome table
+    """The property the familywise bound rests on (analysis.statistics.decision): every row of the outcome table
     is a region of the parameter line, so a covering interval cannot land in a wrong one."""
     rng = np.random.default_rng(11)
     truth = rng.uniform(-0.3, 0.3, 20_000)

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from analysis import claims as claim_rules
-from analysis.contrasts import contrast, tost
+from analysis.claims import verdicts as claim_rules
+from analysis.statistics.contrasts import contrast, tost
 from harness.claims import Claim
 
 SEEDS = [0, 1, 2]

@@ -1,6 +1,6 @@
-"""analysis.compare: two grids' summary.json side by side. Synthetic summaries with known cells (a
+"""analysis.report.compare: two grids' summary.json side by side. Synthetic summaries with known cells (a
 hand-worked Welch interval, a noisy reproduction that agrees, a shifted cell, a flipped verdict) and
-real grids fabricated on disk and summarized by analysis.summary."""
+real grids fabricated on disk and summarized by analysis.cells.summary."""
 import json
 import math
 
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from analysis.compare import main
-from analysis.stats import mean_ci
-from analysis.summary import collect, summarize
+from analysis.report.compare import main
+from analysis.statistics.intervals import mean_ci
+from analysis.cells.summary import collect, summarize
 from harness.config import validate
 from harness.io import write_json_atomic
 from harness.settings import Config
@@ -23,7 +23,7 @@ CLAIM = {"name": "a_cost", "kind": "staleness_cost", "statement": "staleness cos
 
 
 def synthetic(cells: dict, claims=(CLAIM,), seeds=(0, 1, 2, 3, 4), steps=120) -> dict:
-    """A summary.json with the keys analysis.compare reads: cells {(recipe, lag): (auc, fixed, collapsed k)}."""
+    """A summary.json with the keys analysis.report.compare reads: cells {(recipe, lag): (auc, fixed, collapsed k)}."""
     def cell(recipe, lag, auc, fixed, k):
         per_seed = {"auc": list(auc), "fixed": list(fixed)}
         return {"recipe": recipe, "lag": lag, "seeds": list(seeds), "per_seed": per_seed,
@@ -106,7 +106,7 @@ def test_a_flipped_verdict_does_not_agree(tmp_path, capsys):
 
 
 def test_a_claim_neither_narrowed_grid_tests_is_shown_without_an_interval(tmp_path, capsys):
-    """A claim a narrowed grid cannot test has a verdict and no estimate (analysis.claims): the
+    """A claim a narrowed grid cannot test has a verdict and no estimate (analysis.claims.verdicts): the
     Markdown shows the verdict, where it once stopped on the missing estimate."""
     untested = {"name": "b_cost", "kind": "staleness_cost", "statement": "staleness cost of b (lag 8 minus lag 1)",
                 "verdict": "not tested in this grid"}
@@ -151,7 +151,7 @@ CLAIMS = [{"name": "grpo_cost", "kind": "staleness_cost", "recipe": "grpo", "lag
 
 @pytest.fixture(scope="module")
 def grids(tmp_path_factory):
-    """Three fabricated grids summarized by analysis.summary: A, a copy of A, and A with grpo_r3's lag-1
+    """Three fabricated grids summarized by analysis.cells.summary: A, a copy of A, and A with grpo_r3's lag-1
     scores 10 points lower (then grpo_r3 no longer beats grpo at lag 1)."""
     root = tmp_path_factory.mktemp("grids")
     original = grid_fixture.scores_of

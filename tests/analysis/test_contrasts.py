@@ -11,8 +11,8 @@ from statsmodels.duration.survfunc import SurvfuncRight, survdiff
 from statsmodels.stats.power import TTestPower
 from statsmodels.stats.weightstats import ttost_ind, ttost_paired
 
-from analysis.contrasts import contrast, seeds_needed, seeds_needed_equivalence, tost, tost_power
-from analysis.survival import collapse_test, kaplan_meier, logrank
+from analysis.statistics.contrasts import contrast, seeds_needed, seeds_needed_equivalence, tost, tost_power
+from analysis.statistics.survival import collapse_test, kaplan_meier, logrank
 from benchmarks.bench_coverage import MARGINALS, contrast_rates, logrank_false_positives
 
 SEEDS = [0, 1, 2, 3, 4]

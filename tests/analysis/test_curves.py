@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from analysis.curves import auc, load_curve, mismatch_tail, read_run, summarize_run
+from analysis.cells.curves import auc, load_curve, mismatch_tail, read_run, summarize_run
 from harness.grid import run_dir
 from harness.io import append_jsonl_atomic
 from harness.settings import Config

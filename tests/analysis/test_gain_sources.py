@@ -1,4 +1,4 @@
-"""Where a recipe's gain comes from (analysis.sources): its two contrasts worked by hand, the source
+"""Where a recipe's gain comes from (analysis.claims.gain_sources): its two contrasts worked by hand, the source
 from their outcomes, the sentence, and the config checks of gain_sources."""
 from types import SimpleNamespace
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from analysis.sources import gain_sources, sentences, source
+from analysis.claims.gain_sources import gain_sources, sentences, source
 from harness.config import ConfigError, load
 from harness.settings import GainSources
 

@@ -1,4 +1,4 @@
-"""analysis.noise: the seed / evaluation split against a table worked by hand and against statsmodels'
+"""analysis.cells.noise: the seed / evaluation split against a table worked by hand and against statsmodels'
 MixedLM (REML), the planning of seeds vs k worked by hand, the expected maximum of normals against
 its closed forms and a binomial simulation, and the report section on a fabricated grid."""
 import json
@@ -10,9 +10,9 @@ import pytest
 import statsmodels.formula.api as smf
 from scipy import stats
 
-from analysis import noise
-from analysis.contrasts import seeds_needed, seeds_needed_equivalence
-from analysis.noise import (
+from analysis.cells import noise
+from analysis.statistics.contrasts import seeds_needed, seeds_needed_equivalence
+from analysis.cells.noise import (
     NoiseParts,
     contrast_spread,
     decompose,
@@ -22,7 +22,7 @@ from analysis.noise import (
     t_test_detects,
     tost_shows_equivalence,
 )
-from analysis.summary import collect
+from analysis.cells.summary import collect
 from harness.config import validate
 from harness.settings import Config
 from tests.support.grid_fixture import make_grid
@@ -130,7 +130,7 @@ def test_plan_a_larger_k_alone_by_hand():
 
 
 def test_the_default_rule_is_the_claims_seeds_needed():
-    """At the current k, the plan's seeds are analysis.contrasts.seeds_needed's for the spread the
+    """At the current k, the plan's seeds are analysis.statistics.contrasts.seeds_needed's for the spread the
     components predict (the paired t test's power, statsmodels)."""
     arms = [(1.0, parts_of(0.004, 0.2)), (-1.0, parts_of(0.006, 0.2))]
     out = plan(arms, t_test_detects(0.1), seeds_now=2, k_now=4, train_cost=10.0, sample_cost=1.0, max_k=8)

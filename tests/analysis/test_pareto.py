@@ -1,4 +1,4 @@
-"""A queue grid at equal modelled wall-clock (analysis.pareto): the time model, the step each cell
+"""A queue grid at equal modelled wall-clock (analysis.cells.pareto): the time model, the step each cell
 reaches at equal time, the Pareto front, by hand; table.md's section, summary.json's "pareto" and the
 two queue figures through analysis.aggregate on a fabricated queue grid."""
 import json
@@ -7,9 +7,9 @@ import math
 import matplotlib
 import pytest
 
-import analysis.plots as plots
+import analysis.report.plots as plots
 from analysis.aggregate import main
-from analysis.pareto import pareto_front, score_within, summarize_pareto, throughput
+from analysis.cells.pareto import pareto_front, score_within, summarize_pareto, throughput
 from harness.config import validate
 from harness.queue_lag import QueueModel
 from harness.settings import Config

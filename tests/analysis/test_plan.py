@@ -1,9 +1,9 @@
-"""analysis.plan: a grid's expected cost and outcomes under its seed schedule, before any run."""
+"""analysis.claims.planning: a grid's expected cost and outcomes under its seed schedule, before any run."""
 from __future__ import annotations
 
 import pytest
 
-from analysis import plan
+from analysis.claims import planning as plan
 from harness.config import load
 from harness.settings import Config
 from tests.support.paths import ROOT

@@ -14,12 +14,12 @@ from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
 from analysis.aggregate import main
-from analysis.contrasts import contrast
-from analysis.plots import plot_curves
-from analysis.reference import REFERENCE
-from analysis.stats import collapse_difference, prob_improvement
-from analysis.summary import ENDPOINTS, collect
-from analysis.tables import ENDPOINT_NAMES
+from analysis.statistics.contrasts import contrast
+from analysis.report.plots import plot_curves
+from analysis.cells.reference import REFERENCE
+from analysis.statistics.intervals import collapse_difference, prob_improvement
+from analysis.cells.summary import ENDPOINTS, collect
+from analysis.report.tables import ENDPOINT_NAMES
 from harness.grid import run_dir
 from harness.grid_dir import REPORT_FILES
 from harness.settings import Config
@@ -169,7 +169,7 @@ def minus(cell, other, metric):
 
 
 def test_comparisons_are_the_statistics_of_the_per_seed_values(grid):
-    """Each comparison in summary.json is analysis.stats applied to the cells' per-seed values."""
+    """Each comparison in summary.json is analysis.statistics.intervals applied to the cells' per-seed values."""
     config, _, summary = grid
     cells = {(c["recipe"], c["lag"]): c for c in summary["cells"]}
     first = min(config["lags"])

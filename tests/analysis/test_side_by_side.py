@@ -1,4 +1,4 @@
-"""A grid's report beside another grid's (config side_by_side; analysis.compare.beside), through
+"""A grid's report beside another grid's (config side_by_side; analysis.report.compare.beside), through
 analysis.aggregate on grids fabricated by tests/support/grid_fixture.py: "constant" at seeds 3-5 (no
 collapsed or diverged run), "interval" at seeds 0-2 (its grpo lag-8 cell has both). Their claims'
 verdicts are read from each grid's own summary, and the section is checked against them."""
@@ -7,10 +7,10 @@ import json
 import pytest
 
 from analysis.aggregate import main
-from analysis.claims import statement
-from analysis.compare import beside, load_beside, render_beside
-from analysis.summary import collect, summarize
-from analysis.tuning import under_recipe_names
+from analysis.claims.verdicts import statement
+from analysis.report.compare import beside, load_beside, render_beside
+from analysis.cells.summary import collect, summarize
+from analysis.schedule.tune import under_recipe_names
 from harness.claims import claims
 from harness.config import validate
 from harness.grid_dir import GridDir
@@ -28,7 +28,7 @@ def aggregate(config: dict) -> int:
 
 @pytest.fixture(scope="module")
 def grids(tmp_path_factory):
-    """The "constant" grid's summary.json as analysis.summary makes it (aggregate without the plots), then
+    """The "constant" grid's summary.json as analysis.cells.summary makes it (aggregate without the plots), then
     the "interval" grid aggregated beside it: (interval's config, constant's summary, interval's summary)."""
     results = tmp_path_factory.mktemp("results")
     constant = validate({**make_grid(results, grid="constant", seeds=(3, 4, 5)), "claims": CLAIMS})

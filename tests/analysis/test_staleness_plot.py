@@ -1,9 +1,9 @@
-"""staleness.png of a grid of more than two lags (analysis.plots.plot_staleness_by_lag): the cost
+"""staleness.png of a grid of more than two lags (analysis.report.plots.plot_staleness_by_lag): the cost
 against lag per recipe, each point at its cell's estimate with its interval, the claims' verdicts
 under their endpoint's panel."""
 import matplotlib
 
-import analysis.plots as plots
+import analysis.report.plots as plots
 
 matplotlib.use("Agg")
 

@@ -8,7 +8,7 @@ import pytest
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
-from analysis.stats import (
+from analysis.statistics.intervals import (
     BOOTSTRAP_MIN_SEEDS,
     collapse_difference,
     collapse_rate,

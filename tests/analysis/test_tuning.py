@@ -1,4 +1,4 @@
-"""The equal tuning budget (config tuning; harness.tuning, analysis.tuning): the rule on hand-made
+"""The equal tuning budget (config tuning; harness.tuning, analysis.schedule.tune): the rule on hand-made
 scores, the config's refusals, the candidates' run identities, and the pick and the report on a
 fabricated grid (tests/workflow/test_workflow_tuning.py runs it through snakemake)."""
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from analysis.aggregate import main as aggregate
-from analysis.tuning import TIE, pick, selection, tuning_scores
-from analysis.tuning import main as tune
+from analysis.schedule.tune import TIE, pick, selection, tuning_scores
+from analysis.schedule.tune import main as tune
 from harness.config import ConfigError, validate
 from harness.grid import resolve_run_config
 from harness.grid_dir import GridDir

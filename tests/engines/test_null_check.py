@@ -1,4 +1,4 @@
-"""The lag-0 null check (engines/tiny/null_check.py): the demo config passes it; a planted top-p
+"""The lag-0 null check (engines/tiny/null_ratios.py): the demo config passes it; a planted top-p
 sampler bias is refused with its numbers, in both forms (TRL #6789's: mu renormalised over the
 kept tokens, the trainer on the full vocabulary; and a sampler that truncates but records the
 untruncated mu, which leaves r = 1 and is caught by the calibration statistic); the workflow
@@ -12,7 +12,7 @@ import engines.tiny.model as tiny_model
 import engines.tiny.rollout as rollout
 from engines.null_check import main
 from engines.prepare import main as prepare
-from engines.tiny.null_check import NullCheckFailed, null_check
+from engines.tiny.null_ratios import NullCheckFailed, null_check
 from harness.config import load
 from harness.settings import Config
 from tests.support.tiny_runs import SMALL

@@ -1,4 +1,4 @@
-"""Packed jobs (harness.jobs.run_packs): a cell's runs trained one after another in one `engines.run`
+"""Packed jobs (harness.jobs.run_packs): a cell's runs trained one after another in one `engines.train`
 process and scored in one `eval.score` process end with the files of each run trained and scored alone,
 byte for byte, and a packed job killed inside its second run resumes each run where it stopped."""
 from __future__ import annotations
@@ -28,7 +28,7 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_DATASETS_OFFLINE": "1", "HF_HUB
 
 
 def train_command(runs: list[tuple[Path, dict]]) -> list[str]:
-    command = [sys.executable, "-m", "engines.run"]
+    command = [sys.executable, "-m", "engines.train"]
     for folder, run_config in runs:
         command += ["--run-dir", str(folder), "--config-json", json.dumps(run_config)]
     return command

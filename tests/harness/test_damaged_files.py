@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.summary import collect, summarize
+from analysis.cells.summary import collect, summarize
 from harness.grid_dir import GridDir
 from harness.io import write_json_atomic
 from harness.run import RunDir
@@ -63,12 +63,12 @@ def refused(capsys, main, argv: list[str]) -> str:
 
 
 def looks_main(argv):
-    from analysis.looks import main
+    from analysis.schedule.looks import main
     return main(argv)
 
 
 def tuning_main(argv):
-    from analysis.tuning import main
+    from analysis.schedule.tune import main
     return main(argv)
 
 
@@ -78,12 +78,12 @@ def sync_main(argv):
 
 
 def compare_main(argv):
-    from analysis.compare import main
+    from analysis.report.compare import main
     return main(argv)
 
 
 def plan_main(argv):
-    from analysis.plan import main
+    from analysis.claims.planning import main
     return main(argv)
 
 

@@ -1,8 +1,8 @@
-"""analysis.provenance: the report says when a table's runs come from different commits or machines,
+"""analysis.report.machines: the report says when a table's runs come from different commits or machines,
 and sums each rule's Snakemake benchmark files."""
 from __future__ import annotations
 
-from analysis.provenance import benchmark_rows, render_markdown
+from analysis.report.machines import benchmark_rows, render_markdown
 from harness.config import validate
 from harness.io import write_json_atomic
 from harness.settings import Config

@@ -8,7 +8,7 @@ import pytest
 from scipy import stats
 
 import engines.tiny.queue_rollout
-from engines.run import run
+from engines.train import run
 from harness.config import ConfigError, load
 from harness.io import read_jsonl
 from harness.lag import LagOutOfBound, group_lags, newest_sampling_version, sampling_version

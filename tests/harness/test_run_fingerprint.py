@@ -1,5 +1,5 @@
 """The loss that ran is the loss configured: each train job records its recipe's fingerprint on the
-canned batch (engines.run), and aggregate refuses a run whose fingerprint is not its recipe's."""
+canned batch (engines.train), and aggregate refuses a run whose fingerprint is not its recipe's."""
 from __future__ import annotations
 
 import json
@@ -9,7 +9,7 @@ import pytest
 
 import stabilizers.api
 from analysis.aggregate import main as aggregate
-from engines.run import run
+from engines.train import run
 from harness import engine as engines
 from harness.grid import resolved_recipe, run_dir
 from harness.io import read_json

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from engines.run import run
+from engines.train import run
 from harness import engine as engines
 from harness.cli import EXIT_LOCKED
 from harness.config import load
@@ -23,7 +23,7 @@ from tests.support.workflow_cli import ROOT
 
 
 def engines_run(cfg, run_dir, **kwargs):
-    return subprocess.Popen([sys.executable, "-m", "engines.run", "--run-dir", str(run_dir), "--config-json",
+    return subprocess.Popen([sys.executable, "-m", "engines.train", "--run-dir", str(run_dir), "--config-json",
                              json.dumps(cfg)], cwd=ROOT, stderr=subprocess.PIPE, text=True, **kwargs)
 
 

@@ -41,7 +41,7 @@ def write_grids(results: Path) -> list[dict]:
     """The three grids, finished, aggregated and synced into the store under ``results``; their checked
     configs. 'beside' is the grid 'every_kind' shows beside its own claims."""
     from analysis.aggregate import main as aggregate
-    from analysis.tuning import selection
+    from analysis.schedule.tune import selection
     from tracking.sync import main as track
 
     configs = []

@@ -86,7 +86,7 @@ def direct_loss_of_many(micro_batches, recipe):
 
 @functools.cache
 def run_dir_for(spec_json: str) -> str:
-    """A run directory whose train/fingerprint.json is the recipe's, as engines.run records it."""
+    """A run directory whose train/fingerprint.json is the recipe's, as engines.train records it."""
     path = tempfile.mkdtemp(prefix="stalebench-slime-run-")
     atexit.register(shutil.rmtree, path, True)
     RunDir(path).write_fingerprint(fingerprint(recipe_from_named_dict(json.loads(spec_json), "test")))

@@ -7,9 +7,9 @@ import shutil
 
 import pytest
 
-from analysis.report import write_reports
-from analysis.summary import collect, summarize
-from analysis.tuning import selection
+from analysis.report.write import write_reports
+from analysis.cells.summary import collect, summarize
+from analysis.schedule.tune import selection
 from harness.config import validate
 from harness.grid import expand, grid_dir, run_dir
 from harness.grid_dir import REPORT_FILES, GridDir
@@ -243,7 +243,7 @@ def test_second_track_adds_none_and_updates(synced):
         assert run.data.metrics["improvement/fixed"] == pytest.approx(cell["improvement"]["fixed"]["estimate"])
         seeds = [by_key[k].data.metrics["fixed"] for k in cell["run_keys"]]
         assert run.data.metrics["fixed"] == pytest.approx(sum(seeds) / len(seeds))
-        if cell["staleness_cost"] is not None:  # the comparisons of analysis.stats reach MLflow too
+        if cell["staleness_cost"] is not None:  # the comparisons of analysis.statistics.intervals reach MLflow too
             assert run.data.metrics["staleness_cost/fixed/p_holm"] == pytest.approx(
                 cell["staleness_cost"]["fixed"]["p_holm"])
         assert not any(name.startswith("paper") for name in run.data.metrics)  # published numbers: tags

@@ -9,8 +9,8 @@ import urllib.parse
 
 import pytest
 
-from analysis.report import write_reports
-from analysis.tuning import selection
+from analysis.report.write import write_reports
+from analysis.schedule.tune import selection
 from harness.config import validate
 from harness.grid import expand, grid_dir, run_dir
 from harness.grid_dir import GridDir

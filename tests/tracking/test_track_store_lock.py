@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.summary import collect, summarize
+from analysis.cells.summary import collect, summarize
 from harness.grid_dir import GridDir
 from harness.io import write_json_atomic
 from harness.settings import Config

@@ -5,7 +5,7 @@ One invocation exercises what goes wrong on clusters, and must still finish the 
 - every training job has a two-minute limit and asks for the warning signal 40 s ahead, so each
   run needs two or more jobs: each stops at the warning with its resume state, exits 75, and the
   profile's retries continue it (never a TIMEOUT);
-- a second writer (engines.run by hand on a run whose training job is running) fails at once,
+- a second writer (engines.train by hand on a run whose training job is running) fails at once,
   naming that SLURM job;
 - that training job is then cancelled (scancel): squeue reports CANCELLED and the profile retries it.
   It is suspended first (scontrol suspend), so its time-limit warning cannot end it while we act.
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from engines.run import run
+from engines.train import run
 from engines.tiny.warmstart import build_base
 from harness.cli import EXIT_LOCKED
 from harness.config import load
@@ -135,7 +135,7 @@ def test_grid_through_slurm_survives_time_limits_cancel_and_a_second_writer(clus
                     if held(lock):
                         # README's recovery mistake: training the same run by hand while its job runs
                         second_writer = subprocess.run(
-                            [sys.executable, "-m", "engines.run", "--run-dir", str(target), "--config-json",
+                            [sys.executable, "-m", "engines.train", "--run-dir", str(target), "--config-json",
                              str(target / "config.json")], cwd=ROOT, capture_output=True, text=True, timeout=120)
                         second_writer = (running[0], second_writer)
                         subprocess.run(["scancel", running[0]], env=cluster.env, check=True)

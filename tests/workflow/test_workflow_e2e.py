@@ -116,7 +116,7 @@ def test_per_seed_values_come_from_the_runs_files(grid):
 
 
 def test_intervals_are_the_t_and_wilson_intervals_of_the_per_seed_values(grid):
-    """Each cell's interval recomputed from its per-seed values with statsmodels (analysis.stats
+    """Each cell's interval recomputed from its per-seed values with statsmodels (analysis.statistics.intervals
     uses scipy): mean +- t(0.975, n - 1) s / sqrt(n) over seeds, and Wilson's for k of n collapsed."""
     config, _, _ = grid
     summary = json.loads((grid_dir(config) / "summary.json").read_text())
@@ -139,7 +139,7 @@ def test_intervals_are_the_t_and_wilson_intervals_of_the_per_seed_values(grid):
         for metric in ("fixed", "best", "auc"):
             stat = cell["improvement"][metric]
             assert 0 <= stat["estimate"] <= 1 and 0 < stat["p"] <= 1
-            if stat["low"] is not None:  # an interval only from 10 seeds per arm (analysis.stats)
+            if stat["low"] is not None:  # an interval only from 10 seeds per arm (analysis.statistics.intervals)
                 assert stat["low"] - 1e-12 <= stat["estimate"] <= stat["high"] + 1e-12
     assert "student-t" in methods  # some seeds differ: not every interval is a point
 
@@ -260,7 +260,7 @@ def test_killed_workflow_resumes_where_it_stopped(scratch):
     reference = scratch / "uninterrupted" / train.parent.relative_to(grid_dir(config))
     reference.parents[3].mkdir(parents=True)
     (reference.parents[3] / "base").symlink_to(grid_dir(config) / "base")
-    subprocess.run([sys.executable, "-m", "engines.run", "--run-dir", str(reference), "--config-json",
+    subprocess.run([sys.executable, "-m", "engines.train", "--run-dir", str(reference), "--config-json",
                     (train.parent / "config.json").read_text()], cwd=ROOT, check=True, capture_output=True,
                    timeout=600)
     assert untimed_rows(train / "metrics.jsonl") == untimed_rows(reference / "train" / "metrics.jsonl")

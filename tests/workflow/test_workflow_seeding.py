@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.looks import scheduled_runs
+from analysis.schedule.looks import scheduled_runs
 from harness.config import load
 from harness.grid import expand, run_dir
 from harness.grid_dir import GridDir

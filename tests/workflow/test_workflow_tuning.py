@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from analysis.summary import collect
-from analysis.tuning import pick, tuning_scores
+from analysis.cells.summary import collect
+from analysis.schedule.tune import pick, tuning_scores
 from harness.config import load
 from harness.grid_dir import GridDir
 from harness.settings import Config

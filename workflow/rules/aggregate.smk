@@ -3,7 +3,7 @@
 
 
 # A declared seed schedule (config seeding): after each look but the last, an interim job reads the
-# claims and writes the runs the next look adds to the cells of claims still open (analysis.looks);
+# claims and writes the runs the next look adds to the cells of claims still open (analysis.schedule.looks);
 # the DAG grows from its output.
 checkpoint look:
     input:
@@ -23,13 +23,13 @@ checkpoint look:
     resources:
         **job_resources(CONFIG, "aggregate"),
     shell:
-        "python -m analysis.looks --grid {params.grid:q} --look {wildcards.look}"
+        "python -m analysis.schedule.looks --grid {params.grid:q} --look {wildcards.look}"
         " --out {output:q} > {log:q} 2>&1"
 
 
 # An equal tuning budget (config tuning): once the candidates' runs on the tuning seeds are scored, one
 # grid-wide job picks each recipe's value by the declared rule and names the confirmation runs
-# (analysis.tuning); the DAG grows from its output. Its params: the section, so a changed rule reruns it.
+# (analysis.schedule.tune); the DAG grows from its output. Its params: the section, so a changed rule reruns it.
 if TUNING is not None:
 
     checkpoint tune:
@@ -51,7 +51,7 @@ if TUNING is not None:
         resources:
             **job_resources(CONFIG, "aggregate"),
         shell:
-            "python -m analysis.tuning --grid {params.grid:q} --out {output:q} > {log:q} 2>&1"
+            "python -m analysis.schedule.tune --grid {params.grid:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule aggregate:

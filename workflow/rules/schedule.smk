@@ -1,8 +1,8 @@
-# The runs each job needs under the seed schedule (config seeding, analysis.looks), functions only, so
+# The runs each job needs under the seed schedule (config seeding, analysis.schedule.looks), functions only, so
 # that the rule files stay thin. Each later look's runs are the output of the interim job of the look
 # before it (checkpoint look, aggregate.smk).
 LOOKS = len(MODEL.seeding.looks) if MODEL.seeding else 1
-# An equal tuning budget (config tuning, analysis.tuning): the candidates' runs on the tuning seeds,
+# An equal tuning budget (config tuning, analysis.schedule.tune): the candidates' runs on the tuning seeds,
 # then the picked values' on the grid's seeds, which the grid-wide pick names (checkpoint tune).
 TUNING = MODEL.tuning
 

@@ -1,5 +1,5 @@
 # Training: one job per pack of a cell's runs (below); an engine with a grid-wide prepare step (e.g. a
-# warm-start model) runs it first. engines.run resumes from the run's last checkpoint,
+# warm-start model) runs it first. engines.train resumes from the run's last checkpoint,
 # so a killed job run again (--rerun-incomplete) redoes only the missing steps; it writes the run's status last.
 # A train job's params are its resolved run config (presets expanded, every stabilizer default):
 # a change to any of it reruns the job; the prepare job gets only the engine params it reads.
@@ -60,7 +60,7 @@ if NULL_CHECK is not None:
 
 
 # One job per pack of a cell's runs (harness.jobs.run_packs: a look's seeds where the engine packs runs,
-# else one run): engines.run trains them one after another in one process, each with its own lock,
+# else one run): engines.train trains them one after another in one process, each with its own lock,
 # status and resume, so that a killed or stopped job's retry resumes each run where it stopped.
 for pack in PACKS:
 
@@ -89,4 +89,4 @@ for pack in PACKS:
         resources:
             **job_resources(CONFIG, "train"),
         shell:
-            "OMP_NUM_THREADS={threads} python -m engines.run {params.runs:q} > {log:q} 2>&1"
+            "OMP_NUM_THREADS={threads} python -m engines.train {params.runs:q} > {log:q} 2>&1"

@@ -7,7 +7,7 @@ import pytest
 
 from engines.slime import plan
 from engines.slime.driver import check_args, lag_loop
-from engines.slime.lag import driver_version, trainer_version
+from engines.slime.weight_versions import driver_version, trainer_version
 from harness.config import load
 from harness.jobs import rule_resources, warning_lead_seconds
 from harness.lag import LAG_MODES, sampling_version

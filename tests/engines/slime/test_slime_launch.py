@@ -461,12 +461,12 @@ def test_a_job_that_fails_after_the_warning_is_a_failure_not_a_stop(table1, tmp_
 @pytest.mark.slow  # the job script with a fake ray
 def test_a_warning_before_the_job_starts_still_saves_and_exits_75(table1, tmp_path, monkeypatch):
     """SIGURG during `ray start`, before the job is submitted: the trap is already in place, so the
-    driver stops after its first step with a save, and engines.run exits with EXIT_RESUME."""
+    driver stops after its first step with a save, and engines.train exits with EXIT_RESUME."""
     run_config, directory, _ = fake_slime_job(table1, tmp_path, monkeypatch)
     monkeypatch.setenv("FAKE_RAY_WARN_AT_START", "1")
     (directory / "train").mkdir(parents=True)
     (directory / "train" / "stop_requested").touch()  # a mark left by the last attempt is cleared first
-    result = subprocess.run([sys.executable, "-m", "engines.run", "--run-dir", str(directory),
+    result = subprocess.run([sys.executable, "-m", "engines.train", "--run-dir", str(directory),
                              "--config-json", json.dumps(run_config)], cwd=REPO, capture_output=True,
                             text=True, timeout=120)
     assert result.returncode == EXIT_RESUME, result.stderr

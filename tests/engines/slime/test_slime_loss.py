@@ -255,7 +255,7 @@ def test_opsm_through_slime_masks_whole_responses_with_mixed_token_advantages():
 
 def test_the_fingerprint_is_taken_on_the_trainer_and_a_different_loss_stops_it(monkeypatch, tmp_path):
     """At its first micro-batch the loss hook fingerprints the recipe where Megatron computes the loss
-    and compares it with train/fingerprint.json (engines.run's record): equal, it writes its own."""
+    and compares it with train/fingerprint.json (engines.train's record): equal, it writes its own."""
     from harness.run import RunDir
     from stabilizers import fingerprint
 

@@ -1,6 +1,6 @@
 """engines.slime.preflight: what a slime job must pass before its first GPU-hour (reward vs prompt
 format, memory per GPU, context, extra_args), the dry run printing it, and complete-HF-save checks
-(harness.checkpoint) on the publishing and the scoring side."""
+(harness.hf_save) on the publishing and the scoring side."""
 from __future__ import annotations
 
 import json
@@ -18,7 +18,7 @@ from engines.slime.flags import slime_flags
 from engines.slime.job_script import write_job_script
 from engines.slime.params import RESUME_BREAKING_FLAGS, model_context, model_shape, parameter_counts, resolve_params
 from eval.score import ScoreError, score_run
-from harness.checkpoint import hf_checkpoint_problem
+from harness.hf_save import hf_checkpoint_problem
 from harness.config import load
 from harness.grid import resolve_run_config, run_dir
 from harness.io import read_jsonl

@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engines.run import run
+from engines.train import run
 from engines.tiny.batch import Recomputed, all_finite, as_floats, clip_grad_norm
 from engines.tiny.model import ModelConfig, MoE
 from engines.tiny.rollout_bf16 import _moe, bf16

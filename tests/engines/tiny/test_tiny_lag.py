@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import engines.tiny.trainer
-from engines.run import run
+from engines.train import run
 from engines.tiny import task
 from engines.tiny.batch import step_seed
 from engines.tiny.trainer import Trainer

@@ -14,7 +14,7 @@ import torch
 import yaml
 
 import engines.tiny.trainer
-from engines.run import run
+from engines.train import run
 from engines.tiny import task
 from engines.tiny.batch import group_advantages, step_seed
 from engines.tiny.checkpoint import load_model
@@ -146,7 +146,7 @@ def test_a_run_whose_resume_state_was_deleted_trains_again_to_the_same_bits(base
 def test_a_run_folder_outside_a_grids_layout_is_refused_by_name(base, scratch, capsys):
     """The workflow's run configs name the base model relative to the grid folder, which the run
     folder's place in the grid's layout gives: a folder elsewhere is an error saying so."""
-    from engines.run import main
+    from engines.train import main
 
     cfg = {**config(base), "base_model": "base"}
     assert main(["--run-dir", str(scratch / "shallow"), "--config-json", json.dumps(cfg)]) == 2

@@ -23,7 +23,7 @@ An equivalence claim (|c| < delta) reads the interval as it is:
 | anything else                            | undecided          |
 
 Beside a negligible outcome the claim says whether the interval also excludes 0 (a small cost that
-is real, analysis.claims): a remark, not another outcome, so that the verdict does not hang on a
+is real, analysis.claims.verdicts): a remark, not another outcome, so that the verdict does not hang on a
 boundary the claim did not ask about.
 
 An interval that covers the true contrast gives an outcome that is true of it (each row is a region

@@ -5,11 +5,11 @@ The rule, declared before any run: a candidate's score is the mean of its runs' 
 (AUC by default) over the tuning seeds and the selection lags (every run of the budget weighs the
 same); the highest score wins, and a tie (equal within TIE, float rounding) goes to the candidate
 listed first. The workflow runs the pick once the tuning runs are scored (``python -m
-analysis.tuning``, a Snakemake checkpoint: its output names the confirmation runs, and the DAG grows
+analysis.schedule.tune``, a Snakemake checkpoint: its output names the confirmation runs, and the DAG grows
 from it); aggregation replays it from the same runs (:func:`confirmation_view`) and reports the picked
 variants' confirmation seeds only: a tuning score is the pick's input (tuning.json), never a result.
 
-    python -m analysis.tuning --grid <results_dir>/<grid> --out <the grid's pick file>
+    python -m analysis.schedule.tune --grid <results_dir>/<grid> --out <the grid's pick file>
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import math
 import sys
 from pathlib import Path
 
-from analysis.summary import collect
+from analysis.cells.summary import collect
 from harness.cli import load_grid, run_stage
 from harness.io import write_json_atomic
 from harness.settings import Config
@@ -39,7 +39,7 @@ def pick(scores: list[tuple[object, float]]):
 
 def tuning_scores(config: Config, runs) -> dict[str, list[tuple[object, float]]]:
     """recipe -> (value, mean score over its tuning runs) in declared order, from ``runs``
-    (analysis.summary.RunResult of the tuning runs); a candidate without every one of its runs is refused."""
+    (analysis.cells.summary.RunResult of the tuning runs); a candidate without every one of its runs is refused."""
     tuning, by_run = config.tuning, {(run.recipe, run.lag, run.seed): run for run in runs}
     scores = {}
     for recipe, candidates in tuning.candidates.items():
@@ -89,7 +89,7 @@ def confirmation_view(config: Config) -> tuple[Config, dict | None]:
 def under_recipe_names(summary: dict) -> dict:
     """``summary`` with each picked variant's cells and claims named by its recipe
     (grpo.eps_low_eps_high-0.3 -> grpo), so that a tuned grid compares cell by cell and claim by claim
-    with the same grid untuned (config side_by_side: analysis.compare.beside); ``summary`` itself
+    with the same grid untuned (config side_by_side: analysis.report.compare.beside); ``summary`` itself
     without a tuning section."""
     tuning = summary.get("tuning")
     if tuning is None:
@@ -141,7 +141,7 @@ def _interval(cell: dict | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m analysis.tuning", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m analysis.schedule.tune", description=__doc__.split("\n")[0])
     parser.add_argument("--grid", required=True, help="the grid folder, <results_dir>/<grid> (its config.json)")
     parser.add_argument("--out", required=True, help="the JSON file to write: the grid folder's tuning pick (GridDir.tuning_path)")
     args = parser.parse_args(argv)
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         write_json_atomic(Path(args.out), result)
         return result
 
-    return run_stage("analysis.tuning", work, lambda result, seconds: (
+    return run_stage("analysis.schedule.tune", work, lambda result, seconds: (
         "picked " + ", ".join(f"{recipe}: {entry['picked']}" for recipe, entry in result["recipes"].items())
         + f" ({seconds:.1f} s)"))
 

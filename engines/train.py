@@ -1,4 +1,4 @@
-"""Train runs of the grid: ``python -m engines.run --run-dir DIR --config-json JSON [--run-dir ... --config-json ...]``.
+"""Train runs of the grid: ``python -m engines.train --run-dir DIR --config-json JSON [--run-dir ... --config-json ...]``.
 
 Several pairs (a packed train job, harness.jobs.run_packs): the runs one after another in this process,
 each exactly as if alone (its own checks, lock, pin, provenance, status and resume; harness.cli.run_each).
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"give one --config-json per --run-dir (got {len(args.run_dir)} and {len(args.config_json)})")
     runs = [(folder, parse_json_arg(text, "--config-json")) for folder, text in zip(args.run_dir, args.config_json)]
     watch_time_limit()
-    return run_each("engines.run", runs, lambda pair: run(pair[1], pair[0]),
+    return run_each("engines.train", runs, lambda pair: run(pair[1], pair[0]),
                     lambda pair, status, seconds: f"{pair[0]}: {status} in {seconds:.1f} s")
 
 

@@ -1,4 +1,4 @@
-"""Collapse as a time to event: each run's collapse step (analysis.curves: the start of its final
+"""Collapse as a time to event: each run's collapse step (analysis.cells.curves: the start of its final
 below-threshold stretch, or the step it diverged at), runs that did not collapse censored at the
 step budget. scipy's Kaplan-Meier estimator (``stats.ecdf`` on censored data) and log-rank test
 (``stats.logrank``; tests/analysis/test_contrasts.py checks it against statsmodels' ``survdiff``), and the
@@ -16,8 +16,8 @@ from statsmodels.duration.survfunc import survdiff
 from statsmodels.stats.power import NormalIndPower
 from statsmodels.stats.proportion import proportion_effectsize
 
-from analysis.contrasts import _fewest
-from analysis.stats import ALPHA, POWER, newcombe
+from analysis.statistics.contrasts import _fewest
+from analysis.statistics.intervals import ALPHA, POWER, newcombe
 
 
 @dataclass(frozen=True)

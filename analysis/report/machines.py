@@ -129,5 +129,5 @@ def compute_lines(config: Config) -> list[str]:
 
 
 def render_markdown(config: Config) -> str:
-    """The provenance and compute sections, appended to table.md by analysis.report."""
+    """The provenance and compute sections, appended to table.md by analysis.report.write."""
     return "\n".join(["", *provenance_lines(config), *compute_lines(config)])

@@ -1,10 +1,10 @@
 """The verdict on each claim of the config (harness.claims.Claim): the confirmatory family.
 
-Each claim is a contrast of cell means (analysis.contrasts: paired by seed where the cells share
+Each claim is a contrast of cell means (analysis.statistics.contrasts: paired by seed where the cells share
 their seeds, else Welch-Satterthwaite) or, for collapse, a difference of two cells' collapse rates
 (Newcombe interval; the log-rank test of their collapse times beside it, stratified by seed where the
 cells share their seeds). Its outcome is where its interval lies against 0 and the smallest effect
-(analysis.decision: one rule, exclusive outcomes), read at ALPHA / m for the m claims this grid
+(analysis.statistics.decision: one rule, exclusive outcomes), read at ALPHA / m for the m claims this grid
 tests, at each look of the declared seed schedule (config ``seeding``) until the outcome is final.
 Beside each outcome: the probability that an independent rerun of the same design gives it again
 (a plug-in parametric bootstrap of the whole rule, looks included), and while it is not final the
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from analysis.contrasts import contrast, seeds_needed, seeds_needed_equivalence
-from analysis.decision import (
+from analysis.statistics.contrasts import contrast, seeds_needed, seeds_needed_equivalence
+from analysis.statistics.decision import (
     is_final,
     look_levels,
     newcombe_bounds,
@@ -30,8 +30,8 @@ from analysis.decision import (
     simulate_contrast,
     t_bounds,
 )
-from analysis.stats import ALPHA
-from analysis.survival import collapse_test, seeds_needed_collapse
+from analysis.statistics.intervals import ALPHA
+from analysis.statistics.survival import collapse_test, seeds_needed_collapse
 from harness.claims import Claim, Seeding, StalenessCost
 
 NOT_TESTED = "not tested in this grid"
@@ -45,7 +45,7 @@ METRIC_TEXT = {"auc": "AUC", "fixed": "fixed-step score", "best": "best-checkpoi
 @dataclass(frozen=True)
 class Schedule:
     """The looks a grid reads its claims at: seeds[:n] for each n of ``looks`` (a fixed design: one
-    look at every seed), each look's interval at ``levels`` (analysis.decision.look_levels)."""
+    look at every seed), each look's interval at ``levels`` (analysis.statistics.decision.look_levels)."""
     looks: tuple[int, ...]
     levels: tuple[float, ...]
     seeds: tuple[int, ...]
@@ -85,7 +85,7 @@ def _values(cell: dict, key: str, seeds: set[int]) -> tuple[list, list]:
 
 
 class ScoreRule:
-    """How a claim on a score is decided: a contrast of cell means (analysis.contrasts, paired by seed
+    """How a claim on a score is decided: a contrast of cell means (analysis.statistics.contrasts, paired by seed
     where the cells share their seeds) and its Student t interval."""
 
     @staticmethod

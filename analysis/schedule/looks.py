@@ -1,8 +1,8 @@
-"""The declared seed schedule (config ``seeding``; analysis.claims): which runs each look needs.
+"""The declared seed schedule (config ``seeding``; analysis.claims.verdicts): which runs each look needs.
 
-Look 1 runs every cell at seeds[:n_1]. After look k the claims are read (analysis.claims.open_cells)
+Look 1 runs every cell at seeds[:n_1]. After look k the claims are read (analysis.claims.verdicts.open_cells)
 and only the cells of a claim whose outcome is not final get seeds[n_k:n_(k+1)]. The workflow runs
-one interim job per look (``python -m analysis.looks``, a Snakemake checkpoint: the DAG grows from
+one interim job per look (``python -m analysis.schedule.looks``, a Snakemake checkpoint: the DAG grows from
 its output) and the aggregate replays the same schedule from the runs (:func:`scheduled_runs`), so
 the runs it reads are the ones the schedule asked for, whoever ran them.
 """
@@ -12,8 +12,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from analysis.claims import open_cells
-from analysis.summary import build_cells, collect
+from analysis.claims.verdicts import open_cells
+from analysis.cells.summary import build_cells, collect
 from harness.cli import load_grid, run_stage
 from harness.io import write_json_atomic
 from harness.settings import Config, Run
@@ -54,7 +54,7 @@ def interim(config: Config, look: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m analysis.looks", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m analysis.schedule.looks", description=__doc__.split("\n")[0])
     parser.add_argument("--grid", required=True, help="the grid folder, <results_dir>/<grid> (its config.json)")
     parser.add_argument("--look", type=int, required=True, help="the look just run (1-based, before the last)")
     parser.add_argument("--out", required=True, help="the JSON file to write: the next look's runs")
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         write_json_atomic(Path(args.out), result)
         return result
 
-    return run_stage("analysis.looks", work, lambda result, seconds: (
+    return run_stage("analysis.schedule.looks", work, lambda result, seconds: (
         f"look {args.look}: {len(result['open_cells'])} cells still open, {len(result['next_runs'])} runs next "
         f"({seconds:.1f} s)"))
 

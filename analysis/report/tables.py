@@ -1,17 +1,17 @@
-"""The report's text from summary.json (analysis.summary): the claims' verdicts first, then the
-cell tables and the exploratory comparison tables of each endpoint (analysis.summary.ENDPOINTS),
+"""The report's text from summary.json (analysis.cells.summary): the claims' verdicts first, then the
+cell tables and the exploratory comparison tables of each endpoint (analysis.cells.summary.ENDPOINTS),
 the generated conclusions, and the Markdown / LaTeX / CSV renderers of one set of sections."""
 from __future__ import annotations
 
 import csv
 import io
 
-from analysis.claims import NOT_TESTED
-from analysis.noise import sections as noise_sections
-from analysis.pareto import sections as pareto_sections
-from analysis.sources import markdown_lines as source_lines
-from analysis.stats import ALPHA, BOOTSTRAP_MIN_SEEDS, smallest_p
-from analysis.summary import ENDPOINTS, MISMATCH, SCORES, summary_cells
+from analysis.claims.verdicts import NOT_TESTED
+from analysis.cells.noise import sections as noise_sections
+from analysis.cells.pareto import sections as pareto_sections
+from analysis.claims.gain_sources import markdown_lines as source_lines
+from analysis.statistics.intervals import ALPHA, BOOTSTRAP_MIN_SEEDS, smallest_p
+from analysis.cells.summary import ENDPOINTS, MISMATCH, SCORES, summary_cells
 from harness.claims import KINDS
 
 ENDPOINT_NAMES = {"auc": "AUC", "fixed": "fixed-step score", "best": "best-checkpoint score",
@@ -188,8 +188,8 @@ def sections(summary: dict) -> list[tuple[str, list[str], list[list[str]]]]:
             columns.append(("paper ", paper_value("dbar", 1, 4)))
         table(f"{title} (mean [95% CI: {_methods(shown(lambda c, m=metric: c['stats'][m]))}] (per seed))",
               columns)
-    out += noise_sections(summary)  # noise: seed vs evaluation (analysis.noise renders its own tables)
-    out += pareto_sections(summary)  # a queue grid at equal modelled wall-clock (analysis.pareto)
+    out += noise_sections(summary)  # noise: seed vs evaluation (analysis.cells.noise renders its own tables)
+    out += pareto_sections(summary)  # a queue grid at equal modelled wall-clock (analysis.cells.pareto)
     return out
 
 

@@ -10,7 +10,7 @@ shared machine, 2026-11-30; tests/analysis/test_stats.py checks n = 3, 5, 10 on 
   everything NaN ("empty"); one value -> no interval ("n<2"); all values equal -> the point
   interval [x, x] ("degenerate").
 - differences of cell means (staleness costs, recipe against recipe) and the seeds they need:
-  analysis.contrasts (paired by seed, or Welch-Satterthwaite).
+  analysis.statistics.contrasts (paired by seed, or Welch-Satterthwaite).
 - :func:`prob_improvement`: P(X > Y) + 0.5 P(X = Y) over all seed pairs (rliable's probability
   of improvement) with the two-sided Mann-Whitney test (exact without ties; a permutation test
   with ties, exact whenever the partitions number at most N_RESAMPLES). Its bootstrap (BCa)
@@ -36,7 +36,7 @@ from statsmodels.stats.proportion import confint_proportions_2indep
 
 ALPHA = 0.05  # two-sided test level
 CONFIDENCE = 1 - ALPHA  # of every interval: a t interval excludes 0 exactly when its p < ALPHA
-POWER = 0.8  # of the seeds a claim needs at its declared effect (analysis.contrasts, analysis.survival)
+POWER = 0.8  # of the seeds a claim needs at its declared effect (analysis.statistics.contrasts, analysis.statistics.survival)
 BOOTSTRAP_MIN_SEEDS = 10  # per group, for the P(improvement) interval (module docstring)
 N_RESAMPLES = 9999
 SEED = 0

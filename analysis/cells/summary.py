@@ -1,9 +1,9 @@
 """Collect a finished grid into cells (recipe x lag) and their statistics: summary.json.
 
 :func:`collect` reads every run of the grid (harness.grid.expand / run_dir) through
-analysis.curves.read_run; :func:`summarize` computes each cell's statistics and the comparisons
-between cells (analysis.stats, analysis.contrasts), and answers the config's claims
-(analysis.claims): the claims are the confirmatory family, every other comparison is exploratory.
+analysis.cells.curves.read_run; :func:`summarize` computes each cell's statistics and the comparisons
+between cells (analysis.statistics.intervals, analysis.statistics.contrasts), and answers the config's claims
+(analysis.claims.verdicts): the claims are the confirmatory family, every other comparison is exploratory.
 """
 from __future__ import annotations
 
@@ -14,14 +14,14 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm import tqdm
 
-from analysis.claims import answer
-from analysis.contrasts import contrast
-from analysis.curves import RunSummary, read_run
-from analysis.noise import summarize_noise
-from analysis.pareto import summarize_pareto
-from analysis.reference import load_reference, reference_for
-from analysis.sources import gain_sources
-from analysis.stats import (
+from analysis.claims.verdicts import answer
+from analysis.statistics.contrasts import contrast
+from analysis.cells.curves import RunSummary, read_run
+from analysis.cells.noise import summarize_noise
+from analysis.cells.pareto import summarize_pareto
+from analysis.cells.reference import load_reference, reference_for
+from analysis.claims.gain_sources import gain_sources
+from analysis.statistics.intervals import (
     ALPHA,
     BOOTSTRAP_MIN_SEEDS,
     CONFIDENCE,
@@ -141,12 +141,12 @@ def summarize(config: Config, runs: list[RunResult]) -> dict:
     mean + 95% CI per metric, collapse k/n with Wilson CI, and the exploratory comparisons:
     P(improvement) over the baseline (``improvement``), the difference to the baseline at the same
     lag (``vs_baseline``), the staleness cost against the smallest lag (``staleness_cost``; both
-    analysis.contrasts, paired by seed where the cells share seeds) and the collapse-rate
+    analysis.statistics.contrasts, paired by seed where the cells share seeds) and the collapse-rate
     differences (``collapse_vs_baseline``, ``collapse_vs_reference_lag``), each with its p-value
-    Holm-adjusted within its table (``p_holm``); then the claims' outcomes (``claims``, analysis.claims:
+    Holm-adjusted within its table (``p_holm``); then the claims' outcomes (``claims``, analysis.claims.verdicts:
     each from its interval at alpha / the claims tested, over the looks of the seed schedule); the noise
-    section (analysis.noise) and a queue grid's equal-time comparison (``pareto``, analysis.pareto).
-    analysis.report adds the generated conclusions (analysis.tables)."""
+    section (analysis.cells.noise) and a queue grid's equal-time comparison (``pareto``, analysis.cells.pareto).
+    analysis.report.write adds the generated conclusions (analysis.report.tables)."""
     baseline = config.baseline
     if baseline is not None and baseline not in config.recipes:
         raise ValueError(f"baseline {baseline!r} is not one of the grid's recipes {list(config.recipes)}")
@@ -192,12 +192,12 @@ def summarize(config: Config, runs: list[RunResult]) -> dict:
                                          "(Bonferroni), spent over the looks of the seed schedule"},
                "claims": _json_safe(answer(config.claims, cells, reference_lag, config.steps, seeding, config.seeds)),
                "cells": _json_safe(list(cells.values()))}
-    # where each recipe's gain comes from (analysis.sources; grids with a gain_sources section)
+    # where each recipe's gain comes from (analysis.claims.gain_sources; grids with a gain_sources section)
     summary["gain_sources"] = _json_safe(gain_sources(config, cells, summary["claims"]))
     # the split of each cell's noise into training seed and evaluation, and the plans of seeds vs k:
-    # a section of its own (analysis.noise)
+    # a section of its own (analysis.cells.noise)
     summary["noise"] = _json_safe(summarize_noise(config, runs))
-    # a queue grid's bounds at equal modelled wall-clock and their Pareto front (analysis.pareto); None otherwise
+    # a queue grid's bounds at equal modelled wall-clock and their Pareto front (analysis.cells.pareto); None otherwise
     summary["pareto"] = _json_safe(summarize_pareto(config, summary))
     return summary
 

@@ -12,7 +12,7 @@ them, and a dropped group is generation spent on nothing, so
 (at s < 1 the trainer waits for rollouts; at most one step per unit: the trainer's own speed). A
 run of ``steps`` steps takes steps / s. At equal modelled wall-clock, every (recipe, bound) gets the
 time the fastest one needs for every step, T = steps / max s: it reaches floor(T x s) steps, and its
-score there is the cell's score curve (analysis.summary.score_curve: the mean over seeds with its 95%
+score there is the cell's score curve (analysis.cells.summary.score_curve: the mean over seeds with its 95%
 interval) at its last evaluated step within them. The Pareto front of a recipe: its bounds not
 dominated in (modelled time of the run: lower is better, score: higher is better), read on the
 estimates (the intervals are in the table and pareto.png). Lag 0 is the synchronous loop in every
@@ -99,7 +99,7 @@ def summarize_pareto(config: Config, summary: dict) -> dict | None:
 
 
 def sections(summary: dict) -> list[tuple[str, list[str], list[list[str]]]]:
-    """table.md's "at equal modelled wall-clock" table (analysis.tables.sections appends it)."""
+    """table.md's "at equal modelled wall-clock" table (analysis.report.tables.sections appends it)."""
     pareto = summary.get("pareto")
     if not pareto:
         return []
@@ -116,7 +116,7 @@ def sections(summary: dict) -> list[tuple[str, list[str], list[list[str]]]]:
                                                    f" of {row['steps_reached']} reached)",
              " / ".join("yes" if row["front"][e] else "no" for e in ENDPOINTS)] for row in pareto["cells"]]
     left_out = f"; lag {pareto['left_out'][0]} (the synchronous loop) left out" if pareto["left_out"] else ""
-    title = (f"At equal modelled wall-clock (lag mode queue; the time model is the preset's, analysis.pareto: "
+    title = (f"At equal modelled wall-clock (lag mode queue; the time model is the preset's, analysis.cells.pareto: "
              f"{pareto['time_model']}; each cell at the time the fastest needs for {pareto['steps']} steps, "
              f"{pareto['time_budget']:.1f} units of one trainer step{left_out})")
     return [(title, ["recipe", "bound", "drop rate, %", "steps per unit time", "modelled time (vs fastest)",

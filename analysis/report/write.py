@@ -1,19 +1,19 @@
 """Write a finished grid's reports into <results_dir>/<grid> (docs/design.md), each atomically:
-table.md / table.csv / table.tex (analysis.tables: the claims' verdicts first, then rows =
+table.md / table.csv / table.tex (analysis.report.tables: the claims' verdicts first, then rows =
 recipes, columns = lags), curves.png, mismatch.png, collapse.png (Kaplan-Meier), staleness.png,
-pareto.png and lag_vs_length.png (a queue grid's; a text panel for any other: analysis.plots) and
-summary.json (analysis.summary, with the generated conclusions). With config side_by_side, table.md
-and summary.json also show another grid's claims beside this one's (analysis.compare)."""
+pareto.png and lag_vs_length.png (a queue grid's; a text panel for any other: analysis.report.plots) and
+summary.json (analysis.cells.summary, with the generated conclusions). With config side_by_side, table.md
+and summary.json also show another grid's claims beside this one's (analysis.report.compare)."""
 from __future__ import annotations
 
-from analysis import provenance
-from analysis.compare import beside, load_beside, render_beside
-from analysis.looks import scheduled_runs
-from analysis.plots import plot_collapse, plot_curves, plot_mismatch, plot_pareto, plot_queue_lags, plot_staleness
-from analysis.summary import collect, summarize
-from analysis.tables import conclusions, render_csv, render_latex, render_markdown
-from analysis.tuning import confirmation_view
-from analysis.tuning import render_markdown as tuning_markdown
+from analysis.report import machines as provenance
+from analysis.report.compare import beside, load_beside, render_beside
+from analysis.schedule.looks import scheduled_runs
+from analysis.report.plots import plot_collapse, plot_curves, plot_mismatch, plot_pareto, plot_queue_lags, plot_staleness
+from analysis.cells.summary import collect, summarize
+from analysis.report.tables import conclusions, render_csv, render_latex, render_markdown
+from analysis.schedule.tune import confirmation_view
+from analysis.schedule.tune import render_markdown as tuning_markdown
 from harness.grid_dir import GridDir
 from harness.io import write_json_atomic, write_text_atomic
 from harness.settings import Config
@@ -26,14 +26,14 @@ def write_reports(config: Config, out: GridDir | None = None, progress: bool = T
     grid = out or config.folder
     other = load_beside(config)  # first: a grid to show beside this one that is not there fails before the work
     grid.path.mkdir(parents=True, exist_ok=True)
-    # with a tuning section: the confirmation grid of the picked values (analysis.tuning), and the pick
+    # with a tuning section: the confirmation grid of the picked values (analysis.schedule.tune), and the pick
     config, summary_tuning = confirmation_view(config)
     runs = collect(config, progress=progress, which=scheduled_runs(config))
     summary = summarize(config, runs)
     summary["tuning"] = summary_tuning
     summary["side_by_side"] = None if other is None else beside(summary, other)
     summary["conclusions"] = conclusions(summary)
-    # then what the runs ran on and what they cost (analysis.provenance)
+    # then what the runs ran on and what they cost (analysis.report.machines)
     write_text_atomic(grid.table_path("md"), render_markdown(summary) + tuning_markdown(summary)
                       + render_beside(summary) + provenance.render_markdown(config))
     write_text_atomic(grid.table_path("csv"), render_csv(summary))

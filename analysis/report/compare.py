@@ -1,20 +1,20 @@
 """Two grids side by side: does grid B reproduce grid A within their noise?
 
-    python -m analysis.compare A B [--json]
+    python -m analysis.report.compare A B [--json]
 
-A and B are two grids' folders (<results_dir>/<grid>) or their summary.json files (analysis.summary).
-For every cell (recipe x lag) both grids have, and for each endpoint (analysis.summary.ENDPOINTS)
+A and B are two grids' folders (<results_dir>/<grid>) or their summary.json files (analysis.cells.summary).
+For every cell (recipe x lag) both grids have, and for each endpoint (analysis.cells.summary.ENDPOINTS)
 and the collapse rate: B minus A with its 95% interval and two-sided test. The grids are
 independent samples (other machines, kernels or seeds), so a score's difference is
-Welch-Satterthwaite on the two cells' seeds (analysis.contrasts; never paired, even where the seed
+Welch-Satterthwaite on the two cells' seeds (analysis.statistics.contrasts; never paired, even where the seed
 numbers match) and a collapse rate's is Newcombe's interval with Fisher's exact test
-(analysis.stats). Holm runs over every test of the comparison (one family). Each claim both grids
+(analysis.statistics.intervals). Holm runs over every test of the comparison (one family). Each claim both grids
 declare (same name and statement) shows both verdicts. Cells and claims in one grid only are
 listed, not compared. Exit status: 0 the grids agree (AGREEMENT), 1 they do not, 2 bad input.
 
 A grid's own report shows another grid's claims beside its own (config side_by_side: e.g. the grid
 run under lag_mode interval beside the one run under constant lag): ``beside`` and
-``render_beside``, called by analysis.report, with that grid as A and this one as B.
+``render_beside``, called by analysis.report.write, with that grid as A and this one as B.
 """
 from __future__ import annotations
 
@@ -24,11 +24,11 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from analysis.contrasts import contrast
-from analysis.stats import ALPHA, collapse_difference, holm
-from analysis.summary import ENDPOINTS, _json_safe, summary_cells
-from analysis.tables import ENDPOINT_NAMES, _comparison_text, _interval_text
-from analysis.tuning import under_recipe_names
+from analysis.statistics.contrasts import contrast
+from analysis.statistics.intervals import ALPHA, collapse_difference, holm
+from analysis.cells.summary import ENDPOINTS, _json_safe, summary_cells
+from analysis.report.tables import ENDPOINT_NAMES, _comparison_text, _interval_text
+from analysis.schedule.tune import under_recipe_names
 from harness.claims import KINDS
 from harness.cli import run_stage
 from harness.grid_dir import SUMMARY, GridDir
@@ -210,7 +210,7 @@ def render_beside(summary: dict) -> str:
     lines = ["", f"## Beside {label} (grid {side['grid']})", "",
              f"A is grid {side['grid']} ({label}, `{side['file']}`), B is this grid. Each claim both grids declare "
              "with the same statement: its verdict and estimate [interval] in each; every cell, B minus A: "
-             f"`python -m analysis.compare` on the two grid folders.", "",
+             f"`python -m analysis.report.compare` on the two grid folders.", "",
              f"| claim | this grid | {label} | verdicts |", "|---|---|---|---|"]
     lines += [f"| {c['name']}: {c['statement']} | {_claim_text(c['b'])} | {_claim_text(c['a'])} | "
               f"{'same' if c['same_verdict'] else '**differs**'} |" for c in side["claims"]]
@@ -245,7 +245,7 @@ def run(path_a: str, path_b: str, as_json: bool) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m analysis.compare", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m analysis.report.compare", description=__doc__.split("\n")[0])
     parser.add_argument("a", help=f"grid A: its folder <results_dir>/<grid> or its {SUMMARY} (e.g. published)")
     parser.add_argument("b", help=f"grid B: its folder or {SUMMARY} (e.g. your reproduction)")
     parser.add_argument("--json", action="store_true", help="print the comparison as JSON, not Markdown")
@@ -256,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         result.update(run(args.a, args.b, args.json))
         return result
 
-    status = run_stage("analysis.compare", work, lambda _, seconds: (
+    status = run_stage("analysis.report.compare", work, lambda _, seconds: (
         f"{'agree' if result['agree'] else 'do not agree'} ({result['tests']} tests, "
         f"{len(result['claims'])} claims) in {seconds:.2f} s"))
     return status or (0 if result["agree"] else 1)

@@ -29,7 +29,7 @@ import numpy as np
 from scipy import stats
 from statsmodels.stats.power import TTestPower
 
-from analysis.stats import ALPHA, CONFIDENCE, POWER, _constant_group_is_exact, _finite
+from analysis.statistics.intervals import ALPHA, CONFIDENCE, POWER, _constant_group_is_exact, _finite
 
 Arm = tuple[float, list, list]  # (weight, per-seed values, their seeds)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference" / "table1.csv"
+REFERENCE = Path(__file__).resolve().parents[2] / "results" / "reference" / "table1.csv"
 
 
 def load_reference(path: Path = REFERENCE) -> dict[tuple[str, bool, bool, int], dict]:

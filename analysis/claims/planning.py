@@ -1,13 +1,13 @@
 """Size a grid before paying for it: what the declared design (config ``claims`` and ``seeding``)
 is expected to cost and how likely it is to decide each claim, at assumed effects.
 
-    python -m analysis.plan config.yaml --from results/field          # effects measured on a grid
-    python -m analysis.plan config.yaml --assume grpo_staleness_cost=-0.29:0.04 ...   # effect:spread
+    python -m analysis.claims.planning config.yaml --from results/field          # effects measured on a grid
+    python -m analysis.claims.planning config.yaml --assume grpo_staleness_cost=-0.29:0.04 ...   # effect:spread
 
 An assumption is a claim's true contrast and the sd of one seed's contrast (fractions of the score,
 as smallest_effect; a collapse claim: the two cells' collapse rates, rate_x:rate_y). Without one a
 claim is planned at its smallest effect (0 for an equivalence claim) with the spread it must be
-given. Each claim is simulated through the whole rule (analysis.decision: its interval at the
+given. Each claim is simulated through the whole rule (analysis.statistics.decision: its interval at the
 family's level, every look of the schedule); claims are drawn independently, so the expected runs
 ignore the correlation of claims that share a cell (benchmarks/bench_verdicts.py simulates it).
 """
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.claims import Schedule
-from analysis.decision import simulate_collapse, simulate_contrast
+from analysis.claims.verdicts import Schedule
+from analysis.statistics.decision import simulate_collapse, simulate_contrast
 from harness.config import ConfigError, load
 from harness.grid_dir import GridDir
 from harness.io import read_json
@@ -103,7 +103,7 @@ def parse_assumption(text: str) -> tuple[str, tuple[float, float]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m analysis.plan", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m analysis.claims.planning", description=__doc__.split("\n")[0])
     parser.add_argument("config", help="a workflow config (config.yaml or a preset)")
     parser.add_argument("--from", dest="grid", type=Path, help="a finished grid (its folder or summary.json)")
     parser.add_argument("--assume", type=parse_assumption, action="append", default=[], help="NAME=effect:spread")
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         assumed.update(dict(args.assume))
         print(render(plan(Config.build(config), assumed, args.replicates)))
     except (ConfigError, ValueError, OSError) as error:
-        print(f"analysis.plan: error: {error}", file=sys.stderr)
+        print(f"analysis.claims.planning: error: {error}", file=sys.stderr)
         return 2
     return 0
 

@@ -9,7 +9,7 @@ baseline, as two arms, ``without_mismatch`` (a float32 sampler: pi/mu = 1 at lag
 - mismatch: R's benefit over G at lag 0 with the mismatch minus without it
   ((R1(0) - G1(0)) - (R0(0) - G0(0))): what R corrects when only the numerics differ.
 
-Each is read by the claims' rule (analysis.decision, expect "greater" at ``smallest_effect``) at the
+Each is read by the claims' rule (analysis.statistics.decision, expect "greater" at ``smallest_effect``) at the
 family's level (alpha / the claims the grid tests), but outside the family: a description of the
 grid, exploratory, not a claim. A part counts as present when its outcome is "exceeds" or "claimed
 sign", absent when "below effect", "negligible" or "opposite"; otherwise it is undecided (and with
@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from analysis.claims import NOT_TESTED, interval, measure, tested_in
-from analysis.decision import outcome
-from analysis.stats import ALPHA
+from analysis.claims.verdicts import NOT_TESTED, interval, measure, tested_in
+from analysis.statistics.decision import outcome
+from analysis.statistics.intervals import ALPHA
 from harness.claims import Claim, CostDifference, Interaction
 from harness.settings import Config, GainSources
 
@@ -100,5 +100,5 @@ def markdown_lines(found: dict | None) -> list[str]:
     """table.md's section of gain_sources' answer (none without it): a sentence per recipe."""
     if not found:
         return []
-    return ["## Where each recipe's gain comes from (analysis.sources: staleness, mismatch, both or neither)", "",
+    return ["## Where each recipe's gain comes from (analysis.claims.gain_sources: staleness, mismatch, both or neither)", "",
             *(f"- {line}" for line in sentences(found)), ""]

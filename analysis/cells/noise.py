@@ -33,8 +33,8 @@ import numpy as np
 from scipy import integrate, stats
 from statsmodels.stats.power import TTestPower
 
-from analysis.contrasts import tost_power
-from analysis.stats import ALPHA, POWER
+from analysis.statistics.contrasts import tost_power
+from analysis.statistics.intervals import ALPHA, POWER
 from harness.settings import Config
 
 
@@ -116,7 +116,7 @@ def contrast_spread(arms: list[tuple[float, NoiseParts]], k: int) -> float:
 
 
 def t_test_detects(smallest_effect: float, alpha: float = ALPHA) -> Callable[[float, int], bool]:
-    """analysis.contrasts.seeds_needed's rule: the two-sided t test of n per-seed contrasts (sd
+    """analysis.statistics.contrasts.seeds_needed's rule: the two-sided t test of n per-seed contrasts (sd
     ``spread``) detects ``smallest_effect`` with POWER at ``alpha`` (statsmodels TTestPower)."""
     def enough(spread: float, n: int) -> bool:
         # "not below": statsmodels' power is NaN where it is 1 to machine precision (as seeds_needed reads it)
@@ -126,7 +126,7 @@ def t_test_detects(smallest_effect: float, alpha: float = ALPHA) -> Callable[[fl
 
 
 def tost_shows_equivalence(margin: float, alpha: float = 2 * ALPHA) -> Callable[[float, int], bool]:
-    """analysis.contrasts.seeds_needed_equivalence's rule: the two-sided interval at ``alpha`` lies inside
+    """analysis.statistics.contrasts.seeds_needed_equivalence's rule: the two-sided interval at ``alpha`` lies inside
     +-margin with POWER when the true contrast is 0 (its tost_power)."""
     return lambda spread, n: spread == 0 or tost_power(margin, spread, n, alpha / 2) >= POWER
 
@@ -221,9 +221,9 @@ def _counts_at_fixed_step(config: Config, runs: list) -> tuple[np.ndarray | None
 
 def measured_costs(config: Config) -> dict | None:
     """One run's training and one unit of k, in median wall seconds of the grid's train and evaluate
-    jobs (analysis.provenance's Snakemake benchmark files; an evaluate job scores one run's
+    jobs (analysis.report.machines's Snakemake benchmark files; an evaluate job scores one run's
     checkpoints with k samples); None without them."""
-    from analysis.provenance import benchmark_rows
+    from analysis.report.machines import benchmark_rows
 
     rows = {row["rule"]: row for row in benchmark_rows(config)}
     train, evaluate = (rows.get(rule, {}).get("median_wall_s") for rule in ("train", "evaluate"))
@@ -235,7 +235,7 @@ def measured_costs(config: Config) -> dict | None:
 def summarize_noise(config: Config, runs: list) -> dict:
     """summary.json's "noise": per cell its components at the fixed step, both intervals and the
     selection inflation of its best-checkpoint score; per claim on a score, the plan (seeds vs k) at
-    which its test decides it with POWER (analysis.contrasts' seeds-needed rules, at ALPHA over the
+    which its test decides it with POWER (analysis.statistics.contrasts' seeds-needed rules, at ALPHA over the
     number of claims: the claims' Bonferroni level when no seed schedule spends it further)."""
     grouped: dict = {}
     for run in runs:
@@ -283,7 +283,7 @@ def _best(value: float | None) -> str:
 
 
 def sections(summary: dict) -> list[tuple[str, list[str], list[list[str]]]]:
-    """The report's "noise: seed vs evaluation" tables (analysis.tables.sections appends them)."""
+    """The report's "noise: seed vs evaluation" tables (analysis.report.tables.sections appends them)."""
     noise = summary.get("noise")
     if not noise:
         return []
@@ -303,7 +303,7 @@ def sections(summary: dict) -> list[tuple[str, list[str], list[list[str]]]]:
                      f"k {_pct(shares['k'])}%, problems {_pct(shares['problem'])}%)",
                      f"{_best(best.get((cell['recipe'], cell['lag'])))} (+{_pct(cell['inflation'])}, m = {cell['evaluations']})",
                      f"{cell['runs_left_out']} run(s) without counts" if cell["runs_left_out"] else ""])
-    out = [("noise: seed vs evaluation, fixed-step score, % (analysis.noise: two-way random effects, seed x problem)",
+    out = [("noise: seed vs evaluation, fixed-step score, % (analysis.cells.noise: two-way random effects, seed x problem)",
             ["recipe", "lag", "seeds x problems x k", "SD of a run's score: seed / k samples / problem draw",
              "mean [95% CI over seeds, this problem set]", "95% CI over seeds and problems (variance shares)",
              "best-checkpoint score (its inflation if the run were flat, m evaluations)", "note"], rows)]

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.pareto import ENDPOINTS as PARETO_ENDPOINTS
-from analysis.pareto import queue_models
-from analysis.summary import ENDPOINTS, RunResult, by_cell, score_curve, summary_cells
-from analysis.survival import kaplan_meier
-from analysis.tables import ENDPOINT_NAMES
+from analysis.cells.pareto import ENDPOINTS as PARETO_ENDPOINTS
+from analysis.cells.pareto import queue_models
+from analysis.cells.summary import ENDPOINTS, RunResult, by_cell, score_curve, summary_cells
+from analysis.statistics.survival import kaplan_meier
+from analysis.report.tables import ENDPOINT_NAMES
 from harness.claims import KINDS
 from harness.settings import Config
 
@@ -174,11 +174,11 @@ def plot_staleness_by_lag(summary: dict, path: Path) -> None:
 def plot_pareto(summary: dict, path: Path) -> None:
     """A queue grid's modelled time for the run (relative to the fastest (recipe, bound)) against its
     score with the 95% interval, one panel per endpoint (the AUC, the score at equal modelled time:
-    analysis.pareto), one marker series per recipe, each point labelled with its bound, the recipe's
+    analysis.cells.pareto), one marker series per recipe, each point labelled with its bound, the recipe's
     Pareto front a step line (the best score within each time)."""
     pareto = summary.get("pareto")
     if not pareto:
-        _not_a_queue_grid(summary["lag_mode"], path, "no modelled wall-clock (analysis.pareto)")
+        _not_a_queue_grid(summary["lag_mode"], path, "no modelled wall-clock (analysis.cells.pareto)")
         return
     import matplotlib.pyplot as plt
     titles = {"auc": "AUC over the run's steps", "equal_time": "score at equal modelled time"}
