@@ -24,8 +24,8 @@ import numpy as np  # noqa: E402
 from scipy import stats  # noqa: E402
 
 from analysis.report.plots import plot_lag_vs_length  # noqa: E402
-from engines.train import run  # noqa: E402
 from engines.tiny.warmstart import build_base  # noqa: E402
+from engines.train import run  # noqa: E402
 from harness.grid import resolve_run_config, run_dir  # noqa: E402
 from harness.grid_dir import GridDir  # noqa: E402
 from harness.io import write_json_atomic  # noqa: E402

@@ -22,9 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from engines.train import run  # noqa: E402
 from engines.tiny.checkpoint import load_model  # noqa: E402
 from engines.tiny.warmstart import build_base, exact_match  # noqa: E402
+from engines.train import run  # noqa: E402
 from harness.grid import resolve_run_config, run_dir  # noqa: E402
 from harness.run import RunDir  # noqa: E402
 

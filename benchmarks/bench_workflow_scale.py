@@ -58,7 +58,8 @@ def fabricate(results: Path, runs: int, steps: int, eval_every: int, train_keys:
 
 
 def bench_mlflow(args) -> None:
-    from analysis.cells.summary import collect, summarize
+    from analysis.cells.summary import collect
+    from analysis.report.write import summarize
     from harness.io import write_json_atomic
     from harness.settings import Config
     from tracking.sync import sync

@@ -221,11 +221,9 @@ def _counts_at_fixed_step(config: Config, runs: list) -> tuple[np.ndarray | None
 
 def measured_costs(config: Config) -> dict | None:
     """One run's training and one unit of k, in median wall seconds of the grid's train and evaluate
-    jobs (analysis.report.machines's Snakemake benchmark files; an evaluate job scores one run's
-    checkpoints with k samples); None without them."""
-    from analysis.report.machines import benchmark_rows
-
-    rows = {row["rule"]: row for row in benchmark_rows(config)}
+    jobs (Snakemake's benchmark files: harness.grid_dir.GridDir.job_costs; an evaluate job scores one
+    run's checkpoints with k samples); None without them."""
+    rows = {row["rule"]: row for row in config.folder.job_costs()}
     train, evaluate = (rows.get(rule, {}).get("median_wall_s") for rule in ("train", "evaluate"))
     if not train or not evaluate:
         return None
@@ -272,57 +270,3 @@ def summarize_noise(config: Config, runs: list) -> dict:
                                       k_now=arms[0][1].k, **{key: costs[key] for key in ("train_cost", "sample_cost")}),
                       "unit": costs["unit"]})
     return {"endpoint": "fixed-step score", "cells": cells, "plans": plans}
-
-
-def _pct(value: float | None) -> str:
-    return "–" if value is None else f"{100 * value:.1f}"
-
-
-def _best(value: float | None) -> str:
-    return "–" if value is None else _pct(value)
-
-
-def sections(summary: dict) -> list[tuple[str, list[str], list[list[str]]]]:
-    """The report's "noise: seed vs evaluation" tables (analysis.report.tables.sections appends them)."""
-    noise = summary.get("noise")
-    if not noise:
-        return []
-    best = {(c["recipe"], c["lag"]): c["stats"]["best"]["estimate"] for c in summary.get("cells", [])}
-    rows = []
-    for cell in noise["cells"]:
-        if "parts" not in cell:
-            rows.append([cell["recipe"], str(cell["lag"]), "–", "–", "–", "–", "–", cell["why"]])
-            continue
-        parts, seeds, problems = cell["parts"], cell["over_seeds"], cell["over_problems"]
-        shares = problems["shares"]
-        rows.append([cell["recipe"], str(cell["lag"]), f"{parts['seeds']} x {parts['problems']} x k {parts['k']}",
-                     f"{_pct(math.sqrt(parts['seed_part']))} / {_pct(math.sqrt(parts['k_part']))} / "
-                     f"{_pct(math.sqrt(parts['problem_part']))}",
-                     f"{_pct(seeds['estimate'])} [{_pct(seeds['low'])}, {_pct(seeds['high'])}]",
-                     f"{_pct(problems['low'])}, {_pct(problems['high'])} (seed {_pct(shares['seed'])}%, "
-                     f"k {_pct(shares['k'])}%, problems {_pct(shares['problem'])}%)",
-                     f"{_best(best.get((cell['recipe'], cell['lag'])))} (+{_pct(cell['inflation'])}, m = {cell['evaluations']})",
-                     f"{cell['runs_left_out']} run(s) without counts" if cell["runs_left_out"] else ""])
-    out = [("noise: seed vs evaluation, fixed-step score, % (analysis.cells.noise: two-way random effects, seed x problem)",
-            ["recipe", "lag", "seeds x problems x k", "SD of a run's score: seed / k samples / problem draw",
-             "mean [95% CI over seeds, this problem set]", "95% CI over seeds and problems (variance shares)",
-             "best-checkpoint score (its inflation if the run were flat, m evaluations)", "note"], rows)]
-    plan_rows = []
-    for p in noise["plans"]:
-        if "cheapest" not in p:
-            plan_rows.append([p["claim"], _pct(p["smallest_effect"]), "–", "–", "–", "–", p["why"]])
-            continue
-
-        def text(option):
-            return "out of range" if option is None else \
-                f"{option['seeds']} seeds x k {option['k']} (cost {option['cost']:.0f})"
-        plan_rows.append([p["claim"], _pct(p["smallest_effect"]),
-                          f"{_pct(p['sd_now'])} ({p['seeds_now']} seeds x k {p['k_now']})",
-                          text(p["seeds_only"]), text(p["k_only"]), text(p["cheapest"]), p["cheaper"]])
-    if plan_rows:
-        out.append(("noise: seeds vs k to decide each claim on the fixed-step score (its t test detects the smallest "
-                    "effect, or TOST shows equivalence, with power 0.8 at 0.05 over the claims; cost in the grid's "
-                    "median job wall s: a new run = train + k x evaluate / k, a larger k on a run = its extra samples)",
-                    ["claim", "smallest effect, %", "sd of a seed's contrast now, %", "more seeds", "larger k",
-                     "cheapest", "cheaper"], plan_rows))
-    return out

@@ -11,7 +11,6 @@ import statsmodels.formula.api as smf
 from scipy import stats
 
 from analysis.cells import noise
-from analysis.statistics.contrasts import seeds_needed, seeds_needed_equivalence
 from analysis.cells.noise import (
     NoiseParts,
     contrast_spread,
@@ -23,6 +22,8 @@ from analysis.cells.noise import (
     tost_shows_equivalence,
 )
 from analysis.cells.summary import collect
+from analysis.report.sections import noise_sections
+from analysis.statistics.contrasts import seeds_needed, seeds_needed_equivalence
 from harness.config import validate
 from harness.settings import Config
 from tests.support.grid_fixture import make_grid
@@ -195,9 +196,9 @@ def test_the_noise_section_on_a_fabricated_grid(tmp_path):
     assert claim["smallest_effect"] == 0.1 and claim["seeds_now"] == 2 and claim["alpha"] == 0.05  # one claim
     assert (claim["train_cost"], claim["sample_cost"]) == (40.0, 0.5)
     assert claim["cheaper"] in {"reached", "more seeds", "larger k", "more seeds and a larger k", "out of range"}
-    (cells, plans) = noise.sections({"noise": out})
-    assert cells[0].startswith("noise: seed vs evaluation") and len(cells[2]) == len(out["cells"])
-    assert plans[2][0][0] == "cost" and plans[2][0][-1] == claim["cheaper"]
+    (cells, plans) = noise_sections({"noise": out})
+    assert cells.title.startswith("noise: seed vs evaluation") and len(cells.blocks[0].rows) == len(out["cells"])
+    assert plans.blocks[0].rows[0][0] == "cost" and plans.blocks[0].rows[0][-1] == claim["cheaper"]
 
 
 def test_too_small_a_table_is_refused_naming_the_design():

@@ -14,12 +14,11 @@ from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
 from analysis.aggregate import main
-from analysis.statistics.contrasts import contrast
-from analysis.report.plots import plot_curves
 from analysis.cells.reference import REFERENCE
+from analysis.cells.summary import ENDPOINT_NAMES, ENDPOINTS, collect
+from analysis.report.plots import plot_curves
+from analysis.statistics.contrasts import contrast
 from analysis.statistics.intervals import collapse_difference, prob_improvement
-from analysis.cells.summary import ENDPOINTS, collect
-from analysis.report.tables import ENDPOINT_NAMES
 from harness.grid import run_dir
 from harness.grid_dir import REPORT_FILES
 from harness.settings import Config

@@ -7,8 +7,8 @@ import shutil
 
 import pytest
 
-from analysis.report.write import write_reports
-from analysis.cells.summary import collect, summarize
+from analysis.cells.summary import collect
+from analysis.report.write import summarize, write_reports
 from analysis.schedule.tune import selection
 from harness.config import validate
 from harness.grid import expand, grid_dir, run_dir

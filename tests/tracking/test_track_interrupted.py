@@ -13,7 +13,8 @@ import sys
 
 import pytest
 
-from analysis.cells.summary import collect, summarize
+from analysis.cells.summary import collect
+from analysis.report.write import summarize
 from harness.grid import run_dir
 from harness.grid_dir import GridDir
 from harness.io import write_json_atomic

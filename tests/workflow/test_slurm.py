@@ -29,8 +29,8 @@ from pathlib import Path
 
 import pytest
 
-from engines.train import run
 from engines.tiny.warmstart import build_base
+from engines.train import run
 from harness.cli import EXIT_LOCKED
 from harness.config import load
 from harness.grid import grid_dir, resolve_run_config, run_dir

@@ -18,9 +18,9 @@ from engines.slime.flags import slime_flags
 from engines.slime.job_script import write_job_script
 from engines.slime.params import RESUME_BREAKING_FLAGS, model_context, model_shape, parameter_counts, resolve_params
 from eval.score import ScoreError, score_run
-from harness.hf_save import hf_checkpoint_problem
 from harness.config import load
 from harness.grid import resolve_run_config, run_dir
+from harness.hf_save import hf_checkpoint_problem
 from harness.io import read_jsonl
 from harness.run import RunConfig, RunDir
 from tests.support.paths import FIXTURES, ROOT
