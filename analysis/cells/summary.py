@@ -154,15 +154,13 @@ def summarize_cells(config: Config, runs: list[RunResult]) -> tuple[dict, dict]:
     cells = build_cells(config, runs)
 
     def minus(cell, other):
-        return {m: _comparison(contrast([(1.0, cell["per_seed"][m], cell["seeds"]),
-                                         (-1.0, other["per_seed"][m], other["seeds"])])) for m in SCORES}
+        return {m: _comparison(cell_minus(cell, other, m)) for m in SCORES}
 
     def improvement(cell, other):
         return {m: _comparison(prob_improvement(cell["per_seed"][m], other["per_seed"][m])) for m in SCORES}
 
     def compare_collapse(cell, other):
-        return _comparison(collapse_difference(cell["collapse"]["k"], cell["collapse"]["n"],
-                                               other["collapse"]["k"], other["collapse"]["n"]))
+        return _comparison(cell_minus(cell, other, "collapse"))
 
     for (recipe, lag), cell in cells.items():
         first = cells[recipe, reference_lag]
@@ -197,6 +195,17 @@ def summarize_cells(config: Config, runs: list[RunResult]) -> tuple[dict, dict]:
     # a queue grid's bounds at equal modelled wall-clock and their Pareto front (analysis.cells.pareto); None otherwise
     summary["pareto"] = json_safe(summarize_pareto(config, summary))
     return summary, cells
+
+
+def cell_minus(cell: dict, other: dict, metric: str, apart: bool = False):
+    """``cell`` minus ``other``: a score by analysis.statistics.contrasts (paired by seed where the cells
+    share seeds; ``apart``: cells of two grids, whose equal seed numbers are different runs), the collapse
+    rate by Newcombe's interval and Fisher's test."""
+    if metric == "collapse":
+        return collapse_difference(cell["collapse"]["k"], cell["collapse"]["n"], other["collapse"]["k"], other["collapse"]["n"])
+    seeds = (([("B", s) for s in cell["seeds"]], [("A", s) for s in other["seeds"]]) if apart
+             else (cell["seeds"], other["seeds"]))
+    return contrast([(1.0, cell["per_seed"][metric], seeds[0]), (-1.0, other["per_seed"][metric], seeds[1])])
 
 
 def _comparison(comparison) -> dict:

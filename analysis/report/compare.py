@@ -24,11 +24,10 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from analysis.cells.summary import ENDPOINT_NAMES, ENDPOINTS, json_safe, summary_cells, under_recipe_names
+from analysis.cells.summary import ENDPOINT_NAMES, ENDPOINTS, cell_minus, json_safe, summary_cells, under_recipe_names
 from analysis.report.render import Bullets, Section, Table
 from analysis.report.tables import _comparison_text, _interval_text
-from analysis.statistics.contrasts import contrast
-from analysis.statistics.intervals import ALPHA, collapse_difference, holm
+from analysis.statistics.intervals import ALPHA, holm
 from harness.claims import KINDS
 from harness.cli import run_stage
 from harness.grid_dir import SUMMARY, GridDir
@@ -62,13 +61,7 @@ def load_summary(path: str | Path) -> tuple[Path, dict]:
 
 def difference(metric: str, a: dict, b: dict) -> dict:
     """B's cell minus A's: Welch-Satterthwaite for a score, Newcombe + Fisher for the collapse rate."""
-    if metric == "collapse":
-        result = collapse_difference(b["collapse"]["k"], b["collapse"]["n"], a["collapse"]["k"], a["collapse"]["n"])
-    else:
-        # seeds labelled by grid: contrast pairs cells that share seeds, and two grids share none
-        result = contrast([(1.0, b["per_seed"][metric], [("B", s) for s in b["seeds"]]),
-                           (-1.0, a["per_seed"][metric], [("A", s) for s in a["seeds"]])])
-    return json_safe(result.as_dict())
+    return json_safe(cell_minus(b, a, metric, apart=True).as_dict())
 
 
 def differs(stat: dict) -> bool | None:

@@ -1,4 +1,4 @@
-"""analysis.cells.noise: the seed / evaluation split against a table worked by hand and against statsmodels'
+"""analysis.statistics.noise_parts and analysis.cells.noise: the seed / evaluation split against a table worked by hand and against statsmodels'
 MixedLM (REML), the planning of seeds vs k worked by hand, the expected maximum of normals against
 its closed forms and a binomial simulation, and the report section on a fabricated grid."""
 import json
@@ -11,19 +11,20 @@ import statsmodels.formula.api as smf
 from scipy import stats
 
 from analysis.cells import noise
-from analysis.cells.noise import (
+from analysis.cells.summary import collect
+from analysis.report.sections import noise_sections
+from analysis.statistics.contrasts import seeds_needed, seeds_needed_equivalence
+from analysis.statistics.noise_parts import (
     NoiseParts,
     contrast_spread,
     decompose,
     expected_max_normal,
     interval,
     plan,
+    selection_inflation,
     t_test_detects,
     tost_shows_equivalence,
 )
-from analysis.cells.summary import collect
-from analysis.report.sections import noise_sections
-from analysis.statistics.contrasts import seeds_needed, seeds_needed_equivalence
 from harness.config import validate
 from harness.settings import Config
 from tests.support.grid_fixture import make_grid
@@ -160,7 +161,7 @@ def test_selection_inflation_against_a_simulated_flat_run():
     p = rng.uniform(0.2, 0.8, 30)
     best = rng.binomial(8, p, size=(20_000, 6, 30)).mean(2).max(1) / 8 - p.mean()
     parts = parts_of(0.0, float((p * (1 - p)).mean()), problems=30, k=8)
-    assert noise.selection_inflation(parts, 6) == pytest.approx(best.mean(), rel=0.03)
+    assert selection_inflation(parts, 6) == pytest.approx(best.mean(), rel=0.03)
 
 
 def test_the_noise_section_on_a_fabricated_grid(tmp_path):
