@@ -25,9 +25,9 @@ import statistics
 from pathlib import Path
 
 from harness.engine import RULES
-from harness.grid import BASE_MODEL, RUN_FOLDER, grid_dir
+from harness.grid import BASE_MODEL, grid_dir
 from harness.io import read_json
-from harness.run import RunDir
+from harness.run import RUN_FOLDER, RunDir
 
 CONFIG, SUMMARY, MLFLOW_MARKER, TRACKING_LOCK = "config.json", "summary.json", "mlflow.json", "tracking.lock"
 TUNING_PICK = "tuning.json"  # the equal tuning budget's pick (analysis.schedule.tune)

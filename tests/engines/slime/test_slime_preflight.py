@@ -19,7 +19,8 @@ from engines.slime.job_script import write_job_script
 from engines.slime.params import RESUME_BREAKING_FLAGS, model_context, model_shape, parameter_counts, resolve_params
 from eval.score import ScoreError, score_run
 from harness.config import load
-from harness.grid import resolve_run_config, run_dir
+from harness.grid import resolve_run_config
+from harness.grid_dir import GridDir
 from harness.hf_save import hf_checkpoint_problem
 from harness.io import read_jsonl
 from harness.run import RunConfig, RunDir
@@ -82,7 +83,7 @@ def test_deepscaler_with_a_base_model_is_refused_naming_reward_and_format(preset
                                preflight.rule_reward("deepscaler"))
     # and the whole dry run refuses before writing anything
     preset["engine_params"].update(rm_type="deepscaler", reward_key=None)
-    directory = run_dir(preset, "grpo", 1, 0)
+    directory = GridDir.of(preset).run("grpo", 1, 0).path
     with pytest.raises(ValueError, match="'deepscaler' cannot score prompt_format 'dapo'"):
         write_job_script(RunConfig.check(resolve_run_config(preset, "grpo", 1, 0)), RunDir(directory), check_files=False)
     assert not directory.exists()
@@ -178,7 +179,7 @@ def test_context_leaves_room_for_a_prompt(preset, tmp_path):
 ])
 def test_extra_args_owned_or_unknown_are_refused(preset, extra, message):
     preset["engine_params"]["extra_args"] = extra
-    directory = run_dir(preset, "grpo", 1, 0)
+    directory = GridDir.of(preset).run("grpo", 1, 0).path
     with pytest.raises(ValueError, match=message):
         write_job_script(RunConfig.check(resolve_run_config(preset, "grpo", 1, 0)), RunDir(directory), check_files=False)
     assert not directory.exists()
@@ -229,7 +230,7 @@ def test_a_flag_the_model_script_sets_is_refused_in_extra_args(preset, extra):
     """slime's model script's MODEL_ARGS come after extra_args on the command line, so these would be
     silently overridden (the flags: engines/slime/models.yaml, checked against the script by check_pin)."""
     preset["engine_params"]["extra_args"] = extra
-    directory = run_dir(preset, "grpo", 1, 0)
+    directory = GridDir.of(preset).run("grpo", 1, 0).path
     with pytest.raises(ValueError, match=f"sets {extra[0].split('=')[0]}, which slime's model script sets too"):
         write_job_script(RunConfig.check(resolve_run_config(preset, "grpo", 1, 0)), RunDir(directory), check_files=False)
     assert not directory.exists()
