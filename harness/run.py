@@ -87,7 +87,7 @@ class RunDir:
         parts = self.path.absolute().parts
         if len(parts) < 6 or not _RUN_FOLDER_PARTS.match("/".join(parts[-4:])):
             raise ValueError(f"{self.path} is not a run folder in a grid's layout "
-                             f"(<grid>/{RUN_FOLDER}, harness.grid_dir.GridDir.run): a run config "
+                             f"(<grid>/{RUN_FOLDER.format(recipe='<recipe>', lag='<lag>', seed='<seed>')}, harness.grid_dir.GridDir.run): a run config "
                              f"naming its base model relative to the grid folder needs one; pass the run folder "
                              f"the workflow plans, or an absolute base_model")
         return self.path.parents[3]
