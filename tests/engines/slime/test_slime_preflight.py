@@ -21,7 +21,6 @@ from eval.score import ScoreError, score_run
 from harness.config import load
 from harness.grid import resolve_run_config
 from harness.grid_dir import GridDir
-from harness.hf_save import hf_checkpoint_problem
 from harness.io import read_jsonl
 from harness.run import RunConfig, RunDir
 from tests.support.paths import FIXTURES, ROOT
@@ -271,19 +270,6 @@ def test_dry_run_of_the_preset_prints_the_memory_estimate_and_passes(preset, tmp
 
 
 # --- complete HF saves, Megatron retention --------------------------------------------------------
-
-def test_hf_checkpoint_problems(tmp_path):
-    assert hf_checkpoint_problem(write_hf_save(tmp_path / "complete", shards_written=3)) is None
-    assert hf_checkpoint_problem(write_hf_save(tmp_path / "single", shards_written=1, total_shards=1)) is None
-    assert "neither model.safetensors.index.json" in hf_checkpoint_problem(
-        write_hf_save(tmp_path / "killed", shards_written=2))
-    lost = write_hf_save(tmp_path / "lost", shards_written=3)
-    (lost / "model-00002-of-00003.safetensors").unlink()
-    assert "missing: ['model-00002-of-00003.safetensors']" in hf_checkpoint_problem(lost)
-    (lost / "model.safetensors.index.json").write_text("{")
-    assert "is not a safetensors index" in hf_checkpoint_problem(lost)
-    assert "config.json is missing" in hf_checkpoint_problem(tmp_path)
-
 
 def test_an_interrupted_hf_save_is_never_scored(tmp_path):
     run = tmp_path / "run"
