@@ -21,7 +21,7 @@ from harness import engine as engines
 from harness.claims import claim_errors, seeding_errors
 from harness.grid import recipe_engine_params
 from harness.lag import LAG_MODES
-from harness.tuning import trainable_config, tuning_errors
+from harness.tuning import Tuning, trainable_config, tuning_errors
 from stabilizers import check_values, load_recipes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -234,7 +234,7 @@ def check_recipe_values(config: dict) -> None:
     because they run the loss code and so import torch: the workflow calls this when jobs are about
     to start, so that a dry run plans without torch. Raises ConfigError naming the recipe."""
     # with a tuning section, the rows the grid trains are its candidates (harness.tuning)
-    config = trainable_config(config, load_recipes(extra=config.get("extra_recipes") or {}, check_values=False))
+    config = trainable_config(config, Tuning.of(config), load_recipes(extra=config.get("extra_recipes") or {}, check_values=False))
     recipes = load_recipes(extra=config.get("extra_recipes") or {}, check_values=False)
     try:
         check_values({name: recipes[name] for name in config["recipes"]}, "config 'recipes'")

@@ -1,7 +1,6 @@
 """The grid on disk: ``GridDir`` owns every path of one grid folder, as ``RunDir`` owns a run's.
 
     grid = GridDir.of(config)              <results_dir>/<grid>
-    GridDir.beside(config)                 the grid shown side by side with it (config side_by_side), or None
     grid.config_path                       config.json: the checked workflow config (aggregate's and track's input)
     grid.run(recipe, lag, seed)            the RunDir of runs/<recipe>/lag<lag>/seed<seed>/
     grid.table_path("md"), grid.plot_path("curves"), grid.summary_path
@@ -56,13 +55,6 @@ class GridDir:
     def of(cls, config: dict) -> "GridDir":
         """The grid folder a checked workflow config names: <results_dir>/<grid>."""
         return cls(grid_dir(config))
-
-    @classmethod
-    def beside(cls, config: dict) -> "GridDir | None":
-        """The grid whose claims this grid's report shows beside its own (config side_by_side): a folder
-        under the same results_dir, so that both grids move together; None without the key."""
-        side = config.get("side_by_side")
-        return None if side is None else cls.of({**config, "grid": side["grid"]})
 
     def __repr__(self) -> str:
         return f"GridDir({str(self.path)!r})"

@@ -250,7 +250,8 @@ class Config:
         # once: resolving a 1,000-run grid takes ms. Names and parameter names are checked without
         # importing torch; value ranges when jobs start (the Snakefile's onstart: check_recipe_values).
         # With a tuning section the runs are its candidates' (harness.tuning): the rows stay the recipes.
-        trainable = trainable_config(config, load_recipes(extra=config["extra_recipes"], check_values=False))
+        tuning = Tuning.of(config)
+        trainable = trainable_config(config, tuning, load_recipes(extra=config["extra_recipes"], check_values=False))
         recipes = load_recipes(extra=trainable["extra_recipes"], check_values=False)
         per_recipe = {recipe: engine.resolve_params(recipe_engine_params(trainable, recipe))
                       for recipe in trainable["recipes"]}
@@ -265,7 +266,7 @@ class Config:
                    resources=_frozen(config["resources"]), run_configs=MappingProxyType(run_configs),
                    recipe_engine_params=_frozen(per_recipe),
                    grid_runs=tuple(expand(config)), claims=claims(config), seeding=Seeding.of(config),
-                   seeding_declared=_frozen(config.get("seeding")), tuning=Tuning.of(config),
+                   seeding_declared=_frozen(config.get("seeding")), tuning=tuning,
                    gain_sources=GainSources.build(config.get("gain_sources")),
                    side_by_side=SideBySide.build(config.get("side_by_side")),
                    lag_queue=_frozen(config.get("lag_queue")) if config["lag_mode"] == "queue" else None)
@@ -296,7 +297,7 @@ class Config:
     def confirmation(self, picked: dict) -> "Config":
         """The grid of a tuning section's confirmation runs (harness.tuning.confirmation_config): each
         recipe replaced by its picked variant (``picked``: recipe -> value), a plain grid."""
-        return Config.build(confirmation_config(thawed(self.raw), picked))
+        return Config.build(confirmation_config(thawed(self.raw), self.tuning, picked))
 
     @property
     def runs(self) -> list[Run]:

@@ -93,40 +93,37 @@ def variant_spec(recipe: Recipe, params: tuple[str, ...], value) -> dict:
     return spec
 
 
-def variant_specs(config: dict, recipes: dict) -> dict[str, dict]:
+def variant_specs(tuning: Tuning, recipes: dict) -> dict[str, dict]:
     """Every candidate variant of the grid's tuned recipes: name -> spec."""
-    tuning = Tuning.of(config)
     return {candidates.variant(value): variant_spec(recipes[recipe], candidates.params, value)
-            for recipe, candidates in (tuning.candidates.items() if tuning else ()) for value in candidates.values}
+            for recipe, candidates in tuning.candidates.items() for value in candidates.values}
 
 
-def trainable_config(config: dict, recipes: dict) -> dict:
+def trainable_config(config: dict, tuning: Tuning | None, recipes: dict) -> dict:
     """A plain grid (no tuning section) whose runs are every run a tuning config may train: each
     variant at every lag and at the tuning and the grid's seeds (harness.settings resolves their run
-    configs once); ``config`` itself when it declares no tuning."""
-    tuning = Tuning.of(config)
+    configs once); ``config`` itself when it declares no tuning (``tuning``: its section, Tuning.of)."""
     if tuning is None:
         return config
     variants = {recipe: c.variants for recipe, c in tuning.candidates.items()}
     # every lag: the tuning's lags are the grid's (harness.config), the confirmation's are all of them
-    return {**_renamed(config, variants, recipes), "seeds": [*tuning.seeds, *config["seeds"]], "claims": []}
+    return {**_renamed(config, tuning, variants, recipes), "seeds": [*tuning.seeds, *config["seeds"]], "claims": []}
 
 
-def confirmation_config(config: dict, picked: dict) -> dict:
+def confirmation_config(config: dict, tuning: Tuning, picked: dict) -> dict:
     """The grid of the confirmation runs: each recipe replaced by its picked variant (``picked``:
     recipe -> value) in the rows, the baseline, the claims and recipe_engine_params; the grid's seeds."""
-    tuning = Tuning.of(config)
     recipes = load_recipes(extra=config.get("extra_recipes") or {}, check_values=False)
     variants = {recipe: [c.variant(picked[recipe])] for recipe, c in tuning.candidates.items()}
-    view = _renamed(config, variants, recipes)
+    view = _renamed(config, tuning, variants, recipes)
     view["claims"] = [{**claim, **{field: variants[claim[field]][0] for field in CLAIM_RECIPE_FIELDS
                                    if claim.get(field) in variants}} for claim in config.get("claims") or []]
     return view
 
 
-def _renamed(config: dict, variants: dict, recipes: dict) -> dict:
+def _renamed(config: dict, tuning: Tuning, variants: dict, recipes: dict) -> dict:
     """``config`` with each recipe's row replaced by its ``variants`` (defined in extra_recipes)."""
-    specs = {name: spec for name, spec in variant_specs(config, recipes).items()
+    specs = {name: spec for name, spec in variant_specs(tuning, recipes).items()
              if any(name in names for names in variants.values())}
     engine = config.get("recipe_engine_params") or {}
     return {**copy.deepcopy(config), "tuning": None,

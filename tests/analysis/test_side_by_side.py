@@ -17,7 +17,7 @@ from harness.config import validate
 from harness.grid_dir import GridDir
 from harness.io import write_json_atomic
 from harness.settings import Config
-from harness.tuning import confirmation_config
+from harness.tuning import Tuning, confirmation_config
 from tests.support.grid_fixture import CLAIMS, make_config, make_grid, written_grid
 
 SIDE = {"grid": "constant", "label": "constant lag"}
@@ -111,7 +111,7 @@ def test_a_tuned_grid_is_read_recipe_by_recipe_beside_the_same_grid_untuned(grid
         "grpo": {"param": ["eps_low", "eps_high"], "values": [0.2, 0.1]}, "sat_grpo": {"param": "alpha", "values": [0.9, 0.8]},
         "grpo_r3": {"param": ["eps_low", "eps_high"], "values": [0.2, 0.1]}}}
     config = {**make_config("results", grid="constant"), "claims": CLAIMS, "tuning": tuning}
-    view = validate(confirmation_config(config, {"grpo": 0.1, "sat_grpo": 0.8, "grpo_r3": 0.2}))
+    view = validate(confirmation_config(config, Tuning.of(config), {"grpo": 0.1, "sat_grpo": 0.8, "grpo_r3": 0.2}))
     variant = dict(zip(config["recipes"], view["recipes"]))
     assert variant["sat_grpo"] == "sat_grpo.alpha-0.8"
     statements = {c.name: statement(c, there["reference_lag"]) for c in claims(view)}

@@ -107,7 +107,7 @@ def test_each_candidate_is_a_recipe_of_its_own_with_its_own_run_key():
 
 def test_the_confirmation_grid_renames_rows_baseline_and_claims_to_the_picked_variants():
     config = validate(raw_config(recipe_engine_params={"sat_grpo": {"lr": 0.01}}))
-    view = validate(confirmation_config(config, {"grpo": 0.1, "sat_grpo": 0.9}))
+    view = validate(confirmation_config(config, Tuning.of(config), {"grpo": 0.1, "sat_grpo": 0.9}))
     assert view["recipes"] == ["grpo.eps_low_eps_high-0.1", "sat_grpo.alpha-0.9"] and view["tuning"] is None
     assert view["baseline"] == "grpo.eps_low_eps_high-0.1" and view["seeds"] == [0, 1, 2]
     assert (view["claims"][0]["recipe"], view["claims"][0]["versus"]) == ("sat_grpo.alpha-0.9", "grpo.eps_low_eps_high-0.1")

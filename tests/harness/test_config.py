@@ -17,8 +17,8 @@ from harness.config import (
     load,
     validate,
 )
-from harness.grid_dir import GridDir
 from harness.jobs import job_resources, retype_cli_values, rule_resources
+from harness.settings import Config
 from stabilizers import load_recipes
 from tests.support.paths import ROOT
 
@@ -136,10 +136,10 @@ def test_a_config_recipe_can_join_the_grid():
 def test_side_by_side_null_unsets_a_presets():
     """workflow/presets/tuned_field.yaml's untuned twin: -C side_by_side=null (else it would name itself)."""
     preset = ROOT / "workflow" / "presets" / "tuned_field.yaml"
-    assert GridDir.beside(load(preset)).path.name == "tuned_field_defaults"
+    assert Config.build(load(preset)).beside_folder.path.name == "tuned_field_defaults"
     with pytest.raises(ConfigError, match="'side_by_side.grid': 'tuned_field_defaults' is this grid itself"):
         load(preset, {"tuning": None, "grid": "tuned_field_defaults"})
-    assert GridDir.beside(load(preset, {"tuning": None, "grid": "tuned_field_defaults", "side_by_side": None})) is None
+    assert Config.build(load(preset, {"tuning": None, "grid": "tuned_field_defaults", "side_by_side": None})).beside_folder is None
 
 
 def test_fixed_step_on_an_evaluated_step_is_accepted():
