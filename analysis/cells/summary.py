@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm import tqdm
 
+from analysis.claims.robustness import checked
 from analysis.claims.verdicts import answer
 from analysis.statistics.contrasts import contrast
 from analysis.cells.curves import RunSummary, read_run
@@ -190,7 +191,8 @@ def summarize(config: Config, runs: list[RunResult]) -> dict:
                                "bootstrap_min_seeds": BOOTSTRAP_MIN_SEEDS,
                                "claims": "confirmatory: each claim's interval at alpha / the claims tested "
                                          "(Bonferroni), spent over the looks of the seed schedule"},
-               "claims": _json_safe(answer(config.claims, cells, reference_lag, config.steps, seeding, config.seeds)),
+               "claims": _json_safe(checked(config, cells, answer(config.claims, cells, reference_lag, config.steps,
+                                                                   seeding, config.seeds))),
                "cells": _json_safe(list(cells.values()))}
     # where each recipe's gain comes from (analysis.claims.gain_sources; grids with a gain_sources section)
     summary["gain_sources"] = _json_safe(gain_sources(config, cells, summary["claims"]))

@@ -1,15 +1,16 @@
-"""The report's text from summary.json (analysis.cells.summary): the claims' verdicts first, then the
-cell tables and the exploratory comparison tables of each endpoint (analysis.cells.summary.ENDPOINTS),
-the generated conclusions, and the Markdown / LaTeX / CSV renderers of one set of sections."""
+"""The report's text from summary.json (analysis.cells.summary): the claims' verdicts first, then the cell tables and the
+exploratory tables of each endpoint (ENDPOINTS), the conclusions, and the Markdown / LaTeX / CSV renderers."""
 from __future__ import annotations
 
 import csv
 import io
 
+from analysis.claims.robustness import checks_text
 from analysis.claims.verdicts import NOT_TESTED
 from analysis.cells.noise import sections as noise_sections
 from analysis.cells.pareto import sections as pareto_sections
 from analysis.claims.gain_sources import markdown_lines as source_lines
+from analysis.statistics.decision import size_to_delta
 from analysis.statistics.intervals import ALPHA, BOOTSTRAP_MIN_SEEDS, smallest_p
 from analysis.cells.summary import ENDPOINTS, MISMATCH, SCORES, summary_cells
 from harness.claims import KINDS
@@ -17,11 +18,9 @@ from harness.claims import KINDS
 ENDPOINT_NAMES = {"auc": "AUC", "fixed": "fixed-step score", "best": "best-checkpoint score",
                   "selected": "selected-checkpoint score"}
 METHOD_NAMES = {"student-t": "Student t", "paired-t": "paired by seed (Student t of per-seed differences)",
-                "welch-satterthwaite": "Welch-Satterthwaite (seeds differ between cells)",
-                "BCa": "BCa bootstrap", "percentile": "percentile bootstrap", "newcombe": "Newcombe",
-                "degenerate": "equal seeds: a point",
-                "none": f"no interval below {BOOTSTRAP_MIN_SEEDS} seeds per arm", "n<2": "one seed: none",
-                "empty": "no value"}
+                "welch-satterthwaite": "Welch-Satterthwaite (seeds differ between cells)", "BCa": "BCa bootstrap",
+                "percentile": "percentile bootstrap", "newcombe": "Newcombe", "degenerate": "equal seeds: a point",
+                "none": f"no interval below {BOOTSTRAP_MIN_SEEDS} seeds per arm", "n<2": "one seed: none", "empty": "no value"}
 CLAIM_FIELDS = ("statement", "kind", "metric", "expect", "smallest_effect", "estimate", "low", "high",
                 "confidence", "method", "n", "look", "test", "p", "verdict", "why", "replication", "seeds_needed")
 
@@ -58,8 +57,7 @@ def _comparison_text(stat: dict, scale: float, digits: int, sign: bool = True) -
 
 def _methods(stats: list[dict]) -> str:
     """The interval methods used in one table, in METHOD_NAMES order."""
-    used = {s["method"] for s in stats}
-    return "; ".join(name for method, name in METHOD_NAMES.items() if method in used)
+    return "; ".join(name for method, name in METHOD_NAMES.items() if method in {s["method"] for s in stats})
 
 
 def _holm_note(stats: list[dict]) -> str:
@@ -67,8 +65,7 @@ def _holm_note(stats: list[dict]) -> str:
 
 
 def claim_text(claim: dict) -> str:
-    """"+3.1 [-1.2, +7.4] points (98.75%, paired-t, n 5)": the claim's estimate and its interval at
-    the claim's level, with the method and n."""
+    """"+3.1 [-1.2, +7.4] points (98.75%, paired-t, n 5)": the estimate, its interval at the claim's level, method, n."""
     if claim["verdict"] == NOT_TESTED:
         return "–"
     scale, unit, digits = (1, "", 2) if KINDS[claim["kind"]].scale == "rate" else (100, " points", 1)
@@ -78,6 +75,12 @@ def claim_text(claim: dict) -> str:
 
 def replication_text(claim: dict) -> str:
     return "–" if claim.get("replication") is None else f"{claim['replication']:.2f}"
+
+
+def size_text(claim: dict) -> str:
+    """" (-0.46 [-0.72, -0.19] x delta, inside +-delta)": how far the outcome's interval lies from 0 and delta."""
+    size = claim["verdict"] != NOT_TESTED and size_to_delta(*(claim[k] for k in ("estimate", "low", "high", "smallest_effect")))
+    return f" ({size})" if size else ""
 
 
 def family_text(summary: dict) -> str:
@@ -97,11 +100,11 @@ def claims_section(summary: dict) -> tuple[str, list[str], list[list[str]]] | No
     claims = summary["claims"]
     if not claims:
         return None
-    rows = [[c["name"], c["statement"], claim_text(c), f"**{c['verdict']}**: {c['why']}", replication_text(c)]
-            for c in claims]
+    rows = [[c["name"], c["statement"], claim_text(c), f"**{c['verdict']}**{size_text(c)}: {c['why']}",
+             replication_text(c), checks_text(c)] for c in claims]
     title = f"Claims ({family_text(summary)}; every other table is exploratory)"
     return title, ["claim", "statement", "estimate [interval] (level, method, n)", "outcome",
-                   "P(same outcome on a rerun)"], rows
+                   "P(same outcome on a rerun)", "skew of the per-seed contrasts; AdaStop (exploratory)"], rows
 
 
 def realized_lag_text(cell: dict) -> str:
@@ -163,8 +166,7 @@ def sections(summary: dict) -> list[tuple[str, list[str], list[list[str]]]]:
             stats = shown(lambda c, e=endpoint: c["improvement"][e], others)
             table(f"P(improvement) over {baseline} at the same lag, {name} ([95% CI: {_methods(stats)}] (n), "
                   f"two-sided Mann-Whitney p, {_holm_note(stats)})",
-                  [("", lambda c, e=endpoint: _comparison_text(c["improvement"][e], 1, 2, sign=False))],
-                  recipes=others)
+                  [("", lambda c, e=endpoint: _comparison_text(c["improvement"][e], 1, 2, sign=False))], recipes=others)
         if later:
             stats = shown(lambda c, e=endpoint: c["staleness_cost"][e], lags=later)
             table(f"Staleness cost: {name} at this lag minus lag {reference_lag}, points (mean difference "
@@ -172,14 +174,12 @@ def sections(summary: dict) -> list[tuple[str, list[str], list[list[str]]]]:
                   [("", lambda c, e=endpoint: _comparison_text(c["staleness_cost"][e], 100, 1))], lags=later)
     if later:
         stats = shown(lambda c: c["collapse_vs_reference_lag"], lags=later)
-        table(f"Collapse rate at this lag minus lag {reference_lag} ([95% CI: Newcombe], Fisher exact p, "
-              f"{_holm_note(stats)})", [("", lambda c: _comparison_text(c["collapse_vs_reference_lag"], 1, 2))],
-              lags=later)
+        table(f"Collapse rate at this lag minus lag {reference_lag} ([95% CI: Newcombe], Fisher exact p, {_holm_note(stats)})",
+              [("", lambda c: _comparison_text(c["collapse_vs_reference_lag"], 1, 2))], lags=later)
     if baseline is not None and others:
         stats = shown(lambda c: c["collapse_vs_baseline"], others)
-        table(f"Collapse rate minus {baseline}'s at the same lag ([95% CI: Newcombe], Fisher exact p, "
-              f"{_holm_note(stats)})", [("", lambda c: _comparison_text(c["collapse_vs_baseline"], 1, 2))],
-              recipes=others)
+        table(f"Collapse rate minus {baseline}'s at the same lag ([95% CI: Newcombe], Fisher exact p, {_holm_note(stats)})",
+              [("", lambda c: _comparison_text(c["collapse_vs_baseline"], 1, 2))], recipes=others)
     table(f"Realized lag ({summary['lag_mode']} mode): lowest..highest over every trained step "
           "of every seed (mean)", [("", realized_lag_text)])
     for metric, title in MISMATCH.items():
@@ -202,7 +202,7 @@ def claim_conclusions(summary: dict) -> list[str]:
     verdicts = [c["verdict"] for c in claims]
     lines = [f"Claims ({family_text(summary)}): "
              + ", ".join(f"{verdicts.count(v)} {v}" for v in dict.fromkeys(verdicts)) + "."]
-    lines += [f"{c['name']} ({c['statement']}): {c['verdict']}, {claim_text(c)}; {c['why']}; "
+    lines += [f"{c['name']} ({c['statement']}): {c['verdict']}{size_text(c)}, {claim_text(c)}; {c['why']}; "
               f"P(same outcome on a rerun) {replication_text(c)}." for c in claims]
     return lines
 
