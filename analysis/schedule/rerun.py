@@ -24,6 +24,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from analysis.claims.verdicts import NOT_TESTED
 from harness.cli import EXIT_BAD_INPUT, load_grid
 from harness.grid_dir import GridDir
 from harness.io import read_json, write_json_atomic
@@ -67,12 +68,13 @@ def command(first: Path, declared: dict, cores: int, extra: list[str]) -> list[s
 
 
 def compare(first: dict, second: dict) -> dict:
-    """Each claim of both summaries: the two outcomes, the first run's printed probability, whether they
+    """Each claim both grids tested: the two outcomes, the first run's printed probability, whether they
     agree; the count that agreed and the count the probabilities predict (their sum)."""
-    rerun = {c["name"]: c for c in second["claims"]}
+    rerun = {c["name"]: c for c in second["claims"] if c["verdict"] != NOT_TESTED}
     rows = [{"name": c["name"], "first": c["verdict"], "first_look": c.get("look"), "replication": c.get("replication"),
              "rerun": rerun[c["name"]]["verdict"], "rerun_look": rerun[c["name"]].get("look"),
-             "same": c["verdict"] == rerun[c["name"]]["verdict"]} for c in first["claims"] if c["name"] in rerun]
+             "same": c["verdict"] == rerun[c["name"]]["verdict"]}
+            for c in first["claims"] if c["name"] in rerun and c["verdict"] != NOT_TESTED]
     printed = [r["replication"] for r in rows if r["replication"] is not None]
     return {"claims": rows, "same": sum(r["same"] for r in rows), "expected_same": sum(printed),
             "compared": len(rows), "seeds": [first["seeds"], second["seeds"]]}

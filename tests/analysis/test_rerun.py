@@ -80,3 +80,15 @@ def test_a_grid_that_has_not_aggregated_or_has_a_tuning_section_is_refused(first
                                   "recipes": {r: {"param": "aggregation", "values": ["token_mean"]} for r in config["recipes"]}}}
     with pytest.raises(ValueError, match="tuning"):
         rerun.declare(Config.build(validate(tuned)), folder, tmp_path / "again", "default")
+
+
+def test_only_claims_both_grids_tested_are_compared_and_the_prediction_is_the_sum_of_printed_probabilities():
+    def claim(name, verdict, replication):
+        return {"name": name, "verdict": verdict, "look": 1, "replication": replication}
+    first = {"seeds": [0, 1], "claims": [claim("a", "exceeds", 0.9), claim("b", "negligible", 0.6),
+                                         claim("c", "not tested in this grid", None)]}
+    second = {"seeds": [2, 3], "claims": [claim("a", "exceeds", 0.8), claim("b", "opposite", 0.5),
+                                          claim("c", "not tested in this grid", None)]}
+    result = rerun.compare(first, second)
+    assert [(r["name"], r["same"]) for r in result["claims"]] == [("a", True), ("b", False)]
+    assert (result["same"], result["compared"], result["expected_same"]) == (1, 2, pytest.approx(1.5))
