@@ -24,9 +24,9 @@ import numpy as np  # noqa: E402
 from scipy import stats  # noqa: E402
 
 from analysis.report.plots import plot_lag_vs_length  # noqa: E402
-from engines.train import run  # noqa: E402
 from engines.tiny.warmstart import build_base  # noqa: E402
-from harness.grid import resolve_run_config, run_dir  # noqa: E402
+from engines.train import run  # noqa: E402
+from harness.grid import resolve_run_config  # noqa: E402
 from harness.grid_dir import GridDir  # noqa: E402
 from harness.io import write_json_atomic  # noqa: E402
 from harness.queue_lag import queue_model  # noqa: E402
@@ -52,7 +52,7 @@ def main(argv=None) -> int:
               "steps": args.steps, "eval_every": args.steps, "engine_params": {"preset": args.preset}}
     run_config = resolve_run_config(config, "grpo", args.lag, args.seed)
     build_base(run_config["engine_params"], args.out / "base")
-    directory = run_dir(config, "grpo", args.lag, args.seed)
+    directory = GridDir.of(config).run("grpo", args.lag, args.seed).path
     assert run(run_config, directory) in ("completed", "diverged")
     rows = [row for row in RunDir(directory).read_metrics() if "queue/lags" in row]
     lags = np.array([lag for row in rows for lag in row["queue/lags"]])

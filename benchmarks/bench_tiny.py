@@ -22,11 +22,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from engines.train import run  # noqa: E402
 from engines.tiny.checkpoint import load_model  # noqa: E402
 from engines.tiny.warmstart import build_base, exact_match  # noqa: E402
-from harness.grid import resolve_run_config, run_dir  # noqa: E402
-from harness.run import RunDir  # noqa: E402
+from engines.train import run  # noqa: E402
+from harness.grid import resolve_run_config  # noqa: E402
+from harness.grid_dir import GridDir  # noqa: E402
 
 
 def grid_config(args, recipes, lags, seeds) -> dict:
@@ -39,7 +39,7 @@ def grid_config(args, recipes, lags, seeds) -> dict:
 def one_run(job) -> dict:
     config, recipe, lag, seed = job
     torch.set_num_threads(1)
-    folder = RunDir(run_dir(config, recipe, lag, seed))
+    folder = GridDir.of(config).run(recipe, lag, seed)
     start, cpu = time.perf_counter(), time.process_time()
     status = run(resolve_run_config(config, recipe, lag, seed), folder.path)
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu

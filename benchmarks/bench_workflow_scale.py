@@ -21,9 +21,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.config import validate  # noqa: E402
-from harness.grid import expand, resolve_run_config, run_dir  # noqa: E402
+from harness.grid import expand, resolve_run_config  # noqa: E402
 from harness.grid_dir import GridDir  # noqa: E402
-from harness.run import RunDir, recipe_fingerprint  # noqa: E402
+from harness.run import recipe_fingerprint  # noqa: E402
 from stabilizers import load_recipes  # noqa: E402
 from tracking.sync import TRAIN_POINTS  # noqa: E402
 
@@ -43,7 +43,7 @@ def fabricate(results: Path, runs: int, steps: int, eval_every: int, train_keys:
               "collapse": {"fraction": 0.5, "confirm": 1}, "baseline": "grpo"})  # defaults filled, as every stage gets it
     keys = TRAIN_KEYS[:train_keys]
     for i, (recipe, lag, seed) in enumerate(expand(config)):
-        run = RunDir(run_dir(config, recipe, lag, seed))
+        run = GridDir.of(config).run(recipe, lag, seed)
         run_config = resolve_run_config(config, recipe, lag, seed)
         run.pin_config(run_config)
         # the fingerprint a train job records: aggregate refuses a run without it (RunDir.check_fingerprint)
@@ -58,7 +58,8 @@ def fabricate(results: Path, runs: int, steps: int, eval_every: int, train_keys:
 
 
 def bench_mlflow(args) -> None:
-    from analysis.cells.summary import collect, summarize
+    from analysis.cells.summary import collect
+    from analysis.report.write import summarize
     from harness.io import write_json_atomic
     from harness.settings import Config
     from tracking.sync import sync

@@ -8,6 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+# the outcome of a claim whose cells the grid lacks (a narrowed grid): no interval, no share of alpha spent
+NOT_TESTED = "not tested in this grid"
+
 
 @dataclass(frozen=True)
 class Seeding:

@@ -19,12 +19,6 @@ from stabilizers import Recipe, get_recipe, load_recipes, parameters, recipe_fro
 # The grid's prepared base model as a run config names it: a folder relative to the grid folder
 # (<results_dir>/<grid>), so that moving or renaming results/ keeps every run key and eval key.
 BASE_MODEL = "base"
-# A run's folder relative to the grid folder; with its braces, also the rule files' wildcard pattern.
-RUN_FOLDER = "runs/{recipe}/lag{lag}/seed{seed}"
-
-
-def run_dir(config: dict, recipe: str, lag: int, seed: int) -> Path:
-    return grid_dir(config) / RUN_FOLDER.format(recipe=recipe, lag=lag, seed=seed)
 
 
 def grid_dir(config: dict) -> Path:

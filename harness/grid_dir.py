@@ -21,11 +21,14 @@ can declare them as outputs before any grid exists.
 """
 from __future__ import annotations
 
+import csv
+import statistics
 from pathlib import Path
 
-from harness.grid import BASE_MODEL, RUN_FOLDER, grid_dir
+from harness.engine import RULES
+from harness.grid import BASE_MODEL, grid_dir
 from harness.io import read_json
-from harness.run import RunDir
+from harness.run import RUN_FOLDER, RunDir
 
 CONFIG, SUMMARY, MLFLOW_MARKER, TRACKING_LOCK = "config.json", "summary.json", "mlflow.json", "tracking.lock"
 TUNING_PICK = "tuning.json"  # the equal tuning budget's pick (analysis.schedule.tune)
@@ -36,6 +39,13 @@ TABLE_FORMATS = ("md", "csv", "tex")
 PLOTS = ("curves", "mismatch", "collapse", "staleness", "pareto", "lag_vs_length")
 # every file analysis.report.write writes into the grid folder, in the order it writes them
 REPORT_FILES = (*(f"table.{fmt}" for fmt in TABLE_FORMATS), *(f"{name}.png" for name in PLOTS), SUMMARY)
+
+
+def _measured(text: str | None) -> float | None:
+    try:
+        return float(text)
+    except (TypeError, ValueError):  # Snakemake writes NA or - where it measured nothing
+        return None
 
 
 class GridDir:
@@ -110,6 +120,27 @@ class GridDir:
     def benchmarks_dir(self) -> Path:
         """Snakemake's benchmark files, logs/benchmarks/<rule>.tsv or <rule>/...tsv (one per job)."""
         return self.logs_dir / "benchmarks"
+
+    def job_costs(self) -> list[dict]:
+        """Per rule with benchmark files: jobs, total and median wall seconds, total CPU seconds, peak RSS (MB)."""
+        root = self.benchmarks_dir
+        rows = []
+        for rule in RULES:
+            single = root / f"{rule}.tsv"  # a rule with one job (prepare, aggregate, track)
+            files = sorted(root.glob(f"{rule}/**/*.tsv")) + ([single] if single.is_file() else [])
+            records = []
+            for path in files:
+                with open(path, newline="") as handle:
+                    records += list(csv.DictReader(handle, delimiter="\t"))
+            if not records:
+                continue
+            wall = [w for w in (_measured(r.get("s")) for r in records) if w is not None]
+            cpu = [c for c in (_measured(r.get("cpu_time")) for r in records) if c is not None]
+            rss = [m for m in (_measured(r.get("max_rss")) for r in records) if m is not None]
+            rows.append({"rule": rule, "jobs": len(records), "wall_s": sum(wall),
+                         "median_wall_s": statistics.median(wall) if wall else None,
+                         "cpu_s": sum(cpu) if cpu else None, "peak_rss_mb": max(rss) if rss else None})
+        return rows
 
     def table_path(self, fmt: str) -> Path:
         if fmt not in TABLE_FORMATS:

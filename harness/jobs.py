@@ -89,7 +89,7 @@ class Pack:
         return 1 if self.seeds is None else len(self.seeds)
 
     def folders(self, run_pattern: str) -> list[str]:
-        """Its runs' folders in a cell: ``run_pattern`` (harness.grid.RUN_FOLDER under a grid) at each seed."""
+        """Its runs' folders in a cell: ``run_pattern`` (harness.run.RUN_FOLDER under a grid) at each seed."""
         if self.seeds is None:
             return [run_pattern]
         return [run_pattern.replace("{seed}", str(seed)) for seed in self.seeds]

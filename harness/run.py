@@ -50,7 +50,10 @@ ENGINE_FILES = {"resume_checkpoints": "megatron", "hf_saves": "hf", "job_script"
                 "rollouts": "rollouts.jsonl", "trainer_fingerprint": "fingerprint_trainer.json",
                 "engine_commit": "slime_commit.txt"}
 _STEP_DIR = re.compile(r"^step_(\d+)$")
-_LAYOUT_TAIL = re.compile(r"^lag\d+/seed\d+$")
+# A run's folder relative to the grid folder (harness.grid_dir.GridDir.run); with its braces, also the
+# rule files' wildcard pattern. RunDir.grid_dir reads it back.
+RUN_FOLDER = "runs/{recipe}/lag{lag}/seed{seed}"
+_RUN_FOLDER_PARTS = re.compile(r"^runs/[^/]+/lag\d+/seed\d+$")
 
 
 def eval_file_pattern(task: str) -> str:
@@ -78,13 +81,13 @@ class RunDir:
 
     @property
     def grid_dir(self) -> Path:
-        """The grid folder of a run folder laid out by harness.grid.run_dir
+        """The grid folder of a run folder laid out by RUN_FOLDER
         (<grid>/runs/<recipe>/lag<lag>/seed<seed>): what a run config's relative paths are under.
         ValueError naming the folder and the layout for a folder laid out otherwise."""
         parts = self.path.absolute().parts
-        if len(parts) < 6 or parts[-4] != "runs" or not _LAYOUT_TAIL.match("/".join(parts[-2:])):
+        if len(parts) < 6 or not _RUN_FOLDER_PARTS.match("/".join(parts[-4:])):
             raise ValueError(f"{self.path} is not a run folder in a grid's layout "
-                             f"(<grid>/runs/<recipe>/lag<lag>/seed<seed>, harness.grid.run_dir): a run config "
+                             f"(<grid>/{RUN_FOLDER.format(recipe='<recipe>', lag='<lag>', seed='<seed>')}, harness.grid_dir.GridDir.run): a run config "
                              f"naming its base model relative to the grid folder needs one; pass the run folder "
                              f"the workflow plans, or an absolute base_model")
         return self.path.parents[3]

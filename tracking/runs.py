@@ -10,12 +10,12 @@ import os
 import tempfile
 from pathlib import Path
 
+from analysis.report.render import Section, Table, markdown
 from analysis.report.tables import (
     claim_conclusions,
     claim_text,
     claims_section,
     family_text,
-    markdown_section,
     replication_text,
 )
 from harness.grid_dir import GridDir
@@ -251,7 +251,7 @@ def claim_tags(summary: dict) -> dict[str, str]:
     verdicts = [c["verdict"] for c in claims]
     tags["claims"] = ", ".join(f"{verdicts.count(v)} {v}" for v in dict.fromkeys(verdicts)) or "none declared"
     section = claims_section(summary)
-    tags["mlflow.note.content"] = "\n".join(markdown_section(*section)) if section else claim_conclusions(summary)[0]
+    tags["mlflow.note.content"] = "\n".join(markdown([section])) if section else claim_conclusions(summary)[0]
     return tags
 
 
@@ -262,13 +262,12 @@ def tuning_markdown(grid: str, pick: dict) -> str:
     curse, docs/statistics.md); the scores stay in tuning.json, the pick's input."""
     rows = [[recipe, ", ".join(entry["param"]), ", ".join(map(str, entry["values"])), str(entry["picked"]),
              entry["variant"]] for recipe, entry in pick["recipes"].items()]
-    lines = markdown_section(f"Equal tuning budget of grid {grid}: the pick",
-                             ["recipe", "parameter", "candidates", "picked", "confirmation runs' recipe"], rows)
-    return "\n".join(lines + [
-        f"Each recipe's value was picked on tuning seeds {pick['seeds']} by the {pick['metric']} averaged over "
+    header = ["recipe", "parameter", "candidates", "picked", "confirmation runs' recipe"]
+    rule = (f"Each recipe's value was picked on tuning seeds {pick['seeds']} by the {pick['metric']} averaged over "
         f"lags {pick['lags']}: {pick['rule']}. The candidates' runs are in the experiment '{grid}{TUNING_SUFFIX}'; "
         "their scores are the pick's input (tuning.json), not results. The picked values' results are their runs "
-        f"on the confirmation seeds, in the experiment '{grid}' (table.md).", ""])
+        f"on the confirmation seeds, in the experiment '{grid}' (table.md).")
+    return "\n".join(markdown([Section(f"Equal tuning budget of grid {grid}: the pick", (Table.of(header, rows), rule))]))
 
 
 def verdicts_markdown(summary: dict) -> str:
@@ -278,8 +277,8 @@ def verdicts_markdown(summary: dict) -> str:
     if not rows:
         return "\n".join(claim_conclusions(summary)) + "\n"
     title = f"Verdicts of grid {summary['grid']} ({family_text(summary)}; the reasons: table.md)"
-    return "\n".join(markdown_section(title, ["claim", "verdict", "estimate [interval] (level, method, n)",
-                                               "P(same outcome on a rerun)"], rows))
+    header = ["claim", "verdict", "estimate [interval] (level, method, n)", "P(same outcome on a rerun)"]
+    return "\n".join(markdown([Section.table(title, header, rows)]))
 
 
 def baseline_note(summary: dict, lag: int) -> str:

@@ -96,29 +96,3 @@ def summarize_pareto(config: Config, summary: dict) -> dict | None:
     return {"time_model": TIME_MODEL, "lag_queue": dict(config.lag_queue), "steps": steps,
             "time_budget": steps / fastest, "left_out": [int(lag) for lag in config.lags if lag == 0],
             "cells": rows}
-
-
-def sections(summary: dict) -> list[tuple[str, list[str], list[list[str]]]]:
-    """table.md's "at equal modelled wall-clock" table (analysis.report.tables.sections appends it)."""
-    pareto = summary.get("pareto")
-    if not pareto:
-        return []
-
-    def score(stat):
-        if stat is None or stat["estimate"] is None:
-            return "–"
-        interval = "" if stat["low"] is None else f" [{100 * stat['low']:.1f}, {100 * stat['high']:.1f}]"
-        return f"{100 * stat['estimate']:.1f}{interval}"
-
-    rows = [[row["recipe"], str(row["bound"]), f"{100 * row['drop_rate']:.1f}", f"{row['throughput']:.3f}",
-             f"{row['time']:.1f} (x{row['relative_time']:.2f})", score(row["auc"]),
-             "–" if row["equal_time"] is None else f"{score(row['equal_time'])} (step {row['equal_time']['step']}"
-                                                   f" of {row['steps_reached']} reached)",
-             " / ".join("yes" if row["front"][e] else "no" for e in ENDPOINTS)] for row in pareto["cells"]]
-    left_out = f"; lag {pareto['left_out'][0]} (the synchronous loop) left out" if pareto["left_out"] else ""
-    title = (f"At equal modelled wall-clock (lag mode queue; the time model is the preset's, analysis.cells.pareto: "
-             f"{pareto['time_model']}; each cell at the time the fastest needs for {pareto['steps']} steps, "
-             f"{pareto['time_budget']:.1f} units of one trainer step{left_out})")
-    return [(title, ["recipe", "bound", "drop rate, %", "steps per unit time", "modelled time (vs fastest)",
-                     "AUC, % [95% CI]", "score at equal time, % [95% CI]", "on the Pareto front (AUC / equal time)"],
-             rows)]

@@ -14,14 +14,11 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm import tqdm
 
-from analysis.claims.robustness import checked
-from analysis.claims.verdicts import answer
-from analysis.statistics.contrasts import contrast
 from analysis.cells.curves import RunSummary, read_run
 from analysis.cells.noise import summarize_noise
 from analysis.cells.pareto import summarize_pareto
 from analysis.cells.reference import load_reference, reference_for
-from analysis.claims.gain_sources import gain_sources
+from analysis.statistics.contrasts import contrast
 from analysis.statistics.intervals import (
     ALPHA,
     BOOTSTRAP_MIN_SEEDS,
@@ -34,6 +31,7 @@ from analysis.statistics.intervals import (
     prob_improvement,
 )
 from harness.settings import Config, thawed
+from harness.tuning import CLAIM_RECIPE_FIELDS
 
 SCORES = {"fixed": "Fixed-step score", "best": "Best-checkpoint score (optimistic: chosen on the test set)",
           "selected": "Selected-checkpoint score (chosen on the selection task)",
@@ -43,6 +41,8 @@ MISMATCH = {"dbar": "d-bar: mean |log pi/mu| over the last 10% of steps",
 # the endpoints whose comparison tables the report shows, each with its own tests; AUC first, the
 # claims' default endpoint (docs/statistics.md says why); summary.json has every score's
 ENDPOINTS = ("auc", "fixed")
+ENDPOINT_NAMES = {"auc": "AUC", "fixed": "fixed-step score", "best": "best-checkpoint score",
+                  "selected": "selected-checkpoint score"}
 FAMILY = "exploratory: one table (one comparison and endpoint over every recipe and lag)"
 
 
@@ -137,17 +137,16 @@ def build_cells(config: Config, runs: list[RunResult]) -> dict[tuple[str, int], 
             for recipe in config.recipes for lag in config.lags}
 
 
-def summarize(config: Config, runs: list[RunResult]) -> dict:
-    """The machine-readable summary (summary.json): one entry per cell with per-seed values,
+def summarize_cells(config: Config, runs: list[RunResult]) -> tuple[dict, dict]:
+    """summary.json's cells and what is read from them alone (analysis.report.write.summarize adds the
+    claims), and the cells by (recipe, lag): one entry per cell with per-seed values,
     mean + 95% CI per metric, collapse k/n with Wilson CI, and the exploratory comparisons:
     P(improvement) over the baseline (``improvement``), the difference to the baseline at the same
     lag (``vs_baseline``), the staleness cost against the smallest lag (``staleness_cost``; both
     analysis.statistics.contrasts, paired by seed where the cells share seeds) and the collapse-rate
     differences (``collapse_vs_baseline``, ``collapse_vs_reference_lag``), each with its p-value
-    Holm-adjusted within its table (``p_holm``); then the claims' outcomes (``claims``, analysis.claims.verdicts:
-    each from its interval at alpha / the claims tested, over the looks of the seed schedule); the noise
-    section (analysis.cells.noise) and a queue grid's equal-time comparison (``pareto``, analysis.cells.pareto).
-    analysis.report.write adds the generated conclusions (analysis.report.tables)."""
+    Holm-adjusted within its table (``p_holm``); the noise section (analysis.cells.noise) and a queue
+    grid's equal-time comparison (``pareto``, analysis.cells.pareto)."""
     baseline = config.baseline
     if baseline is not None and baseline not in config.recipes:
         raise ValueError(f"baseline {baseline!r} is not one of the grid's recipes {list(config.recipes)}")
@@ -155,15 +154,13 @@ def summarize(config: Config, runs: list[RunResult]) -> dict:
     cells = build_cells(config, runs)
 
     def minus(cell, other):
-        return {m: _comparison(contrast([(1.0, cell["per_seed"][m], cell["seeds"]),
-                                         (-1.0, other["per_seed"][m], other["seeds"])])) for m in SCORES}
+        return {m: _comparison(cell_minus(cell, other, m)) for m in SCORES}
 
     def improvement(cell, other):
         return {m: _comparison(prob_improvement(cell["per_seed"][m], other["per_seed"][m])) for m in SCORES}
 
     def compare_collapse(cell, other):
-        return _comparison(collapse_difference(cell["collapse"]["k"], cell["collapse"]["n"],
-                                               other["collapse"]["k"], other["collapse"]["n"]))
+        return _comparison(cell_minus(cell, other, "collapse"))
 
     for (recipe, lag), cell in cells.items():
         first = cells[recipe, reference_lag]
@@ -191,17 +188,24 @@ def summarize(config: Config, runs: list[RunResult]) -> dict:
                                "bootstrap_min_seeds": BOOTSTRAP_MIN_SEEDS,
                                "claims": "confirmatory: each claim's interval at alpha / the claims tested "
                                          "(Bonferroni), spent over the looks of the seed schedule"},
-               "claims": _json_safe(checked(config, cells, answer(config.claims, cells, reference_lag, config.steps,
-                                                                   seeding, config.seeds))),
-               "cells": _json_safe(list(cells.values()))}
-    # where each recipe's gain comes from (analysis.claims.gain_sources; grids with a gain_sources section)
-    summary["gain_sources"] = _json_safe(gain_sources(config, cells, summary["claims"]))
+               "cells": json_safe(list(cells.values()))}
     # the split of each cell's noise into training seed and evaluation, and the plans of seeds vs k:
     # a section of its own (analysis.cells.noise)
-    summary["noise"] = _json_safe(summarize_noise(config, runs))
+    summary["noise"] = json_safe(summarize_noise(config, runs))
     # a queue grid's bounds at equal modelled wall-clock and their Pareto front (analysis.cells.pareto); None otherwise
-    summary["pareto"] = _json_safe(summarize_pareto(config, summary))
-    return summary
+    summary["pareto"] = json_safe(summarize_pareto(config, summary))
+    return summary, cells
+
+
+def cell_minus(cell: dict, other: dict, metric: str, apart: bool = False):
+    """``cell`` minus ``other``: a score by analysis.statistics.contrasts (paired by seed where the cells
+    share seeds; ``apart``: cells of two grids, whose equal seed numbers are different runs), the collapse
+    rate by Newcombe's interval and Fisher's test."""
+    if metric == "collapse":
+        return collapse_difference(cell["collapse"]["k"], cell["collapse"]["n"], other["collapse"]["k"], other["collapse"]["n"])
+    seeds = (([("B", s) for s in cell["seeds"]], [("A", s) for s in other["seeds"]]) if apart
+             else (cell["seeds"], other["seeds"]))
+    return contrast([(1.0, cell["per_seed"][metric], seeds[0]), (-1.0, other["per_seed"][metric], seeds[1])])
 
 
 def _comparison(comparison) -> dict:
@@ -231,14 +235,36 @@ def _adjust(cells: list[dict], baseline: str | None) -> None:
             stat["p_holm"] = adjusted
 
 
-def _json_safe(obj):
+def json_safe(obj):
     """NaN -> None: summary.json is strict JSON."""
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     if isinstance(obj, dict):
-        return {k: _json_safe(v) for k, v in obj.items()}
+        return {k: json_safe(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_json_safe(v) for v in obj]
+        return [json_safe(v) for v in obj]
     if isinstance(obj, np.generic):
-        return _json_safe(obj.item())
+        return json_safe(obj.item())
     return obj
+
+
+def under_recipe_names(summary: dict) -> dict:
+    """``summary`` with each picked variant's cells and claims named by its recipe
+    (grpo.eps_low_eps_high-0.3 -> grpo), so that a tuned grid compares cell by cell and claim by claim
+    with the same grid untuned (config side_by_side: analysis.report.compare.beside); ``summary`` itself
+    without a tuning section."""
+    tuning = summary.get("tuning")
+    if tuning is None:
+        return summary
+    names = {entry["variant"]: recipe for recipe, entry in tuning["recipes"].items()}
+
+    def renamed(statement: str) -> str:  # a statement names recipes as written; the longest variant first
+        for variant in sorted(names, key=len, reverse=True):
+            statement = statement.replace(variant, names[variant])
+        return statement
+
+    cells = [{**cell, "recipe": names.get(cell["recipe"], cell["recipe"])} for cell in summary["cells"]]
+    claims = [{**claim, "statement": renamed(claim["statement"]),
+               **{field: names[claim[field]] for field in CLAIM_RECIPE_FIELDS if claim.get(field) in names}}
+              for claim in summary["claims"]]
+    return {**summary, "cells": cells, "claims": claims, "recipes": [names.get(r, r) for r in summary["recipes"]]}

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from analysis.claims.verdicts import NOT_TESTED, interval, measure, tested_in
+from analysis.claims.verdicts import interval, measure, tested_in
 from analysis.statistics.decision import outcome
 from analysis.statistics.intervals import ALPHA
-from harness.claims import Claim, CostDifference, Interaction
+from harness.claims import NOT_TESTED, Claim, CostDifference, Interaction
 from harness.settings import Config, GainSources
 
 PRESENT = ("exceeds", "claimed sign")
@@ -78,27 +78,3 @@ def gain_sources(config: Config, cells: dict, claims_read: list[dict]) -> dict |
         out.append({"recipe": recipe, "lag": largest, "confidence": 1 - level, **read,
                     "source": source(read["staleness"]["outcome"], read["mismatch"]["outcome"])})
     return {"baseline": asdict(section.baseline), "smallest_effect": section.smallest_effect, "recipes": out}
-
-
-def _points(part: dict) -> str:
-    bounds = "no interval" if part["low"] is None else f"[{part['low'] * 100:+.1f}, {part['high'] * 100:+.1f}]"
-    return f"{part['estimate'] * 100:+.1f} {bounds} points ({part['outcome']}, n {part['n']})"
-
-
-def sentences(found: dict) -> list[str]:
-    """One sentence per recipe of gain_sources' answer: its source, with the numbers."""
-    base = found["baseline"]
-    return [f"`{row['recipe']}`: {NOT_TESTED} (an arm's cell is missing)." if row["source"] == NOT_TESTED else
-            f"`{row['recipe']}`: **{row['source']}**. Staleness part (without the sampler's mismatch, its staleness "
-            f"cost at lag {row['lag']} minus `{base['without_mismatch']}`'s; positive: a smaller cost): "
-            f"{_points(row['staleness'])}. Mismatch part (at lag 0, its benefit over `{base['with_mismatch']}` with "
-            f"the mismatch minus without it): {_points(row['mismatch'])}. AUC, {row['confidence']:.2%} intervals, "
-            f"exploratory; smallest effect {found['smallest_effect'] * 100:g} points." for row in found["recipes"]]
-
-
-def markdown_lines(found: dict | None) -> list[str]:
-    """table.md's section of gain_sources' answer (none without it): a sentence per recipe."""
-    if not found:
-        return []
-    return ["## Where each recipe's gain comes from (analysis.claims.gain_sources: staleness, mismatch, both or neither)", "",
-            *(f"- {line}" for line in sentences(found)), ""]

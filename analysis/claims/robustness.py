@@ -10,10 +10,11 @@ import math
 
 import numpy as np
 
-from analysis.claims.verdicts import NOT_TESTED, _values, family
+from analysis.claims.verdicts import _values, family
 from analysis.statistics.contrasts import per_seed
 from analysis.statistics.crosscheck import adastop
 from analysis.statistics.skew import skew_check
+from harness.claims import NOT_TESTED
 from harness.settings import Config
 
 

@@ -32,9 +32,8 @@ from analysis.statistics.decision import (
 )
 from analysis.statistics.intervals import ALPHA
 from analysis.statistics.survival import collapse_test, seeds_needed_collapse
-from harness.claims import Claim, Seeding, StalenessCost
+from harness.claims import NOT_TESTED, Claim, Seeding, StalenessCost
 
-NOT_TESTED = "not tested in this grid"
 REPLICATION_METHOD = ("plug-in parametric bootstrap: 4000 reruns of the design (its looks and levels) "
                       "with normal per-seed contrasts at the measured mean and sd (collapse: binomial at "
                       "the measured rates)")

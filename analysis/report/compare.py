@@ -14,7 +14,7 @@ listed, not compared. Exit status: 0 the grids agree (AGREEMENT), 1 they do not,
 
 A grid's own report shows another grid's claims beside its own (config side_by_side: e.g. the grid
 run under lag_mode interval beside the one run under constant lag): ``beside`` and
-``render_beside``, called by analysis.report.write, with that grid as A and this one as B.
+``beside_sections``, called by analysis.report.write, with that grid as A and this one as B.
 """
 from __future__ import annotations
 
@@ -24,11 +24,10 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from analysis.statistics.contrasts import contrast
-from analysis.statistics.intervals import ALPHA, collapse_difference, holm
-from analysis.cells.summary import ENDPOINTS, _json_safe, summary_cells
-from analysis.report.tables import ENDPOINT_NAMES, _comparison_text, _interval_text
-from analysis.schedule.tune import under_recipe_names
+from analysis.cells.summary import ENDPOINT_NAMES, ENDPOINTS, cell_minus, json_safe, summary_cells, under_recipe_names
+from analysis.report.render import Bullets, Section, Table
+from analysis.report.tables import _comparison_text, _interval_text
+from analysis.statistics.intervals import ALPHA, holm
 from harness.claims import KINDS
 from harness.cli import run_stage
 from harness.grid_dir import SUMMARY, GridDir
@@ -62,13 +61,7 @@ def load_summary(path: str | Path) -> tuple[Path, dict]:
 
 def difference(metric: str, a: dict, b: dict) -> dict:
     """B's cell minus A's: Welch-Satterthwaite for a score, Newcombe + Fisher for the collapse rate."""
-    if metric == "collapse":
-        result = collapse_difference(b["collapse"]["k"], b["collapse"]["n"], a["collapse"]["k"], a["collapse"]["n"])
-    else:
-        # seeds labelled by grid: contrast pairs cells that share seeds, and two grids share none
-        result = contrast([(1.0, b["per_seed"][metric], [("B", s) for s in b["seeds"]]),
-                           (-1.0, a["per_seed"][metric], [("A", s) for s in a["seeds"]])])
-    return _json_safe(result.as_dict())
+    return json_safe(cell_minus(b, a, metric, apart=True).as_dict())
 
 
 def differs(stat: dict) -> bool | None:
@@ -200,30 +193,30 @@ def beside(summary: dict, other: tuple[dict, Path, dict]) -> dict:
             "verdict_differs": [c["name"] for c in result["claims"] if not c["same_verdict"]], **result}
 
 
-def render_beside(summary: dict) -> str:
-    """table.md's section of summary.json's side_by_side: per claim both grids declare, both verdicts with
-    their estimates and whether they differ; the claims whose verdict differs; the cells' agreement line."""
+def beside_sections(summary: dict) -> list[Section]:
+    """summary.json's side_by_side: per claim both grids declare, both verdicts with their estimates and
+    whether they differ; the claims whose verdict differs; the cells' agreement line."""
     side = summary.get("side_by_side")
     if side is None:
-        return ""
+        return []
     label, claims = side["label"], {c["name"]: c for c in side["claims"]}
-    lines = ["", f"## Beside {label} (grid {side['grid']})", "",
-             f"A is grid {side['grid']} ({label}, `{side['file']}`), B is this grid. Each claim both grids declare "
+    intro = (f"A is grid {side['grid']} ({label}, `{side['file']}`), B is this grid. Each claim both grids declare "
              "with the same statement: its verdict and estimate [interval] in each; every cell, B minus A: "
-             f"`python -m analysis.report.compare` on the two grid folders.", "",
-             f"| claim | this grid | {label} | verdicts |", "|---|---|---|---|"]
-    lines += [f"| {c['name']}: {c['statement']} | {_claim_text(c['b'])} | {_claim_text(c['a'])} | "
-              f"{'same' if c['same_verdict'] else '**differs**'} |" for c in side["claims"]]
+             f"`python -m analysis.report.compare` on the two grid folders.")
+    table = Table.of(["claim", "this grid", label, "verdicts"],
+                     [[f"{c['name']}: {c['statement']}", _claim_text(c["b"]), _claim_text(c["a"]),
+                       "same" if c["same_verdict"] else "**differs**"] for c in side["claims"]])
     differ = [f"{name} ({claims[name]['b']['verdict']} here, {claims[name]['a']['verdict']} there)"
               for name in side["verdict_differs"]]
-    lines += ["", f"The verdict differs between this grid and {label} for {len(differ)} of the {len(claims)} "
+    blocks = [intro, table,
+              f"The verdict differs between this grid and {label} for {len(differ)} of the {len(claims)} "
               f"claims: {'; '.join(differ)}." if differ else
               f"No claim's verdict differs between this grid and {label} ({len(claims)} claims both declare).",
-              "", _verdict_line(side)]
+              _verdict_line(side)]
     missing = _not_compared(side)
     if missing:
-        lines += ["", "Not compared:", "", *(f"- {line}" for line in missing)]
-    return "\n".join(lines) + "\n"
+        blocks += ["Not compared:", Bullets(tuple(missing))]
+    return [Section(f"Beside {label} (grid {side['grid']})", tuple(blocks))]
 
 
 def check_same_settings(a: dict, b: dict, names: tuple) -> None:

@@ -11,11 +11,9 @@ rule's jobs cost.
 """
 from __future__ import annotations
 
-import csv
-import statistics
 from collections import defaultdict
 
-from harness.engine import RULES
+from analysis.report.render import Bullets, Section, Table
 from harness.run import PROVENANCE
 from harness.settings import Config
 
@@ -55,79 +53,41 @@ def _listed(names: list[str], limit: int = 6) -> str:
     return ", ".join(names[:limit]) + (f", ... ({len(names) - limit} more)" if len(names) > limit else "")
 
 
-def provenance_lines(config: Config) -> list[str]:
+def provenance_section(config: Config) -> Section:
     attempts, missing = _attempts(config)
-    lines = ["## Provenance", ""]
+    blocks = []
     if attempts:
         last = attempts[-1][1]
         lock = str(last.get("requirements_lock_sha256"))[:12]
-        lines.append(f"stalebench {last.get('stalebench')}, python {last.get('python')}, "
-                     f"lm-eval {last.get('lm_eval')}, requirements.lock {lock} (the last attempt recorded).")
-        lines.append("")
+        blocks.append(f"stalebench {last.get('stalebench')}, python {last.get('python')}, "
+                      f"lm-eval {last.get('lm_eval')}, requirements.lock {lock} (the last attempt recorded).")
     for what, describe in (("commits", code_of), ("machines", machine_of)):
         groups = _grouped(attempts, describe)
         if len(groups) == 1:
-            lines.append(f"All runs on one {what[:-1]}: {next(iter(groups))}.")
+            blocks.append(f"All runs on one {what[:-1]}: {next(iter(groups))}.")
         elif groups:
-            lines.append(f"**The runs of this table come from {len(groups)} {what}** "
-                         "(numbers may differ between them):")
-            lines += [f"- {group}: {len(names)} run(s): {_listed(names)}" for group, names in groups.items()]
-        lines.append("")
+            blocks += [f"**The runs of this table come from {len(groups)} {what}** (numbers may differ between them):",
+                       Bullets(tuple(f"{group}: {len(names)} run(s): {_listed(names)}" for group, names in groups.items()))]
     if missing:
-        lines += [f"{len(missing)} run(s) have no {PROVENANCE} (trained before it was recorded): {_listed(missing)}", ""]
-    return lines
-
-
-def _number(text: str | None) -> float | None:
-    try:
-        return float(text)
-    except (TypeError, ValueError):  # Snakemake writes NA or - where it measured nothing
-        return None
-
-
-def benchmark_rows(config: Config) -> list[dict]:
-    """Per rule with benchmark files: jobs, total and median wall seconds, total CPU seconds, peak RSS (MB)."""
-    root = config.folder.benchmarks_dir
-    rows = []
-    for rule in RULES:
-        single = root / f"{rule}.tsv"  # a rule with one job (prepare, aggregate, track)
-        files = sorted(root.glob(f"{rule}/**/*.tsv")) + ([single] if single.is_file() else [])
-        records = []
-        for path in files:
-            with open(path, newline="") as handle:
-                records += list(csv.DictReader(handle, delimiter="\t"))
-        if not records:
-            continue
-        wall = [w for w in (_number(r.get("s")) for r in records) if w is not None]
-        cpu = [c for c in (_number(r.get("cpu_time")) for r in records) if c is not None]
-        rss = [m for m in (_number(r.get("max_rss")) for r in records) if m is not None]
-        rows.append({"rule": rule, "jobs": len(records), "wall_s": sum(wall),
-                     "median_wall_s": statistics.median(wall) if wall else None,
-                     "cpu_s": sum(cpu) if cpu else None, "peak_rss_mb": max(rss) if rss else None})
-    return rows
+        blocks.append(f"{len(missing)} run(s) have no {PROVENANCE} (trained before it was recorded): {_listed(missing)}")
+    return Section("Provenance", tuple(blocks))
 
 
 def _cell(value, digits: int) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
 
 
-def compute_lines(config: Config) -> list[str]:
-    rows = benchmark_rows(config)
+def sections(config: Config) -> list[Section]:
+    """What the table's runs ran on and, where Snakemake measured it, what each rule's jobs cost."""
+    rows = config.folder.job_costs()
     if not rows:
-        return []
-    lines = ["## Compute per rule", "",
-             "Snakemake benchmark files (logs/benchmarks/), summed over each rule's last completed jobs: "
-             "measured on the machines above, under their load at the time, so they describe that run, "
-             "not the code. aggregate and track rows are from their previous run, if any. CPU s is a lower "
-             "bound: Snakemake reads a job's CPU time every 0.5 s for its first ~15 s, then every 30 s, and "
-             "misses what the job uses after its last reading (on the demo's jobs, about a fifth of it).", "",
-             "| rule | jobs | wall s (total) | wall s (median) | CPU s (total) | peak RSS MB |",
-             "|---|---|---|---|---|---|"]
-    lines += [f"| {r['rule']} | {r['jobs']} | {_cell(r['wall_s'], 1)} | {_cell(r['median_wall_s'], 2)} | "
-              f"{_cell(r['cpu_s'], 1)} | {_cell(r['peak_rss_mb'], 0)} |" for r in rows]
-    return lines + [""]
-
-
-def render_markdown(config: Config) -> str:
-    """The provenance and compute sections, appended to table.md by analysis.report.write."""
-    return "\n".join(["", *provenance_lines(config), *compute_lines(config)])
+        return [provenance_section(config)]
+    text = ("Snakemake benchmark files (logs/benchmarks/), summed over each rule's last completed jobs: "
+            "measured on the machines above, under their load at the time, so they describe that run, "
+            "not the code. aggregate and track rows are from their previous run, if any. CPU s is a lower "
+            "bound: Snakemake reads a job's CPU time every 0.5 s for its first ~15 s, then every 30 s, and "
+            "misses what the job uses after its last reading (on the demo's jobs, about a fifth of it).")
+    table = Table.of(["rule", "jobs", "wall s (total)", "wall s (median)", "CPU s (total)", "peak RSS MB"],
+                     [[r["rule"], str(r["jobs"]), _cell(r["wall_s"], 1), _cell(r["median_wall_s"], 2),
+                       _cell(r["cpu_s"], 1), _cell(r["peak_rss_mb"], 0)] for r in rows])
+    return [provenance_section(config), Section("Compute per rule", (text, table))]

@@ -14,9 +14,8 @@ import numpy as np
 
 from analysis.cells.pareto import ENDPOINTS as PARETO_ENDPOINTS
 from analysis.cells.pareto import queue_models
-from analysis.cells.summary import ENDPOINTS, RunResult, by_cell, score_curve, summary_cells
+from analysis.cells.summary import ENDPOINT_NAMES, ENDPOINTS, RunResult, by_cell, score_curve, summary_cells
 from analysis.statistics.survival import kaplan_meier
-from analysis.report.tables import ENDPOINT_NAMES
 from harness.claims import KINDS
 from harness.settings import Config
 

@@ -1,26 +1,24 @@
-"""The report's text from summary.json (analysis.cells.summary): the claims' verdicts first, then the cell tables and the
-exploratory tables of each endpoint (ENDPOINTS), the conclusions, and the Markdown / LaTeX / CSV renderers."""
+"""The report's text from summary.json (analysis.cells.summary): the claims' verdicts first, then the
+cell tables and the exploratory comparison tables of each endpoint (analysis.cells.summary.ENDPOINTS),
+the generated conclusions, and the Markdown / LaTeX / CSV renderers of one set of sections."""
 from __future__ import annotations
 
 import csv
 import io
 
+from analysis.cells.summary import ENDPOINT_NAMES, ENDPOINTS, MISMATCH, SCORES, summary_cells
 from analysis.claims.robustness import checks_text
-from analysis.claims.verdicts import NOT_TESTED
-from analysis.cells.noise import sections as noise_sections
-from analysis.cells.pareto import sections as pareto_sections
-from analysis.claims.gain_sources import markdown_lines as source_lines
+from analysis.report.render import Bullets, Section, latex, markdown
 from analysis.statistics.decision import size_to_delta
 from analysis.statistics.intervals import ALPHA, BOOTSTRAP_MIN_SEEDS, smallest_p
-from analysis.cells.summary import ENDPOINTS, MISMATCH, SCORES, summary_cells
-from harness.claims import KINDS
+from harness.claims import KINDS, NOT_TESTED
 
-ENDPOINT_NAMES = {"auc": "AUC", "fixed": "fixed-step score", "best": "best-checkpoint score",
-                  "selected": "selected-checkpoint score"}
 METHOD_NAMES = {"student-t": "Student t", "paired-t": "paired by seed (Student t of per-seed differences)",
-                "welch-satterthwaite": "Welch-Satterthwaite (seeds differ between cells)", "BCa": "BCa bootstrap",
-                "percentile": "percentile bootstrap", "newcombe": "Newcombe", "degenerate": "equal seeds: a point",
-                "none": f"no interval below {BOOTSTRAP_MIN_SEEDS} seeds per arm", "n<2": "one seed: none", "empty": "no value"}
+                "welch-satterthwaite": "Welch-Satterthwaite (seeds differ between cells)",
+                "BCa": "BCa bootstrap", "percentile": "percentile bootstrap", "newcombe": "Newcombe",
+                "degenerate": "equal seeds: a point",
+                "none": f"no interval below {BOOTSTRAP_MIN_SEEDS} seeds per arm", "n<2": "one seed: none",
+                "empty": "no value"}
 CLAIM_FIELDS = ("statement", "kind", "metric", "expect", "smallest_effect", "estimate", "low", "high",
                 "confidence", "method", "n", "look", "test", "p", "verdict", "why", "replication", "seeds_needed")
 
@@ -57,7 +55,8 @@ def _comparison_text(stat: dict, scale: float, digits: int, sign: bool = True) -
 
 def _methods(stats: list[dict]) -> str:
     """The interval methods used in one table, in METHOD_NAMES order."""
-    return "; ".join(name for method, name in METHOD_NAMES.items() if method in {s["method"] for s in stats})
+    used = {s["method"] for s in stats}
+    return "; ".join(name for method, name in METHOD_NAMES.items() if method in used)
 
 
 def _holm_note(stats: list[dict]) -> str:
@@ -65,7 +64,8 @@ def _holm_note(stats: list[dict]) -> str:
 
 
 def claim_text(claim: dict) -> str:
-    """"+3.1 [-1.2, +7.4] points (98.75%, paired-t, n 5)": the estimate, its interval at the claim's level, method, n."""
+    """"+3.1 [-1.2, +7.4] points (98.75%, paired-t, n 5)": the claim's estimate and its interval at
+    the claim's level, with the method and n."""
     if claim["verdict"] == NOT_TESTED:
         return "–"
     scale, unit, digits = (1, "", 2) if KINDS[claim["kind"]].scale == "rate" else (100, " points", 1)
@@ -96,15 +96,16 @@ def family_text(summary: dict) -> str:
             f"interval at {ALPHA:g}/{tested} (Bonferroni), {looks}; docs/statistics.md, \"Verdicts\"")
 
 
-def claims_section(summary: dict) -> tuple[str, list[str], list[list[str]]] | None:
+def claims_section(summary: dict) -> Section | None:
     claims = summary["claims"]
     if not claims:
         return None
     rows = [[c["name"], c["statement"], claim_text(c), f"**{c['verdict']}**{size_text(c)}: {c['why']}",
              replication_text(c), checks_text(c)] for c in claims]
     title = f"Claims ({family_text(summary)}; every other table is exploratory)"
-    return title, ["claim", "statement", "estimate [interval] (level, method, n)", "outcome",
-                   "P(same outcome on a rerun)", "skew of the per-seed contrasts; AdaStop (exploratory)"], rows
+    return Section.table(title, ["claim", "statement", "estimate [interval] (level, method, n)", "outcome",
+                                 "P(same outcome on a rerun)", "skew of the per-seed contrasts; AdaStop (exploratory)"],
+                         rows)
 
 
 def realized_lag_text(cell: dict) -> str:
@@ -115,22 +116,21 @@ def realized_lag_text(cell: dict) -> str:
     return f"{lags['min']}..{lags['max']} (mean {lags['mean']:.2f})"
 
 
-def sections(summary: dict) -> list[tuple[str, list[str], list[list[str]]]]:
-    """The report's tables, rendered to text once and shared by the Markdown and LaTeX writers:
-    (title, header, rows); the claims first. Rows = recipes; one column per lag for each column
-    group (the value, then the published value)."""
+def cell_sections(summary: dict) -> list[Section]:
+    """The cell tables and the exploratory comparisons: rows = recipes, one column per lag for each
+    column group (the value, then the published value)."""
     cells = summary_cells(summary)
     baseline, reference_lag = summary["baseline"], summary["reference_lag"]
     others = [r for r in summary["recipes"] if r != baseline]
     later = [lag for lag in summary["lags"] if lag != reference_lag]
-    out = [section for section in [claims_section(summary)] if section]
+    out = []
 
     def table(title, columns, recipes=summary["recipes"], lags=summary["lags"]):
         """columns: (header prefix, text of a cell), each one column per lag."""
         header = ["recipe"] + [f"{prefix}lag {lag}" for prefix, _ in columns for lag in lags]
         rows = [[recipe] + [text(cells[recipe, lag]) for _, text in columns for lag in lags]
                 for recipe in recipes]
-        out.append((title, header, rows))
+        out.append(Section.table(title, header, rows))
 
     def shown(get, recipes=summary["recipes"], lags=summary["lags"]):
         return [get(cells[recipe, lag]) for recipe in recipes for lag in lags]
@@ -166,7 +166,8 @@ def sections(summary: dict) -> list[tuple[str, list[str], list[list[str]]]]:
             stats = shown(lambda c, e=endpoint: c["improvement"][e], others)
             table(f"P(improvement) over {baseline} at the same lag, {name} ([95% CI: {_methods(stats)}] (n), "
                   f"two-sided Mann-Whitney p, {_holm_note(stats)})",
-                  [("", lambda c, e=endpoint: _comparison_text(c["improvement"][e], 1, 2, sign=False))], recipes=others)
+                  [("", lambda c, e=endpoint: _comparison_text(c["improvement"][e], 1, 2, sign=False))],
+                  recipes=others)
         if later:
             stats = shown(lambda c, e=endpoint: c["staleness_cost"][e], lags=later)
             table(f"Staleness cost: {name} at this lag minus lag {reference_lag}, points (mean difference "
@@ -174,12 +175,14 @@ def sections(summary: dict) -> list[tuple[str, list[str], list[list[str]]]]:
                   [("", lambda c, e=endpoint: _comparison_text(c["staleness_cost"][e], 100, 1))], lags=later)
     if later:
         stats = shown(lambda c: c["collapse_vs_reference_lag"], lags=later)
-        table(f"Collapse rate at this lag minus lag {reference_lag} ([95% CI: Newcombe], Fisher exact p, {_holm_note(stats)})",
-              [("", lambda c: _comparison_text(c["collapse_vs_reference_lag"], 1, 2))], lags=later)
+        table(f"Collapse rate at this lag minus lag {reference_lag} ([95% CI: Newcombe], Fisher exact p, "
+              f"{_holm_note(stats)})", [("", lambda c: _comparison_text(c["collapse_vs_reference_lag"], 1, 2))],
+              lags=later)
     if baseline is not None and others:
         stats = shown(lambda c: c["collapse_vs_baseline"], others)
-        table(f"Collapse rate minus {baseline}'s at the same lag ([95% CI: Newcombe], Fisher exact p, {_holm_note(stats)})",
-              [("", lambda c: _comparison_text(c["collapse_vs_baseline"], 1, 2))], recipes=others)
+        table(f"Collapse rate minus {baseline}'s at the same lag ([95% CI: Newcombe], Fisher exact p, "
+              f"{_holm_note(stats)})", [("", lambda c: _comparison_text(c["collapse_vs_baseline"], 1, 2))],
+              recipes=others)
     table(f"Realized lag ({summary['lag_mode']} mode): lowest..highest over every trained step "
           "of every seed (mean)", [("", realized_lag_text)])
     for metric, title in MISMATCH.items():
@@ -188,8 +191,6 @@ def sections(summary: dict) -> list[tuple[str, list[str], list[list[str]]]]:
             columns.append(("paper ", paper_value("dbar", 1, 4)))
         table(f"{title} (mean [95% CI: {_methods(shown(lambda c, m=metric: c['stats'][m]))}] (per seed))",
               columns)
-    out += noise_sections(summary)  # noise: seed vs evaluation (analysis.cells.noise renders its own tables)
-    out += pareto_sections(summary)  # a queue grid at equal modelled wall-clock (analysis.cells.pareto)
     return out
 
 
@@ -266,45 +267,23 @@ def conclusions(summary: dict) -> list[str]:
     return lines
 
 
-def markdown_section(title: str, header: list[str], rows: list[list[str]]) -> list[str]:
-    """One section of sections() as Markdown lines: its title, its table, a blank line."""
-    return [f"## {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header),
-            *("| " + " | ".join(row) + " |" for row in rows), ""]
+def conclusions_section(summary: dict) -> Section:
+    return Section("What can and cannot be concluded", (Bullets(tuple(summary["conclusions"])),))
 
 
-def render_markdown(summary: dict) -> str:
-    lines = [f"# {summary['grid']}: {summary['engine']} engine, {len(summary['seeds'])} seeds, {summary['steps']} steps",
-             "", f"Test task `{summary['test_task']}`; selection task `{summary['selection_task']}`; "
-             f"collapse = diverged, or below {summary['collapse_fraction']} x peak after the peak "
-             f"through the last evaluation, over at least {summary.get('collapse_confirm', 1)} evaluations. Per-seed values in parentheses, in seed order "
-             f"{summary['seeds']}. Paper columns: Table 1 of the SAT paper (AIME24, %, one seed).", ""]
-    for i, section in enumerate(sections(summary)):
-        lines += markdown_section(*section)
-        if i == 0:  # beside the claims, which it describes
-            lines += source_lines(summary.get("gain_sources"))
-    lines += ["## What can and cannot be concluded", ""]
-    lines += [f"- {line}" for line in summary["conclusions"]] + [""]
-    return "\n".join(lines)
+def render_markdown(summary: dict, report: list[Section]) -> str:
+    """table.md: its heading, then the report's sections (analysis.report.write)."""
+    heading = [f"# {summary['grid']}: {summary['engine']} engine, {len(summary['seeds'])} seeds, {summary['steps']} steps",
+               "", f"Test task `{summary['test_task']}`; selection task `{summary['selection_task']}`; "
+               f"collapse = diverged, or below {summary['collapse_fraction']} x peak after the peak "
+               f"through the last evaluation, over at least {summary.get('collapse_confirm', 1)} evaluations. Per-seed values in parentheses, in seed order "
+               f"{summary['seeds']}. Paper columns: Table 1 of the SAT paper (AIME24, %, one seed).", ""]
+    return "\n".join(heading + markdown(report))
 
 
-def _tex(text: str) -> str:
-    for char, escaped in (("\\", r"\textbackslash{}"), ("_", r"\_"), ("%", r"\%"), ("&", r"\&"),
-                          ("#", r"\#"), ("–", "--"), ("|", r"$|$"), ("<", r"$<$"), (">", r"$>$")):
-        text = text.replace(char, escaped)
-    return text
-
-
-def render_latex(summary: dict) -> str:
-    parts = [f"% {summary['grid']}: generated by analysis.aggregate; per-seed values in parentheses"]
-    for title, header, rows in sections(summary):
-        parts += [r"\begin{table}[ht]", r"\centering", r"\small", f"\\caption{{{_tex(title)}}}",
-                  r"\begin{tabular}{l" + "l" * (len(header) - 1) + "}", r"\hline",
-                  " & ".join(_tex(h) for h in header) + r" \\", r"\hline"]
-        parts += [" & ".join(_tex(v) for v in row) + r" \\" for row in rows]
-        parts += [r"\hline", r"\end{tabular}", r"\end{table}", ""]
-    parts += [r"\paragraph{What can and cannot be concluded}", r"\begin{itemize}"]
-    parts += [f"\\item {_tex(line)}" for line in summary["conclusions"]] + [r"\end{itemize}", ""]
-    return "\n".join(parts)
+def render_latex(summary: dict, report: list[Section]) -> str:
+    heading = f"% {summary['grid']}: generated by analysis.aggregate; per-seed values in parentheses"
+    return "\n".join([heading, *latex(report)])
 
 
 def render_csv(summary: dict) -> str:

@@ -6,17 +6,60 @@ summary.json (analysis.cells.summary, with the generated conclusions). With conf
 and summary.json also show another grid's claims beside this one's (analysis.report.compare)."""
 from __future__ import annotations
 
+from analysis.cells.summary import collect, json_safe, summarize_cells
+from analysis.claims.gain_sources import gain_sources
+from analysis.claims.robustness import checked
+from analysis.claims.verdicts import answer
 from analysis.report import machines as provenance
-from analysis.report.compare import beside, load_beside, render_beside
+from analysis.report.compare import beside, beside_sections, load_beside
+from analysis.report.plots import (
+    plot_collapse,
+    plot_curves,
+    plot_mismatch,
+    plot_pareto,
+    plot_queue_lags,
+    plot_staleness,
+)
+from analysis.report.render import Section
+from analysis.report.sections import gain_sources_sections, noise_sections, pareto_sections, tuning_sections
+from analysis.report.tables import (
+    cell_sections,
+    claims_section,
+    conclusions,
+    conclusions_section,
+    render_csv,
+    render_latex,
+    render_markdown,
+)
 from analysis.schedule.looks import scheduled_runs
-from analysis.report.plots import plot_collapse, plot_curves, plot_mismatch, plot_pareto, plot_queue_lags, plot_staleness
-from analysis.cells.summary import collect, summarize
-from analysis.report.tables import conclusions, render_csv, render_latex, render_markdown
 from analysis.schedule.tune import confirmation_view
-from analysis.schedule.tune import render_markdown as tuning_markdown
 from harness.grid_dir import GridDir
 from harness.io import write_json_atomic, write_text_atomic
 from harness.settings import Config
+
+
+def summarize(config: Config, runs: list) -> dict:
+    """The machine-readable summary (summary.json): the cells (analysis.cells.summary), the claims'
+    outcomes read from them (``claims``, analysis.claims.verdicts: each from its interval at alpha / the
+    claims declared, over the looks of the seed schedule) and where each recipe's gain comes from
+    (``gain_sources``, analysis.claims.gain_sources). write_reports adds the generated conclusions."""
+    summary, cells = summarize_cells(config, runs)
+    claims = json_safe(checked(config, cells, answer(config.claims, cells, config.reference_lag, config.steps,
+                                                     config.seeding, config.seeds)))
+    ahead = {key: value for key, value in summary.items() if key not in ("cells", "noise", "pareto")}
+    return {**ahead, "claims": claims, "cells": summary["cells"],
+            "gain_sources": json_safe(gain_sources(config, cells, claims)),
+            "noise": summary["noise"], "pareto": summary["pareto"]}
+
+
+def report_sections(config: Config, summary: dict) -> list[Section]:
+    """table.md's and table.tex's sections, in order: the claims and where each gain comes from, the cell
+    tables, the exploratory noise and queue sections, the conclusions, the tuning pick, a grid beside this
+    one, then what the runs ran on and what they cost."""
+    claims = claims_section(summary)
+    return [*([claims] if claims else []), *gain_sources_sections(summary), *cell_sections(summary),
+            *noise_sections(summary), *pareto_sections(summary), conclusions_section(summary),
+            *tuning_sections(summary), *beside_sections(summary), *provenance.sections(config)]
 
 
 def write_reports(config: Config, out: GridDir | None = None, progress: bool = True) -> dict:
@@ -34,10 +77,10 @@ def write_reports(config: Config, out: GridDir | None = None, progress: bool = T
     summary["side_by_side"] = None if other is None else beside(summary, other)
     summary["conclusions"] = conclusions(summary)
     # then what the runs ran on and what they cost (analysis.report.machines)
-    write_text_atomic(grid.table_path("md"), render_markdown(summary) + tuning_markdown(summary)
-                      + render_beside(summary) + provenance.render_markdown(config))
+    report = report_sections(config, summary)
+    write_text_atomic(grid.table_path("md"), render_markdown(summary, report))
     write_text_atomic(grid.table_path("csv"), render_csv(summary))
-    write_text_atomic(grid.table_path("tex"), render_latex(summary))
+    write_text_atomic(grid.table_path("tex"), render_latex(summary, report))
     plot_curves(config, runs, grid.plot_path("curves"))
     plot_mismatch(config, runs, grid.plot_path("mismatch"))
     plot_collapse(summary, grid.plot_path("collapse"))

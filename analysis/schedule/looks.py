@@ -12,8 +12,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from analysis.claims.verdicts import open_cells
 from analysis.cells.summary import build_cells, collect
+from analysis.claims.verdicts import open_cells
 from harness.cli import load_grid, run_stage
 from harness.io import write_json_atomic
 from harness.settings import Config, Run

@@ -24,7 +24,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from analysis.claims.verdicts import NOT_TESTED
+from harness.claims import NOT_TESTED
 from harness.cli import EXIT_BAD_INPUT, load_grid
 from harness.grid_dir import GridDir
 from harness.io import read_json, write_json_atomic

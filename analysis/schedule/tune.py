@@ -22,7 +22,6 @@ from analysis.cells.summary import collect
 from harness.cli import load_grid, run_stage
 from harness.io import write_json_atomic
 from harness.settings import Config
-from harness.tuning import CLAIM_RECIPE_FIELDS
 
 TIE = 1e-12  # two means of the same scores summed in another order differ by rounding only
 
@@ -84,60 +83,6 @@ def confirmation_view(config: Config) -> tuple[Config, dict | None]:
     reported["recipes"] = {recipe: {key: value for key, value in entry.items() if key != "tuning_scores"}
                            for recipe, entry in picked["recipes"].items()}
     return view, reported
-
-
-def under_recipe_names(summary: dict) -> dict:
-    """``summary`` with each picked variant's cells and claims named by its recipe
-    (grpo.eps_low_eps_high-0.3 -> grpo), so that a tuned grid compares cell by cell and claim by claim
-    with the same grid untuned (config side_by_side: analysis.report.compare.beside); ``summary`` itself
-    without a tuning section."""
-    tuning = summary.get("tuning")
-    if tuning is None:
-        return summary
-    names = {entry["variant"]: recipe for recipe, entry in tuning["recipes"].items()}
-
-    def renamed(statement: str) -> str:  # a statement names recipes as written; the longest variant first
-        for variant in sorted(names, key=len, reverse=True):
-            statement = statement.replace(variant, names[variant])
-        return statement
-
-    cells = [{**cell, "recipe": names.get(cell["recipe"], cell["recipe"])} for cell in summary["cells"]]
-    claims = [{**claim, "statement": renamed(claim["statement"]),
-               **{field: names[claim[field]] for field in CLAIM_RECIPE_FIELDS if claim.get(field) in names}}
-              for claim in summary["claims"]]
-    return {**summary, "cells": cells, "claims": claims, "recipes": [names.get(r, r) for r in summary["recipes"]]}
-
-
-def render_markdown(summary: dict) -> str:
-    """table.md's section: per recipe the picked value and its confirmation-seed AUC at each lag
-    with its 95% interval (summary.json's cells of the picked variants)."""
-    tuning = summary.get("tuning")
-    if tuning is None:
-        return ""
-    cells = {(cell["recipe"], cell["lag"]): cell for cell in summary["cells"]}
-    lags = summary["lags"]
-    lines = ["", "## Equal tuning budget", "",
-             f"Each recipe's value picked on tuning seeds {tuning['seeds']} (never the seeds below) by the "
-             f"{tuning['metric']} averaged over lags {tuning['lags']}: {tuning['rule']}. Every recipe had "
-             f"{len(next(iter(tuning['recipes'].values()))['values'])} candidates. The AUC is the picked value's "
-             f"on the confirmation seeds {summary['seeds']} (mean [95% interval]); the tuning scores are the "
-             "pick's input (tuning.json), not results.", "",
-             "| recipe | parameter | candidates | picked | " + " | ".join(f"AUC lag {lag}" for lag in lags) + " |",
-             "|" + "---|" * (4 + len(lags))]
-    for recipe, entry in tuning["recipes"].items():
-        aucs = [_interval(cells.get((entry["variant"], lag))) for lag in lags]
-        lines.append(f"| {recipe} | {', '.join(entry['param'])} | {', '.join(map(str, entry['values']))} | "
-                     f"{entry['picked']} | " + " | ".join(aucs) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def _interval(cell: dict | None) -> str:
-    stat = (cell or {}).get("stats", {}).get("auc") or {}
-    if stat.get("estimate") is None:
-        return "-"
-    low, high = stat.get("low"), stat.get("high")  # None (JSON's NaN) with fewer than 2 seeds
-    bounds = f" [{100 * low:.1f}, {100 * high:.1f}]" if low is not None and high is not None else " [no interval]"
-    return f"{100 * stat['estimate']:.1f}{bounds} (n {stat['n']})"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -47,8 +47,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from engines.slime.weight_versions import driver_version
 from engines.slime.metrics import first_non_finite
+from engines.slime.weight_versions import driver_version
 from harness.io import write_text_atomic
 from harness.lag import check_lag
 from harness.run import RunDir

@@ -42,10 +42,10 @@ import yaml
 from engines.slime.job_script import write_job_script
 from engines.slime.metrics import first_non_finite
 from engines.slime.plan import report as plan_report
-from harness.hf_save import hf_checkpoint_problem
 from harness.cli import parse_json_arg
 from harness.config import load
 from harness.engine import TimeLimitReached
+from harness.hf_save import hf_checkpoint_problem
 from harness.run import RunConfig, RunDir
 
 

@@ -29,8 +29,8 @@ import numpy as np
 import torch
 
 from engines.mismatch import abs_d_stats
-from engines.slime.weight_versions import trainer_version
 from engines.slime.loss import refuse_unhandled_options
+from engines.slime.weight_versions import trainer_version
 from harness.io import append_jsonl_atomic, read_jsonl
 from harness.lag import check_realized_lag
 from harness.run import RunDir

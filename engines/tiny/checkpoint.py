@@ -19,6 +19,7 @@ from safetensors.torch import load_file, save_file
 from .model import ModelConfig, TinyMoELM, TinyPolicy
 
 WEIGHTS, CONFIG = "model.safetensors", "config.json"
+RESUME_TENSORS, RESUME_META = "state.safetensors", "state.json"  # a trainer's resume state (engines.tiny.trainer)
 # replace_dir_atomic builds the new version in .<name>.tmp-*, moves the one it replaces to
 # .<name>.old-*/x, then swaps the new one in
 _BUILDING, _ASIDE, _MOVED = ".tmp-", ".old-", "x"
@@ -104,6 +105,39 @@ def load_state(path: Path) -> dict[str, torch.Tensor]:
         return load_file(str(path))
     except (SafetensorError, OSError, ValueError) as error:
         raise ValueError(f"corrupt checkpoint file {path}: {error}") from None
+
+
+def state_tensors(model: TinyMoELM, optimizer, snapshots: dict[int, dict], batch: dict) -> dict[str, torch.Tensor]:
+    """A trainer's resume state as one flat dict, each part under its prefix: model., optim.<index>.,
+    snap.<version>. (the weights the engine may still be broadcast) and batch. (the batch in flight)."""
+    tensors = {f"model.{k}": v for k, v in model.state_dict().items()}
+    for index, state in optimizer.state_dict()["state"].items():
+        tensors.update({f"optim.{index}.{name}": value for name, value in state.items()})
+    for version, state in snapshots.items():
+        tensors.update({f"snap.{version}.{k}": v for k, v in state.items()})
+    return tensors | {f"batch.{k}": v for k, v in batch.items()}
+
+
+def load_state_tensors(tensors: dict, model: TinyMoELM, optimizer, versions: list[int]) -> tuple[dict, dict]:
+    """state_tensors read back: the model and the optimizer in place; returns (snapshots, batch)."""
+    def part(prefix: str) -> dict[str, torch.Tensor]:
+        return {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
+
+    model.load_state_dict(part("model."))
+    optim = optimizer.state_dict()
+    for index in range(len(optim["param_groups"][0]["params"])):
+        optim["state"][index] = part(f"optim.{index}.")
+    optimizer.load_state_dict(optim)
+    return {v: part(f"snap.{v}.") for v in versions}, part("batch.")
+
+
+def write_resume_state(directory: Path, tensors: dict[str, torch.Tensor], meta: dict) -> None:
+    """RESUME_TENSORS and RESUME_META, replaced as one folder (replace_dir_atomic)."""
+    def fill(tmp: Path) -> None:
+        save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp / RESUME_TENSORS))
+        (tmp / RESUME_META).write_text(json.dumps(meta, indent=2) + "\n")
+
+    replace_dir_atomic(directory, fill)
 
 
 def load_model(directory: str | Path) -> TinyMoELM:

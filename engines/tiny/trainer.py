@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-from pathlib import Path
 
 import torch
 
@@ -47,11 +46,19 @@ from stabilizers import (
 from . import task
 from .adam import Adam  # torch.optim.Adam's updates without its torch._dynamo import (adam.py)
 from .batch import Recomputed, all_finite, as_floats, clip_grad_norm, group_advantages, step_metrics, step_seed
-from .checkpoint import load_model, load_state, recover_replaced_dirs, replace_dir_atomic, save_checkpoint
+from .checkpoint import (
+    RESUME_META,
+    RESUME_TENSORS,
+    load_model,
+    load_state,
+    load_state_tensors,
+    recover_replaced_dirs,
+    save_checkpoint,
+    state_tensors,
+    write_resume_state,
+)
 from .queue_rollout import generate_queued, group_record
 from .rollout import Rollout, RolloutEngine
-
-RESUME_TENSORS, RESUME_META = "state.safetensors", "state.json"
 
 
 class Trainer:
@@ -211,24 +218,12 @@ class Trainer:
         identically) or the new one with or without its checkpoint: every state resumes.
         checkpoint=False (a stop before the time limit): no checkpoint, so evaluation is unchanged."""
         self.run_dir.append_metrics(pending_rows)
-        tensors = {f"model.{k}": v for k, v in self.model.state_dict().items()}
-        for index, state in self.optimizer.state_dict()["state"].items():
-            for name, value in state.items():
-                tensors[f"optim.{index}.{name}"] = value
-        for version, state in self.snapshots.items():
-            tensors.update({f"snap.{version}.{k}": v for k, v in state.items()})
-        tensors.update({f"batch.{k}": v for k, v in self.in_flight.tensors().items()})
+        tensors = state_tensors(self.model, self.optimizer, self.snapshots, self.in_flight.tensors())
         meta = {"step": self.step, "snapshots": sorted(self.snapshots), "engine_version": self.engine.version,
                 "batch": {"step": self.in_flight.step, "version": self.in_flight.version,
                           "group_versions": self.in_flight.group_versions},
                 "run_key": self.run_key, "checkpoint": checkpoint}
-
-        def fill(tmp: Path) -> None:
-            from safetensors.torch import save_file
-            save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp / RESUME_TENSORS))
-            (tmp / RESUME_META).write_text(json.dumps(meta, indent=2) + "\n")
-
-        replace_dir_atomic(self.resume_dir, fill)
+        write_resume_state(self.resume_dir, tensors, meta)
         if checkpoint:
             self.publish_checkpoint()
 
@@ -247,18 +242,8 @@ class Trainer:
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as error:
             raise ValueError(f"corrupt resume state {meta_path}: {error}") from None
         tensors = load_state(self.resume_dir / RESUME_TENSORS)
-
-        def part(prefix: str) -> dict[str, torch.Tensor]:
-            return {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
-
         try:
-            self.model.load_state_dict(part("model."))
-            optim = self.optimizer.state_dict()
-            for index in range(len(optim["param_groups"][0]["params"])):
-                optim["state"][index] = part(f"optim.{index}.")
-            self.optimizer.load_state_dict(optim)
-            self.snapshots = {v: part(f"snap.{v}.") for v in versions}
-            batch = part("batch.")
+            self.snapshots, batch = load_state_tensors(tensors, self.model, self.optimizer, versions)
             group_versions = meta["batch"].get("group_versions")
             self.in_flight = Rollout(step=meta["batch"]["step"], version=meta["batch"]["version"],
                                      group_versions=None if group_versions is None else tuple(group_versions),

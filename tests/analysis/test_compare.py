@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from analysis.cells.summary import collect
 from analysis.report.compare import main
+from analysis.report.write import summarize
 from analysis.statistics.intervals import mean_ci
-from analysis.cells.summary import collect, summarize
 from harness.config import validate
 from harness.io import write_json_atomic
 from harness.settings import Config

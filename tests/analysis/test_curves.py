@@ -4,7 +4,7 @@ import math
 import pytest
 
 from analysis.cells.curves import auc, load_curve, mismatch_tail, read_run, summarize_run
-from harness.grid import run_dir
+from harness.grid_dir import GridDir
 from harness.io import append_jsonl_atomic
 from harness.settings import Config
 from tests.support.grid_fixture import COLLAPSED, DIVERGE_STEP, DIVERGED, STEPS, make_grid, written_grid
@@ -116,10 +116,9 @@ def test_diverged_before_first_checkpoint_scores_zero():
 def test_a_cut_last_line_of_metrics_stops_aggregate_naming_the_file(tmp_path, capsys):
     """A metrics file whose last line was cut (a disk error, a bad copy) is named, with its line."""
     from analysis.aggregate import main
-    from harness.run import RunDir
 
     config = make_grid(tmp_path)
-    run = RunDir(run_dir(config, *COLLAPSED))
+    run = GridDir.of(config).run(*COLLAPSED)
     text = run.metrics_path.read_text()
     run.metrics_path.write_text(text[:-40])  # the last row loses its end (and its newline)
     assert main(["--grid", written_grid(config)]) == 2

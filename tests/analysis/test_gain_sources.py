@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from analysis.claims.gain_sources import gain_sources, sentences, source
+from analysis.claims.gain_sources import gain_sources, source
+from analysis.report.sections import sentences
 from harness.config import ConfigError, load
 from harness.settings import GainSources
 

@@ -1,4 +1,4 @@
-"""analysis.cells.noise: the seed / evaluation split against a table worked by hand and against statsmodels'
+"""analysis.statistics.noise_parts and analysis.cells.noise: the seed / evaluation split against a table worked by hand and against statsmodels'
 MixedLM (REML), the planning of seeds vs k worked by hand, the expected maximum of normals against
 its closed forms and a binomial simulation, and the report section on a fabricated grid."""
 import json
@@ -11,18 +11,20 @@ import statsmodels.formula.api as smf
 from scipy import stats
 
 from analysis.cells import noise
+from analysis.cells.summary import collect
+from analysis.report.sections import noise_sections
 from analysis.statistics.contrasts import seeds_needed, seeds_needed_equivalence
-from analysis.cells.noise import (
+from analysis.statistics.noise_parts import (
     NoiseParts,
     contrast_spread,
     decompose,
     expected_max_normal,
     interval,
     plan,
+    selection_inflation,
     t_test_detects,
     tost_shows_equivalence,
 )
-from analysis.cells.summary import collect
 from harness.config import validate
 from harness.settings import Config
 from tests.support.grid_fixture import make_grid
@@ -159,7 +161,7 @@ def test_selection_inflation_against_a_simulated_flat_run():
     p = rng.uniform(0.2, 0.8, 30)
     best = rng.binomial(8, p, size=(20_000, 6, 30)).mean(2).max(1) / 8 - p.mean()
     parts = parts_of(0.0, float((p * (1 - p)).mean()), problems=30, k=8)
-    assert noise.selection_inflation(parts, 6) == pytest.approx(best.mean(), rel=0.03)
+    assert selection_inflation(parts, 6) == pytest.approx(best.mean(), rel=0.03)
 
 
 def test_the_noise_section_on_a_fabricated_grid(tmp_path):
@@ -195,9 +197,9 @@ def test_the_noise_section_on_a_fabricated_grid(tmp_path):
     assert claim["smallest_effect"] == 0.1 and claim["seeds_now"] == 2 and claim["alpha"] == 0.05  # one claim
     assert (claim["train_cost"], claim["sample_cost"]) == (40.0, 0.5)
     assert claim["cheaper"] in {"reached", "more seeds", "larger k", "more seeds and a larger k", "out of range"}
-    (cells, plans) = noise.sections({"noise": out})
-    assert cells[0].startswith("noise: seed vs evaluation") and len(cells[2]) == len(out["cells"])
-    assert plans[2][0][0] == "cost" and plans[2][0][-1] == claim["cheaper"]
+    (cells, plans) = noise_sections({"noise": out})
+    assert cells.title.startswith("noise: seed vs evaluation") and len(cells.blocks[0].rows) == len(out["cells"])
+    assert plans.blocks[0].rows[0][0] == "cost" and plans.blocks[0].rows[0][-1] == claim["cheaper"]
 
 
 def test_too_small_a_table_is_refused_naming_the_design():

@@ -14,14 +14,12 @@ from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
 from analysis.aggregate import main
-from analysis.statistics.contrasts import contrast
-from analysis.report.plots import plot_curves
 from analysis.cells.reference import REFERENCE
+from analysis.cells.summary import ENDPOINT_NAMES, ENDPOINTS, collect
+from analysis.report.plots import plot_curves
+from analysis.statistics.contrasts import contrast
 from analysis.statistics.intervals import collapse_difference, prob_improvement
-from analysis.cells.summary import ENDPOINTS, collect
-from analysis.report.tables import ENDPOINT_NAMES
-from harness.grid import run_dir
-from harness.grid_dir import REPORT_FILES
+from harness.grid_dir import REPORT_FILES, GridDir
 from harness.settings import Config
 from tests.support.grid_fixture import (
     COLLAPSED,
@@ -155,7 +153,7 @@ def test_bad_config_and_missing_run_are_named(grid, tmp_path, capsys):
         main(["--grid", written_grid({**config, "results_dir": str(tmp_path), "recipes": ["nope"]})])
     assert "recipes[0]" in capsys.readouterr().err
     broken = make_grid(tmp_path)
-    victim = run_dir(broken, "grpo_r3", 1, 2)
+    victim = GridDir.of(broken).run("grpo_r3", 1, 2).path
     shutil.rmtree(victim / "train")
     assert main(["--grid", written_grid(broken), "--out", str(tmp_path / "out")]) == 2
     assert str(victim / "train" / "status.json") in capsys.readouterr().err
@@ -270,7 +268,7 @@ def test_realized_lag_distribution_per_cell(grid):
     assert "## Realized lag (interval mode)" in markdown and summary["lag_mode"] == "interval"
     for cell in summary["cells"]:
         lags = [row["realized_lag"] for seed in config["seeds"]
-                for row in map(json.loads, (run_dir(config, cell["recipe"], cell["lag"], seed) / "train" /
+                for row in map(json.loads, (GridDir.of(config).run(cell["recipe"], cell["lag"], seed).path / "train" /
                                             "metrics.jsonl").read_text().splitlines())]
         distribution = cell["realized_lag"]
         assert (distribution["min"], distribution["max"]) == (min(lags), max(lags)) == (1, cell["lag"])

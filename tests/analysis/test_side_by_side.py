@@ -7,10 +7,11 @@ import json
 import pytest
 
 from analysis.aggregate import main
+from analysis.cells.summary import collect, under_recipe_names
 from analysis.claims.verdicts import statement
-from analysis.report.compare import beside, load_beside, render_beside
-from analysis.cells.summary import collect, summarize
-from analysis.schedule.tune import under_recipe_names
+from analysis.report.compare import beside, beside_sections, load_beside
+from analysis.report.render import markdown
+from analysis.report.write import summarize
 from harness.claims import claims
 from harness.config import validate
 from harness.grid_dir import GridDir
@@ -76,11 +77,11 @@ def test_no_verdict_differs_beside_the_same_runs_and_the_label_defaults_to_the_g
     assert other[0] == {"grid": "constant", "label": "constant"}
     side = beside(summary, (other[0], other[1], summary))  # this grid's own summary as the other's
     assert side["verdict_differs"] == [] and side["agree"] is True
-    text = render_beside({"side_by_side": side})
-    assert text.startswith("\n## Beside constant (grid constant)\n")
+    text = "\n".join(markdown(beside_sections({"side_by_side": side})))
+    assert text.startswith("## Beside constant (grid constant)\n")
     assert f"No claim's verdict differs between this grid and constant ({len(CLAIMS)} claims both declare)." in text
     assert "**The grids agree within their noise**" in text
-    assert render_beside({"side_by_side": None}) == "" and load_beside(Config.build(make_config(config["results_dir"]))) is None
+    assert beside_sections({"side_by_side": None}) == [] and load_beside(Config.build(make_config(config["results_dir"]))) is None
 
 
 def test_a_grid_of_another_step_budget_is_refused_naming_the_key_and_the_setting(grids):

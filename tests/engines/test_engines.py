@@ -93,13 +93,30 @@ def _imports(path: Path) -> set[str]:
 @pytest.mark.parametrize("stage", ["analysis", "tracking", "harness", "stabilizers"])
 def test_stages_import_no_engine_internals(stage):
     """Data flows one way; a later stage may use the engine registry (harness.engine), never an engine."""
-    for path in (ROOT / stage).glob("*.py"):
+    for path in (ROOT / stage).rglob("*.py"):
         internals = {m for m in _imports(path) if m.startswith("engines.")
                      or (stage == "harness" and m == "engines")}  # harness finds the engines by importlib
         assert not internals, f"{path.relative_to(ROOT)} imports {internals}"
     if stage == "stabilizers":
         assert not any(m.split(".")[0] in {"engines", "harness", "eval", "analysis", "tracking"}
                        for path in (ROOT / stage).glob("*.py") for m in _imports(path))
+
+
+ANALYSIS_ROOMS = ("statistics", "claims", "cells", "schedule", "report")  # docs/design.md, the folder table
+
+
+def test_each_analysis_room_imports_only_the_rooms_before_it():
+    """analysis/ by role: statistics/ reads arrays and no config; every room imports only the rooms
+    listed before it, so nothing imports back up."""
+    for index, room in enumerate(ANALYSIS_ROOMS):
+        for path in (ROOT / "analysis" / room).glob("*.py"):
+            tree = ast.parse(path.read_text())
+            named = {f"{node.module}.{alias.name}" for node in ast.walk(tree)
+                     if isinstance(node, ast.ImportFrom) and node.module for alias in node.names}
+            rooms = {m.split(".")[1] for m in _imports(path) | named if m.startswith("analysis.")}
+            assert rooms <= set(ANALYSIS_ROOMS[:index + 1]), f"{path.relative_to(ROOT)} imports analysis rooms {rooms}"
+            if room == "statistics":
+                assert not {m for m in _imports(path) if m.split(".")[0] in {"harness", "tracking"}}, path
 
 
 def test_eval_holds_only_scoring():

@@ -13,7 +13,8 @@ import harness.grid
 from engines.tiny import params as tiny_params
 from harness import engine as engines
 from harness.config import load, schema, validate
-from harness.grid import BASE_MODEL, resolve_run_config, run_dir
+from harness.grid import BASE_MODEL, resolve_run_config
+from harness.grid_dir import GridDir
 from harness.identity import eval_key, run_key
 from harness.lag import LAG_MODES
 from harness.provenance import collect, finish_attempt, start_attempt
@@ -155,23 +156,23 @@ def test_a_finished_run_of_another_key_is_refused_by_name_before_any_job(scratch
     config = make_grid(scratch)
     model = Config.build(config)
     before = grid_files(scratch)
-    refuse_changed_runs({run_dir(config, *run): model.run_config(run) for run in model.runs})  # unchanged
+    refuse_changed_runs({GridDir.of(config).run(*run).path: model.run_config(run) for run in model.runs})  # unchanged
     changed_config = validate({**config, "engine_params": {"preset": "demo", "lr": 5e-4}})
     changed = Config.build(changed_config)
     with pytest.raises(ValueError) as refused:
-        refuse_changed_runs({run_dir(changed_config, *run): changed.run_config(run) for run in changed.runs})
+        refuse_changed_runs({GridDir.of(changed_config).run(*run).path: changed.run_config(run) for run in changed.runs})
     message = str(refused.value)
     assert message.startswith(f"{len(changed.runs)} run folder(s) of this grid hold runs of another config")
-    first = RunDir(run_dir(config, "grpo", 1, 0))
+    first = GridDir.of(config).run("grpo", 1, 0)
     assert (f"{first.path} (completed at step {STEPS}) holds a run with a different config: run key "
             f"{first.read_config()['run_key']}, the config asks for {changed.run_config(('grpo', 1, 0))['run_key']} "
             f"(keys differing: engine_params.lr: 0.0003 -> 0.0005)") in message
-    assert f"{run_dir(config, 'grpo', 8, 1)} (diverged at step {DIVERGE_STEP})" in message
+    assert f"{GridDir.of(config).run('grpo', 8, 1).path} (diverged at step {DIVERGE_STEP})" in message
     assert grid_files(scratch) == before
-    damaged = RunDir(run_dir(config, "sat_grpo", 1, 2)).config_path
+    damaged = GridDir.of(config).run("sat_grpo", 1, 2).config_path
     damaged.write_text(damaged.read_text()[:40])  # a copy cut short
     with pytest.raises(ValueError, match=rf"^1 run folder\(s\).*\n  {damaged}: not valid JSON .*refusing to overwrite it"):
-        refuse_changed_runs({run_dir(config, *run): model.run_config(run) for run in model.runs})
+        refuse_changed_runs({GridDir.of(config).run(*run).path: model.run_config(run) for run in model.runs})
 
 
 @pytest.mark.slow
@@ -188,6 +189,6 @@ def test_the_workflow_refuses_a_changed_grid_before_any_job_without_snakemake_me
                        workdir=scratch / "work")
     printed = result.stdout + result.stderr
     assert result.returncode != 0, printed[-3000:]
-    assert f"{run_dir(config, 'grpo', 1, 0)} (completed at step {STEPS}) holds a run with a different config" in printed
+    assert f"{GridDir.of(config).run('grpo', 1, 0).path} (completed at step {STEPS}) holds a run with a different config" in printed
     assert "engine_params.lr: 0.0003 -> 0.0005" in printed and "Job stats" not in printed
     assert grid_files(results) == before

@@ -2,7 +2,8 @@
 and sums each rule's Snakemake benchmark files."""
 from __future__ import annotations
 
-from analysis.report.machines import benchmark_rows, render_markdown
+from analysis.report.machines import sections
+from analysis.report.render import markdown
 from harness.config import validate
 from harness.io import write_json_atomic
 from harness.settings import Config
@@ -30,7 +31,7 @@ def test_one_commit_and_one_machine_are_said_once(tmp_path):
     for recipe in config.recipes:
         for seed in config.seeds:
             record(config, recipe, seed, MACHINE)
-    text = render_markdown(config)
+    text = "\n".join(markdown(sections(config)))
     assert "All runs on one commit: 1111111111." in text
     assert "All runs on one machine: a (Xeon, torch kernels AVX512, torch 2.13.0+cpu)." in text
     assert "come from" not in text and "## Compute per rule" not in text  # no benchmark files yet
@@ -42,7 +43,7 @@ def test_runs_from_other_commits_or_machines_are_named(tmp_path):
     record(config, "grpo", 1, {**MACHINE, "git_dirty": True})
     # killed on one machine, finished on another: the run counts for both
     record(config, "gspo", 0, MACHINE, {**MACHINE, "host": "b", "cpu_capability": "AVX2"})
-    text = render_markdown(config)
+    text = "\n".join(markdown(sections(config)))
     assert "**The runs of this table come from 2 commits**" in text
     assert "- 1111111111 + uncommitted changes: 1 run(s): grpo/lag1/seed1" in text
     assert "**The runs of this table come from 2 machines**" in text
@@ -58,8 +59,8 @@ def test_benchmarks_are_summed_per_rule(tmp_path):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(TSV.format(wall=wall, cpu=cpu, rss=rss))
     (root / "aggregate.tsv").write_text(TSV.format(wall=5.0, cpu=4.0, rss="-"))
-    rows = {row["rule"]: row for row in benchmark_rows(config)}
+    rows = {row["rule"]: row for row in config.folder.job_costs()}
     assert rows["train"] == {"rule": "train", "jobs": 3, "wall_s": 60.0, "median_wall_s": 20.0, "cpu_s": 29.0,
                              "peak_rss_mb": 500.0}
     assert rows["aggregate"]["peak_rss_mb"] is None and set(rows) == {"train", "aggregate"}
-    assert "| train | 3 | 60.0 | 20.00 | 29.0 | 500 |" in render_markdown(config)
+    assert "| train | 3 | 60.0 | 20.00 | 29.0 | 500 |" in "\n".join(markdown(sections(config)))

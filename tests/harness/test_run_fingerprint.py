@@ -11,7 +11,8 @@ import stabilizers.api
 from analysis.aggregate import main as aggregate
 from engines.train import run
 from harness import engine as engines
-from harness.grid import resolved_recipe, run_dir
+from harness.grid import resolved_recipe
+from harness.grid_dir import GridDir
 from harness.io import read_json
 from harness.run import RunDir, recipe_fingerprint
 from stabilizers import fingerprint, get, get_recipe, load_recipes
@@ -62,7 +63,7 @@ def test_a_run_that_started_with_another_loss_is_not_resumed(tmp_path, monkeypat
 
 def test_aggregate_refuses_a_run_whose_module_ran_another_loss(tmp_path, monkeypatch, capsys):
     config = make_grid(tmp_path)
-    victim = RunDir(run_dir(config, "grpo", 1, 0))
+    victim = GridDir.of(config).run("grpo", 1, 0)
     with monkeypatch.context() as patch:  # the train job's process: its grpo module runs GSPO's loss
         plant_grpo_running_gspo(patch)
         planted = fingerprint(get_recipe("grpo", load_recipes()))
@@ -78,7 +79,7 @@ def test_aggregate_refuses_a_run_whose_module_ran_another_loss(tmp_path, monkeyp
 
 def test_aggregate_refuses_a_run_without_a_fingerprint(tmp_path, capsys):
     config = make_grid(tmp_path)
-    victim = RunDir(run_dir(config, "sat_grpo", 8, 2))
+    victim = GridDir.of(config).run("sat_grpo", 8, 2)
     victim.fingerprint_path.unlink()
     assert aggregate(["--grid", written_grid(config)]) == 2
     assert f"{victim.fingerprint_path} is missing" in capsys.readouterr().err
@@ -89,7 +90,7 @@ def test_the_fingerprint_check_costs_one_computation_per_recipe(tmp_path):
     recipe_fingerprint.cache_clear()
     start = time.perf_counter()
     for recipe, lag, seed in [(r, lag, s) for r in config["recipes"] for lag in config["lags"] for s in config["seeds"]]:
-        RunDir(run_dir(config, recipe, lag, seed)).check_fingerprint()
+        GridDir.of(config).run(recipe, lag, seed).check_fingerprint()
     seconds = time.perf_counter() - start
     assert recipe_fingerprint.cache_info().misses == len(config["recipes"])
     print(f"fingerprint check of {len(config['recipes']) * 6} runs: {seconds:.2f} s")

@@ -4,8 +4,8 @@ import json
 import yaml
 
 from harness.config import validate
-from harness.grid import RUN_FOLDER
 from harness.jobs import Pack, run_packs, train_arguments, train_retries
+from harness.run import RUN_FOLDER
 from harness.settings import Config
 from tests.support.paths import ROOT
 from tests.support.tuning_grid import raw_config

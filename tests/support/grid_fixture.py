@@ -8,10 +8,10 @@ import math
 import numpy as np
 
 from harness.config import validate
-from harness.grid import expand, resolve_run_config, run_dir
+from harness.grid import expand, resolve_run_config
 from harness.grid_dir import GridDir
 from harness.io import write_json_atomic
-from harness.run import RunDir, recipe_fingerprint
+from harness.run import recipe_fingerprint
 
 STEPS, EVAL_EVERY = 20, 5
 COLLAPSED = ("grpo", 8, 0)  # peaks then falls below half its peak and stays there
@@ -76,7 +76,7 @@ def make_grid(results_dir, **kwargs) -> dict:
     """Write every run of the grid; returns the workflow config."""
     config = make_config(results_dir, **kwargs)
     for recipe, lag, seed in expand(config):
-        run = RunDir(run_dir(config, recipe, lag, seed))
+        run = GridDir.of(config).run(recipe, lag, seed)
         run_config = run.pin_config(resolve_run_config(config, recipe, lag, seed))
         run.write_fingerprint(recipe_fingerprint(json.dumps(run_config["recipe"], sort_keys=True)))
         diverged = (recipe, lag, seed) in (DIVERGED, EARLY_DIVERGED)

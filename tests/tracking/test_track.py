@@ -7,11 +7,11 @@ import shutil
 
 import pytest
 
-from analysis.report.write import write_reports
-from analysis.cells.summary import collect, summarize
+from analysis.cells.summary import collect
+from analysis.report.write import summarize, write_reports
 from analysis.schedule.tune import selection
 from harness.config import validate
-from harness.grid import expand, grid_dir, run_dir
+from harness.grid import expand, grid_dir
 from harness.grid_dir import REPORT_FILES, GridDir
 from harness.io import append_jsonl_atomic, read_jsonl, write_json_atomic
 from harness.settings import Config
@@ -49,7 +49,7 @@ def all_runs(client, experiment_id):
 
 
 def key_of(config, run):
-    return json.loads((run_dir(config, *run) / "config.json").read_text())["run_key"]
+    return json.loads((GridDir.of(config).run(*run).path / "config.json").read_text())["run_key"]
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +65,7 @@ def synced(tmp_path_factory):
         first_count = len(all_runs(client, first["experiment_id"]))
         # changes a re-sync must carry: one more training step, and a re-aggregation with another
         # fixed step (summary numbers change)
-        append_jsonl_atomic(run_dir(config, *EXTRA_STEP_RUN) / "train" / "metrics.jsonl",
+        append_jsonl_atomic(GridDir.of(config).run(*EXTRA_STEP_RUN).path / "train" / "metrics.jsonl",
                             [{"step": 21, "time": START_TIME + 42, "reward": 0.99, "d/mean_abs": 0.5}])
         config = {**config, "eval": {**config["eval"], "fixed_step": 10}}
         typed = Config.build(config)
@@ -198,7 +198,7 @@ def test_seed_runs_in_the_grid_experiment_summaries_in_their_own(synced):
         assert (params["lr"], params["width"], params["loss.eps_low"]) == ("0.0003", "64", "0.2")
         assert params["routing_replay"] == str(recipe.endswith("_r3"))
         assert (params["eval.k"], params["eval.temperature"]) == ("8", "1.0")
-        evaluated = read_jsonl(run_dir(config, recipe, lag, seed) / "eval" / "tiny_test.jsonl")
+        evaluated = read_jsonl(GridDir.of(config).run(recipe, lag, seed).path / "eval" / "tiny_test.jsonl")
         assert params.get("eval.tiny_test.problems") == (str(evaluated[-1]["n_problems"]) if evaluated else None)
         assert run.data.tags["run_dir"] == f"{config['grid']}/runs/{recipe}/lag{lag}/seed{seed}"  # store-relative
         assert len(run.data.tags["mlflow.source.git.commit"]) >= 7
@@ -228,7 +228,7 @@ def test_second_track_adds_none_and_updates(synced):
     # eval curves match the files, in percent
     for run in [EXTRA_STEP_RUN, DIVERGED]:
         history = client.get_metric_history(by_key[key_of(config, run)].info.run_id, "eval/tiny_test/score")
-        rows = read_jsonl(run_dir(config, *run) / "eval" / "tiny_test.jsonl")
+        rows = read_jsonl(GridDir.of(config).run(*run).path / "eval" / "tiny_test.jsonl")
         assert [(m.step, m.value) for m in history] == [(r["step"], pytest.approx(100 * r["score"])) for r in rows]
     # another fixed step: summary numbers were updated in place, one name and unit with the seed runs'
     summary = json.loads((grid_dir(config) / "summary.json").read_text())
@@ -251,7 +251,7 @@ def test_second_track_adds_none_and_updates(synced):
     fixed = client.get_metric_history(by_key[key].info.run_id, "fixed")
     assert len(fixed) == 2 and fixed[0].value != fixed[1].value
     assert by_key[key].data.metrics["fixed"] == pytest.approx(100 * read_jsonl(
-        run_dir(config, *EXTRA_STEP_RUN) / "eval" / "tiny_test.jsonl")[1]["score"])  # step 10
+        GridDir.of(config).run(*EXTRA_STEP_RUN).path / "eval" / "tiny_test.jsonl")[1]["score"])  # step 10
 
 
 def test_status_failed_with_reason_and_collapse_tagged(synced):
@@ -259,7 +259,7 @@ def test_status_failed_with_reason_and_collapse_tagged(synced):
     by_key = {r.data.tags["run_key"]: r for r in all_runs(client, first["experiment_id"])}
     for run in expand(config):
         found = by_key[key_of(config, run)]
-        status = json.loads((run_dir(config, *run) / "train" / "status.json").read_text())
+        status = json.loads((GridDir.of(config).run(*run).path / "train" / "status.json").read_text())
         if run in (DIVERGED, EARLY_DIVERGED):
             assert found.info.status == "FAILED" and found.data.tags["status"] == "diverged"
             assert found.data.tags["status_reason"] == status["message"] != ""
@@ -284,7 +284,7 @@ def test_training_curves_strided_and_stamped(synced):
         assert [m.timestamp for m in history] == [int((START_TIME + 2 * s) * 1000) for s in steps]
         # the selection task's curve too, stamped with the time of the step it evaluates
         evals = client.get_metric_history(run_id, "eval/tiny_val/score")
-        assert len(evals) == len(read_jsonl(run_dir(other, *run) / "eval" / "tiny_val.jsonl"))
+        assert len(evals) == len(read_jsonl(GridDir.of(other).run(*run).path / "eval" / "tiny_val.jsonl"))
         assert all(m.timestamp == int((START_TIME + 2 * m.step) * 1000) for m in evals)
 
 
@@ -318,7 +318,7 @@ def test_provenance_fields_become_tags(tmp_path, monkeypatch):
     from mlflow.tracking import MlflowClient
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     config = make_grid(tmp_path, seeds=(0,))
-    write_json_atomic(run_dir(config, "grpo", 1, 0) / "provenance.json",
+    write_json_atomic(GridDir.of(config).run("grpo", 1, 0).path / "provenance.json",
                       {"git": {"commit": "abc123", "dirty": True}, "host": "node7"})
     marker = sync(Config.build(config), progress=False, final=False)
     run = next(r for r in MlflowClient(marker["tracking_uri"]).search_runs([marker["experiment_id"]])

@@ -13,11 +13,10 @@ import sys
 
 import pytest
 
-from analysis.cells.summary import collect, summarize
-from harness.grid import run_dir
+from analysis.cells.summary import collect
+from analysis.report.write import summarize
 from harness.grid_dir import GridDir
 from harness.io import write_json_atomic
-from harness.run import RunDir
 from harness.settings import Config
 from tests.support.grid_fixture import START_TIME, STEPS, make_grid
 from tests.support.mlflow_kill import counted
@@ -66,7 +65,7 @@ def grids(tmp_path_factory):
     saved = os.environ.pop("MLFLOW_TRACKING_URI", None)
     try:
         config = make_grid(tmp_path_factory.mktemp("sync") / "results")
-        long_run = RunDir(run_dir(config, *LONG_RUN))
+        long_run = GridDir.of(config).run(*LONG_RUN)
         long_run.append_metrics([{"step": step, "time": START_TIME + 2.0 * step, "reward": 0.1, "entropy": 1.0,
                                   "grad_norm": 1.0, "loss": -0.1, "d/mean_abs": 0.01, "d/p50": 0.005,
                                   "d/p90": 0.02, "d/p99": 0.04, "d/max": 0.08}
@@ -97,7 +96,7 @@ def test_a_sync_killed_between_writes_and_run_again_ends_as_an_uninterrupted_syn
     from mlflow.tracking import MlflowClient
     config, killed, writes = grids
     reference = store_state(config)
-    long_key = json.loads(RunDir(run_dir(config, *LONG_RUN)).config_path.read_text())["run_key"]
+    long_key = json.loads(GridDir.of(config).run(*LONG_RUN).config_path.read_text())["run_key"]
     assert len(reference[long_key]["metrics"]["train/reward"]) == LONG_STEPS
     client = MlflowClient(tracking_uri(config["results_dir"])[0])
     long_id = client.search_runs(

@@ -12,7 +12,7 @@ import pytest
 from analysis.report.write import write_reports
 from analysis.schedule.tune import selection
 from harness.config import validate
-from harness.grid import expand, grid_dir, run_dir
+from harness.grid import expand, grid_dir
 from harness.grid_dir import GridDir
 from harness.io import read_jsonl, write_json_atomic, write_text_atomic
 from harness.settings import Config
@@ -34,7 +34,7 @@ NOT_STARTED = ("grpo_r3", 1, 2)  # no run directory yet
 
 def unfinish(config, tmp_path):
     """Turn the finished fixture grid into a running one; returns how to finish it again."""
-    training, missing = run_dir(config, *TRAINING), run_dir(config, *NOT_STARTED)
+    training, missing = GridDir.of(config).run(*TRAINING).path, GridDir.of(config).run(*NOT_STARTED).path
     saved = tmp_path / "saved"
     shutil.copytree(training, saved / "training")
     shutil.move(missing, saved / "missing")
@@ -84,7 +84,7 @@ def test_follow_a_running_grid_then_finish_it(tmp_path, monkeypatch, capsys):
             experiment_id = rest(base, "/api/2.0/mlflow/experiments/get-by-name?experiment_name="
                                  + config["grid"])["experiment"]["experiment_id"]
             live = {run_tags(r)["run_key"]: r for r in search(base, experiment_id)}
-            keys = {run: json.loads((run_dir(config, *run) / "config.json").read_text())["run_key"]
+            keys = {run: json.loads((GridDir.of(config).run(*run).path / "config.json").read_text())["run_key"]
                     for run in expand(config) if run != NOT_STARTED}
             assert len(live) == len(keys) + 1  # the started runs and the parent, RUNNING
             parent = next(r for r in live.values() if run_tags(r)[KIND] == "parent")
@@ -107,7 +107,7 @@ def test_follow_a_running_grid_then_finish_it(tmp_path, monkeypatch, capsys):
             assert "make ui" in capsys.readouterr().err  # its last line: how to open the UI
 
             final = {run_tags(r)["run_key"]: r for r in search(base, experiment_id)}
-            keys[NOT_STARTED] = json.loads((run_dir(config, *NOT_STARTED) / "config.json").read_text())["run_key"]
+            keys[NOT_STARTED] = json.loads((GridDir.of(config).run(*NOT_STARTED).path / "config.json").read_text())["run_key"]
             assert len(final) == len(expand(config)) + 1 and set(live) < set(final)
             assert all(final[k]["info"]["run_id"] == r["info"]["run_id"] for k, r in live.items())
             assert final[keys[TRAINING]]["info"]["status"] == "FINISHED"

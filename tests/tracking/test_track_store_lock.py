@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from analysis.cells.summary import collect, summarize
+from analysis.cells.summary import collect
+from analysis.report.write import summarize
 from harness.grid_dir import GridDir
 from harness.io import write_json_atomic
 from harness.settings import Config

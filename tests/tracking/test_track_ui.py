@@ -13,9 +13,8 @@ import pytest
 import yaml
 
 from harness.config import load
-from harness.grid import expand, run_dir
+from harness.grid import expand
 from harness.grid_dir import GridDir
-from harness.run import RunDir
 from harness.settings import Config
 from tests.support.grid_fixture import make_grid
 from tests.support.optional import missing as optional_input_missing
@@ -61,7 +60,7 @@ def drawn_lines(dom: str, title: str) -> list[str]:
 def seed_runs_page(dom: str, config: dict) -> list[str]:
     """Every seed run with a test-score curve drawn on the test-score chart, and the last run by name listed."""
     task = Config.build(config).eval.test_task
-    expected = sum(1 for run in expand(config) if RunDir(run_dir(config, *run)).read_eval(task))
+    expected = sum(1 for run in expand(config) if GridDir.of(config).run(*run).read_eval(task))
     drawn = len(drawn_lines(dom, f"eval/{task}/score"))
     last = "{}/lag{}/seed{}".format(*max(expand(config), key=lambda run: "{}/lag{}/seed{}".format(*run)))
     return ([] if drawn == expected else [f"{expected} runs drawn on eval/{task}/score (it draws {drawn})"]) + (

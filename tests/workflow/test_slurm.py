@@ -29,13 +29,13 @@ from pathlib import Path
 
 import pytest
 
-from engines.train import run
 from engines.tiny.warmstart import build_base
+from engines.train import run
 from harness.cli import EXIT_LOCKED
 from harness.config import load
-from harness.grid import grid_dir, resolve_run_config, run_dir
+from harness.grid import grid_dir, resolve_run_config
+from harness.grid_dir import GridDir
 from harness.io import read_jsonl
-from harness.run import RunDir
 from tests.support.optional import missing
 from tests.support.slurm_cluster import SlurmCluster, unavailable_reason
 from tests.support.untimed import untimed_rows
@@ -66,8 +66,8 @@ def sized_grid(folder: Path) -> dict:
     config = load(ROOT / "config.yaml", {"results_dir": str(folder), **OVERRIDES, "steps": 40, "eval_every": 40})
     probe = {**config, "grid": "probe"}  # a grid of its own: its run folder is laid out as a grid's
     build_base(probe["engine_params"], grid_dir(probe) / "base")
-    run(resolve_run_config(probe, "grpo", 1, 0), run_dir(probe, "grpo", 1, 0))
-    seconds = sum(RunDir(run_dir(probe, "grpo", 1, 0)).read_status()["seconds"].values()) / 40
+    run(resolve_run_config(probe, "grpo", 1, 0), GridDir.of(probe).run("grpo", 1, 0).path)
+    seconds = sum(GridDir.of(probe).run("grpo", 1, 0).read_status()["seconds"].values()) / 40
     steps = max(200, 40 * math.ceil(TRAINING_SECONDS / seconds / 40))
     return {**OVERRIDES, "steps": steps, "eval_every": steps // 4}
 
@@ -111,7 +111,7 @@ def test_grid_through_slurm_survives_time_limits_cancel_and_a_second_writer(clus
         print(f"SLURM grid: {grid['steps']} steps per run")
         config = load(ROOT / "config.yaml", {"results_dir": str(folder / "slurm"), **grid})
         table = grid_dir(config) / "table.md"
-        target = run_dir(config, *CANCELLED_RUN)
+        target = GridDir.of(config).run(*CANCELLED_RUN).path
         start = time.monotonic()
         log = open(folder / "snakemake.log", "w")  # a file, not a pipe: nobody reads a pipe while we poll
         process = subprocess.Popen(
@@ -169,7 +169,7 @@ def test_grid_through_slurm_survives_time_limits_cancel_and_a_second_writer(clus
                           timeout=LOCAL_SECONDS)
         assert local.returncode == 0, local.stderr[-3000:]
         for lag in grid["lags"]:
-            ours, theirs = run_dir(config, "grpo", lag, 0), run_dir(local_config, "grpo", lag, 0)
+            ours, theirs = GridDir.of(config).run("grpo", lag, 0).path, GridDir.of(local_config).run("grpo", lag, 0).path
             assert untimed_rows(ours / "train/metrics.jsonl") == untimed_rows(theirs / "train/metrics.jsonl"), lag
             # the scores and their eval keys: the run key does not name the grid's results folder
             assert read_jsonl(ours / "eval/tiny_test.jsonl") == read_jsonl(theirs / "eval/tiny_test.jsonl"), lag

@@ -19,7 +19,8 @@ from statsmodels.stats.proportion import proportion_confint
 from statsmodels.stats.weightstats import DescrStatsW
 
 from harness.config import load
-from harness.grid import expand, grid_dir, run_dir
+from harness.grid import expand, grid_dir
+from harness.grid_dir import GridDir
 from harness.io import read_jsonl
 from tests.support.pristine import Pristine
 from tests.support.untimed import untimed_rows
@@ -106,7 +107,7 @@ def test_per_seed_values_come_from_the_runs_files(grid):
     summary = json.loads((grid_dir(config) / "summary.json").read_text())
     for cell in summary["cells"]:
         for i, seed in enumerate(cell["seeds"]):
-            folder = run_dir(config, cell["recipe"], cell["lag"], seed)
+            folder = GridDir.of(config).run(cell["recipe"], cell["lag"], seed).path
             scores = {row["step"]: row["score"] for row in read_jsonl(folder / "eval" / "tiny_test.jsonl")}
             assert sorted(scores) == list(range(4, 13, 4))
             assert cell["per_seed"]["fixed"][i] == pytest.approx(scores[12])
@@ -163,7 +164,7 @@ def test_mlflow_holds_each_run_once_under_the_parent(grid_to_change):
     cells = _mlflow_runs(config, SUMMARY_SUFFIX)[1]  # the summary runs and their band runs: their own experiment
     assert sorted(r.data.tags["stalebench.kind"] for r in cells) == sorted(["cell", "band", "band"] * len(RECIPES) * len(LAGS))
     assert all(r.data.tags["stalebench.grid_run"] == parent for r in cells)
-    keys = {json.loads((run_dir(config, *r) / "config.json").read_text())["run_key"] for r in expand(config)}
+    keys = {json.loads((GridDir.of(config).run(*r).path / "config.json").read_text())["run_key"] for r in expand(config)}
     assert {run.data.tags["run_key"] for run in by_kind["run"]} == keys
     history = client.get_metric_history(by_kind["run"][0].info.run_id, "eval/tiny_test/score")
     assert sorted(m.step for m in history) == [4, 8, 12]
@@ -187,8 +188,8 @@ def test_a_finished_grid_has_nothing_to_do(grid):
 def test_resume_redoes_only_the_lost_run_and_gives_the_same_table(grid_to_change):
     config, env, args = grid_to_change
     before = (grid_dir(config) / "table.csv").read_text()
-    lost = run_dir(config, "grpo_dualclip", 4, 1)
-    kept = run_dir(config, "grpo", 4, 1) / "train" / "status.json"
+    lost = GridDir.of(config).run("grpo_dualclip", 4, 1).path
+    kept = GridDir.of(config).run("grpo", 4, 1).path / "train" / "status.json"
     kept_mtime = kept.stat().st_mtime_ns
     subprocess.run(["rm", "-r", str(lost)], check=True)
 
@@ -197,7 +198,7 @@ def test_resume_redoes_only_the_lost_run_and_gives_the_same_table(grid_to_change
     assert "train" in plan.stdout, plan.stdout + plan.stderr
     grid_path = str(grid_dir(config))
     # the lost run's cell: its pack's jobs, whose finished run resumes at its last step and keeps its files
-    cell = [run_dir(config, "grpo_dualclip", 4, seed) for seed in SEEDS]
+    cell = [GridDir.of(config).run("grpo_dualclip", 4, seed).path for seed in SEEDS]
     assert sorted(planned_jobs(plan.stdout)) == sorted([
         ("train", f"{cell[0]}/train/status.json"),
         ("evaluate", f"{cell[0]}/eval/tiny_test.jsonl"),
@@ -231,7 +232,7 @@ def test_killed_workflow_resumes_where_it_stopped(scratch):
                  "eval": {"tasks": ["tiny_test"], "selection_task": None, "k": 2, "problems": {"tiny_test": 16}}}
     args = ["-c1", "-C", f"results_dir={scratch}", *(f"{key}={json.dumps(value)}" for key, value in overrides.items())]
     config = load(ROOT / "config.yaml", {"results_dir": str(scratch), **overrides})
-    train = run_dir(config, "grpo", 2, 0) / "train"
+    train = GridDir.of(config).run("grpo", 2, 0).path / "train"
     # A session of its own: the kill reaches snakemake and the jobs it started, and nothing else.
     work = scratch / "snakemake"  # its .snakemake/ (the lock the kill leaves): never the checkout's
     process = subprocess.Popen([SNAKEMAKE, "-s", str(ROOT / "Snakefile"), "-d", str(work), *args], cwd=ROOT,

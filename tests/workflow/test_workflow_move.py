@@ -18,9 +18,8 @@ from pathlib import Path
 import pytest
 
 from harness.config import load
-from harness.grid import run_dir
+from harness.grid_dir import GridDir
 from harness.io import read_jsonl
-from harness.run import RunDir
 from harness.settings import Config
 from tests.support.workflow_cli import SNAKEMAKE, copy_checkout, job_counts
 
@@ -63,7 +62,7 @@ def test_a_moved_grid_plans_no_train_or_evaluate_job_and_keeps_its_keys():
         config = load(code / "config.yaml", {"results_dir": str(after), **OVERRIDES})
         model = Config.build(config)
         for run in model.runs:
-            assert RunDir(run_dir(config, *run)).read_config()["run_key"] == model.run_config(run)["run_key"], run
+            assert GridDir.of(config).run(*run).read_config()["run_key"] == model.run_config(run)["run_key"], run
 
         # aggregate reads the grid's config.json where it now lies (it recorded the old results_dir)
         grid = model.grid_dir
@@ -72,7 +71,7 @@ def test_a_moved_grid_plans_no_train_or_evaluate_job_and_keeps_its_keys():
         assert aggregated.returncode == 0, aggregated.stderr[-3000:]
         assert (grid / "table.md").stat().st_mtime > (grid / "config.json").stat().st_mtime
 
-        run = RunDir(run_dir(config, "grpo", 1, 0))
+        run = GridDir.of(config).run("grpo", 1, 0)
         scores = run.read_scores("tiny_test")
         snakemake(code, after, "-c1", "--force", str(run.status_path))  # the train job, at the new place
         assert run.read_status()["status"] == "completed"

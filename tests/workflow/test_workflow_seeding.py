@@ -10,7 +10,7 @@ import pytest
 
 from analysis.schedule.looks import scheduled_runs
 from harness.config import load
-from harness.grid import expand, run_dir
+from harness.grid import expand
 from harness.grid_dir import GridDir
 from harness.settings import Config
 from tests.support.workflow_cli import ROOT, snakemake
@@ -48,7 +48,7 @@ def test_a_declared_schedule_adds_seeds_only_to_the_open_claims_cells():
         interim = json.loads(Path(GridDir.of(config).look_pattern.format(look=1)).read_text())
         assert interim["open_cells"] == [["grpo", 1], ["grpo_fast", 1]]
         assert interim["next_runs"] == [["grpo", 1, 2], ["grpo_fast", 1, 2]]
-        assert not (run_dir(config, "grpo_twin", 1, 2)).exists() and (run_dir(config, "grpo_fast", 1, 2)).exists()
+        assert not GridDir.of(config).run("grpo_twin", 1, 2).path.exists() and GridDir.of(config).run("grpo_fast", 1, 2).path.exists()
         assert scheduled_runs(Config.build(config)) == [("grpo", 1, 0), ("grpo", 1, 1), ("grpo", 1, 2), ("grpo_twin", 1, 0),
                                           ("grpo_twin", 1, 1), ("grpo_fast", 1, 0), ("grpo_fast", 1, 1),
                                           ("grpo_fast", 1, 2)]

@@ -9,7 +9,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import update_config
 
 from harness.config import ConfigError, check_recipe_values, validate
-from harness.grid import RUN_FOLDER, run_dir
+from harness.run import RUN_FOLDER
 from harness.grid_dir import GridDir
 from harness.io import write_json_atomic
 from harness.jobs import job_resources, retype_cli_values, rule_resources, run_packs, train_arguments, train_retries
@@ -28,7 +28,7 @@ try:
     # run folder holding another run key is refused here, not by its train job after Snakemake has
     # deleted the job's outputs. Not again in a cluster job's own snakemake.
     if workflow.is_main_process:
-        refuse_changed_runs({run_dir(CONFIG, *run): MODEL.run_config(run) for run in MODEL.runs})
+        refuse_changed_runs({MODEL.folder.run(*run).path: MODEL.run_config(run) for run in MODEL.runs})
 except (ConfigError, ValueError) as error:
     raise WorkflowError(str(error)) from None
 

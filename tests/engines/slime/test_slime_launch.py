@@ -21,7 +21,8 @@ from engines.slime.job_script import write_job_script
 from engines.slime.params import REPO, check_container
 from harness.config import load
 from harness.engine import EXIT_RESUME, TimeLimitReached
-from harness.grid import resolve_run_config, run_dir
+from harness.grid import resolve_run_config
+from harness.grid_dir import GridDir
 from harness.run import RunConfig, RunDir
 from stabilizers import LossOutput, parameters
 from tests.support import slime_standin
@@ -70,7 +71,7 @@ def parse_submit(script: str) -> tuple[list[str], dict[str, list[str]]]:
 
 def job(config, recipe, lag, seed):
     run_config = resolve_run_config(config, recipe, lag, seed)
-    directory = run_dir(config, recipe, lag, seed)
+    directory = GridDir.of(config).run(recipe, lag, seed).path
     script = write_job_script(RunConfig.check(run_config), RunDir(directory))
     text = script.read_text()
     subprocess.run(["bash", "-n", str(script)], check=True)  # valid shell
@@ -193,7 +194,7 @@ def test_bad_input_is_refused_before_anything_is_written(table1, change, error, 
     monkeypatch.setitem(stabilizers.api._REGISTRY, "summed_loss", summed_loss)
     change(table1)
     recipe = table1["recipes"][0]
-    directory = run_dir(table1, recipe, 8, 0)
+    directory = GridDir.of(table1).run(recipe, 8, 0).path
     with pytest.raises(error, match=message):  # engine_params errors already when the run config is resolved
         write_job_script(RunConfig.check(resolve_run_config(table1, recipe, 8, 0)), RunDir(directory))
     assert not directory.exists()
@@ -214,7 +215,7 @@ def test_the_image_is_one_the_nodes_can_start(table1, tmp_path):
         config["engine_params"].update(engine_params)
         config["results_dir"] = str(tmp_path / "results" / str(abs(hash(str(engine_params)))))  # the image is in the run key
         run_config = RunConfig.check(resolve_run_config(config, "grpo", 1, 0))
-        return write_job_script(run_config, RunDir(run_dir(config, "grpo", 1, 0))).read_text()
+        return write_job_script(run_config, GridDir.of(config).run("grpo", 1, 0)).read_text()
 
     assert f"docker://{IMAGE}" in script()
     sif = tmp_path / "slime-624b824a.sif"
@@ -345,7 +346,7 @@ def fake_slime_job(table1, tmp_path, monkeypatch):
     slime, calls = fake_job_environment(tmp_path, monkeypatch)
     table1.update(steps=8, eval_every=4)
     table1["engine_params"].update(container_runtime="none", slime_dir=str(slime), slime_commit_check="warn")
-    return resolve_run_config(table1, "sat_grpo", 8, 0), run_dir(table1, "sat_grpo", 8, 0), calls
+    return resolve_run_config(table1, "sat_grpo", 8, 0), GridDir.of(table1).run("sat_grpo", 8, 0).path, calls
 
 
 @pytest.mark.slow  # the job script with a fake ray
@@ -357,7 +358,7 @@ def test_run_executes_the_script_and_writes_status(table1, tmp_path, monkeypatch
     table1.update(steps=8, eval_every=2)
     table1["engine_params"].update(container_runtime="none", slime_dir=str(slime), slime_commit_check="warn")
     run_config = resolve_run_config(table1, "sat_grpo", 8, 0)
-    directory = run_dir(table1, "sat_grpo", 8, 0)
+    directory = GridDir.of(table1).run("sat_grpo", 8, 0).path
     megatron = directory / "train" / "megatron"
 
     if fail_after:  # killed in the middle of the HF save of step 6, after its Megatron save
@@ -388,10 +389,10 @@ def test_the_job_runs_the_preflight_before_ray_starts(table1, tmp_path, monkeypa
     slime, calls = fake_job_environment(tmp_path, monkeypatch)
     table1["engine_params"].update(container_runtime="none", slime_dir=str(slime), slime_commit_check="warn")
     run_config = resolve_run_config(table1, "grpo", 1, 0)
-    script = write_job_script(RunConfig.check(run_config), RunDir(run_dir(table1, "grpo", 1, 0)))
+    script = write_job_script(RunConfig.check(run_config), GridDir.of(table1).run("grpo", 1, 0))
     # a config changed after the dry run (here: the reward) is caught by the job itself
     changed = dict(run_config, engine_params=dict(run_config["engine_params"], rm_type="deepscaler", reward_key=None))
-    RunDir(run_dir(table1, "grpo", 1, 0)).config_path.write_text(json.dumps(changed))  # what the job reads
+    GridDir.of(table1).run("grpo", 1, 0).config_path.write_text(json.dumps(changed))  # what the job reads
     result = subprocess.run(["bash", str(script)], check=False, capture_output=True, text=True)
     assert result.returncode != 0
     assert "engines.slime.preflight: engine_params.rm_type = 'deepscaler' cannot score prompt_format 'dapo'" in (
@@ -495,7 +496,7 @@ def test_strict_commit_check_reads_a_checkout_owned_by_another_user(table1, tmp_
     monkeypatch.setattr(job_script, "pinned_container", lambda: {**PIN, "slime": {**PIN["slime"], "commit": pinned}})
     table1.update(steps=2, eval_every=1)
     table1["engine_params"].update(container_runtime="none", slime_dir=str(slime), slime_commit_check="strict")
-    script = write_job_script(RunConfig.check(resolve_run_config(table1, "grpo", 1, 0)), RunDir(run_dir(table1, "grpo", 1, 0)))
+    script = write_job_script(RunConfig.check(resolve_run_config(table1, "grpo", 1, 0)), GridDir.of(table1).run("grpo", 1, 0))
     result = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=120)
     if at_the_pin:
         assert result.returncode == 0, result.stderr

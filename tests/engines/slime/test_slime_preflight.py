@@ -18,9 +18,9 @@ from engines.slime.flags import slime_flags
 from engines.slime.job_script import write_job_script
 from engines.slime.params import RESUME_BREAKING_FLAGS, model_context, model_shape, parameter_counts, resolve_params
 from eval.score import ScoreError, score_run
-from harness.hf_save import hf_checkpoint_problem
 from harness.config import load
-from harness.grid import resolve_run_config, run_dir
+from harness.grid import resolve_run_config
+from harness.grid_dir import GridDir
 from harness.io import read_jsonl
 from harness.run import RunConfig, RunDir
 from tests.support.paths import FIXTURES, ROOT
@@ -82,7 +82,7 @@ def test_deepscaler_with_a_base_model_is_refused_naming_reward_and_format(preset
                                preflight.rule_reward("deepscaler"))
     # and the whole dry run refuses before writing anything
     preset["engine_params"].update(rm_type="deepscaler", reward_key=None)
-    directory = run_dir(preset, "grpo", 1, 0)
+    directory = GridDir.of(preset).run("grpo", 1, 0).path
     with pytest.raises(ValueError, match="'deepscaler' cannot score prompt_format 'dapo'"):
         write_job_script(RunConfig.check(resolve_run_config(preset, "grpo", 1, 0)), RunDir(directory), check_files=False)
     assert not directory.exists()
@@ -178,7 +178,7 @@ def test_context_leaves_room_for_a_prompt(preset, tmp_path):
 ])
 def test_extra_args_owned_or_unknown_are_refused(preset, extra, message):
     preset["engine_params"]["extra_args"] = extra
-    directory = run_dir(preset, "grpo", 1, 0)
+    directory = GridDir.of(preset).run("grpo", 1, 0).path
     with pytest.raises(ValueError, match=message):
         write_job_script(RunConfig.check(resolve_run_config(preset, "grpo", 1, 0)), RunDir(directory), check_files=False)
     assert not directory.exists()
@@ -229,7 +229,7 @@ def test_a_flag_the_model_script_sets_is_refused_in_extra_args(preset, extra):
     """slime's model script's MODEL_ARGS come after extra_args on the command line, so these would be
     silently overridden (the flags: engines/slime/models.yaml, checked against the script by check_pin)."""
     preset["engine_params"]["extra_args"] = extra
-    directory = run_dir(preset, "grpo", 1, 0)
+    directory = GridDir.of(preset).run("grpo", 1, 0).path
     with pytest.raises(ValueError, match=f"sets {extra[0].split('=')[0]}, which slime's model script sets too"):
         write_job_script(RunConfig.check(resolve_run_config(preset, "grpo", 1, 0)), RunDir(directory), check_files=False)
     assert not directory.exists()
@@ -270,19 +270,6 @@ def test_dry_run_of_the_preset_prints_the_memory_estimate_and_passes(preset, tmp
 
 
 # --- complete HF saves, Megatron retention --------------------------------------------------------
-
-def test_hf_checkpoint_problems(tmp_path):
-    assert hf_checkpoint_problem(write_hf_save(tmp_path / "complete", shards_written=3)) is None
-    assert hf_checkpoint_problem(write_hf_save(tmp_path / "single", shards_written=1, total_shards=1)) is None
-    assert "neither model.safetensors.index.json" in hf_checkpoint_problem(
-        write_hf_save(tmp_path / "killed", shards_written=2))
-    lost = write_hf_save(tmp_path / "lost", shards_written=3)
-    (lost / "model-00002-of-00003.safetensors").unlink()
-    assert "missing: ['model-00002-of-00003.safetensors']" in hf_checkpoint_problem(lost)
-    (lost / "model.safetensors.index.json").write_text("{")
-    assert "is not a safetensors index" in hf_checkpoint_problem(lost)
-    assert "config.json is missing" in hf_checkpoint_problem(tmp_path)
-
 
 def test_an_interrupted_hf_save_is_never_scored(tmp_path):
     run = tmp_path / "run"

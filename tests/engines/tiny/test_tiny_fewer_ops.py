@@ -12,11 +12,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engines.train import run
 from engines.tiny.batch import Recomputed, all_finite, as_floats, clip_grad_norm
 from engines.tiny.model import ModelConfig, MoE
 from engines.tiny.rollout_bf16 import _moe, bf16
 from engines.tiny.trainer import Trainer
+from engines.train import run
 from tests.support.tiny_runs import config
 from tests.support.untimed import untimed_rows
 

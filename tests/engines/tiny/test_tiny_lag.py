@@ -7,10 +7,10 @@ import pytest
 import torch
 
 import engines.tiny.trainer
-from engines.train import run
 from engines.tiny import task
 from engines.tiny.batch import step_seed
 from engines.tiny.trainer import Trainer
+from engines.train import run
 from harness import lag as lag_schedule
 from harness.io import read_jsonl
 from harness.lag import LagOutOfBound, bounded_draw, check_realized_lag, lag_bound, sampling_version

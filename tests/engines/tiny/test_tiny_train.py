@@ -14,13 +14,13 @@ import torch
 import yaml
 
 import engines.tiny.trainer
-from engines.train import run
 from engines.tiny import task
 from engines.tiny.batch import group_advantages, step_seed
 from engines.tiny.checkpoint import load_model
 from engines.tiny.rollout import RolloutEngine
 from engines.tiny.trainer import Trainer
 from engines.tiny.warmstart import build_base
+from engines.train import run
 from harness.engine import TimeLimitReached
 from harness.io import read_jsonl
 from harness.lag import sampling_version
