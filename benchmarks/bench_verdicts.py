@@ -25,6 +25,7 @@ import numpy as np
 
 from analysis.statistics.decision import look_levels, newcombe_bounds, outcomes, run_schedule, t_bounds, true_of
 from analysis.statistics.intervals import ALPHA
+from analysis.statistics.skew import standardized_draws
 from analysis.statistics.survival import stratified_logrank
 
 DELTA = 10.0  # points: the demo's smallest effect
@@ -41,18 +42,19 @@ DESIGNS = {"fixed 3": ((3,), "obrien_fleming"), "fixed 5": ((5,), "obrien_flemin
            "3 -> 5 -> 8 O'Brien-Fleming": ((3, 5, 8), "obrien_fleming"),
            "4 -> 6 -> 8 O'Brien-Fleming": ((4, 6, 8), "obrien_fleming"),
            "3 -> 6 -> 10 O'Brien-Fleming": ((3, 6, 10), "obrien_fleming"),
-           "3 -> 6 -> 10 Pocock": ((3, 6, 10), "pocock")}
+           "3 -> 6 -> 10 Pocock": ((3, 6, 10), "pocock"),
+           "5 -> 8 -> 12 Pocock": ((5, 8, 12), "pocock"),
+           "5 -> 7 -> 10 O'Brien-Fleming": ((5, 7, 10), "obrien_fleming")}
+SKEW = math.sqrt(2.0)  # a standardized Gamma(2): skewness 1.41
 
 
-def run_design(costs: dict, looks, boundary: str, replicates: int, seed: int, level=None, skewed: bool = False):
-    """Every claim's (outcome, look index) over ``replicates`` grids drawn from ``costs``; ``skewed``:
-    each per-seed cost a standardized Gamma(2) (skewness 1.4) instead of a normal, same mean and sd."""
+def run_design(costs: dict, looks, boundary: str, replicates: int, seed: int, level=None, skew: float = 0.0):
+    """Every claim's (outcome, look index) over ``replicates`` grids drawn from ``costs``; ``skew``: each
+    per-seed cost of that skewness (analysis.statistics.skew.standardized_draws: +SKEW a standardized
+    Gamma(2), -SKEW its mirror) instead of a normal, same mean and sd."""
     rng = np.random.default_rng(seed)
-
-    def noise(shape):
-        return (rng.gamma(2.0, 1.0, shape) - 2.0) / math.sqrt(2.0) if skewed else rng.standard_normal(shape)
-
-    draws = {recipe: mean + sd * noise((replicates, looks[-1])) for recipe, (mean, sd) in costs.items()}
+    draws = {recipe: mean + sd * standardized_draws(skew, (replicates, looks[-1]), rng)
+             for recipe, (mean, sd) in costs.items()}
     levels = look_levels(tuple(looks), level or ALPHA / len(CLAIMS), boundary) if level is None or len(looks) > 1 \
         else (level,)
     result = {}
@@ -93,7 +95,7 @@ def familywise_error(costs: dict, result: dict) -> float:
 
 def design_table(replicates: int) -> list[str]:
     lines = ["| design | " + " | ".join(CLAIMS) + " | P(two runs agree) | runs | FWER at 0 | FWER at delta | "
-             "FWER at 0, skewed seeds |", "|---" * (len(CLAIMS) + 6) + "|"]
+             "FWER at 0, skew + / - | FWER at delta, skew + / - |", "|---" * (len(CLAIMS) + 7) + "|"]
     for label, (looks, boundary) in DESIGNS.items():
         result = run_design(COSTS, looks, boundary, replicates, seed=1)
         shares = []
@@ -105,10 +107,12 @@ def design_table(replicates: int) -> list[str]:
         _, counts = np.unique(joint, return_counts=True)
         agree = float(np.sum((counts / replicates) ** 2))  # two independent runs: sum of squared shares
         errors = [familywise_error(null_costs(at), run_design(null_costs(at), looks, boundary, replicates, seed=2,
-                                                              skewed=skewed))
-                  for at, skewed in (("zero", False), ("delta", False), ("zero", True))]
+                                                              skew=skew))
+                  for at, skew in (("zero", 0.0), ("delta", 0.0), ("zero", SKEW), ("zero", -SKEW), ("delta", SKEW),
+                                   ("delta", -SKEW))]
         lines.append(f"| {label} | " + " | ".join(shares) + f" | {agree:.3f} | {expected_runs(result, looks):.1f} | "
-                     + " | ".join(f"{e:.4f}" for e in errors) + " |")
+                     + f"{errors[0]:.4f} | {errors[1]:.4f} | {errors[2]:.4f} / {errors[3]:.4f} | "
+                     f"{errors[4]:.4f} / {errors[5]:.4f} |")
     return lines
 
 

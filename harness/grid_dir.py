@@ -10,6 +10,7 @@
     grid.null_check_path                   null_check.json: the lag-0 null check's numbers (engines.null_check)
     grid.look_pattern                      looks/look{look}.json: what each look of a seed schedule decided
     grid.tuning_path                       tuning.json: each recipe's picked value (analysis.schedule.tune)
+    grid.rerun_path                        rerun.json: a rerun's declaration (analysis.schedule.rerun)
     grid.base_dir, grid.logs_dir           base/ (the engine's prepared model), logs/ (per rule, and
                                            Snakemake's benchmark files under logs/benchmarks/)
 
@@ -30,6 +31,7 @@ from harness.run import RUN_FOLDER, RunDir
 
 CONFIG, SUMMARY, MLFLOW_MARKER, TRACKING_LOCK = "config.json", "summary.json", "mlflow.json", "tracking.lock"
 TUNING_PICK = "tuning.json"  # the equal tuning budget's pick (analysis.schedule.tune)
+RERUN = "rerun.json"  # a rerun's declaration and its comparison with the first run (analysis.schedule.rerun)
 TABLE_FORMATS = ("md", "csv", "tex")
 # pareto and lag_vs_length: a queue grid's (analysis.cells.pareto), a text panel for any other, so that every
 # grid's report has the same files (the aggregate rule declares them before the grid exists)
@@ -86,6 +88,12 @@ class GridDir:
         """The equal tuning budget's pick (analysis.schedule.tune): each recipe's value, chosen on the tuning
         seeds, and the confirmation runs it asks for; a grid-wide step between the two."""
         return self.path / TUNING_PICK
+
+    @property
+    def rerun_path(self) -> Path:
+        """A rerun grid's declaration, written before its runs: the first grid, the fresh seeds, the kernel
+        level; then its comparison with the first run (analysis.schedule.rerun)."""
+        return self.path / RERUN
 
     @property
     def look_pattern(self) -> str:

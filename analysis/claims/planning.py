@@ -28,15 +28,15 @@ from harness.io import read_json
 from harness.settings import Config
 
 
-def assumptions_from(summary_path: Path) -> dict[str, tuple[float, float]]:
-    """Each claim's measured estimate and spread (collapse: rates) in a finished grid's summary.json."""
+def assumptions_from(summary_path: Path) -> dict[str, tuple[float, ...]]:
+    """Each claim's measured estimate, spread and seeds (collapse: rates) in a finished grid's summary.json."""
     summary = read_json(summary_path)  # a damaged file is named
     out = {}
     for claim in summary["claims"]:
         if claim.get("rates"):
             out[claim["name"]] = tuple(claim["rates"])
         elif claim.get("spread") is not None and claim.get("estimate") is not None:
-            out[claim["name"]] = (claim["estimate"], claim["spread"])
+            out[claim["name"]] = (claim["estimate"], claim["spread"], claim["n"])
     return out
 
 
@@ -59,7 +59,7 @@ def plan(config: Config, assumed: dict[str, tuple[float, float]], replicates: in
         else:
             effect = {"greater": claim.smallest_effect, "less": -claim.smallest_effect, "equivalent": 0.0}
             default = (effect[claim.expect], None)
-            estimate, spread = assumed.get(claim.name, default)
+            estimate, spread = assumed.get(claim.name, default)[:2]
             if spread is None:
                 raise ValueError(f"claim {claim.name!r}: no spread assumed; pass --assume {claim.name}=effect:spread "
                                  "or --from a grid that measured it")
@@ -70,15 +70,21 @@ def plan(config: Config, assumed: dict[str, tuple[float, float]], replicates: in
         rows.append({"name": claim.name, "assumed": assumed.get(claim.name), "outcomes": shares,
                      "agree": float(sum(p * p for p in shares.values())),
                      "mean_look": float(stopped.mean() + 1)})
-    looks = np.array(schedule.looks)
-    per_cell = [looks[np.max([stops[c.name] for c in tested if cell in c.read_cells(reference_lag)], axis=0)]
-                if any(cell in c.read_cells(reference_lag) for c in tested) else np.full(replicates, looks[0])
-                for cell in sorted(cells)]
-    runs = np.sum(per_cell, axis=0)
+    runs = runs_per_draw(config, tested, stops, schedule.looks)
     tuning = config.tuning
     return {"looks": list(schedule.looks), "levels": list(schedule.levels), "boundary": schedule.boundary,
-            "claims": rows, "expected_runs": float(runs.mean()), "fewest_runs": int(len(cells) * looks[0]),
-            "most_runs": int(len(cells) * looks[-1]), "tuning_runs": len(tuning.runs()) if tuning else 0}
+            "claims": rows, "expected_runs": float(runs.mean()), "fewest_runs": int(len(cells) * schedule.looks[0]),
+            "most_runs": int(len(cells) * schedule.looks[-1]), "tuning_runs": len(tuning.runs()) if tuning else 0}
+
+
+def runs_per_draw(config: Config, tested: list, stops: dict[str, np.ndarray], looks) -> np.ndarray:
+    """The runs of each simulated grid: each cell runs the seeds of the last look any of the ``tested``
+    claims reading it reached (``stops``: each claim's look index per draw); a cell no claim reads, the first look's."""
+    cells, reference_lag, looks = [(r, lag) for r in config.recipes for lag in config.lags], config.reference_lag, np.array(looks)
+    draws = len(next(iter(stops.values()))) if stops else 1
+    return np.sum([looks[np.max([stops[c.name] for c in tested if cell in c.read_cells(reference_lag)], axis=0)]
+                   if any(cell in c.read_cells(reference_lag) for c in tested) else np.full(draws, looks[0])
+                   for cell in cells], axis=0)
 
 
 def render(result: dict) -> str:
@@ -93,13 +99,16 @@ def render(result: dict) -> str:
     return "\n".join(lines)
 
 
-def parse_assumption(text: str) -> tuple[str, tuple[float, float]]:
+def parse_assumption(text: str) -> tuple[str, tuple[float, ...]]:
+    """NAME=effect:spread, or NAME=effect:spread:n (the seeds it was measured on: analysis.claims.design_search)."""
     try:
         name, values = text.split("=", 1)
-        first, second = values.split(":")
-        return name, (float(first), float(second))
+        numbers = tuple(float(v) for v in values.split(":"))
+        if len(numbers) not in (2, 3):
+            raise ValueError
+        return name, numbers[:2] + tuple(int(v) for v in numbers[2:])
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--assume {text!r}: expected NAME=effect:spread") from None
+        raise argparse.ArgumentTypeError(f"--assume {text!r}: expected NAME=effect:spread or NAME=effect:spread:n") from None
 
 
 def main(argv: list[str] | None = None) -> int:

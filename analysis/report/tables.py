@@ -7,7 +7,9 @@ import csv
 import io
 
 from analysis.cells.summary import ENDPOINT_NAMES, ENDPOINTS, MISMATCH, SCORES, summary_cells
+from analysis.claims.robustness import checks_text
 from analysis.report.render import Bullets, Section, latex, markdown
+from analysis.statistics.decision import size_to_delta
 from analysis.statistics.intervals import ALPHA, BOOTSTRAP_MIN_SEEDS, smallest_p
 from harness.claims import KINDS, NOT_TESTED
 
@@ -75,6 +77,12 @@ def replication_text(claim: dict) -> str:
     return "–" if claim.get("replication") is None else f"{claim['replication']:.2f}"
 
 
+def size_text(claim: dict) -> str:
+    """" (-0.46 [-0.72, -0.19] x delta, inside +-delta)": how far the outcome's interval lies from 0 and delta."""
+    size = claim["verdict"] != NOT_TESTED and size_to_delta(*(claim[k] for k in ("estimate", "low", "high", "smallest_effect")))
+    return f" ({size})" if size else ""
+
+
 def family_text(summary: dict) -> str:
     """How the claims are read: the family, its level, the schedule."""
     claims = summary["claims"]
@@ -92,11 +100,12 @@ def claims_section(summary: dict) -> Section | None:
     claims = summary["claims"]
     if not claims:
         return None
-    rows = [[c["name"], c["statement"], claim_text(c), f"**{c['verdict']}**: {c['why']}", replication_text(c)]
-            for c in claims]
+    rows = [[c["name"], c["statement"], claim_text(c), f"**{c['verdict']}**{size_text(c)}: {c['why']}",
+             replication_text(c), checks_text(c)] for c in claims]
     title = f"Claims ({family_text(summary)}; every other table is exploratory)"
     return Section.table(title, ["claim", "statement", "estimate [interval] (level, method, n)", "outcome",
-                                 "P(same outcome on a rerun)"], rows)
+                                 "P(same outcome on a rerun)", "skew of the per-seed contrasts; AdaStop (exploratory)"],
+                         rows)
 
 
 def realized_lag_text(cell: dict) -> str:
@@ -194,7 +203,7 @@ def claim_conclusions(summary: dict) -> list[str]:
     verdicts = [c["verdict"] for c in claims]
     lines = [f"Claims ({family_text(summary)}): "
              + ", ".join(f"{verdicts.count(v)} {v}" for v in dict.fromkeys(verdicts)) + "."]
-    lines += [f"{c['name']} ({c['statement']}): {c['verdict']}, {claim_text(c)}; {c['why']}; "
+    lines += [f"{c['name']} ({c['statement']}): {c['verdict']}{size_text(c)}, {claim_text(c)}; {c['why']}; "
               f"P(same outcome on a rerun) {replication_text(c)}." for c in claims]
     return lines
 

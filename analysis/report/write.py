@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from analysis.cells.summary import collect, json_safe, summarize_cells
 from analysis.claims.gain_sources import gain_sources
+from analysis.claims.robustness import checked
 from analysis.claims.verdicts import answer
 from analysis.report import machines as provenance
 from analysis.report.compare import beside, beside_sections, load_beside
@@ -43,7 +44,8 @@ def summarize(config: Config, runs: list) -> dict:
     claims declared, over the looks of the seed schedule) and where each recipe's gain comes from
     (``gain_sources``, analysis.claims.gain_sources). write_reports adds the generated conclusions."""
     summary, cells = summarize_cells(config, runs)
-    claims = json_safe(answer(config.claims, cells, config.reference_lag, config.steps, config.seeding, config.seeds))
+    claims = json_safe(checked(config, cells, answer(config.claims, cells, config.reference_lag, config.steps,
+                                                     config.seeding, config.seeds)))
     ahead = {key: value for key, value in summary.items() if key not in ("cells", "noise", "pareto")}
     return {**ahead, "claims": claims, "cells": summary["cells"],
             "gain_sources": json_safe(gain_sources(config, cells, claims)),

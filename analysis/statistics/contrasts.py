@@ -81,7 +81,7 @@ def welch_satterthwaite(weights, samples: list[np.ndarray], axis: int = -1):
     return estimate, low, high, p, se, df
 
 
-def _pairs(arms: list[Arm]) -> np.ndarray | None:
+def per_seed(arms: list[Arm]) -> np.ndarray | None:
     """The per-seed contrasts when every arm has the same seeds (those finite in every arm), else None."""
     seed_sets = [list(seeds) for _, _, seeds in arms]
     if any(s != seed_sets[0] for s in seed_sets):
@@ -94,7 +94,7 @@ def _pairs(arms: list[Arm]) -> np.ndarray | None:
 def contrast(arms: list[Arm]) -> Contrast:
     """sum w_i * mean(values_i): paired by seed when the arms share their seeds, else
     Welch-Satterthwaite (module docstring). None and non-finite values are left out."""
-    pairs = _pairs(arms)
+    pairs = per_seed(arms)
     nan = math.nan
     if pairs is not None:
         n = len(pairs)

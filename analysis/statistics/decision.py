@@ -112,6 +112,21 @@ def reading(name: str, expect: str) -> str:
     return (SUPPORTS_EQUIVALENCE if expect == "equivalent" else SUPPORTS)[name]
 
 
+def size_to_delta(estimate, low, high, delta: float) -> str:
+    """Where a claim's estimate and interval lie against the smallest effect, in units of it:
+    "-0.46 [-0.72, -0.19] x delta, inside +-delta" (or beyond +delta / -delta, reaching past +delta /
+    -delta / both); "" without an interval. An outcome names a side (opposite, exceeds); this says how far."""
+    if any(v is None or not math.isfinite(v) for v in (estimate, low, high)) or not delta > 0:
+        return ""
+    if low >= delta or high <= -delta:
+        where = "beyond +delta" if low >= delta else "beyond -delta"
+    elif low > -delta and high < delta:
+        where = "inside +-delta"
+    else:
+        where = "reaching past " + ("both" if low <= -delta and high >= delta else "+delta" if high >= delta else "-delta")
+    return f"{estimate / delta:+.2f} [{low / delta:+.2f}, {high / delta:+.2f}] x delta, {where}"
+
+
 def spent(fraction: float, level: float, boundary: str) -> float:
     """The error a boundary has spent by information fraction n_k / n_K (Lan & DeMets 1983):
     O'Brien-Fleming-like 2 - 2 Phi(z_{1-level/2} / sqrt(fraction)), Pocock-like level log(1 + (e - 1) fraction)."""

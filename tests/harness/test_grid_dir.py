@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.grid_dir import MLFLOW_MARKER, REPORT_FILES, SUMMARY, TRACKING_LOCK, TUNING_PICK, GridDir
+from harness.grid_dir import MLFLOW_MARKER, REPORT_FILES, RERUN, SUMMARY, TRACKING_LOCK, TUNING_PICK, GridDir
 from harness.io import write_json_atomic
 from harness.run import CONFIG as RUN_CONFIG
 from harness.run import ENGINE_FILES, FINGERPRINT, METRICS, PROVENANCE, STATUS, RunDir
@@ -49,7 +49,7 @@ def test_reading_a_damaged_summary_names_the_file(tmp_path):
         grid.read_config()
 
 
-GRID_FILES = (SUMMARY, MLFLOW_MARKER, TRACKING_LOCK, TUNING_PICK, *REPORT_FILES)
+GRID_FILES = (SUMMARY, MLFLOW_MARKER, TRACKING_LOCK, TUNING_PICK, RERUN, *REPORT_FILES)
 # A run folder's files (harness.run), the engines' own among them where the name is a file's (the
 # folder roles, "megatron", "hf", are also the names of packages and source trees).
 RUN_FILES = (RUN_CONFIG, PROVENANCE, STATUS, METRICS, FINGERPRINT, "run_config.json",

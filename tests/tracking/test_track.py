@@ -8,6 +8,7 @@ import shutil
 import pytest
 
 from analysis.cells.summary import collect
+from analysis.report.tables import size_text
 from analysis.report.write import summarize, write_reports
 from analysis.schedule.tune import selection
 from harness.config import validate
@@ -396,7 +397,7 @@ def test_summary_runs_chart_the_cell_curves_and_the_parent_carries_the_verdicts(
         assert all(tags[f"claim.{c['name']}.replication"] == f"{c['replication']:.2f}" for c in summary["claims"])
         description = tags["mlflow.note.content"]
         assert description.startswith("## Claims (confirmatory") and all(
-            f"| {c['name']} | {c['statement']} |" in description and f"**{c['verdict']}**: {c['why']}" in description
+            f"| {c['name']} | {c['statement']} |" in description and f"**{c['verdict']}**{size_text(c)}: {c['why']}" in description
             for c in summary["claims"])
 
 

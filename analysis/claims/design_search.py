@@ -1,0 +1,142 @@
+"""Choose a grid's seed schedule by the declared rule (docs/statistics.md, "Choosing the seed schedule"):
+among designs whose every claim ends with a final outcome with predictive probability >= TARGET
+(averaged over the assumed effects' uncertainty) and whose every look can decide, the cheapest in
+expected runs.
+
+    python -m analysis.claims.design_search config.yaml --from results/field      # effects a grid measured
+    python -m analysis.claims.design_search config.yaml --assume NAME=effect:spread:n ... [--max-seeds 14]
+
+An assumption is a claim's per-seed contrast measured on n seeds: its mean and sd (fractions of the
+score) and n (analysis.claims.planning). Each of ``draws`` posterior draws of (mean, sd) (flat prior:
+sd = s sqrt((n - 1) / chi2(n - 1)), mean ~ normal(m, sd^2 / n)) runs the whole rule once
+(analysis.statistics.decision: each claim's interval at ALPHA / the declared claims, every look). A
+collapse claim is drawn at its assumed rates. Claims are drawn independently (as the planner does).
+Printed: the designs that qualify, cheapest first, then the config's declared design for comparison.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from analysis.claims.planning import assumptions_from, parse_assumption, runs_per_draw
+from analysis.statistics.decision import BOUNDARIES, is_final, look_levels, simulate_collapse, simulate_contrast
+from analysis.statistics.intervals import ALPHA
+from harness.config import ConfigError, load
+from harness.grid_dir import GridDir
+from harness.settings import Config
+
+TARGET = 0.8  # each claim's predictive P(final outcome)
+DECIDE = 0.05  # at each look but the last, P(a claim open there stops there), pooled
+DRAWS = 4000
+SEED = 20261203
+
+
+@dataclass(frozen=True)
+class Design:
+    looks: tuple[int, ...]
+    boundary: str | None  # None: one look (a fixed design)
+
+    def __str__(self) -> str:
+        return " -> ".join(map(str, self.looks)) + (f" {self.boundary}" if self.boundary else " (fixed)")
+
+
+def designs(max_seeds: int = 14, first: int = 3, max_looks: int = 3) -> list[Design]:
+    """Every design of 1..max_looks looks, the first at least ``first`` seeds, the last at most
+    ``max_seeds``; 2 or more looks with each boundary."""
+    out = [Design((n,), None) for n in range(first, max_seeds + 1)]
+    for k in range(2, max_looks + 1):
+        out += [Design(looks, boundary) for looks in itertools.combinations(range(first, max_seeds + 1), k)
+                for boundary in BOUNDARIES]
+    return out
+
+
+def posterior(estimate: float, spread: float, n: int, draws: int, rng: np.random.Generator):
+    """(means, sds) of ``draws`` posterior draws of a normal per-seed contrast measured on n seeds
+    (mean ``estimate``, sd ``spread``) under the flat prior on (mean, log sd)."""
+    sds = spread * np.sqrt((n - 1) / rng.chisquare(n - 1, draws))
+    return rng.normal(estimate, sds / np.sqrt(n)), sds
+
+
+def evaluate(config: Config, design: Design, assumed: dict, draws: int = DRAWS, seed: int = SEED) -> dict:
+    """One design at the assumptions: each claim's predictive P(final), P(stop) at each look of the
+    claims open there, the expected and most runs, and whether it qualifies (TARGET, DECIDE)."""
+    claims = list(config.claims)
+    level = ALPHA / max(len(claims), 1)
+    levels = look_levels(design.looks, level, design.boundary) if design.boundary else (level,)
+    rng = np.random.default_rng(seed)  # the same draws for every design: their differences are the designs'
+    finals, stops = {}, {}
+    for i, claim in enumerate(claims):
+        args = (design.looks, levels, claim.smallest_effect, claim.expect)
+        if claim.scale == "rate":
+            outcomes, stopped = simulate_collapse(*assumed[claim.name][:2], *args, draws=draws, seed=seed + i)
+        else:
+            estimate, spread, n = assumed[claim.name]
+            means, sds = posterior(estimate, spread, n, draws, rng)
+            outcomes, stopped = simulate_contrast(means[:, None], sds[:, None], *args, draws=draws, seed=seed + i)
+        finals[claim.name], stops[claim.name] = float(np.mean(is_final(outcomes, claim.expect))), stopped
+    stopped = np.array(list(stops.values()))
+    decides = [float(np.mean(stopped[stopped >= k] == k)) if np.any(stopped >= k) else 1.0
+               for k in range(len(design.looks) - 1)]
+    runs = runs_per_draw(config, claims, stops, design.looks)
+    return {"design": str(design), "looks": list(design.looks), "boundary": design.boundary, "final": finals,
+            "decides": decides, "expected_runs": float(runs.mean()), "most_runs": int(runs.max()),
+            "qualifies": min(finals.values()) >= TARGET and all(d >= DECIDE for d in decides)}
+
+
+def search(config: Config, assumed: dict, candidates: list[Design], draws: int = DRAWS) -> list[dict]:
+    """Every candidate evaluated: those that qualify first, cheapest in expected runs first (then fewest most runs)."""
+    missing = [c.name for c in config.claims if c.name not in assumed or (c.scale == "points" and len(assumed[c.name]) < 3)]
+    if missing:
+        raise ValueError(f"no assumption NAME=effect:spread:n for the claims {missing} (--assume or --from a grid)")
+    rows = [evaluate(config, design, assumed, draws) for design in candidates]
+    return sorted(rows, key=lambda r: (not r["qualifies"], r["expected_runs"], r["most_runs"]))
+
+
+def render(rows: list[dict], declared: dict | None, top: int) -> str:
+    names = list(rows[0]["final"]) if rows else []
+    lines = [f"target: every claim's predictive P(final) >= {TARGET}; every look but the last decides >= {DECIDE}",
+             "", "| rank | design | expected runs | most runs | " + " | ".join(f"P(final) {n}" for n in names)
+             + " | P(stop) at each look before the last | qualifies |", "|---" * (len(names) + 6) + "|"]
+    shown = [(str(i + 1), r) for i, r in enumerate(rows[:top])] + ([("declared", declared)] if declared else [])
+    for rank, r in shown:
+        lines.append(f"| {rank} | {r['design']} | {r['expected_runs']:.1f} | {r['most_runs']} | "
+                     + " | ".join(f"{r['final'][n]:.3f}" for n in names) + " | "
+                     + (", ".join(f"{d:.2f}" for d in r["decides"]) or "–") + f" | {'yes' if r['qualifies'] else 'no'} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m analysis.claims.design_search", description=__doc__.split("\n")[0])
+    parser.add_argument("config", help="a workflow config (config.yaml or a preset)")
+    parser.add_argument("--from", dest="grid", type=Path, help="a finished grid (its folder or summary.json)")
+    parser.add_argument("--assume", type=parse_assumption, action="append", default=[], help="NAME=effect:spread:n")
+    parser.add_argument("--max-seeds", type=int, default=14)
+    parser.add_argument("--first", type=int, default=3, help="the fewest seeds of a first look")
+    parser.add_argument("--max-looks", type=int, default=3)
+    parser.add_argument("--draws", type=int, default=DRAWS)
+    parser.add_argument("--top", type=int, default=15, help="how many ranked designs to print")
+    parser.add_argument("--json", action="store_true", help="every evaluated design as JSON")
+    args = parser.parse_args(argv)
+    try:
+        config = Config.build(load(args.config))
+        assumed = assumptions_from(GridDir(args.grid).summary_path if args.grid.is_dir() else args.grid) if args.grid else {}
+        assumed.update(dict(args.assume))
+        rows = search(config, assumed, designs(args.max_seeds, args.first, args.max_looks), args.draws)
+        seeding = config.seeding
+        declared = evaluate(config, Design(seeding.looks, seeding.boundary) if seeding else
+                            Design((len(config.seeds),), None), assumed, args.draws)
+        print(json.dumps(rows) if args.json else render(rows, declared, args.top))
+    except (ConfigError, ValueError, OSError) as error:
+        print(f"analysis.claims.design_search: error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

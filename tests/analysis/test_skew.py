@@ -1,0 +1,109 @@
+"""What the claims' guarantee covers: the skew of per-seed contrasts and its measured effect on the t
+interval (analysis.statistics.skew), AdaStop's cross-check (analysis.statistics.crosscheck), an
+outcome's size against delta (analysis.statistics.decision.size_to_delta) and the claim row's flag
+(analysis.claims.robustness)."""
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from analysis.aggregate import main
+from analysis.claims.robustness import checks_text, sides
+from analysis.statistics.crosscheck import adastop, smallest_level
+from analysis.statistics.decision import size_to_delta
+from analysis.statistics.skew import skew_check, skewed_miss, skewness, standardized_draws
+from harness.config import validate
+from harness.settings import Config
+from tests.support.grid_fixture import CLAIMS, make_grid, written_grid
+
+
+def test_normal_contrasts_miss_each_side_at_half_the_level():
+    below, above = skewed_miss(0.0, 10, 0.05)
+    assert below == pytest.approx(0.025, abs=0.004) and above == pytest.approx(0.025, abs=0.004)
+
+
+def test_a_gamma2_skew_misses_on_one_side_several_times_the_level_and_its_mirror_on_the_other():
+    # the issue's measurement: Gamma(2) contrasts (skewness 1.41) at 10 seeds and alpha / 4 miss below at ~0.034
+    below, above = skewed_miss(1.41, 10, 0.0125)
+    assert 0.025 < below < 0.04 and above < 0.00625
+    assert skewed_miss(-1.41, 10, 0.0125) == (above, below)
+
+
+def test_the_skewed_draws_have_mean_0_sd_1_and_the_asked_skewness():
+    draws = standardized_draws(-1.0, (200_000,), np.random.default_rng(0))
+    assert (draws.mean(), draws.std(), stats.skew(draws)) == (pytest.approx(0, abs=0.01), pytest.approx(1, abs=0.01),
+                                                              pytest.approx(-1.0, abs=0.05))
+
+
+def test_skewness_is_the_adjusted_sample_skewness_with_its_normal_tail_probability():
+    values = [1.0, 2.0, 3.0, 10.0]
+    x = np.array(values) - np.mean(values)
+    g1 = np.mean(x ** 3) / np.mean(x ** 2) ** 1.5
+    skew, p = skewness(values)
+    assert skew == pytest.approx(g1 * math.sqrt(4 * 3) / 2)
+    assert skewness([0.0] * 9 + [10.0])[1] < 0.001 and skewness([-1.0, 0.0, 1.0])[1] > 0.9
+    assert all(math.isnan(v) for v in skewness([1.0, 2.0]) + skewness([3.0, 3.0, 3.0]))
+
+
+def test_a_claim_is_flagged_only_where_its_skew_is_real_and_breaks_its_level():
+    skewed = skew_check([0.0] * 9 + [10.0], 0.0125)
+    assert skewed["breaks"] and skewed["miss"] > 1.5 * 0.0125 and skewed["miss_below"] > skewed["miss_above"]
+    assert not skew_check(list(np.random.default_rng(3).normal(size=10)), 0.0125)["breaks"]
+    assert skew_check([1.0, 2.0], 0.05) is None and skew_check([2.0, 2.0, 2.0], 0.05) is None
+
+
+def test_adastop_decides_the_sign_or_says_it_cannot():
+    assert smallest_level(3, 3) == pytest.approx(0.05)
+    x, y = np.array([5.0, 6, 7, 8, 9, 10]), np.array([0.0, 1, 2, 3, 4, 5.5])
+    assert adastop(x, y, 0.05)["decision"] == "> 0" and adastop(y, x, 0.05)["decision"] == "< 0"
+    assert adastop(x, x + 0.01, 0.05)["decision"] == "no difference shown"
+    three = adastop(x[:3], y[:3], 0.0125)  # 20 splits: no split is rarer than 1 / 20
+    assert three["decision"] == "no difference shown" and three["smallest_level"] > three["level"]
+    assert adastop(x[:1], y[:1], 0.05)["decision"] is None
+
+
+@pytest.mark.parametrize("estimate, low, high, text", [
+    (-0.046, -0.072, -0.019, "-0.46 [-0.72, -0.19] x delta, inside +-delta"),
+    (0.15, 0.10, 0.20, "+1.50 [+1.00, +2.00] x delta, beyond +delta"),  # an end exactly on delta
+    (-0.15, -0.20, -0.10, "-1.50 [-2.00, -1.00] x delta, beyond -delta"),
+    (0.05, 0.01, 0.12, "+0.50 [+0.10, +1.20] x delta, reaching past +delta"),
+    (-0.05, -0.12, 0.01, "-0.50 [-1.20, +0.10] x delta, reaching past -delta"),
+    (0.0, -0.2, 0.2, "+0.00 [-2.00, +2.00] x delta, reaching past both"),
+    (0.0, math.nan, math.nan, ""), (0.0, None, None, "")])
+def test_an_outcome_says_its_size_against_delta(estimate, low, high, text):
+    assert size_to_delta(estimate, low, high, 0.1) == text
+
+
+@pytest.fixture(scope="module")
+def grid(tmp_path_factory):
+    root = tmp_path_factory.mktemp("grid")
+    config = {**make_grid(root), "claims": CLAIMS}
+    assert main(["--grid", written_grid(config)]) == 0
+    return config, json.loads((root / config["grid"] / "summary.json").read_text())
+
+
+def test_each_claim_row_carries_its_skew_and_adastop_on_the_seeds_it_was_read_at(grid):
+    config, summary = grid
+    claims = {c["name"]: c for c in summary["claims"]}
+    cells = {(c["recipe"], c["lag"]): c for c in summary["cells"]}
+    a8, a1 = (np.array(cells["grpo", lag]["per_seed"]["auc"]) for lag in (8, 1))
+    cost = claims["grpo_cost"]
+    assert cost["skew"]["skew"] == pytest.approx(stats.skew(a8 - a1, bias=False)) and cost["skew"]["n"] == 3
+    assert cost["skew"]["level"] == pytest.approx(1 - cost["confidence"])
+    assert cost["crosscheck"]["decision"] == "no difference shown" and cost["crosscheck"]["n_x"] == 3
+    claim = next(c for c in Config.build(validate(config)).claims if c.name == "sat_cost_below_grpo")
+    x, y = sides(claim, cells, 1, {0, 1, 2})
+    s8, s1 = (np.array(cells["sat_grpo", lag]["per_seed"]["auc"]) for lag in (8, 1))
+    assert np.allclose(x - y, (s8 - s1) - (a8 - a1)) and np.allclose(x, s8 + a1)
+    assert claims["grpo_collapses_at_lag8"]["skew"] is None and claims["grpo_collapses_at_lag8"]["crosscheck"] is None
+
+
+def test_the_row_text_flags_a_breaking_skew_with_its_effect():
+    row = {"skew": skew_check([0.0] * 9 + [10.0], 0.0125),
+           "crosscheck": {"decision": "> 0", "level": 0.0125, "n_x": 10, "n_y": 10, "smallest_level": 1 / 184756}}
+    text = checks_text(row)
+    assert text.startswith("**skewed**: skew +3.2") and f"misses {row['skew']['miss']:.3f}" in text
+    assert "AdaStop 98.75%: > 0 (n 10 vs 10)" in text and "cannot reject" not in text
+    assert checks_text({"skew": None, "crosscheck": None}) == "–"
