@@ -42,12 +42,12 @@ GRID_DIR = GridDir(MODEL.grid_dir)  # every path of the grid folder (harness.gri
 GRID = str(GRID_DIR.path)
 RUN = f"{GRID}/{RUN_FOLDER}"
 LOGS = str(GRID_DIR.logs_dir)
-BENCHMARKS = str(GRID_DIR.benchmarks_dir)  # one TSV per job (analysis.report.machines tabulates them per rule)
+BENCHMARKS = str(GRID_DIR.benchmarks_dir)  # one TSV per job (GridDir.job_costs tabulates them per rule)
 TASKS = MODEL.eval.scored_tasks
 # The summary.json of the grid shown beside this one (config side_by_side), an input of aggregate once it
 # is there: a rerun of that grid re-renders this grid's table. Before it is, this grid still trains and
 # its aggregate job fails naming the key and the file (analysis.report.compare.load_beside).
-BESIDE = GridDir.beside(CONFIG)
+BESIDE = MODEL.beside_folder
 BESIDE_SUMMARY = [str(BESIDE.summary_path)] if BESIDE is not None and BESIDE.summary_path.exists() else []
 wildcard_constraints:
     recipe=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
