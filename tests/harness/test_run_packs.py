@@ -14,7 +14,7 @@ DEMO = yaml.safe_load((ROOT / "config.yaml").read_text())
 
 
 def test_a_seed_schedule_packs_each_looks_seeds_and_a_fixed_design_every_seed():
-    assert run_packs(Config.build(validate(DEMO))) == [Pack("", (0, 1, 2)), Pack("_look2", (3, 4, 5)), Pack("_look3", (6, 7, 8, 9))]
+    assert run_packs(Config.build(validate(DEMO))) == [Pack("", (0, 1, 2, 3, 4)), Pack("_look2", (5, 6, 7)), Pack("_look3", (8, 9, 10, 11))]
     fixed = validate({**DEMO, "seeds": [4, 2]})  # one look left: a fixed design
     assert run_packs(Config.build(fixed)) == [Pack("", (4, 2))]
     assert Pack("", (4, 2)).folders("g/" + RUN_FOLDER) == ["g/runs/{recipe}/lag{lag}/seed4", "g/runs/{recipe}/lag{lag}/seed2"]
