@@ -193,7 +193,7 @@ def summarize(config: Config, runs: list[RunResult]) -> dict:
                "claims": _json_safe(answer(config.claims, cells, reference_lag, config.steps, seeding, config.seeds)),
                "cells": _json_safe(list(cells.values()))}
     # where each recipe's gain comes from (analysis.claims.gain_sources; grids with a gain_sources section)
-    summary["gain_sources"] = _json_safe(gain_sources(config, cells, summary["claims"]))
+    summary["gain_sources"] = _json_safe(gain_sources(config, cells))
     # the split of each cell's noise into training seed and evaluation, and the plans of seeds vs k:
     # a section of its own (analysis.cells.noise)
     summary["noise"] = _json_safe(summarize_noise(config, runs))

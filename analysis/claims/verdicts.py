@@ -4,12 +4,12 @@ Each claim is a contrast of cell means (analysis.statistics.contrasts: paired by
 their seeds, else Welch-Satterthwaite) or, for collapse, a difference of two cells' collapse rates
 (Newcombe interval; the log-rank test of their collapse times beside it, stratified by seed where the
 cells share their seeds). Its outcome is where its interval lies against 0 and the smallest effect
-(analysis.statistics.decision: one rule, exclusive outcomes), read at ALPHA / m for the m claims this grid
-tests, at each look of the declared seed schedule (config ``seeding``) until the outcome is final.
+(analysis.statistics.decision: one rule, exclusive outcomes), read at ALPHA / m for the m claims the config
+declares (one family per config: a grid narrowed after its runs reads at the declared level), at each look of the declared seed schedule (config ``seeding``) until the outcome is final.
 Beside each outcome: the probability that an independent rerun of the same design gives it again
 (a plug-in parametric bootstrap of the whole rule, looks included), and while it is not final the
 seeds per cell that would likely decide it. A claim naming a cell this grid does not have (a grid
-narrowed on the command line) is "not tested in this grid" and outside the family.
+narrowed on the command line) is "not tested in this grid": it keeps its share of ALPHA unspent.
 """
 from __future__ import annotations
 
@@ -255,10 +255,12 @@ def why(claim: Claim, decided: dict) -> str:
 
 def family(claims: tuple[Claim, ...], cells: dict, reference_lag: int, seeding: Seeding | None,
            seeds=None) -> tuple[list[Claim], Schedule]:
-    """The claims this grid tests (its confirmatory family) and the schedule they are read at."""
+    """The claims this grid tests and the schedule they are read at. The family is the config's: its
+    level is ALPHA over every claim declared (``claims``), so a grid narrowed after its runs reads the
+    claims it can test at the declared level, and one it cannot test keeps its share unspent."""
     seeds = seeds if seeds is not None else sorted({s for cell in cells.values() for s in cell["seeds"]})
     tested = [claim for claim in claims if tested_in(claim, cells, reference_lag)]
-    return tested, Schedule.build(seeding, seeds, len(tested))
+    return tested, Schedule.build(seeding, seeds, len(claims))
 
 
 def open_cells(claims: tuple[Claim, ...], cells: dict, reference_lag: int, budget: int, seeding: Seeding,
@@ -280,7 +282,7 @@ def answer(claims: tuple[Claim, ...], cells: dict, reference_lag: int, budget: i
     tested, schedule = family(claims, cells, reference_lag, seeding, seeds)
     out = []
     for claim in claims:
-        row = {**claim.row(), "statement": statement(claim, reference_lag), "family_size": len(tested)}
+        row = {**claim.row(), "statement": statement(claim, reference_lag), "family_size": len(claims)}
         if claim not in tested:
             out.append({**row, "verdict": NOT_TESTED, "why": "a cell it compares is not in this grid",
                         "final": False, "replication": None})

@@ -89,8 +89,8 @@ def family_text(summary: dict) -> str:
              else "a fixed design (every seed)")
     if declared and (seeding or {}).get("looks") != declared["looks"]:
         looks += f", the declared schedule {declared['looks']} cut to this grid's {len(summary['seeds'])} seeds"
-    return (f"confirmatory, declared in the config: each of the {tested} claims tested is read from its "
-            f"interval at {ALPHA:g}/{tested} (Bonferroni), {looks}; docs/statistics.md, \"Verdicts\"")
+    return (f"confirmatory, declared in the config: each of the {tested} claims tested is read from its interval at "
+            f"{ALPHA:g}/{len(claims)} (Bonferroni over the {len(claims)} declared), {looks}; docs/statistics.md, \"Verdicts\"")
 
 
 def claims_section(summary: dict) -> tuple[str, list[str], list[list[str]]] | None:

@@ -28,7 +28,7 @@ boundary the claim did not ask about.
 
 An interval that covers the true contrast gives an outcome that is true of it (each row is a region
 of the parameter line the interval lies in), so a claim errs only when its interval misses. The
-family's intervals are read at ALPHA / m each (Bonferroni over the m claims a grid tests): all of
+family's intervals are read at ALPHA / m each (Bonferroni over the m claims a config declares): all of
 them cover with probability >= 1 - ALPHA, so P(any wrong outcome) <= ALPHA whatever the true effects.
 Holm's step-down is not used: it gains power only for one null per claim, and its compatible
 intervals are uninformative (Strassburger & Bretz 2008); a claim here has several (0 and +-delta).

@@ -99,14 +99,20 @@ def test_the_outcome_is_where_the_interval_lies(low, high, expect, expected):
     assert outcome(low, high, 0.10, expect) == expected
 
 
-def test_a_claim_outside_a_narrowed_grid_is_not_tested_and_leaves_the_family():
+def test_a_grid_narrowed_to_one_of_two_claims_reads_it_at_the_declared_level():
+    """One family per config: the claim the narrowed grid cannot test keeps its share unspent, so the
+    other is read at alpha / 2 (the interval worked with scipy), not at alpha."""
     claim = Recipes(name="c", recipe="a", lag=8, expect="greater", smallest_effect=0.05, metric="auc", versus="b")
     other = StalenessCost(name="d", recipe="a", lag=8, expect="less", smallest_effect=0.05, metric="auc")
-    cells = {(r, lag): {"recipe": r, "lag": lag, "seeds": [0, 1, 2], "per_seed": {"auc": values}}
-             for r, lag, values in (("a", 1, [0.6, 0.62, 0.61]), ("a", 8, [0.3, 0.35, 0.31]))}
+    per_seed = {1: [0.6, 0.62, 0.61], 8: [0.3, 0.35, 0.31]}
+    cells = {("a", lag): {"recipe": "a", "lag": lag, "seeds": [0, 1, 2], "per_seed": {"auc": values}}
+             for lag, values in per_seed.items()}
     rows = {row["name"]: row for row in answer((claim, other), cells, 1, 100)}
-    assert rows["c"]["verdict"] == NOT_TESTED and rows["d"]["family_size"] == 1
-    assert rows["d"]["confidence"] == pytest.approx(0.95)
+    assert rows["c"]["verdict"] == NOT_TESTED and rows["d"]["family_size"] == 2
+    cost = np.subtract(per_seed[8], per_seed[1])
+    low, high = stats.t.interval(1 - 0.05 / 2, 2, loc=cost.mean(), scale=stats.sem(cost))
+    assert rows["d"]["confidence"] == pytest.approx(0.975)
+    assert (rows["d"]["low"], rows["d"]["high"]) == (pytest.approx(low), pytest.approx(high))
 
 
 def test_a_declared_schedule_stops_a_claim_at_its_first_final_look():
