@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm import tqdm
 
-from analysis.claims.verdicts import answer
+from analysis.claims.verdicts import answer, joint_replication
 from analysis.statistics.contrasts import contrast
 from analysis.cells.curves import RunSummary, read_run
 from analysis.cells.noise import summarize_noise
@@ -188,10 +188,11 @@ def summarize(config: Config, runs: list[RunResult]) -> dict:
                "comparisons": {"confidence": CONFIDENCE, "alpha": ALPHA, "power": POWER,
                                "correction": "holm", "family": FAMILY, "endpoints": list(ENDPOINTS),
                                "bootstrap_min_seeds": BOOTSTRAP_MIN_SEEDS,
-                               "claims": "confirmatory: each claim's interval at alpha / the claims tested "
+                               "claims": "confirmatory: each claim's interval at alpha / the claims declared "
                                          "(Bonferroni), spent over the looks of the seed schedule"},
                "claims": _json_safe(answer(config.claims, cells, reference_lag, config.steps, seeding, config.seeds)),
                "cells": _json_safe(list(cells.values()))}
+    summary["replication_joint"] = joint_replication(summary["claims"])  # every outcome again on a rerun
     # where each recipe's gain comes from (analysis.claims.gain_sources; grids with a gain_sources section)
     summary["gain_sources"] = _json_safe(gain_sources(config, cells))
     # the split of each cell's noise into training seed and evaluation, and the plans of seeds vs k:

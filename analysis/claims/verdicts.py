@@ -6,9 +6,9 @@ their seeds, else Welch-Satterthwaite) or, for collapse, a difference of two cel
 cells share their seeds). Its outcome is where its interval lies against 0 and the smallest effect
 (analysis.statistics.decision: one rule, exclusive outcomes), read at ALPHA / m for the m claims the config
 declares (one family per config: a grid narrowed after its runs reads at the declared level), at each look of the declared seed schedule (config ``seeding``) until the outcome is final.
-Beside each outcome: the probability that an independent rerun of the same design gives it again
-(a plug-in parametric bootstrap of the whole rule, looks included), and while it is not final the
-seeds per cell that would likely decide it. A claim naming a cell this grid does not have (a grid
+Beside each outcome: the probability that an independent rerun of the declared design gives it again
+(posterior predictive, with its 80% range over the effect's uncertainty: analysis.statistics.predictive),
+and while it is not final the seeds per cell that would likely decide it. A claim naming a cell this grid does not have (a grid
 narrowed on the command line) is "not tested in this grid": it keeps its share of ALPHA unspent.
 """
 from __future__ import annotations
@@ -22,22 +22,22 @@ from scipy import stats
 from analysis.statistics.contrasts import contrast, seeds_needed, seeds_needed_equivalence
 from analysis.statistics.decision import (
     is_final,
-    look_levels,
     newcombe_bounds,
     outcome,
     reading,
-    simulate_collapse,
-    simulate_contrast,
     t_bounds,
 )
+from analysis.statistics.boundaries import look_levels
 from analysis.statistics.intervals import ALPHA
+from analysis.statistics.predictive import collapse_agreement, contrast_agreement
 from analysis.statistics.survival import collapse_test, seeds_needed_collapse
 from harness.claims import Claim, Seeding, StalenessCost
 
 NOT_TESTED = "not tested in this grid"
-REPLICATION_METHOD = ("plug-in parametric bootstrap: 4000 reruns of the design (its looks and levels) "
-                      "with normal per-seed contrasts at the measured mean and sd (collapse: binomial at "
-                      "the measured rates)")
+REPLICATION_METHOD = ("posterior predictive: one rerun of the design (its looks and levels) per draw of 4000 "
+                      "from the posterior of the per-seed contrast's mean and sd (reference prior 1/sd; "
+                      "collapse: Jeffreys Beta posteriors of the rates, exact binomial reruns); the range: "
+                      "10th-90th percentiles over the posterior of the probability that a rerun agrees")
 METRIC_TEXT = {"auc": "AUC", "fixed": "fixed-step score", "best": "best-checkpoint score",
                "selected": "selected-checkpoint score"}
 
@@ -45,7 +45,7 @@ METRIC_TEXT = {"auc": "AUC", "fixed": "fixed-step score", "best": "best-checkpoi
 @dataclass(frozen=True)
 class Schedule:
     """The looks a grid reads its claims at: seeds[:n] for each n of ``looks`` (a fixed design: one
-    look at every seed), each look's interval at ``levels`` (analysis.statistics.decision.look_levels)."""
+    look at every seed), each look's interval at ``levels`` (analysis.statistics.boundaries.look_levels)."""
     looks: tuple[int, ...]
     levels: tuple[float, ...]
     seeds: tuple[int, ...]
@@ -109,10 +109,10 @@ class ScoreRule:
         return float(low), float(high)
 
     @staticmethod
-    def replicates(claim: Claim, decided: dict, args: tuple) -> np.ndarray | None:
+    def agreement(claim: Claim, decided: dict, args: tuple) -> tuple[float, float, float] | None:
         if decided["method"] not in ("paired-t", "welch-satterthwaite"):
             return None
-        return simulate_contrast(decided["estimate"], decided["spread"], *args)[0]
+        return contrast_agreement(decided["estimate"], decided["spread"], decided["se"], decided["df"], *args)
 
     @staticmethod
     def seeds_to_decide(claim: Claim, decided: dict, level: float) -> int | None:
@@ -152,10 +152,10 @@ class RateRule:
         return float(low), float(high)
 
     @staticmethod
-    def replicates(claim: Claim, decided: dict, args: tuple) -> np.ndarray | None:
+    def agreement(claim: Claim, decided: dict, args: tuple) -> tuple[float, float, float] | None:
         if min(decided["counts"][1], decided["counts"][3]) == 0:
             return None
-        return simulate_collapse(*decided["rates"], *args)[0]
+        return collapse_agreement(decided["counts"], *args)
 
     @staticmethod
     def seeds_to_decide(claim: Claim, decided: dict, level: float) -> int | None:
@@ -223,12 +223,33 @@ def threshold_text(found: dict, largest_lag: int) -> str:
             f"[{lag(found['low'])}, {lag(found['high'])}] ({found['confidence']:.2%} jointly over its lags)")
 
 
-def replication(claim: Claim, decided: dict, schedule: Schedule) -> float | None:
-    """P(an independent rerun of the design gives the same outcome), plug-in (REPLICATION_METHOD);
-    None where nothing was measured to simulate from."""
-    args = (schedule.looks, schedule.levels, claim.smallest_effect, claim.expect)
-    outcomes = RULES[claim.scale].replicates(claim, decided, args)
-    return None if outcomes is None else float(np.mean(outcomes == decided["outcome"]))
+def replication(claim: Claim, decided: dict, schedule: Schedule) -> dict:
+    """P(an independent rerun of the declared design gives the same outcome) and its 80% range
+    (REPLICATION_METHOD); None where nothing was measured to simulate from."""
+    args = (schedule.looks, schedule.levels, claim.smallest_effect, claim.expect, decided["outcome"])
+    found = RULES[claim.scale].agreement(claim, decided, args)
+    return dict(zip(("replication", "replication_low", "replication_high"), found or (None, None, None)))
+
+
+def joint_replication(rows: list[dict]) -> float | None:
+    """P(a rerun gives every tested claim's outcome again), the claims taken as independent: the product
+    of their replication probabilities (claims that share cells are correlated: benchmarks/README.md
+    measures what that costs); None where a tested claim has none."""
+    values = [row["replication"] for row in rows if row["verdict"] != NOT_TESTED]
+    return None if not values or None in values else float(np.prod(values))
+
+
+def replication_text(claim: dict, with_range: bool = False) -> str:
+    """"0.81", with its 80% range "0.81 (0.55-1.00)"; "–" where there is none."""
+    if claim.get("replication") is None:
+        return "–"
+    ends = f" ({claim['replication_low']:.2f}-{claim['replication_high']:.2f})" if with_range else ""
+    return f"{claim['replication']:.2f}{ends}"
+
+
+def joint_text(joint: float | None) -> str:
+    """The claims table's words for :func:`joint_replication` ("" where there is none)."""
+    return "" if joint is None else f"; P(a rerun gives every outcome again) {joint:.2f}, the claims taken as independent"
 
 
 def plan_seeds(claim: Claim, decided: dict, level: float) -> int | None:
@@ -285,7 +306,7 @@ def answer(claims: tuple[Claim, ...], cells: dict, reference_lag: int, budget: i
         row = {**claim.row(), "statement": statement(claim, reference_lag), "family_size": len(claims)}
         if claim not in tested:
             out.append({**row, "verdict": NOT_TESTED, "why": "a cell it compares is not in this grid",
-                        "final": False, "replication": None})
+                        "final": False, "replication": None, "replication_low": None, "replication_high": None})
             continue
         decided = decide(claim, cells, reference_lag, budget, schedule)
         decided["seeds_needed"] = plan_seeds(claim, decided, schedule.levels[-1])
@@ -295,6 +316,5 @@ def answer(claims: tuple[Claim, ...], cells: dict, reference_lag: int, budget: i
                                                      1 - decided["confidence"])
         decided = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in decided.items()}
         out.append({**row, **decided, "verdict": decided["outcome"], "why": why(claim, decided),
-                    "replication": replication(claim, decided, schedule),
-                    "replication_method": REPLICATION_METHOD, "boundary": schedule.boundary})
+                    **replication(claim, decided, schedule), "replication_method": REPLICATION_METHOD, "boundary": schedule.boundary})
     return out

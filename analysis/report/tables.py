@@ -6,7 +6,7 @@ from __future__ import annotations
 import csv
 import io
 
-from analysis.claims.verdicts import NOT_TESTED
+from analysis.claims.verdicts import NOT_TESTED, joint_text, replication_text
 from analysis.cells.noise import sections as noise_sections
 from analysis.cells.pareto import sections as pareto_sections
 from analysis.claims.gain_sources import markdown_lines as source_lines
@@ -23,7 +23,8 @@ METHOD_NAMES = {"student-t": "Student t", "paired-t": "paired by seed (Student t
                 "none": f"no interval below {BOOTSTRAP_MIN_SEEDS} seeds per arm", "n<2": "one seed: none",
                 "empty": "no value"}
 CLAIM_FIELDS = ("statement", "kind", "metric", "expect", "smallest_effect", "estimate", "low", "high",
-                "confidence", "method", "n", "look", "test", "p", "verdict", "why", "replication", "seeds_needed")
+                "confidence", "method", "n", "look", "test", "p", "verdict", "why", "replication", "replication_low",
+                "replication_high", "seeds_needed")
 
 
 def _fmt(value, scale: float, digits: int, sign: bool = False) -> str:
@@ -76,10 +77,6 @@ def claim_text(claim: dict) -> str:
             f"{claim['method']}, n {claim['n']})")
 
 
-def replication_text(claim: dict) -> str:
-    return "–" if claim.get("replication") is None else f"{claim['replication']:.2f}"
-
-
 def family_text(summary: dict) -> str:
     """How the claims are read: the family, its level, the schedule."""
     claims = summary["claims"]
@@ -97,11 +94,11 @@ def claims_section(summary: dict) -> tuple[str, list[str], list[list[str]]] | No
     claims = summary["claims"]
     if not claims:
         return None
-    rows = [[c["name"], c["statement"], claim_text(c), f"**{c['verdict']}**: {c['why']}", replication_text(c)]
-            for c in claims]
-    title = f"Claims ({family_text(summary)}; every other table is exploratory)"
+    rows = [[c["name"], c["statement"], claim_text(c), f"**{c['verdict']}**: {c['why']}",
+             replication_text(c, with_range=True)] for c in claims]
+    title = f"Claims ({family_text(summary)}{joint_text(summary.get('replication_joint'))}; every other table is exploratory)"
     return title, ["claim", "statement", "estimate [interval] (level, method, n)", "outcome",
-                   "P(same outcome on a rerun)"], rows
+                   "P(same outcome on a rerun) (80% range)"], rows
 
 
 def realized_lag_text(cell: dict) -> str:

@@ -11,7 +11,8 @@ from statsmodels.stats.proportion import confint_proportions_2indep
 
 from analysis.aggregate import main
 from analysis.claims.verdicts import NOT_TESTED, answer, open_cells
-from analysis.statistics.decision import look_levels, outcome, outcomes, true_of
+from analysis.statistics.boundaries import look_levels
+from analysis.statistics.decision import outcome, outcomes, true_of
 from analysis.statistics.survival import collapse_test
 from harness.claims import Recipes, Seeding, StalenessCost
 from harness.config import ConfigError, load
@@ -50,7 +51,7 @@ def test_each_claim_is_read_from_its_interval_at_alpha_over_the_family(grid):
         assert claim["verdict"] == outcome(claim["low"] if claim["low"] is not None else math.nan,
                                            claim["high"] if claim["high"] is not None else math.nan,
                                            claim["smallest_effect"], claim["expect"])
-        assert 0 <= claim["replication"] <= 1 and "bootstrap" in claim["replication_method"]
+        assert 0 <= claim["replication_low"] <= claim["replication_high"] <= 1 and "posterior predictive" in claim["replication_method"]
         if not claim["final"] and claim["seeds_needed"]:
             assert f"about {claim['seeds_needed']} seeds" in claim["why"]
     # sat_grpo's lag-8 seeds sit 2.6 points below its equal lag-1 seeds, but at 3 seeds the 99% interval
