@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
+from analysis.statistics.boundaries import look_levels
 from analysis.statistics.contrasts import contrast, seeds_needed, seeds_needed_equivalence
 from analysis.statistics.decision import (
     is_final,
@@ -27,7 +28,6 @@ from analysis.statistics.decision import (
     reading,
     t_bounds,
 )
-from analysis.statistics.boundaries import look_levels
 from analysis.statistics.intervals import ALPHA
 from analysis.statistics.predictive import collapse_agreement, contrast_agreement
 from analysis.statistics.survival import collapse_test, seeds_needed_collapse
