@@ -4,8 +4,8 @@
 
 The demo's design (config.yaml: looks 3 -> 6 -> 10, O'Brien-Fleming, alpha 0.05 / 4 per claim), a
 claim with delta 10 points and per-seed sd 6 (claim (b)'s scale, docs/findings.md). For each truth
-(19 directional contrasts from -12 to +30 points, the boundaries 0 and +-10 among them, and 11
-equivalence contrasts from 0 to 16) ``--runs`` first runs are simulated by this file's own code (numpy
+(25 directional contrasts every 2 points from -14 to +34, the boundaries 0 and +-10 among them,
+and 12 equivalence contrasts from 0 to 22) ``--runs`` first runs are simulated by this file's own code (numpy
 seeds, scipy's t, the outcome table of docs/statistics.md written out again); each prints, from its
 own data at its stopping look, the old plug-in (analysis.statistics.decision.simulate_contrast at the
 measured mean and sd: the rule before issue 47) and the new posterior predictive
@@ -35,8 +35,9 @@ from analysis.statistics.predictive import collapse_agreement, contrast_agreemen
 LOOKS, BOUNDARY, LEVEL = (3, 6, 10), "obrien_fleming", 0.05 / 4
 OLD_LEVELS = (5.111333708629857e-06, 0.001174191727963847, 0.012075451207450181)  # 200,000 draws, before issue 47
 DELTA, SD = 10.0, 6.0
-TRUTHS = {"greater": (-12, -10, -8, -5, -2, 0, 2, 4, 6, 8, 9, 10, 11, 12, 14, 16, 20, 25, 30),
-          "equivalent": (0, 2, 4, 6, 8, 9, 10, 11, 12, 14, 16)}
+# evenly spaced (the flat prior the printed value assumes: calibration in bins is defined only against a
+# spread of truths), the boundaries 0 and +-10 among them; equivalence is symmetric: 0..22 stands for -22..22
+TRUTHS = {"greater": tuple(range(-14, 35, 2)), "equivalent": tuple(range(0, 23, 2))}
 RATE_DELTA = 0.2
 RATE_TRUTHS = ((0.1, 0.1), (0.3, 0.1), (0.5, 0.1), (0.7, 0.1), (0.9, 0.1), (0.5, 0.5), (0.2, 0.0), (0.6, 0.3))
 BINS = (0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 0.97, 1.0001)
@@ -163,8 +164,8 @@ def joint_miss(levels, paths: int = 4_000_000) -> float:
     rng = np.random.default_rng(49)
     critical = [stats.t.isf(level / 2, n - 1) for n, level in zip(LOOKS, levels)]
     missed = 0
-    for _ in range(paths // 500_000):
-        seeds = rng.standard_normal((500_000, LOOKS[-1]))
+    for start in range(0, paths, 500_000):
+        seeds = rng.standard_normal((min(500_000, paths - start), LOOKS[-1]))
         miss = np.zeros(len(seeds), dtype=bool)
         for n, c in zip(LOOKS, critical):
             sample = seeds[:, :n]
@@ -185,17 +186,17 @@ def collapse_miss(rate_x: float, rate_y: float, levels, paths: int = 200_000) ->
     return float(miss.mean())
 
 
-def boundaries() -> list[str]:
+def boundaries(paths: int) -> list[str]:
     new = look_levels(LOOKS, LEVEL, BOUNDARY)
-    lines = ["| levels | look 1 | look 2 | look 3 | joint miss (independent simulation, 4e6 paths; nominal 0.0125) |",
+    lines = [f"| levels | look 1 | look 2 | look 3 | joint miss (independent simulation, {paths:,} paths; nominal 0.0125) |",
              "|---|---|---|---|---|"]
     for label, levels in (("200,000 Monte Carlo draws (before)", OLD_LEVELS), ("10^7 sufficient-statistic paths, "
                                                                               "exact shares (now)", new)):
-        lines.append(f"| {label} | " + " | ".join(f"{v:.4g}" for v in levels) + f" | {joint_miss(levels):.5f} |")
-    lines += ["", "| collapse rates (x, y) | joint miss of the Newcombe intervals at these levels (200,000 paths) |",
+        lines.append(f"| {label} | " + " | ".join(f"{v:.4g}" for v in levels) + f" | {joint_miss(levels, paths):.5f} |")
+    lines += ["", f"| collapse rates (x, y) | joint miss of the Newcombe intervals at these levels ({paths // 20:,} paths) |",
               "|---|---|"]
     for rates in ((0.1, 0.1), (0.3, 0.3), (0.5, 0.5), (0.3, 0.1), (0.6, 0.2), (0.9, 0.5)):
-        lines.append(f"| {rates[0]}, {rates[1]} | {collapse_miss(*rates, new):.4f} |")
+        lines.append(f"| {rates[0]}, {rates[1]} | {collapse_miss(*rates, new, paths // 20):.4f} |")
     return lines
 
 
@@ -204,13 +205,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=500, help="first runs per truth")
     parser.add_argument("--truth-reruns", type=int, default=200_000, help="reruns that give each truth's outcome shares")
     parser.add_argument("--collapse-runs", type=int, default=200, help="first runs per collapse truth")
+    parser.add_argument("--paths", type=int, default=4_000_000, help="paths of the boundaries' check (collapse: / 20)")
     args = parser.parse_args(argv)
     by_truth, rows = contrast_table(args.runs, args.truth_reruns)
     print("## Claims on a score: by truth\n", *by_truth, "", "## Claims on a score: calibration (every truth pooled)\n",
           *calibration(rows), sep="\n", flush=True)
     print("\n## Collapse claims: calibration\n", *calibration(collapse_table(args.collapse_runs, args.truth_reruns // 4)),
           sep="\n", flush=True)
-    print("\n## The demo's boundaries\n", *boundaries(), sep="\n")
+    print("\n## The demo's boundaries\n", *boundaries(args.paths), sep="\n")
 
 
 if __name__ == "__main__":

@@ -29,6 +29,8 @@ SMALLEST = {
     "bench_run_phases": (["--steps", "4", "--out", "{tmp}/phases"], "CPU s"),
     "bench_step": (["--steps", "3", "--warmup", "1", "--repeats", "1", "--out", "{tmp}/step"], "floor"),
     "bench_verdicts": (["--replicates", "200"], "P(two runs agree)"),
+    "bench_replication": (["--runs", "2", "--truth-reruns", "400", "--collapse-runs", "2", "--paths", "20000"],
+                          "joint miss"),
     "compare_runs": (["{run}", "{run}"], "identical"),
     "same_bits": (["--before", ".", "--cases", "r2_top2_bf16", "--steps", "2", "--out", "{tmp}/bits"], "identical"),
     "mutants": (["--only", "digest_ignores_metrics"], "1 of 1 mutants killed"),
