@@ -15,7 +15,9 @@ of this file's simulation. Calibration table: the runs binned by the printed val
 printed and the mean true agreement (calibrated: equal; target |difference| <= 0.03 in every bin),
 and how often the true agreement lies in the printed 80% range. The same for collapse claims (Jeffreys
 Beta posteriors, exact binomial reruns; the truth by simulation with statsmodels' Newcombe interval).
-Then the demo's boundaries: the joint miss of the old 200,000-draw levels and of the new ones by an
+Then the demo's four claims at once, at the field's effects (claims sharing a recipe correlated):
+the printed P(every outcome again), a product that takes the claims as independent, against the true
+chance that a rerun repeats the first run's four outcomes. Then the demo's boundaries: the joint miss of the old 200,000-draw levels and of the new ones by an
 independent simulation of the seeds, and the joint miss of the collapse claims' Newcombe intervals read
 at those (t-based) levels. Seeded: the same arguments print the same figures.
 """
@@ -42,12 +44,15 @@ RATE_DELTA = 0.2
 RATE_TRUTHS = ((0.1, 0.1), (0.3, 0.1), (0.5, 0.1), (0.7, 0.1), (0.9, 0.1), (0.5, 0.5), (0.2, 0.0), (0.6, 0.3))
 BINS = (0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 0.97, 1.0001)
 FINAL = {"greater": ("exceeds", "below effect", "negligible", "opposite"), "equivalent": ("negligible", "exceeds")}
+FINAL["less"] = FINAL["greater"]
 
 
 def classify(low, high, delta: float, expect: str) -> np.ndarray:
     """The outcome table of docs/statistics.md, written out again (not analysis.statistics.decision)."""
     out = np.full(np.shape(low), "undecided", dtype=object)
-    if expect == "greater":
+    if expect == "less":  # the mirror of greater
+        low, high = -high, -low
+    if expect != "equivalent":
         rows = [("negligible", (low > -delta) & (high < delta)), ("opposite", high < 0), ("claimed sign", low > 0),
                 ("below effect", (low > 0) & (high < delta)), ("exceeds", low >= delta)]
     else:
@@ -60,7 +65,12 @@ def classify(low, high, delta: float, expect: str) -> np.ndarray:
 
 def first_runs(truth: float, expect: str, runs: int, levels, rng, keep: bool = True):
     """Outcome of each simulated run of the design (and, with ``keep``, its mean, sd and n at the look it stopped)."""
-    seeds = rng.normal(truth, SD, (runs, LOOKS[-1]))
+    return read_design(rng.normal(truth, SD, (runs, LOOKS[-1])), expect, levels, keep)
+
+
+def read_design(seeds: np.ndarray, expect: str, levels, keep: bool = True):
+    """The design read on each row of per-seed contrasts (:func:`first_runs`)."""
+    runs = len(seeds)
     result = np.full(runs, "", dtype=object)
     mean, sd, n_at = np.zeros(runs), np.zeros(runs), np.zeros(runs, dtype=int)
     for k, (n, level) in enumerate(zip(LOOKS, levels)):
@@ -159,6 +169,35 @@ def collapse_table(runs: int, truth_reruns: int) -> list:
     return rows
 
 
+def joint(runs: int, reruns: int) -> list[str]:
+    """The demo's four claims at the field's effects (benchmarks.bench_verdicts.COSTS: claims sharing
+    sat_gspo correlated as in a grid): the printed P(every outcome again), the product of the claims'
+    probabilities, against the true chance that a rerun gives the first run's four outcomes."""
+    from benchmarks.bench_verdicts import CLAIMS, COSTS
+
+    levels, rng = look_levels(LOOKS, LEVEL, BOUNDARY), np.random.default_rng(51)
+
+    def grids(count):
+        draws = {recipe: rng.normal(mean, sd, (count, LOOKS[-1])) for recipe, (mean, sd) in COSTS.items()}
+        return {name: read_design(sum(w * draws[r] for r, w in weights.items()), expect, levels)
+                for name, (weights, expect) in CLAIMS.items()}
+
+    def vectors(read):
+        return np.array([" | ".join(row) for row in zip(*(read[name][0] for name in CLAIMS))])
+
+    reread = grids(reruns)
+    truth, marginal = shares(vectors(reread)), {name: shares(reread[name][0]) for name in CLAIMS}
+    first = grids(runs)
+    printed = [math.prod(contrast_agreement(first[name][1][i], first[name][2][i], first[name][2][i] / math.sqrt(first[name][3][i]),
+                                            first[name][3][i] - 1, LOOKS, levels, DELTA, CLAIMS[name][1], first[name][0][i])[0]
+                         for name in CLAIMS) for i in range(runs)]
+    true = [truth.get(v, 0.0) for v in vectors(first)]
+    independent = [math.prod(marginal[name].get(first[name][0][i], 0.0) for name in CLAIMS) for i in range(runs)]
+    return [f"{runs} first runs: mean printed P(all four again) {np.mean(printed):.3f}; at the truth: the joint "
+            f"{np.mean(true):.3f}, the product of the claims' own {np.mean(independent):.3f} (what independence "
+            f"costs), two runs agree {sum(v ** 2 for v in truth.values()):.3f}"]
+
+
 def joint_miss(levels, paths: int = 4_000_000) -> float:
     """P(some look's paired-t interval misses), numpy seeds and scipy's t (not the project's code)."""
     rng = np.random.default_rng(49)
@@ -205,6 +244,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=500, help="first runs per truth")
     parser.add_argument("--truth-reruns", type=int, default=200_000, help="reruns that give each truth's outcome shares")
     parser.add_argument("--collapse-runs", type=int, default=200, help="first runs per collapse truth")
+    parser.add_argument("--joint-runs", type=int, default=500, help="first runs of the demo's four claims")
     parser.add_argument("--paths", type=int, default=4_000_000, help="paths of the boundaries' check (collapse: / 20)")
     args = parser.parse_args(argv)
     by_truth, rows = contrast_table(args.runs, args.truth_reruns)
@@ -212,6 +252,8 @@ def main(argv: list[str] | None = None) -> None:
           *calibration(rows), sep="\n", flush=True)
     print("\n## Collapse claims: calibration\n", *calibration(collapse_table(args.collapse_runs, args.truth_reruns // 4)),
           sep="\n", flush=True)
+    print("\n## All four demo claims at once (the product, claims taken as independent)\n",
+          *joint(args.joint_runs, args.truth_reruns), sep="\n", flush=True)
     print("\n## The demo's boundaries\n", *boundaries(args.paths), sep="\n")
 
 
