@@ -4,8 +4,8 @@
 
 The demo's design (config.yaml: looks 3 -> 6 -> 10, O'Brien-Fleming, alpha 0.05 / 4 per claim), a
 claim with delta 10 points and per-seed sd 6 (claim (b)'s scale, docs/findings.md). For each truth
-(25 directional contrasts every 2 points from -14 to +34, the boundaries 0 and +-10 among them,
-and 12 equivalence contrasts from 0 to 22) ``--runs`` first runs are simulated by this file's own code (numpy
+(25 directional contrasts every 2 points from -14 to +34, the boundaries 0 and +-10 among them, and
+12 equivalence contrasts from 0 to 22) ``--runs`` first runs are simulated by this file's own code (numpy
 seeds, scipy's t, the outcome table of docs/statistics.md written out again); each prints, from its
 own data at its stopping look, the old plug-in (analysis.statistics.decision.simulate_contrast at the
 measured mean and sd: the rule before issue 47) and the new posterior predictive
@@ -14,12 +14,13 @@ chance that a rerun at the true effect gives the first run's outcome, from ``--t
 of this file's simulation. Calibration table: the runs binned by the printed value, per bin the mean
 printed and the mean true agreement (calibrated: equal; target |difference| <= 0.03 in every bin),
 and how often the true agreement lies in the printed 80% range. The same for collapse claims (Jeffreys
-Beta posteriors, exact binomial reruns; the truth by simulation with statsmodels' Newcombe interval).
-Then the demo's four claims at once, at the field's effects (claims sharing a recipe correlated):
-the printed P(every outcome again), a product that takes the claims as independent, against the true
-chance that a rerun repeats the first run's four outcomes. Then the demo's boundaries: the joint miss of the old 200,000-draw levels and of the new ones by an
-independent simulation of the seeds, and the joint miss of the collapse claims' Newcombe intervals read
-at those (t-based) levels. Seeded: the same arguments print the same figures.
+Beta posteriors, exact binomial reruns; delta 0.2; 25 rate pairs, each rate 0.1 to 0.9 by 0.2; the
+truth by simulation with statsmodels' Newcombe interval). Then the demo's four claims at once, at the
+field's effects (claims sharing a recipe correlated): the printed P(every outcome again), a product
+that takes the claims as independent, against the true chance that a rerun repeats the first run's
+four outcomes. Then the demo's boundaries: the joint miss of the old 200,000-draw levels and of the
+new ones by an independent simulation of the seeds, and the joint miss of the collapse claims'
+Newcombe intervals read at those (t-based) levels. Seeded: the same arguments print the same figures.
 """
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ DELTA, SD = 10.0, 6.0
 # spread of truths), the boundaries 0 and +-10 among them; equivalence is symmetric: 0..22 stands for -22..22
 TRUTHS = {"greater": tuple(range(-14, 35, 2)), "equivalent": tuple(range(0, 23, 2))}
 RATE_DELTA = 0.2
-RATE_TRUTHS = ((0.1, 0.1), (0.3, 0.1), (0.5, 0.1), (0.7, 0.1), (0.9, 0.1), (0.5, 0.5), (0.2, 0.0), (0.6, 0.3))
+RATE_TRUTHS = tuple((x, y) for x in (0.1, 0.3, 0.5, 0.7, 0.9) for y in (0.1, 0.3, 0.5, 0.7, 0.9))  # evenly spread
 BINS = (0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 0.97, 1.0001)
 FINAL = {"greater": ("exceeds", "below effect", "negligible", "opposite"), "equivalent": ("negligible", "exceeds")}
 FINAL["less"] = FINAL["greater"]
