@@ -1,15 +1,17 @@
 """The verdict on each claim of the config (harness.claims.Claim): the confirmatory family.
 
-Each claim is a contrast of cell means (analysis.statistics.contrasts: paired by seed where the cells share
-their seeds, else Welch-Satterthwaite) or, for collapse, a difference of two cells' collapse rates
+Each claim is a contrast of cell means (analysis.statistics.contrasts: paired by seed where the cells
+share their seeds, else Welch-Satterthwaite) or, for collapse, a difference of two cells' collapse rates
 (Newcombe interval; the log-rank test of their collapse times beside it, stratified by seed where the
 cells share their seeds). Its outcome is where its interval lies against 0 and the smallest effect
-(analysis.statistics.decision: one rule, exclusive outcomes), read at ALPHA / m for the m claims the config
-declares (one family per config: a grid narrowed after its runs reads at the declared level), at each look of the declared seed schedule (config ``seeding``) until the outcome is final.
-Beside each outcome: the probability that an independent rerun of the declared design gives it again
-(posterior predictive, with its 80% range over the effect's uncertainty: analysis.statistics.predictive),
-and while it is not final the seeds per cell that would likely decide it. A claim naming a cell this grid does not have (a grid
-narrowed on the command line) is "not tested in this grid": it keeps its share of ALPHA unspent.
+(analysis.statistics.decision: one rule, exclusive outcomes), read at ALPHA / m for the m claims the
+config declares (one family per config: a grid narrowed after its runs reads at the declared level), at
+each look of the declared seed schedule (config ``seeding``) until the outcome is final. Beside each
+outcome: the probability that an independent rerun of the declared design gives it again (posterior
+predictive, with its 80% range over the effect's uncertainty: analysis.statistics.predictive), and while
+it is not final the seeds per cell that would likely decide it. A claim naming a cell this grid does not
+have (a grid narrowed on the command line) is "not tested in this grid": it keeps its share of ALPHA
+unspent.
 """
 from __future__ import annotations
 
@@ -249,7 +251,9 @@ def replication_text(claim: dict, with_range: bool = False) -> str:
 
 def joint_text(joint: float | None) -> str:
     """The claims table's words for :func:`joint_replication` ("" where there is none)."""
-    return "" if joint is None else f"; P(a rerun gives every outcome again) {joint:.2f}, the claims taken as independent"
+    if joint is None:
+        return ""
+    return f"; P(a rerun gives every outcome again) {joint:.2f}, the claims taken as independent"
 
 
 def plan_seeds(claim: Claim, decided: dict, level: float) -> int | None:
@@ -316,5 +320,6 @@ def answer(claims: tuple[Claim, ...], cells: dict, reference_lag: int, budget: i
                                                      1 - decided["confidence"])
         decided = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in decided.items()}
         out.append({**row, **decided, "verdict": decided["outcome"], "why": why(claim, decided),
-                    **replication(claim, decided, schedule), "replication_method": REPLICATION_METHOD, "boundary": schedule.boundary})
+                    **replication(claim, decided, schedule), "replication_method": REPLICATION_METHOD,
+                    "boundary": schedule.boundary})
     return out

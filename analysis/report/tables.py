@@ -87,7 +87,8 @@ def family_text(summary: dict) -> str:
     if declared and (seeding or {}).get("looks") != declared["looks"]:
         looks += f", the declared schedule {declared['looks']} cut to this grid's {len(summary['seeds'])} seeds"
     return (f"confirmatory, declared in the config: each of the {tested} claims tested is read from its interval at "
-            f"{ALPHA:g}/{len(claims)} (Bonferroni over the {len(claims)} declared), {looks}; docs/statistics.md, \"Verdicts\"")
+            f"{ALPHA:g}/{len(claims)} (Bonferroni over the {len(claims)} declared), {looks}; "
+            f"docs/statistics.md, \"Verdicts\"")
 
 
 def claims_section(summary: dict) -> tuple[str, list[str], list[list[str]]] | None:
@@ -96,7 +97,8 @@ def claims_section(summary: dict) -> tuple[str, list[str], list[list[str]]] | No
         return None
     rows = [[c["name"], c["statement"], claim_text(c), f"**{c['verdict']}**: {c['why']}",
              replication_text(c, with_range=True)] for c in claims]
-    title = f"Claims ({family_text(summary)}{joint_text(summary.get('replication_joint'))}; every other table is exploratory)"
+    joint = joint_text(summary.get("replication_joint"))
+    title = f"Claims ({family_text(summary)}{joint}; every other table is exploratory)"
     return title, ["claim", "statement", "estimate [interval] (level, method, n)", "outcome",
                    "P(same outcome on a rerun) (80% range)"], rows
 
