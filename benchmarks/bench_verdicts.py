@@ -23,7 +23,8 @@ import math
 
 import numpy as np
 
-from analysis.statistics.decision import look_levels, newcombe_bounds, outcomes, run_schedule, t_bounds, true_of
+from analysis.statistics.boundaries import look_levels
+from analysis.statistics.decision import newcombe_bounds, outcomes, run_schedule, t_bounds, true_of
 from analysis.statistics.intervals import ALPHA
 from analysis.statistics.skew import standardized_draws
 from analysis.statistics.survival import stratified_logrank

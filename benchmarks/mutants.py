@@ -6,7 +6,10 @@ the first test that fails is the one that kills it. A mutant no test kills SURVI
     .venv/bin/python benchmarks/mutants.py                # every mutant
     .venv/bin/python benchmarks/mutants.py --only p50_as_p60 --only digest_ignores_metrics
 
-The first five are the survivors issue 37 found; the others guard this issue's own fixes. A patch
+The first five are the survivors issue 37 found; the next four guard that issue's own fixes; the last
+seven are issue 47's: bugs in the printed numbers (a replication probability from the standard error or
+without the effect's uncertainty, "exceeds" as low > delta, every look reading look 1, a family that
+shrinks with a narrowed grid, boundaries from 200,000 draws, lag_mode left out of the run key). A patch
 that no longer applies (the code moved) is reported as such, not as a kill.
 """
 from __future__ import annotations
@@ -71,6 +74,31 @@ MUTANTS = [
            "    if workflow.is_main_process:\n        refuse_changed_runs(",
            "    if False:\n        refuse_changed_runs(",
            ("tests/harness/test_identity.py::test_the_workflow_refuses_a_changed_grid_before_any_job_without_snakemake_metadata",)),
+    # issue 47's: a wrong number the suite could not tell from a right one
+    Mutant("replication_from_the_standard_error", "analysis/claims/verdicts.py",
+           'contrast_agreement(decided["estimate"], decided["spread"], decided["se"]',
+           'contrast_agreement(decided["estimate"], decided["se"], decided["se"]',
+           ("tests/analysis/test_replication.py::test_the_replication_probability_of_a_fixed_design_by_hand",)),
+    Mutant("replication_ignores_the_effects_uncertainty", "analysis/statistics/predictive.py",
+           "return estimate + sigma / spread * se * rng.standard_normal(size), sigma",
+           "return estimate + 0 * rng.standard_normal(size), spread + 0 * sigma",
+           ("tests/analysis/test_replication.py::test_the_replication_probability_of_a_fixed_design_by_hand",)),
+    Mutant("exceeds_strictly_above_delta", "analysis/statistics/decision.py",
+           'cases = {"exceeds": low >= delta,', 'cases = {"exceeds": low > delta,',
+           ("tests/analysis/test_claims.py::test_the_outcome_is_where_the_interval_lies",)),
+    Mutant("every_look_reads_look_one", "analysis/claims/verdicts.py",
+           "measured = measure(claim, cells, reference_lag, budget, set(schedule.seeds[:n]))",
+           "measured = measure(claim, cells, reference_lag, budget, set(schedule.seeds[:schedule.looks[0]]))",
+           ("tests/analysis/test_claims.py::test_a_three_look_schedule_reads_each_look_on_its_own_seeds_and_level",)),
+    Mutant("family_shrinks_with_the_grid", "analysis/claims/verdicts.py",
+           "return tested, Schedule.build(seeding, seeds, len(claims))",
+           "return tested, Schedule.build(seeding, seeds, len(tested))",
+           ("tests/analysis/test_claims.py::test_a_grid_narrowed_to_one_of_two_claims_reads_it_at_the_declared_level",)),
+    Mutant("boundaries_from_200000_draws", "analysis/statistics/boundaries.py",
+           "DRAWS = 10_000_000", "DRAWS = 200_000", ("tests/analysis/test_boundaries.py",)),
+    Mutant("lag_mode_left_out_of_the_run_key", "harness/grid.py",
+           '        "lag_mode": config["lag_mode"],\n', "",
+           ("tests/harness/test_identity.py::test_every_field_of_the_run_config_is_in_the_run_key",)),
 ]
 
 

@@ -186,7 +186,7 @@ def summarize_cells(config: Config, runs: list[RunResult]) -> tuple[dict, dict]:
                "comparisons": {"confidence": CONFIDENCE, "alpha": ALPHA, "power": POWER,
                                "correction": "holm", "family": FAMILY, "endpoints": list(ENDPOINTS),
                                "bootstrap_min_seeds": BOOTSTRAP_MIN_SEEDS,
-                               "claims": "confirmatory: each claim's interval at alpha / the claims tested "
+                               "claims": "confirmatory: each claim's interval at alpha / the claims declared "
                                          "(Bonferroni), spent over the looks of the seed schedule"},
                "cells": json_safe(list(cells.values()))}
     # the split of each cell's noise into training seed and evaluation, and the plans of seeds vs k:

@@ -25,7 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from analysis.claims.planning import assumptions_from, parse_assumption, runs_per_draw
-from analysis.statistics.decision import BOUNDARIES, is_final, look_levels, simulate_collapse, simulate_contrast
+from analysis.statistics.boundaries import BOUNDARIES, look_levels
+from analysis.statistics.decision import is_final, simulate_collapse, simulate_contrast
 from analysis.statistics.intervals import ALPHA
 from harness.config import ConfigError, load
 from harness.grid_dir import GridDir

@@ -53,15 +53,14 @@ def source(staleness: str | None, mismatch: str | None) -> str:
     return "undecided"
 
 
-def gain_sources(config: Config, cells: dict, claims_read: list[dict]) -> dict | None:
+def gain_sources(config: Config, cells: dict) -> dict | None:
     """The section's baseline and smallest effect, and each of its recipes: its two parts (estimate,
-    interval, outcome) and its source; None without the section. ``claims_read``: the grid's decided claims (their family size
-    sets the level)."""
+    interval, outcome) and its source; None without the section. Read at the level of the config's claims
+    (ALPHA over the claims declared)."""
     section = config.gain_sources
     if section is None:
         return None
-    tested = sum(c["verdict"] != NOT_TESTED for c in claims_read)
-    level = ALPHA / max(tested, 1)
+    level = ALPHA / max(len(config.claims), 1)  # the declared family's level, whatever this grid tests
     largest = max(config.lags)
     seeds = {s for cell in cells.values() for s in cell["seeds"]}
     out = []

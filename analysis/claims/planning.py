@@ -47,7 +47,7 @@ def plan(config: Config, assumed: dict[str, tuple[float, float]], replicates: in
     cells = {(recipe, lag) for recipe in config.recipes for lag in config.lags}
     reference_lag = config.reference_lag
     tested = [c for c in config.claims if set(c.read_cells(reference_lag)) <= cells]
-    schedule = Schedule.build(config.seeding, config.seeds, len(tested))
+    schedule = Schedule.build(config.seeding, config.seeds, len(config.claims))  # the declared family
     missing = [c.name for c in tested if c.name not in assumed and c.scale == "rate"]
     if missing:
         raise ValueError(f"no assumption for the collapse claims {missing}: pass --assume NAME=rate_x:rate_y")

@@ -1,15 +1,17 @@
 """The verdict on each claim of the config (harness.claims.Claim): the confirmatory family.
 
-Each claim is a contrast of cell means (analysis.statistics.contrasts: paired by seed where the cells share
-their seeds, else Welch-Satterthwaite) or, for collapse, a difference of two cells' collapse rates
+Each claim is a contrast of cell means (analysis.statistics.contrasts: paired by seed where the cells
+share their seeds, else Welch-Satterthwaite) or, for collapse, a difference of two cells' collapse rates
 (Newcombe interval; the log-rank test of their collapse times beside it, stratified by seed where the
 cells share their seeds). Its outcome is where its interval lies against 0 and the smallest effect
-(analysis.statistics.decision: one rule, exclusive outcomes), read at ALPHA / m for the m claims this grid
-tests, at each look of the declared seed schedule (config ``seeding``) until the outcome is final.
-Beside each outcome: the probability that an independent rerun of the same design gives it again
-(a plug-in parametric bootstrap of the whole rule, looks included), and while it is not final the
-seeds per cell that would likely decide it. A claim naming a cell this grid does not have (a grid
-narrowed on the command line) is "not tested in this grid" and outside the family.
+(analysis.statistics.decision: one rule, exclusive outcomes), read at ALPHA / m for the m claims the
+config declares (one family per config: a grid narrowed after its runs reads at the declared level), at
+each look of the declared seed schedule (config ``seeding``) until the outcome is final. Beside each
+outcome: the probability that an independent rerun of the declared design gives it again (posterior
+predictive, with its 80% range over the effect's uncertainty: analysis.statistics.predictive), and while
+it is not final the seeds per cell that would likely decide it. A claim naming a cell this grid does not
+have (a grid narrowed on the command line) is "not tested in this grid": it keeps its share of ALPHA
+unspent.
 """
 from __future__ import annotations
 
@@ -19,24 +21,24 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
+from analysis.statistics.boundaries import look_levels
 from analysis.statistics.contrasts import contrast, seeds_needed, seeds_needed_equivalence
 from analysis.statistics.decision import (
     is_final,
-    look_levels,
     newcombe_bounds,
     outcome,
     reading,
-    simulate_collapse,
-    simulate_contrast,
     t_bounds,
 )
 from analysis.statistics.intervals import ALPHA
+from analysis.statistics.predictive import collapse_agreement, contrast_agreement
 from analysis.statistics.survival import collapse_test, seeds_needed_collapse
 from harness.claims import NOT_TESTED, Claim, Seeding, StalenessCost
 
-REPLICATION_METHOD = ("plug-in parametric bootstrap: 4000 reruns of the design (its looks and levels) "
-                      "with normal per-seed contrasts at the measured mean and sd (collapse: binomial at "
-                      "the measured rates)")
+REPLICATION_METHOD = ("posterior predictive: one rerun of the design (its looks and levels) per draw of 4000 "
+                      "from the posterior of the per-seed contrast's mean and sd (reference prior 1/sd; "
+                      "collapse: Jeffreys Beta posteriors of the rates, exact binomial reruns); the range: "
+                      "10th-90th percentiles over the posterior of the probability that a rerun agrees")
 METRIC_TEXT = {"auc": "AUC", "fixed": "fixed-step score", "best": "best-checkpoint score",
                "selected": "selected-checkpoint score"}
 
@@ -44,7 +46,7 @@ METRIC_TEXT = {"auc": "AUC", "fixed": "fixed-step score", "best": "best-checkpoi
 @dataclass(frozen=True)
 class Schedule:
     """The looks a grid reads its claims at: seeds[:n] for each n of ``looks`` (a fixed design: one
-    look at every seed), each look's interval at ``levels`` (analysis.statistics.decision.look_levels)."""
+    look at every seed), each look's interval at ``levels`` (analysis.statistics.boundaries.look_levels)."""
     looks: tuple[int, ...]
     levels: tuple[float, ...]
     seeds: tuple[int, ...]
@@ -108,10 +110,10 @@ class ScoreRule:
         return float(low), float(high)
 
     @staticmethod
-    def replicates(claim: Claim, decided: dict, args: tuple) -> np.ndarray | None:
+    def agreement(claim: Claim, decided: dict, args: tuple) -> tuple[float, float, float] | None:
         if decided["method"] not in ("paired-t", "welch-satterthwaite"):
             return None
-        return simulate_contrast(decided["estimate"], decided["spread"], *args)[0]
+        return contrast_agreement(decided["estimate"], decided["spread"], decided["se"], decided["df"], *args)
 
     @staticmethod
     def seeds_to_decide(claim: Claim, decided: dict, level: float) -> int | None:
@@ -151,10 +153,10 @@ class RateRule:
         return float(low), float(high)
 
     @staticmethod
-    def replicates(claim: Claim, decided: dict, args: tuple) -> np.ndarray | None:
+    def agreement(claim: Claim, decided: dict, args: tuple) -> tuple[float, float, float] | None:
         if min(decided["counts"][1], decided["counts"][3]) == 0:
             return None
-        return simulate_collapse(*decided["rates"], *args)[0]
+        return collapse_agreement(decided["counts"], *args)
 
     @staticmethod
     def seeds_to_decide(claim: Claim, decided: dict, level: float) -> int | None:
@@ -222,12 +224,35 @@ def threshold_text(found: dict, largest_lag: int) -> str:
             f"[{lag(found['low'])}, {lag(found['high'])}] ({found['confidence']:.2%} jointly over its lags)")
 
 
-def replication(claim: Claim, decided: dict, schedule: Schedule) -> float | None:
-    """P(an independent rerun of the design gives the same outcome), plug-in (REPLICATION_METHOD);
-    None where nothing was measured to simulate from."""
-    args = (schedule.looks, schedule.levels, claim.smallest_effect, claim.expect)
-    outcomes = RULES[claim.scale].replicates(claim, decided, args)
-    return None if outcomes is None else float(np.mean(outcomes == decided["outcome"]))
+def replication(claim: Claim, decided: dict, schedule: Schedule) -> dict:
+    """P(an independent rerun of the declared design gives the same outcome) and its 80% range
+    (REPLICATION_METHOD); None where nothing was measured to simulate from."""
+    args = (schedule.looks, schedule.levels, claim.smallest_effect, claim.expect, decided["outcome"])
+    found = RULES[claim.scale].agreement(claim, decided, args)
+    return dict(zip(("replication", "replication_low", "replication_high"), found or (None, None, None)))
+
+
+def joint_replication(rows: list[dict]) -> float | None:
+    """P(a rerun gives every tested claim's outcome again), the claims taken as independent: the product
+    of their replication probabilities (claims that share cells are correlated: benchmarks/README.md
+    measures what that costs); None where a tested claim has none."""
+    values = [row["replication"] for row in rows if row["verdict"] != NOT_TESTED]
+    return None if not values or None in values else float(np.prod(values))
+
+
+def replication_text(claim: dict, with_range: bool = False) -> str:
+    """"0.81", with its 80% range "0.81 (0.55-1.00)"; "–" where there is none."""
+    if claim.get("replication") is None:
+        return "–"
+    ends = f" ({claim['replication_low']:.2f}-{claim['replication_high']:.2f})" if with_range else ""
+    return f"{claim['replication']:.2f}{ends}"
+
+
+def joint_text(joint: float | None) -> str:
+    """The claims table's words for :func:`joint_replication` ("" where there is none)."""
+    if joint is None:
+        return ""
+    return f"; P(a rerun gives every outcome again) {joint:.2f}, the claims taken as independent"
 
 
 def plan_seeds(claim: Claim, decided: dict, level: float) -> int | None:
@@ -254,10 +279,12 @@ def why(claim: Claim, decided: dict) -> str:
 
 def family(claims: tuple[Claim, ...], cells: dict, reference_lag: int, seeding: Seeding | None,
            seeds=None) -> tuple[list[Claim], Schedule]:
-    """The claims this grid tests (its confirmatory family) and the schedule they are read at."""
+    """The claims this grid tests and the schedule they are read at. The family is the config's: its
+    level is ALPHA over every claim declared (``claims``), so a grid narrowed after its runs reads the
+    claims it can test at the declared level, and one it cannot test keeps its share unspent."""
     seeds = seeds if seeds is not None else sorted({s for cell in cells.values() for s in cell["seeds"]})
     tested = [claim for claim in claims if tested_in(claim, cells, reference_lag)]
-    return tested, Schedule.build(seeding, seeds, len(tested))
+    return tested, Schedule.build(seeding, seeds, len(claims))
 
 
 def open_cells(claims: tuple[Claim, ...], cells: dict, reference_lag: int, budget: int, seeding: Seeding,
@@ -279,10 +306,10 @@ def answer(claims: tuple[Claim, ...], cells: dict, reference_lag: int, budget: i
     tested, schedule = family(claims, cells, reference_lag, seeding, seeds)
     out = []
     for claim in claims:
-        row = {**claim.row(), "statement": statement(claim, reference_lag), "family_size": len(tested)}
+        row = {**claim.row(), "statement": statement(claim, reference_lag), "family_size": len(claims)}
         if claim not in tested:
             out.append({**row, "verdict": NOT_TESTED, "why": "a cell it compares is not in this grid",
-                        "final": False, "replication": None})
+                        "final": False, "replication": None, "replication_low": None, "replication_high": None})
             continue
         decided = decide(claim, cells, reference_lag, budget, schedule)
         decided["seeds_needed"] = plan_seeds(claim, decided, schedule.levels[-1])
@@ -292,6 +319,6 @@ def answer(claims: tuple[Claim, ...], cells: dict, reference_lag: int, budget: i
                                                      1 - decided["confidence"])
         decided = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in decided.items()}
         out.append({**row, **decided, "verdict": decided["outcome"], "why": why(claim, decided),
-                    "replication": replication(claim, decided, schedule),
-                    "replication_method": REPLICATION_METHOD, "boundary": schedule.boundary})
+                    **replication(claim, decided, schedule), "replication_method": REPLICATION_METHOD,
+                    "boundary": schedule.boundary})
     return out

@@ -8,6 +8,7 @@ import io
 
 from analysis.cells.summary import ENDPOINT_NAMES, ENDPOINTS, MISMATCH, SCORES, summary_cells
 from analysis.claims.robustness import checks_text
+from analysis.claims.verdicts import joint_text, replication_text
 from analysis.report.render import Bullets, Section, latex, markdown
 from analysis.statistics.decision import size_to_delta
 from analysis.statistics.intervals import ALPHA, BOOTSTRAP_MIN_SEEDS, smallest_p
@@ -20,7 +21,8 @@ METHOD_NAMES = {"student-t": "Student t", "paired-t": "paired by seed (Student t
                 "none": f"no interval below {BOOTSTRAP_MIN_SEEDS} seeds per arm", "n<2": "one seed: none",
                 "empty": "no value"}
 CLAIM_FIELDS = ("statement", "kind", "metric", "expect", "smallest_effect", "estimate", "low", "high",
-                "confidence", "method", "n", "look", "test", "p", "verdict", "why", "replication", "seeds_needed")
+                "confidence", "method", "n", "look", "test", "p", "verdict", "why", "replication", "replication_low",
+                "replication_high", "seeds_needed")
 
 
 def _fmt(value, scale: float, digits: int, sign: bool = False) -> str:
@@ -73,10 +75,6 @@ def claim_text(claim: dict) -> str:
             f"{claim['method']}, n {claim['n']})")
 
 
-def replication_text(claim: dict) -> str:
-    return "–" if claim.get("replication") is None else f"{claim['replication']:.2f}"
-
-
 def size_text(claim: dict) -> str:
     """" (-0.46 [-0.72, -0.19] x delta, inside +-delta)": how far the outcome's interval lies from 0 and delta."""
     size = claim["verdict"] != NOT_TESTED and size_to_delta(*(claim[k] for k in ("estimate", "low", "high", "smallest_effect")))
@@ -92,8 +90,9 @@ def family_text(summary: dict) -> str:
              else "a fixed design (every seed)")
     if declared and (seeding or {}).get("looks") != declared["looks"]:
         looks += f", the declared schedule {declared['looks']} cut to this grid's {len(summary['seeds'])} seeds"
-    return (f"confirmatory, declared in the config: each of the {tested} claims tested is read from its "
-            f"interval at {ALPHA:g}/{tested} (Bonferroni), {looks}; docs/statistics.md, \"Verdicts\"")
+    return (f"confirmatory, declared in the config: each of the {tested} claims tested is read from its interval at "
+            f"{ALPHA:g}/{len(claims)} (Bonferroni over the {len(claims)} declared), {looks}; "
+            f"docs/statistics.md, \"Verdicts\"")
 
 
 def claims_section(summary: dict) -> Section | None:
@@ -101,11 +100,12 @@ def claims_section(summary: dict) -> Section | None:
     if not claims:
         return None
     rows = [[c["name"], c["statement"], claim_text(c), f"**{c['verdict']}**{size_text(c)}: {c['why']}",
-             replication_text(c), checks_text(c)] for c in claims]
-    title = f"Claims ({family_text(summary)}; every other table is exploratory)"
+             replication_text(c, with_range=True), checks_text(c)] for c in claims]
+    joint = joint_text(summary.get("replication_joint"))
+    title = f"Claims ({family_text(summary)}{joint}; every other table is exploratory)"
     return Section.table(title, ["claim", "statement", "estimate [interval] (level, method, n)", "outcome",
-                                 "P(same outcome on a rerun)", "skew of the per-seed contrasts; AdaStop (exploratory)"],
-                         rows)
+                                 "P(same outcome on a rerun) (80% range)",
+                                 "skew of the per-seed contrasts; AdaStop (exploratory)"], rows)
 
 
 def realized_lag_text(cell: dict) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from analysis.cells.summary import collect, json_safe, summarize_cells
 from analysis.claims.gain_sources import gain_sources
 from analysis.claims.robustness import checked
-from analysis.claims.verdicts import answer
+from analysis.claims.verdicts import answer, joint_replication
 from analysis.report import machines as provenance
 from analysis.report.compare import beside, beside_sections, load_beside
 from analysis.report.plots import (
@@ -48,7 +48,8 @@ def summarize(config: Config, runs: list) -> dict:
                                                      config.seeding, config.seeds)))
     ahead = {key: value for key, value in summary.items() if key not in ("cells", "noise", "pareto")}
     return {**ahead, "claims": claims, "cells": summary["cells"],
-            "gain_sources": json_safe(gain_sources(config, cells, claims)),
+            "replication_joint": joint_replication(claims),  # every outcome again on a rerun
+            "gain_sources": json_safe(gain_sources(config, cells)),
             "noise": summary["noise"], "pareto": summary["pareto"]}
 
 

@@ -28,7 +28,7 @@ boundary the claim did not ask about.
 
 An interval that covers the true contrast gives an outcome that is true of it (each row is a region
 of the parameter line the interval lies in), so a claim errs only when its interval misses. The
-family's intervals are read at ALPHA / m each (Bonferroni over the m claims a grid tests): all of
+family's intervals are read at ALPHA / m each (Bonferroni over the m claims a config declares): all of
 them cover with probability >= 1 - ALPHA, so P(any wrong outcome) <= ALPHA whatever the true effects.
 Holm's step-down is not used: it gains power only for one null per claim, and its compatible
 intervals are uninformative (Strassburger & Bretz 2008); a claim here has several (0 and +-delta).
@@ -36,14 +36,12 @@ intervals are uninformative (Strassburger & Bretz 2008); a claim here has severa
 A declared seed schedule (config ``seeding``: looks n_1 < ... < n_K seeds) reads a claim's interval
 at each look as a repeated confidence interval (Jennison & Turnbull 1989): the chance that any
 look's interval misses is the claim's level, spent over the looks by an alpha-spending function
-(Lan & DeMets 1983: O'Brien-Fleming-like or Pocock-like, :func:`spent`). The paired t statistics of
-nested samples are pivotal under normal seeds, so each look's critical t comes from a seeded Monte
-Carlo of that pivot (exact up to its simulation error; no normal approximation at 2-9 df). A claim stops
-taking seeds at the first look whose outcome is FINAL for its kind; reading every look is safe.
+(Lan & DeMets 1983: O'Brien-Fleming-like or Pocock-like; analysis.statistics.boundaries computes
+each look's level). A claim stops taking seeds at the first look whose outcome is FINAL for its kind;
+reading every look is safe.
 """
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
@@ -63,9 +61,6 @@ SUPPORTS = {"exceeds": "supports the claim", "claimed sign": "supports its sign;
 SUPPORTS_EQUIVALENCE = {"negligible": "supports the claim", "nonzero": "differs from 0; within delta open",
                         "exceeds": "against the claim: beyond the margin",
                         "undecided": "the interval holds 0 and reaches past the margin"}
-BOUNDARIES = ("obrien_fleming", "pocock")
-MONTE_CARLO_DRAWS = 200_000
-MONTE_CARLO_SEED = 20261201
 
 
 def outcomes(low, high, delta: float, expect: str) -> np.ndarray:
@@ -125,44 +120,6 @@ def size_to_delta(estimate, low, high, delta: float) -> str:
     else:
         where = "reaching past " + ("both" if low <= -delta and high >= delta else "+delta" if high >= delta else "-delta")
     return f"{estimate / delta:+.2f} [{low / delta:+.2f}, {high / delta:+.2f}] x delta, {where}"
-
-
-def spent(fraction: float, level: float, boundary: str) -> float:
-    """The error a boundary has spent by information fraction n_k / n_K (Lan & DeMets 1983):
-    O'Brien-Fleming-like 2 - 2 Phi(z_{1-level/2} / sqrt(fraction)), Pocock-like level log(1 + (e - 1) fraction)."""
-    if boundary == "obrien_fleming":
-        return float(2 * stats.norm.sf(stats.norm.isf(level / 2) / math.sqrt(fraction)))
-    return float(level * math.log(1 + (math.e - 1) * fraction))
-
-
-@functools.lru_cache(maxsize=64)
-def look_levels(looks: tuple[int, ...], level: float, boundary: str = "obrien_fleming") -> tuple[float, ...]:
-    """The two-sided nominal level of each look's paired-t interval: the chance that some look's
-    interval misses the true contrast is ``level``, spent over the looks by ``boundary``'s spending
-    function (:func:`spent`). The first look's level is exact; each later look's critical t is the
-    one that spends its share among the seeded Monte Carlo draws no earlier look stopped. One look:
-    ``level`` itself."""
-    if len(looks) == 1:
-        return (level,)
-    if boundary not in BOUNDARIES:
-        raise ValueError(f"seeding.boundary must be one of {BOUNDARIES}, got {boundary!r}")
-    draws = np.random.default_rng(MONTE_CARLO_SEED).standard_normal((MONTE_CARLO_DRAWS, looks[-1]))
-    sums, squares = np.cumsum(draws, axis=1), np.cumsum(draws ** 2, axis=1)
-    running = np.ones(MONTE_CARLO_DRAWS, dtype=bool)  # no look's interval has missed yet
-    levels, spent_before = [], 0.0
-    for n in looks:
-        mean = sums[:, n - 1] / n
-        statistic = np.abs(mean) / (np.sqrt((squares[:, n - 1] - n * mean ** 2) / (n - 1)) / math.sqrt(n))
-        share = spent(n / looks[-1], level, boundary) - spent_before
-        if not levels:
-            critical = float(stats.t.isf(share / 2, n - 1))
-        else:
-            tail = np.sort(statistic[running])[::-1]
-            critical = float(tail[min(int(round(share * MONTE_CARLO_DRAWS)), len(tail) - 1)])
-        levels.append(float(2 * stats.t.sf(critical, n - 1)))
-        running &= statistic <= critical
-        spent_before = 1.0 - running.mean()
-    return tuple(levels)
 
 
 def t_bounds(estimate, se, df, level):

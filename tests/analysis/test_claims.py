@@ -11,7 +11,8 @@ from statsmodels.stats.proportion import confint_proportions_2indep
 
 from analysis.aggregate import main
 from analysis.claims.verdicts import NOT_TESTED, answer, open_cells
-from analysis.statistics.decision import look_levels, outcome, outcomes, true_of
+from analysis.statistics.boundaries import look_levels
+from analysis.statistics.decision import outcome, outcomes, true_of
 from analysis.statistics.survival import collapse_test
 from harness.claims import Recipes, Seeding, StalenessCost
 from harness.config import ConfigError, load
@@ -50,7 +51,7 @@ def test_each_claim_is_read_from_its_interval_at_alpha_over_the_family(grid):
         assert claim["verdict"] == outcome(claim["low"] if claim["low"] is not None else math.nan,
                                            claim["high"] if claim["high"] is not None else math.nan,
                                            claim["smallest_effect"], claim["expect"])
-        assert 0 <= claim["replication"] <= 1 and "bootstrap" in claim["replication_method"]
+        assert 0 <= claim["replication_low"] <= claim["replication_high"] <= 1 and "posterior predictive" in claim["replication_method"]
         if not claim["final"] and claim["seeds_needed"]:
             assert f"about {claim['seeds_needed']} seeds" in claim["why"]
     # sat_grpo's lag-8 seeds sit 2.6 points below its equal lag-1 seeds, but at 3 seeds the 99% interval
@@ -94,19 +95,30 @@ def test_verdicts_open_table_md_and_reach_csv_and_conclusions(grid):
     (0.02, 0.25, "equivalent", "nonzero"),
     (0.11, 0.25, "equivalent", "exceeds"),
     (-0.05, 0.25, "equivalent", "undecided"),
+    (0.10, 0.30, "greater", "exceeds"),  # an interval end exactly on delta: low >= delta is "exceeds"
+    (-0.30, -0.10, "less", "exceeds"),
+    (0.10, 0.25, "equivalent", "exceeds"),
+    (-0.25, -0.10, "equivalent", "exceeds"),
+    (0.0, 0.05, "greater", "negligible"),  # an end on 0: the sign is not shown
 ])
 def test_the_outcome_is_where_the_interval_lies(low, high, expect, expected):
     assert outcome(low, high, 0.10, expect) == expected
 
 
-def test_a_claim_outside_a_narrowed_grid_is_not_tested_and_leaves_the_family():
+def test_a_grid_narrowed_to_one_of_two_claims_reads_it_at_the_declared_level():
+    """One family per config: the claim the narrowed grid cannot test keeps its share unspent, so the
+    other is read at alpha / 2 (the interval worked with scipy), not at alpha."""
     claim = Recipes(name="c", recipe="a", lag=8, expect="greater", smallest_effect=0.05, metric="auc", versus="b")
     other = StalenessCost(name="d", recipe="a", lag=8, expect="less", smallest_effect=0.05, metric="auc")
-    cells = {(r, lag): {"recipe": r, "lag": lag, "seeds": [0, 1, 2], "per_seed": {"auc": values}}
-             for r, lag, values in (("a", 1, [0.6, 0.62, 0.61]), ("a", 8, [0.3, 0.35, 0.31]))}
+    per_seed = {1: [0.6, 0.62, 0.61], 8: [0.3, 0.35, 0.31]}
+    cells = {("a", lag): {"recipe": "a", "lag": lag, "seeds": [0, 1, 2], "per_seed": {"auc": values}}
+             for lag, values in per_seed.items()}
     rows = {row["name"]: row for row in answer((claim, other), cells, 1, 100)}
-    assert rows["c"]["verdict"] == NOT_TESTED and rows["d"]["family_size"] == 1
-    assert rows["d"]["confidence"] == pytest.approx(0.95)
+    assert rows["c"]["verdict"] == NOT_TESTED and rows["d"]["family_size"] == 2
+    cost = np.subtract(per_seed[8], per_seed[1])
+    low, high = stats.t.interval(1 - 0.05 / 2, 2, loc=cost.mean(), scale=stats.sem(cost))
+    assert rows["d"]["confidence"] == pytest.approx(0.975)
+    assert (rows["d"]["low"], rows["d"]["high"]) == (pytest.approx(low), pytest.approx(high))
 
 
 def test_a_declared_schedule_stops_a_claim_at_its_first_final_look():
@@ -124,6 +136,34 @@ def test_a_declared_schedule_stops_a_claim_at_its_first_final_look():
     assert rows["cost"]["confidence"] == pytest.approx(1 - levels[0])
     assert (rows["same"]["look"], rows["same"]["n"]) == (2, 5) and rows["same"]["confidence"] == pytest.approx(1 - levels[1])
     assert open_cells((cost, same), cells, 1, 100, seeding, seeds, look=1) == [("a", 1), ("b", 1)]
+
+
+def test_a_three_look_schedule_reads_each_look_on_its_own_seeds_and_level():
+    """Looks 2 -> 4 -> 6 (Pocock, 0.05 / 3): claim a is final at look 1, b at look 2, c at none (its
+    last look's outcome stands). Each is read from the paired t interval of its own look's seeds at
+    that look's level, worked here with scipy."""
+    costs = {"a": [-0.40, -0.4001, -0.40, -0.40, -0.40, -0.40], "b": [-0.30, -0.20, -0.28, -0.22, -0.25, -0.25],
+             "c": [-0.30, -0.10, -0.30, -0.10, -0.20, -0.20]}
+    seeds = list(range(6))
+    cells = {}
+    for recipe, values in costs.items():
+        cells[recipe, 1] = {"recipe": recipe, "lag": 1, "seeds": seeds, "per_seed": {"auc": [0.5] * 6}}
+        cells[recipe, 8] = {"recipe": recipe, "lag": 8, "seeds": seeds, "per_seed": {"auc": [0.5 + v for v in values]}}
+    claims = tuple(StalenessCost(name=r, recipe=r, lag=8, expect="less", smallest_effect=0.05, metric="auc") for r in costs)
+    seeding = Seeding(looks=(2, 4, 6), boundary="pocock")
+    rows = {row["name"]: row for row in answer(claims, cells, 1, 100, seeding, seeds)}
+    levels = look_levels((2, 4, 6), 0.05 / 3, "pocock")
+    expected = {"a": (1, "exceeds", True), "b": (2, "exceeds", True), "c": (3, "claimed sign", False)}
+    for name, (look, verdict, final) in expected.items():
+        n, level = (2, 4, 6)[look - 1], levels[look - 1]
+        per_seed = np.subtract([0.5 + v for v in costs[name][:n]], 0.5)
+        low, high = stats.t.interval(1 - level, n - 1, loc=per_seed.mean(), scale=stats.sem(per_seed))
+        row = rows[name]
+        assert (row["look"], row["n"], row["verdict"], row["final"]) == (look, n, verdict, final)
+        assert (row["low"], row["high"], row["confidence"]) == (pytest.approx(low), pytest.approx(high),
+                                                                 pytest.approx(1 - level))
+    assert open_cells(claims, cells, 1, 100, seeding, seeds, look=1) == [("b", 1), ("b", 8), ("c", 1), ("c", 8)]
+    assert open_cells(claims, cells, 1, 100, seeding, seeds, look=2) == [("c", 1), ("c", 8)]
 
 
 def test_look_levels_hold_the_familywise_coverage_across_looks():

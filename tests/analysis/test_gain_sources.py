@@ -23,9 +23,10 @@ AUC = {("g32", 0): [0.60, 0.62, 0.58, 0.61], ("g32", 8): [0.30, 0.31, 0.29, 0.30
        ("x16", 0): [0.56, 0.58, 0.53, 0.56], ("x16", 8): [0.45, 0.47, 0.44, 0.46]}
 
 
-def grid() -> SimpleNamespace:
-    """What gain_sources reads of a harness.settings.Config: the lags, the step budget and the section."""
-    return SimpleNamespace(lags=(0, 8), steps=200, gain_sources=GainSources.build(SECTION))
+def grid(claims=()) -> SimpleNamespace:
+    """What gain_sources reads of a harness.settings.Config: the lags, the step budget, the section and
+    the declared claims."""
+    return SimpleNamespace(lags=(0, 8), steps=200, gain_sources=GainSources.build(SECTION), claims=tuple(claims))
 
 
 def cells():
@@ -33,7 +34,7 @@ def cells():
 
 
 def test_the_two_parts_by_hand():
-    found = gain_sources(grid(), cells(), claims_read=[])
+    found = gain_sources(grid(), cells())
     (row,) = found["recipes"]
     a = {cell: np.array(values) for cell, values in AUC.items()}
     staleness = (a["x32", 8] - a["x32", 0]) - (a["g32", 8] - a["g32", 0])
@@ -52,15 +53,14 @@ def test_the_two_parts_by_hand():
 
 
 def test_the_level_is_the_claims_family_level():
-    """Two claims tested: each part's interval at 0.05 / 2, as theirs."""
-    read = [{"verdict": "exceeds"}, {"verdict": "undecided"}, {"verdict": "not tested in this grid"}]
-    found = gain_sources(grid(), cells(), read)
-    assert found["recipes"][0]["confidence"] == pytest.approx(1 - 0.05 / 2)
+    """Three claims declared (one of them not tested in this grid): each part's interval at 0.05 / 3, as theirs."""
+    found = gain_sources(grid(claims=("a", "b", "c")), cells())
+    assert found["recipes"][0]["confidence"] == pytest.approx(1 - 0.05 / 3)
 
 
 def test_a_recipe_whose_arm_is_not_in_the_grid_is_not_tested():
     narrowed = {cell: value for cell, value in cells().items() if cell[0] != "x16"}
-    found = gain_sources(grid(), narrowed, [])
+    found = gain_sources(grid(), narrowed)
     assert found["recipes"] == [{"recipe": "x", "source": "not tested in this grid"}]
     assert sentences(found) == ["`x`: not tested in this grid (an arm's cell is missing)."]
 

@@ -192,3 +192,25 @@ def test_the_workflow_refuses_a_changed_grid_before_any_job_without_snakemake_me
     assert f"{GridDir.of(config).run('grpo', 1, 0).path} (completed at step {STEPS}) holds a run with a different config" in printed
     assert "engine_params.lr: 0.0003 -> 0.0005" in printed and "Job stats" not in printed
     assert grid_files(results) == before
+
+
+def test_every_field_of_the_run_config_is_in_the_run_key(monkeypatch):
+    """Each field of a run's config changes its key when its input changes: a field left out of the
+    run config (lag_mode, say: an interval-lag run and a constant-lag run would share a folder) fails here."""
+    config = validate(copy.deepcopy(DEMO))
+    run = resolve_run_config(config, "grpo", 1, 0)
+    assert sorted(run) == ["base_model", "engine", "engine_params", "eval_every", "grid", "lag", "lag_mode",
+                           "recipe", "run_key", "seed", "steps"]
+    queue = validate({**copy.deepcopy(DEMO), "lag_mode": "queue"})
+    slower = validate({**copy.deepcopy(DEMO), "lag_mode": "queue", "lag_queue": {**queue["lag_queue"], "utilization": 0.5}})
+    keys = {"none": run["run_key"], "grid": key_of(grid="other"), "lag_mode": key_of(lag_mode="constant"),
+            "steps": key_of(steps=60), "eval_every": key_of(eval_every=10),
+            "engine_params": key_of(engine_params={"preset": "demo", "lr": 1e-3}),
+            "recipe": resolve_run_config(config, "gspo", 1, 0)["run_key"],
+            "lag": resolve_run_config(config, "grpo", 8, 0)["run_key"],
+            "seed": resolve_run_config(config, "grpo", 1, 1)["run_key"],
+            "lag_queue": resolve_run_config(queue, "grpo", 1, 0)["run_key"],
+            "lag_queue.utilization": resolve_run_config(slower, "grpo", 1, 0)["run_key"]}
+    monkeypatch.setattr(harness.grid, "BASE_MODEL", "another base model")
+    keys["base_model"] = key_of()  # the engine: the only field not varied here (one engine runs on a CPU)
+    assert len(set(keys.values())) == len(keys), keys
