@@ -1,5 +1,5 @@
 """The look levels of a declared seed schedule (analysis.statistics.boundaries) at the demo's design
-(config.yaml: looks 3 -> 6 -> 10, O'Brien-Fleming, alpha 0.05 / 4 claims): the cached levels are the
+(config.yaml: looks 5 -> 8 -> 12, Pocock, alpha 0.05 / 4 claims): the cached levels are the
 computation's, and an independent simulation of the seeds (numpy draws of every seed, scipy's t)
 holds the joint miss within 2% of nominal (and each look's cumulative miss within 5% of the spending
 function's: the test's own simulation error at look 2 is 1.4%)."""
@@ -18,7 +18,7 @@ LEVEL = 0.05 / len(DEMO["claims"])
 
 
 def test_the_demo_design_is_the_declared_one_and_its_levels_are_cached_as_computed():
-    assert (LOOKS, BOUNDARY, LEVEL) == ((3, 6, 10), "obrien_fleming", 0.0125)
+    assert (LOOKS, BOUNDARY, LEVEL) == ((5, 8, 12), "pocock", 0.0125)
     cached = _cached()[_key(LOOKS, LEVEL, BOUNDARY, DRAWS, SEED)]
     assert look_levels(LOOKS, LEVEL, BOUNDARY) == cached == compute_levels(LOOKS, LEVEL, BOUNDARY)
 
