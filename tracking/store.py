@@ -23,7 +23,9 @@ import contextlib
 import math
 import os
 import sqlite3
+import urllib.error
 import urllib.parse
+import urllib.request
 from pathlib import Path
 
 from harness.lock import writer_lock
@@ -48,6 +50,24 @@ def tracking_uri(results_dir: Path) -> tuple[str, str | None]:
     if os.environ.get("MLFLOW_TRACKING_URI"):
         return os.environ["MLFLOW_TRACKING_URI"], None
     return f"sqlite:///{local_store(results_dir)}", PROXIED
+
+
+def check_reachable(uri: str, timeout_s: float = 5.0) -> None:
+    """A tracking server's URI (http, https) that does not answer within ``timeout_s`` raises
+    ConnectionError naming it, before a writer takes a lock or touches a file: MLflow's own client would
+    retry for minutes (MLFLOW_HTTP_REQUEST_MAX_RETRIES, its backoff) before naming the address. Any HTTP
+    answer, an error status included, is a server there; a local store has nothing to reach."""
+    if not uri.startswith(("http://", "https://")):
+        return
+    try:
+        urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout_s).close()
+    except urllib.error.HTTPError:
+        return
+    except (OSError, ValueError) as error:
+        reason = getattr(error, "reason", error)
+        raise ConnectionError(f"the MLflow tracking server {uri} ($MLFLOW_TRACKING_URI) does not answer within "
+                              f"{timeout_s:.0f} s ({reason}): start it, or unset MLFLOW_TRACKING_URI to write the "
+                              "local store under results_dir; nothing was written") from None
 
 
 def artifact_destination(results_dir: Path) -> Path:

@@ -67,7 +67,7 @@ from harness.io import write_json_atomic
 from harness.lock import writer_lock
 from harness.settings import Config
 from tracking.runs import Tracker
-from tracking.store import store_lock, tracking_uri, ui_link
+from tracking.store import check_reachable, store_lock, tracking_uri, ui_link
 
 TRAIN_POINTS = 100  # training metrics logged at up to ~this many steps per run (0 = every step)
 
@@ -212,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def work():
         check_grid(config, final=not live)
+        check_reachable(tracking_uri(config.results_dir)[0])  # a server that is not there: seconds, no lock taken
         mode = "follow" if args.follow else "live" if live else "final"
         with writer_lock(config.folder.tracking_lock_path, f"MLflow writer, {mode}", args.wait_lock):
             if args.follow is not None:

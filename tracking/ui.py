@@ -33,6 +33,7 @@ from tracking.store import (
     COMPARISON_VIEW,
     SHARED_VIEW_TAG,
     artifact_destination,
+    check_reachable,
     comparison_link,
     local_store,
     parent_link,
@@ -143,6 +144,10 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     uri = tracking_uri(config.results_dir)[0]
     if not uri.startswith("sqlite:"):
+        try:
+            check_reachable(uri)
+        except ConnectionError as error:
+            parser.error(str(error))
         print(links(uri, uri, config.grid), flush=True)
         return 0
     if not local_store(config.results_dir).exists():
