@@ -158,14 +158,15 @@ def eval_metrics(rows: list[dict]) -> list[tuple[int, str, float]]:
 def curve_metrics(task: str, curve: list[dict], time_ms: int, part: str = "estimate") -> list:
     """One line of a cell's per-step test-score curve (summary.json's cell["curve"]) as step metrics in
     percent, named eval/<task>/score as on the seed runs: ``part`` "estimate" (the seed mean, on the
-    cell's summary run) or a bound of its 95% interval, "low" or "high" (on the cell's band runs,
-    BAND_PARTS); a step without that bound (fewer than 2 seeds) is left out."""
+    cell's summary run and its mean run of the comparison) or a bound of its 95% interval, "low" or "high"
+    (on the cell's band runs of the comparison, BAND_PARTS); a step without that bound (fewer than 2 seeds)
+    is left out."""
     from mlflow.entities import Metric
     return [Metric(f"eval/{task}/score", percent(point[part]), time_ms, int(point["step"]))
             for point in curve if number(point[part]) is not None]
 
 
-BAND_PARTS = ("low", "high")  # a cell's band runs, beside its summary run (the mean)
+BAND_PARTS = ("low", "high")  # a cell's band runs, beside its mean run (tracking.runs.comparison_runs)
 
 
 def staleness_cost_metric(claims: list[dict]) -> str:
@@ -196,25 +197,28 @@ def _chart(kind: str, section: str, metric: str) -> dict:
     return chart
 
 
-def comparison_view(task: str, lag: int, cost_metric: str | None) -> dict:
-    """The summary experiment's shared view of one lag (tracking.store.comparison_link): its cells'
-    summary and band runs, grouped by cell (recipe, lag) with the groups' values in the charts, so that
-    the test-score chart draws one line per cell, the average of its mean, low and high runs (the mean:
-    the interval is symmetric), over the band from their minimum to their maximum (the 95% interval);
-    ``cost_metric`` (a lag other than the reference): also the bar chart of staleness_cost/<metric>, a
-    bar per cell named in the legend by its group (the band runs do not carry it). Each chart in a
-    section of its own, full width, tall enough for the legend's every cell."""
+def comparison_view(task: str, lag: int, band: str, cost_metric: str | None) -> dict:
+    """A shared view of the comparison experiment at one lag (tracking.store.comparison_link): its cells' mean
+    and band runs (tracking.runs.comparison_runs), grouped by recipe (the view holds one lag) with the groups'
+    values in the charts, so that the test-score chart draws one line per recipe, the average of its mean,
+    low and high runs (the mean: the interval is symmetric), over the band from their minimum to their maximum
+    (the 95% interval; ``band`` names its method, in the chart's section title); ``cost_metric`` (a lag other
+    than the reference): also the bar chart of staleness_cost/<metric>, a bar per recipe named in the legend
+    (the band runs do not carry it). Each chart in a section of its own, full width, tall enough for the
+    legend's every recipe."""
     score = f"eval/{task}/score"
-    sections, charts = [_section("stalebench-score", "test score, %", 560)], [_chart("LINE", "stalebench-score", score)]
+    title = f"lag {lag}: test score, % (line: mean over seeds; band: its 95% interval, {band}; x: training step)"
+    sections, charts = [_section("stalebench-score", title, 560)], [_chart("LINE", "stalebench-score", score)]
     if cost_metric:
         cost = f"staleness_cost/{cost_metric}"
-        sections.append(_section("stalebench-cost", f"staleness cost ({cost_metric}, points)", 440))
+        sections.append(_section("stalebench-cost", f"lag {lag}: staleness cost, {cost_metric} at lag {lag} minus at "
+                                                    "the smallest lag, points (a bar per recipe)", 440))
         charts.append(_chart("BAR", "stalebench-cost", cost))
     return {"searchFilter": f"params.lag = '{lag}'", "orderByKey": "tags.`mlflow.runName`", "orderByAsc": True,
             "runsHiddenMode": "SHOW_ALL", "useGroupedValuesInCharts": True, "hideEmptyCharts": True,
             # the UI adds a generated chart for every other metric of the runs: the filter keeps them out
             "chartsSearchFilter": "^(" + "|".join(re.escape(c["metricKey"]) for c in charts) + ")$",
             "compareRunSections": sections, "compareRunCharts": charts, "isAccordionReordered": True,
-            "groupBy": {"aggregateFunction": "average",
-                        "groupByKeys": [{"mode": "param", "groupByData": "recipe"},
-                                        {"mode": "param", "groupByData": "lag"}]}}
+            # grouped by recipe alone (the lag is the filter's): a group's colour is a hash of its name, and so
+            # a recipe's colour is the same in the view of every lag
+            "groupBy": {"aggregateFunction": "average", "groupByKeys": [{"mode": "param", "groupByData": "recipe"}]}}

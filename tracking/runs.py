@@ -11,10 +11,10 @@ import tempfile
 from pathlib import Path
 
 from analysis.report.tables import (
+    METHOD_NAMES,
     claim_conclusions,
     claim_text,
     claims_section,
-    family_text,
     markdown_section,
     replication_text,
 )
@@ -27,6 +27,7 @@ from tracking.writer import Writer
 
 SYNCED = "stalebench.synced_step."  # + "train" or "eval.<task>": last step already logged
 SUMMARY_SUFFIX = " summary"  # the summary runs' experiment: "<grid> summary"
+COMPARISON_SUFFIX = " comparison"  # what the comparison views draw, never a result: "<grid> comparison"
 TUNING_SUFFIX = " tuning"  # the tuning candidates' experiment: "<grid> tuning"
 TUNING_ARTIFACT = "tuning.md"  # the parent run's pick table (tuning_markdown)
 CURVE_DIGEST = "stalebench.curve_digest"  # a summary run's: the curve last logged
@@ -38,6 +39,11 @@ TUNING_NOTE = ("The equal tuning budget's candidate runs of grid '{grid}', on th
                "true/false). Their scores chose the picked values (tuning.md on the grid's parent run) and are not "
                "results: the picked values' results are their runs on the confirmation seeds, in the experiment "
                "'{grid}'. " + SCORE_UNITS)
+DRAWN_NOTE = ("What the cell comparisons of grid '{grid}' draw and nothing else: per cell (recipe x lag) its mean "
+              "test-score curve over seeds (the run '<recipe>/lag<lag> mean', with the cell's staleness cost) and the "
+              "bounds of the curve's 95% interval (the runs '... low' and '... high'), which each view groups by "
+              "recipe into a line over a band. Drawing material, not results: a cell's numbers are its run in the "
+              "experiment '{grid}" + SUMMARY_SUFFIX + "'. " + SCORE_UNITS)
 UNITS_NOTE = SCORE_UNITS + " Seed runs are here; the per-cell summaries are in the experiment '{grid}" + \
     SUMMARY_SUFFIX + "'."
 
@@ -51,6 +57,7 @@ class Tracker:
         self.writer = Writer(config.results_dir)
         self.experiment_id = self.writer.experiment(config.grid, UNITS_NOTE.format(grid=config.grid))
         self.summary_experiment_id, self.cells = None, {}  # the summary experiment: final sync only
+        self.comparison_experiment_id, self.drawn = None, {}  # the comparison views' experiment: final sync only
         self.writer.share_view(self.experiment_id, SEED_RUNS_VIEW, layout.seed_runs_view())
         self.existing = self.writer.existing(self.experiment_id)
         self.stride = stride
@@ -75,7 +82,9 @@ class Tracker:
         final = summary is not None
         run_id, found = self._run(f"grid:{self.config.grid}", "parent", self.config.grid,
                                   {"engine": self.config.engine.name, "grid": self.config.grid})
-        tags = {"n_runs": len(self.config.grid_runs), "mlflow.source.git.commit": self.writer.commit}
+        # the runs there are (a seed schedule trains only some of the grid's), not the grid's planned count
+        n_runs = sum(self.config.folder.run(*run).config_path.exists() for run in self.config.grid_runs)
+        tags = {"n_runs": n_runs, "mlflow.source.git.commit": self.writer.commit}
         if final:
             tags.update(claim_tags(summary))
         if pick is not None:
@@ -188,20 +197,23 @@ class Tracker:
 
     def sync_cell(self, parent_id: str, cell: dict, summary: dict) -> None:
         """A summary run in the "<grid> summary" experiment: every number of the cell (layout.cell_values),
-        its mean test-score curve (layout.curve_metrics) and the baseline it is compared to; beside it
-        the cell's band runs, one per bound of the curve's 95% interval (layout.BAND_PARTS), which the
-        comparison's groups draw as the band (layout.comparison_view)."""
+        its mean test-score curve (layout.curve_metrics) and the baseline it is compared to; and what the
+        comparison views draw of the cell, in the "<grid> comparison" experiment (comparison_runs)."""
         if self.summary_experiment_id is None:
-            name = self.config.grid + SUMMARY_SUFFIX
             self.summary_experiment_id = self.writer.experiment(
-                name, f"One run per cell (recipe x lag) of grid '{self.config.grid}': means over seeds "
-                      "with their intervals and tests; two band runs per cell (low, high) carry the bounds "
-                      "of its test-score curve. " + SCORE_UNITS)
+                self.config.grid + SUMMARY_SUFFIX, f"One run per cell (recipe x lag) of grid '{self.config.grid}': "
+                "means over seeds with their intervals and tests. " + SCORE_UNITS)
+            self.comparison_experiment_id = self.writer.experiment(self.config.grid + COMPARISON_SUFFIX,
+                                                                   DRAWN_NOTE.format(grid=self.config.grid))
             cost_metric = layout.staleness_cost_metric(summary["claims"])
             for lag in summary["lags"]:
-                self.writer.share_view(self.summary_experiment_id, COMPARISON_VIEW.format(lag=lag), layout.comparison_view(
-                    summary["test_task"], lag, None if lag == summary["reference_lag"] else cost_metric))
+                methods = {point["method"] for c in summary["cells"] if c["lag"] == lag for point in c["curve"]}
+                band = ", ".join(METHOD_NAMES.get(method, method) for method in sorted(methods))
+                self.writer.share_view(self.comparison_experiment_id, COMPARISON_VIEW.format(lag=lag),
+                                       layout.comparison_view(summary["test_task"], lag, band,
+                                                              None if lag == summary["reference_lag"] else cost_metric))
             self.cells = self.writer.existing(self.summary_experiment_id)
+            self.drawn = self.writer.existing(self.comparison_experiment_id)
         recipe, lag = cell["recipe"], cell["lag"]
         key = f"cell:{self.config.grid}:{recipe}:lag{lag}"
         run_id, found = self.writer.run(key, "cell", f"summary {recipe}/lag{lag}", {"stalebench.grid_run": parent_id},
@@ -217,14 +229,25 @@ class Tracker:
         self.writer.log(run_id, self._curve(found, tags, summary, cell, "estimate") + self.writer.changed(found, values),
                         params=missing_params(found, params), tags=tags)
         self.writer.set_status(run_id, found, "FINISHED")
-        for part in layout.BAND_PARTS:
-            band_id, band = self.writer.run(f"{key}:{part}", "band", f"summary {recipe}/lag{lag} {part}",
-                                            {"stalebench.grid_run": parent_id}, self.summary_experiment_id, self.cells)
-            band_tags = {"mlflow.note.content": f"The {part} bound of the 95% interval of the test-score curve "
-                                                f"of summary {recipe}/lag{lag}, step by step. " + SCORE_UNITS}
-            self.writer.log(band_id, self._curve(band, band_tags, summary, cell, part), tags=band_tags,
-                            params=missing_params(band, {"recipe": recipe, "lag": str(lag)}))
-            self.writer.set_status(band_id, band, "FINISHED")
+        self.comparison_runs(parent_id, cell, summary, values)
+
+    def comparison_runs(self, parent_id: str, cell: dict, summary: dict, values: dict) -> None:
+        """The cell as the comparison views draw it, in the "<grid> comparison" experiment (DRAWN_NOTE), where no
+        run list, Compare or search of the grid's results meets them: its mean curve with its staleness cost
+        (``values``: the cell's numbers), and a run per bound of the curve's 95% interval (layout.BAND_PARTS)."""
+        recipe, lag = cell["recipe"], cell["lag"]
+        cost = {name: value for name, value in values.items() if name.startswith("staleness_cost/")}
+        for part, label in (("estimate", "mean"), *((part, part) for part in layout.BAND_PARTS)):
+            drawn_id, drawn = self.writer.run(f"cell:{self.config.grid}:{recipe}:lag{lag}:{part}", "drawn",
+                                              f"{recipe}/lag{lag} {label}", {"stalebench.grid_run": parent_id},
+                                              self.comparison_experiment_id, self.drawn)
+            tags = {"mlflow.note.content": f"The {label} of the test-score curve of cell {recipe}/lag{lag} (its "
+                                           "95% interval's bound for low and high), step by step. " + SCORE_UNITS}
+            metrics = self._curve(drawn, tags, summary, cell, part)
+            if part == "estimate":
+                metrics += self.writer.changed(drawn, cost)
+            self.writer.log(drawn_id, metrics, tags=tags, params=missing_params(drawn, {"recipe": recipe, "lag": str(lag)}))
+            self.writer.set_status(drawn_id, drawn, "FINISHED")
 
     def _curve(self, found, tags: dict, summary: dict, cell: dict, part: str) -> list:
         """The cell curve's ``part`` as step metrics, unless the run already has it (its digest in ``tags``)."""
@@ -272,14 +295,13 @@ def tuning_markdown(grid: str, pick: dict) -> str:
 
 
 def verdicts_markdown(summary: dict) -> str:
-    """The parent run's verdicts table: a row per claim, its full name first, then its verdict, its
-    estimate and P(same outcome on a rerun); the reasons are table.md's (a sibling artifact)."""
-    rows = [[c["name"], f"**{c['verdict']}**", claim_text(c), replication_text(c)] for c in summary["claims"]]
-    if not rows:
+    """The parent run's claims table, table.md's (analysis.report.tables.claims_section): a row per claim, its
+    full name, its statement, its estimate, its outcome with what that outcome means, and P(same outcome on a
+    rerun); without claims, why there are none."""
+    section = claims_section(summary)
+    if section is None:
         return "\n".join(claim_conclusions(summary)) + "\n"
-    title = f"Verdicts of grid {summary['grid']} ({family_text(summary)}; the reasons: table.md)"
-    return "\n".join(markdown_section(title, ["claim", "verdict", "estimate [interval] (level, method, n)",
-                                               "P(same outcome on a rerun)"], rows))
+    return "\n".join(markdown_section(*section))
 
 
 def baseline_note(summary: dict, lag: int) -> str:

@@ -31,10 +31,10 @@ from pathlib import Path
 from harness.lock import writer_lock
 
 PROXIED = "mlflow-artifacts:"
-KIND = "stalebench.kind"  # the tag naming a run's kind: parent | run | cell
+KIND = "stalebench.kind"  # the tag naming a run's kind: parent | run | cell | drawn (a comparison's line or band)
 SEED_RUNS_FILTER = f"tags.\"{KIND}\" = 'run'"
 SEED_RUNS_VIEW = "stalebench-seeds"  # the seed runs' experiment's shared view (ui_link)
-COMPARISON_VIEW = "stalebench-cells-lag{lag}"  # the summary experiment's shared view of one lag (comparison_link)
+COMPARISON_VIEW = "stalebench-cells-lag{lag}"  # the comparison experiment's shared view of one lag (comparison_link)
 VERDICTS_ARTIFACT = "verdicts.md"  # the parent run's claims table (parent_link)
 SHARED_VIEW_TAG = "mlflow.sharedViewState."  # + key: an experiment tag the UI opens with ?viewStateShareKey=key
 
@@ -144,10 +144,10 @@ def ui_link(base_url: str, experiment_id: str) -> str:
     return _view_link(base_url, experiment_id, SEED_RUNS_VIEW)
 
 
-def comparison_link(base_url: str, summary_experiment_id: str, lag: int) -> str:
-    """The cell comparison at one lag: the summary experiment's runs as charts (layout.comparison_view:
-    a line per cell over its 95% band, the staleness-cost bars)."""
-    return _view_link(base_url, summary_experiment_id, COMPARISON_VIEW.format(lag=lag))
+def comparison_link(base_url: str, comparison_experiment_id: str, lag: int) -> str:
+    """The cell comparison at one lag: the comparison experiment's runs as charts (layout.comparison_view:
+    a line per recipe over its 95% band, the staleness-cost bars)."""
+    return _view_link(base_url, comparison_experiment_id, COMPARISON_VIEW.format(lag=lag))
 
 
 def parent_link(base_url: str, experiment_id: str, parent_run_id: str) -> str:

@@ -12,9 +12,10 @@ for the training curve (every numeric key of the run's training metrics, as trai
 evaluation curves (eval/<task>/score, pass_at_k, maj_at_k, in percent, selection task included),
 each point stamped with the time its training step was produced; its per-run numbers (fixed, best,
 selected, auc, dbar, ...). The summary runs, one per cell (recipe x lag) with every number of
-summary.json, and two band runs per cell (the bounds of its test-score curve's interval, drawn as
-its band), live in their own experiment "<grid> summary", so that they never crowd the seed runs out
-of the grid's default runs and chart views. With an equal tuning budget (config ``tuning``) the
+summary.json, live in their own experiment "<grid> summary", so that they never crowd the seed runs out
+of the grid's default runs and chart views; what the cell comparisons draw (per cell its mean curve and
+the two bounds of its 95% interval, drawn as its band) lives in the experiment "<grid> comparison", so
+that no run list, Compare or search of results returns a band as a run. With an equal tuning budget (config ``tuning``) the
 seed runs are the confirmation runs of the picked values, and the candidates' runs on the tuning
 seeds live in the experiment "<grid> tuning" (params tuning.recipe, tuning.param, tuning.value;
 tags ``tuning = candidate``, ``picked`` from the pick file tuning.json), never among the grid's runs: a
@@ -149,6 +150,7 @@ def sync(config: Config, progress: bool = True,
         tracker.sync_cell(parent_id, cell, summary)
     marker = {"tracking_uri": tracker.writer.uri, "experiment": config.grid,
               "experiment_id": tracker.experiment_id, "summary_experiment_id": tracker.summary_experiment_id,
+              "comparison_experiment_id": tracker.comparison_experiment_id,
               "tuning_experiment_id": tracker.tuning_experiment_id,
               "parent_run_id": parent_id, **synced, "cells": len(summary["cells"]) if final else 0,
               "created": tracker.writer.created, "updated": tracker.writer.updated}

@@ -11,7 +11,7 @@ from analysis.cells.noise import sections as noise_sections
 from analysis.cells.pareto import sections as pareto_sections
 from analysis.claims.gain_sources import markdown_lines as source_lines
 from analysis.statistics.intervals import ALPHA, BOOTSTRAP_MIN_SEEDS, smallest_p
-from analysis.cells.summary import ENDPOINTS, MISMATCH, SCORES, summary_cells
+from analysis.cells.summary import ENDPOINTS, MISMATCH, SCORES, seeds_text, summary_cells
 from harness.claims import KINDS
 
 ENDPOINT_NAMES = {"auc": "AUC", "fixed": "fixed-step score", "best": "best-checkpoint score",
@@ -273,7 +273,7 @@ def markdown_section(title: str, header: list[str], rows: list[list[str]]) -> li
 
 
 def render_markdown(summary: dict) -> str:
-    lines = [f"# {summary['grid']}: {summary['engine']} engine, {len(summary['seeds'])} seeds, {summary['steps']} steps",
+    lines = [f"# {summary['grid']}: {summary['engine']} engine, {seeds_text(summary)}, {summary['steps']} steps",
              "", f"Test task `{summary['test_task']}`; selection task `{summary['selection_task']}`; "
              f"collapse = diverged, or below {summary['collapse_fraction']} x peak after the peak "
              f"through the last evaluation, over at least {summary.get('collapse_confirm', 1)} evaluations. Per-seed values in parentheses, in seed order "

@@ -1,5 +1,6 @@
 """`make ui` (tracking.ui): the server it starts, the links it prints, and what a person sees at those
 links in a real headless browser (Debian's chromium, which CI installs with apt-get)."""
+import html
 import json
 import os
 import re
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from analysis.report.tables import replication_text
 from harness.config import load
 from harness.grid import expand, run_dir
 from harness.grid_dir import GridDir
@@ -72,7 +74,7 @@ def comparison_page(dom: str, config: dict, lag: int) -> list[str]:
     """The cell comparison at one lag: a line per cell over its 95% band, each in a colour of its own,
     every cell named; at a lag other than the reference, a named bar per cell on the staleness-cost chart."""
     chart = f"eval/{Config.build(config).eval.test_task}/score"
-    groups = [f"recipe: {recipe}, lag: {lag}" for recipe in config["recipes"]]
+    groups = [f"recipe: {recipe}" for recipe in config["recipes"]]  # one colour per recipe: no lag in the group
     card, missing = chart_card(dom, chart), []
     lines, bands = drawn_lines(dom, chart), re.findall(r'class="js-fill"[^>]*?[ "]fill: (rgb\([^)]*\))', card)
     if len(lines) != len(groups) or len(set(lines)) != len(groups):
@@ -90,20 +92,26 @@ def comparison_page(dom: str, config: dict, lag: int) -> list[str]:
 
 
 def parent_run_page(dom: str, config: dict) -> list[str]:
-    """The grid's parent run at its verdicts table: a row per claim, its full name then its verdict."""
+    """The grid's parent run at its claims table, as table.md's: a row per claim, its full name, its statement,
+    its outcome with what the outcome means, and P(same outcome on a rerun)."""
     # the UI renders a Markdown table as rows and cells by their ARIA roles
-    rows = [[visible_text(f"<div {cell}>").strip() for cell in row.split('role="cell"')[1:]] for row in dom.split('role="row"')[1:]]
-    shown = {row[0]: row[1] for row in rows if len(row) > 1}
-    return [f"claim {c['name']}: {c['verdict']}" for c in GridDir.of(config).read_summary()["claims"]
-            if shown.get(c["name"]) != c["verdict"]]
+    rows = [[" ".join(html.unescape(visible_text(f"<div {cell}>")).split()) for cell in row.split('role="cell"')[1:]]
+            for row in dom.split('role="row"')[1:]]
+    shown = {row[0]: " | ".join(row[1:]) for row in rows if len(row) > 1}
+    missing = []
+    for claim in GridDir.of(config).read_summary()["claims"]:
+        row = shown.get(claim["name"], "")
+        missing += [f"claim {claim['name']}: {part}" for part in (
+            claim["statement"], f"{claim['verdict']} : {claim['why']}", f"| {replication_text(claim)}") if part not in row]
+    return missing
 
 
 def pages(config: dict) -> list[tuple[str, object]]:
-    """What each link `make ui` prints must show, in the order it prints them: (page name, check)."""
-    return [("seed_runs", seed_runs_page),
+    """What each link `make ui` prints must show, in the order it prints them, the claims first: (page name, check)."""
+    return [("verdicts", parent_run_page),
             *((f"comparison_lag{lag}", lambda dom, config, lag=lag: comparison_page(dom, config, lag))
               for lag in config["lags"]),
-            ("verdicts", parent_run_page)]
+            ("seed_runs", seed_runs_page)]
 
 
 @pytest.mark.browser
@@ -114,11 +122,13 @@ def test_printed_links_show_what_a_person_looks_for(tmp_path):
     config_path = synced_grid(tmp_path)
     config = load(config_path)
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    doms = {}
     with running_ui(config_path) as (_, links):
         assert len(links) == len(pages(config)), links
         for (name, check), link in zip(pages(config), links):
             shot = tmp_path / f"{name}.png"
-            missing = check(render(link, shot), config)
+            doms[name] = render(link, shot)
+            missing = check(doms[name], config)
             kept = SCREENSHOTS / shot.name
             with tempfile.NamedTemporaryFile(dir=SCREENSHOTS, suffix=".png", delete=False) as partial:
                 shutil.copyfile(shot, partial.name)
@@ -126,3 +136,7 @@ def test_printed_links_show_what_a_person_looks_for(tmp_path):
             os.replace(partial.name, kept)
             assert not missing, f"the {name} page ({link}) does not show {missing}; screenshot: {kept}"
             assert kept.stat().st_size > 10_000, f"{kept} is nearly empty: the page drew nothing"
+    # one colour per recipe: the lines of the lags' comparison views, recipe by recipe, in the same colours
+    chart = f"eval/{Config.build(config).eval.test_task}/score"
+    colours = {name: drawn_lines(dom, chart) for name, dom in doms.items() if name.startswith("comparison")}
+    assert len({tuple(lines) for lines in colours.values()}) == 1, f"a recipe's colour differs between views: {colours}"
