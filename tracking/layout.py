@@ -8,9 +8,10 @@ count as ``eval.<task>.problems``. Summary runs carry the params their seeds sha
 
 One name and one unit per quantity: a seed run's ``fixed`` (its fixed-step score) and a summary
 run's ``fixed`` (the mean over its seeds, with ``fixed/low`` and ``fixed/high``) are the same
-quantity. Scores — the eval curves, fixed, best, selected, auc, and any interval or difference of
-them — are in PERCENT (avg@k x 100), as in table.md; probabilities, p-values, |d| statistics,
-collapse (0/1 per seed, the rate k/n per cell) and counts keep their natural scale.
+quantity. Scores — the eval curves, fixed, best, selected, auc, and any interval, standard error
+(``/se``), spread (``/spread``) or difference of them — are in PERCENT (avg@k x 100), as in table.md;
+probabilities, p-values, |d| statistics, collapse (0/1 per seed, the rate k/n per cell) and counts keep
+their natural scale.
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ EVAL_CURVE_KEYS = ("score", "pass_at_k", "maj_at_k")  # all scores: logged in pe
 CELL_SKIP = ("recipe", "lag", "seeds", "run_keys", "per_seed", "reference", "curve")
 ALIASES = {"collapse": "collapsed"}  # the summary's section -> the seed runs' name for the quantity
 PROBABILITY_SECTIONS = ("improvement",)  # P(improvement): a probability even where it names a score
-INTERVAL_PARTS = ("estimate", "low", "high")
+SCORE_PARTS = ("estimate", "low", "high", "se", "spread")  # of a score (or a difference of scores): all in percent
 
 
 def param_text(value) -> str:
@@ -95,11 +96,12 @@ def number(value) -> float | None:
 
 
 def _is_score(parts: list[str]) -> bool:
-    """A leaf is a score (percent) when it is the estimate or an interval bound of a score metric —
+    """A leaf is a score (percent) when it is the estimate, an interval bound, the standard error or the
+    spread of a score metric (or of a difference of scores) —
     not a probability, a p-value or a count about it (e.g. seeds needed)."""
     if parts[0] in PROBABILITY_SECTIONS:
         return False
-    return parts[-1] in INTERVAL_PARTS and any(name in SCORES for name in parts[:-1])
+    return parts[-1] in SCORE_PARTS and any(name in SCORES for name in parts[:-1])
 
 
 def metric_name(parts: list[str]) -> str:

@@ -32,8 +32,9 @@ TUNING_SUFFIX = " tuning"  # the tuning candidates' experiment: "<grid> tuning"
 TUNING_ARTIFACT = "tuning.md"  # the parent run's pick table (tuning_markdown)
 CURVE_DIGEST = "stalebench.curve_digest"  # a summary run's: the curve last logged
 MLFLOW_STATUS = {"completed": "FINISHED", "diverged": "FAILED", "failed": "FAILED"}
-SCORE_UNITS = ("Scores (eval/TASK/score, fixed, best, selected, auc and their intervals) are in percent "
-               "(avg@k x 100), as in table.md.")
+SCORE_UNITS = ("Scores (eval/TASK/score, fixed, best, selected, auc, their differences such as staleness_cost/* and "
+               "vs_baseline/*, and their intervals' bounds, /se and /spread) are in percent (avg@k x 100), as in "
+               "table.md; probabilities (improvement/*, p-values), collapse rates, |d| statistics and counts are not.")
 TUNING_NOTE = ("The equal tuning budget's candidate runs of grid '{grid}', on the tuning seeds {seeds}: every "
                "candidate value of each recipe at each selection lag and tuning seed (tags tuning = candidate, picked = "
                "true/false). Their scores chose the picked values (tuning.md on the grid's parent run) and are not "
@@ -73,17 +74,16 @@ class Tracker:
         """A run of the grid's experiment (found by key, or created)."""
         return self.writer.run(key, kind, name, tags, self.experiment_id, self.existing, start_ms)
 
-    def sync_parent(self, grid_path: Path, summary: dict | None, pick: dict | None = None) -> str:
+    def sync_parent(self, grid_path: Path, summary: dict | None, pick: dict | None = None, n_runs: int = 0) -> str:
         """The grid's run; ``summary`` (final sync): its claims' verdicts as tags (``claim.<name>``,
         ``claim.<name>.estimate``, ``claims``) and as the run's description (the claims table of
         table.md), the report files as artifacts with the verdicts table (verdicts_markdown);
         ``pick`` (a tuning grid's tuning.json, once written): each recipe's picked value as a tag
-        ``tuning.picked.<recipe>``, and in a final sync the pick's table as tuning.md."""
+        ``tuning.picked.<recipe>``, and in a final sync the pick's table as tuning.md; ``n_runs``: the grid's
+        runs there are (tracking.sync counts them), a tag."""
         final = summary is not None
         run_id, found = self._run(f"grid:{self.config.grid}", "parent", self.config.grid,
                                   {"engine": self.config.engine.name, "grid": self.config.grid})
-        # the runs there are (a seed schedule trains only some of the grid's), not the grid's planned count
-        n_runs = sum(self.config.folder.run(*run).config_path.exists() for run in self.config.grid_runs)
         tags = {"n_runs": n_runs, "mlflow.source.git.commit": self.writer.commit}
         if final:
             tags.update(claim_tags(summary))
@@ -236,7 +236,8 @@ class Tracker:
         run list, Compare or search of the grid's results meets them: its mean curve with its staleness cost
         (``values``: the cell's numbers), and a run per bound of the curve's 95% interval (layout.BAND_PARTS)."""
         recipe, lag = cell["recipe"], cell["lag"]
-        cost = {name: value for name, value in values.items() if name.startswith("staleness_cost/")}
+        cost = f"staleness_cost/{layout.staleness_cost_metric(summary['claims'])}"  # what the bars draw
+        cost = {cost: values[cost]} if cost in values else {}
         for part, label in (("estimate", "mean"), *((part, part) for part in layout.BAND_PARTS)):
             drawn_id, drawn = self.writer.run(f"cell:{self.config.grid}:{recipe}:lag{lag}:{part}", "drawn",
                                               f"{recipe}/lag{lag} {label}", {"stalebench.grid_run": parent_id},

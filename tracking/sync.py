@@ -136,9 +136,11 @@ def sync(config: Config, progress: bool = True,
                 numbers[cell["recipe"], cell["lag"], seed] = {k: v[i] for k, v in cell["per_seed"].items()}
     pick = read_pick(config, grid_path, final)
     tracker = Tracker(config, stride=math.ceil(config.steps / max_train_points) if max_train_points else 1)
-    parent_id = tracker.sync_parent(grid_path, summary, pick)
-    runs = [(*run, numbers.get(run, {}) if final else None, None)
-            for run in (summarized_runs(summary) if final else live_runs(config, pick))]
+    grid_runs = summarized_runs(summary) if final else live_runs(config, pick)
+    # the runs there are (a seed schedule trains only some of the grid's; live, those started), not the planned count
+    parent_id = tracker.sync_parent(grid_path, summary, pick,
+                                    sum(config.folder.run(*run).config_path.exists() for run in grid_runs))
+    runs = [(*run, numbers.get(run, {}) if final else None, None) for run in grid_runs]
     if tracker.tuning is not None:
         runs += tracker.candidate_runs(pick, final)
     synced = {"runs": 0, "tuning_runs": 0}
