@@ -209,12 +209,12 @@ def comparison_view(task: str, lag: int, band: str, cost_metric: str | None) -> 
     (the band runs do not carry it). Each chart in a section of its own, full width, tall enough for the
     legend's every recipe."""
     score = f"eval/{task}/score"
-    title = f"lag {lag}: test score, % (line: mean over seeds; band: its 95% interval, {band}; x: training step)"
+    title = f"mean test score, % (band: 95% interval, {band})"  # short: the UI cuts a long section title
     sections, charts = [_section("stalebench-score", title, 560)], [_chart("LINE", "stalebench-score", score)]
     if cost_metric:
         cost = f"staleness_cost/{cost_metric}"
-        sections.append(_section("stalebench-cost", f"lag {lag}: staleness cost, {cost_metric} at lag {lag} minus at "
-                                                    "the smallest lag, points (a bar per recipe)", 440))
+        sections.append(_section("stalebench-cost", f"staleness cost, {cost_metric} points (lag {lag} minus the "
+                                                    "smallest)", 440))
         charts.append(_chart("BAR", "stalebench-cost", cost))
     return {"searchFilter": f"params.lag = '{lag}'", "orderByKey": "tags.`mlflow.runName`", "orderByAsc": True,
             "runsHiddenMode": "SHOW_ALL", "useGroupedValuesInCharts": True, "hideEmptyCharts": True,

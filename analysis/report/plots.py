@@ -21,6 +21,7 @@ from harness.claims import KINDS
 from harness.settings import Config
 
 QUANTILES = ("d/mean_abs", "d/p50", "d/p90", "d/p99")
+COLLAPSE_DASHES = ("-", "--", ":", "-.")  # collapse.png: a recipe's curve by its width and dash (plot_collapse)
 
 
 def plot_curves(config: Config, runs: list[RunResult], path: Path) -> None:
@@ -75,12 +76,15 @@ def plot_collapse(summary: dict, path: Path) -> None:
     cells = summary_cells(summary)
     lags = summary["lags"]
     fig, axes = plt.subplots(1, len(lags), figsize=(5 * len(lags), 4), squeeze=False, sharey=True)
+    recipes = summary["recipes"]
     for ax, lag in zip(axes[0], lags):
-        for i, recipe in enumerate(summary["recipes"]):
+        for i, recipe in enumerate(recipes):
             cell = cells[recipe, lag]
             steps, alive = kaplan_meier(cell["per_seed"]["collapse_step"], summary["steps"])
-            offset = 0.004 * i  # overlapping curves (no collapse: all at 1) stay apart
-            ax.step(steps, np.array(alive) - offset, where="post",
+            # curves that coincide (no collapse: all at 1) told apart where they are: each next recipe drawn
+            # narrower and in its own dash on top of the ones before, never moved off its values
+            ax.step(steps, alive, where="post", linewidth=1.2 + 2.4 * (len(recipes) - 1 - i) / max(len(recipes) - 1, 1),
+                    linestyle=COLLAPSE_DASHES[i % len(COLLAPSE_DASHES)],
                     label=f"{recipe} ({cell['collapse']['k']}/{cell['collapse']['n']})")
         ax.set(title=f"lag {lag}: runs not yet collapsed (Kaplan-Meier)", xlabel="step",
                ylabel="fraction of runs", ylim=(-0.05, 1.05))

@@ -70,24 +70,31 @@ def seed_runs_page(dom: str, config: dict) -> list[str]:
         [] if last in visible_text(dom) else [f"the run {last}"])
 
 
+def named(recipe: str, text: str) -> bool:
+    """``recipe`` as a whole name in ``text`` (grpo, not the grpo of grpo_r3)."""
+    return re.search(rf"(?<![\w.]){re.escape(recipe)}(?![\w.])", text) is not None
+
+
 def comparison_page(dom: str, config: dict, lag: int) -> list[str]:
-    """The cell comparison at one lag: a line per cell over its 95% band, each in a colour of its own,
-    every cell named; at a lag other than the reference, a named bar per cell on the staleness-cost chart."""
-    chart = f"eval/{Config.build(config).eval.test_task}/score"
-    groups = [f"recipe: {recipe}" for recipe in config["recipes"]]  # one colour per recipe: no lag in the group
+    """The cell comparison at one lag: a line per recipe over its 95% band, each in a colour of its own, every
+    recipe named (the group is the recipe alone: one colour per recipe at every lag), the band named (its level
+    and method); at a lag other than the reference, a named bar per recipe on the staleness-cost chart."""
+    chart, recipes = f"eval/{Config.build(config).eval.test_task}/score", config["recipes"]
     card, missing = chart_card(dom, chart), []
     lines, bands = drawn_lines(dom, chart), re.findall(r'class="js-fill"[^>]*?[ "]fill: (rgb\([^)]*\))', card)
-    if len(lines) != len(groups) or len(set(lines)) != len(groups):
-        missing.append(f"{len(groups)} lines in {len(groups)} colours on {chart} (it draws {lines})")
+    if len(lines) != len(recipes) or len(set(lines)) != len(recipes):
+        missing.append(f"{len(recipes)} lines in {len(recipes)} colours on {chart} (it draws {lines})")
     if sorted(bands) != sorted(lines):
         missing.append(f"a band under each line on {chart} (bands {bands}, lines {lines})")
-    missing += [f"{group} on {chart}" for group in groups if group not in visible_text(card)]
+    missing += [f"{recipe} ({chart}) in the legend" for recipe in recipes if f"{recipe} ({chart})" not in visible_text(card)]
+    if "band: 95% interval" not in visible_text(dom):
+        missing.append("the band named on the chart (band: 95% interval, its method)")
     if lag != GridDir.of(config).read_summary()["reference_lag"]:
         cost = chart_card(dom, f"staleness_cost/{staleness_cost_metric(config['claims'])}")
         bars = len(re.findall(r'<g class="point">', cost))
-        if bars != len(groups):
-            missing.append(f"{len(groups)} staleness-cost bars (it draws {bars})")
-        missing += [f"{group} naming a staleness-cost bar" for group in groups if group not in visible_text(cost)]
+        if bars != len(recipes):
+            missing.append(f"{len(recipes)} staleness-cost bars (it draws {bars})")
+        missing += [f"{recipe} naming a staleness-cost bar" for recipe in recipes if not named(recipe, visible_text(cost))]
     return missing
 
 
@@ -136,6 +143,13 @@ def test_printed_links_show_what_a_person_looks_for(tmp_path):
             os.replace(partial.name, kept)
             assert not missing, f"the {name} page ({link}) does not show {missing}; screenshot: {kept}"
             assert kept.stat().st_size > 10_000, f"{kept} is nearly empty: the page drew nothing"
+    # no band among the results: the grid's and its summary's experiments hold no run of a band (low, high)
+    from mlflow.tracking import MlflowClient
+    client = MlflowClient(f"sqlite:///{Path(config['results_dir']).resolve() / 'mlflow.db'}")
+    results = [client.get_experiment_by_name(config["grid"] + suffix).experiment_id for suffix in ("", " summary")]
+    bands = [run.info.run_name for run in client.search_runs(results, max_results=1000)
+             if run.info.run_name.endswith((" low", " high"))]
+    assert not bands, f"band runs among the results (run list, Compare, search): {bands}"
     # one colour per recipe: the lines of the lags' comparison views, recipe by recipe, in the same colours
     chart = f"eval/{Config.build(config).eval.test_task}/score"
     colours = {name: drawn_lines(dom, chart) for name, dom in doms.items() if name.startswith("comparison")}
