@@ -105,7 +105,7 @@ def server_command(results_dir: Path, port: int) -> list[str]:
 def server_env() -> dict[str, str]:
     """The server's environment: no telemetry and no job runner, unless the caller's environment says otherwise."""
     return {"MLFLOW_DISABLE_TELEMETRY": "true", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
-            "PYTHONWARNINGS": "ignore::DeprecationWarning", **os.environ}  # MLflow's own imports warn
+            "PYTHONWARNINGS": "ignore", **os.environ}  # MLflow's imports warn of its own dependencies
 
 
 def listening_port(process: subprocess.Popen) -> int | None:
