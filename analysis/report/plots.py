@@ -1,7 +1,7 @@
 """The report's plots, each written atomically: score curves (percent), |d| quantiles, Kaplan-Meier
 curves of collapse per lag, the staleness cost per recipe with its interval, claims marked, and for a
 queue grid (lag mode queue) the Pareto front of modelled time against score and each group's lag
-against its modelled length (a text panel for any other grid: the report's files are the same for every grid)."""
+against its modelled length (drawn for a queue grid only; a text panel where its runs lack the data)."""
 from __future__ import annotations
 
 import math
@@ -244,10 +244,8 @@ def plot_lag_vs_length(columns: list[tuple[str, list[int], list[float], object]]
 def plot_queue_lags(config: Config, runs: list[RunResult], path: Path) -> None:
     """lag_vs_length.png of a queue grid: one column per bound above 0, the groups of the first
     recipe's runs at that bound pooled over seeds (the draws depend on the seed and the bound, not on
-    the recipe, so another recipe's would repeat them), from each step's queue/lags and queue/lengths."""
-    if config.lag_mode != "queue":
-        _not_a_queue_grid(config.lag_mode, path, "no per-group lags")
-        return
+    the recipe, so another recipe's would repeat them), from each step's queue/lags and queue/lengths. Another
+    grid's report draws neither this nor plot_pareto (analysis.report.write: a sentence in table.md instead)."""
     cells, models, recipe, columns = by_cell(runs), queue_models(config), config.recipes[0], []
     for bound in [lag for lag in config.lags if lag > 0]:
         rows = [row for run in cells.get((recipe, bound), []) for row in run.train if "queue/lags" in row]

@@ -14,9 +14,18 @@ from analysis.cells.summary import collect, summarize
 from analysis.report.tables import conclusions, render_csv, render_latex, render_markdown
 from analysis.schedule.tune import confirmation_view
 from analysis.schedule.tune import render_markdown as tuning_markdown
-from harness.grid_dir import GridDir
+from harness.grid_dir import QUEUE_PLOTS, GridDir
 from harness.io import write_json_atomic, write_text_atomic
 from harness.settings import Config
+
+
+def queue_plots_note(config: Config) -> str:
+    """table.md's last line where a queue grid's plots are not drawn: which and why (no placeholder image)."""
+    if config.lag_mode == "queue":
+        return ""
+    return (f"\n{' and '.join(f'{name}.png' for name in QUEUE_PLOTS)} are not drawn: they compare a queue grid's "
+            f"bounds at equal modelled wall-clock (lag_mode queue; docs/statistics.md), and this grid's lag_mode is "
+            f"{config.lag_mode}.\n")
 
 
 def write_reports(config: Config, out: GridDir | None = None, progress: bool = True) -> dict:
@@ -35,14 +44,17 @@ def write_reports(config: Config, out: GridDir | None = None, progress: bool = T
     summary["conclusions"] = conclusions(summary)
     # then what the runs ran on and what they cost (analysis.report.machines)
     write_text_atomic(grid.table_path("md"), render_markdown(summary) + tuning_markdown(summary)
-                      + render_beside(summary) + provenance.render_markdown(config))
+                      + render_beside(summary) + provenance.render_markdown(config) + queue_plots_note(config))
     write_text_atomic(grid.table_path("csv"), render_csv(summary))
     write_text_atomic(grid.table_path("tex"), render_latex(summary))
     plot_curves(config, runs, grid.plot_path("curves"))
     plot_mismatch(config, runs, grid.plot_path("mismatch"))
     plot_collapse(summary, grid.plot_path("collapse"))
     plot_staleness(summary, grid.plot_path("staleness"))
-    plot_pareto(summary, grid.plot_path("pareto"))
-    plot_queue_lags(config, runs, grid.plot_path("lag_vs_length"))
+    if config.lag_mode == "queue":
+        plot_pareto(summary, grid.plot_path("pareto"))
+        plot_queue_lags(config, runs, grid.plot_path("lag_vs_length"))
+    for name in QUEUE_PLOTS if config.lag_mode != "queue" else ():
+        grid.plot_path(name).unlink(missing_ok=True)  # an earlier aggregate's of this folder: not this grid's
     write_json_atomic(grid.summary_path, summary)  # last: its presence means the reports are complete
     return summary

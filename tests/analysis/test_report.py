@@ -21,7 +21,7 @@ from analysis.statistics.intervals import collapse_difference, prob_improvement
 from analysis.cells.summary import ENDPOINTS, collect
 from analysis.report.tables import ENDPOINT_NAMES
 from harness.grid import run_dir
-from harness.grid_dir import REPORT_FILES
+from harness.grid_dir import QUEUE_PLOTS, report_files
 from harness.settings import Config
 from tests.support.grid_fixture import (
     COLLAPSED,
@@ -56,8 +56,13 @@ def test_every_cell_and_seed_present(grid):
     for cell in cells.values():
         assert cell["seeds"] == config["seeds"] and len(set(cell["run_keys"])) == 3
         assert all(len(v) == 3 for v in cell["per_seed"].values())
-    for name in REPORT_FILES:
+    for name in report_files(config["lag_mode"]):
         assert (out / name).stat().st_size > 0
+    # not a queue grid: no placeholder image of a queue grid's plots, the sentence in table.md instead
+    assert config["lag_mode"] != "queue" and not any((out / f"{name}.png").exists() for name in QUEUE_PLOTS)
+    assert ("pareto.png and lag_vs_length.png are not drawn: they compare a queue grid's bounds at equal modelled "
+            f"wall-clock (lag_mode queue; docs/statistics.md), and this grid's lag_mode is {config['lag_mode']}.") in (
+        out / "table.md").read_text()
 
 
 def test_cis_contain_the_mean(grid):

@@ -13,7 +13,7 @@ from analysis.report.write import write_reports
 from analysis.schedule.tune import selection
 from harness.config import validate
 from harness.grid import expand, grid_dir, run_dir
-from harness.grid_dir import REPORT_FILES, GridDir
+from harness.grid_dir import GridDir, report_files
 from harness.io import append_jsonl_atomic, read_jsonl, write_json_atomic
 from harness.settings import Config
 from harness.tuning import Tuning
@@ -216,7 +216,7 @@ def test_seed_runs_in_the_grid_experiment_summaries_in_their_own(synced):
     # artifacts: in the folder the UI server serves mlflow-artifacts:/ from (a REST test opens them)
     assert parent.info.artifact_uri == f"mlflow-artifacts:/{config['grid']}/{parent.info.run_id}/artifacts"
     folder = local_artifact_dir(config["results_dir"], parent.info.artifact_uri)
-    assert {p.name for p in folder.iterdir()} == set(REPORT_FILES) | {"workflow_config.json", VERDICTS_ARTIFACT}
+    assert {p.name for p in folder.iterdir()} == set(report_files(config["lag_mode"])) | {"workflow_config.json", VERDICTS_ARTIFACT}
     rows = [line.split(" | ") for line in (folder / VERDICTS_ARTIFACT).read_text().splitlines()[4:] if line]
     assert [(row[0].removeprefix("| "), row[1], row[3], row[4].removesuffix(" |")) for row in rows] == [  # table.md's
         (c["name"], c["statement"], f"**{c['verdict']}**: {c['why']}", replication_text(c)) for c in summary_json["claims"]]
@@ -368,8 +368,8 @@ def test_filters_timestamps_and_a_moved_store_through_mlflow_server(synced, tmp_
                 stamps = [m["timestamp"] for m in sorted(history, key=lambda m: m["step"])]
                 assert len(stamps) > 1 and all(a < b for a, b in zip(stamps, stamps[1:]))
             listed = rest(base, "/api/2.0/mlflow/artifacts/list?run_id=" + first["parent_run_id"])["files"]
-            assert {f["path"] for f in listed} == set(REPORT_FILES) | {"workflow_config.json", VERDICTS_ARTIFACT}
-            for name in REPORT_FILES:  # each opens, with the bytes of the grid's file
+            assert {f["path"] for f in listed} == set(report_files(config["lag_mode"])) | {"workflow_config.json", VERDICTS_ARTIFACT}
+            for name in report_files(config["lag_mode"]):  # each opens, with the bytes of the grid's file
                 body = rest(base, f"/get-artifact?path={name}&run_uuid={first['parent_run_id']}", raw=True)
                 assert body == (moved / config["grid"] / name).read_bytes()
             verdicts = rest(base, f"/get-artifact?path={VERDICTS_ARTIFACT}&run_uuid={first['parent_run_id']}", raw=True)

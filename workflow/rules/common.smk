@@ -10,7 +10,7 @@ from snakemake.utils import update_config
 
 from harness.config import ConfigError, check_recipe_values, validate
 from harness.grid import RUN_FOLDER, run_dir
-from harness.grid_dir import GridDir
+from harness.grid_dir import QUEUE_PLOTS, GridDir
 from harness.io import write_json_atomic
 from harness.jobs import job_resources, narrowed_request, retype_cli_values, rule_resources, run_packs, train_arguments, train_retries
 from harness.settings import Config
