@@ -22,13 +22,17 @@ from harness.grid_dir import GridDir
 from harness.io import write_json_atomic, write_text_atomic
 from harness.settings import Config, thawed
 from tracking import layout
-from tracking.store import COMPARISON_VIEW, SEED_RUNS_VIEW, VERDICTS_ARTIFACT
+from tracking.store import (
+    COMPARISON_SUFFIX,
+    COMPARISON_VIEW,
+    SEED_RUNS_VIEW,
+    SUMMARY_SUFFIX,
+    TUNING_SUFFIX,
+    VERDICTS_ARTIFACT,
+)
 from tracking.writer import Writer
 
 SYNCED = "stalebench.synced_step."  # + "train" or "eval.<task>": last step already logged
-SUMMARY_SUFFIX = " summary"  # the summary runs' experiment: "<grid> summary"
-COMPARISON_SUFFIX = " comparison"  # what the comparison views draw, never a result: "<grid> comparison"
-TUNING_SUFFIX = " tuning"  # the tuning candidates' experiment: "<grid> tuning"
 TUNING_ARTIFACT = "tuning.md"  # the parent run's pick table (tuning_markdown)
 CURVE_DIGEST = "stalebench.curve_digest"  # a summary run's: the curve last logged
 MLFLOW_STATUS = {"completed": "FINISHED", "diverged": "FAILED", "failed": "FAILED"}

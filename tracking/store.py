@@ -36,6 +36,9 @@ SEED_RUNS_FILTER = f"tags.\"{KIND}\" = 'run'"
 SEED_RUNS_VIEW = "stalebench-seeds"  # the seed runs' experiment's shared view (ui_link)
 COMPARISON_VIEW = "stalebench-cells-lag{lag}"  # the comparison experiment's shared view of one lag (comparison_link)
 VERDICTS_ARTIFACT = "verdicts.md"  # the parent run's claims table (parent_link)
+SUMMARY_SUFFIX = " summary"  # the summary runs' experiment: "<grid> summary" (tracking.runs)
+COMPARISON_SUFFIX = " comparison"  # what the comparison views draw, never a result: "<grid> comparison"
+TUNING_SUFFIX = " tuning"  # the tuning candidates' experiment: "<grid> tuning"
 SHARED_VIEW_TAG = "mlflow.sharedViewState."  # + key: an experiment tag the UI opens with ?viewStateShareKey=key
 
 

@@ -11,7 +11,9 @@ the staleness-cost bars; tracking.store.comparison_link); then the grid's seed r
 drawn. The server logs warnings and errors only (no access log: a line per request scrolled the links away).
 The server runs without MLflow's job runner (its huey workers serve GenAI jobs this harness never
 submits; with them the UI's processes took 2.7 GB instead of 0.75, docs/mlflow.md):
-MLFLOW_SERVER_ENABLE_JOB_EXECUTION=true in the environment turns it back on.
+MLFLOW_SERVER_ENABLE_JOB_EXECUTION=true in the environment turns it back on. The links are read from the
+store in a child process (child_links): this process, which then only waits on the server, holds no MLflow
+client (282 MiB resident with one, docs/mlflow.md).
 If $MLFLOW_TRACKING_URI names a server, prints that server's link instead and starts nothing.
 """
 from __future__ import annotations
@@ -29,10 +31,11 @@ import psutil
 
 from harness.config import ConfigError, load
 from harness.settings import Config
-from tracking.runs import COMPARISON_SUFFIX, TUNING_SUFFIX
 from tracking.store import (
+    COMPARISON_SUFFIX,
     COMPARISON_VIEW,
     SHARED_VIEW_TAG,
+    TUNING_SUFFIX,
     artifact_destination,
     check_reachable,
     comparison_link,
@@ -92,6 +95,22 @@ def links(base_url: str, uri: str, grid: str) -> str:
         lines += ["Tuning candidates (the tuning seeds: how each value was picked, never a result):",
                   f"{base_url}/#/experiments/{tuning}"]  # its default runs view: the sync stores no view there
     return "\n".join(lines)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+LINKS_CHILD = ("import sys\nfrom tracking.ui import links\ntry:\n    print(links(*sys.argv[1:]))\n"
+               "except ValueError as error:\n    sys.exit(str(error))")
+
+
+def child_links(base_url: str, uri: str, grid: str) -> str:
+    """links() computed in a child process: MLflow's client (about 250 MiB resident once it has queried the
+    store) is not kept by this process while it waits on the server. ValueError naming what is missing."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    found = subprocess.run([sys.executable, "-c", LINKS_CHILD, base_url, uri, grid], capture_output=True, text=True,
+                           env=env)
+    if found.returncode != 0:
+        raise ValueError(found.stderr.strip().splitlines()[-1] if found.stderr.strip() else f"exit {found.returncode}")
+    return found.stdout.rstrip("\n")
 
 
 def server_command(results_dir: Path, port: int) -> list[str]:
@@ -167,15 +186,16 @@ def main(argv: list[str] | None = None) -> int:
         # MLflow completes a store it opens (tables, its Default experiment): this client and the
         # starting server are writers of the store until the server answers (tracking.store)
         with store_lock(uri, f"MLflow UI of grid {config.grid}, starting"):
-            links(HOST, uri, config.grid)  # refuses a store without the grid before a server starts
+            child_links(HOST, uri, config.grid)  # refuses a store without the grid before a server starts
             process = subprocess.Popen(server_command(config.results_dir, args.port), env=server_env(),
                                        start_new_session=True)
             base = wait_healthy(process, args.port)
-        print(f"MLflow UI of grid {config.grid!r} (Ctrl-C stops it).\n{links(base, uri, config.grid)}", flush=True)
+        print(f"MLflow UI of grid {config.grid!r} (Ctrl-C stops it).\n{child_links(base, uri, config.grid)}",
+              flush=True)
         return process.wait()
     except KeyboardInterrupt:
         return 0
-    except RuntimeError as error:
+    except (RuntimeError, ValueError) as error:
         print(f"tracking.ui: error: {error}", file=sys.stderr)
         return 1
     finally:
