@@ -1,4 +1,4 @@
-# One command each: `make demo` (set up + run the demo grid), `make test` (set up + run the tests; `make test-quick`:
+# One command each: `make demo` (set up + run the demo grid; CONFIG= another, its syntax checked first), `make test` (set up + run the tests; `make test-quick`:
 # those not marked slow, slurm or browser, before a commit),
 # `make ui` (the MLflow UI on 127.0.0.1 at the grid's runs; CONFIG=, GRID=, PORT= to choose).
 PYTHON ?= python3
@@ -20,7 +20,8 @@ $(VENV)/.installed: pyproject.toml requirements.lock envs/setup_venv.py
 	touch $@
 
 demo: setup
-	$(BIN)/snakemake -c$(CORES)
+	$(BIN)/python -m harness.config $(CONFIG)
+	$(BIN)/snakemake -c$(CORES) $(if $(filter-out config.yaml,$(CONFIG)),--configfile $(CONFIG))
 
 test: setup
 	$(BIN)/python -m pytest -q

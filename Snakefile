@@ -15,11 +15,21 @@ Every job writes a Snakemake benchmark file under <results_dir>/<grid>/logs/benc
 """
 import os
 
+from snakemake.exceptions import WorkflowError
+
+from harness.config import ConfigError, read_file
+
 # The demo grid unless --configfile names another (a preset is a whole config: merged into
 # config.yaml, the tiny engine's engine_params would leak into e.g. slime's).
 # Beside this Snakefile, so that `snakemake -s <checkout>/Snakefile -d <elsewhere>` (the tests: no state
-# in the checkout) reads the same default.
+# in the checkout) reads the same default. Read by the project first: a syntax error names the file, its
+# line and column (Snakemake's own message names neither). A --configfile Snakemake reads before this
+# file: `make demo CONFIG=FILE` checks it first (python -m harness.config FILE).
 if not workflow.config_settings.configfiles:
+    try:
+        read_file(os.path.join(workflow.basedir, "config.yaml"))
+    except ConfigError as error:
+        raise WorkflowError(str(error)) from None
 
     configfile: os.path.join(workflow.basedir, "config.yaml")
 

@@ -6,9 +6,10 @@
 Without --config it syncs the reduced test grid into a temporary store (tests/support/ui_check.py, as
 the suite's browser check, tests/tracking/test_track_ui.py, does). Then it starts tracking.ui on a free port and
 runs Debian's chromium headless (installed with apt-get when absent) on each link it prints: a PNG
-<out>/page<N>.png, and the rendered DOM, from which it reports whether the test-score chart
-(eval/<test task>/score) is on the first page. Exit status 0 when it is, 1 when not, 2 when chromium
-cannot be installed.
+<out>/page<N>.png, each page's load time (chromium's wall time from start to the capture, with the
+virtual time budget of tests/support/ui_check.render: the page's own work, its fetches and drawing), and
+the rendered DOM, from which it reports whether the first page shows every claim of the grid by name.
+Exit status 0 when it does, 1 when not, 2 when chromium cannot be installed.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,12 +57,17 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="ui_shot_") as tmp:
         config_path = Path(args.config) if args.config else synced_grid(Path(tmp))
-        chart = f"eval/{Config.build(load(config_path)).eval.test_task}/score"
+        claims = [claim.name for claim in Config.build(load(config_path)).claims]
+        doms, seconds = [], []
         with running_ui(config_path) as (_, links):
-            doms = [render(link, out / f"page{number}.png") for number, link in enumerate(links, 1)]
-    shown = chart in visible_text(doms[0])
-    print("\n".join(f"page{number}.png: {link}" for number, link in enumerate(links, 1)))
-    print(f"screenshots in {out}\nchart {chart!r} on the first page: {shown}")
+            for number, link in enumerate(links, 1):
+                start = time.perf_counter()
+                doms.append(render(link, out / f"page{number}.png"))
+                seconds.append(time.perf_counter() - start)
+    shown = all(name in visible_text(doms[0]) for name in claims)
+    print("\n".join(f"page{number}.png: loaded in {took:.1f} s: {link}"
+                    for number, (link, took) in enumerate(zip(links, seconds), 1)))
+    print(f"screenshots in {out}\nthe {len(claims)} claims {claims} on the first page: {shown}")
     return 0 if shown else 1
 
 

@@ -242,13 +242,53 @@ def check_recipe_values(config: dict) -> None:
         raise ConfigError(f"invalid workflow config:\n  {error}") from None
 
 
-def load(path: str | Path, overrides: dict | None = None, **kwargs) -> dict:
-    """Read a YAML config, apply top-level ``overrides``, validate (see ``validate``)."""
+def _syntax_error(path: Path, error: yaml.MarkedYAMLError) -> str:
+    """A YAML syntax error as a person reads it: the file, the line and column (1-based) of the problem,
+    where the construct it interrupts began, and a tab's remedy."""
+    mark = error.problem_mark
+    text = f"config file {path}, line {mark.line + 1}, column {mark.column + 1}: not valid YAML: {error.problem}"
+    if error.context and error.context_mark is not None:
+        text += f" ({error.context} opened at line {error.context_mark.line + 1}, column {error.context_mark.column + 1})"
+    if "'\\t'" in (error.problem or ""):
+        text += "; YAML indents and separates with spaces: replace the tab by spaces"
+    return text
+
+
+def read_file(path: str | Path) -> dict:
+    """A config file's mapping, unchecked; a missing file, a YAML syntax error (its line and column) or
+    another top level raises ConfigError naming the file. The Snakefile reads config.yaml through this
+    before Snakemake does (whose own message names neither the file nor the line)."""
     path = Path(path)
     try:
         config = yaml.safe_load(path.read_text())
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {path}") from None
+    except yaml.MarkedYAMLError as error:
+        raise ConfigError(_syntax_error(path, error)) from None
     if not isinstance(config, dict):
         raise ConfigError(f"config file {path}: expected a mapping at the top level")
-    return validate({**config, **(overrides or {})}, **kwargs)
+    return config
+
+
+def load(path: str | Path, overrides: dict | None = None, **kwargs) -> dict:
+    """Read a YAML config (read_file), apply top-level ``overrides``, validate (see ``validate``)."""
+    return validate({**read_file(path), **(overrides or {})}, **kwargs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m harness.config FILE...``: each workflow config file read and checked, as the workflow
+    would before any job (``make demo CONFIG=FILE`` runs this first: Snakemake reads a --configfile
+    before any project code and names neither its line nor its column)."""
+    import sys
+    status = 0
+    for path in argv if argv is not None else sys.argv[1:]:
+        try:
+            load(path)
+        except ConfigError as error:
+            print(f"harness.config: {error}", file=sys.stderr)
+            status = 2
+    return status
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

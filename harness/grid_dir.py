@@ -38,6 +38,12 @@ TABLE_FORMATS = ("md", "csv", "tex")
 PLOTS = ("curves", "mismatch", "collapse", "staleness", "pareto", "lag_vs_length")
 # every file analysis.report.write writes into the grid folder, in the order it writes them
 REPORT_FILES = (*(f"table.{fmt}" for fmt in TABLE_FORMATS), *(f"{name}.png" for name in PLOTS), SUMMARY)
+QUEUE_PLOTS = ("pareto", "lag_vs_length")  # a queue grid's only (lag_mode queue): no placeholder image for another
+
+
+def report_files(lag_mode: str) -> tuple[str, ...]:
+    """The report files of a grid of ``lag_mode``, in REPORT_FILES order: a queue grid's plots for a queue grid only."""
+    return tuple(name for name in REPORT_FILES if lag_mode == "queue" or name.removesuffix(".png") not in QUEUE_PLOTS)
 
 
 def _measured(text: str | None) -> float | None:

@@ -8,9 +8,10 @@ count as ``eval.<task>.problems``. Summary runs carry the params their seeds sha
 
 One name and one unit per quantity: a seed run's ``fixed`` (its fixed-step score) and a summary
 run's ``fixed`` (the mean over its seeds, with ``fixed/low`` and ``fixed/high``) are the same
-quantity. Scores — the eval curves, fixed, best, selected, auc, and any interval or difference of
-them — are in PERCENT (avg@k x 100), as in table.md; probabilities, p-values, |d| statistics,
-collapse (0/1 per seed, the rate k/n per cell) and counts keep their natural scale.
+quantity. Scores — the eval curves, fixed, best, selected, auc, and any interval, standard error
+(``/se``), spread (``/spread``) or difference of them — are in PERCENT (avg@k x 100), as in table.md;
+probabilities, p-values, |d| statistics, collapse (0/1 per seed, the rate k/n per cell) and counts keep
+their natural scale.
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ EVAL_CURVE_KEYS = ("score", "pass_at_k", "maj_at_k")  # all scores: logged in pe
 CELL_SKIP = ("recipe", "lag", "seeds", "run_keys", "per_seed", "reference", "curve")
 ALIASES = {"collapse": "collapsed"}  # the summary's section -> the seed runs' name for the quantity
 PROBABILITY_SECTIONS = ("improvement",)  # P(improvement): a probability even where it names a score
-INTERVAL_PARTS = ("estimate", "low", "high")
+SCORE_PARTS = ("estimate", "low", "high", "se", "spread")  # of a score (or a difference of scores): all in percent
 
 
 def param_text(value) -> str:
@@ -95,11 +96,12 @@ def number(value) -> float | None:
 
 
 def _is_score(parts: list[str]) -> bool:
-    """A leaf is a score (percent) when it is the estimate or an interval bound of a score metric —
+    """A leaf is a score (percent) when it is the estimate, an interval bound, the standard error or the
+    spread of a score metric (or of a difference of scores) —
     not a probability, a p-value or a count about it (e.g. seeds needed)."""
     if parts[0] in PROBABILITY_SECTIONS:
         return False
-    return parts[-1] in INTERVAL_PARTS and any(name in SCORES for name in parts[:-1])
+    return parts[-1] in SCORE_PARTS and any(name in SCORES for name in parts[:-1])
 
 
 def metric_name(parts: list[str]) -> str:
@@ -158,14 +160,15 @@ def eval_metrics(rows: list[dict]) -> list[tuple[int, str, float]]:
 def curve_metrics(task: str, curve: list[dict], time_ms: int, part: str = "estimate") -> list:
     """One line of a cell's per-step test-score curve (summary.json's cell["curve"]) as step metrics in
     percent, named eval/<task>/score as on the seed runs: ``part`` "estimate" (the seed mean, on the
-    cell's summary run) or a bound of its 95% interval, "low" or "high" (on the cell's band runs,
-    BAND_PARTS); a step without that bound (fewer than 2 seeds) is left out."""
+    cell's summary run and its mean run of the comparison) or a bound of its 95% interval, "low" or "high"
+    (on the cell's band runs of the comparison, BAND_PARTS); a step without that bound (fewer than 2 seeds)
+    is left out."""
     from mlflow.entities import Metric
     return [Metric(f"eval/{task}/score", percent(point[part]), time_ms, int(point["step"]))
             for point in curve if number(point[part]) is not None]
 
 
-BAND_PARTS = ("low", "high")  # a cell's band runs, beside its summary run (the mean)
+BAND_PARTS = ("low", "high")  # a cell's band runs, beside its mean run (tracking.runs.comparison_runs)
 
 
 def staleness_cost_metric(claims: list[dict]) -> str:
@@ -196,25 +199,28 @@ def _chart(kind: str, section: str, metric: str) -> dict:
     return chart
 
 
-def comparison_view(task: str, lag: int, cost_metric: str | None) -> dict:
-    """The summary experiment's shared view of one lag (tracking.store.comparison_link): its cells'
-    summary and band runs, grouped by cell (recipe, lag) with the groups' values in the charts, so that
-    the test-score chart draws one line per cell, the average of its mean, low and high runs (the mean:
-    the interval is symmetric), over the band from their minimum to their maximum (the 95% interval);
-    ``cost_metric`` (a lag other than the reference): also the bar chart of staleness_cost/<metric>, a
-    bar per cell named in the legend by its group (the band runs do not carry it). Each chart in a
-    section of its own, full width, tall enough for the legend's every cell."""
+def comparison_view(task: str, lag: int, band: str, cost_metric: str | None) -> dict:
+    """A shared view of the comparison experiment at one lag (tracking.store.comparison_link): its cells' mean
+    and band runs (tracking.runs.comparison_runs), grouped by recipe (the view holds one lag) with the groups'
+    values in the charts, so that the test-score chart draws one line per recipe, the average of its mean,
+    low and high runs (the mean: the interval is symmetric), over the band from their minimum to their maximum
+    (the 95% interval; ``band`` names its method, in the chart's section title); ``cost_metric`` (a lag other
+    than the reference): also the bar chart of staleness_cost/<metric>, a bar per recipe named in the legend
+    (the band runs do not carry it). Each chart in a section of its own, full width, tall enough for the
+    legend's every recipe."""
     score = f"eval/{task}/score"
-    sections, charts = [_section("stalebench-score", "test score, %", 560)], [_chart("LINE", "stalebench-score", score)]
+    title = f"mean test score, % (band: 95% interval, {band})"  # short: the UI cuts a long section title
+    sections, charts = [_section("stalebench-score", title, 560)], [_chart("LINE", "stalebench-score", score)]
     if cost_metric:
         cost = f"staleness_cost/{cost_metric}"
-        sections.append(_section("stalebench-cost", f"staleness cost ({cost_metric}, points)", 440))
+        sections.append(_section("stalebench-cost", f"staleness cost, {cost_metric} points (lag {lag} minus the "
+                                                    "smallest)", 440))
         charts.append(_chart("BAR", "stalebench-cost", cost))
     return {"searchFilter": f"params.lag = '{lag}'", "orderByKey": "tags.`mlflow.runName`", "orderByAsc": True,
             "runsHiddenMode": "SHOW_ALL", "useGroupedValuesInCharts": True, "hideEmptyCharts": True,
             # the UI adds a generated chart for every other metric of the runs: the filter keeps them out
             "chartsSearchFilter": "^(" + "|".join(re.escape(c["metricKey"]) for c in charts) + ")$",
             "compareRunSections": sections, "compareRunCharts": charts, "isAccordionReordered": True,
-            "groupBy": {"aggregateFunction": "average",
-                        "groupByKeys": [{"mode": "param", "groupByData": "recipe"},
-                                        {"mode": "param", "groupByData": "lag"}]}}
+            # grouped by recipe alone (the lag is the filter's): a group's colour is a hash of its name, and so
+            # a recipe's colour is the same in the view of every lag
+            "groupBy": {"aggregateFunction": "average", "groupByKeys": [{"mode": "param", "groupByData": "recipe"}]}}

@@ -12,32 +12,43 @@ from pathlib import Path
 
 from analysis.report.render import Section, Table, markdown
 from analysis.report.tables import (
+    METHOD_NAMES,
     claim_conclusions,
     claim_text,
     claims_section,
-    family_text,
     replication_text,
 )
 from harness.grid_dir import GridDir
 from harness.io import write_json_atomic, write_text_atomic
 from harness.settings import Config, thawed
 from tracking import layout
-from tracking.store import COMPARISON_VIEW, SEED_RUNS_VIEW, VERDICTS_ARTIFACT
+from tracking.store import (
+    COMPARISON_SUFFIX,
+    COMPARISON_VIEW,
+    SEED_RUNS_VIEW,
+    SUMMARY_SUFFIX,
+    TUNING_SUFFIX,
+    VERDICTS_ARTIFACT,
+)
 from tracking.writer import Writer
 
 SYNCED = "stalebench.synced_step."  # + "train" or "eval.<task>": last step already logged
-SUMMARY_SUFFIX = " summary"  # the summary runs' experiment: "<grid> summary"
-TUNING_SUFFIX = " tuning"  # the tuning candidates' experiment: "<grid> tuning"
 TUNING_ARTIFACT = "tuning.md"  # the parent run's pick table (tuning_markdown)
 CURVE_DIGEST = "stalebench.curve_digest"  # a summary run's: the curve last logged
 MLFLOW_STATUS = {"completed": "FINISHED", "diverged": "FAILED", "failed": "FAILED"}
-SCORE_UNITS = ("Scores (eval/TASK/score, fixed, best, selected, auc and their intervals) are in percent "
-               "(avg@k x 100), as in table.md.")
+SCORE_UNITS = ("Scores (eval/TASK/score, fixed, best, selected, auc, their differences such as staleness_cost/* and "
+               "vs_baseline/*, and their intervals' bounds, /se and /spread) are in percent (avg@k x 100), as in "
+               "table.md; probabilities (improvement/*, p-values), collapse rates, |d| statistics and counts are not.")
 TUNING_NOTE = ("The equal tuning budget's candidate runs of grid '{grid}', on the tuning seeds {seeds}: every "
                "candidate value of each recipe at each selection lag and tuning seed (tags tuning = candidate, picked = "
                "true/false). Their scores chose the picked values (tuning.md on the grid's parent run) and are not "
                "results: the picked values' results are their runs on the confirmation seeds, in the experiment "
                "'{grid}'. " + SCORE_UNITS)
+DRAWN_NOTE = ("What the cell comparisons of grid '{grid}' draw and nothing else: per cell (recipe x lag) its mean "
+              "test-score curve over seeds (the run '<recipe>/lag<lag> mean', with the cell's staleness cost) and the "
+              "bounds of the curve's 95% interval (the runs '... low' and '... high'), which each view groups by "
+              "recipe into a line over a band. Drawing material, not results: a cell's numbers are its run in the "
+              "experiment '{grid}" + SUMMARY_SUFFIX + "'. " + SCORE_UNITS)
 UNITS_NOTE = SCORE_UNITS + " Seed runs are here; the per-cell summaries are in the experiment '{grid}" + \
     SUMMARY_SUFFIX + "'."
 
@@ -51,6 +62,7 @@ class Tracker:
         self.writer = Writer(config.results_dir)
         self.experiment_id = self.writer.experiment(config.grid, UNITS_NOTE.format(grid=config.grid))
         self.summary_experiment_id, self.cells = None, {}  # the summary experiment: final sync only
+        self.comparison_experiment_id, self.drawn = None, {}  # the comparison views' experiment: final sync only
         self.writer.share_view(self.experiment_id, SEED_RUNS_VIEW, layout.seed_runs_view())
         self.existing = self.writer.existing(self.experiment_id)
         self.stride = stride
@@ -66,16 +78,17 @@ class Tracker:
         """A run of the grid's experiment (found by key, or created)."""
         return self.writer.run(key, kind, name, tags, self.experiment_id, self.existing, start_ms)
 
-    def sync_parent(self, grid_path: Path, summary: dict | None, pick: dict | None = None) -> str:
+    def sync_parent(self, grid_path: Path, summary: dict | None, pick: dict | None = None, n_runs: int = 0) -> str:
         """The grid's run; ``summary`` (final sync): its claims' verdicts as tags (``claim.<name>``,
         ``claim.<name>.estimate``, ``claims``) and as the run's description (the claims table of
         table.md), the report files as artifacts with the verdicts table (verdicts_markdown);
         ``pick`` (a tuning grid's tuning.json, once written): each recipe's picked value as a tag
-        ``tuning.picked.<recipe>``, and in a final sync the pick's table as tuning.md."""
+        ``tuning.picked.<recipe>``, and in a final sync the pick's table as tuning.md; ``n_runs``: the grid's
+        runs there are (tracking.sync counts them), a tag."""
         final = summary is not None
         run_id, found = self._run(f"grid:{self.config.grid}", "parent", self.config.grid,
                                   {"engine": self.config.engine.name, "grid": self.config.grid})
-        tags = {"n_runs": len(self.config.grid_runs), "mlflow.source.git.commit": self.writer.commit}
+        tags = {"n_runs": n_runs, "mlflow.source.git.commit": self.writer.commit}
         if final:
             tags.update(claim_tags(summary))
         if pick is not None:
@@ -188,20 +201,23 @@ class Tracker:
 
     def sync_cell(self, parent_id: str, cell: dict, summary: dict) -> None:
         """A summary run in the "<grid> summary" experiment: every number of the cell (layout.cell_values),
-        its mean test-score curve (layout.curve_metrics) and the baseline it is compared to; beside it
-        the cell's band runs, one per bound of the curve's 95% interval (layout.BAND_PARTS), which the
-        comparison's groups draw as the band (layout.comparison_view)."""
+        its mean test-score curve (layout.curve_metrics) and the baseline it is compared to; and what the
+        comparison views draw of the cell, in the "<grid> comparison" experiment (comparison_runs)."""
         if self.summary_experiment_id is None:
-            name = self.config.grid + SUMMARY_SUFFIX
             self.summary_experiment_id = self.writer.experiment(
-                name, f"One run per cell (recipe x lag) of grid '{self.config.grid}': means over seeds "
-                      "with their intervals and tests; two band runs per cell (low, high) carry the bounds "
-                      "of its test-score curve. " + SCORE_UNITS)
+                self.config.grid + SUMMARY_SUFFIX, f"One run per cell (recipe x lag) of grid '{self.config.grid}': "
+                "means over seeds with their intervals and tests. " + SCORE_UNITS)
+            self.comparison_experiment_id = self.writer.experiment(self.config.grid + COMPARISON_SUFFIX,
+                                                                   DRAWN_NOTE.format(grid=self.config.grid))
             cost_metric = layout.staleness_cost_metric(summary["claims"])
             for lag in summary["lags"]:
-                self.writer.share_view(self.summary_experiment_id, COMPARISON_VIEW.format(lag=lag), layout.comparison_view(
-                    summary["test_task"], lag, None if lag == summary["reference_lag"] else cost_metric))
+                methods = {point["method"] for c in summary["cells"] if c["lag"] == lag for point in c["curve"]}
+                band = ", ".join(METHOD_NAMES.get(method, method) for method in sorted(methods))
+                self.writer.share_view(self.comparison_experiment_id, COMPARISON_VIEW.format(lag=lag),
+                                       layout.comparison_view(summary["test_task"], lag, band,
+                                                              None if lag == summary["reference_lag"] else cost_metric))
             self.cells = self.writer.existing(self.summary_experiment_id)
+            self.drawn = self.writer.existing(self.comparison_experiment_id)
         recipe, lag = cell["recipe"], cell["lag"]
         key = f"cell:{self.config.grid}:{recipe}:lag{lag}"
         run_id, found = self.writer.run(key, "cell", f"summary {recipe}/lag{lag}", {"stalebench.grid_run": parent_id},
@@ -217,14 +233,26 @@ class Tracker:
         self.writer.log(run_id, self._curve(found, tags, summary, cell, "estimate") + self.writer.changed(found, values),
                         params=missing_params(found, params), tags=tags)
         self.writer.set_status(run_id, found, "FINISHED")
-        for part in layout.BAND_PARTS:
-            band_id, band = self.writer.run(f"{key}:{part}", "band", f"summary {recipe}/lag{lag} {part}",
-                                            {"stalebench.grid_run": parent_id}, self.summary_experiment_id, self.cells)
-            band_tags = {"mlflow.note.content": f"The {part} bound of the 95% interval of the test-score curve "
-                                                f"of summary {recipe}/lag{lag}, step by step. " + SCORE_UNITS}
-            self.writer.log(band_id, self._curve(band, band_tags, summary, cell, part), tags=band_tags,
-                            params=missing_params(band, {"recipe": recipe, "lag": str(lag)}))
-            self.writer.set_status(band_id, band, "FINISHED")
+        self.comparison_runs(parent_id, cell, summary, values)
+
+    def comparison_runs(self, parent_id: str, cell: dict, summary: dict, values: dict) -> None:
+        """The cell as the comparison views draw it, in the "<grid> comparison" experiment (DRAWN_NOTE), where no
+        run list, Compare or search of the grid's results meets them: its mean curve with its staleness cost
+        (``values``: the cell's numbers), and a run per bound of the curve's 95% interval (layout.BAND_PARTS)."""
+        recipe, lag = cell["recipe"], cell["lag"]
+        cost = f"staleness_cost/{layout.staleness_cost_metric(summary['claims'])}"  # what the bars draw
+        cost = {cost: values[cost]} if cost in values else {}
+        for part, label in (("estimate", "mean"), *((part, part) for part in layout.BAND_PARTS)):
+            drawn_id, drawn = self.writer.run(f"cell:{self.config.grid}:{recipe}:lag{lag}:{part}", "drawn",
+                                              f"{recipe}/lag{lag} {label}", {"stalebench.grid_run": parent_id},
+                                              self.comparison_experiment_id, self.drawn)
+            tags = {"mlflow.note.content": f"The {label} of the test-score curve of cell {recipe}/lag{lag} (its "
+                                           "95% interval's bound for low and high), step by step. " + SCORE_UNITS}
+            metrics = self._curve(drawn, tags, summary, cell, part)
+            if part == "estimate":
+                metrics += self.writer.changed(drawn, cost)
+            self.writer.log(drawn_id, metrics, tags=tags, params=missing_params(drawn, {"recipe": recipe, "lag": str(lag)}))
+            self.writer.set_status(drawn_id, drawn, "FINISHED")
 
     def _curve(self, found, tags: dict, summary: dict, cell: dict, part: str) -> list:
         """The cell curve's ``part`` as step metrics, unless the run already has it (its digest in ``tags``)."""
@@ -271,14 +299,13 @@ def tuning_markdown(grid: str, pick: dict) -> str:
 
 
 def verdicts_markdown(summary: dict) -> str:
-    """The parent run's verdicts table: a row per claim, its full name first, then its verdict, its
-    estimate and P(same outcome on a rerun); the reasons are table.md's (a sibling artifact)."""
-    rows = [[c["name"], f"**{c['verdict']}**", claim_text(c), replication_text(c)] for c in summary["claims"]]
-    if not rows:
+    """The parent run's claims table, table.md's (analysis.report.tables.claims_section): a row per claim, its
+    full name, its statement, its estimate, its outcome with what that outcome means, and P(same outcome on a
+    rerun); without claims, why there are none."""
+    section = claims_section(summary)
+    if section is None:
         return "\n".join(claim_conclusions(summary)) + "\n"
-    title = f"Verdicts of grid {summary['grid']} ({family_text(summary)}; the reasons: table.md)"
-    header = ["claim", "verdict", "estimate [interval] (level, method, n)", "P(same outcome on a rerun)"]
-    return "\n".join(markdown([Section.table(title, header, rows)]))
+    return "\n".join(markdown([section]))
 
 
 def baseline_note(summary: dict, lag: int) -> str:

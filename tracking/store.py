@@ -23,17 +23,22 @@ import contextlib
 import math
 import os
 import sqlite3
+import urllib.error
 import urllib.parse
+import urllib.request
 from pathlib import Path
 
 from harness.lock import writer_lock
 
 PROXIED = "mlflow-artifacts:"
-KIND = "stalebench.kind"  # the tag naming a run's kind: parent | run | cell
+KIND = "stalebench.kind"  # the tag naming a run's kind: parent | run | cell | drawn (a comparison's line or band)
 SEED_RUNS_FILTER = f"tags.\"{KIND}\" = 'run'"
 SEED_RUNS_VIEW = "stalebench-seeds"  # the seed runs' experiment's shared view (ui_link)
-COMPARISON_VIEW = "stalebench-cells-lag{lag}"  # the summary experiment's shared view of one lag (comparison_link)
+COMPARISON_VIEW = "stalebench-cells-lag{lag}"  # the comparison experiment's shared view of one lag (comparison_link)
 VERDICTS_ARTIFACT = "verdicts.md"  # the parent run's claims table (parent_link)
+SUMMARY_SUFFIX = " summary"  # the summary runs' experiment: "<grid> summary" (tracking.runs)
+COMPARISON_SUFFIX = " comparison"  # what the comparison views draw, never a result: "<grid> comparison"
+TUNING_SUFFIX = " tuning"  # the tuning candidates' experiment: "<grid> tuning"
 SHARED_VIEW_TAG = "mlflow.sharedViewState."  # + key: an experiment tag the UI opens with ?viewStateShareKey=key
 
 
@@ -48,6 +53,24 @@ def tracking_uri(results_dir: Path) -> tuple[str, str | None]:
     if os.environ.get("MLFLOW_TRACKING_URI"):
         return os.environ["MLFLOW_TRACKING_URI"], None
     return f"sqlite:///{local_store(results_dir)}", PROXIED
+
+
+def check_reachable(uri: str, timeout_s: float = 5.0) -> None:
+    """A tracking server's URI (http, https) that does not answer within ``timeout_s`` raises
+    ConnectionError naming it, before a writer takes a lock or touches a file: MLflow's own client would
+    retry for minutes (MLFLOW_HTTP_REQUEST_MAX_RETRIES, its backoff) before naming the address. Any HTTP
+    answer, an error status included, is a server there; a local store has nothing to reach."""
+    if not uri.startswith(("http://", "https://")):
+        return
+    try:
+        urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout_s).close()
+    except urllib.error.HTTPError:
+        return
+    except (OSError, ValueError) as error:
+        reason = getattr(error, "reason", error)
+        raise ConnectionError(f"the MLflow tracking server {uri} ($MLFLOW_TRACKING_URI) does not answer within "
+                              f"{timeout_s:.0f} s ({reason}): start it, or unset MLFLOW_TRACKING_URI to write the "
+                              "local store under results_dir; nothing was written") from None
 
 
 def artifact_destination(results_dir: Path) -> Path:
@@ -124,10 +147,10 @@ def ui_link(base_url: str, experiment_id: str) -> str:
     return _view_link(base_url, experiment_id, SEED_RUNS_VIEW)
 
 
-def comparison_link(base_url: str, summary_experiment_id: str, lag: int) -> str:
-    """The cell comparison at one lag: the summary experiment's runs as charts (layout.comparison_view:
-    a line per cell over its 95% band, the staleness-cost bars)."""
-    return _view_link(base_url, summary_experiment_id, COMPARISON_VIEW.format(lag=lag))
+def comparison_link(base_url: str, comparison_experiment_id: str, lag: int) -> str:
+    """The cell comparison at one lag: the comparison experiment's runs as charts (layout.comparison_view:
+    a line per recipe over its 95% band, the staleness-cost bars)."""
+    return _view_link(base_url, comparison_experiment_id, COMPARISON_VIEW.format(lag=lag))
 
 
 def parent_link(base_url: str, experiment_id: str, parent_run_id: str) -> str:

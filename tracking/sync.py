@@ -12,9 +12,10 @@ for the training curve (every numeric key of the run's training metrics, as trai
 evaluation curves (eval/<task>/score, pass_at_k, maj_at_k, in percent, selection task included),
 each point stamped with the time its training step was produced; its per-run numbers (fixed, best,
 selected, auc, dbar, ...). The summary runs, one per cell (recipe x lag) with every number of
-summary.json, and two band runs per cell (the bounds of its test-score curve's interval, drawn as
-its band), live in their own experiment "<grid> summary", so that they never crowd the seed runs out
-of the grid's default runs and chart views. With an equal tuning budget (config ``tuning``) the
+summary.json, live in their own experiment "<grid> summary", so that they never crowd the seed runs out
+of the grid's default runs and chart views; what the cell comparisons draw (per cell its mean curve and
+the two bounds of its 95% interval, drawn as its band) lives in the experiment "<grid> comparison", so
+that no run list, Compare or search of results returns a band as a run. With an equal tuning budget (config ``tuning``) the
 seed runs are the confirmation runs of the picked values, and the candidates' runs on the tuning
 seeds live in the experiment "<grid> tuning" (params tuning.recipe, tuning.param, tuning.value;
 tags ``tuning = candidate``, ``picked`` from the pick file tuning.json), never among the grid's runs: a
@@ -67,7 +68,7 @@ from harness.io import write_json_atomic
 from harness.lock import writer_lock
 from harness.settings import Config
 from tracking.runs import Tracker
-from tracking.store import store_lock, tracking_uri, ui_link
+from tracking.store import check_reachable, store_lock, tracking_uri, ui_link
 
 TRAIN_POINTS = 100  # training metrics logged at up to ~this many steps per run (0 = every step)
 
@@ -135,9 +136,11 @@ def sync(config: Config, progress: bool = True,
                 numbers[cell["recipe"], cell["lag"], seed] = {k: v[i] for k, v in cell["per_seed"].items()}
     pick = read_pick(config, grid_path, final)
     tracker = Tracker(config, stride=math.ceil(config.steps / max_train_points) if max_train_points else 1)
-    parent_id = tracker.sync_parent(grid_path, summary, pick)
-    runs = [(*run, numbers.get(run, {}) if final else None, None)
-            for run in (summarized_runs(summary) if final else live_runs(config, pick))]
+    grid_runs = summarized_runs(summary) if final else live_runs(config, pick)
+    # the runs there are (a seed schedule trains only some of the grid's; live, those started), not the planned count
+    parent_id = tracker.sync_parent(grid_path, summary, pick,
+                                    sum(config.folder.run(*run).config_path.exists() for run in grid_runs))
+    runs = [(*run, numbers.get(run, {}) if final else None, None) for run in grid_runs]
     if tracker.tuning is not None:
         runs += tracker.candidate_runs(pick, final)
     synced = {"runs": 0, "tuning_runs": 0}
@@ -149,6 +152,7 @@ def sync(config: Config, progress: bool = True,
         tracker.sync_cell(parent_id, cell, summary)
     marker = {"tracking_uri": tracker.writer.uri, "experiment": config.grid,
               "experiment_id": tracker.experiment_id, "summary_experiment_id": tracker.summary_experiment_id,
+              "comparison_experiment_id": tracker.comparison_experiment_id,
               "tuning_experiment_id": tracker.tuning_experiment_id,
               "parent_run_id": parent_id, **synced, "cells": len(summary["cells"]) if final else 0,
               "created": tracker.writer.created, "updated": tracker.writer.updated}
@@ -212,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def work():
         check_grid(config, final=not live)
+        check_reachable(tracking_uri(config.results_dir)[0])  # a server that is not there: seconds, no lock taken
         mode = "follow" if args.follow else "live" if live else "final"
         with writer_lock(config.folder.tracking_lock_path, f"MLflow writer, {mode}", args.wait_lock):
             if args.follow is not None:

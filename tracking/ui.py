@@ -4,13 +4,16 @@
 
 Starts ``mlflow server`` on 127.0.0.1 over <results_dir>/mlflow.db, serving the artifacts from
 <results_dir>/mlartifacts (wherever results/ now lives: the store is relocatable, tracking.store),
-waits until it answers, prints its links and runs until Ctrl-C: the grid's seed runs as charts, every
-run drawn; a cell comparison per lag (the "<grid> summary" experiment as charts in the views
-tracking.sync shares on it: a line per cell over its 95% band, the staleness-cost bars;
-tracking.store.comparison_link); the grid's parent run at its verdicts table (tracking.store.parent_link).
+waits until it answers, prints its links and runs until Ctrl-C, first what the grid was run to answer: the
+grid's parent run at its claims table (tracking.store.parent_link); a cell comparison per lag (the "<grid>
+comparison" experiment as charts in the views tracking.sync shares on it: a line per recipe over its 95% band,
+the staleness-cost bars; tracking.store.comparison_link); then the grid's seed runs as charts, every run
+drawn. The server logs warnings and errors only (no access log: a line per request scrolled the links away).
 The server runs without MLflow's job runner (its huey workers serve GenAI jobs this harness never
 submits; with them the UI's processes took 2.7 GB instead of 0.75, docs/mlflow.md):
-MLFLOW_SERVER_ENABLE_JOB_EXECUTION=true in the environment turns it back on.
+MLFLOW_SERVER_ENABLE_JOB_EXECUTION=true in the environment turns it back on. The links are read from the
+store in a child process (child_links): this process, which then only waits on the server, holds no MLflow
+client (282 MiB resident with one, docs/mlflow.md).
 If $MLFLOW_TRACKING_URI names a server, prints that server's link instead and starts nothing.
 """
 from __future__ import annotations
@@ -28,11 +31,13 @@ import psutil
 
 from harness.config import ConfigError, load
 from harness.settings import Config
-from tracking.runs import SUMMARY_SUFFIX, TUNING_SUFFIX
 from tracking.store import (
+    COMPARISON_SUFFIX,
     COMPARISON_VIEW,
     SHARED_VIEW_TAG,
+    TUNING_SUFFIX,
     artifact_destination,
+    check_reachable,
     comparison_link,
     local_store,
     parent_link,
@@ -58,45 +63,68 @@ def parent_run_id(uri: str, experiment: str, grid: str) -> str | None:
     return found[0].info.run_id if found else None
 
 
-def compared_lags(uri: str, summary_experiment: str) -> list[int]:
+def compared_lags(uri: str, comparison_experiment: str) -> list[int]:
     """The lags of the comparison views the final sync stored (the grid's, as aggregated: a narrowed
     run of the workflow may have fewer than the config file names)."""
     from mlflow.tracking import MlflowClient
     prefix = SHARED_VIEW_TAG + COMPARISON_VIEW.format(lag="")
-    tags = MlflowClient(uri).get_experiment(summary_experiment).tags
+    tags = MlflowClient(uri).get_experiment(comparison_experiment).tags
     return sorted(int(key[len(prefix):]) for key in tags if key.startswith(prefix) and key[len(prefix):].isdigit())
 
 
 def links(base_url: str, uri: str, grid: str) -> str:
-    """The seed runs' link of ``grid`` (and a tuning grid's candidates'); once the grid is aggregated and synced,
-    a cell comparison per lag and the parent run's verdicts."""
+    """The links of ``grid``, what a person looks for first at the top: once the grid is aggregated and synced,
+    the claims' verdicts (the parent run) and a cell comparison per lag; then the seed runs (and a tuning grid's
+    candidates)."""
     seeds = experiment_id(uri, grid)
     if seeds is None:
         raise ValueError(f"no experiment {grid!r} in {uri}: run the grid (make demo) or tracking.sync first")
-    lines = ["Seed runs (charts, every run):", ui_link(base_url, seeds)]
+    lines = []
+    cells = experiment_id(uri, grid + COMPARISON_SUFFIX)
+    if cells is None:
+        lines.append("Claims' verdicts and cell comparison: none yet (the grid is not aggregated and synced)")
+    else:
+        lines += ["Claims (statement, estimate, outcome and what it means, P(same outcome on a rerun)); "
+                  "table.md and the plots beside them:", parent_link(base_url, seeds, parent_run_id(uri, seeds, grid))]
+        for lag in compared_lags(uri, cells):
+            lines += [f"Cell comparison at lag {lag} (a line per recipe, the mean test score over its 95% band):",
+                      comparison_link(base_url, cells, lag)]
+    lines += ["Seed runs (charts, every run):", ui_link(base_url, seeds)]
     tuning = experiment_id(uri, grid + TUNING_SUFFIX)
     if tuning is not None:  # a grid with a tuning section (tracking.runs): its candidates, kept apart
         lines += ["Tuning candidates (the tuning seeds: how each value was picked, never a result):",
                   f"{base_url}/#/experiments/{tuning}"]  # its default runs view: the sync stores no view there
-    cells = experiment_id(uri, grid + SUMMARY_SUFFIX)
-    if cells is None:
-        return "\n".join(lines + ["Cell comparison and verdicts: none yet (the grid is not aggregated and synced)"])
-    for lag in compared_lags(uri, cells):
-        lines += [f"Cell comparison at lag {lag} (a line per recipe, the mean test score over its 95% band):",
-                  comparison_link(base_url, cells, lag)]
-    return "\n".join(lines + ["Claims' verdicts (the grid's parent run, its report files beside them):",
-                               parent_link(base_url, seeds, parent_run_id(uri, seeds, grid))])
+    return "\n".join(lines)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+LINKS_CHILD = ("import sys\nfrom tracking.ui import links\ntry:\n    print(links(*sys.argv[1:]))\n"
+               "except ValueError as error:\n    sys.exit(str(error))")
+
+
+def child_links(base_url: str, uri: str, grid: str) -> str:
+    """links() computed in a child process: MLflow's client (about 250 MiB resident once it has queried the
+    store) is not kept by this process while it waits on the server. ValueError naming what is missing."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    found = subprocess.run([sys.executable, "-c", LINKS_CHILD, base_url, uri, grid], capture_output=True, text=True,
+                           env=env)
+    if found.returncode != 0:
+        raise ValueError(found.stderr.strip().splitlines()[-1] if found.stderr.strip() else f"exit {found.returncode}")
+    return found.stdout.rstrip("\n")
 
 
 def server_command(results_dir: Path, port: int) -> list[str]:
     return [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", tracking_uri(results_dir)[0],
             "--artifacts-destination", str(artifact_destination(results_dir)), "--serve-artifacts",
-            "--host", HOST, "--port", str(port), "--workers", "1"]
+            "--host", HOST, "--port", str(port), "--workers", "1",
+            # no line per request (hundreds in a session, scrolling the links away): warnings and errors only
+            "--uvicorn-opts", "--no-access-log --log-level warning"]
 
 
 def server_env() -> dict[str, str]:
     """The server's environment: no telemetry and no job runner, unless the caller's environment says otherwise."""
-    return {"MLFLOW_DISABLE_TELEMETRY": "true", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ}
+    return {"MLFLOW_DISABLE_TELEMETRY": "true", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+            "PYTHONWARNINGS": "ignore", **os.environ}  # MLflow's imports warn of its own dependencies
 
 
 def listening_port(process: subprocess.Popen) -> int | None:
@@ -143,6 +171,10 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     uri = tracking_uri(config.results_dir)[0]
     if not uri.startswith("sqlite:"):
+        try:
+            check_reachable(uri)
+        except ConnectionError as error:
+            parser.error(str(error))
         print(links(uri, uri, config.grid), flush=True)
         return 0
     if not local_store(config.results_dir).exists():
@@ -154,15 +186,16 @@ def main(argv: list[str] | None = None) -> int:
         # MLflow completes a store it opens (tables, its Default experiment): this client and the
         # starting server are writers of the store until the server answers (tracking.store)
         with store_lock(uri, f"MLflow UI of grid {config.grid}, starting"):
-            links(HOST, uri, config.grid)  # refuses a store without the grid before a server starts
+            child_links(HOST, uri, config.grid)  # refuses a store without the grid before a server starts
             process = subprocess.Popen(server_command(config.results_dir, args.port), env=server_env(),
                                        start_new_session=True)
             base = wait_healthy(process, args.port)
-        print(f"MLflow UI of grid {config.grid!r} (Ctrl-C stops it).\n{links(base, uri, config.grid)}", flush=True)
+        print(f"MLflow UI of grid {config.grid!r} (Ctrl-C stops it).\n{child_links(base, uri, config.grid)}",
+              flush=True)
         return process.wait()
     except KeyboardInterrupt:
         return 0
-    except RuntimeError as error:
+    except (RuntimeError, ValueError) as error:
         print(f"tracking.ui: error: {error}", file=sys.stderr)
         return 1
     finally:

@@ -268,3 +268,15 @@ def under_recipe_names(summary: dict) -> dict:
                **{field: names[claim[field]] for field in CLAIM_RECIPE_FIELDS if claim.get(field) in names}}
               for claim in summary["claims"]]
     return {**summary, "cells": cells, "claims": claims, "recipes": [names.get(r, r) for r in summary["recipes"]]}
+
+
+def seeds_text(summary: dict) -> str:
+    """The seeds the cells hold: "3 seeds", or per recipe where they differ (a seed schedule): "seeds per
+    cell: grpo 6, gspo 3-10"."""
+    counts: dict[str, set[int]] = {}
+    for cell in summary["cells"]:
+        counts.setdefault(cell["recipe"], set()).add(len(cell["seeds"]))
+    if len(set().union(*counts.values())) <= 1:
+        return f"{next(iter(set().union(*counts.values())), len(summary['seeds']))} seeds"
+    return "seeds per cell: " + ", ".join(f"{recipe} {min(n)}" + (f"-{max(n)}" if len(n) > 1 else "")
+                                          for recipe, n in counts.items())

@@ -19,11 +19,14 @@ from harness.settings import Config
 
 
 def _attempts(config: Config) -> tuple[list[tuple[str, dict]], list[str]]:
-    """(run name, attempt) for every recorded attempt of the grid's runs; the runs without a record."""
+    """(run name, attempt) for every recorded attempt of the grid's runs; the runs trained without a record
+    (a run the seed schedule never trained has no folder: neither)."""
     attempts, missing = [], []
     for recipe, lag, seed in config.grid_runs:
-        name = f"{recipe}/lag{lag}/seed{seed}"
-        record = config.folder.run(recipe, lag, seed).read_provenance()
+        name, run = f"{recipe}/lag{lag}/seed{seed}", config.folder.run(recipe, lag, seed)
+        if not run.config_path.exists():
+            continue
+        record = run.read_provenance()
         if record is None:
             missing.append(name)
             continue

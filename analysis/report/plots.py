@@ -1,7 +1,7 @@
 """The report's plots, each written atomically: score curves (percent), |d| quantiles, Kaplan-Meier
 curves of collapse per lag, the staleness cost per recipe with its interval, claims marked, and for a
 queue grid (lag mode queue) the Pareto front of modelled time against score and each group's lag
-against its modelled length (a text panel for any other grid: the report's files are the same for every grid)."""
+against its modelled length (drawn for a queue grid only; a text panel where its runs lack the data)."""
 from __future__ import annotations
 
 import math
@@ -20,6 +20,7 @@ from harness.claims import KINDS
 from harness.settings import Config
 
 QUANTILES = ("d/mean_abs", "d/p50", "d/p90", "d/p99")
+COLLAPSE_DASHES = ("-", "--", ":", "-.")  # collapse.png: a recipe's curve by its width and dash (plot_collapse)
 
 
 def plot_curves(config: Config, runs: list[RunResult], path: Path) -> None:
@@ -74,12 +75,15 @@ def plot_collapse(summary: dict, path: Path) -> None:
     cells = summary_cells(summary)
     lags = summary["lags"]
     fig, axes = plt.subplots(1, len(lags), figsize=(5 * len(lags), 4), squeeze=False, sharey=True)
+    recipes = summary["recipes"]
     for ax, lag in zip(axes[0], lags):
-        for i, recipe in enumerate(summary["recipes"]):
+        for i, recipe in enumerate(recipes):
             cell = cells[recipe, lag]
             steps, alive = kaplan_meier(cell["per_seed"]["collapse_step"], summary["steps"])
-            offset = 0.004 * i  # overlapping curves (no collapse: all at 1) stay apart
-            ax.step(steps, np.array(alive) - offset, where="post",
+            # curves that coincide (no collapse: all at 1) told apart where they are: each next recipe drawn
+            # narrower and in its own dash on top of the ones before, never moved off its values
+            ax.step(steps, alive, where="post", linewidth=1.2 + 2.4 * (len(recipes) - 1 - i) / max(len(recipes) - 1, 1),
+                    linestyle=COLLAPSE_DASHES[i % len(COLLAPSE_DASHES)],
                     label=f"{recipe} ({cell['collapse']['k']}/{cell['collapse']['n']})")
         ax.set(title=f"lag {lag}: runs not yet collapsed (Kaplan-Meier)", xlabel="step",
                ylabel="fraction of runs", ylim=(-0.05, 1.05))
@@ -239,10 +243,8 @@ def plot_lag_vs_length(columns: list[tuple[str, list[int], list[float], object]]
 def plot_queue_lags(config: Config, runs: list[RunResult], path: Path) -> None:
     """lag_vs_length.png of a queue grid: one column per bound above 0, the groups of the first
     recipe's runs at that bound pooled over seeds (the draws depend on the seed and the bound, not on
-    the recipe, so another recipe's would repeat them), from each step's queue/lags and queue/lengths."""
-    if config.lag_mode != "queue":
-        _not_a_queue_grid(config.lag_mode, path, "no per-group lags")
-        return
+    the recipe, so another recipe's would repeat them), from each step's queue/lags and queue/lengths. Another
+    grid's report draws neither this nor plot_pareto (analysis.report.write: a sentence in table.md instead)."""
     cells, models, recipe, columns = by_cell(runs), queue_models(config), config.recipes[0], []
     for bound in [lag for lag in config.lags if lag > 0]:
         rows = [row for run in cells.get((recipe, bound), []) for row in run.train if "queue/lags" in row]

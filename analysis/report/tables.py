@@ -6,7 +6,7 @@ from __future__ import annotations
 import csv
 import io
 
-from analysis.cells.summary import ENDPOINT_NAMES, ENDPOINTS, MISMATCH, SCORES, summary_cells
+from analysis.cells.summary import ENDPOINT_NAMES, ENDPOINTS, MISMATCH, SCORES, seeds_text, summary_cells
 from analysis.claims.robustness import checks_text
 from analysis.claims.verdicts import joint_text, replication_text
 from analysis.report.render import Bullets, Section, latex, markdown
@@ -273,7 +273,7 @@ def conclusions_section(summary: dict) -> Section:
 
 def render_markdown(summary: dict, report: list[Section]) -> str:
     """table.md: its heading, then the report's sections (analysis.report.write)."""
-    heading = [f"# {summary['grid']}: {summary['engine']} engine, {len(summary['seeds'])} seeds, {summary['steps']} steps",
+    heading = [f"# {summary['grid']}: {summary['engine']} engine, {seeds_text(summary)}, {summary['steps']} steps",
                "", f"Test task `{summary['test_task']}`; selection task `{summary['selection_task']}`; "
                f"collapse = diverged, or below {summary['collapse_fraction']} x peak after the peak "
                f"through the last evaluation, over at least {summary.get('collapse_confirm', 1)} evaluations. Per-seed values in parentheses, in seed order "

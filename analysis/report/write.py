@@ -33,7 +33,7 @@ from analysis.report.tables import (
 )
 from analysis.schedule.looks import scheduled_runs
 from analysis.schedule.tune import confirmation_view
-from harness.grid_dir import GridDir
+from harness.grid_dir import QUEUE_PLOTS, GridDir
 from harness.io import write_json_atomic, write_text_atomic
 from harness.settings import Config
 
@@ -60,7 +60,17 @@ def report_sections(config: Config, summary: dict) -> list[Section]:
     claims = claims_section(summary)
     return [*([claims] if claims else []), *gain_sources_sections(summary), *cell_sections(summary),
             *noise_sections(summary), *pareto_sections(summary), conclusions_section(summary),
-            *tuning_sections(summary), *beside_sections(summary), *provenance.sections(config)]
+            *tuning_sections(summary), *beside_sections(summary), *provenance.sections(config),
+            *queue_plots_sections(config)]
+
+
+def queue_plots_sections(config: Config) -> list[Section]:
+    """The last section where a queue grid's plots are not drawn: which and why (no placeholder image)."""
+    if config.lag_mode == "queue":
+        return []
+    return [Section("Plots not drawn", (f"{' and '.join(f'{name}.png' for name in QUEUE_PLOTS)} compare a queue grid's "
+                    f"bounds at equal modelled wall-clock (lag_mode queue; docs/statistics.md); this grid's lag_mode is "
+                    f"{config.lag_mode}.",))]
 
 
 def write_reports(config: Config, out: GridDir | None = None, progress: bool = True) -> dict:
@@ -86,7 +96,10 @@ def write_reports(config: Config, out: GridDir | None = None, progress: bool = T
     plot_mismatch(config, runs, grid.plot_path("mismatch"))
     plot_collapse(summary, grid.plot_path("collapse"))
     plot_staleness(summary, grid.plot_path("staleness"))
-    plot_pareto(summary, grid.plot_path("pareto"))
-    plot_queue_lags(config, runs, grid.plot_path("lag_vs_length"))
+    if config.lag_mode == "queue":
+        plot_pareto(summary, grid.plot_path("pareto"))
+        plot_queue_lags(config, runs, grid.plot_path("lag_vs_length"))
+    for name in QUEUE_PLOTS if config.lag_mode != "queue" else ():
+        grid.plot_path(name).unlink(missing_ok=True)  # an earlier aggregate's of this folder: not this grid's
     write_json_atomic(grid.summary_path, summary)  # last: its presence means the reports are complete
     return summary

@@ -122,10 +122,12 @@ def test_the_pareto_plot_draws_each_recipes_points_and_front(queue_grid, tmp_pat
         assert labels == {"b1", "b8"}
 
 
-def test_other_grids_get_a_text_panel(tmp_path, monkeypatch):
+def test_a_queue_grid_without_the_data_gets_a_text_panel(tmp_path, monkeypatch):
+    """(Another grid's report draws neither plot: tests/analysis/test_report.py.)"""
     figures = []
     monkeypatch.setattr(plots, "_save", lambda fig, path: figures.append(fig))
-    plots.plot_pareto({"lag_mode": "interval", "pareto": None}, tmp_path / "pareto.png")
-    plots.plot_queue_lags(Config.build(make_config(tmp_path)), [], tmp_path / "lag_vs_length.png")
+    plots.plot_pareto({"lag_mode": "queue", "pareto": None}, tmp_path / "pareto.png")
+    plots.plot_queue_lags(Config.build(make_config(tmp_path, lag_mode="queue")), [], tmp_path / "lag_vs_length.png")
+    assert len(figures) == 2
     for fig in figures:
-        assert [t.get_text() for t in fig.axes[0].texts][0].startswith("not a queue grid (lag_mode interval)")
+        assert [t.get_text() for t in fig.axes[0].texts][0].startswith("a queue grid (lag_mode queue)")

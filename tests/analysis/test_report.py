@@ -19,7 +19,7 @@ from analysis.cells.summary import ENDPOINT_NAMES, ENDPOINTS, collect
 from analysis.report.plots import plot_curves
 from analysis.statistics.contrasts import contrast
 from analysis.statistics.intervals import collapse_difference, prob_improvement
-from harness.grid_dir import REPORT_FILES, GridDir
+from harness.grid_dir import QUEUE_PLOTS, GridDir, report_files
 from harness.settings import Config
 from tests.support.grid_fixture import (
     COLLAPSED,
@@ -54,8 +54,13 @@ def test_every_cell_and_seed_present(grid):
     for cell in cells.values():
         assert cell["seeds"] == config["seeds"] and len(set(cell["run_keys"])) == 3
         assert all(len(v) == 3 for v in cell["per_seed"].values())
-    for name in REPORT_FILES:
+    for name in report_files(config["lag_mode"]):
         assert (out / name).stat().st_size > 0
+    # not a queue grid: no placeholder image of a queue grid's plots, the sentence in table.md instead
+    assert config["lag_mode"] != "queue" and not any((out / f"{name}.png").exists() for name in QUEUE_PLOTS)
+    assert ("pareto.png and lag_vs_length.png are not drawn: they compare a queue grid's bounds at equal modelled "
+            f"wall-clock (lag_mode queue; docs/statistics.md), and this grid's lag_mode is {config['lag_mode']}.") in (
+        out / "table.md").read_text()
 
 
 def test_cis_contain_the_mean(grid):

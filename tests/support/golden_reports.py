@@ -90,7 +90,7 @@ def _store(config: dict) -> dict:
     marker = json.loads(GridDir.of(config).mlflow_path.read_text())
     client = MlflowClient(marker["tracking_uri"])
     store = {}
-    for key in ("experiment_id", "summary_experiment_id", "tuning_experiment_id"):
+    for key in ("experiment_id", "summary_experiment_id", "comparison_experiment_id", "tuning_experiment_id"):
         if marker.get(key) is None:
             continue
         experiment = client.get_experiment(marker[key])

@@ -8,12 +8,13 @@ import shutil
 import pytest
 
 from analysis.cells.summary import collect
+from analysis.claims.verdicts import replication_text
 from analysis.report.tables import size_text
 from analysis.report.write import summarize, write_reports
 from analysis.schedule.tune import selection
 from harness.config import validate
 from harness.grid import expand, grid_dir
-from harness.grid_dir import REPORT_FILES, GridDir
+from harness.grid_dir import GridDir, report_files
 from harness.io import append_jsonl_atomic, read_jsonl, write_json_atomic
 from harness.settings import Config
 from harness.tuning import Tuning
@@ -30,7 +31,7 @@ from tests.support.grid_fixture import (
 from tests.support.mlflow_server import mlflow_server, rest, run_params, run_tags
 from tests.support.tuning_grid import TUNING_SCORE, raw_config, write_run
 from tracking import layout
-from tracking.runs import SUMMARY_SUFFIX, TUNING_ARTIFACT, TUNING_SUFFIX
+from tracking.runs import COMPARISON_SUFFIX, SUMMARY_SUFFIX, TUNING_ARTIFACT, TUNING_SUFFIX
 from tracking.store import KIND, VERDICTS_ARTIFACT, local_artifact_dir, tracking_uri
 from tracking.sync import main, sync
 
@@ -171,22 +172,30 @@ def test_seed_runs_in_the_grid_experiment_summaries_in_their_own(synced):
     assert first_count == 1 + n_runs and {k: len(v) for k, v in kinds.items()} == {"parent": 1, "run": n_runs}
     summary = client.get_experiment_by_name(config["grid"] + SUMMARY_SUFFIX)
     assert summary.experiment_id == first["summary_experiment_id"] != first["experiment_id"]
-    every = all_runs(client, summary.experiment_id)  # a summary run and two band runs (low, high) per cell
-    assert sorted(r.data.tags[KIND] for r in every) == sorted(["cell", "band", "band"] * n_cells)
+    every = all_runs(client, summary.experiment_id)  # a summary run per cell, no band run among them
+    assert sorted(r.data.tags[KIND] for r in every) == ["cell"] * n_cells
+    drawn = all_runs(client, first["comparison_experiment_id"])  # what the comparisons draw: mean, low, high
+    assert client.get_experiment(first["comparison_experiment_id"]).name == config["grid"] + COMPARISON_SUFFIX
+    assert sorted(r.data.tags[KIND] for r in drawn) == ["drawn"] * 3 * n_cells
     parent = kinds["parent"][0]
-    assert parent.info.run_id == first["parent_run_id"] and first["created"] == first_count + 3 * n_cells
-    assert all(r.data.tags["stalebench.grid_run"] == parent.info.run_id for r in every)
-    assert sorted((r.data.params["recipe"], r.data.params["lag"]) for r in every) == sorted(
-        [(recipe, str(lag)) for recipe in config["recipes"] for lag in config["lags"]] * 3)
-    # the comparison's bands: each cell's curve, mean on its summary run, each bound on a band run, one name
+    assert parent.info.run_id == first["parent_run_id"] and first["created"] == first_count + 4 * n_cells
+    assert all(r.data.tags["stalebench.grid_run"] == parent.info.run_id for r in every + drawn)
+    assert sorted((r.data.params["recipe"], r.data.params["lag"]) for r in every + drawn) == sorted(
+        [(recipe, str(lag)) for recipe in config["recipes"] for lag in config["lags"]] * 4)
+    # the comparison's bands: each cell's curve, its mean on the summary run and the mean run, each bound on a band run
     summary_json = json.loads((grid_dir(config) / "summary.json").read_text())
-    by_name = {r.info.run_name: r for r in every}
+    by_name = {r.info.run_name: r for r in every + drawn}
     for cell in summary_json["cells"]:
-        for suffix, part in (("", "estimate"), (" low", "low"), (" high", "high")):
-            run = by_name[f"summary {cell['recipe']}/lag{cell['lag']}{suffix}"]
+        name = f"{cell['recipe']}/lag{cell['lag']}"
+        for run_name, part in ((f"summary {name}", "estimate"), (f"{name} mean", "estimate"), (f"{name} low", "low"),
+                               (f"{name} high", "high")):
+            run = by_name[run_name]
             history = client.get_metric_history(run.info.run_id, "eval/tiny_test/score")
             assert [(m.step, m.value) for m in history] == [(p["step"], pytest.approx(100 * p[part]))
                                                             for p in cell["curve"] if p[part] is not None]
+        if cell["staleness_cost"] is not None:  # the cost bars' value, on the mean run
+            assert by_name[f"{name} mean"].data.metrics["staleness_cost/auc"] == by_name[f"summary {name}"].data.metrics[
+                "staleness_cost/auc"]
     keys = {key_of(config, r): r for r in expand(config)}
     for run in kinds["run"]:
         recipe, lag, seed = keys[run.data.tags["run_key"]]
@@ -208,10 +217,10 @@ def test_seed_runs_in_the_grid_experiment_summaries_in_their_own(synced):
     # artifacts: in the folder the UI server serves mlflow-artifacts:/ from (a REST test opens them)
     assert parent.info.artifact_uri == f"mlflow-artifacts:/{config['grid']}/{parent.info.run_id}/artifacts"
     folder = local_artifact_dir(config["results_dir"], parent.info.artifact_uri)
-    assert {p.name for p in folder.iterdir()} == set(REPORT_FILES) | {"workflow_config.json", VERDICTS_ARTIFACT}
+    assert {p.name for p in folder.iterdir()} == set(report_files(config["lag_mode"])) | {"workflow_config.json", VERDICTS_ARTIFACT}
     rows = [line.split(" | ") for line in (folder / VERDICTS_ARTIFACT).read_text().splitlines()[4:] if line]
-    assert [(row[0].removeprefix("| "), row[1]) for row in rows] == [
-        (c["name"], f"**{c['verdict']}**") for c in summary_json["claims"]]
+    assert [(row[0].removeprefix("| "), row[1], row[3], row[4].removesuffix(" |")) for row in rows] == [  # table.md's
+        (c["name"], c["statement"], f"**{c['verdict']}**: {c['why']}", replication_text(c)) for c in summary_json["claims"]]
 
 
 def test_second_track_adds_none_and_updates(synced):
@@ -219,7 +228,8 @@ def test_second_track_adds_none_and_updates(synced):
     runs = all_runs(client, first["experiment_id"])
     cells = {r.data.tags["run_key"]: r for r in all_runs(client, first["summary_experiment_id"])}
     assert len(runs) == first_count and len({r.data.tags["run_key"] for r in runs}) == first_count
-    assert (second["created"], second["updated"]) == (0, first_count + len(cells))
+    drawn = all_runs(client, first["comparison_experiment_id"])
+    assert (second["created"], second["updated"]) == (0, first_count + len(cells) + len(drawn))
     assert second["parent_run_id"] == first["parent_run_id"]
     by_key = {r.data.tags["run_key"]: r for r in runs}
     # the extra training step arrived once; no step was logged twice
@@ -359,12 +369,12 @@ def test_filters_timestamps_and_a_moved_store_through_mlflow_server(synced, tmp_
                 stamps = [m["timestamp"] for m in sorted(history, key=lambda m: m["step"])]
                 assert len(stamps) > 1 and all(a < b for a, b in zip(stamps, stamps[1:]))
             listed = rest(base, "/api/2.0/mlflow/artifacts/list?run_id=" + first["parent_run_id"])["files"]
-            assert {f["path"] for f in listed} == set(REPORT_FILES) | {"workflow_config.json", VERDICTS_ARTIFACT}
-            for name in REPORT_FILES:  # each opens, with the bytes of the grid's file
+            assert {f["path"] for f in listed} == set(report_files(config["lag_mode"])) | {"workflow_config.json", VERDICTS_ARTIFACT}
+            for name in report_files(config["lag_mode"]):  # each opens, with the bytes of the grid's file
                 body = rest(base, f"/get-artifact?path={name}&run_uuid={first['parent_run_id']}", raw=True)
                 assert body == (moved / config["grid"] / name).read_bytes()
             verdicts = rest(base, f"/get-artifact?path={VERDICTS_ARTIFACT}&run_uuid={first['parent_run_id']}", raw=True)
-            assert verdicts.decode().startswith(f"## Verdicts of grid {config['grid']}")
+            assert verdicts.decode().startswith("## Claims (confirmatory, declared in the config")
     finally:
         os.rename(original + ".away", original)
 
@@ -381,12 +391,14 @@ def test_summary_runs_chart_the_cell_curves_and_the_parent_carries_the_verdicts(
     with mlflow_server(config["results_dir"], tmp_path / "server.log") as base:
         cells = rest(base, "/api/2.0/mlflow/runs/search",
                      {"experiment_ids": [first["summary_experiment_id"]], "max_results": 100})["runs"]
-        assert len(cells) == 3 * len(curves)  # a summary run and its two band runs per cell
-        for run in cells:
+        drawn = rest(base, "/api/2.0/mlflow/runs/search",
+                     {"experiment_ids": [first["comparison_experiment_id"]], "max_results": 100})["runs"]
+        assert len(cells) == len(curves) and len(drawn) == 3 * len(curves)  # per cell: a summary run; mean, low, high
+        for run in cells + drawn:
             params, run_id, tags = run_params(run), run["info"]["run_id"], run_tags(run)
             curve = curves[params["recipe"], params["lag"]]
             part = "estimate" if tags[KIND] == "cell" else tags["run_key"].rpartition(":")[2]
-            assert len(curve) == 4 and (tags[KIND] == "band" or tags["baseline"] == config["baseline"])
+            assert len(curve) == 4 and (tags[KIND] == "drawn" or tags["baseline"] == config["baseline"])
             history = rest(base, f"/api/2.0/mlflow/metrics/get-history?run_id={run_id}&metric_key={name}")
             points = sorted((m["step"], m["value"]) for m in history["metrics"])
             assert points == [(p["step"], pytest.approx(100 * p[part])) for p in curve], (params, part)
@@ -424,4 +436,6 @@ def test_make_ui_links_the_tuning_candidates_apart_from_the_seed_runs(tuned):
     printed = links("http://127.0.0.1:5000", first["tracking_uri"], config["grid"]).splitlines()
     at = printed.index("Tuning candidates (the tuning seeds: how each value was picked, never a result):")
     assert printed[at + 1] == f"http://127.0.0.1:5000/#/experiments/{first['tuning_experiment_id']}"
-    assert printed[0] == "Seed runs (charts, every run):" and f"experiments/{first['experiment_id']}" in printed[1]
+    assert printed[0].startswith("Claims (statement, estimate, outcome")  # what the grid was run to answer, first
+    seeds = printed.index("Seed runs (charts, every run):")
+    assert f"experiments/{first['experiment_id']}" in printed[seeds + 1] and seeds < at

@@ -1,5 +1,6 @@
 """`make ui` (tracking.ui): the server it starts, the links it prints, and what a person sees at those
 links in a real headless browser (Debian's chromium, which CI installs with apt-get)."""
+import html
 import json
 import os
 import re
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from analysis.report.tables import replication_text
 from harness.config import load
 from harness.grid import expand
 from harness.grid_dir import GridDir
@@ -67,42 +69,55 @@ def seed_runs_page(dom: str, config: dict) -> list[str]:
         [] if last in visible_text(dom) else [f"the run {last}"])
 
 
+def named(recipe: str, text: str) -> bool:
+    """``recipe`` as a whole name in ``text`` (grpo, not the grpo of grpo_r3)."""
+    return re.search(rf"(?<![\w.]){re.escape(recipe)}(?![\w.])", text) is not None
+
+
 def comparison_page(dom: str, config: dict, lag: int) -> list[str]:
-    """The cell comparison at one lag: a line per cell over its 95% band, each in a colour of its own,
-    every cell named; at a lag other than the reference, a named bar per cell on the staleness-cost chart."""
-    chart = f"eval/{Config.build(config).eval.test_task}/score"
-    groups = [f"recipe: {recipe}, lag: {lag}" for recipe in config["recipes"]]
+    """The cell comparison at one lag: a line per recipe over its 95% band, each in a colour of its own, every
+    recipe named (the group is the recipe alone: one colour per recipe at every lag), the band named (its level
+    and method); at a lag other than the reference, a named bar per recipe on the staleness-cost chart."""
+    chart, recipes = f"eval/{Config.build(config).eval.test_task}/score", config["recipes"]
     card, missing = chart_card(dom, chart), []
     lines, bands = drawn_lines(dom, chart), re.findall(r'class="js-fill"[^>]*?[ "]fill: (rgb\([^)]*\))', card)
-    if len(lines) != len(groups) or len(set(lines)) != len(groups):
-        missing.append(f"{len(groups)} lines in {len(groups)} colours on {chart} (it draws {lines})")
+    if len(lines) != len(recipes) or len(set(lines)) != len(recipes):
+        missing.append(f"{len(recipes)} lines in {len(recipes)} colours on {chart} (it draws {lines})")
     if sorted(bands) != sorted(lines):
         missing.append(f"a band under each line on {chart} (bands {bands}, lines {lines})")
-    missing += [f"{group} on {chart}" for group in groups if group not in visible_text(card)]
+    missing += [f"{recipe} ({chart}) in the legend" for recipe in recipes if f"{recipe} ({chart})" not in visible_text(card)]
+    if "band: 95% interval" not in visible_text(dom):
+        missing.append("the band named on the chart (band: 95% interval, its method)")
     if lag != GridDir.of(config).read_summary()["reference_lag"]:
         cost = chart_card(dom, f"staleness_cost/{staleness_cost_metric(config['claims'])}")
         bars = len(re.findall(r'<g class="point">', cost))
-        if bars != len(groups):
-            missing.append(f"{len(groups)} staleness-cost bars (it draws {bars})")
-        missing += [f"{group} naming a staleness-cost bar" for group in groups if group not in visible_text(cost)]
+        if bars != len(recipes):
+            missing.append(f"{len(recipes)} staleness-cost bars (it draws {bars})")
+        missing += [f"{recipe} naming a staleness-cost bar" for recipe in recipes if not named(recipe, visible_text(cost))]
     return missing
 
 
 def parent_run_page(dom: str, config: dict) -> list[str]:
-    """The grid's parent run at its verdicts table: a row per claim, its full name then its verdict."""
+    """The grid's parent run at its claims table, as table.md's: a row per claim, its full name, its statement,
+    its outcome with what the outcome means, and P(same outcome on a rerun)."""
     # the UI renders a Markdown table as rows and cells by their ARIA roles
-    rows = [[visible_text(f"<div {cell}>").strip() for cell in row.split('role="cell"')[1:]] for row in dom.split('role="row"')[1:]]
-    shown = {row[0]: row[1] for row in rows if len(row) > 1}
-    return [f"claim {c['name']}: {c['verdict']}" for c in GridDir.of(config).read_summary()["claims"]
-            if shown.get(c["name"]) != c["verdict"]]
+    rows = [[" ".join(html.unescape(visible_text(f"<div {cell}>")).split()) for cell in row.split('role="cell"')[1:]]
+            for row in dom.split('role="row"')[1:]]
+    shown = {row[0]: " | ".join(row[1:]) for row in rows if len(row) > 1}
+    missing = []
+    for claim in GridDir.of(config).read_summary()["claims"]:
+        row = shown.get(claim["name"], "")
+        missing += [f"claim {claim['name']}: {part}" for part in (
+            claim["statement"], f"{claim['verdict']} : {claim['why']}", f"| {replication_text(claim)}") if part not in row]
+    return missing
 
 
 def pages(config: dict) -> list[tuple[str, object]]:
-    """What each link `make ui` prints must show, in the order it prints them: (page name, check)."""
-    return [("seed_runs", seed_runs_page),
+    """What each link `make ui` prints must show, in the order it prints them, the claims first: (page name, check)."""
+    return [("verdicts", parent_run_page),
             *((f"comparison_lag{lag}", lambda dom, config, lag=lag: comparison_page(dom, config, lag))
               for lag in config["lags"]),
-            ("verdicts", parent_run_page)]
+            ("seed_runs", seed_runs_page)]
 
 
 @pytest.mark.browser
@@ -113,11 +128,13 @@ def test_printed_links_show_what_a_person_looks_for(tmp_path):
     config_path = synced_grid(tmp_path)
     config = load(config_path)
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    doms = {}
     with running_ui(config_path) as (_, links):
         assert len(links) == len(pages(config)), links
         for (name, check), link in zip(pages(config), links):
             shot = tmp_path / f"{name}.png"
-            missing = check(render(link, shot), config)
+            doms[name] = render(link, shot)
+            missing = check(doms[name], config)
             kept = SCREENSHOTS / shot.name
             with tempfile.NamedTemporaryFile(dir=SCREENSHOTS, suffix=".png", delete=False) as partial:
                 shutil.copyfile(shot, partial.name)
@@ -125,3 +142,14 @@ def test_printed_links_show_what_a_person_looks_for(tmp_path):
             os.replace(partial.name, kept)
             assert not missing, f"the {name} page ({link}) does not show {missing}; screenshot: {kept}"
             assert kept.stat().st_size > 10_000, f"{kept} is nearly empty: the page drew nothing"
+    # no band among the results: the grid's and its summary's experiments hold no run of a band (low, high)
+    from mlflow.tracking import MlflowClient
+    client = MlflowClient(f"sqlite:///{Path(config['results_dir']).resolve() / 'mlflow.db'}")
+    results = [client.get_experiment_by_name(config["grid"] + suffix).experiment_id for suffix in ("", " summary")]
+    bands = [run.info.run_name for run in client.search_runs(results, max_results=1000)
+             if run.info.run_name.endswith((" low", " high"))]
+    assert not bands, f"band runs among the results (run list, Compare, search): {bands}"
+    # one colour per recipe: the lines of the lags' comparison views, recipe by recipe, in the same colours
+    chart = f"eval/{Config.build(config).eval.test_task}/score"
+    colours = {name: drawn_lines(dom, chart) for name, dom in doms.items() if name.startswith("comparison")}
+    assert len({tuple(lines) for lines in colours.values()}) == 1, f"a recipe's colour differs between views: {colours}"

@@ -10,7 +10,7 @@ import yaml
 from harness import engine as engines
 from harness.config import load
 from harness.grid import expand
-from harness.grid_dir import REPORT_FILES
+from harness.grid_dir import report_files
 from harness.settings import Config
 from tests.support.workflow_cli import ROOT, job_counts, planned_outputs, snakemake
 
@@ -46,7 +46,7 @@ def test_dry_run_of_the_demo_grid_lists_every_job(scratch):
         for r, lag in cells)
     # The aggregate rule declares exactly the files analysis.aggregate writes.
     aggregate = re.search(r"^(?:local)?rule aggregate:\n(?:    .*\n)*?    output: (.*)$", result.stdout, re.MULTILINE)
-    assert sorted(aggregate.group(1).split(", ")) == sorted(f"{scratch}/demo/{name}" for name in REPORT_FILES)
+    assert sorted(aggregate.group(1).split(", ")) == sorted(f"{scratch}/demo/{name}" for name in report_files("constant"))
     assert not scratch.joinpath("demo").exists(), "a dry run writes nothing"
 
 

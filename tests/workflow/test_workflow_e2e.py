@@ -26,7 +26,7 @@ from tests.support.pristine import Pristine
 from tests.support.untimed import untimed_rows
 from tests.support.waiting import wait_until
 from tests.support.workflow_cli import ROOT, SNAKEMAKE, job_counts, planned_jobs, planned_outputs, snakemake
-from tracking.runs import SUMMARY_SUFFIX
+from tracking.runs import COMPARISON_SUFFIX, SUMMARY_SUFFIX
 from tracking.store import local_artifact_dir
 
 pytestmark = pytest.mark.slow  # grids run by Snakemake
@@ -161,8 +161,10 @@ def test_mlflow_holds_each_run_once_under_the_parent(grid_to_change):
     assert {kind: len(found) for kind, found in by_kind.items()} == {"parent": 1, "run": len(expand(config))}
     parent = by_kind["parent"][0].info.run_id
     assert all(run.data.tags["mlflow.parentRunId"] == parent for run in by_kind["run"])
-    cells = _mlflow_runs(config, SUMMARY_SUFFIX)[1]  # the summary runs and their band runs: their own experiment
-    assert sorted(r.data.tags["stalebench.kind"] for r in cells) == sorted(["cell", "band", "band"] * len(RECIPES) * len(LAGS))
+    cells = _mlflow_runs(config, SUMMARY_SUFFIX)[1]  # the summary runs: their own experiment, no band run
+    assert [r.data.tags["stalebench.kind"] for r in cells] == ["cell"] * len(RECIPES) * len(LAGS)
+    drawn = _mlflow_runs(config, COMPARISON_SUFFIX)[1]  # what the comparisons draw: a mean, a low, a high a cell
+    assert sorted(r.data.tags["stalebench.kind"] for r in drawn) == ["drawn"] * 3 * len(RECIPES) * len(LAGS)
     assert all(r.data.tags["stalebench.grid_run"] == parent for r in cells)
     keys = {json.loads((GridDir.of(config).run(*r).path / "config.json").read_text())["run_key"] for r in expand(config)}
     assert {run.data.tags["run_key"] for run in by_kind["run"]} == keys

@@ -68,8 +68,9 @@ rule aggregate:
         mismatch=report(str(GRID_DIR.plot_path("mismatch")), category="Plots"),
         collapse=report(str(GRID_DIR.plot_path("collapse")), category="Plots"),
         staleness=report(str(GRID_DIR.plot_path("staleness")), category="Plots"),
-        pareto=report(str(GRID_DIR.plot_path("pareto")), category="Plots"),
-        lag_vs_length=report(str(GRID_DIR.plot_path("lag_vs_length")), category="Plots"),
+        # a queue grid's plots, for a queue grid only (analysis.report.write; another's table.md says why)
+        **{name: report(str(GRID_DIR.plot_path(name)), category="Plots")
+           for name in QUEUE_PLOTS if MODEL.lag_mode == "queue"},
     params:
         grid=lambda wildcards, output: os.path.dirname(output.summary),
     log:

@@ -9,12 +9,11 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import update_config
 
 from harness.config import ConfigError, check_recipe_values, validate
-from harness.run import RUN_FOLDER
-from harness.grid_dir import GridDir
+from harness.grid_dir import QUEUE_PLOTS, GridDir
 from harness.io import write_json_atomic
-from harness.jobs import job_resources, retype_cli_values, rule_resources, run_packs, train_arguments, train_retries
+from harness.jobs import job_resources, narrowed_request, retype_cli_values, rule_resources, run_packs, train_arguments, train_retries
 from harness.settings import Config
-from harness.run import STATUS_PATTERN, eval_file_pattern, refuse_changed_runs
+from harness.run import RUN_FOLDER, STATUS_PATTERN, eval_file_pattern, refuse_changed_runs
 
 
 # `-C lags=[1,8]` arrives as strings; give the overrides their YAML types again.
@@ -29,6 +28,10 @@ try:
     # deleted the job's outputs. Not again in a cluster job's own snakemake.
     if workflow.is_main_process:
         refuse_changed_runs({MODEL.folder.run(*run).path: MODEL.run_config(run) for run in MODEL.runs})
+        # a request narrower than the finished table (-C seeds=[0]): said before Snakemake plans
+        NARROWED = narrowed_request(MODEL)
+        if NARROWED:
+            print(f"stalebench: note: {NARROWED}", file=sys.stderr)
 except (ConfigError, ValueError) as error:
     raise WorkflowError(str(error)) from None
 
