@@ -24,12 +24,11 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.claims.planning import assumptions_from, parse_assumption, runs_per_draw
+from analysis.claims.planning import assumed_effects, parse_assumption, runs_per_draw
 from analysis.statistics.boundaries import BOUNDARIES, look_levels
 from analysis.statistics.decision import is_final, simulate_collapse, simulate_contrast
 from analysis.statistics.intervals import ALPHA
 from harness.config import ConfigError, load
-from harness.grid_dir import GridDir
 from harness.settings import Config
 
 TARGET = 0.8  # each claim's predictive P(final outcome)
@@ -126,8 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         config = Config.build(load(args.config))
-        assumed = assumptions_from(GridDir(args.grid).summary_path if args.grid.is_dir() else args.grid) if args.grid else {}
-        assumed.update(dict(args.assume))
+        assumed = assumed_effects(args.grid, args.assume)
         rows = search(config, assumed, designs(args.max_seeds, args.first, args.max_looks), args.draws)
         seeding = config.seeding
         declared = evaluate(config, Design(seeding.looks, seeding.boundary) if seeding else

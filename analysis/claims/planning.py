@@ -28,6 +28,13 @@ from harness.io import read_json
 from harness.settings import Config
 
 
+def assumed_effects(grid: Path | None, assume: list) -> dict[str, tuple[float, ...]]:
+    """The command line's effects: those a finished grid measured (``--from``: its folder or summary.json),
+    then each ``--assume`` over them."""
+    assumed = assumptions_from(GridDir(grid).summary_path if grid.is_dir() else grid) if grid else {}
+    return {**assumed, **dict(assume)}
+
+
 def assumptions_from(summary_path: Path) -> dict[str, tuple[float, ...]]:
     """Each claim's measured estimate, spread and seeds (collapse: rates) in a finished grid's summary.json."""
     summary = read_json(summary_path)  # a damaged file is named
@@ -122,11 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         config = load(args.config, {key: json.loads(value) for key, value in (s.split("=", 1) for s in args.set)})
-        assumed = {}
-        if args.grid:
-            assumed.update(assumptions_from(GridDir(args.grid).summary_path if args.grid.is_dir() else args.grid))
-        assumed.update(dict(args.assume))
-        print(render(plan(Config.build(config), assumed, args.replicates)))
+        print(render(plan(Config.build(config), assumed_effects(args.grid, args.assume), args.replicates)))
     except (ConfigError, ValueError, OSError) as error:
         print(f"analysis.claims.planning: error: {error}", file=sys.stderr)
         return 2
