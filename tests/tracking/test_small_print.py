@@ -6,7 +6,8 @@ from __future__ import annotations
 import shutil
 
 from analysis.cells.summary import seeds_text
-from analysis.report.machines import provenance_lines
+from analysis.report.machines import provenance_section
+from analysis.report.render import markdown
 from harness.grid import expand
 from harness.settings import Config
 from tests.support.grid_fixture import make_grid
@@ -25,7 +26,7 @@ def unscheduled(config: dict) -> tuple[Config, int]:
 
 def test_runs_without_provenance_are_runs_that_were_trained(tmp_path):
     typed, trained = unscheduled(make_grid(tmp_path / "results"))  # the fabricated runs record no provenance
-    lines = provenance_lines(typed)
+    lines = markdown([provenance_section(typed)])
     assert any(line.startswith(f"{trained} run(s) have no provenance.json") for line in lines), lines
     assert not any("grpo/lag1/seed2" in line for line in lines)
 
