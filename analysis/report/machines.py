@@ -24,7 +24,7 @@ def _attempts(config: Config) -> tuple[list[tuple[str, dict]], list[str]]:
     attempts, missing = [], []
     for recipe, lag, seed in config.grid_runs:
         name, run = f"{recipe}/lag{lag}/seed{seed}", config.folder.run(recipe, lag, seed)
-        if not run.config_path.exists():
+        if not run.path.is_dir():
             continue
         record = run.read_provenance()
         if record is None:

@@ -43,6 +43,7 @@ def test_runs_from_other_commits_or_machines_are_named(tmp_path):
     record(config, "grpo", 1, {**MACHINE, "git_dirty": True})
     # killed on one machine, finished on another: the run counts for both
     record(config, "gspo", 0, MACHINE, {**MACHINE, "host": "b", "cpu_capability": "AVX2"})
+    config.folder.run("gspo", 1, 1).path.mkdir(parents=True)  # trained before provenance was recorded
     text = "\n".join(markdown(sections(config)))
     assert "**The runs of this table come from 2 commits**" in text
     assert "- 1111111111 + uncommitted changes: 1 run(s): grpo/lag1/seed1" in text
