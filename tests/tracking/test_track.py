@@ -219,8 +219,9 @@ def test_seed_runs_in_the_grid_experiment_summaries_in_their_own(synced):
     folder = local_artifact_dir(config["results_dir"], parent.info.artifact_uri)
     assert {p.name for p in folder.iterdir()} == set(report_files(config["lag_mode"])) | {"workflow_config.json", VERDICTS_ARTIFACT}
     rows = [line.split(" | ") for line in (folder / VERDICTS_ARTIFACT).read_text().splitlines()[4:] if line]
-    assert [(row[0].removeprefix("| "), row[1], row[3], row[4].removesuffix(" |")) for row in rows] == [  # table.md's
-        (c["name"], c["statement"], f"**{c['verdict']}**: {c['why']}", replication_text(c)) for c in summary_json["claims"]]
+    assert [(row[0].removeprefix("| "), row[1], row[3], row[4]) for row in rows] == [  # table.md's claims section
+        (c["name"], c["statement"], f"**{c['verdict']}**{size_text(c)}: {c['why']}", replication_text(c, with_range=True))
+        for c in summary_json["claims"]]
 
 
 def test_second_track_adds_none_and_updates(synced):

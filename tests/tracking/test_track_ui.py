@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from analysis.report.tables import replication_text
+from analysis.claims.verdicts import replication_text
+from analysis.report.tables import size_text
 from harness.config import load
 from harness.grid import expand
 from harness.grid_dir import GridDir
@@ -106,9 +107,10 @@ def parent_run_page(dom: str, config: dict) -> list[str]:
     shown = {row[0]: " | ".join(row[1:]) for row in rows if len(row) > 1}
     missing = []
     for claim in GridDir.of(config).read_summary()["claims"]:
-        row = shown.get(claim["name"], "")
+        row, size = shown.get(claim["name"], ""), size_text(claim)  # the bold outcome, then its size against delta
+        outcome = f"{claim['verdict']}{size}: {claim['why']}" if size else f"{claim['verdict']} : {claim['why']}"
         missing += [f"claim {claim['name']}: {part}" for part in (
-            claim["statement"], f"{claim['verdict']} : {claim['why']}", f"| {replication_text(claim)}") if part not in row]
+            claim["statement"], outcome, f"| {replication_text(claim, with_range=True)} |") if part not in row]
     return missing
 
 
