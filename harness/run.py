@@ -143,6 +143,10 @@ class RunDir:
             raise FileNotFoundError(f"run output missing: {self.config_path}")
         return read_json(self.config_path)
 
+    def read_pinned(self) -> PinnedRun:
+        """config.json typed for the stages after training (``PinnedRun``); errors name the file."""
+        return PinnedRun.of(self.read_config(), self.config_path)
+
     def pin_config(self, run_config: dict) -> dict:
         """Write config.json, or check that the one there is this config (same run key); returns
         the config with its run key. A folder holding another config is refused, nothing written."""
@@ -286,6 +290,41 @@ def recipe_fingerprint(recipe_json: str) -> dict:
     from stabilizers import fingerprint  # imports torch
 
     return fingerprint(recipe_from_named_dict(json.loads(recipe_json), "run config 'recipe'"))
+
+
+@dataclass(frozen=True)
+class PinnedRun:
+    """A run's config.json as the stages after training read it (aggregate, track): the fields
+    harness.grid.resolve_run_config wrote, typed once per run by the engine-independent checks
+    (harness.grid.check_run). Not ``RunConfig``: a later stage reads what a run was started with, and
+    needs neither the engine's parameter checks nor its inputs (the base model)."""
+
+    recipe: Recipe
+    engine: str
+    engine_params: MappingProxyType  # as the run pinned them: resolved, the preset's name kept
+    lag: int
+    lag_mode: str
+    seed: int
+    steps: int
+    eval_every: int
+    run_key: str
+    identity_keys: MappingProxyType  # every ``*_key`` hash the file holds (run_key among them)
+
+    @classmethod
+    def of(cls, run_config: dict, source: str | Path) -> PinnedRun:
+        """ValueError naming ``source`` (the config.json) and the key that is missing or wrong."""
+        try:
+            recipe = check_run(run_config)
+        except ValueError as error:
+            raise ValueError(f"{source}: {error.args[0]}") from None
+        if not run_config.get("run_key"):
+            raise ValueError(f"{source} has no run_key")
+        return cls(recipe=recipe, engine=run_config["engine"],
+                   engine_params=MappingProxyType(dict(run_config.get("engine_params") or {})),
+                   lag=run_config["lag"], lag_mode=run_config["lag_mode"], seed=run_config["seed"],
+                   steps=run_config["steps"], eval_every=run_config["eval_every"], run_key=run_config["run_key"],
+                   identity_keys=MappingProxyType({key: value for key, value in run_config.items()
+                                                   if key.endswith("_key") and isinstance(value, str)}))
 
 
 @dataclass(frozen=True)

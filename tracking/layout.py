@@ -21,6 +21,7 @@ import re
 
 from analysis.cells.summary import SCORES
 from harness.claims import KINDS
+from harness.run import PinnedRun
 from tracking.store import SEED_RUNS_FILTER
 
 PERCENT = 100.0
@@ -49,35 +50,28 @@ def flatten(obj, prefix: str = "") -> dict:
     return {prefix: obj}
 
 
-def cell_params(run_config: dict) -> dict[str, str]:
+def cell_params(run: PinnedRun) -> dict[str, str]:
     """The params every seed of a cell shares (no seed)."""
-    recipe = run_config["recipe"]
+    recipe = run.recipe
     return {key: param_text(value) for key, value in {
-        "recipe": recipe["name"], "loss": recipe["loss"], "lag": run_config["lag"],
-        "lag_mode": run_config["lag_mode"], "engine": run_config["engine"],
-        "preset": (run_config.get("engine_params") or {}).get("preset"), "steps": run_config["steps"],
-        "eval_every": run_config["eval_every"], "routing_replay": recipe.get("routing_replay", False),
-        "tis": recipe.get("tis")}.items()}
+        "recipe": recipe.name, "loss": recipe.loss, "lag": run.lag, "lag_mode": run.lag_mode,
+        "engine": run.engine, "preset": run.engine_params.get("preset"), "steps": run.steps,
+        "eval_every": run.eval_every, "routing_replay": recipe.routing_replay, "tis": recipe.tis}.items()}
 
 
-def run_params(run_config: dict, eval_settings: dict, problems: dict[str, int]) -> dict[str, str]:
+def run_params(run: PinnedRun, eval_settings: dict, problems: dict[str, int]) -> dict[str, str]:
     """A seed run's flat params (module docstring); ``problems``: task -> problem count, as known."""
-    params = {**cell_params(run_config), "seed": param_text(run_config["seed"])}
+    params = {**cell_params(run), "seed": param_text(run.seed)}
     # The run config is already resolved (harness.grid.resolve_run_config, what the run key hashes):
     # every stabilizer parameter with its default, the engine preset expanded to its values.
-    params.update({f"loss.{k}": param_text(v) for k, v in (run_config["recipe"].get("params") or {}).items()})
-    for key, value in (run_config.get("engine_params") or {}).items():
+    params.update({f"loss.{k}": param_text(v) for k, v in run.recipe.params.items()})
+    for key, value in run.engine_params.items():
         if key == "preset":
             continue  # a core param already
         params[f"engine.{key}" if key in params or key.startswith(("loss.", "eval.")) else key] = param_text(value)
     params.update({f"eval.{k}": param_text(v) for k, v in flatten(eval_settings).items()})
     params.update({f"eval.{task}.problems": str(n) for task, n in problems.items()})
     return params
-
-
-def identity_tags(run_config: dict) -> dict[str, str]:
-    """The run config's identity hashes (``run_key``, and any other ``*_key``) as tags."""
-    return {k: str(v) for k, v in run_config.items() if k.endswith("_key") and isinstance(v, str)}
 
 
 def provenance_tags(provenance: dict) -> dict[str, str]:

@@ -122,10 +122,8 @@ class Tracker:
                     raise FileNotFoundError(f"run output missing: {path}")
         if not run.config_path.exists():
             return False
-        run_config, status = run.read_config(), run.read_status()
-        key = run_config.get("run_key")
-        if not key:
-            raise ValueError(f"{run.config_path} has no run_key")
+        pinned, status = run.read_pinned(), run.read_status()
+        key = pinned.run_key
         start_ms = int(run.config_path.stat().st_mtime * 1000)
         name, (extra_params, extra_tags) = f"{recipe}/lag{lag}/seed{seed}", candidate or ({}, {})
         if candidate is None:
@@ -137,7 +135,7 @@ class Tracker:
         train_rows = run.read_metrics()
         times = layout.step_times_ms(train_rows, start_ms)
         metrics, problems = [], {}
-        new_tags = {**layout.identity_tags(run_config), **extra_tags,
+        new_tags = {**pinned.identity_keys, **extra_tags,
                     "run_dir": os.path.relpath(run.path.resolve(), self.config.results_dir.resolve())}
         provenance = run.read_provenance()
         if provenance is not None:
@@ -169,7 +167,7 @@ class Tracker:
             metrics += self.writer.changed(found, layout.seed_values(numbers))
             if "collapsed" in numbers:
                 new_tags["collapsed"] = str(bool(numbers["collapsed"])).lower()
-        params = missing_params(found, {**layout.run_params(run_config, self.config.eval.as_dict(), problems), **extra_params})
+        params = missing_params(found, {**layout.run_params(pinned, self.config.eval.as_dict(), problems), **extra_params})
         self.writer.log(run_id, metrics, params=params, tags=new_tags)
         if status is None:
             self.writer.set_status(run_id, found, "RUNNING")
@@ -228,7 +226,7 @@ class Tracker:
         params = {}  # the params its seeds share (from the first seed's config)
         first = self.config.folder.run(recipe, lag, cell["seeds"][0]) if cell["seeds"] else None
         if first is not None and first.config_path.exists():
-            params = layout.cell_params(first.read_config())
+            params = layout.cell_params(first.read_pinned())
         params.update({"recipe": recipe, "lag": str(lag)})
         self.writer.log(run_id, self._curve(found, tags, summary, cell, "estimate") + self.writer.changed(found, values),
                         params=missing_params(found, params), tags=tags)

@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.io import read_jsonl
-from harness.run import RunDir
+from harness.run import PinnedRun, RunDir
 from harness.settings import Config
 
 TAIL_FRACTION = 0.1  # d-bar window: the last 10% of optimizer steps
@@ -197,10 +197,10 @@ def mismatch_tail(train_metrics: list[dict]) -> tuple[float, float]:
     return tail_mean("d/mean_abs"), tail_mean("d/p99")
 
 
-def read_run(run: RunDir, config: Config) -> tuple[RunSummary, dict, list[tuple[int, float]], list[dict]]:
+def read_run(run: RunDir, config: Config) -> tuple[RunSummary, PinnedRun, list[tuple[int, float]], list[dict]]:
     """Summarize one run folder under the grid's ``config``; returns the summary, the run's
-    config.json, its test curve and its training metrics rows. Errors name the bad file (and line)."""
-    run_config = run.read_config()
+    config.json (typed), its test curve and its training metrics rows. Errors name the bad file (and line)."""
+    pinned = run.read_pinned()
     status = run.read_status()
     if status is None:
         raise FileNotFoundError(f"run output missing: {run.status_path}")
@@ -215,4 +215,4 @@ def read_run(run: RunDir, config: Config) -> tuple[RunSummary, dict, list[tuple[
         selection=load_curve(run.eval_path(selection), allow_empty=diverged) if selection else None,
         collapse_fraction=config.collapse.fraction, collapse_confirm=config.collapse.confirm,
         train_metrics=train_metrics)
-    return summary, run_config, test, train_metrics
+    return summary, pinned, test, train_metrics

@@ -5,6 +5,8 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+from harness.run import PinnedRun
+
 REFERENCE = Path(__file__).resolve().parents[2] / "results" / "reference" / "table1.csv"
 
 
@@ -23,8 +25,9 @@ def _number(text: str) -> float | None:
     return float(text) if text.strip() else None
 
 
-def reference_for(recipe: dict, lag: int, table: dict) -> dict | None:
-    """The published row a run's recipe (config.json's ``recipe``) reproduces at this lag, if any."""
-    if recipe.get("table1") is None:
+def reference_for(run: PinnedRun, table: dict) -> dict | None:
+    """The published row a run's recipe (config.json's ``recipe``) reproduces at its lag, if any."""
+    recipe = run.recipe
+    if recipe.table1 is None:
         return None
-    return table.get((recipe["table1"], bool(recipe.get("routing_replay")), recipe.get("tis") is not None, lag))
+    return table.get((recipe.table1, bool(recipe.routing_replay), recipe.tis is not None, run.lag))

@@ -30,6 +30,7 @@ from analysis.statistics.intervals import (
     mean_ci,
     prob_improvement,
 )
+from harness.run import PinnedRun
 from harness.settings import Config, thawed
 from harness.tuning import CLAIM_RECIPE_FIELDS
 
@@ -51,8 +52,7 @@ class RunResult:
     recipe: str
     lag: int
     seed: int
-    run_key: str
-    recipe_spec: dict  # config.json's resolved recipe (the published row it reproduces)
+    pinned: PinnedRun  # its config.json: the run key, and the resolved recipe (the published row it reproduces)
     summary: RunSummary
     curve: list[tuple[int, float]]  # test-task (step, score)
     train: list[dict]  # the run's training metrics rows
@@ -66,10 +66,9 @@ def collect(config: Config, progress: bool = True, which: list[tuple[str, int, i
     for recipe, lag, seed in tqdm(config.grid_runs if which is None else which, desc="aggregate: reading runs",
                                   unit="run", disable=not progress, file=sys.stderr):
         folder = config.folder.run(recipe, lag, seed)
-        summary, run_config, curve, train = read_run(folder, config)
+        summary, pinned, curve, train = read_run(folder, config)
         folder.check_fingerprint()
-        runs.append(RunResult(recipe, lag, seed, run_config.get("run_key", ""), run_config.get("recipe") or {},
-                        summary, curve, train))
+        runs.append(RunResult(recipe, lag, seed, pinned, summary, curve, train))
     return runs
 
 
@@ -121,13 +120,13 @@ def _cell(recipe: str, lag: int, runs: list[RunResult], reference: dict, budget:
                               for step, collapsed in zip(seeds["collapse_step"], seeds["collapsed"])]
     k = sum(seeds["collapsed"])
     return {"recipe": recipe, "lag": lag, "seeds": [r.seed for r in runs],
-            "run_keys": [r.run_key for r in runs], "per_seed": seeds,
+            "run_keys": [r.pinned.run_key for r in runs], "per_seed": seeds,
             "stats": {m: mean_ci(seeds[m]).as_dict() for m in (*SCORES, *MISMATCH)},
             "curve": score_curve(runs, budget),
             "collapse": {"k": k, **collapse_rate(k, len(runs)).as_dict()},
             "realized_lag": realized_lag_distribution(runs),
             "improvement": None, "vs_baseline": None, "collapse_vs_baseline": None,
-            "reference": reference_for(runs[0].recipe_spec, lag, reference) if runs else None}
+            "reference": reference_for(runs[0].pinned, reference) if runs else None}
 
 
 def build_cells(config: Config, runs: list[RunResult]) -> dict[tuple[str, int], dict]:

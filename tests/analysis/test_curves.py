@@ -87,8 +87,8 @@ def test_mismatch_tail_uses_last_ten_percent_and_skips_nan():
 
 def test_read_run_on_fabricated_grid(tmp_path):
     config = Config.build(make_grid(tmp_path))
-    s, run_config, curve, train = read_run(config.folder.run(*COLLAPSED), config)
-    assert s.collapsed and s.collapse_step == 15 and run_config["recipe"]["name"] == "grpo"
+    s, pinned, curve, train = read_run(config.folder.run(*COLLAPSED), config)
+    assert s.collapsed and s.collapse_step == 15 and pinned.recipe.name == "grpo" and pinned.run_key
     assert [v for _, v in curve] == [0.40, 0.50, 0.20, 0.10]
     assert [row["step"] for row in train] == list(range(1, STEPS + 1))
     assert s.selected_step == 5  # validation is best one checkpoint before the test peak (10)

@@ -66,7 +66,7 @@ def _raw_config_reads(path: Path) -> list[str]:
             named = node.value
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
             named = node.func.value
-        if named is not None and (getattr(named, "id", None) == "config" or getattr(named, "attr", None) == "config"):
+        if named is not None and {getattr(named, "id", None), getattr(named, "attr", None)} & {"config", "run_config"}:
             found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
         if isinstance(node, ast.arg) and node.arg == "config" and ast.unparse(node.annotation or ast.Name("?")) != "Config":
             found.append(f"{path.relative_to(ROOT)}:{node.lineno}: parameter config: {ast.unparse(node.annotation or ast.Name('?'))}")
@@ -75,7 +75,8 @@ def _raw_config_reads(path: Path) -> list[str]:
 
 def test_analysis_and_tracking_read_the_typed_config_never_a_raw_dict():
     """A stage loads the checked config once (harness.settings.Config) and passes it on typed: a raw
-    dict read there is a setting that no schema field documents and no stage's inputs name."""
+    dict read there is a setting that no schema field documents and no stage's inputs name. A run's own
+    config.json is read as harness.run.PinnedRun, not as a dict (``run_config[...]``)."""
     paths = [*ROOT.glob("analysis/**/*.py"), *ROOT.glob("tracking/**/*.py")]
     assert paths and [read for path in paths for read in _raw_config_reads(path)] == []
 

@@ -214,3 +214,21 @@ def test_every_field_of_the_run_config_is_in_the_run_key(monkeypatch):
     monkeypatch.setattr(harness.grid, "BASE_MODEL", "another base model")
     keys["base_model"] = key_of()  # the engine: the only field not varied here (one engine runs on a CPU)
     assert len(set(keys.values())) == len(keys), keys
+
+
+def test_a_later_stage_reads_the_pinned_run_config_typed_and_names_a_bad_file(tmp_path):
+    """Aggregate and track read a run's config.json as ``PinnedRun`` (no engine check, no raw dict)."""
+    run_config = resolve_run_config(load("tests/support/interval_grid.yaml"), "grpo_mu", 8, 2)
+    RunDir(tmp_path / "run").pin_config(run_config)
+    pinned = RunDir(tmp_path / "run").read_pinned()
+    assert (pinned.recipe.name, pinned.lag, pinned.seed, pinned.run_key) == ("grpo_mu", 8, 2, run_config["run_key"])
+    assert pinned.recipe.params == run_config["recipe"]["params"] and dict(pinned.identity_keys) == {
+        "run_key": run_config["run_key"]}
+    for broken, named in (({k: v for k, v in run_config.items() if k != "seed"}, "'seed'"),
+                          ({**run_config, "run_key": ""}, "no run_key")):
+        path = tmp_path / "bad" / "config.json"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(json.dumps(broken))
+        with pytest.raises(ValueError, match=named) as error:
+            RunDir(path.parent).read_pinned()
+        assert str(path) in str(error.value)
