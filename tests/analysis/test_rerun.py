@@ -1,7 +1,7 @@
 """A rerun that checks a grid's claims (analysis.schedule.rerun): fresh declared seeds, the normal workflow
 on the first grid's config, and the two outcomes per claim beside the first run's printed probability.
 The workflow call is replaced here by fabricating the new grid's runs (tests/support/grid_fixture.py);
-the real training path: tests/workflow/test_workflow_rerun_design.py (slow)."""
+the real training path: tests/workflow/test_workflow_seeding.py (slow)."""
 import json
 from pathlib import Path
 

@@ -1,8 +1,13 @@
 """A declared seed schedule through the real `snakemake`: the first look runs every cell, the
-interim job reads the claims, and only the cells of the claim still open get the next look's seed."""
+interim job reads the claims, and only the cells of the claim still open get the next look's seed. The
+finished grid is then rerun on fresh declared seeds (analysis.schedule.rerun) by the normal workflow, and
+the claim-by-claim report of both outcomes read (one grid trained for both: CI's time)."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -13,7 +18,7 @@ from harness.config import load
 from harness.grid import expand
 from harness.grid_dir import GridDir
 from harness.settings import Config
-from tests.support.workflow_cli import ROOT, snakemake
+from tests.support.workflow_cli import ROOT, session_workdir, snakemake
 
 # grpo_twin is grpo under another name: the same runs seed for seed, a contrast of exactly 0 (a point
 # interval inside any margin: final at the first look). grpo_fast, grpo at 30x its learning rate, against
@@ -34,8 +39,8 @@ OVERRIDES = {
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1800)
-def test_a_declared_schedule_adds_seeds_only_to_the_open_claims_cells():
+@pytest.mark.timeout(3000)
+def test_a_declared_schedule_adds_seeds_only_to_the_open_claims_cells_and_a_rerun_reports_both_outcomes():
     with tempfile.TemporaryDirectory(prefix="stalebench-seeding-") as folder:
         results = Path(folder) / "results"
         args = ["-C", f"results_dir={results}", *(f"{key}={json.dumps(value)}" for key, value in OVERRIDES.items())]
@@ -62,3 +67,24 @@ def test_a_declared_schedule_adds_seeds_only_to_the_open_claims_cells():
         # a second call plans nothing: the schedule is read from the same runs
         again = snakemake("-c2", "-n", *args, timeout=300)
         assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
+        rerun_on_fresh_seeds(results)
+
+
+def rerun_on_fresh_seeds(results: Path) -> None:
+    again = results / "seeding_again"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "analysis.schedule.rerun", "--grid", str(results / "seeding"),
+                           "--out", str(again), "--kernel", "avx2", "--", "-d", str(session_workdir())],
+                          cwd=ROOT, capture_output=True, text=True, timeout=1700, env=env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    declared = json.loads(GridDir(again).rerun_path.read_text())
+    assert declared["seeds"] == [3, 4, 5] and declared["kernel"] == "avx2"
+    summary = json.loads(GridDir(again).summary_path.read_text())
+    assert summary["seeds"] == [3, 4, 5] and summary["seeding"] == {"looks": [2, 3], "boundary": "pocock"}
+    trained = {p.parent.parent.name for p in (again / "runs").glob("*/lag1/seed*/train/status.json")}
+    assert trained <= {"seed3", "seed4", "seed5"} and {"seed3", "seed4"} <= trained
+    provenance = json.loads(next((again / "runs").glob("grpo/lag1/seed3/provenance.json")).read_text())
+    assert "avx2" in json.dumps(provenance).lower()
+    for name in ("twin_is_grpo", "fast_beats_grpo"):
+        assert f"| {name} | " in done.stdout
+    assert "outcomes repeated; the first run's printed probabilities predict" in done.stdout
