@@ -1,0 +1,84 @@
+"""An equal tuning budget under a declared seed schedule, through the real `snakemake`, stage by stage: the
+candidates on the tuning seeds and the pick (checkpoint tune), then the picked values' first look, then the
+interim job (checkpoint look) adding the next seed only to the cells of the claim still open."""
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from harness.config import load
+from harness.grid_dir import GridDir
+from harness.settings import Config
+from harness.tuning import Tuning
+from tests.support.workflow_cli import ROOT, snakemake
+
+# As test_workflow_seeding's grid, each recipe tuned: grpo_twin is grpo under another name (the same runs seed
+# for seed, so the same pick and a contrast of exactly 0: final at the first look); grpo_fast, grpo at 30x its
+# learning rate, against grpo at a 1-point effect is open after two seeds.
+CLIP = {"param": ["eps_low", "eps_high"], "values": [0.2, 0.05]}
+OVERRIDES = {
+    "grid": "tuned_seeding", "steps": 4, "eval_every": 2, "recipes": ["grpo", "grpo_twin", "grpo_fast"],
+    "lags": [1], "seeds": [0, 1, 2], "seeding": {"looks": [2, 3], "boundary": "pocock"}, "baseline": "grpo",
+    "extra_recipes": {"grpo_twin": {"loss": "grpo"}, "grpo_fast": {"loss": "grpo"}},
+    "recipe_engine_params": {"grpo_fast": {"lr": 0.01}},
+    "tuning": {"seeds": [10, 11], "recipes": {"grpo": CLIP, "grpo_twin": CLIP, "grpo_fast": CLIP}},
+    "engine_params": {"preset": "demo", "warmstart_steps": 60},
+    "eval": {"tasks": ["tiny_test"], "selection_task": None, "k": 4, "problems": {"tiny_test": 32}},
+    "claims": [{"name": "twin_is_grpo", "kind": "recipes", "recipe": "grpo_twin", "versus": "grpo", "lag": 1,
+                "expect": "equivalent", "smallest_effect": 0.05},
+               {"name": "fast_beats_grpo", "kind": "recipes", "recipe": "grpo_fast", "versus": "grpo", "lag": 1,
+                "expect": "greater", "smallest_effect": 0.01}],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(2400)
+def test_the_picked_values_run_the_declared_seed_schedule_look_by_look():
+    with tempfile.TemporaryDirectory(prefix="stalebench-tuned-seeding-") as folder:
+        results = Path(folder) / "results"
+        args = ["-C", f"results_dir={results}", *(f"{key}={json.dumps(value)}" for key, value in OVERRIDES.items())]
+        config = load(ROOT / "config.yaml", {"results_dir": str(results), **OVERRIDES})
+        grid, tuning, model = GridDir.of(config), Tuning.of(config), Config.build(config)
+
+        def trained() -> set:
+            return {run for run in model.runs if grid.run(*run).status_path.exists()}
+
+        def run(*targets: str) -> None:
+            result = snakemake("-c2", *args, *targets, timeout=700)
+            assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+        # stage 1: every candidate on the tuning seeds, then the pick; no confirmation run yet
+        run(str(grid.tuning_path))
+        assert trained() == set(tuning.runs())
+        picked = {recipe: entry["picked"] for recipe, entry in grid.read_tuning()["recipes"].items()}
+        assert picked["grpo_twin"] == picked["grpo"]  # the same runs, the same pick
+        view = model.confirmation(picked)
+        assert view.seeding == model.seeding and len(view.claims) == 2  # the declared schedule and family
+        variants = dict(zip(model.recipes, view.recipes))
+        # stage 2: the picked values' first look, seeds 0-1 of every cell, then the interim reading
+        run(grid.look_pattern.format(look=1))
+        first = {(variant, 1, seed) for variant in view.recipes for seed in (0, 1)}
+        assert trained() == set(tuning.runs()) | first
+        interim = json.loads(Path(grid.look_pattern.format(look=1)).read_text())
+        assert interim["open_cells"] == [[variants["grpo"], 1], [variants["grpo_fast"], 1]]
+        # stage 3: the last look adds seed 2 to the open claim's cells only, and the grid is read
+        run()
+        assert trained() == set(tuning.runs()) | first | {(variants["grpo"], 1, 2), (variants["grpo_fast"], 1, 2)}
+        for variant, lag, seed in sorted(trained() - set(tuning.runs())):  # the picked values reach the runs
+            recipe = next(name for name, picked_variant in variants.items() if picked_variant == variant)
+            params = json.loads(grid.run(variant, lag, seed).config_path.read_text())["recipe"]["params"]
+            assert params["eps_low"] == params["eps_high"] == picked[recipe]
+        summary = grid.read_summary()
+        assert summary["recipes"] == list(view.recipes) and summary["seeding"] == {"looks": [2, 3], "boundary": "pocock"}
+        claims = {claim["name"]: claim for claim in summary["claims"]}
+        twin, fast = claims["twin_is_grpo"], claims["fast_beats_grpo"]
+        assert (twin["recipe"], twin["verdict"], twin["look"], twin["n"]) == (variants["grpo_twin"], "negligible", 1, 2)
+        assert (fast["recipe"], fast["look"], fast["n"]) == (variants["grpo_fast"], 2, 3)
+        table = grid.table_path("md").read_text()
+        assert "## Equal tuning budget" in table and "seed schedule [2, 3] (pocock spending)" in table
+        # a second call plans nothing: the pick and the looks are read from the same runs
+        again = snakemake("-c2", "-n", *args, timeout=300)
+        assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
