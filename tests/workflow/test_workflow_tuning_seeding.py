@@ -47,7 +47,7 @@ def test_the_picked_values_run_the_declared_seed_schedule_look_by_look():
             return {run for run in model.runs if grid.run(*run).status_path.exists()}
 
         def run(*targets: str) -> None:
-            result = snakemake("-c2", *args, *targets, timeout=700)
+            result = snakemake("-c2", *targets, *args, timeout=700)  # targets first: -C takes every word after it
             assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
         # stage 1: every candidate on the tuning seeds, then the pick; no confirmation run yet
