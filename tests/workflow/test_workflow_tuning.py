@@ -74,14 +74,16 @@ def test_the_picked_values_are_confirmed_on_fresh_seeds_and_only_those_are_repor
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_the_tuned_field_plans_every_candidates_tuning_runs_before_the_pick_and_lints_clean(tmp_path):
-    args = ["--configfile", "workflow/presets/tuned_field.yaml", "-C", f"results_dir={tmp_path}"]
+@pytest.mark.parametrize("preset, cells", [("tuned_field", 7 * 3 * 2), ("field_autumn", 11 * 3 * 2)])
+def test_a_tuned_field_plans_every_candidates_tuning_runs_before_the_pick_and_lints_clean(tmp_path, preset, cells):
+    args = ["--configfile", f"workflow/presets/{preset}.yaml", "-C", f"results_dir={tmp_path}"]
     plan = snakemake("-n", *args, timeout=300)
     assert plan.returncode == 0, plan.stderr[-3000:]
     counts = job_counts(plan.stdout)
-    # 7 recipes x 3 candidates x 2 lags, each cell's 3 tuning seeds in one job (harness.jobs.run_packs);
-    # the confirmation runs come after the pick
-    assert (counts["train_tuning"], counts["evaluate_tuning"], counts["tune"], counts["aggregate"]) == (42, 42, 1, 1)
-    assert "train" not in counts and all(len(outputs) == 3 for outputs in planned_outputs(plan.stdout, "train_tuning"))
+    # recipes x 3 candidates x 2 lags, each cell's 3 tuning seeds in one job (harness.jobs.run_packs);
+    # the confirmation runs (field_autumn: its seed schedule's looks) come after the pick
+    assert (counts["train_tuning"], counts["evaluate_tuning"], counts["tune"], counts["aggregate"]) == (cells, cells, 1, 1)
+    assert "train" not in counts and "look" not in counts
+    assert all(len(outputs) == 3 for outputs in planned_outputs(plan.stdout, "train_tuning"))
     lint = snakemake("--lint", *args, timeout=300)
     assert lint.returncode == 0 and "Lints for" not in lint.stdout + lint.stderr, lint.stdout + lint.stderr
