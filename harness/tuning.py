@@ -137,14 +137,12 @@ def _renamed(config: dict, tuning: Tuning, variants: dict, recipes: dict) -> dic
 def tuning_errors(config: dict, recipes: dict) -> list[str]:
     """An unequal budget (a recipe with more or fewer candidates than another, or a grid recipe with
     none), tuning seeds that are also confirmation seeds, a parameter the recipe has not, repeated
-    values, selection lags outside the grid, or a tuning section beside a seed schedule."""
+    values or selection lags outside the grid. A seed schedule (config ``seeding``) is the confirmation's: the
+    picked values' grid runs it look by look, as any grid."""
     section = config.get("tuning")
     if section is None:
         return []
     messages = []
-    if config.get("seeding") is not None:
-        messages.append("config key 'tuning': a tuning section with a seed schedule (config key 'seeding') is not "
-                        "supported: the confirmation runs every seed of the grid")
     confirmation = set(config["seeds"])
     messages += [f"config key 'tuning.seeds[{i}]': seed {seed} is also a confirmation seed (config key 'seeds'); "
                  "the picked values are confirmed on seeds the tuning never used"

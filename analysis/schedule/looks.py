@@ -3,7 +3,8 @@
 Look 1 runs every cell at seeds[:n_1]. After look k the claims are read (analysis.claims.verdicts.open_cells)
 and only the cells of a claim whose outcome is not final get seeds[n_k:n_(k+1)]. The workflow runs
 one interim job per look (``python -m analysis.schedule.looks``, a Snakemake checkpoint: the DAG grows from
-its output) and the aggregate replays the same schedule from the runs (:func:`scheduled_runs`), so
+its output; with a tuning section, on the picked values' grid: analysis.schedule.tune.confirmation_view)
+and the aggregate replays the same schedule from the runs (:func:`scheduled_runs`), so
 the runs it reads are the ones the schedule asked for, whoever ran them.
 """
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from analysis.cells.summary import build_cells, collect
 from analysis.claims.verdicts import open_cells
+from analysis.schedule.tune import confirmation_view
 from harness.cli import load_grid, run_stage
 from harness.io import write_json_atomic
 from harness.settings import Config, Run
@@ -59,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--look", type=int, required=True, help="the look just run (1-based, before the last)")
     parser.add_argument("--out", required=True, help="the JSON file to write: the next look's runs")
     args = parser.parse_args(argv)
-    config = load_grid(parser, args.grid)
+    config, _ = confirmation_view(load_grid(parser, args.grid))  # with a tuning section: the picked values' grid
     seeding = config.seeding
     if seeding is None or not 1 <= args.look < len(seeding.looks):
         parser.error(f"--look {args.look}: the config's seeding has no later look to plan")

@@ -56,7 +56,8 @@ def tuning_scores(config: Config, runs) -> dict[str, list[tuple[object, float]]]
 def selection(config: Config, progress: bool = False) -> dict:
     """What the pick decided, from the grid's tuning runs (tuning.json): per recipe the parameter,
     the candidates with their tuning scores (the pick's input), the picked value and its variant;
-    and the confirmation runs (the picked variants at every lag and seed of the grid)."""
+    and the confirmation runs (the picked variants at every lag and seed of the grid: under a seed schedule,
+    every run its looks may ask for; the workflow trains those of each look, analysis.schedule.looks)."""
     tuning = config.tuning
     scores = tuning_scores(config, collect(config, progress=progress, which=tuning.runs()))
     recipes = {}

@@ -13,6 +13,7 @@ import yaml
 from analysis.aggregate import main as aggregate
 from analysis.schedule.tune import TIE, pick, selection, tuning_scores
 from analysis.schedule.tune import main as tune
+from harness.claims import Seeding
 from harness.config import ConfigError, validate
 from harness.grid import resolve_run_config
 from harness.grid_dir import GridDir
@@ -20,7 +21,7 @@ from harness.settings import Config
 from harness.tuning import Tuning, confirmation_config
 from stabilizers import load_recipes, parameters
 from tests.support.grid_fixture import written_grid
-from tests.support.tuning_grid import TUNING, TUNING_SCORE, raw_config, write_run
+from tests.support.tuning_grid import CLAIM, TUNING, TUNING_SCORE, raw_config, write_run
 
 
 # ----------------------------------------------------------------------------- the rule
@@ -71,7 +72,6 @@ def test_a_candidates_score_is_its_mean_over_the_tuning_seeds_and_lags():
     ({"tuning": {**TUNING, "recipes": {**TUNING["recipes"], "sat_grpo": {"param": "alpha", "values": [0.9, 2.0]}}}},
      r"config key 'tuning.recipes.sat_grpo.values\[1\]': .*alpha"),
     ({"tuning": {**TUNING, "lags": [4]}}, r"config key 'tuning.lags\[0\]': 4 is not one of the grid's lags"),
-    ({"seeding": {"looks": [2, 3]}}, r"config key 'tuning': a tuning section with a seed schedule"),
     ({"tuning": {**TUNING, "recipes": {**TUNING["recipes"], "sat_grpo": {"param": "alpha", "values": [0.9]}}}},
      r"config key 'tuning.recipes.sat_grpo.values': \[0.9\] is too short"),
 ])
@@ -115,6 +115,18 @@ def test_the_confirmation_grid_renames_rows_baseline_and_claims_to_the_picked_va
     # the same run key for a confirmation run, whether resolved from the tuning config or from its view
     run = ("sat_grpo.alpha-0.9", 8, 1)
     assert Config.build(config).run_config(run)["run_key"] == resolve_run_config(view, *run)["run_key"]
+
+
+def test_a_seed_schedule_is_the_confirmations_the_picked_values_grid_runs_it_with_the_declared_family():
+    config = validate(raw_config(seeds=[0, 1, 2, 3], seeding={"looks": [2, 4], "boundary": "pocock"}))
+    model = Config.build(config)
+    view = model.confirmation({"grpo": 0.1, "sat_grpo": 0.9})
+    assert view.seeding == model.seeding == Seeding((2, 4), "pocock") and view.claims[0].name == CLAIM["name"]
+    assert len(view.claims) == len(model.claims) == 1  # m: the claims the config declares
+    variants = ("grpo.eps_low_eps_high-0.1", "sat_grpo.alpha-0.9")
+    assert view.first_look() == [(variant, lag, seed) for variant in variants for lag in (1, 8) for seed in (0, 1)]
+    # the tuning seeds train every candidate; the schedule's runs are the picked values' on the grid's seeds
+    assert set(view.first_look()) <= set(model.runs) and not set(view.first_look()) & set(Tuning.of(config).runs())
 
 
 # ----------------------------------------------------------------------------- pick and report on disk

@@ -1,5 +1,6 @@
-"""An equal tuning budget through the real `snakemake`: 2 recipes x 2 candidates x 2 tuning seeds, the
-grid-wide pick (checkpoint tune), then only the picked values' runs on the 2 confirmation seeds."""
+"""An equal tuning budget through the real `snakemake`, stage by stage: the candidates on the tuning seeds and the
+grid-wide pick (checkpoint tune), then the picked values' first look, then the interim job (checkpoint look) adding
+the next seed only to the cells of the claim still open; the tuned presets' plans and run counts."""
 from __future__ import annotations
 
 import json
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from analysis.cells.summary import collect
+from analysis.schedule.looks import look_runs
 from analysis.schedule.tune import pick, tuning_scores
 from harness.config import load
 from harness.grid_dir import GridDir
@@ -16,72 +18,105 @@ from harness.settings import Config
 from harness.tuning import Tuning
 from tests.support.workflow_cli import ROOT, job_counts, planned_outputs, snakemake
 
-# The warm start gives the base model a score above 0, so that the candidates' AUCs differ.
+# As test_workflow_seeding's grid, each recipe tuned: grpo_twin is grpo under another name (the same runs seed
+# for seed, so the same pick and a contrast of exactly 0: final at the first look); grpo_fast, grpo at 30x its
+# learning rate, against grpo at a 1-point effect is open after two seeds.
+CLIP = {"param": ["eps_low", "eps_high"], "values": [0.2, 0.05]}
 OVERRIDES = {
-    "grid": "tuning", "steps": 4, "eval_every": 2, "recipes": ["grpo", "sat_grpo"], "lags": [1],
-    "seeds": [0, 1], "seeding": None, "baseline": "grpo",
-    "tuning": {"seeds": [10, 11], "recipes": {"grpo": {"param": ["eps_low", "eps_high"], "values": [0.2, 0.05]},
-                                               "sat_grpo": {"param": "alpha", "values": [0.9, 0.5]}}},
+    "grid": "tuned_seeding", "steps": 4, "eval_every": 2, "recipes": ["grpo", "grpo_twin", "grpo_fast"],
+    "lags": [1], "seeds": [0, 1, 2], "seeding": {"looks": [2, 3], "boundary": "pocock"}, "baseline": "grpo",
+    "extra_recipes": {"grpo_twin": {"loss": "grpo"}, "grpo_fast": {"loss": "grpo"}},
+    "recipe_engine_params": {"grpo_fast": {"lr": 0.01}},
+    "tuning": {"seeds": [10, 11], "recipes": {"grpo": CLIP, "grpo_twin": CLIP, "grpo_fast": CLIP}},
     "engine_params": {"preset": "demo", "warmstart_steps": 60},
-    "eval": {"tasks": ["tiny_test"], "selection_task": None, "k": 2, "problems": {"tiny_test": 16}},
-    "claims": [{"name": "sat_beats_grpo", "kind": "recipes", "recipe": "sat_grpo", "versus": "grpo", "lag": 1,
-                "expect": "greater", "smallest_effect": 0.05}],
+    "eval": {"tasks": ["tiny_test"], "selection_task": None, "k": 4, "problems": {"tiny_test": 32}},
+    "claims": [{"name": "twin_is_grpo", "kind": "recipes", "recipe": "grpo_twin", "versus": "grpo", "lag": 1,
+                "expect": "equivalent", "smallest_effect": 0.05},
+               {"name": "fast_beats_grpo", "kind": "recipes", "recipe": "grpo_fast", "versus": "grpo", "lag": 1,
+                "expect": "greater", "smallest_effect": 0.01}],
 }
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1200)
-def test_the_picked_values_are_confirmed_on_fresh_seeds_and_only_those_are_reported():
-    with tempfile.TemporaryDirectory(prefix="stalebench-tuning-") as folder:
+@pytest.mark.timeout(2400)
+def test_the_picked_values_run_the_declared_seed_schedule_look_by_look():
+    with tempfile.TemporaryDirectory(prefix="stalebench-tuned-seeding-") as folder:
         results = Path(folder) / "results"
         args = ["-C", f"results_dir={results}", *(f"{key}={json.dumps(value)}" for key, value in OVERRIDES.items())]
-        result = snakemake("-c2", *args, timeout=1100)
-        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
         config = load(ROOT / "config.yaml", {"results_dir": str(results), **OVERRIDES})
         grid, tuning, model = GridDir.of(config), Tuning.of(config), Config.build(config)
-        picked = json.loads(grid.tuning_path.read_text())
-        # the pick is the rule's on the tuning runs as they are on disk
+
+        def trained() -> set:
+            return {run for run in model.runs if grid.run(*run).status_path.exists()}
+
+        def run(*targets: str) -> None:
+            result = snakemake("-c2", *targets, *args, timeout=700)  # targets first: -C takes every word after it
+            assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+        # stage 1: every candidate on the tuning seeds, then the pick; no confirmation run yet
+        run(str(grid.tuning_path))
+        assert trained() == set(tuning.runs())
+        picked = {recipe: entry["picked"] for recipe, entry in grid.read_tuning()["recipes"].items()}
         scores = tuning_scores(model, collect(model, progress=False, which=tuning.runs()))
-        for recipe in ("grpo", "sat_grpo"):
-            entry = picked["recipes"][recipe]
-            assert entry["picked"] == pick(scores[recipe])
-            assert entry["tuning_scores"] == [score for _, score in scores[recipe]]
-        variants = [picked["recipes"][recipe]["variant"] for recipe in ("grpo", "sat_grpo")]
-        # trained: every candidate on the tuning seeds, only the picked ones on the confirmation seeds
-        trained = {run for run in model.runs if grid.run(*run).status_path.exists()}
-        confirmation = {(variant, 1, seed) for variant in variants for seed in (0, 1)}
-        assert trained == set(tuning.runs()) | confirmation
-        assert sorted(map(tuple, picked["confirmation_runs"])) == sorted(confirmation)
-        sat = json.loads(grid.run(variants[1], 1, 0).config_path.read_text())
-        assert sat["recipe"]["params"]["alpha"] == picked["recipes"]["sat_grpo"]["picked"]
-        # reported: the picked variants' confirmation seeds, the claim on them, no tuning score
-        summary = json.loads(grid.summary_path.read_text())
-        assert summary["recipes"] == variants and summary["seeds"] == [0, 1]
-        assert {cell["recipe"] for cell in summary["cells"]} == set(variants)
-        claim = summary["claims"][0]
-        assert claim["name"] == "sat_beats_grpo" and claim["n"] == 2
-        assert "tuning_scores" not in json.dumps(summary["tuning"])
+        for recipe, entry in grid.read_tuning()["recipes"].items():  # the rule's pick on the runs as they are on disk
+            assert entry["picked"] == pick(scores[recipe]) and entry["tuning_scores"] == [s for _, s in scores[recipe]]
+        assert picked["grpo_twin"] == picked["grpo"]  # the same runs, the same pick
+        view = model.confirmation(picked)
+        assert view.seeding == model.seeding and len(view.claims) == 2  # the declared schedule and family
+        variants = dict(zip(model.recipes, view.recipes))
+        # stage 2: the picked values' first look, seeds 0-1 of every cell, then the interim reading
+        run(grid.look_pattern.format(look=1))
+        first = {(variant, 1, seed) for variant in view.recipes for seed in (0, 1)}
+        assert trained() == set(tuning.runs()) | first
+        interim = json.loads(Path(grid.look_pattern.format(look=1)).read_text())
+        assert interim["open_cells"] == [[variants["grpo"], 1], [variants["grpo_fast"], 1]]
+        # stage 3: the last look adds seed 2 to the open claim's cells only, and the grid is read
+        run()
+        assert trained() == set(tuning.runs()) | first | {(variants["grpo"], 1, 2), (variants["grpo_fast"], 1, 2)}
+        for variant, lag, seed in sorted(trained() - set(tuning.runs())):  # the picked values reach the runs
+            recipe = next(name for name, picked_variant in variants.items() if picked_variant == variant)
+            params = json.loads(grid.run(variant, lag, seed).config_path.read_text())["recipe"]["params"]
+            assert params["eps_low"] == params["eps_high"] == picked[recipe]
+        summary = grid.read_summary()
+        assert summary["recipes"] == list(view.recipes) and summary["seeding"] == {"looks": [2, 3], "boundary": "pocock"}
+        claims = {claim["name"]: claim for claim in summary["claims"]}
+        twin, fast = claims["twin_is_grpo"], claims["fast_beats_grpo"]
+        assert (twin["recipe"], twin["verdict"], twin["look"], twin["n"]) == (variants["grpo_twin"], "negligible", 1, 2)
+        assert (fast["recipe"], fast["look"], fast["n"]) == (variants["grpo_fast"], 2, 3)
+        assert "tuning_scores" not in json.dumps(summary["tuning"])  # reported: the confirmation runs alone
         table = grid.table_path("md").read_text()
-        assert "## Equal tuning budget" in table
-        for recipe, variant in zip(("grpo", "sat_grpo"), variants):
+        assert "## Equal tuning budget" in table and "seed schedule [2, 3] (pocock spending)" in table
+        for recipe, variant in variants.items():
             cell = next(c for c in summary["cells"] if c["recipe"] == variant)
             row = next(line for line in table.splitlines() if line.startswith(f"| {recipe} |"))
-            assert f"{100 * cell['stats']['auc']['estimate']:.1f}" in row and "(n 2)" in row
-        # a second call plans nothing: the pick is read from the same runs
+            assert f"{100 * cell['stats']['auc']['estimate']:.1f}" in row
+        # a second call plans nothing: the pick and the looks are read from the same runs
         again = snakemake("-c2", "-n", *args, timeout=300)
         assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_the_tuned_field_plans_every_candidates_tuning_runs_before_the_pick_and_lints_clean(tmp_path):
-    args = ["--configfile", "workflow/presets/tuned_field.yaml", "-C", f"results_dir={tmp_path}"]
+@pytest.mark.parametrize("preset, cells", [("tuned_field", 7 * 3 * 2), ("field_autumn", 11 * 3 * 2)])
+def test_a_tuned_field_plans_every_candidates_tuning_runs_before_the_pick_and_lints_clean(tmp_path, preset, cells):
+    args = ["--configfile", f"workflow/presets/{preset}.yaml", "-C", f"results_dir={tmp_path}"]
     plan = snakemake("-n", *args, timeout=300)
     assert plan.returncode == 0, plan.stderr[-3000:]
     counts = job_counts(plan.stdout)
-    # 7 recipes x 3 candidates x 2 lags, each cell's 3 tuning seeds in one job (harness.jobs.run_packs);
-    # the confirmation runs come after the pick
-    assert (counts["train_tuning"], counts["evaluate_tuning"], counts["tune"], counts["aggregate"]) == (42, 42, 1, 1)
-    assert "train" not in counts and all(len(outputs) == 3 for outputs in planned_outputs(plan.stdout, "train_tuning"))
+    # recipes x 3 candidates x 2 lags, each cell's 3 tuning seeds in one job (harness.jobs.run_packs);
+    # the confirmation runs (field_autumn: its seed schedule's looks) come after the pick
+    assert (counts["train_tuning"], counts["evaluate_tuning"], counts["tune"], counts["aggregate"]) == (cells, cells, 1, 1)
+    assert "train" not in counts and "look" not in counts
+    assert all(len(outputs) == 3 for outputs in planned_outputs(plan.stdout, "train_tuning"))
     lint = snakemake("--lint", *args, timeout=300)
     assert lint.returncode == 0 and "Lints for" not in lint.stdout + lint.stderr, lint.stdout + lint.stderr
+
+
+def test_the_autumn_field_trains_198_tuning_runs_then_110_at_the_first_look_and_at_most_194():
+    model = Config.build(load(ROOT / "workflow" / "presets" / "field_autumn.yaml"))
+    view = model.confirmation({recipe: candidates.values[0] for recipe, candidates in model.tuning.candidates.items()})
+    assert len(model.tuning.runs()) == 11 * 3 * 2 * 3 and len(view.first_look()) == 11 * 2 * 5
+    # later looks add seeds only to the cells a claim reads: at most those to 12 seeds, the others at 5
+    claimed = {cell for claim in view.claims for cell in claim.read_cells(view.reference_lag)}
+    most = len(view.first_look()) + sum(len(look_runs(view, sorted(claimed), look)) for look in (2, 3))
+    assert len(claimed) == 12 and most == 12 * 12 + 10 * 5
