@@ -20,6 +20,7 @@ import math
 import re
 
 from analysis.cells.summary import SCORES
+from analysis.report.colors import RECIPE_PARAM
 from harness.claims import KINDS
 from tracking.store import SEED_RUNS_FILTER
 
@@ -176,11 +177,35 @@ def staleness_cost_metric(claims: list[dict]) -> str:
     return next((c["metric"] for c in claims if KINDS[c["kind"]].is_cost), "auc")
 
 
-def seed_runs_view() -> dict:
-    """The seed runs' shared view (tracking.store.ui_link): every seed run listed by name and drawn
-    (the UI draws only the first 10 runs of a view that does not say SHOW_ALL)."""
-    return {"searchFilter": SEED_RUNS_FILTER, "orderByKey": "tags.`mlflow.runName`", "orderByAsc": True,
-            "runsHiddenMode": "SHOW_ALL"}
+# Grouped by the recipe alone, the lag being each view's filter: MLflow colours a group by a hash of its id, which
+# holds the grouping's values, and so a recipe has one colour in the view of every lag, the seed runs' and the
+# comparison's alike, and in the PNGs (analysis.report.colors).
+BY_RECIPE = {"aggregateFunction": "average", "groupByKeys": [{"mode": "param", "groupByData": RECIPE_PARAM}]}
+# The UI names a line chart's x axis (Step) but draws no y-axis title: a chart's title (its displayName) names both
+SCORE_AXES = "y: test score, % (avg@k x 100); x: training step"
+
+
+def seed_runs_view(tasks: tuple[str, ...], lag: int) -> dict:
+    """The seed runs' shared view at one lag (tracking.store.ui_link): every seed run, grouped by recipe, so that
+    each chart draws per recipe the mean of its seeds over the band from their minimum to their maximum (MLflow's
+    grouped values), a chart per scored task's test score; the filter names the lag and a recipe clause to edit
+    (``params.recipe LIKE '%'``: every recipe; ``= 'grpo'`` one), each group's eye in the run list hides a recipe."""
+    charts = [(f"stalebench-seeds-{task}", f"eval/{task}/score", f"{task}: {SCORE_AXES}") for task in tasks]
+    sections = [_section(uuid, f"{task}: seed runs at lag {lag}, mean of the seeds over their min-max band",
+                         480) for (uuid, _, _), task in zip(charts, tasks)]
+    return _grouped_view(f"{SEED_RUNS_FILTER} AND params.lag = '{lag}' AND params.{RECIPE_PARAM} LIKE '%'",
+                         sections, [_chart("LINE", uuid, metric, title) for uuid, metric, title in charts])
+
+
+def _grouped_view(search: str, sections: list[dict], charts: list[dict]) -> dict:
+    """A shared view of ``search``'s runs grouped by recipe (BY_RECIPE), drawing only ``charts``: every run listed
+    by name and drawn (the UI draws only the first 10 runs of a view that does not say SHOW_ALL)."""
+    return {"searchFilter": search, "orderByKey": "tags.`mlflow.runName`", "orderByAsc": True,
+            "runsHiddenMode": "SHOW_ALL", "useGroupedValuesInCharts": True, "hideEmptyCharts": True,
+            # the UI adds a generated chart for every other metric of the runs: the filter keeps them out
+            "chartsSearchFilter": "^(" + "|".join(re.escape(c["metricKey"]) for c in charts) + ")$",
+            "compareRunSections": sections, "compareRunCharts": charts, "isAccordionReordered": True,
+            "groupBy": BY_RECIPE}
 
 
 def _section(uuid: str, name: str, height: int) -> dict:
@@ -189,10 +214,11 @@ def _section(uuid: str, name: str, height: int) -> dict:
             "isGenerated": False, "columns": 1, "cardHeight": height}
 
 
-def _chart(kind: str, section: str, metric: str) -> dict:
-    """A chart card of a view: every shown run (or group) drawn (the card's own default: 10)."""
+def _chart(kind: str, section: str, metric: str, title: str) -> dict:
+    """A chart card of a view titled ``title`` (its axes' names): every shown run (or group) drawn (the card's
+    own default: 10)."""
     chart = {"uuid": f"{section}-chart", "type": kind, "metricSectionId": section, "deleted": False,
-             "isGenerated": False, "metricKey": metric, "runsCountToCompare": 1000}
+             "isGenerated": False, "metricKey": metric, "runsCountToCompare": 1000, "displayName": title}
     if kind == "LINE":
         chart.update({"selectedMetricKeys": [metric], "xAxisKey": "step", "scaleType": "linear",
                       "lineSmoothness": 0, "displayPoints": True})
@@ -210,17 +236,12 @@ def comparison_view(task: str, lag: int, band: str, cost_metric: str | None) -> 
     legend's every recipe."""
     score = f"eval/{task}/score"
     title = f"mean test score, % (band: 95% interval, {band})"  # short: the UI cuts a long section title
-    sections, charts = [_section("stalebench-score", title, 560)], [_chart("LINE", "stalebench-score", score)]
+    sections = [_section("stalebench-score", title, 560)]
+    charts = [_chart("LINE", "stalebench-score", score, f"{task}: {SCORE_AXES}")]
     if cost_metric:
         cost = f"staleness_cost/{cost_metric}"
         sections.append(_section("stalebench-cost", f"staleness cost, {cost_metric} points (lag {lag} minus the "
                                                     "smallest)", 440))
-        charts.append(_chart("BAR", "stalebench-cost", cost))
-    return {"searchFilter": f"params.lag = '{lag}'", "orderByKey": "tags.`mlflow.runName`", "orderByAsc": True,
-            "runsHiddenMode": "SHOW_ALL", "useGroupedValuesInCharts": True, "hideEmptyCharts": True,
-            # the UI adds a generated chart for every other metric of the runs: the filter keeps them out
-            "chartsSearchFilter": "^(" + "|".join(re.escape(c["metricKey"]) for c in charts) + ")$",
-            "compareRunSections": sections, "compareRunCharts": charts, "isAccordionReordered": True,
-            # grouped by recipe alone (the lag is the filter's): a group's colour is a hash of its name, and so
-            # a recipe's colour is the same in the view of every lag
-            "groupBy": {"aggregateFunction": "average", "groupByKeys": [{"mode": "param", "groupByData": "recipe"}]}}
+        charts.append(_chart("BAR", "stalebench-cost", cost, f"x: staleness cost, {cost_metric} points; a bar per "
+                                                             "recipe, named in the legend"))
+    return _grouped_view(f"params.lag = '{lag}'", sections, charts)

@@ -63,10 +63,12 @@ class Tracker:
         self.experiment_id = self.writer.experiment(config.grid, UNITS_NOTE.format(grid=config.grid))
         self.summary_experiment_id, self.cells = None, {}  # the summary experiment: final sync only
         self.comparison_experiment_id, self.drawn = None, {}  # the comparison views' experiment: final sync only
-        self.writer.share_view(self.experiment_id, SEED_RUNS_VIEW, layout.seed_runs_view())
         self.existing = self.writer.existing(self.experiment_id)
         self.stride = stride
         self.tasks = config.eval.scored_tasks
+        for lag in config.lags:
+            self.writer.share_view(self.experiment_id, SEED_RUNS_VIEW.format(lag=lag),
+                                   layout.seed_runs_view(tuple(self.tasks), lag))
         self.tuning = config.tuning
         self.tuning_experiment_id, self.candidates = None, {}  # the tuning experiment: a tuning grid only
         if self.tuning is not None:

@@ -1,7 +1,9 @@
 """The report's plots, each written atomically: score curves (percent), |d| quantiles, Kaplan-Meier
 curves of collapse per lag, the staleness cost per recipe with its interval, claims marked, and for a
 queue grid (lag mode queue) the Pareto front of modelled time against score and each group's lag
-against its modelled length (drawn for a queue grid only; a text panel where its runs lack the data)."""
+against its modelled length (drawn for a queue grid only; a text panel where its runs lack the data).
+Each recipe is drawn in its colour of the MLflow views (analysis.report.colors.recipe_colour) and, where two
+recipes share a colour, told apart by its marker (its place in the grid's recipe list)."""
 from __future__ import annotations
 
 import math
@@ -15,6 +17,7 @@ import numpy as np
 from analysis.cells.pareto import ENDPOINTS as PARETO_ENDPOINTS
 from analysis.cells.pareto import queue_models
 from analysis.cells.summary import ENDPOINT_NAMES, ENDPOINTS, RunResult, by_cell, score_curve, summary_cells
+from analysis.report.colors import MARKERS, recipe_colour
 from analysis.statistics.survival import kaplan_meier
 from harness.claims import KINDS
 from harness.settings import Config
@@ -30,12 +33,13 @@ def plot_curves(config: Config, runs: list[RunResult], path: Path) -> None:
     lags = list(config.lags)
     fig, axes = plt.subplots(1, len(lags), figsize=(5 * len(lags), 4), squeeze=False, sharey=True)
     for ax, lag in zip(axes[0], lags):
-        for recipe in config.recipes:
+        for i, recipe in enumerate(config.recipes):
             curve = score_curve(cells.get((recipe, lag), []), config.steps)
             steps = [point["step"] for point in curve]
-            line, = ax.plot(steps, [100 * point["estimate"] for point in curve], marker=".", label=recipe)
+            ax.plot(steps, [100 * point["estimate"] for point in curve], marker=_marker(i), markersize=3,
+                    color=recipe_colour(recipe), label=recipe)
             ax.fill_between(steps, [100 * point["low"] for point in curve], [100 * point["high"] for point in curve],
-                            color=line.get_color(), alpha=0.2, linewidth=0)
+                            color=recipe_colour(recipe), alpha=0.2, linewidth=0)
         ax.set(title=f"lag {lag}", xlabel="step", ylabel="test score (%, avg@k)")
         ax.grid(alpha=0.3)
     axes[0][-1].legend(fontsize=7)
@@ -60,7 +64,7 @@ def plot_mismatch(config: Config, runs: list[RunResult], path: Path) -> None:
                         if value is not None and math.isfinite(value) and value > 0:
                             series.setdefault(line["step"], []).append(value)
                 steps = sorted(series)
-                ax.plot(steps, [np.mean(series[s]) for s in steps], label=recipe, linewidth=1)
+                ax.plot(steps, [np.mean(series[s]) for s in steps], label=recipe, linewidth=1, color=recipe_colour(recipe))
             ax.set_yscale("log")
             ax.set(title=f"lag {lag}: {key}", xlabel="step" if row == len(QUANTILES) - 1 else None)
             ax.grid(alpha=0.3)
@@ -83,7 +87,7 @@ def plot_collapse(summary: dict, path: Path) -> None:
             # curves that coincide (no collapse: all at 1) told apart where they are: each next recipe drawn
             # narrower and in its own dash on top of the ones before, never moved off its values
             ax.step(steps, alive, where="post", linewidth=1.2 + 2.4 * (len(recipes) - 1 - i) / max(len(recipes) - 1, 1),
-                    linestyle=COLLAPSE_DASHES[i % len(COLLAPSE_DASHES)],
+                    linestyle=COLLAPSE_DASHES[i % len(COLLAPSE_DASHES)], color=recipe_colour(recipe),
                     label=f"{recipe} ({cell['collapse']['k']}/{cell['collapse']['n']})")
         ax.set(title=f"lag {lag}: runs not yet collapsed (Kaplan-Meier)", xlabel="step",
                ylabel="fraction of runs", ylim=(-0.05, 1.05))
@@ -95,7 +99,7 @@ def plot_collapse(summary: dict, path: Path) -> None:
 def plot_staleness(summary: dict, path: Path) -> None:
     """Staleness cost (lag L minus the reference lag) per recipe with its 95% interval, one panel
     per endpoint and later lag; recipes named by a staleness or cost-difference claim at that lag
-    are marked in red and their claims' verdicts listed under the panel. A grid of more than two
+    are marked (a filled square, the tick label in bold) and their claims' verdicts listed under the panel. A grid of more than two
     lags: the cost against lag instead (plot_staleness_by_lag)."""
     if len(summary["lags"]) > 2:
         plot_staleness_by_lag(summary, path)
@@ -117,17 +121,19 @@ def plot_staleness(summary: dict, path: Path) -> None:
                 continue
             low = stat["estimate"] if stat["low"] is None else stat["low"]
             high = stat["estimate"] if stat["high"] is None else stat["high"]
-            color = "tab:red" if recipe in marked else "tab:blue"
             ax.errorbar(x, 100 * stat["estimate"], yerr=[[100 * (stat["estimate"] - low)],
                                                          [100 * (high - stat["estimate"])]],
-                        fmt="o", color=color, capsize=3)
+                        fmt="s" if recipe in marked else "o", color=recipe_colour(recipe), capsize=3,
+                        markerfacecolor=recipe_colour(recipe) if recipe in marked else "white")
         ax.axhline(0, color="grey", linewidth=0.8)
         ax.set_xticks(range(len(recipes)), recipes, rotation=30, ha="right")
+        for tick, recipe in zip(ax.get_xticklabels(), recipes):
+            tick.set(color=recipe_colour(recipe), fontweight="bold" if recipe in marked else "normal")
         ax.set(title=f"{ENDPOINT_NAMES[endpoint]}: lag {lag} minus lag {reference_lag}",
                ylabel="staleness cost (points, 95% CI)")
         ax.grid(alpha=0.3, axis="y")
         if claimed:
-            text = "claims (red): " + "; ".join(f"{c['name']}: {c['verdict']}" for c in claimed)
+            text = "claims (square markers, bold names): " + "; ".join(f"{c['name']}: {c['verdict']}" for c in claimed)
             ax.set_xlabel(textwrap.fill(text, 70), fontsize=7)  # wrapped: a long list stays inside its panel
     _save(fig, path)
 
@@ -157,7 +163,8 @@ def plot_staleness_by_lag(summary: dict, path: Path) -> None:
                 ys.append(100 * stat["estimate"])
                 below.append(100 * (stat["estimate"] - low))
                 above.append(100 * (high - stat["estimate"]))
-            ax.errorbar(xs, ys, yerr=[below, above], marker="o", markersize=3, capsize=2, linewidth=1, label=recipe)
+            ax.errorbar(xs, ys, yerr=[below, above], marker=_marker(i), markersize=3, capsize=2, linewidth=1,
+                        color=recipe_colour(recipe), label=recipe)
         ax.axhline(0, color="grey", linewidth=0.8)
         thresholds = {c["threshold"] for c in summary["claims"] if c.get("threshold") and c["metric"] == endpoint}
         for threshold in sorted(thresholds):
@@ -187,7 +194,7 @@ def plot_pareto(summary: dict, path: Path) -> None:
     titles = {"auc": "AUC over the run's steps", "equal_time": "score at equal modelled time"}
     fig, axes = plt.subplots(1, len(PARETO_ENDPOINTS), figsize=(6.5 * len(PARETO_ENDPOINTS), 5), squeeze=False)
     for ax, endpoint in zip(axes[0], PARETO_ENDPOINTS):
-        for recipe in summary["recipes"]:
+        for i, recipe in enumerate(summary["recipes"]):
             rows = [row for row in pareto["cells"] if row["recipe"] == recipe
                     and row[endpoint] is not None and row[endpoint]["estimate"] is not None]
             if not rows:
@@ -198,7 +205,8 @@ def plot_pareto(summary: dict, path: Path) -> None:
                      else 0.0 for row in rows]
             above = [100 * (row[endpoint]["high"] - row[endpoint]["estimate"]) if row[endpoint]["high"] is not None
                      else 0.0 for row in rows]
-            bars = ax.errorbar(xs, ys, yerr=[below, above], fmt="o", markersize=4, capsize=2, label=recipe)
+            bars = ax.errorbar(xs, ys, yerr=[below, above], fmt=_marker(i), markersize=4, capsize=2, label=recipe,
+                               color=recipe_colour(recipe))
             for x, y, row in zip(xs, ys, rows):
                 ax.annotate(f"b{row['bound']}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
             front = sorted((x, y) for x, y, row in zip(xs, ys, rows) if row["front"][endpoint])
@@ -265,6 +273,11 @@ def _not_a_queue_grid(lag_mode: str, path: Path, what: str) -> None:
     ax.text(0.5, 0.5, f"{reason} (lag_mode {lag_mode}): {what}", ha="center", va="center")
     ax.set_axis_off()
     _save(fig, path)
+
+
+def _marker(index: int) -> str:
+    """The marker of the grid's index-th recipe: what tells apart two recipes of one colour (analysis.report.colors)."""
+    return MARKERS[index % len(MARKERS)]
 
 
 def _save(fig, path: Path) -> None:
