@@ -181,8 +181,10 @@ def staleness_cost_metric(claims: list[dict]) -> str:
 # holds the grouping's values, and so a recipe has one colour in the view of every lag, the seed runs' and the
 # comparison's alike, and in the PNGs (analysis.report.colors).
 BY_RECIPE = {"aggregateFunction": "average", "groupByKeys": [{"mode": "param", "groupByData": RECIPE_PARAM}]}
-# The UI names a line chart's x axis (Step) but draws no y-axis title: a chart's title (its displayName) names both
-SCORE_AXES = "y: test score, % (avg@k x 100); x: training step"
+# The UI names a line chart's x axis (Step) but draws no y-axis title, and its runs page ignores a chart's
+# displayName (MLflow 3.17 passes useMetricDisplayName false there): a chart's section title names its y axis, first,
+# where the UI cuts a long title
+Y_SCORE = "y: {task} test score, %"
 
 
 def seed_runs_view(tasks: tuple[str, ...], lag: int) -> dict:
@@ -190,11 +192,10 @@ def seed_runs_view(tasks: tuple[str, ...], lag: int) -> dict:
     each chart draws per recipe the mean of its seeds over the band from their minimum to their maximum (MLflow's
     grouped values), a chart per scored task's test score; the filter names the lag and a recipe clause to edit
     (``params.recipe LIKE '%'``: every recipe; ``= 'grpo'`` one), each group's eye in the run list hides a recipe."""
-    charts = [(f"stalebench-seeds-{task}", f"eval/{task}/score", f"{task}: {SCORE_AXES}") for task in tasks]
-    sections = [_section(uuid, f"{task}: seed runs at lag {lag}, mean of the seeds over their min-max band",
-                         480) for (uuid, _, _), task in zip(charts, tasks)]
-    return _grouped_view(f"{SEED_RUNS_FILTER} AND params.lag = '{lag}' AND params.{RECIPE_PARAM} LIKE '%'",
-                         sections, [_chart("LINE", uuid, metric, title) for uuid, metric, title in charts])
+    sections = [_section(f"stalebench-seeds-{task}", Y_SCORE.format(task=task) + f"; lag {lag}: the seeds' mean over "
+                         "their min-max band", 480) for task in tasks]
+    return _grouped_view(f"{SEED_RUNS_FILTER} AND params.lag = '{lag}' AND params.{RECIPE_PARAM} LIKE '%'", sections,
+                         [_chart("LINE", section["uuid"], f"eval/{task}/score") for section, task in zip(sections, tasks)])
 
 
 def _grouped_view(search: str, sections: list[dict], charts: list[dict]) -> dict:
@@ -214,11 +215,10 @@ def _section(uuid: str, name: str, height: int) -> dict:
             "isGenerated": False, "columns": 1, "cardHeight": height}
 
 
-def _chart(kind: str, section: str, metric: str, title: str) -> dict:
-    """A chart card of a view titled ``title`` (its axes' names): every shown run (or group) drawn (the card's
-    own default: 10)."""
+def _chart(kind: str, section: str, metric: str) -> dict:
+    """A chart card of a view: every shown run (or group) drawn (the card's own default: 10)."""
     chart = {"uuid": f"{section}-chart", "type": kind, "metricSectionId": section, "deleted": False,
-             "isGenerated": False, "metricKey": metric, "runsCountToCompare": 1000, "displayName": title}
+             "isGenerated": False, "metricKey": metric, "runsCountToCompare": 1000}
     if kind == "LINE":
         chart.update({"selectedMetricKeys": [metric], "xAxisKey": "step", "scaleType": "linear",
                       "lineSmoothness": 0, "displayPoints": True})
@@ -235,13 +235,11 @@ def comparison_view(task: str, lag: int, band: str, cost_metric: str | None) -> 
     (the band runs do not carry it). Each chart in a section of its own, full width, tall enough for the
     legend's every recipe."""
     score = f"eval/{task}/score"
-    title = f"mean test score, % (band: 95% interval, {band})"  # short: the UI cuts a long section title
-    sections = [_section("stalebench-score", title, 560)]
-    charts = [_chart("LINE", "stalebench-score", score, f"{task}: {SCORE_AXES}")]
+    title = Y_SCORE.format(task=task) + f"; band: 95% interval, {band}"  # short: the UI cuts a long section title
+    sections, charts = [_section("stalebench-score", title, 560)], [_chart("LINE", "stalebench-score", score)]
     if cost_metric:
         cost = f"staleness_cost/{cost_metric}"
-        sections.append(_section("stalebench-cost", f"staleness cost, {cost_metric} points (lag {lag} minus the "
-                                                    "smallest)", 440))
-        charts.append(_chart("BAR", "stalebench-cost", cost, f"x: staleness cost, {cost_metric} points; a bar per "
-                                                             "recipe, named in the legend"))
+        sections.append(_section("stalebench-cost", f"x: staleness cost, {cost_metric} points (lag {lag} minus the "
+                                                    "smallest); a bar per recipe, named in the legend", 440))
+        charts.append(_chart("BAR", "stalebench-cost", cost))
     return _grouped_view(f"params.lag = '{lag}'", sections, charts)

@@ -22,7 +22,7 @@ from harness.settings import Config
 from tests.support.grid_fixture import make_grid
 from tests.support.optional import missing as optional_input_missing
 from tests.support.ui_check import CHROMIUM, chart_card, render, running_ui, synced_grid, visible_text
-from tracking.layout import SCORE_AXES, staleness_cost_metric
+from tracking.layout import Y_SCORE, staleness_cost_metric
 from tracking.store import SEED_RUNS_FILTER, SEED_RUNS_VIEW
 from tracking.sync import sync
 
@@ -81,12 +81,15 @@ def recipe_lines(dom: str, config: dict, chart: str, what: str) -> list[str]:
     missing += [f"{recipe} in the legend of {chart}" for recipe in recipes if not named(recipe, visible_text(card))]
     if not re.search(r'class="xtitle"[^>]*>Step<', card):
         missing.append(f"the x axis named on {chart} (Step)")
+    y_axis = Y_SCORE.format(task=Config.build(config).eval.test_task)
+    if y_axis not in visible_text(dom):
+        missing.append(f"the y axis named on {chart} ({y_axis!r}, its section's title)")
     return missing
 
 
 def score_chart(config: dict) -> str:
-    """The title of a view's test-score chart: its task and what each axis draws (tracking.layout)."""
-    return f"{Config.build(config).eval.test_task}: {SCORE_AXES}"
+    """The title of a view's test-score chart (its metric), whose section's title names the y axis (tracking.layout)."""
+    return f"eval/{Config.build(config).eval.test_task}/score"
 
 
 def seed_runs_page(dom: str, config: dict, lag: int) -> list[str]:
@@ -114,8 +117,9 @@ def comparison_page(dom: str, config: dict, lag: int) -> list[str]:
     if "band: 95% interval" not in visible_text(dom):
         missing.append("the band named on the chart (band: 95% interval, its method)")
     if lag != GridDir.of(config).read_summary()["reference_lag"]:
-        cost = chart_card(dom, f"x: staleness cost, {staleness_cost_metric(config['claims'])} points; a bar per "
-                               "recipe, named in the legend")
+        cost = chart_card(dom, f"staleness_cost/{staleness_cost_metric(config['claims'])}")
+        if f"x: staleness cost, {staleness_cost_metric(config['claims'])} points" not in visible_text(dom):
+            missing.append("the staleness cost's axis named (its section's title)")
         bars = len(re.findall(r'<g class="point">', cost))
         if bars != len(recipes):
             missing.append(f"{len(recipes)} staleness-cost bars (it draws {bars})")
