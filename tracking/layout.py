@@ -22,7 +22,7 @@ import re
 from analysis.cells.summary import SCORES
 from analysis.report.colors import RECIPE_PARAM
 from harness.claims import KINDS
-from tracking.store import SEED_RUNS_FILTER
+from tracking.store import KIND, SEED_RUNS_FILTER
 
 PERCENT = 100.0
 EVAL_CURVE_KEYS = ("score", "pass_at_k", "maj_at_k")  # all scores: logged in percent
@@ -223,6 +223,19 @@ def _chart(kind: str, section: str, metric: str) -> dict:
         chart.update({"selectedMetricKeys": [metric], "xAxisKey": "step", "scaleType": "linear",
                       "lineSmoothness": 0, "displayPoints": True})
     return chart
+
+
+def intervals_view(keys: list[str]) -> dict:
+    """The shared view of the intervals' charts (tracking.store.intervals_link): the comparison experiment's run of
+    kind figure (tracking.runs.Tracker.sync_intervals), an image chart per image key, two a row in one section
+    (the UI renders only the cards in the window: so they all are on a first screen), each image naming its axes."""
+    section = {**_section("stalebench-intervals", "Intervals: each recipe's staleness cost per lag (95%), each claim's "
+                          "contrast (its level); the axes named in each chart", 420), "columns": 2}
+    cards = [{"uuid": f"stalebench-{key.replace('/', '-')}-chart", "type": "IMAGE", "metricSectionId": section["uuid"],
+              "deleted": False, "isGenerated": False, "imageKeys": [key], "step": 0} for key in keys]
+    return {"searchFilter": f"tags.\"{KIND}\" = 'figure'", "orderByKey": "tags.`mlflow.runName`", "orderByAsc": True,
+            "runsHiddenMode": "SHOW_ALL", "compareRunSections": [section], "compareRunCharts": cards,
+            "isAccordionReordered": True}
 
 
 def comparison_view(task: str, lag: int, band: str, cost_metric: str | None) -> dict:

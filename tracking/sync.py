@@ -150,6 +150,8 @@ def sync(config: Config, progress: bool = True,
             parent_id, recipe, lag, seed, run_numbers, candidate)
     for cell in summary["cells"] if final else []:
         tracker.sync_cell(parent_id, cell, summary)
+    if final:
+        tracker.sync_intervals(parent_id, summary)
     marker = {"tracking_uri": tracker.writer.uri, "experiment": config.grid,
               "experiment_id": tracker.experiment_id, "summary_experiment_id": tracker.summary_experiment_id,
               "comparison_experiment_id": tracker.comparison_experiment_id,

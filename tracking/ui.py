@@ -40,6 +40,7 @@ from tracking.store import (
     artifact_destination,
     check_reachable,
     comparison_link,
+    intervals_link,
     local_store,
     parent_link,
     store_lock,
@@ -87,7 +88,9 @@ def links(base_url: str, uri: str, grid: str) -> str:
         lines.append("Claims' verdicts and cell comparison: none yet (the grid is not aggregated and synced)")
     else:
         lines += ["Claims (statement, estimate, outcome and what it means, P(same outcome on a rerun)); "
-                  "table.md and the plots beside them:", parent_link(base_url, seeds, parent_run_id(uri, seeds, grid))]
+                  "table.md and the plots beside them:", parent_link(base_url, seeds, parent_run_id(uri, seeds, grid)),
+                  "Intervals (each claim's contrast, each recipe's staleness cost per lag; 95% or the claim's level):",
+                  intervals_link(base_url, cells)]
         for lag in viewed_lags(uri, cells, COMPARISON_VIEW):
             lines += [f"Cell comparison at lag {lag} (a line per recipe, the mean test score over its 95% band):",
                       comparison_link(base_url, cells, lag)]

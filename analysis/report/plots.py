@@ -43,7 +43,7 @@ def plot_curves(config: Config, runs: list[RunResult], path: Path) -> None:
         ax.set(title=f"lag {lag}", xlabel="step", ylabel="test score (%, avg@k)")
         ax.grid(alpha=0.3)
     axes[0][-1].legend(fontsize=7)
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def plot_mismatch(config: Config, runs: list[RunResult], path: Path) -> None:
@@ -69,7 +69,7 @@ def plot_mismatch(config: Config, runs: list[RunResult], path: Path) -> None:
             ax.set(title=f"lag {lag}: {key}", xlabel="step" if row == len(QUANTILES) - 1 else None)
             ax.grid(alpha=0.3)
     axes[0][-1].legend(fontsize=7)
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def plot_collapse(summary: dict, path: Path) -> None:
@@ -93,49 +93,56 @@ def plot_collapse(summary: dict, path: Path) -> None:
                ylabel="fraction of runs", ylim=(-0.05, 1.05))
         ax.grid(alpha=0.3)
     axes[0][-1].legend(fontsize=7, title="recipe (collapsed k/n)", title_fontsize=7)
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def plot_staleness(summary: dict, path: Path) -> None:
     """Staleness cost (lag L minus the reference lag) per recipe with its 95% interval, one panel
-    per endpoint and later lag; recipes named by a staleness or cost-difference claim at that lag
-    are marked (a filled square, the tick label in bold) and their claims' verdicts listed under the panel. A grid of more than two
-    lags: the cost against lag instead (plot_staleness_by_lag)."""
+    per endpoint and later lag (cost_panel); a grid of more than two lags: the cost against lag instead
+    (plot_staleness_by_lag)."""
     if len(summary["lags"]) > 2:
         plot_staleness_by_lag(summary, path)
         return
     import matplotlib.pyplot as plt
-    cells = summary_cells(summary)
     recipes, reference_lag = summary["recipes"], summary["reference_lag"]
     later = [lag for lag in summary["lags"] if lag != reference_lag] or [reference_lag]
     panels = [(e, lag) for e in ENDPOINTS for lag in later]
     fig, axes = plt.subplots(1, len(panels), figsize=(max(5.0, 0.7 * len(recipes)) * len(panels), 4.8),
                              squeeze=False)
     for ax, (endpoint, lag) in zip(axes[0], panels):
-        claimed = [c for c in summary["claims"] if KINDS[c["kind"]].is_cost
-                   and c["lag"] == lag and c["metric"] == endpoint]
-        marked = {c["recipe"] for c in claimed} | {c["versus"] for c in claimed if c["versus"]}
-        for x, recipe in enumerate(recipes):
-            stat = (cells[recipe, lag]["staleness_cost"] or {}).get(endpoint)
-            if stat is None or stat["estimate"] is None:
-                continue
-            low = stat["estimate"] if stat["low"] is None else stat["low"]
-            high = stat["estimate"] if stat["high"] is None else stat["high"]
-            ax.errorbar(x, 100 * stat["estimate"], yerr=[[100 * (stat["estimate"] - low)],
-                                                         [100 * (high - stat["estimate"])]],
-                        fmt="s" if recipe in marked else "o", color=recipe_colour(recipe), capsize=3,
-                        markerfacecolor=recipe_colour(recipe) if recipe in marked else "white")
-        ax.axhline(0, color="grey", linewidth=0.8)
-        ax.set_xticks(range(len(recipes)), recipes, rotation=30, ha="right")
-        for tick, recipe in zip(ax.get_xticklabels(), recipes):
-            tick.set(color=recipe_colour(recipe), fontweight="bold" if recipe in marked else "normal")
-        ax.set(title=f"{ENDPOINT_NAMES[endpoint]}: lag {lag} minus lag {reference_lag}",
-               ylabel="staleness cost (points, 95% CI)")
-        ax.grid(alpha=0.3, axis="y")
-        if claimed:
-            text = "claims (square markers, bold names): " + "; ".join(f"{c['name']}: {c['verdict']}" for c in claimed)
-            ax.set_xlabel(textwrap.fill(text, 70), fontsize=7)  # wrapped: a long list stays inside its panel
-    _save(fig, path)
+        cost_panel(ax, summary, endpoint, lag)
+    save_figure(fig, path)
+
+
+def cost_panel(ax, summary: dict, endpoint: str, lag: int) -> None:
+    """One panel of staleness.png: each recipe's staleness cost at ``lag`` on ``endpoint`` (summary.json's cells)
+    with its 95% interval, the recipes named on the x axis in their colours; the recipes of a staleness or
+    cost-difference claim at that lag marked (a filled square, the name in bold), the claims' verdicts under it.
+    Also the MLflow comparison's chart of the cost at one lag (analysis.report.interval_plots)."""
+    cells, recipes, reference_lag = summary_cells(summary), summary["recipes"], summary["reference_lag"]
+    claimed = [c for c in summary["claims"] if KINDS[c["kind"]].is_cost
+               and c["lag"] == lag and c["metric"] == endpoint]
+    marked = {c["recipe"] for c in claimed} | {c["versus"] for c in claimed if c["versus"]}
+    for x, recipe in enumerate(recipes):
+        stat = (cells[recipe, lag]["staleness_cost"] or {}).get(endpoint)
+        if stat is None or stat["estimate"] is None:
+            continue
+        low = stat["estimate"] if stat["low"] is None else stat["low"]
+        high = stat["estimate"] if stat["high"] is None else stat["high"]
+        ax.errorbar(x, 100 * stat["estimate"], yerr=[[100 * (stat["estimate"] - low)],
+                                                     [100 * (high - stat["estimate"])]],
+                    fmt="s" if recipe in marked else "o", color=recipe_colour(recipe), capsize=3,
+                    markerfacecolor=recipe_colour(recipe) if recipe in marked else "white")
+    ax.axhline(0, color="grey", linewidth=0.8)
+    ax.set_xticks(range(len(recipes)), recipes, rotation=30, ha="right")
+    for tick, recipe in zip(ax.get_xticklabels(), recipes):
+        tick.set(color=recipe_colour(recipe), fontweight="bold" if recipe in marked else "normal")
+    ax.set(title=f"{ENDPOINT_NAMES[endpoint]}: lag {lag} minus lag {reference_lag}",
+           ylabel="staleness cost (points, 95% CI)")
+    ax.grid(alpha=0.3, axis="y")
+    if claimed:
+        text = "claims (square markers, bold names): " + "; ".join(f"{c['name']}: {c['verdict']}" for c in claimed)
+        ax.set_xlabel(textwrap.fill(text, 70), fontsize=7)  # wrapped: a long list stays inside its panel
 
 
 def plot_staleness_by_lag(summary: dict, path: Path) -> None:
@@ -178,7 +185,7 @@ def plot_staleness_by_lag(summary: dict, path: Path) -> None:
             text = "claims: " + "; ".join(f"{c['name']}: {c['verdict']}" for c in claimed)
             ax.set_xlabel("lag\n" + textwrap.fill(text, 80), fontsize=7)
     axes[0][-1].legend(fontsize=6, ncol=2 if len(recipes) > 8 else 1)
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def plot_pareto(summary: dict, path: Path) -> None:
@@ -217,7 +224,7 @@ def plot_pareto(summary: dict, path: Path) -> None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.suptitle(textwrap.fill(f"time model (ours, not measured): {pareto['time_model']}", 120), fontsize=8)
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def plot_lag_vs_length(columns: list[tuple[str, list[int], list[float], object]], path: Path) -> None:
@@ -245,7 +252,7 @@ def plot_lag_vs_length(columns: list[tuple[str, list[int], list[float], object]]
         bottom.set_xticks(ks)
         bottom.set(xlabel="lag (versions)", ylabel="fraction of groups", title=f"{title}: lag distribution")
         bottom.legend(fontsize=7)
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def plot_queue_lags(config: Config, runs: list[RunResult], path: Path) -> None:
@@ -272,7 +279,7 @@ def _not_a_queue_grid(lag_mode: str, path: Path, what: str) -> None:
     reason = "not a queue grid" if lag_mode != "queue" else "a queue grid"
     ax.text(0.5, 0.5, f"{reason} (lag_mode {lag_mode}): {what}", ha="center", va="center")
     ax.set_axis_off()
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def _marker(index: int) -> str:
@@ -280,7 +287,7 @@ def _marker(index: int) -> str:
     return MARKERS[index % len(MARKERS)]
 
 
-def _save(fig, path: Path) -> None:
+def save_figure(fig, path: Path) -> None:
     """Render to a temp file beside the target, then rename (atomic like harness.io)."""
     import matplotlib.pyplot as plt
     fig.tight_layout()

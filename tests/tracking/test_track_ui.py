@@ -15,7 +15,9 @@ import yaml
 
 from analysis.claims.verdicts import replication_text
 from analysis.report.colors import recipe_colour
+from analysis.report.interval_plots import claim_key, cost_key
 from analysis.report.tables import size_text
+from harness.claims import NOT_TESTED
 from harness.config import load
 from harness.grid_dir import GridDir
 from harness.settings import Config
@@ -23,7 +25,7 @@ from tests.support.grid_fixture import make_grid
 from tests.support.optional import missing as optional_input_missing
 from tests.support.ui_check import CHROMIUM, chart_card, render, running_ui, synced_grid, visible_text
 from tracking.layout import Y_SCORE, staleness_cost_metric
-from tracking.store import SEED_RUNS_FILTER, SEED_RUNS_VIEW
+from tracking.store import KIND, SEED_RUNS_FILTER, SEED_RUNS_VIEW
 from tracking.sync import sync
 
 # Kept after the run for a person (or CI) to look at, outside the checkout (the suite writes nothing there)
@@ -127,6 +129,18 @@ def comparison_page(dom: str, config: dict, lag: int) -> list[str]:
     return missing
 
 
+def intervals_page(dom: str, config: dict) -> list[str]:
+    """The intervals' charts: each recipe's staleness cost at each lag but the reference and each tested claim's
+    contrast, an image chart each (drawn by analysis.report.interval_plots, categories named on its axis)."""
+    summary = GridDir.of(config).read_summary()
+    keys = [cost_key(staleness_cost_metric(config["claims"]), lag) for lag in summary["lags"]
+            if lag != summary["reference_lag"]]
+    keys += [claim_key(claim["name"]) for claim in summary["claims"] if claim["verdict"] != NOT_TESTED]
+    images = re.findall(r'<img class="rc-image-img" src="get-artifact\?path=images%2F([^%]*)%2B', dom)
+    return [f"the chart {key} and its image" for key in keys
+            if f'title="{key}"' not in dom or key.replace("/", "~") not in images]
+
+
 def parent_run_page(dom: str, config: dict) -> list[str]:
     """The grid's parent run at its claims table, as table.md's: a row per claim, its full name, its statement,
     its outcome with what the outcome means, and P(same outcome on a rerun)."""
@@ -145,7 +159,7 @@ def parent_run_page(dom: str, config: dict) -> list[str]:
 
 def pages(config: dict) -> list[tuple[str, object]]:
     """What each link `make ui` prints must show, in the order it prints them, the claims first: (page name, check)."""
-    return [("verdicts", parent_run_page),
+    return [("verdicts", parent_run_page), ("intervals", intervals_page),
             *((f"comparison_lag{lag}", lambda dom, config, lag=lag: comparison_page(dom, config, lag))
               for lag in config["lags"]),
             *((f"seed_runs_lag{lag}", lambda dom, config, lag=lag: seed_runs_page(dom, config, lag))
@@ -174,13 +188,14 @@ def test_printed_links_show_what_a_person_looks_for(tmp_path):
             os.replace(partial.name, kept)
             assert not missing, f"the {name} page ({link}) does not show {missing}; screenshot: {kept}"
             assert kept.stat().st_size > 10_000, f"{kept} is nearly empty: the page drew nothing"
-    # no band among the results: the grid's and its summary's experiments hold no run of a band (low, high)
+    # no interval among the results: the grid's and its summary's experiments hold no run of a band (low, high)
+    # nor the intervals' charts (tracking.store.KIND drawn, figure: the comparison experiment's alone)
     from mlflow.tracking import MlflowClient
     client = MlflowClient(f"sqlite:///{Path(config['results_dir']).resolve() / 'mlflow.db'}")
     results = [client.get_experiment_by_name(config["grid"] + suffix).experiment_id for suffix in ("", " summary")]
-    bands = [run.info.run_name for run in client.search_runs(results, max_results=1000)
-             if run.info.run_name.endswith((" low", " high"))]
-    assert not bands, f"band runs among the results (run list, Compare, search): {bands}"
+    drawn = [run.info.run_name for run in client.search_runs(results, max_results=1000)
+             if run.info.run_name.endswith((" low", " high")) or run.data.tags[KIND] in ("drawn", "figure")]
+    assert not drawn, f"interval runs among the results (run list, Compare, search): {drawn}"
     # one colour per recipe: the lines of every grouped view (the lags' comparisons and seed runs), recipe by
     # recipe in the same colours (each page's check compared them with analysis.report.colors, the PNGs' colours)
     colours = {name: sorted(drawn_lines(dom, score_chart(config))) for name, dom in doms.items() if name != "verdicts"}
