@@ -198,5 +198,6 @@ def test_printed_links_show_what_a_person_looks_for(tmp_path):
     assert not drawn, f"interval runs among the results (run list, Compare, search): {drawn}"
     # one colour per recipe: the lines of every grouped view (the lags' comparisons and seed runs), recipe by
     # recipe in the same colours (each page's check compared them with analysis.report.colors, the PNGs' colours)
-    colours = {name: sorted(drawn_lines(dom, score_chart(config))) for name, dom in doms.items() if name != "verdicts"}
+    colours = {name: sorted(drawn_lines(dom, score_chart(config))) for name, dom in doms.items()
+               if name.startswith(("comparison", "seed_runs"))}
     assert len({tuple(lines) for lines in colours.values()}) == 1, f"a recipe's colour differs between views: {colours}"
