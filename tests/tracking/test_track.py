@@ -76,11 +76,12 @@ def test_seed_runs_in_the_grid_experiment_summaries_in_their_own(synced):
     assert summary.experiment_id == first["summary_experiment_id"] != first["experiment_id"]
     every = all_runs(client, summary.experiment_id)  # a summary run per cell, no band run among them
     assert sorted(r.data.tags[KIND] for r in every) == ["cell"] * n_cells
-    drawn = all_runs(client, first["comparison_experiment_id"])  # what the comparisons draw: mean, low, high
+    # what the comparisons draw: per cell mean, low, high; the intervals' charts (one figure run)
+    drawn = all_runs(client, first["comparison_experiment_id"])
     assert client.get_experiment(first["comparison_experiment_id"]).name == config["grid"] + COMPARISON_SUFFIX
-    assert sorted(r.data.tags[KIND] for r in drawn) == ["drawn"] * 3 * n_cells
+    assert sorted(r.data.tags[KIND] for r in drawn) == ["drawn"] * 3 * n_cells + ["figure"]
     parent = kinds["parent"][0]
-    assert parent.info.run_id == first["parent_run_id"] and first["created"] == first_count + 4 * n_cells
+    assert parent.info.run_id == first["parent_run_id"] and first["created"] == first_count + 4 * n_cells + 1
     assert all(r.data.tags["stalebench.grid_run"] == parent.info.run_id for r in every + drawn)
     assert sorted((r.data.params["recipe"], r.data.params["lag"]) for r in every + drawn) == sorted(
         [(recipe, str(lag)) for recipe in config["recipes"] for lag in config["lags"]] * 4)
@@ -294,8 +295,8 @@ def test_summary_runs_chart_the_cell_curves_and_the_parent_carries_the_verdicts(
     with mlflow_server(config["results_dir"], tmp_path / "server.log") as base:
         cells = rest(base, "/api/2.0/mlflow/runs/search",
                      {"experiment_ids": [first["summary_experiment_id"]], "max_results": 100})["runs"]
-        drawn = rest(base, "/api/2.0/mlflow/runs/search",
-                     {"experiment_ids": [first["comparison_experiment_id"]], "max_results": 100})["runs"]
+        drawn = rest(base, "/api/2.0/mlflow/runs/search", {"experiment_ids": [first["comparison_experiment_id"]],
+                     "filter": f"tags.\"{KIND}\" = 'drawn'", "max_results": 100})["runs"]  # not the figure run
         assert len(cells) == len(curves) and len(drawn) == 3 * len(curves)  # per cell: a summary run; mean, low, high
         for run in cells + drawn:
             params, run_id, tags = run_params(run), run["info"]["run_id"], run_tags(run)
