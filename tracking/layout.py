@@ -20,9 +20,10 @@ import math
 import re
 
 from analysis.cells.summary import SCORES
+from analysis.report.colors import RECIPE_PARAM
 from harness.claims import KINDS
 from harness.run import PinnedRun
-from tracking.store import SEED_RUNS_FILTER
+from tracking.store import KIND, SEED_RUNS_FILTER
 
 PERCENT = 100.0
 EVAL_CURVE_KEYS = ("score", "pass_at_k", "maj_at_k")  # all scores: logged in percent
@@ -170,11 +171,36 @@ def staleness_cost_metric(claims: list[dict]) -> str:
     return next((c["metric"] for c in claims if KINDS[c["kind"]].is_cost), "auc")
 
 
-def seed_runs_view() -> dict:
-    """The seed runs' shared view (tracking.store.ui_link): every seed run listed by name and drawn
-    (the UI draws only the first 10 runs of a view that does not say SHOW_ALL)."""
-    return {"searchFilter": SEED_RUNS_FILTER, "orderByKey": "tags.`mlflow.runName`", "orderByAsc": True,
-            "runsHiddenMode": "SHOW_ALL"}
+# Grouped by the recipe alone, the lag being each view's filter: MLflow colours a group by a hash of its id, which
+# holds the grouping's values, and so a recipe has one colour in the view of every lag, the seed runs' and the
+# comparison's alike, and in the PNGs (analysis.report.colors).
+BY_RECIPE = {"aggregateFunction": "average", "groupByKeys": [{"mode": "param", "groupByData": RECIPE_PARAM}]}
+# The UI names a line chart's x axis (Step) but draws no y-axis title, and its runs page ignores a chart's
+# displayName (MLflow 3.17 passes useMetricDisplayName false there): a chart's section title names its y axis, first,
+# where the UI cuts a long title
+Y_SCORE = "y: {task} test score, %"
+
+
+def seed_runs_view(tasks: tuple[str, ...], lag: int) -> dict:
+    """The seed runs' shared view at one lag (tracking.store.ui_link): every seed run, grouped by recipe, so that
+    each chart draws per recipe the mean of its seeds over the band from their minimum to their maximum (MLflow's
+    grouped values), a chart per scored task's test score; the filter names the lag and a recipe clause to edit
+    (``params.recipe LIKE '%'``: every recipe; ``= 'grpo'`` one), each group's eye in the run list hides a recipe."""
+    sections = [_section(f"stalebench-seeds-{task}", Y_SCORE.format(task=task) + f"; lag {lag}: the seeds' mean over "
+                         "their min-max band", 480) for task in tasks]
+    return _grouped_view(f"{SEED_RUNS_FILTER} AND params.lag = '{lag}' AND params.{RECIPE_PARAM} LIKE '%'", sections,
+                         [_chart("LINE", section["uuid"], f"eval/{task}/score") for section, task in zip(sections, tasks)])
+
+
+def _grouped_view(search: str, sections: list[dict], charts: list[dict]) -> dict:
+    """A shared view of ``search``'s runs grouped by recipe (BY_RECIPE), drawing only ``charts``: every run listed
+    by name and drawn (the UI draws only the first 10 runs of a view that does not say SHOW_ALL)."""
+    return {"searchFilter": search, "orderByKey": "tags.`mlflow.runName`", "orderByAsc": True,
+            "runsHiddenMode": "SHOW_ALL", "useGroupedValuesInCharts": True, "hideEmptyCharts": True,
+            # the UI adds a generated chart for every other metric of the runs: the filter keeps them out
+            "chartsSearchFilter": "^(" + "|".join(re.escape(c["metricKey"]) for c in charts) + ")$",
+            "compareRunSections": sections, "compareRunCharts": charts, "isAccordionReordered": True,
+            "groupBy": BY_RECIPE}
 
 
 def _section(uuid: str, name: str, height: int) -> dict:
@@ -193,6 +219,19 @@ def _chart(kind: str, section: str, metric: str) -> dict:
     return chart
 
 
+def intervals_view(keys: list[str]) -> dict:
+    """The shared view of the intervals' charts (tracking.store.intervals_link): the comparison experiment's run of
+    kind figure (tracking.runs.Tracker.sync_intervals), an image chart per image key, two a row in one section
+    (the UI renders only the cards in the window: so they all are on a first screen), each image naming its axes."""
+    section = {**_section("stalebench-intervals", "Intervals: each recipe's staleness cost per lag (95%), each claim's "
+                          "contrast (its level); the axes named in each chart", 420), "columns": 2}
+    cards = [{"uuid": f"stalebench-{key.replace('/', '-')}-chart", "type": "IMAGE", "metricSectionId": section["uuid"],
+              "deleted": False, "isGenerated": False, "imageKeys": [key], "step": 0} for key in keys]
+    return {"searchFilter": f"tags.\"{KIND}\" = 'figure'", "orderByKey": "tags.`mlflow.runName`", "orderByAsc": True,
+            "runsHiddenMode": "SHOW_ALL", "compareRunSections": [section], "compareRunCharts": cards,
+            "isAccordionReordered": True}
+
+
 def comparison_view(task: str, lag: int, band: str, cost_metric: str | None) -> dict:
     """A shared view of the comparison experiment at one lag (tracking.store.comparison_link): its cells' mean
     and band runs (tracking.runs.comparison_runs), grouped by recipe (the view holds one lag) with the groups'
@@ -203,18 +242,11 @@ def comparison_view(task: str, lag: int, band: str, cost_metric: str | None) -> 
     (the band runs do not carry it). Each chart in a section of its own, full width, tall enough for the
     legend's every recipe."""
     score = f"eval/{task}/score"
-    title = f"mean test score, % (band: 95% interval, {band})"  # short: the UI cuts a long section title
+    title = Y_SCORE.format(task=task) + f"; band: 95% interval, {band}"  # short: the UI cuts a long section title
     sections, charts = [_section("stalebench-score", title, 560)], [_chart("LINE", "stalebench-score", score)]
     if cost_metric:
         cost = f"staleness_cost/{cost_metric}"
-        sections.append(_section("stalebench-cost", f"staleness cost, {cost_metric} points (lag {lag} minus the "
-                                                    "smallest)", 440))
+        sections.append(_section("stalebench-cost", f"x: staleness cost, {cost_metric} points (lag {lag} minus the "
+                                                    "smallest); a bar per recipe, named in the legend", 440))
         charts.append(_chart("BAR", "stalebench-cost", cost))
-    return {"searchFilter": f"params.lag = '{lag}'", "orderByKey": "tags.`mlflow.runName`", "orderByAsc": True,
-            "runsHiddenMode": "SHOW_ALL", "useGroupedValuesInCharts": True, "hideEmptyCharts": True,
-            # the UI adds a generated chart for every other metric of the runs: the filter keeps them out
-            "chartsSearchFilter": "^(" + "|".join(re.escape(c["metricKey"]) for c in charts) + ")$",
-            "compareRunSections": sections, "compareRunCharts": charts, "isAccordionReordered": True,
-            # grouped by recipe alone (the lag is the filter's): a group's colour is a hash of its name, and so
-            # a recipe's colour is the same in the view of every lag
-            "groupBy": {"aggregateFunction": "average", "groupByKeys": [{"mode": "param", "groupByData": "recipe"}]}}
+    return _grouped_view(f"params.lag = '{lag}'", sections, charts)

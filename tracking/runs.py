@@ -10,6 +10,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from analysis.report.interval_plots import interval_figures
 from analysis.report.render import Section, Table, markdown
 from analysis.report.tables import (
     METHOD_NAMES,
@@ -25,6 +26,7 @@ from tracking import layout
 from tracking.store import (
     COMPARISON_SUFFIX,
     COMPARISON_VIEW,
+    INTERVALS_VIEW,
     SEED_RUNS_VIEW,
     SUMMARY_SUFFIX,
     TUNING_SUFFIX,
@@ -63,10 +65,12 @@ class Tracker:
         self.experiment_id = self.writer.experiment(config.grid, UNITS_NOTE.format(grid=config.grid))
         self.summary_experiment_id, self.cells = None, {}  # the summary experiment: final sync only
         self.comparison_experiment_id, self.drawn = None, {}  # the comparison views' experiment: final sync only
-        self.writer.share_view(self.experiment_id, SEED_RUNS_VIEW, layout.seed_runs_view())
         self.existing = self.writer.existing(self.experiment_id)
         self.stride = stride
         self.tasks = config.eval.scored_tasks
+        for lag in config.lags:
+            self.writer.share_view(self.experiment_id, SEED_RUNS_VIEW.format(lag=lag),
+                                   layout.seed_runs_view(tuple(self.tasks), lag))
         self.tuning = config.tuning
         self.tuning_experiment_id, self.candidates = None, {}  # the tuning experiment: a tuning grid only
         if self.tuning is not None:
@@ -251,6 +255,21 @@ class Tracker:
                 metrics += self.writer.changed(drawn, cost)
             self.writer.log(drawn_id, metrics, tags=tags, params=missing_params(drawn, {"recipe": recipe, "lag": str(lag)}))
             self.writer.set_status(drawn_id, drawn, "FINISHED")
+
+    def sync_intervals(self, parent_id: str, summary: dict) -> None:
+        """The intervals' charts (analysis.report.interval_plots: each recipe's staleness cost per later lag, each
+        tested claim's contrast) as the images of one run of kind figure in the comparison experiment, where no
+        result list meets it, and the view that shows them (layout.intervals_view). After sync_cell."""
+        metric = layout.staleness_cost_metric(summary["claims"])
+        run_id, found = self.writer.run(f"intervals:{self.config.grid}", "figure", "intervals (drawn, not a result)",
+                                        {"stalebench.grid_run": parent_id}, self.comparison_experiment_id, self.drawn)
+        with tempfile.TemporaryDirectory(prefix="track_") as tmp:
+            charts = interval_figures(self.config, summary, metric, Path(tmp))
+            self.writer.log_images(run_id, charts)
+        self.writer.log(run_id, tags={"mlflow.note.content": "The intervals' charts of the comparison, images drawn "
+                                      "from summary.json: drawing material, not a result. " + SCORE_UNITS})
+        self.writer.set_status(run_id, found, "FINISHED")
+        self.writer.share_view(self.comparison_experiment_id, INTERVALS_VIEW, layout.intervals_view([k for k, _ in charts]))
 
     def _curve(self, found, tags: dict, summary: dict, cell: dict, part: str) -> list:
         """The cell curve's ``part`` as step metrics, unless the run already has it (its digest in ``tags``)."""

@@ -31,10 +31,11 @@ from pathlib import Path
 from harness.lock import writer_lock
 
 PROXIED = "mlflow-artifacts:"
-KIND = "stalebench.kind"  # the tag naming a run's kind: parent | run | cell | drawn (a comparison's line or band)
+KIND = "stalebench.kind"  # a run's kind: parent | run | cell | drawn (a comparison's line or band) | figure (intervals)
 SEED_RUNS_FILTER = f"tags.\"{KIND}\" = 'run'"
-SEED_RUNS_VIEW = "stalebench-seeds"  # the seed runs' experiment's shared view (ui_link)
+SEED_RUNS_VIEW = "stalebench-seeds-lag{lag}"  # the seed runs' experiment's shared view of one lag (ui_link)
 COMPARISON_VIEW = "stalebench-cells-lag{lag}"  # the comparison experiment's shared view of one lag (comparison_link)
+INTERVALS_VIEW = "stalebench-intervals"  # the comparison experiment's view of the intervals' charts (intervals_link)
 VERDICTS_ARTIFACT = "verdicts.md"  # the parent run's claims table (parent_link)
 SUMMARY_SUFFIX = " summary"  # the summary runs' experiment: "<grid> summary" (tracking.runs)
 COMPARISON_SUFFIX = " comparison"  # what the comparison views draw, never a result: "<grid> comparison"
@@ -141,16 +142,22 @@ def _view_link(base_url: str, experiment_id: str, view_key: str) -> str:
     return f"{base_url.rstrip('/')}/#/experiments/{experiment_id}/runs?{query}"
 
 
-def ui_link(base_url: str, experiment_id: str) -> str:
-    """The grid's seed runs, as charts (layout.seed_runs_view: listed by name, every one drawn; by
-    name because the runs view folds child runs under their parent while sorted by creation time)."""
-    return _view_link(base_url, experiment_id, SEED_RUNS_VIEW)
+def ui_link(base_url: str, experiment_id: str, lag: int) -> str:
+    """The grid's seed runs at one lag, as charts (layout.seed_runs_view: grouped by recipe, listed by name, every
+    one drawn; by name because the runs view folds child runs under their parent while sorted by creation time)."""
+    return _view_link(base_url, experiment_id, SEED_RUNS_VIEW.format(lag=lag))
 
 
 def comparison_link(base_url: str, comparison_experiment_id: str, lag: int) -> str:
     """The cell comparison at one lag: the comparison experiment's runs as charts (layout.comparison_view:
     a line per recipe over its 95% band, the staleness-cost bars)."""
     return _view_link(base_url, comparison_experiment_id, COMPARISON_VIEW.format(lag=lag))
+
+
+def intervals_link(base_url: str, comparison_experiment_id: str) -> str:
+    """The intervals' charts (layout.intervals_view): each recipe's staleness cost per lag and each claim's contrast,
+    with their intervals, the categories named on the axis (images drawn by analysis.report.interval_plots)."""
+    return _view_link(base_url, comparison_experiment_id, INTERVALS_VIEW)
 
 
 def parent_link(base_url: str, experiment_id: str, parent_run_id: str) -> str:

@@ -150,6 +150,8 @@ def sync(config: Config, progress: bool = True,
             parent_id, recipe, lag, seed, run_numbers, candidate)
     for cell in summary["cells"] if final else []:
         tracker.sync_cell(parent_id, cell, summary)
+    if final:
+        tracker.sync_intervals(parent_id, summary)
     marker = {"tracking_uri": tracker.writer.uri, "experiment": config.grid,
               "experiment_id": tracker.experiment_id, "summary_experiment_id": tracker.summary_experiment_id,
               "comparison_experiment_id": tracker.comparison_experiment_id,
@@ -180,11 +182,11 @@ def follow(config: Config, interval: float, progress: bool = False, max_train_po
             time.sleep(min(5.0, interval))
 
 
-def ui_hint(marker: dict) -> str:
-    """The last line of the final sync: how to open the UI at the grid's runs view."""
+def ui_hint(marker: dict, lag: int) -> str:
+    """The last line of the final sync: how to open the UI at the grid's seed runs of ``lag``."""
     if marker["tracking_uri"].startswith(("http://", "https://")):
-        return f"open {ui_link(marker['tracking_uri'], marker['experiment_id'])}"
-    return f"open the UI: make ui  (then {ui_link('http://127.0.0.1:5000', marker['experiment_id'])})"
+        return f"open {ui_link(marker['tracking_uri'], marker['experiment_id'], lag)}"
+    return f"open the UI: make ui  (then {ui_link('http://127.0.0.1:5000', marker['experiment_id'], lag)})"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -229,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         + (f" + {marker['tuning_runs']} tuning runs" if marker["tuning_experiment_id"] else "")
         + f" -> {marker['tracking_uri']} (experiment "
         f"{marker['experiment_id']}; {marker['created']} created, {marker['updated']} updated) "
-        f"in {seconds:.1f} s" + ("" if live else "\n" + ui_hint(marker))))
+        f"in {seconds:.1f} s" + ("" if live else "\n" + ui_hint(marker, min(config.lags)))))
 
 
 if __name__ == "__main__":

@@ -7,8 +7,8 @@ Starts ``mlflow server`` on 127.0.0.1 over <results_dir>/mlflow.db, serving the 
 waits until it answers, prints its links and runs until Ctrl-C, first what the grid was run to answer: the
 grid's parent run at its claims table (tracking.store.parent_link); a cell comparison per lag (the "<grid>
 comparison" experiment as charts in the views tracking.sync shares on it: a line per recipe over its 95% band,
-the staleness-cost bars; tracking.store.comparison_link); then the grid's seed runs as charts, every run
-drawn. The server logs warnings and errors only (no access log: a line per request scrolled the links away).
+the staleness-cost bars; tracking.store.comparison_link); then the grid's seed runs per lag as charts, grouped by
+recipe (tracking.layout.seed_runs_view: each recipe in its colour of the comparison, every run drawn). The server logs warnings and errors only (no access log: a line per request scrolled the links away).
 The server runs without MLflow's job runner (its huey workers serve GenAI jobs this harness never
 submits; with them the UI's processes took 2.7 GB instead of 0.75, docs/mlflow.md):
 MLFLOW_SERVER_ENABLE_JOB_EXECUTION=true in the environment turns it back on. The links are read from the
@@ -34,11 +34,13 @@ from harness.settings import Config
 from tracking.store import (
     COMPARISON_SUFFIX,
     COMPARISON_VIEW,
+    SEED_RUNS_VIEW,
     SHARED_VIEW_TAG,
     TUNING_SUFFIX,
     artifact_destination,
     check_reachable,
     comparison_link,
+    intervals_link,
     local_store,
     parent_link,
     store_lock,
@@ -63,12 +65,13 @@ def parent_run_id(uri: str, experiment: str, grid: str) -> str | None:
     return found[0].info.run_id if found else None
 
 
-def compared_lags(uri: str, comparison_experiment: str) -> list[int]:
-    """The lags of the comparison views the final sync stored (the grid's, as aggregated: a narrowed
-    run of the workflow may have fewer than the config file names)."""
+def viewed_lags(uri: str, experiment: str, view: str) -> list[int]:
+    """The lags of the shared views ``view`` (a name with {lag}) the sync stored on ``experiment``: the comparison's,
+    those of the grid as aggregated (a narrowed run of the workflow may have fewer than the config file names);
+    the seed runs', the config's."""
     from mlflow.tracking import MlflowClient
-    prefix = SHARED_VIEW_TAG + COMPARISON_VIEW.format(lag="")
-    tags = MlflowClient(uri).get_experiment(comparison_experiment).tags
+    prefix = SHARED_VIEW_TAG + view.format(lag="")
+    tags = MlflowClient(uri).get_experiment(experiment).tags
     return sorted(int(key[len(prefix):]) for key in tags if key.startswith(prefix) and key[len(prefix):].isdigit())
 
 
@@ -85,11 +88,15 @@ def links(base_url: str, uri: str, grid: str) -> str:
         lines.append("Claims' verdicts and cell comparison: none yet (the grid is not aggregated and synced)")
     else:
         lines += ["Claims (statement, estimate, outcome and what it means, P(same outcome on a rerun)); "
-                  "table.md and the plots beside them:", parent_link(base_url, seeds, parent_run_id(uri, seeds, grid))]
-        for lag in compared_lags(uri, cells):
+                  "table.md and the plots beside them:", parent_link(base_url, seeds, parent_run_id(uri, seeds, grid)),
+                  "Intervals (each claim's contrast, each recipe's staleness cost per lag; 95% or the claim's level):",
+                  intervals_link(base_url, cells)]
+        for lag in viewed_lags(uri, cells, COMPARISON_VIEW):
             lines += [f"Cell comparison at lag {lag} (a line per recipe, the mean test score over its 95% band):",
                       comparison_link(base_url, cells, lag)]
-    lines += ["Seed runs (charts, every run):", ui_link(base_url, seeds)]
+    for lag in viewed_lags(uri, seeds, SEED_RUNS_VIEW):
+        lines += [f"Seed runs at lag {lag} (a line per recipe, the mean of its seeds over their min-max band):",
+                  ui_link(base_url, seeds, lag)]
     tuning = experiment_id(uri, grid + TUNING_SUFFIX)
     if tuning is not None:  # a grid with a tuning section (tracking.runs): its candidates, kept apart
         lines += ["Tuning candidates (the tuning seeds: how each value was picked, never a result):",

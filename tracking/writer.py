@@ -5,8 +5,11 @@ A ``Writer`` is one pass's connection to the store; tracking.runs decides what e
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -126,15 +129,32 @@ class Writer:
         else:
             self.client.set_terminated(run_id, status=status, end_time=end_ms)
 
-    def log_artifacts(self, run_id: str, paths: list[Path]) -> None:
-        """Same artifact paths each sync: overwrites. A local store's proxied artifacts go straight
-        into the folder its UI server serves them from (tracking.store)."""
+    def log_artifacts(self, run_id: str, paths: list[Path], folder: str | None = None) -> None:
+        """Same artifact paths each sync: overwrites; ``folder``: under that artifact folder. A local store's
+        proxied artifacts go straight into the folder its UI server serves them from (tracking.store)."""
         local = local_artifact_dir(self.results_dir, self.client.get_run(run_id).info.artifact_uri)
         if local is not None:
             from mlflow.store.artifact.local_artifact_repo import LocalArtifactRepository
             repository = LocalArtifactRepository(str(local))
         for path in paths:
             if local is None:
-                self.client.log_artifact(run_id, str(path))
+                self.client.log_artifact(run_id, str(path), folder)
             else:
-                repository.log_artifact(str(path))
+                repository.log_artifact(str(path), folder)
+
+    def log_images(self, run_id: str, images: list[tuple[str, Path]]) -> None:
+        """PNG files as the run's images, each under its key at step 0, as MlflowClient.log_image stores them (the
+        UI's image charts read them: images/<key, / as ~>+step+0+timestamp+<ms>+<id>.png and a +compressed.webp
+        thumbnail, the tag mlflow.loggedImages), under names fixed by the key, so that a re-sync overwrites them."""
+        import PIL.Image
+        from mlflow.tracking.multimedia import compress_image_size
+        with tempfile.TemporaryDirectory(prefix="track_images_") as tmp:
+            written = []
+            for key, png in images:
+                name = f"{key.replace('/', '~')}+step+0+timestamp+0+{hashlib.sha256(key.encode()).hexdigest()[:32]}"
+                shutil.copyfile(png, Path(tmp) / f"{name}.png")
+                with PIL.Image.open(png) as image:
+                    compress_image_size(image).save(Path(tmp) / f"{name}+compressed.webp")
+                written += [Path(tmp) / f"{name}.png", Path(tmp) / f"{name}+compressed.webp"]
+            self.log_artifacts(run_id, written, "images")
+        self.log(run_id, tags={"mlflow.loggedImages": "true"})

@@ -1,7 +1,9 @@
 """The report's plots, each written atomically: score curves (percent), |d| quantiles, Kaplan-Meier
 curves of collapse per lag, the staleness cost per recipe with its interval, claims marked, and for a
 queue grid (lag mode queue) the Pareto front of modelled time against score and each group's lag
-against its modelled length (drawn for a queue grid only; a text panel where its runs lack the data)."""
+against its modelled length (drawn for a queue grid only; a text panel where its runs lack the data).
+Each recipe is drawn in its colour of the MLflow views (analysis.report.colors.recipe_colour) and, where two
+recipes share a colour, told apart by its marker (its place in the grid's recipe list)."""
 from __future__ import annotations
 
 import math
@@ -15,6 +17,7 @@ import numpy as np
 from analysis.cells.pareto import ENDPOINTS as PARETO_ENDPOINTS
 from analysis.cells.pareto import queue_models
 from analysis.cells.summary import ENDPOINT_NAMES, ENDPOINTS, RunResult, by_cell, score_curve, summary_cells
+from analysis.report.colors import MARKERS, recipe_colour
 from analysis.statistics.survival import kaplan_meier
 from harness.claims import KINDS
 from harness.settings import Config
@@ -30,16 +33,17 @@ def plot_curves(config: Config, runs: list[RunResult], path: Path) -> None:
     lags = list(config.lags)
     fig, axes = plt.subplots(1, len(lags), figsize=(5 * len(lags), 4), squeeze=False, sharey=True)
     for ax, lag in zip(axes[0], lags):
-        for recipe in config.recipes:
+        for i, recipe in enumerate(config.recipes):
             curve = score_curve(cells.get((recipe, lag), []), config.steps)
             steps = [point["step"] for point in curve]
-            line, = ax.plot(steps, [100 * point["estimate"] for point in curve], marker=".", label=recipe)
+            ax.plot(steps, [100 * point["estimate"] for point in curve], marker=_marker(i), markersize=3,
+                    color=recipe_colour(recipe), label=recipe)
             ax.fill_between(steps, [100 * point["low"] for point in curve], [100 * point["high"] for point in curve],
-                            color=line.get_color(), alpha=0.2, linewidth=0)
+                            color=recipe_colour(recipe), alpha=0.2, linewidth=0)
         ax.set(title=f"lag {lag}", xlabel="step", ylabel="test score (%, avg@k)")
         ax.grid(alpha=0.3)
     axes[0][-1].legend(fontsize=7)
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def plot_mismatch(config: Config, runs: list[RunResult], path: Path) -> None:
@@ -60,12 +64,12 @@ def plot_mismatch(config: Config, runs: list[RunResult], path: Path) -> None:
                         if value is not None and math.isfinite(value) and value > 0:
                             series.setdefault(line["step"], []).append(value)
                 steps = sorted(series)
-                ax.plot(steps, [np.mean(series[s]) for s in steps], label=recipe, linewidth=1)
+                ax.plot(steps, [np.mean(series[s]) for s in steps], label=recipe, linewidth=1, color=recipe_colour(recipe))
             ax.set_yscale("log")
             ax.set(title=f"lag {lag}: {key}", xlabel="step" if row == len(QUANTILES) - 1 else None)
             ax.grid(alpha=0.3)
     axes[0][-1].legend(fontsize=7)
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def plot_collapse(summary: dict, path: Path) -> None:
@@ -83,53 +87,62 @@ def plot_collapse(summary: dict, path: Path) -> None:
             # curves that coincide (no collapse: all at 1) told apart where they are: each next recipe drawn
             # narrower and in its own dash on top of the ones before, never moved off its values
             ax.step(steps, alive, where="post", linewidth=1.2 + 2.4 * (len(recipes) - 1 - i) / max(len(recipes) - 1, 1),
-                    linestyle=COLLAPSE_DASHES[i % len(COLLAPSE_DASHES)],
+                    linestyle=COLLAPSE_DASHES[i % len(COLLAPSE_DASHES)], color=recipe_colour(recipe),
                     label=f"{recipe} ({cell['collapse']['k']}/{cell['collapse']['n']})")
         ax.set(title=f"lag {lag}: runs not yet collapsed (Kaplan-Meier)", xlabel="step",
                ylabel="fraction of runs", ylim=(-0.05, 1.05))
         ax.grid(alpha=0.3)
     axes[0][-1].legend(fontsize=7, title="recipe (collapsed k/n)", title_fontsize=7)
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def plot_staleness(summary: dict, path: Path) -> None:
     """Staleness cost (lag L minus the reference lag) per recipe with its 95% interval, one panel
-    per endpoint and later lag; recipes named by a staleness or cost-difference claim at that lag
-    are marked in red and their claims' verdicts listed under the panel. A grid of more than two
-    lags: the cost against lag instead (plot_staleness_by_lag)."""
+    per endpoint and later lag (cost_panel); a grid of more than two lags: the cost against lag instead
+    (plot_staleness_by_lag)."""
     if len(summary["lags"]) > 2:
         plot_staleness_by_lag(summary, path)
         return
     import matplotlib.pyplot as plt
-    cells = summary_cells(summary)
     recipes, reference_lag = summary["recipes"], summary["reference_lag"]
     later = [lag for lag in summary["lags"] if lag != reference_lag] or [reference_lag]
     panels = [(e, lag) for e in ENDPOINTS for lag in later]
     fig, axes = plt.subplots(1, len(panels), figsize=(max(5.0, 0.7 * len(recipes)) * len(panels), 4.8),
                              squeeze=False)
     for ax, (endpoint, lag) in zip(axes[0], panels):
-        claimed = [c for c in summary["claims"] if KINDS[c["kind"]].is_cost
-                   and c["lag"] == lag and c["metric"] == endpoint]
-        marked = {c["recipe"] for c in claimed} | {c["versus"] for c in claimed if c["versus"]}
-        for x, recipe in enumerate(recipes):
-            stat = (cells[recipe, lag]["staleness_cost"] or {}).get(endpoint)
-            if stat is None or stat["estimate"] is None:
-                continue
-            low = stat["estimate"] if stat["low"] is None else stat["low"]
-            high = stat["estimate"] if stat["high"] is None else stat["high"]
-            color = "tab:red" if recipe in marked else "tab:blue"
-            ax.errorbar(x, 100 * stat["estimate"], yerr=[[100 * (stat["estimate"] - low)],
-                                                         [100 * (high - stat["estimate"])]],
-                        fmt="o", color=color, capsize=3)
-        ax.axhline(0, color="grey", linewidth=0.8)
-        ax.set_xticks(range(len(recipes)), recipes, rotation=30, ha="right")
-        ax.set(title=f"{ENDPOINT_NAMES[endpoint]}: lag {lag} minus lag {reference_lag}",
-               ylabel="staleness cost (points, 95% CI)")
-        ax.grid(alpha=0.3, axis="y")
-        if claimed:
-            text = "claims (red): " + "; ".join(f"{c['name']}: {c['verdict']}" for c in claimed)
-            ax.set_xlabel(textwrap.fill(text, 70), fontsize=7)  # wrapped: a long list stays inside its panel
-    _save(fig, path)
+        cost_panel(ax, summary, endpoint, lag)
+    save_figure(fig, path)
+
+
+def cost_panel(ax, summary: dict, endpoint: str, lag: int) -> None:
+    """One panel of staleness.png: each recipe's staleness cost at ``lag`` on ``endpoint`` (summary.json's cells)
+    with its 95% interval, the recipes named on the x axis in their colours; the recipes of a staleness or
+    cost-difference claim at that lag marked (a filled square, the name in bold), the claims' verdicts under it.
+    Also the MLflow comparison's chart of the cost at one lag (analysis.report.interval_plots)."""
+    cells, recipes, reference_lag = summary_cells(summary), summary["recipes"], summary["reference_lag"]
+    claimed = [c for c in summary["claims"] if KINDS[c["kind"]].is_cost
+               and c["lag"] == lag and c["metric"] == endpoint]
+    marked = {c["recipe"] for c in claimed} | {c["versus"] for c in claimed if c["versus"]}
+    for x, recipe in enumerate(recipes):
+        stat = (cells[recipe, lag]["staleness_cost"] or {}).get(endpoint)
+        if stat is None or stat["estimate"] is None:
+            continue
+        low = stat["estimate"] if stat["low"] is None else stat["low"]
+        high = stat["estimate"] if stat["high"] is None else stat["high"]
+        ax.errorbar(x, 100 * stat["estimate"], yerr=[[100 * (stat["estimate"] - low)],
+                                                     [100 * (high - stat["estimate"])]],
+                    fmt="s" if recipe in marked else "o", color=recipe_colour(recipe), capsize=3,
+                    markerfacecolor=recipe_colour(recipe) if recipe in marked else "white")
+    ax.axhline(0, color="grey", linewidth=0.8)
+    ax.set_xticks(range(len(recipes)), recipes, rotation=30, ha="right")
+    for tick, recipe in zip(ax.get_xticklabels(), recipes):
+        tick.set(color=recipe_colour(recipe), fontweight="bold" if recipe in marked else "normal")
+    ax.set(title=f"{ENDPOINT_NAMES[endpoint]}: lag {lag} minus lag {reference_lag}",
+           ylabel="staleness cost (points, 95% CI)")
+    ax.grid(alpha=0.3, axis="y")
+    if claimed:
+        text = "claims (square markers, bold names): " + "; ".join(f"{c['name']}: {c['verdict']}" for c in claimed)
+        ax.set_xlabel(textwrap.fill(text, 70), fontsize=7)  # wrapped: a long list stays inside its panel
 
 
 def plot_staleness_by_lag(summary: dict, path: Path) -> None:
@@ -157,7 +170,8 @@ def plot_staleness_by_lag(summary: dict, path: Path) -> None:
                 ys.append(100 * stat["estimate"])
                 below.append(100 * (stat["estimate"] - low))
                 above.append(100 * (high - stat["estimate"]))
-            ax.errorbar(xs, ys, yerr=[below, above], marker="o", markersize=3, capsize=2, linewidth=1, label=recipe)
+            ax.errorbar(xs, ys, yerr=[below, above], marker=_marker(i), markersize=3, capsize=2, linewidth=1,
+                        color=recipe_colour(recipe), label=recipe)
         ax.axhline(0, color="grey", linewidth=0.8)
         thresholds = {c["threshold"] for c in summary["claims"] if c.get("threshold") and c["metric"] == endpoint}
         for threshold in sorted(thresholds):
@@ -171,7 +185,7 @@ def plot_staleness_by_lag(summary: dict, path: Path) -> None:
             text = "claims: " + "; ".join(f"{c['name']}: {c['verdict']}" for c in claimed)
             ax.set_xlabel("lag\n" + textwrap.fill(text, 80), fontsize=7)
     axes[0][-1].legend(fontsize=6, ncol=2 if len(recipes) > 8 else 1)
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def plot_pareto(summary: dict, path: Path) -> None:
@@ -187,7 +201,7 @@ def plot_pareto(summary: dict, path: Path) -> None:
     titles = {"auc": "AUC over the run's steps", "equal_time": "score at equal modelled time"}
     fig, axes = plt.subplots(1, len(PARETO_ENDPOINTS), figsize=(6.5 * len(PARETO_ENDPOINTS), 5), squeeze=False)
     for ax, endpoint in zip(axes[0], PARETO_ENDPOINTS):
-        for recipe in summary["recipes"]:
+        for i, recipe in enumerate(summary["recipes"]):
             rows = [row for row in pareto["cells"] if row["recipe"] == recipe
                     and row[endpoint] is not None and row[endpoint]["estimate"] is not None]
             if not rows:
@@ -198,7 +212,8 @@ def plot_pareto(summary: dict, path: Path) -> None:
                      else 0.0 for row in rows]
             above = [100 * (row[endpoint]["high"] - row[endpoint]["estimate"]) if row[endpoint]["high"] is not None
                      else 0.0 for row in rows]
-            bars = ax.errorbar(xs, ys, yerr=[below, above], fmt="o", markersize=4, capsize=2, label=recipe)
+            bars = ax.errorbar(xs, ys, yerr=[below, above], fmt=_marker(i), markersize=4, capsize=2, label=recipe,
+                               color=recipe_colour(recipe))
             for x, y, row in zip(xs, ys, rows):
                 ax.annotate(f"b{row['bound']}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
             front = sorted((x, y) for x, y, row in zip(xs, ys, rows) if row["front"][endpoint])
@@ -209,7 +224,7 @@ def plot_pareto(summary: dict, path: Path) -> None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.suptitle(textwrap.fill(f"time model (ours, not measured): {pareto['time_model']}", 120), fontsize=8)
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def plot_lag_vs_length(columns: list[tuple[str, list[int], list[float], object]], path: Path) -> None:
@@ -237,7 +252,7 @@ def plot_lag_vs_length(columns: list[tuple[str, list[int], list[float], object]]
         bottom.set_xticks(ks)
         bottom.set(xlabel="lag (versions)", ylabel="fraction of groups", title=f"{title}: lag distribution")
         bottom.legend(fontsize=7)
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def plot_queue_lags(config: Config, runs: list[RunResult], path: Path) -> None:
@@ -264,10 +279,15 @@ def _not_a_queue_grid(lag_mode: str, path: Path, what: str) -> None:
     reason = "not a queue grid" if lag_mode != "queue" else "a queue grid"
     ax.text(0.5, 0.5, f"{reason} (lag_mode {lag_mode}): {what}", ha="center", va="center")
     ax.set_axis_off()
-    _save(fig, path)
+    save_figure(fig, path)
 
 
-def _save(fig, path: Path) -> None:
+def _marker(index: int) -> str:
+    """The marker of the grid's index-th recipe: what tells apart two recipes of one colour (analysis.report.colors)."""
+    return MARKERS[index % len(MARKERS)]
+
+
+def save_figure(fig, path: Path) -> None:
     """Render to a temp file beside the target, then rename (atomic like harness.io)."""
     import matplotlib.pyplot as plt
     fig.tight_layout()

@@ -106,7 +106,7 @@ def test_a_queue_grid_reports_its_equal_time_comparison(queue_grid):
 def test_the_pareto_plot_draws_each_recipes_points_and_front(queue_grid, tmp_path, monkeypatch):
     _, _, summary = queue_grid
     figures = []
-    monkeypatch.setattr(plots, "_save", lambda fig, path: figures.append(fig))
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path: figures.append(fig))
     plots.plot_pareto(summary, tmp_path / "pareto.png")
     auc, equal_time = figures[0].axes
     for ax, endpoint in ((auc, "auc"), (equal_time, "equal_time")):
@@ -125,7 +125,7 @@ def test_the_pareto_plot_draws_each_recipes_points_and_front(queue_grid, tmp_pat
 def test_a_queue_grid_without_the_data_gets_a_text_panel(tmp_path, monkeypatch):
     """(Another grid's report draws neither plot: tests/analysis/test_report.py.)"""
     figures = []
-    monkeypatch.setattr(plots, "_save", lambda fig, path: figures.append(fig))
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path: figures.append(fig))
     plots.plot_pareto({"lag_mode": "queue", "pareto": None}, tmp_path / "pareto.png")
     plots.plot_queue_lags(Config.build(make_config(tmp_path, lag_mode="queue")), [], tmp_path / "lag_vs_length.png")
     assert len(figures) == 2

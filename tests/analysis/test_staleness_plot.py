@@ -1,9 +1,11 @@
 """staleness.png of a grid of more than two lags (analysis.report.plots.plot_staleness_by_lag): the cost
 against lag per recipe, each point at its cell's estimate with its interval, the claims' verdicts
-under their endpoint's panel."""
+under their endpoint's panel; each recipe in its colour of the MLflow views; a claim's contrast chart (interval_plots)."""
 import matplotlib
 
 import analysis.report.plots as plots
+from analysis.report.colors import recipe_colour
+from analysis.report.interval_plots import contrast_panel
 
 matplotlib.use("Agg")
 
@@ -26,7 +28,7 @@ SUMMARY = {"recipes": ["grpo", "sat_gspo"], "lags": LAGS, "reference_lag": 0,
 
 def test_the_cost_against_lag_per_recipe_with_intervals(tmp_path, monkeypatch):
     figures = []
-    monkeypatch.setattr(plots, "_save", lambda fig, path: figures.append(fig))
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path: figures.append(fig))
     plots.plot_staleness(SUMMARY, tmp_path / "staleness.png")  # more than two lags: by lag
     (fig,) = figures
     auc, fixed = fig.axes
@@ -53,7 +55,28 @@ def test_the_cost_against_lag_per_recipe_with_intervals(tmp_path, monkeypatch):
 
 def test_two_lags_keep_the_per_recipe_panels(tmp_path, monkeypatch):
     figures = []
-    monkeypatch.setattr(plots, "_save", lambda fig, path: figures.append(fig))
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path: figures.append(fig))
     two = {**SUMMARY, "lags": [0, 8], "cells": [c for c in SUMMARY["cells"] if c["lag"] in (0, 8)], "claims": []}
     plots.plot_staleness(two, tmp_path / "staleness.png")
     assert len(figures[0].axes) == 2 and all(ax.get_title().endswith("lag 8 minus lag 0") for ax in figures[0].axes)
+    for ax in figures[0].axes:  # the recipes named on the x axis, each drawn in its colour of the MLflow views
+        assert [t.get_text() for t in ax.get_xticklabels()] == two["recipes"]
+        assert [c.lines[0].get_color() for c in ax.containers] == [recipe_colour(r) for r in two["recipes"]]
+
+
+def test_a_claims_contrast_with_its_interval_named_on_the_axis():
+    import matplotlib.pyplot as plt
+    claim = {"name": "sat_cheaper", "kind": "cost_difference", "recipe": "sat_gspo", "verdict": "undecided",
+             "estimate": 0.02, "low": -0.01, "high": 0.07, "smallest_effect": 0.05, "confidence": 0.99,
+             "method": "paired-t"}
+    fig, ax = plt.subplots()
+    contrast_panel(ax, claim, "staleness cost of sat_gspo minus that of grpo")
+    ((line, _, (bars,)),) = [container.lines for container in ax.containers]
+    assert [round(float(y), 9) for y in line.get_ydata()] == [2.0] and line.get_color() == recipe_colour("sat_gspo")
+    ((_, low), (_, high)) = bars.get_segments()[0]
+    assert (round(float(low), 9), round(float(high), 9)) == (-1.0, 7.0)  # points, asymmetric as the summary's
+    rules = [line for line in ax.get_lines() if list(line.get_xdata()) == [0, 1]]  # axhline: the axes' width
+    assert sorted(float(rule.get_ydata()[0]) for rule in rules) == [-5.0, 0.0, 5.0]  # 0 and +-delta
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["staleness cost of sat_gspo minus that of grpo"]
+    assert ax.get_title() == "sat_cheaper: undecided" and "99.00% interval, paired-t" in ax.get_ylabel()
+    plt.close(fig)

@@ -1,6 +1,5 @@
-"""tracking.sync: the MLflow layout, idempotent re-sync, units, status, the tuning candidates of an
-equal tuning budget in their own experiment, and the grid seen through a real mlflow server
-(filters, timestamps, a moved store)."""
+"""tracking.sync: the MLflow layout, idempotent re-sync, units, status, and the grid seen through a real mlflow
+server (filters, timestamps, a moved store). The tuning candidates of an equal tuning budget: test_track_tuning."""
 import json
 import os
 import shutil
@@ -11,13 +10,11 @@ from analysis.cells.summary import collect
 from analysis.claims.verdicts import replication_text
 from analysis.report.tables import size_text
 from analysis.report.write import summarize, write_reports
-from analysis.schedule.tune import selection
 from harness.config import validate
 from harness.grid import expand, grid_dir
 from harness.grid_dir import GridDir, report_files
 from harness.io import append_jsonl_atomic, read_jsonl, write_json_atomic
 from harness.settings import Config
-from harness.tuning import Tuning
 from tests.support.grid_fixture import (
     CLAIMS,
     COLLAPSED,
@@ -29,9 +26,9 @@ from tests.support.grid_fixture import (
     written_grid,
 )
 from tests.support.mlflow_server import mlflow_server, rest, run_params, run_tags
-from tests.support.tuning_grid import TUNING_SCORE, raw_config, write_run
+from tests.support.tracked_grid import all_runs, key_of, track
 from tracking import layout
-from tracking.runs import COMPARISON_SUFFIX, SUMMARY_SUFFIX, TUNING_ARTIFACT, TUNING_SUFFIX
+from tracking.runs import COMPARISON_SUFFIX, SUMMARY_SUFFIX
 from tracking.store import KIND, VERDICTS_ARTIFACT, local_artifact_dir, tracking_uri
 from tracking.sync import main, sync
 
@@ -40,18 +37,6 @@ pytestmark = pytest.mark.slow  # an MLflow store synced per module, MLflow serve
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 EXTRA_STEP_RUN = ("sat_grpo", 8, 2)  # gets one more training step between the two syncs
 
-
-def track(config):
-    assert main(["--grid", written_grid(config)]) == 0
-    return json.loads((grid_dir(config) / "mlflow.json").read_text())
-
-
-def all_runs(client, experiment_id):
-    return client.search_runs([experiment_id], max_results=1000)
-
-
-def key_of(config, run):
-    return json.loads((GridDir.of(config).run(*run).path / "config.json").read_text())["run_key"]
 
 
 @pytest.fixture(scope="module")
@@ -79,89 +64,6 @@ def synced(tmp_path_factory):
             os.environ["MLFLOW_TRACKING_URI"] = saved
 
 
-@pytest.fixture(scope="module")
-def tuned(tmp_path_factory):
-    """A grid with an equal tuning budget in a store of its own: its candidates' runs on the tuning
-    seeds, the pick (tuning.json, as the tune checkpoint writes it), the picked values' confirmation
-    runs, aggregated; synced twice."""
-    from mlflow.tracking import MlflowClient
-    saved = os.environ.pop("MLFLOW_TRACKING_URI", None)
-    try:
-        config = validate(raw_config(tmp_path_factory.mktemp("tuned") / "results", lag_mode="constant", claims=[]))
-        model, grid = Config.build(config), GridDir.of(config)
-        for run in Tuning.of(config).runs():
-            write_run(config, model, run, TUNING_SCORE[run[0]])
-        write_json_atomic(grid.tuning_path, selection(model))
-        for variant, lag, seed in grid.read_tuning()["confirmation_runs"]:
-            write_run(config, model, (variant, lag, seed), 0.2 + 0.01 * seed)
-        write_reports(model, progress=False)
-        first = track(config)
-        client = MlflowClient(first["tracking_uri"])
-        counts = {e: len(all_runs(client, first[e])) for e in ("experiment_id", "tuning_experiment_id")}
-        yield config, client, first, counts, track(config)
-    finally:
-        if saved is not None:
-            os.environ["MLFLOW_TRACKING_URI"] = saved
-
-
-def test_tuning_candidates_in_their_own_experiment_tagged_picked_or_not(tuned):
-    config, client, first, _, _ = tuned
-    tuning, pick = Tuning.of(config), GridDir.of(config).read_tuning()
-    experiment = client.get_experiment_by_name(config["grid"] + TUNING_SUFFIX)
-    assert experiment.experiment_id == first["tuning_experiment_id"] not in (
-        first["experiment_id"], first["summary_experiment_id"])
-    candidates = all_runs(client, experiment.experiment_id)
-    # one run per candidate x lag x tuning seed: 2 recipes x 2 values x 2 lags x 2 seeds
-    assert len(candidates) == first["tuning_runs"] == len(tuning.runs()) == 16
-    keys = {key_of(config, run): run for run in tuning.runs()}
-    assert sorted(r.data.tags["run_key"] for r in candidates) == sorted(keys)
-    picked = {"grpo.eps_low_eps_high-0.1", "sat_grpo.alpha-0.9"}  # TUNING_SCORE: 0.1 wins, 0.9 keeps a tie
-    assert {e["variant"] for e in pick["recipes"].values()} == picked
-    for run in candidates:
-        variant, lag, seed = keys[run.data.tags["run_key"]]
-        params, tags = run.data.params, run.data.tags
-        assert (params["recipe"], params["lag"], params["seed"]) == (variant, str(lag), str(seed))
-        recipe, value = variant.split(".", 1)[0], variant.rpartition("-")[2]
-        assert (params["tuning.recipe"], params["tuning.value"]) == (recipe, value)
-        assert params["tuning.param"] == ('["eps_low", "eps_high"]' if recipe == "grpo" else '["alpha"]')
-        assert (tags[KIND], tags["tuning"], tags["picked"]) == ("candidate", "candidate", str(variant in picked).lower())
-        assert tags["stalebench.grid_run"] == first["parent_run_id"] and "mlflow.parentRunId" not in tags
-        assert run.info.status == "FINISHED"
-        history = client.get_metric_history(run.info.run_id, "eval/tiny_test/score")  # its curve, in percent
-        assert [(m.step, m.value) for m in history] == [(s, pytest.approx(100 * TUNING_SCORE[variant]))
-                                                        for s in (5, 10, 15, 20)]
-
-
-def test_the_grid_experiment_holds_the_confirmation_runs_and_the_pick_no_candidate(tuned):
-    config, client, first, _, _ = tuned
-    pick = GridDir.of(config).read_tuning()
-    runs = all_runs(client, first["experiment_id"])
-    seeds = [r for r in runs if r.data.tags[KIND] == "run"]
-    assert len(runs) == 1 + len(seeds) and first["runs"] == len(seeds) == 2 * 2 * 3
-    assert sorted(r.data.tags["run_key"] for r in seeds) == sorted(
-        key_of(config, tuple(run)) for run in pick["confirmation_runs"])
-    assert not any("tuning" in r.data.tags or "tuning.value" in r.data.params for r in runs)
-    assert {r.data.params["seed"] for r in seeds} == {"0", "1", "2"}  # no tuning seed among the results
-    parent = next(r for r in runs if r.data.tags[KIND] == "parent")
-    assert (parent.data.tags["tuning.picked.grpo"], parent.data.tags["tuning.picked.sat_grpo"]) == ("0.1", "0.9")
-    table = (local_artifact_dir(config["results_dir"], parent.info.artifact_uri) / TUNING_ARTIFACT).read_text()
-    rows = [line.split(" | ") for line in table.splitlines() if line.startswith(("| grpo", "| sat_grpo"))]
-    assert [row[2:] for row in rows] == [["0.2, 0.1", "0.1", "grpo.eps_low_eps_high-0.1 |"],
-                                         ["0.9, 0.5", "0.9", "sat_grpo.alpha-0.9 |"]]
-    assert not any(f"{100 * score:.1f}" in table for score in TUNING_SCORE.values())  # no tuning score
-    assert "not results" in table and f"'{config['grid']}{TUNING_SUFFIX}'" in table
-
-
-def test_a_second_tuning_sync_duplicates_nothing(tuned):
-    _, client, first, counts, second = tuned
-    assert second["created"] == 0 and second["parent_run_id"] == first["parent_run_id"]
-    for experiment, count in counts.items():
-        runs = all_runs(client, first[experiment])
-        assert len(runs) == count == len({r.data.tags["run_key"] for r in runs})
-        assert all(len(client.get_metric_history(r.info.run_id, "eval/tiny_test/score")) == 4
-                   for r in runs if r.data.tags[KIND] != "parent")
-
-
 def test_seed_runs_in_the_grid_experiment_summaries_in_their_own(synced):
     config, client, first, first_count, _ = synced
     runs = all_runs(client, first["experiment_id"])
@@ -174,11 +76,13 @@ def test_seed_runs_in_the_grid_experiment_summaries_in_their_own(synced):
     assert summary.experiment_id == first["summary_experiment_id"] != first["experiment_id"]
     every = all_runs(client, summary.experiment_id)  # a summary run per cell, no band run among them
     assert sorted(r.data.tags[KIND] for r in every) == ["cell"] * n_cells
-    drawn = all_runs(client, first["comparison_experiment_id"])  # what the comparisons draw: mean, low, high
+    # what the comparisons draw: per cell mean, low, high; the intervals' charts (one figure run)
+    drawn = all_runs(client, first["comparison_experiment_id"])
     assert client.get_experiment(first["comparison_experiment_id"]).name == config["grid"] + COMPARISON_SUFFIX
-    assert sorted(r.data.tags[KIND] for r in drawn) == ["drawn"] * 3 * n_cells
+    assert sorted(r.data.tags[KIND] for r in drawn) == ["drawn"] * 3 * n_cells + ["figure"]
+    drawn = [r for r in drawn if r.data.tags[KIND] == "drawn"]  # the figure run: images only (test_track_ui)
     parent = kinds["parent"][0]
-    assert parent.info.run_id == first["parent_run_id"] and first["created"] == first_count + 4 * n_cells
+    assert parent.info.run_id == first["parent_run_id"] and first["created"] == first_count + 4 * n_cells + 1
     assert all(r.data.tags["stalebench.grid_run"] == parent.info.run_id for r in every + drawn)
     assert sorted((r.data.params["recipe"], r.data.params["lag"]) for r in every + drawn) == sorted(
         [(recipe, str(lag)) for recipe in config["recipes"] for lag in config["lags"]] * 4)
@@ -392,8 +296,8 @@ def test_summary_runs_chart_the_cell_curves_and_the_parent_carries_the_verdicts(
     with mlflow_server(config["results_dir"], tmp_path / "server.log") as base:
         cells = rest(base, "/api/2.0/mlflow/runs/search",
                      {"experiment_ids": [first["summary_experiment_id"]], "max_results": 100})["runs"]
-        drawn = rest(base, "/api/2.0/mlflow/runs/search",
-                     {"experiment_ids": [first["comparison_experiment_id"]], "max_results": 100})["runs"]
+        drawn = rest(base, "/api/2.0/mlflow/runs/search", {"experiment_ids": [first["comparison_experiment_id"]],
+                     "filter": f"tags.\"{KIND}\" = 'drawn'", "max_results": 100})["runs"]  # not the figure run
         assert len(cells) == len(curves) and len(drawn) == 3 * len(curves)  # per cell: a summary run; mean, low, high
         for run in cells + drawn:
             params, run_id, tags = run_params(run), run["info"]["run_id"], run_tags(run)
@@ -429,14 +333,3 @@ def test_bad_grid_dir_or_unaggregated_grid_is_named(tmp_path, capsys):
     assert main(["--grid", written_grid(config)]) == 2
     assert "summary.json missing: run analysis.aggregate first" in capsys.readouterr().err
     assert not (tmp_path / "mlflow.db").exists()  # refused before any store was opened
-
-
-def test_make_ui_links_the_tuning_candidates_apart_from_the_seed_runs(tuned):
-    from tracking.ui import links
-    config, _, first, _, _ = tuned
-    printed = links("http://127.0.0.1:5000", first["tracking_uri"], config["grid"]).splitlines()
-    at = printed.index("Tuning candidates (the tuning seeds: how each value was picked, never a result):")
-    assert printed[at + 1] == f"http://127.0.0.1:5000/#/experiments/{first['tuning_experiment_id']}"
-    assert printed[0].startswith("Claims (statement, estimate, outcome")  # what the grid was run to answer, first
-    seeds = printed.index("Seed runs (charts, every run):")
-    assert f"experiments/{first['experiment_id']}" in printed[seeds + 1] and seeds < at

@@ -14,16 +14,18 @@ import pytest
 import yaml
 
 from analysis.claims.verdicts import replication_text
+from analysis.report.colors import recipe_colour
+from analysis.report.interval_plots import claim_key, cost_key
 from analysis.report.tables import size_text
+from harness.claims import NOT_TESTED
 from harness.config import load
-from harness.grid import expand
 from harness.grid_dir import GridDir
 from harness.settings import Config
 from tests.support.grid_fixture import make_grid
 from tests.support.optional import missing as optional_input_missing
 from tests.support.ui_check import CHROMIUM, chart_card, render, running_ui, synced_grid, visible_text
-from tracking.layout import staleness_cost_metric
-from tracking.store import SEED_RUNS_FILTER, SEED_RUNS_VIEW
+from tracking.layout import Y_SCORE, staleness_cost_metric
+from tracking.store import KIND, SEED_RUNS_FILTER, SEED_RUNS_VIEW
 from tracking.sync import sync
 
 # Kept after the run for a person (or CI) to look at, outside the checkout (the suite writes nothing there)
@@ -42,11 +44,12 @@ def test_ui_serves_the_store_and_prints_the_runs_view_link(tmp_path, monkeypatch
         assert fragment.startswith(f"experiments/{marker['experiment_id']}/runs?")
         query = urllib.parse.parse_qs(fragment.partition("?")[2])
         assert query["workflowType"] == ["machine_learning"] and query["compareRunsMode"] == ["CHART"]
-        assert query["viewStateShareKey"] == [SEED_RUNS_VIEW] and len(links) == 1  # not aggregated: no comparison yet
+        first = SEED_RUNS_VIEW.format(lag=min(config["lags"]))
+        assert query["viewStateShareKey"] == [first] and len(links) == len(config["lags"])  # not aggregated: no comparison yet
         view = json.loads(urllib.request.urlopen(  # the shared view the link opens, as the sync stored it
             f"{base}/api/2.0/mlflow/experiments/get?experiment_id={marker['experiment_id']}", timeout=30).read())
         tags = {t["key"]: t["value"] for t in view["experiment"]["tags"]}
-        assert json.loads(tags["mlflow.sharedViewState." + SEED_RUNS_VIEW])["searchFilter"] == SEED_RUNS_FILTER
+        assert json.loads(tags["mlflow.sharedViewState." + first])["searchFilter"].startswith(SEED_RUNS_FILTER + " AND ")
         found = json.loads(urllib.request.urlopen(
             f"{base}/api/2.0/mlflow/experiments/get?experiment_id={marker['experiment_id']}", timeout=30).read())
         assert found["experiment"]["name"] == config["grid"]
@@ -60,14 +63,46 @@ def drawn_lines(dom: str, title: str) -> list[str]:
     return re.findall(r'class="js-line"[^>]*? stroke: (rgb\([^)]*\)); stroke-opacity: 1;', chart_card(dom, title))
 
 
-def seed_runs_page(dom: str, config: dict) -> list[str]:
-    """Every seed run with a test-score curve drawn on the test-score chart, and the last run by name listed."""
-    task = Config.build(config).eval.test_task
-    expected = sum(1 for run in expand(config) if GridDir.of(config).run(*run).read_eval(task))
-    drawn = len(drawn_lines(dom, f"eval/{task}/score"))
-    last = "{}/lag{}/seed{}".format(*max(expand(config), key=lambda run: "{}/lag{}/seed{}".format(*run)))
-    return ([] if drawn == expected else [f"{expected} runs drawn on eval/{task}/score (it draws {drawn})"]) + (
-        [] if last in visible_text(dom) else [f"the run {last}"])
+def rgb(colour: str) -> str:
+    """'#8396a5' as the browser writes it in a style: 'rgb(131, 150, 165)'."""
+    return "rgb({}, {}, {})".format(*(int(colour[i:i + 2], 16) for i in (1, 3, 5)))
+
+
+def recipe_lines(dom: str, config: dict, chart: str, what: str) -> list[str]:
+    """What is missing for the chart card titled ``chart`` to draw a line per recipe over a band in the recipe's
+    colour (analysis.report.colors, the PNGs' too), every recipe named in its legend, and its axes named (the x
+    axis by the UI, the y axis by the title)."""
+    card, recipes = chart_card(dom, chart), config["recipes"]
+    lines, bands = drawn_lines(dom, chart), re.findall(r'class="js-fill"[^>]*?[ "]fill: (rgb\([^)]*\))', card)
+    missing = [] if card else [f"a chart titled {chart!r}"]
+    if sorted(lines) != sorted(rgb(recipe_colour(recipe)) for recipe in recipes):
+        missing.append(f"{what}: a line per recipe {recipes} in its colour "
+                       f"{[rgb(recipe_colour(r)) for r in recipes]} (it draws {lines})")
+    if sorted(bands) != sorted(lines):
+        missing.append(f"a band under each line on {chart} (bands {bands}, lines {lines})")
+    missing += [f"{recipe} in the legend of {chart}" for recipe in recipes if not named(recipe, visible_text(card))]
+    if not re.search(r'class="xtitle"[^>]*>Step<', card):
+        missing.append(f"the x axis named on {chart} (Step)")
+    y_axis = Y_SCORE.format(task=Config.build(config).eval.test_task)
+    if y_axis not in visible_text(dom):
+        missing.append(f"the y axis named on {chart} ({y_axis!r}, its section's title)")
+    return missing
+
+
+def score_chart(config: dict) -> str:
+    """The title of a view's test-score chart (its metric), whose section's title names the y axis (tracking.layout)."""
+    return f"eval/{Config.build(config).eval.test_task}/score"
+
+
+def seed_runs_page(dom: str, config: dict, lag: int) -> list[str]:
+    """The seed runs at one lag as a comparison: grouped by recipe, a line per recipe in its colour over the band
+    of its seeds, the axes named, a recipe clause in the filter, and no band (a comparison's run) among the runs."""
+    missing = recipe_lines(dom, config, score_chart(config), f"seed runs at lag {lag}")
+    if "params.recipe LIKE" not in html.unescape(dom):
+        missing.append("the recipe filter (params.recipe LIKE ...) in the search box")
+    shown = visible_text(dom)
+    missing += [f"no band run listed ({name})" for name in re.findall(r"\S+/lag\d+ (?:low|high)", shown)]
+    return missing
 
 
 def named(recipe: str, text: str) -> bool:
@@ -79,23 +114,31 @@ def comparison_page(dom: str, config: dict, lag: int) -> list[str]:
     """The cell comparison at one lag: a line per recipe over its 95% band, each in a colour of its own, every
     recipe named (the group is the recipe alone: one colour per recipe at every lag), the band named (its level
     and method); at a lag other than the reference, a named bar per recipe on the staleness-cost chart."""
-    chart, recipes = f"eval/{Config.build(config).eval.test_task}/score", config["recipes"]
-    card, missing = chart_card(dom, chart), []
-    lines, bands = drawn_lines(dom, chart), re.findall(r'class="js-fill"[^>]*?[ "]fill: (rgb\([^)]*\))', card)
-    if len(lines) != len(recipes) or len(set(lines)) != len(recipes):
-        missing.append(f"{len(recipes)} lines in {len(recipes)} colours on {chart} (it draws {lines})")
-    if sorted(bands) != sorted(lines):
-        missing.append(f"a band under each line on {chart} (bands {bands}, lines {lines})")
-    missing += [f"{recipe} ({chart}) in the legend" for recipe in recipes if f"{recipe} ({chart})" not in visible_text(card)]
+    recipes = config["recipes"]
+    missing = recipe_lines(dom, config, score_chart(config), f"comparison at lag {lag}")
     if "band: 95% interval" not in visible_text(dom):
         missing.append("the band named on the chart (band: 95% interval, its method)")
     if lag != GridDir.of(config).read_summary()["reference_lag"]:
         cost = chart_card(dom, f"staleness_cost/{staleness_cost_metric(config['claims'])}")
+        if f"x: staleness cost, {staleness_cost_metric(config['claims'])} points" not in visible_text(dom):
+            missing.append("the staleness cost's axis named (its section's title)")
         bars = len(re.findall(r'<g class="point">', cost))
         if bars != len(recipes):
             missing.append(f"{len(recipes)} staleness-cost bars (it draws {bars})")
         missing += [f"{recipe} naming a staleness-cost bar" for recipe in recipes if not named(recipe, visible_text(cost))]
     return missing
+
+
+def intervals_page(dom: str, config: dict) -> list[str]:
+    """The intervals' charts: each recipe's staleness cost at each lag but the reference and each tested claim's
+    contrast, an image chart each (drawn by analysis.report.interval_plots, categories named on its axis)."""
+    summary = GridDir.of(config).read_summary()
+    keys = [cost_key(staleness_cost_metric(config["claims"]), lag) for lag in summary["lags"]
+            if lag != summary["reference_lag"]]
+    keys += [claim_key(claim["name"]) for claim in summary["claims"] if claim["verdict"] != NOT_TESTED]
+    images = re.findall(r'<img class="rc-image-img" src="get-artifact\?path=images%2F([^%]*)%2B', dom)
+    return [f"the chart {key} and its image" for key in keys
+            if f'title="{key}"' not in dom or key.replace("/", "~") not in images]
 
 
 def parent_run_page(dom: str, config: dict) -> list[str]:
@@ -116,10 +159,11 @@ def parent_run_page(dom: str, config: dict) -> list[str]:
 
 def pages(config: dict) -> list[tuple[str, object]]:
     """What each link `make ui` prints must show, in the order it prints them, the claims first: (page name, check)."""
-    return [("verdicts", parent_run_page),
+    return [("verdicts", parent_run_page), ("intervals", intervals_page),
             *((f"comparison_lag{lag}", lambda dom, config, lag=lag: comparison_page(dom, config, lag))
               for lag in config["lags"]),
-            ("seed_runs", seed_runs_page)]
+            *((f"seed_runs_lag{lag}", lambda dom, config, lag=lag: seed_runs_page(dom, config, lag))
+              for lag in config["lags"])]
 
 
 @pytest.mark.browser
@@ -144,14 +188,16 @@ def test_printed_links_show_what_a_person_looks_for(tmp_path):
             os.replace(partial.name, kept)
             assert not missing, f"the {name} page ({link}) does not show {missing}; screenshot: {kept}"
             assert kept.stat().st_size > 10_000, f"{kept} is nearly empty: the page drew nothing"
-    # no band among the results: the grid's and its summary's experiments hold no run of a band (low, high)
+    # no interval among the results: the grid's and its summary's experiments hold no run of a band (low, high)
+    # nor the intervals' charts (tracking.store.KIND drawn, figure: the comparison experiment's alone)
     from mlflow.tracking import MlflowClient
     client = MlflowClient(f"sqlite:///{Path(config['results_dir']).resolve() / 'mlflow.db'}")
     results = [client.get_experiment_by_name(config["grid"] + suffix).experiment_id for suffix in ("", " summary")]
-    bands = [run.info.run_name for run in client.search_runs(results, max_results=1000)
-             if run.info.run_name.endswith((" low", " high"))]
-    assert not bands, f"band runs among the results (run list, Compare, search): {bands}"
-    # one colour per recipe: the lines of the lags' comparison views, recipe by recipe, in the same colours
-    chart = f"eval/{Config.build(config).eval.test_task}/score"
-    colours = {name: drawn_lines(dom, chart) for name, dom in doms.items() if name.startswith("comparison")}
+    drawn = [run.info.run_name for run in client.search_runs(results, max_results=1000)
+             if run.info.run_name.endswith((" low", " high")) or run.data.tags[KIND] in ("drawn", "figure")]
+    assert not drawn, f"interval runs among the results (run list, Compare, search): {drawn}"
+    # one colour per recipe: the lines of every grouped view (the lags' comparisons and seed runs), recipe by
+    # recipe in the same colours (each page's check compared them with analysis.report.colors, the PNGs' colours)
+    colours = {name: sorted(drawn_lines(dom, score_chart(config))) for name, dom in doms.items()
+               if name.startswith(("comparison", "seed_runs"))}
     assert len({tuple(lines) for lines in colours.values()}) == 1, f"a recipe's colour differs between views: {colours}"

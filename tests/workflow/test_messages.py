@@ -50,6 +50,19 @@ def test_the_workflow_names_config_yaml_and_its_line_not_the_snakefile(tmp_path)
     assert f"flow sequence opened at line {line}, column 7" in said and "not valid JSON or YAML" not in said
 
 
+def test_a_bare_configfile_gets_snakemakes_message_before_any_project_code(tmp_path):
+    """Why the README sends a config file of one's own through `make demo CONFIG=FILE` (which names its line, the
+    first test): Snakemake 9 parses a --configfile in its command line (ConfigSettings) before it reads the
+    Snakefile, so no project code can name the file's line. Fails once a Snakemake lets the Snakefile run first."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(TAB)
+    result = subprocess.run([SNAKEMAKE, "-n", "-c1", "-s", str(ROOT / "Snakefile"), "--configfile", str(bad)],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    said = result.stdout + result.stderr
+    assert result.returncode != 0 and "Config file is not valid JSON or YAML" in said, said[-2000:]
+    assert f"config file {bad}, line 4, column 1" not in said  # harness.config's message: the project never ran
+
+
 def test_an_unreachable_tracking_server_fails_in_seconds_naming_it_and_touches_nothing(tmp_path):
     config = make_grid(tmp_path / "results")
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))

@@ -1,0 +1,72 @@
+"""The intervals the MLflow comparison shows as images (tracking.runs.Tracker.sync_intervals), each a chart with named
+categories: per later lag, each recipe's staleness cost with its 95% interval (plots.cost_panel, a panel of
+staleness.png), the recipes named on the x axis; per tested claim, its contrast with its interval at the claim's
+level against 0 and its smallest effect (delta), the contrast named on the x axis in words. MLflow's own charts draw
+neither: its bar chart has no interval and names its bars in a legend only (docs/mlflow.md). Every number is
+summary.json's: nothing is recomputed here."""
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from analysis.report.colors import recipe_colour
+from analysis.report.plots import cost_panel, save_figure
+from harness.claims import KINDS, NOT_TESTED
+from harness.settings import Config
+
+
+def cost_key(endpoint: str, lag: int) -> str:
+    """The image key of the staleness cost chart at ``lag`` (MLflow: letters, digits, _ - . / and spaces)."""
+    return f"staleness_cost/{endpoint}/lag{lag}"
+
+
+def claim_key(name: str) -> str:
+    """The image key of a claim's contrast chart."""
+    return f"claim/{name}"
+
+
+def contrast_panel(ax, claim: dict, words: str) -> None:
+    """A claim's contrast (summary.json's claims[]: estimate, low, high, smallest_effect) in points (a collapse
+    claim: as a difference of rates), its interval at the claim's level, 0 and +-delta dashed, ``words`` naming the
+    contrast on the x axis, its verdict in the title; drawn in the colour of the claim's recipe."""
+    rate = KINDS[claim["kind"]].scale == "rate"
+    scale, unit = (1, "difference of collapse rates") if rate else (100, "points")
+    estimate = scale * claim["estimate"]
+    low, high = (estimate if claim[k] is None else scale * claim[k] for k in ("low", "high"))
+    ax.errorbar([0], [estimate], yerr=[[estimate - low], [high - estimate]], fmt="o", capsize=8, markersize=7,
+                color=recipe_colour(claim["recipe"]))
+    ax.axhline(0, color="grey", linewidth=0.8)
+    if claim.get("smallest_effect"):
+        delta = scale * claim["smallest_effect"]
+        for bound in (-delta, delta):
+            ax.axhline(bound, color="grey", linewidth=0.8, linestyle="--")
+        ax.annotate("+-delta (smallest effect)", (0.98, delta), xycoords=("axes fraction", "data"), ha="right",
+                    va="bottom", fontsize=7, color="grey")
+    ax.set_xlim(-1, 1)
+    ax.set_xticks([0], [textwrap.fill(words, 45)])
+    ax.set(title=textwrap.fill(f"{claim['name']}: {claim['verdict']}", 60),
+           ylabel=f"contrast, {unit} ({claim['confidence']:.2%} interval, {claim['method']})")
+    ax.grid(alpha=0.3, axis="y")
+
+
+def interval_figures(config: Config, summary: dict, endpoint: str, folder: Path) -> list[tuple[str, Path]]:
+    """(image key, PNG written under ``folder``) of each chart: the staleness cost on ``endpoint`` at each lag other
+    than the reference (cost_key), then each tested claim's contrast (claim_key), in the config's order."""
+    import matplotlib.pyplot as plt
+    charts, recipes = [], summary["recipes"]
+    for lag in [lag for lag in summary["lags"] if lag != summary["reference_lag"]]:
+        fig, ax = plt.subplots(figsize=(max(5.0, 0.8 * len(recipes)), 4.8))
+        cost_panel(ax, summary, endpoint, lag)
+        charts.append((cost_key(endpoint, lag), fig))
+    words = {claim.name: claim.describe(summary["reference_lag"]) for claim in config.claims}
+    for claim in summary["claims"]:
+        if claim["verdict"] != NOT_TESTED and claim["estimate"] is not None:
+            fig, ax = plt.subplots(figsize=(5.0, 4.8))
+            contrast_panel(ax, claim, words[claim["name"]])
+            charts.append((claim_key(claim["name"]), fig))
+    written = []
+    for key, fig in charts:
+        path = folder / (key.replace("/", "~") + ".png")
+        save_figure(fig, path)
+        written.append((key, path))
+    return written
