@@ -101,6 +101,18 @@ RESUME_BREAKING_FLAGS = {
     "--no-save-rng": "the saves would hold no random states for a resumed job to restore",
     "--disable-rollout-global-dataset": "the data source's position would not be saved, so a resumed job would not "
                                         "continue the prompt sequence (engines.slime.driver)",
+    "--load-main-params-from-ckpt": "Megatron requires --no-load-optim with it (validate_args): a resumed job would "
+                                    "start Adam's moments and step count afresh",
+    "--use-checkpoint-args": "a resumed job would take the model's arguments from its save, where the first job "
+                             "took them from the command line",
+    "--use-mp-args-from-checkpoint-args": "a resumed job would take its parallel layout from its save, where the "
+                                          "first job took it from the command line",
+    "--non-persistent-save-interval": "Megatron loads a newer non-persistent save (node-local or in memory with "
+                                      "--non-persistent-ckpt-type local) before the persistent one: where a retry "
+                                      "resumes would depend on the node it lands on, and neither the retention of "
+                                      "Megatron saves nor the plan's disk counts them",
+    "--non-persistent-ckpt-type": "see --non-persistent-save-interval: a resume would depend on the node the retry "
+                                  "lands on",
 }
 
 
