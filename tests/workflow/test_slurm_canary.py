@@ -35,8 +35,9 @@ pytestmark = [pytest.mark.slurm, pytest.mark.timeout(CLUSTER_WAIT + 2 * GRID_SEC
 
 
 def submitted(cluster, command: list[str], env: dict) -> tuple[int, list[str], str]:
-    """Run ``command`` to its end; returns its exit status, the rule of every SLURM job seen (by job id:
-    in submission order) and its output."""
+    """Run ``command`` to its end; returns its exit status, the rule of every SLURM job it submitted (by job
+    id: in submission order) and its output."""
+    earlier = {job for job, *_ in cluster.squeue("%i")}  # a job of an earlier command slurmctld still shows
     jobs = {}
     log = tempfile.TemporaryFile("w+")  # a file, not a pipe: nobody reads a pipe while we poll
     process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
@@ -51,7 +52,7 @@ def submitted(cluster, command: list[str], env: dict) -> tuple[int, list[str], s
             process.kill()
     jobs.update({job: (comment, state) for job, comment, state in cluster.squeue("%i", "%k", "%T")})
     log.seek(0)
-    rules = [re.match(r"rule_([a-z]+)", jobs[job][0]).group(1) for job in sorted(jobs, key=int)]
+    rules = [re.match(r"rule_([a-z]+)", jobs[job][0]).group(1) for job in sorted(set(jobs) - earlier, key=int)]
     return process.returncode, rules, log.read()
 
 
