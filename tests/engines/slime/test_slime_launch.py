@@ -126,7 +126,8 @@ def test_golden_grpo_lag1(table1):
                                             "routing_replay": False, "tis": None, "table1": "grpo"},
                       "stalebench_run_dir": str(directory), "stalebench_lag_mode": "interval", "stalebench_lag": 1,
                       "stalebench_seed": 0,
-                      "stalebench_run_key": resolve_run_config(table1, "grpo", 1, 0)["run_key"]}
+                      "stalebench_run_key": resolve_run_config(table1, "grpo", 1, 0)["run_key"],
+                      "stalebench_canary": False}  # a train job runs to its step budget (engines.slime.canary)
 
 
 def test_golden_sat_gspo_r3_lag8_interval(table1):
