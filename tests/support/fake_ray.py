@@ -141,3 +141,15 @@ def fake_slime_job(table1, tmp_path, monkeypatch):
     table1["engine_params"].update(container_runtime="none", slime_dir=str(slime), slime_commit_check="warn")
     return resolve_run_config(table1, "sat_grpo", 8, 0), GridDir.of(table1).run("sat_grpo", 8, 0).path, calls
 
+
+def slime_grid(tmp_path, monkeypatch, grid: dict) -> tuple[Path, list[str], GridDir]:
+    """A config file of the Table-1 preset narrowed by ``grid`` (lag 1, seed 0) whose jobs run the job
+    script against the fake `ray` (fake_job_environment); returns it, its train jobs' outputs and its grid folder."""
+    slime, _ = fake_job_environment(tmp_path, monkeypatch)
+    config = {**table1_config(tmp_path), **grid}
+    config["engine_params"].update(container_runtime="none", slime_dir=str(slime), slime_commit_check="warn")
+    path = tmp_path / "slime_grid.yaml"
+    path.write_text(yaml.safe_dump(config))
+    folder = GridDir.of(config)
+    return path, [str(folder.run(recipe, 1, 0).status_path) for recipe in grid["recipes"]], folder
+

@@ -18,10 +18,8 @@ import tempfile
 import time
 
 import pytest
-import yaml
 
-from harness.grid_dir import GridDir
-from tests.support.fake_ray import fake_job_environment, table1_config
+from tests.support.fake_ray import slime_grid
 from tests.support.optional import missing
 from tests.support.slurm_cluster import SlurmCluster, unavailable_reason
 from tests.support.workflow_cli import ROOT, SNAKEMAKE
@@ -60,13 +58,7 @@ def test_one_canary_job_before_the_grid_and_none_after_it_fails(tmp_path, monkey
     reason = unavailable_reason()
     if reason:
         missing("slurm", reason)
-    slime, _ = fake_job_environment(tmp_path, monkeypatch)
-    config = {**table1_config(tmp_path), **GRID}
-    config["engine_params"].update(container_runtime="none", slime_dir=str(slime), slime_commit_check="warn")
-    path = tmp_path / "slime_grid.yaml"
-    path.write_text(yaml.safe_dump(config))
-    folder = GridDir.of(config)
-    targets = [str(folder.run(recipe, 1, 0).status_path) for recipe in GRID["recipes"]]
+    path, targets, folder = slime_grid(tmp_path, monkeypatch, GRID)
     with tempfile.TemporaryDirectory(prefix="stalebench-slurm-") as root:
         cluster = SlurmCluster(root).start(wait=CLUSTER_WAIT)
         try:

@@ -7,10 +7,9 @@ from __future__ import annotations
 import re
 
 import pytest
-import yaml
 
 from harness.grid_dir import GridDir
-from tests.support.fake_ray import fake_job_environment, table1_config
+from tests.support import fake_ray
 from tests.support.workflow_cli import job_counts, planned_jobs, snakemake
 
 GRID = {"recipes": ["grpo", "gspo"], "lags": [1], "seeds": [0], "steps": 8, "eval_every": 4}
@@ -20,14 +19,7 @@ pytestmark = pytest.mark.slow  # Snakemake runs jobs of the job script with a fa
 @pytest.fixture
 def slime_grid(tmp_path, monkeypatch):
     """(config file, the train jobs' outputs, the grid folder) of a two-run slime grid with the fake `ray`."""
-    slime, _ = fake_job_environment(tmp_path, monkeypatch)
-    config = {**table1_config(tmp_path), **GRID}
-    config["engine_params"].update(container_runtime="none", slime_dir=str(slime), slime_commit_check="warn")
-    path = tmp_path / "slime_grid.yaml"
-    path.write_text(yaml.safe_dump(config))
-    folder = GridDir.of(config)
-    targets = [str(folder.run(recipe, 1, 0).status_path) for recipe in GRID["recipes"]]
-    return path, targets, folder
+    return fake_ray.slime_grid(tmp_path, monkeypatch, GRID)
 
 
 def started_rules(output: str) -> list[str]:

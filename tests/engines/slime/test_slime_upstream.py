@@ -49,18 +49,24 @@ def model_args(upstream: Path, model_type: str) -> list[str]:
     return out.splitlines()
 
 
+def table1_with_empty_paths(folder: Path) -> dict:
+    """The Table-1 preset with its model folders and prompt file made, empty, in ``folder``."""
+    config = load(PRESET)
+    for name in ("hf", "ref"):
+        (folder / name).mkdir()
+    (folder / "prompts.jsonl").write_text("")
+    config["engine_params"].update(hf_checkpoint=str(folder / "hf"), ref_load=str(folder / "ref"),
+                                   prompt_data=str(folder / "prompts.jsonl"))
+    return config
+
+
 @pytest.fixture(scope="module")
 def table1_as_slime_parses_it(tmp_path_factory):
     """Every Table-1 recipe's lag-8 job: its argument list (the launcher's flags, then MODEL_ARGS, as
     the job script passes them) parsed and validated by slime's code, with the job's custom config."""
     upstream = upstream_dir()
     tmp = tmp_path_factory.mktemp("table1")
-    config = load(PRESET)
-    for name in ("hf", "ref"):
-        (tmp / name).mkdir()
-    (tmp / "prompts.jsonl").write_text("")
-    config["engine_params"].update(hf_checkpoint=str(tmp / "hf"), ref_load=str(tmp / "ref"),
-                                   prompt_data=str(tmp / "prompts.jsonl"))
+    config = table1_with_empty_paths(tmp)
     recipes, argvs = [], []
     for recipe in config["recipes"]:
         run_config = RunConfig.check(resolve_run_config(config, recipe, 8, 0))
@@ -151,12 +157,7 @@ def test_a_resumed_job_loads_adams_state_by_slimes_own_reading_of_its_arguments(
     from tests.support.slime_checkpoints import write_megatron_save
 
     upstream = upstream_dir()
-    config = load(PRESET)
-    for name in ("hf", "ref"):
-        (tmp_path / name).mkdir()
-    (tmp_path / "prompts.jsonl").write_text("")
-    config["engine_params"].update(hf_checkpoint=str(tmp_path / "hf"), ref_load=str(tmp_path / "ref"),
-                                   prompt_data=str(tmp_path / "prompts.jsonl"))
+    config = table1_with_empty_paths(tmp_path)
     run_config = RunConfig.check(resolve_run_config(config, "grpo", 8, 0))
     run = RunDir(tmp_path / "run")
     write_text_atomic(run.engine_file("engine_settings"), yaml.safe_dump(custom_config(run_config, run)))
