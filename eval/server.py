@@ -33,6 +33,7 @@ from lm_eval.models.openai_completions import LocalCompletionsAPI
 from tenacity import retry, stop_after_attempt, wait_exponential
 
 from harness.hf_save import hf_checkpoint_problem
+from harness.images import check_command_prefix
 
 # Errors that mean "the server did not answer" (sync path: requests; concurrent path: aiohttp).
 NETWORK_ERRORS = (requests.exceptions.RequestException, aiohttp.ClientError, asyncio.TimeoutError)
@@ -96,6 +97,8 @@ def serve(server: dict, checkpoint: str):
 
     Waits up to eval.server.ready_timeout seconds (default 900) for GET /health to answer 200;
     a server that exits early or never gets ready raises ServerError naming the URL."""
+    # the image the server runs in, before it starts: the placeholder registry or a missing .sif named
+    check_command_prefix(server.get("command_prefix", []), "eval.server.command_prefix")
     command = launch_command(server, checkpoint)
     url = base_url(server) + "/health"
     timeout = float(server.get("ready_timeout", 900))

@@ -36,6 +36,13 @@ An engine provides everything the workflow needs to know about it (docs/design.m
                                             params: harness.settings.Config.null_check_params (the
                                             config's null_check settings and each distinct setting
                                             of the grid's recipes, reading only null_check_keys)
+    canary(run_config, run_dir) -> report   optional: one run's first step and save, run alone before every
+                                            other train job of the grid (the cluster engine: on the
+                                            cluster's own nodes and image, so that a failure common to
+                                            every job costs one job, not the grid). It trains the grid's
+                                            first run in a scratch folder (harness.grid_dir.GridDir.
+                                            canary_dir) and returns what it checked, or raises naming
+                                            what failed. The tiny engine needs none.
 
 Adding an engine = a package under engines/ that calls ``harness.engine.register(Engine(...))``
 in its ``__init__``, or any importable module named in $STALEBENCH_ENGINES (comma separated) that
@@ -77,6 +84,7 @@ class Engine:
     supplies: tuple[str, ...] = ()
     supplies_note: str = ""
     packs_runs: bool = False
+    canary: Callable[..., dict] | None = None  # (harness.run.RunConfig, harness.run.RunDir) -> report
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.resources) - set(RULES))

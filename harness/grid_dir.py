@@ -8,6 +8,7 @@
     grid.mlflow_path                       mlflow.json: the final MLflow sync's marker
     grid.tracking_lock_path                tracking.lock: the grid's one MLflow writer (harness.lock.writer_lock)
     grid.null_check_path                   null_check.json: the lag-0 null check's numbers (engines.null_check)
+    grid.canary_path, grid.canary_dir      canary.json, canary/: the engine's one job before the grid (engines.canary)
     grid.look_pattern                      looks/look{look}.json: what each look of a seed schedule decided
     grid.tuning_path                       tuning.json: each recipe's picked value (analysis.schedule.tune)
     grid.rerun_path                        rerun.json: a rerun's declaration (analysis.schedule.rerun)
@@ -88,6 +89,17 @@ class GridDir:
     def null_check_path(self) -> Path:
         """The engine's lag-0 null check's result (engines.null_check), a grid-wide step before training."""
         return self.path / "null_check.json"
+
+    @property
+    def canary_path(self) -> Path:
+        """The engine's canary report (engines.canary): written when the grid's first run passed its first
+        step and save alone, before any other train job starts."""
+        return self.path / "canary.json"
+
+    @property
+    def canary_dir(self) -> Path:
+        """The canary's scratch run folder (a run folder of its own: its saves never mix with the run's)."""
+        return self.path / "canary"
 
     @property
     def tuning_path(self) -> Path:

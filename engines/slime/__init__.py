@@ -20,6 +20,7 @@ Modules (slime and megatron are imported lazily, inside the functions that run i
 - ``retention``: keeps the newest Megatron checkpoints of a run.
 - ``footprint``: a run's disk and a training job's host memory (estimates), for ``plan`` and ``preflight``.
 - ``plan``: the GPU-hours, the time-limit stop's budget, disk and host memory of a grid (``launch --plan``).
+- ``canary``: the grid's first run alone to its first step and save, checked, before the other train jobs.
 - ``check_pin``: checks slime / Megatron-LM checkouts for every flag, symbol and file the adapter uses.
 The software these target is pinned in envs/slime-container.yaml.
 """
@@ -43,6 +44,12 @@ def _check_run(run_config) -> None:
     aggregation_of(run_config.recipe)  # a loss slime has no normalisation for
 
 
+def _canary(run_config, run_dir) -> dict:
+    from .canary import canary
+
+    return canary(run_config, run_dir)
+
+
 def _train(run_config, run_dir) -> str:
     """``run_config``: a checked harness.run.RunConfig; ``run_dir``: its harness.run.RunDir."""
     from .launch import run
@@ -63,6 +70,7 @@ ENGINE = register(Engine(
     resolve_params=_resolve_params,
     check_run=_check_run,
     train=_train,
+    canary=_canary,
     eval_backend="server",
     resources={
         "train": {"threads": 32, "mem_mb": 512000, "gpu": 8, "runtime": 4320, "slurm_partition": "gpu",

@@ -31,6 +31,10 @@ generated but not yet trained at a stop are regenerated from the same prompts, b
 version (a resumed job keeps no older weights than its own: driver_version's ``start``, so it trains
 younger batches than an uninterrupted run for up to ``lag`` steps).
 
+The canary (engines.slime.canary: ``args.stalebench_canary``) trains the first rollout, saves it as a
+periodic save does (Megatron and HF) and ends: one job that goes through what every job of the grid
+goes through first, before the others are submitted.
+
 Time-limit stops take one Megatron save, as soon as the warning is seen: the driver polls the
 run's ``stop_requested`` mark while it waits for a generation (every POLL_SECONDS), and checks it
 after each training call and each push, so what runs after the warning is at most the training call
@@ -69,7 +73,7 @@ def megatron_save_only(actor, rollout_id: int):
 def lag_loop(args, rollout_manager, actor_model, *, mode: str, lag: int, seed: int, num_rollout_per_epoch: int | None,
              get: Callable, periodic: Callable, stop_requested: Callable[[], bool] = lambda: False,
              ready: Callable[[object], bool] = lambda ref: True,
-             diverged: Callable[[int], bool] = lambda rollout_id: False) -> int | None:
+             diverged: Callable[[int], bool] = lambda rollout_id: False, canary: bool = False) -> int | None:
     """Train rollouts ``args.start_rollout_id .. args.num_rollout - 1`` on the schedule of ``mode``, ``lag``, ``seed``;
     returns the last trained rollout when it stopped at the time-limit warning (``start - 1`` when none
     was), else None.
@@ -80,7 +84,8 @@ def lag_loop(args, rollout_manager, actor_model, *, mode: str, lag: int, seed: i
     ``should_run_periodic_action``; ``stop_requested`` (the time-limit warning came) ends the loop at
     once, with a save; ``ready(ref)`` waits up to POLL_SECONDS for a generation and says whether it is done;
     ``diverged(rollout_id)`` (the step's loss or grad norm is not finite) ends the loop after that step,
-    with no save: the run is over, and slime skipped that step's update."""
+    with no save: the run is over, and slime skipped that step's update. ``canary`` (engines.slime.canary): end
+    after the first step with a save of it, Megatron and HF, as a periodic save writes them."""
     check_lag(lag, mode)
     start, end = args.start_rollout_id, args.num_rollout
 
@@ -121,6 +126,9 @@ def lag_loop(args, rollout_manager, actor_model, *, mode: str, lag: int, seed: i
             get(data_source_saved.pop(rollout_id))  # done with its generation: a save error surfaces here
         get(actor_model.async_train(rollout_id, data))
         if diverged(rollout_id):
+            break
+        if canary:  # the first rollout, loss call and save are what every job of the grid goes through
+            actor_model.save_model(rollout_id, force_sync=True)
             break
         if periodic(rollout_id, args.save_interval, num_rollout_per_epoch, end):
             actor_model.save_model(rollout_id, force_sync=stop_requested() or rollout_id == end - 1)
@@ -171,7 +179,8 @@ def main() -> None:
                        get=ray.get, periodic=should_run_periodic_action, stop_requested=stop_file.exists,
                        ready=lambda ref: bool(ray.wait([ref], timeout=POLL_SECONDS)[0]),
                        # the writer rank appended the step's row before its training call returned
-                       diverged=lambda rollout_id: first_non_finite(run.read_metrics()) is not None)
+                       diverged=lambda rollout_id: first_non_finite(run.read_metrics()) is not None,
+                       canary=getattr(args, "stalebench_canary", False))
     if stopped is not None:  # dispose would queue behind the generations in flight: ray stop ends them
         write_text_atomic(run.engine_file("stopped"), f"{stopped}\n")
         return

@@ -25,11 +25,13 @@ from harness.io import write_text_atomic
 from harness.run import RunConfig, RunDir
 
 
-def custom_config(run_config: RunConfig, run: RunDir) -> dict:
-    """The --custom-config-path YAML: its keys land on slime's args (see engines.slime.loss / metrics)."""
+def custom_config(run_config: RunConfig, run: RunDir, *, canary: bool = False) -> dict:
+    """The --custom-config-path YAML: its keys land on slime's args (see engines.slime.loss / metrics /
+    driver; ``stalebench_canary``: the driver ends after the first step and its save)."""
     return {"stalebench_recipe": dict(run_config.raw["recipe"]), "stalebench_run_dir": str(run.path),
             "stalebench_lag_mode": run_config.lag_mode, "stalebench_lag": run_config.lag,
-            "stalebench_seed": run_config.seed, "stalebench_run_key": run_config.run_key}
+            "stalebench_seed": run_config.seed, "stalebench_run_key": run_config.run_key,
+            "stalebench_canary": canary}
 
 
 def container_prefix(params: dict, binds: list[str]) -> str:
@@ -133,13 +135,14 @@ def job_script_text(run_config: RunConfig, run: RunDir, *, check_files: bool = T
     return "\n".join(lines) + "\n"
 
 
-def write_job_script(run_config: RunConfig, run: RunDir, *, check_files: bool = True) -> Path:
+def write_job_script(run_config: RunConfig, run: RunDir, *, check_files: bool = True, canary: bool = False) -> Path:
     """The dry run: check everything, pin the run's config, write the job script and the engine
-    settings; return the script."""
+    settings (``canary``: the job ends after its first step and save, engines.slime.canary); return the script."""
     run = RunDir(run.path.resolve())
     text = job_script_text(run_config, run, check_files=check_files)
     run.pin_config(run_config.as_dict())  # config.json: what the job's pre-flight reads (engines.train pinned it already)
-    write_text_atomic(run.engine_file("engine_settings"), yaml.safe_dump(custom_config(run_config, run), sort_keys=True))
+    write_text_atomic(run.engine_file("engine_settings"), yaml.safe_dump(custom_config(run_config, run, canary=canary),
+                                                                  sort_keys=True))
     script = run.engine_file("job_script")
     write_text_atomic(script, text)
     script.chmod(0o755)

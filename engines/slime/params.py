@@ -11,6 +11,7 @@ from pathlib import Path
 import yaml
 
 from engines.slime import loss as slime_loss
+from harness.images import check_image as check_image_reference
 
 REPO = Path(__file__).resolve().parents[2]
 CONTAINER_PIN = REPO / "envs" / "slime-container.yaml"
@@ -100,6 +101,18 @@ RESUME_BREAKING_FLAGS = {
     "--no-save-rng": "the saves would hold no random states for a resumed job to restore",
     "--disable-rollout-global-dataset": "the data source's position would not be saved, so a resumed job would not "
                                         "continue the prompt sequence (engines.slime.driver)",
+    "--load-main-params-from-ckpt": "Megatron requires --no-load-optim with it (validate_args): a resumed job would "
+                                    "start Adam's moments and step count afresh",
+    "--use-checkpoint-args": "a resumed job would take the model's arguments from its save, where the first job "
+                             "took them from the command line",
+    "--use-mp-args-from-checkpoint-args": "a resumed job would take its parallel layout from its save, where the "
+                                          "first job took it from the command line",
+    "--non-persistent-save-interval": "Megatron loads a newer non-persistent save (node-local or in memory with "
+                                      "--non-persistent-ckpt-type local) before the persistent one: where a retry "
+                                      "resumes would depend on the node it lands on, and neither the retention of "
+                                      "Megatron saves nor the plan's disk counts them",
+    "--non-persistent-ckpt-type": "see --non-persistent-save-interval: a resume would depend on the node the retry "
+                                  "lands on",
 }
 
 
@@ -212,23 +225,14 @@ def check_paths(params: dict) -> None:
 
 def check_image(params: dict) -> None:
     """A local .sif must exist and be run by Apptainer; a registry reference must name a registry the
-    nodes reach: ``localhost`` (the placeholder of envs/slime-container.yaml) is each node itself."""
+    nodes reach (harness.images)."""
     image, runtime = params["container"], params["container_runtime"]
     if runtime == "none":  # already inside the image
         return
-    if image.endswith(".sif"):
-        if runtime != "apptainer":
-            raise ValueError(f"engine_params.container {image!r} is an Apptainer image: set container_runtime: "
-                             f"apptainer (got {runtime!r})")
-        if not Path(image).is_file():
-            raise FileNotFoundError(f"engine_params.container: {image} does not exist")
-        return
-    registry = image.split("/", 1)[0] if "/" in image else ""
-    if registry.split(":", 1)[0] in ("localhost", "127.0.0.1", "[::1]"):
-        raise ValueError(f"engine_params.container {image!r} names a registry on localhost, which is each node "
-                         "itself: push the image to a registry the nodes reach and name it there, or build a "
-                         "local image (apptainer build slime.sif docker-daemon://<image>) and give its .sif path "
-                         "(docs/cluster.md, The image)")
+    if image.endswith(".sif") and runtime != "apptainer":
+        raise ValueError(f"engine_params.container {image!r} is an Apptainer image: set container_runtime: "
+                         f"apptainer (got {runtime!r})")
+    check_image_reference(image, "engine_params.container")
 
 
 def model_shape(model_type: str) -> dict:

@@ -160,7 +160,13 @@ def grid_footprint(config: dict, runs: list[tuple], jobs: int) -> dict:
         raise ValueError(f"resources.train.mem_mb = {mem_mb:,} MB cannot hold {recipe} at lag {lag}: "
                          f"{footprint.describe_memory(mid)} (estimate, engines/slime/footprint.py); ask for more")
     free, free_source = footprint.free_bytes(Path(config.get("results_dir", "results")))
-    return {"run": run, "at_once": at_once, "at_once_source": source, "grid_peak": at_once * run["peak"],
+    # The grid's worst moment: its last `at_once` runs at their peak while every other run has ended and
+    # keeps its saves. A cap on jobs at once saves only peak - kept (one Megatron save) per job: the
+    # file system must hold every run's kept bytes whatever the cap.
+    extra = run["peak"] - run["kept"]
+    fits = min(jobs, int((free - jobs * run["kept"]) // extra) if extra else jobs) if free >= jobs * run["kept"] else None
+    return {"run": run, "at_once": at_once, "at_once_source": source,
+            "grid_peak": (jobs - at_once) * run["kept"] + at_once * run["peak"], "fits": fits,
             "grid_kept": jobs * run["kept"], "grid_written": jobs * run["written"],
             "free": free, "free_source": free_source, "memory": mid, "memory_cap": cap, "memory_job": (recipe, lag),
             "mem_mb": mem_mb}
@@ -220,10 +226,12 @@ def footprint_lines(f: dict) -> list[str]:
         f"saves x {run['hf_save'] / 1e9:,.0f} GB, all kept until evaluated, + {min(run['keep'] + 1, run['saves'])} "
         f"Megatron saves x {run['megatron_save'] / 1e9:,.0f} GB), {run['kept'] / tb:.2f} TB kept when it ends, "
         f"{run['written'] / tb:.1f} TB written",
-        f"  disk per grid (estimate): peak {f['grid_peak'] / tb:,.0f} TB with {f['at_once']} jobs at once "
-        f"({f['at_once_source']}), {f['grid_kept'] / tb:,.0f} TB kept when all end, {f['grid_written'] / 1e15:.2f} "
-        f"PB written; {f['free'] / tb:,.2f} TB free here ({f['free_source']}), which holds "
-        f"{int(f['free'] // run['peak'])} jobs at once (snakemake --jobs; each job's pre-flight checks its own)",
+        f"  disk per grid (estimate): peak {f['grid_peak'] / tb:,.0f} TB (the last {f['at_once']} jobs at once at "
+        f"their peak, {f['at_once_source']}, the other runs ended and kept), {f['grid_kept'] / tb:,.0f} TB kept when "
+        f"all end, {f['grid_written'] / 1e15:.2f} PB written; {f['free'] / tb:,.2f} TB free here ({f['free_source']}), "
+        + (f"which holds the grid at up to {f['fits']} jobs at once (the profile's jobs; each job's pre-flight "
+           "checks its own)" if f["fits"] is not None else
+           "which cannot hold the runs' kept saves at any number of jobs at once: free space or raise the quota"),
         f"  host memory per training job (estimate, the largest: {recipe} at lag {lag}): "
         f"{footprint.describe_memory(f['memory'])}; {footprint.describe_memory(f['memory_cap'])}, the response cap; "
         + (f"resources.train.mem_mb {f['mem_mb']:,} MB" if f["mem_mb"] else "no resources.train.mem_mb")]

@@ -13,9 +13,10 @@ import pytest
 import eval.server
 from eval.score import ScoreError, main, score_run
 from eval.server import ServerError, launch_command, sample_seed
+from harness.config import load
 from harness.io import read_jsonl
 from tests.support.fake_sglang import GOLD, PORT_TAKEN, FakeSGLang
-from tests.support.paths import FIXTURES, SUPPORT
+from tests.support.paths import FIXTURES, ROOT, SUPPORT
 from tests.support.ports import free_ports
 from tests.support.slime_checkpoints import write_hf_save
 
@@ -209,3 +210,27 @@ def test_launched_server_that_dies_is_reported(tmp_path, monkeypatch, closed_url
     with pytest.raises(ServerError, match="exited with code 3 before it was ready"):
         score_run(run, ["aime24_avg8"], settings(closed_url, launch=True))
     assert not (run / "eval").exists()
+
+
+def test_a_server_image_no_node_can_start_is_refused_before_the_server_starts(tmp_path, monkeypatch, closed_url):
+    """eval.server.command_prefix is checked as engine_params.container is (harness.images): the Table-1
+    preset's placeholder registry (localhost: each node itself) and a .sif that is not there are refused
+    by name before anything starts; a registry the nodes reach and a .sif that exists pass."""
+    started = []
+    monkeypatch.setattr(eval.server, "launch_command", lambda server, ckpt: started.append(ckpt) or ["false"])
+    preset = load(ROOT / "workflow" / "presets" / "table1.yaml")["eval"]["server"]["command_prefix"]
+    run = make_run(tmp_path / "run")
+    for prefix, error, message in (
+            (preset, ValueError, "eval.server.command_prefix 'docker://localhost:5000/.*' names a registry on "
+                                 "localhost, which is each node itself"),
+            (["apptainer", "exec", str(tmp_path / "gone.sif")], FileNotFoundError,
+             "eval.server.command_prefix: .*gone.sif does not exist")):
+        with pytest.raises(error, match=message):
+            score_run(run, ["aime24_avg8"], settings(closed_url, launch=True, command_prefix=prefix))
+    assert started == [] and not (run / "eval").exists()
+    (tmp_path / "slime.sif").write_bytes(b"SIF")
+    for prefix in (["apptainer", "exec", "docker://registry.example.org/stalebench/slime:624b824a-cu129"],
+                   ["apptainer", "exec", str(tmp_path / "slime.sif")]):
+        with pytest.raises(ServerError, match="exited with code 1 before it was ready"):  # it got to start
+            score_run(run, ["aime24_avg8"], settings(closed_url, launch=True, command_prefix=prefix))
+    assert len(started) == 2

@@ -59,6 +59,36 @@ if NULL_CHECK is not None:
             " || {{ cat {log:q} >&2; exit 2; }}"
 
 
+# The engine's canary (harness.engine: canary; engines.canary), where it has one: the grid's first run
+# alone, in a scratch folder, to its first step and save, checked; every train job waits for its report,
+# so a failure common to every job costs this one job. Its job is a train job's size; it is not retried:
+# what failed is for a person to read (its log names it), not to run again unchanged.
+if ENGINE.canary is not None:
+
+    rule canary:
+        input:
+            rules.prepare.output if ENGINE.prepare_outputs else [],
+            ancient(rules.null_check.output) if NULL_CHECK is not None else [],
+        output:
+            str(GRID_DIR.canary_path),
+        params:
+            run=json.dumps(MODEL.run_config(MODEL.runs[0]), sort_keys=True),
+            run_dir=str(GRID_DIR.canary_dir),
+        log:
+            f"{LOGS}/canary.log",
+        benchmark:
+            f"{BENCHMARKS}/canary.tsv"
+        conda:
+            "../../envs/stalebench-cpu.yaml"
+        threads: rule_resources(CONFIG, "train")["threads"]
+        retries: 0
+        resources:
+            **job_resources(CONFIG, "train"),
+        shell:
+            "OMP_NUM_THREADS={threads} python -m engines.canary --run-dir {params.run_dir:q}"
+            " --config-json {params.run:q} --out {output:q} > {log:q} 2>&1 || {{ cat {log:q} >&2; exit 2; }}"
+
+
 # One job per pack of a cell's runs (harness.jobs.run_packs: a look's seeds where the engine packs runs,
 # else one run): engines.train trains them one after another in one process, each with its own lock,
 # status and resume, so that a killed or stopped job's retry resumes each run where it stopped.
@@ -71,6 +101,8 @@ for pack in PACKS:
             rules.prepare.output if ENGINE.prepare_outputs else [],
             # ancient: a rerun of the check (a changed level) that passes does not redo finished runs
             ancient(rules.null_check.output) if NULL_CHECK is not None else [],
+            # ancient: a passed canary is not run again when the grid's config changes later
+            ancient(rules.canary.output) if ENGINE.canary is not None else [],
         output:
             [f"{folder}/{STATUS_PATTERN}" for folder in pack.folders(RUN)],
         params:

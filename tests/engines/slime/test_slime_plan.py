@@ -6,6 +6,7 @@ import math
 import subprocess
 import sys
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -138,18 +139,23 @@ def test_the_tuning_runs_are_jobs_of_the_plan(table1):
 
 
 def test_the_plan_holds_the_disk_and_host_memory_of_the_grid(table1):
-    """Per grid: 64 jobs at once (the SLURM profile's jobs) x a run's peak, 84 x what a run keeps and
-    writes; the host memory of the largest job (an R3 recipe at lag 8), which a too-small
+    """Per grid: the peak when the last 64 jobs (the SLURM profile's jobs) are at theirs and the other 20
+    runs keep what they keep, 84 x what a run keeps and writes; the jobs at once a file system holds
+    (none when it cannot hold every run's kept saves); the host memory of the largest job (an R3 recipe at lag 8), which a too-small
     resources.train.mem_mb refuses with the numbers."""
     f = plan.plan(table1)["footprint"]
     run = footprint.disk(plan.resolve_params(table1["engine_params"]), 544, 16)
-    assert (f["at_once"], f["grid_peak"], f["grid_kept"]) == (64, 64 * run["peak"], 84 * run["kept"])
+    assert (f["at_once"], f["grid_peak"], f["grid_kept"]) == (64, 20 * run["kept"] + 64 * run["peak"], 84 * run["kept"])
     assert f["grid_written"] == pytest.approx(1.395e15, rel=1e-3)  # the issue's "1.4 PB written"
     assert f["memory_job"] == ("grpo_r3", 8) and f["memory"]["total"] == pytest.approx(1.177e12, rel=1e-3)
     text = plan.report(table1)
-    assert "disk per grid (estimate): peak 215 TB with 64 jobs at once" in text
-    assert f"TB free here (df {plan.footprint._existing(Path(table1['results_dir']))}), which holds " \
-        f"{int(f['free'] // run['peak'])} jobs at once" in text
+    assert "disk per grid (estimate): peak 274 TB (the last 64 jobs at once at their peak" in text
+    assert f"TB free here (df {plan.footprint._existing(Path(table1['results_dir']))}), which cannot hold the " \
+        "runs' kept saves at any number of jobs at once" in text  # this machine's disk: under 246 TB
+    kept, extra = 84 * run["kept"], run["peak"] - run["kept"]
+    for free, fits in ((kept - 1, None), (kept, 0), (kept + 10 * extra + 1, 10), (kept + 100 * extra, 84)):
+        with mock.patch.object(plan.footprint, "free_bytes", return_value=(free, "lfs quota")):
+            assert plan.plan(table1)["footprint"]["fits"] == fits, free
     assert "host memory per training job (estimate, the largest: grpo_r3 at lag 8): 1,177 GB" in text
     small = copy.deepcopy(table1)
     small["resources"]["train"]["mem_mb"] = 900_000

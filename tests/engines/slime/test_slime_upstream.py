@@ -49,18 +49,24 @@ def model_args(upstream: Path, model_type: str) -> list[str]:
     return out.splitlines()
 
 
+def table1_with_empty_paths(folder: Path) -> dict:
+    """The Table-1 preset with its model folders and prompt file made, empty, in ``folder``."""
+    config = load(PRESET)
+    for name in ("hf", "ref"):
+        (folder / name).mkdir()
+    (folder / "prompts.jsonl").write_text("")
+    config["engine_params"].update(hf_checkpoint=str(folder / "hf"), ref_load=str(folder / "ref"),
+                                   prompt_data=str(folder / "prompts.jsonl"))
+    return config
+
+
 @pytest.fixture(scope="module")
 def table1_as_slime_parses_it(tmp_path_factory):
     """Every Table-1 recipe's lag-8 job: its argument list (the launcher's flags, then MODEL_ARGS, as
     the job script passes them) parsed and validated by slime's code, with the job's custom config."""
     upstream = upstream_dir()
     tmp = tmp_path_factory.mktemp("table1")
-    config = load(PRESET)
-    for name in ("hf", "ref"):
-        (tmp / name).mkdir()
-    (tmp / "prompts.jsonl").write_text("")
-    config["engine_params"].update(hf_checkpoint=str(tmp / "hf"), ref_load=str(tmp / "ref"),
-                                   prompt_data=str(tmp / "prompts.jsonl"))
+    config = table1_with_empty_paths(tmp)
     recipes, argvs = [], []
     for recipe in config["recipes"]:
         run_config = RunConfig.check(resolve_run_config(config, recipe, 8, 0))
@@ -138,3 +144,32 @@ def test_megatrons_nan_check_is_off_so_a_non_finite_step_is_logged_not_raised(tm
     model = (upstream / "slime" / "slime" / "backends" / "megatron_utils" / "model.py").read_text()
     assert 'if not getattr(args, "check_for_nan_in_loss_and_grad", True):' in model
     assert 'log_dict[f"train/{role_tag}grad_norm"] = grad_norm' in model
+
+
+def test_a_resumed_job_loads_adams_state_by_slimes_own_reading_of_its_arguments(tmp_path):
+    """What a CPU can say about a resume carrying Adam's state (the numbers: the `gpu` test of
+    test_slime_gpu_resume.py). A Table-1 job's argument list, with the preset's optimizer flags (Adam's
+    states on the CPU), through slime_validate_args at the pin: the first job, with no Megatron save in
+    its --load folder, starts from the base model with a fresh optimizer (slime sets no_load_optim and
+    finetune itself); a resumed job, whose folder holds a save, keeps them unset, so that Megatron loads
+    the save's optimizer state, random states and iteration (no extra_args can undo it: params.py's
+    RESUME_BREAKING_FLAGS)."""
+    from tests.support.slime_checkpoints import write_megatron_save
+
+    upstream = upstream_dir()
+    config = table1_with_empty_paths(tmp_path)
+    run_config = RunConfig.check(resolve_run_config(config, "grpo", 8, 0))
+    run = RunDir(tmp_path / "run")
+    write_text_atomic(run.engine_file("engine_settings"), yaml.safe_dump(custom_config(run_config, run)))
+    argv = [token for flag in slime_flags(run_config, run) for token in flag] + model_args(upstream, "qwen3-30B-A3B")
+    for flag in ("--optimizer-cpu-offload", "--overlap-cpu-optimizer-d2h-h2d", "--use-precision-aware-optimizer"):
+        assert flag in argv  # the preset's optimizer: CPU-offloaded Adam
+    megatron = str(run.engine_file("resume_checkpoints"))
+    (first,) = slime_parsed_args([argv])
+    assert (first["no_load_optim"], first["no_load_rng"], first["finetune"]) == (True, True, True)
+    assert first["load"] == str(tmp_path / "ref") and first["start_rollout_id"] == 0
+    write_megatron_save(megatron, 15)  # the periodic save of step 16
+    (resumed,) = slime_parsed_args([argv])
+    assert resumed["load"] == megatron and resumed["start_rollout_id"] is None  # Megatron's iteration decides
+    for key in ("no_load_optim", "no_load_rng", "finetune"):
+        assert not resumed.get(key), (key, resumed.get(key))

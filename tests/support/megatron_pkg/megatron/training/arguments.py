@@ -33,3 +33,8 @@ def add_arguments(parser):
     parser.add_argument("--no-save-rng")
     parser.add_argument("--finetune")
     parser.add_argument("--ckpt-step")
+    parser.add_argument("--load-main-params-from-ckpt")
+    parser.add_argument("--use-checkpoint-args")
+    parser.add_argument("--use-mp-args-from-checkpoint-args")
+    parser.add_argument("--non-persistent-save-interval")
+    parser.add_argument("--non-persistent-ckpt-type")
