@@ -36,6 +36,10 @@ An engine provides everything the workflow needs to know about it (docs/design.m
                                             params: harness.settings.Config.null_check_params (the
                                             config's null_check settings and each distinct setting
                                             of the grid's recipes, reading only null_check_keys)
+    arithmetic_version(engine_params)       the version of the arithmetic resolved engine params ask
+                                            for (default: 1), recorded in each run's provenance.json;
+                                            numbers that change are a new version, which the params
+                                            (so the run key) carry (the tiny engine: params.py)
 
 Adding an engine = a package under engines/ that calls ``harness.engine.register(Engine(...))``
 in its ``__init__``, or any importable module named in $STALEBENCH_ENGINES (comma separated) that
@@ -77,6 +81,7 @@ class Engine:
     supplies: tuple[str, ...] = ()
     supplies_note: str = ""
     packs_runs: bool = False
+    arithmetic_version: Callable[[dict], int] = lambda params: 1
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.resources) - set(RULES))
