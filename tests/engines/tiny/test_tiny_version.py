@@ -13,7 +13,7 @@ from engines.tiny.params import engine_version, resolve_engine_params
 from engines.tiny.trainer import Trainer
 from harness.config import validate
 from harness.identity import run_key
-from harness.io import read_jsonl
+from harness.io import read_json, read_jsonl
 from harness.run import RunConfig, RunDir
 from harness.settings import Config
 from tests.support.tiny_runs import config
@@ -83,3 +83,12 @@ def test_version_2_without_fast_bf16_samples_emulated_and_resumes_bit_for_bit(ba
     assert not any("c10::BFloat16" in (event.input_dtypes or []) for event in prof.events()
                    if event.name in ("aten::mm", "aten::bmm", "aten::addmm", "aten::matmul", "aten::linear"))
 
+
+
+def test_provenance_records_the_engine_version(base, scratch):
+    from engines.train import run
+
+    for version in (1, 2):
+        assert run(config(base, steps=1, eval_every=1, version=version), scratch / f"v{version}") == "completed"
+        attempts = read_json(scratch / f"v{version}" / "provenance.json")["attempts"]
+        assert attempts[-1]["engine_version"] == version and isinstance(attempts[-1]["onednn_bf16"], bool)
