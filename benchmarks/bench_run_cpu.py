@@ -1,7 +1,7 @@
 """CPU seconds per demo run, train and evaluate, from Snakemake's benchmark files (issue 15: halve them).
 
     .venv/bin/python -m benchmarks.bench_run_cpu [--tree DIR] [--recipes grpo sat_grpo] [--lags 1 8]
-        [--seeds 0] [--cores 1]
+        [--seeds 0] [--cores 1] [--engine-params JSON]
 
 Runs `snakemake --until evaluate` (every train and evaluate job, no aggregate or track) on a sub-grid
 of the demo config in a fresh results folder, with the checkout at --tree (default: this one; give
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import subprocess
 import sys
 import tempfile
@@ -43,6 +44,8 @@ def main() -> None:
     parser.add_argument("--lags", nargs="+", type=int, default=[1, 8])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--cores", type=int, default=1)
+    parser.add_argument("--engine-params", help="the grid's engine_params instead of config.yaml's, JSON "
+                                                "(e.g. '{\"preset\": \"stress\", \"version\": 2}')")
     args = parser.parse_args()
     runs = len(args.recipes) * len(args.lags) * len(args.seeds)
     with tempfile.TemporaryDirectory() as results:
@@ -50,11 +53,14 @@ def main() -> None:
                    "-C", f"results_dir={results}", "grid=bench",
                    f"recipes=[{','.join(args.recipes)}]", f"lags=[{','.join(map(str, args.lags))}]",
                    f"seeds=[{','.join(map(str, args.seeds))}]"]
+        if args.engine_params:
+            command.append(f"engine_params={json.dumps(json.loads(args.engine_params))}")
         start = time.perf_counter()
         subprocess.run(command, cwd=args.tree, check=True, capture_output=True)
         elapsed = time.perf_counter() - start
         benchmarks = GridDir(Path(results) / "bench").benchmarks_dir
-        print(f"{args.tree} ({runs} demo runs, -c{args.cores}, {elapsed:.0f} s wall in all)")
+        print(f"{args.tree} ({runs} demo runs, -c{args.cores}, engine_params {args.engine_params or 'of config.yaml'}, "
+              f"{elapsed:.0f} s wall in all)")
         jobs, cpu, wall = rule_seconds(benchmarks, "prepare")
         print(f"  prepare   {jobs:>3} jobs  cpu {cpu:7.1f} s  wall {wall:7.1f} s  (once per grid)")
         total = 0.0

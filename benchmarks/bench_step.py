@@ -1,7 +1,7 @@
 """One tiny-engine trainer step against its FLOP floor, phase by phase, at both CPU kernel levels (issue 48).
 
     .venv/bin/python -m benchmarks.bench_step [--tree DIR ...] [--steps 24] [--warmup 4] [--repeats 2]
-        [--levels native avx2] [--recipe grpo] [--lag 8] [--engine-params JSON] [--out DIR]
+        [--levels native avx2] [--recipe grpo] [--lag 8] [--engine-params JSON ...] [--out DIR]
 
 A run of config.yaml's grid cut to one recipe, lag and seed (its base model prepared first, not timed)
 is trained for --steps steps in a fresh process per (checkout, kernel level), one thread, the checkout
@@ -102,13 +102,15 @@ def child(config_json: str, run_dir: str, warmup: int, out: Path) -> None:
                 return method(*args, **kwargs)
             finally:
                 calls.setdefault(phase, []).append(time.process_time() - start)
+                if phase == "rollout":  # the sampler passes of this rollout (none where a version skips it)
+                    calls.setdefault("sampler", []).append(sum(calls.pop("sampler call", [])))
 
         setattr(owner, name, wrapper)
 
     timed(rollout_module, "generate", "generation")
     sampler = getattr(trainer.engine, "sampler_fp32", None)
     if sampler is not None:
-        timed(sampler, "forward", "sampler")
+        timed(sampler, "forward", "sampler call")
     timed(trainer, "generate", "rollout")
     timed(trainer, "recompute", "recompute")
     timed(trainer, "update", "update")
@@ -143,7 +145,9 @@ def main() -> None:
     parser.add_argument("--levels", nargs="+", default=list(LEVELS), choices=list(LEVELS))
     parser.add_argument("--recipe", default="grpo")
     parser.add_argument("--lag", type=int, default=8)
-    parser.add_argument("--engine-params", default="{}", help="overrides of config.yaml's engine_params, JSON")
+    parser.add_argument("--engine-params", nargs="+", default=["{}"],
+                        help="overrides of config.yaml's engine_params, JSON; several: each measured, interleaved "
+                             "(e.g. '{}' '{\"version\": 2}': the engine's versions)")
     parser.add_argument("--out", type=Path, default=Path("results/bench_step"))
     args = parser.parse_args()
     if args.warmup >= args.steps:
@@ -156,11 +160,12 @@ def main() -> None:
 
     label = time.strftime("%Y%m%dT%H%M%S")
     jobs = []
-    for index, tree in enumerate(trees):  # each checkout's own config, grid and base model
+    cases = [(tree, overrides) for tree in trees for overrides in args.engine_params]
+    for index, (tree, overrides) in enumerate(cases):  # each checkout's own config, grid and base model
         config = yaml.safe_load((tree / "config.yaml").read_text())
         config.update(grid=f"step_{label}_{index}", results_dir=str(args.out.resolve()), recipes=[args.recipe],
                       lags=[args.lag], seeds=[0], claims=[], baseline=args.recipe, steps=args.steps,
-                      eval_every=args.steps, engine_params={**config["engine_params"], **json.loads(args.engine_params)})
+                      eval_every=args.steps, engine_params={**config["engine_params"], **json.loads(overrides)})
         config.pop("seeding", None)
         model = Config.build(validate(config))
         run_config = model.run_config(model.runs[0])
@@ -169,11 +174,11 @@ def main() -> None:
         subprocess.run([sys.executable, "-m", "engines.prepare", "--engine", model.engine.name, "--engine-params-json",
                         json.dumps(model.prepare_params()), "--out", str(grid / run_config["base_model"])],
                        cwd=tree, check=True, env=env, capture_output=True)
-        jobs.append((tree, grid, json.dumps(run_config, sort_keys=True)))
+        jobs.append((f"{tree} {overrides}", tree, grid, json.dumps(run_config, sort_keys=True)))
     results: dict[tuple[str, str], list[dict]] = {}
     for repeat in range(args.repeats):
         for level in args.levels:
-            for tree, grid, run_config in jobs:
+            for name, tree, grid, run_config in jobs:
                 out = grid / f"{level}_{repeat}.json"
                 env = {**os.environ, **LEVELS[level], "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1"}
                 run_dir = grid / "runs" / f"{level}{repeat}" / "lag0" / "seed0"  # a run folder in the grid's layout
@@ -181,17 +186,17 @@ def main() -> None:
                                        str(run_dir), str(args.warmup), str(out)], cwd=tree, env=env,
                                       capture_output=True, text=True)
                 if done.returncode != 0:
-                    raise SystemExit(f"{tree} at {level} failed ({done.returncode}):\n{done.stderr[-3000:]}")
-                results.setdefault((str(tree), level), []).append(json.loads(out.read_text()))
+                    raise SystemExit(f"{name} at {level} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+                results.setdefault((name, level), []).append(json.loads(out.read_text()))
     print(f"{args.recipe} lag {args.lag}, {args.steps - args.warmup} steps counted x {args.repeats} processes, one "
-          f"thread, CPU ms per step (min / median); engine_params {args.engine_params}")
-    for (tree, level), found in results.items():
+          f"thread, CPU ms per step (min / median)")
+    for (name, level), found in results.items():
         phases = {name: [v for r in found for v in r["phases ms"][name]] for name in PHASES}
         totals = [sum(values) for r in found for values in zip(*(r["phases ms"][name] for name in PHASES))]
         gflop, rate = found[0]["gflop"], max(r["matmul gflops"] for r in found)
         floor = 1000 * gflop / rate
         ops = found[0]["ops"]
-        print(f"{tree} [{level}]")
+        print(f"{name} [{level}]")
         print("  " + ", ".join(f"{name} {min(v):.1f}/{statistics.median(v):.1f}" for name, v in phases.items()))
         print(f"  step {min(totals):.1f}/{statistics.median(totals):.1f} ms; {gflop:.3f} GFLOP per step; fp32 matmuls "
               f"{rate:.1f} GFLOP/s on the model's shapes -> floor {floor:.1f} ms; median / floor "

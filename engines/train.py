@@ -42,7 +42,7 @@ def run(run_config: dict, run_dir: str | Path) -> str:
         run.remove_train_temp_files()  # a killed attempt's: this process is the run's one writer now
         run.pin_config(checked.as_dict())
         record_fingerprint(run, checked)
-        start_attempt(run)
+        start_attempt(run, checked.engine.arithmetic_version(dict(checked.engine_params)))
         status = checked.engine.train(checked, run)
         finish_attempt(run, status)
         return status

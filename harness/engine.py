@@ -43,6 +43,10 @@ An engine provides everything the workflow needs to know about it (docs/design.m
                                             first run in a scratch folder (harness.grid_dir.GridDir.
                                             canary_dir) and returns what it checked, or raises naming
                                             what failed. The tiny engine needs none.
+    arithmetic_version(engine_params)       the version of the arithmetic resolved engine params ask
+                                            for (default: 1), recorded in each run's provenance.json;
+                                            numbers that change are a new version, which the params
+                                            (so the run key) carry (the tiny engine: params.py)
 
 Adding an engine = a package under engines/ that calls ``harness.engine.register(Engine(...))``
 in its ``__init__``, or any importable module named in $STALEBENCH_ENGINES (comma separated) that
@@ -85,6 +89,7 @@ class Engine:
     supplies_note: str = ""
     packs_runs: bool = False
     canary: Callable[..., dict] | None = None  # (harness.run.RunConfig, harness.run.RunDir) -> report
+    arithmetic_version: Callable[[dict], int] = lambda params: 1
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.resources) - set(RULES))

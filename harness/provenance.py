@@ -7,6 +7,7 @@ file holds one entry per attempt (engines.train), oldest first:
     {"attempts": [{
         "started", "finished"        UTC ISO 8601 times; finished is null while running or after a kill
         "status"                     the engine's status at the end (completed | diverged | failed), or null
+        "engine_version"             the engine's arithmetic version (harness.engine.Engine.arithmetic_version)
         "git_commit", "git_dirty"    the checkout's HEAD and whether tracked or new files differ from it
                                      (null, null outside a git checkout)
         "stalebench", "python", "torch", "lm_eval"   versions (null if not installed)
@@ -14,6 +15,8 @@ file holds one entry per attempt (engines.train), oldest first:
         "host", "platform", "cpu_model"              socket host name, platform.platform(), /proc/cpuinfo model name
         "cpu_capability"             torch.backends.cpu.get_cpu_capability(): the SIMD kernels torch picked
                                      (e.g. AVX512: bf16 sampling numerics depend on it)
+        "onednn_bf16"                whether oneDNN multiplies bf16 natively here (ONEDNN_MAX_CPU_ISA can lower it):
+                                     with cpu_capability, what the tiny engine's version 2 rollout picks
         "cpu_flags"                  the numerics-relevant CPU flags present (avx2, avx512f, avx512_bf16, amx_bf16, ...)
         "torch_threads"              torch.get_num_threads() in the training process
         "cuda_devices"               names of visible CUDA devices ([] on CPU)
@@ -75,10 +78,11 @@ def _torch_facts() -> dict:
     try:
         import torch
     except ImportError:
-        return {"cpu_capability": None, "torch_threads": None, "cuda_devices": []}
+        return {"cpu_capability": None, "onednn_bf16": None, "torch_threads": None, "cuda_devices": []}
     cuda = ([torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
             if torch.cuda.is_available() else [])
-    return {"cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch_threads": torch.get_num_threads(),
+    return {"cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "onednn_bf16": torch.ops.mkldnn._is_mkldnn_bf16_supported(), "torch_threads": torch.get_num_threads(),
             "cuda_devices": cuda}
 
 
@@ -108,10 +112,12 @@ def collect() -> dict:
     }
 
 
-def start_attempt(run: RunDir) -> None:
-    """Append this attempt (started now, not finished) to the run's provenance.json."""
+def start_attempt(run: RunDir, engine_version: int = 1) -> None:
+    """Append this attempt (started now, not finished) to the run's provenance.json; ``engine_version``:
+    the arithmetic the engine computes it with (harness.engine.Engine.arithmetic_version)."""
     record = run.read_provenance() or {"attempts": []}
-    record["attempts"].append({"started": now(), "finished": None, "status": None, **collect()})
+    record["attempts"].append({"started": now(), "finished": None, "status": None, "engine_version": engine_version,
+                               **collect()})
     run.write_provenance(record)
 
 

@@ -97,8 +97,6 @@ def step_metrics(batch: Rollout, recomputed: Recomputed, update: dict) -> dict:
         "loss": sum(numbers["loss"]) / len(numbers["loss"]),
         **abs_d_stats(d.abs()[active]),
         "d/mean": float(d[active].mean()),
-        "d/lag_mean_abs": float((old_logp - batch.logp_sampler)[active].abs().mean()),
-        "d/impl_mean_abs": float((batch.logp_sampler - logmu)[active].abs().mean()),
         "tv/mean": float(tv.mean()),
         "tv/p90": float(torch.quantile(tv.double(), 0.9)),
         # E_mu[|pi/mu - 1|] / 2 = TV(mu, pi): the estimate a cluster can make from sampled tokens only
@@ -106,6 +104,9 @@ def step_metrics(batch: Rollout, recomputed: Recomputed, update: dict) -> dict:
         "routing/mismatch_rate": routing_mismatch(recomputed.routing, batch.routing),
         "routing/own_mismatch_rate": routing_mismatch(recomputed.own_routing, batch.routing),
     }
+    if batch.logp_sampler.numel():  # the sampler pass ran (RolloutEngine.rollout's sampler_pass)
+        row["d/lag_mean_abs"] = float((old_logp - batch.logp_sampler)[active].abs().mean())
+        row["d/impl_mean_abs"] = float((batch.logp_sampler - logmu)[active].abs().mean())
     for key in ("kl/k3", "vcpo/lr_scale"):  # only when the recipe uses them
         if numbers[key]:
             row[key] = sum(numbers[key]) / len(numbers[key])

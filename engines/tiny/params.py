@@ -16,6 +16,15 @@ llm-regime  a lower-entropy policy (150 warm-start steps instead of 100: greedy 
             tail, like the paper's d-bar column, with SAT's quantile q far below log(1 + eps_high)
             so that its gate binds at both lags.
 
+version (any preset): the engine's arithmetic, 1 (default) or 2. A run's resolved params carry it only
+when it is not 1, so every run key of the engine before versions existed is unchanged (a finished grid
+is not refused after an upgrade); provenance.json records it for every run. 1: the arithmetic all
+results up to issue 48 were computed with, kept bit for bit. 2 (issue 48): a bfloat16 rollout samples with whichever arithmetic is fastest on the CPU at hand
+(rollout.py's fast_bf16_matmuls: bf16 kernels with AVX512-BF16, else the bf16 engine's arithmetic in
+float32, rollout_bf16.py), and the float32 sampler pass that only d/lag_mean_abs and d/impl_mean_abs
+read runs for the rows of checkpoint steps (the other rows omit both). With fast bf16 kernels its
+training is version 1's bit for bit; deterministic per machine, not across kernel levels.
+
 rollout_dtype (any preset): bfloat16 (default), float16, float32, or bfloat16_emulated: the bf16
 engine's arithmetic in float32 (rollout_bf16.py), the same mismatch without a bf16 matmul, for CPUs
 without fast bf16 (not the default: docs/demo-calibration.md has the rule that would make it one).
@@ -24,10 +33,11 @@ from __future__ import annotations
 
 # the rollout engine's weights and arithmetic (rollout.py; bfloat16_emulated: rollout_bf16.py)
 ROLLOUT_DTYPES = ("bfloat16", "float16", "float32", "bfloat16_emulated")
+ENGINE_VERSIONS = (1, 2)  # the arithmetic (the module docstring); 1 = before versions existed
 MODEL_KNOBS = ("width", "layers", "heads", "experts", "top_k", "expert_hidden")
 WARMSTART_KNOBS = ("warmstart_steps", "warmstart_lr", "warmstart_batch", "warmstart_seed")
 # what the lag-0 null check reads besides the base model (engines/tiny/null_ratios.py): the sampler
-NULL_CHECK_KNOBS = ("preset", "rollout_dtype", "temperature", "prompts_per_step", "samples_per_step", "reward")
+NULL_CHECK_KNOBS = ("preset", "version", "rollout_dtype", "temperature", "prompts_per_step", "samples_per_step", "reward")
 
 DEMO = {
     # model (the prototype's size, FFN as 4 experts)
@@ -56,15 +66,26 @@ def resolve_engine_params(engine_params: dict | None) -> dict:
     preset = params.pop("preset", "demo")
     if preset not in PRESETS:
         raise ValueError(f"engine_params.preset = {preset!r}; expected one of {sorted(PRESETS)}")
-    unknown = sorted(set(params) - set(PRESETS[preset]))
+    known = set(PRESETS[preset]) | {"version"}
+    unknown = sorted(set(params) - known)
     if unknown:
-        raise ValueError(f"engine_params has unknown key(s) {unknown}; known: {sorted(PRESETS[preset])}")
+        raise ValueError(f"engine_params has unknown key(s) {unknown}; known: {sorted(known)}")
     resolved = {"preset": preset, **PRESETS[preset], **params}
     _check(resolved)
+    if resolved.get("version", 1) == 1:  # version 1 is the absence of the key: run keys of before versions
+        resolved.pop("version", None)
     return resolved
 
 
+def engine_version(params: dict) -> int:
+    """The arithmetic version of resolved params (the module docstring)."""
+    return params.get("version", 1)
+
+
 def _check(p: dict) -> None:
+    version = p.get("version", 1)
+    if isinstance(version, bool) or version not in ENGINE_VERSIONS:
+        raise ValueError(f"engine_params.version must be one of {list(ENGINE_VERSIONS)}, got {version!r}")
     positive_ints = MODEL_KNOBS + ("warmstart_steps", "warmstart_batch", "prompts_per_step",
                                    "samples_per_step", "minibatches", "progress_every")
     for key in positive_ints:

@@ -30,7 +30,8 @@ def generate_queued(trainer, step: int) -> Rollout:
         if trainer.engine.version != version:
             trainer.engine.broadcast(trainer.snapshots[version], version)
         part = trainer.engine.rollout(step, [problems[g] for g in groups], samples, params["reward"],
-                                      seed=step_seed(trainer.seed, step, 1) * 1_000_003 + version)
+                                      seed=step_seed(trainer.seed, step, 1) * 1_000_003 + version,
+                                      sampler_pass=trainer.sampler_pass(step))
         for group in groups:
             used[group] = part.version
         parts.append((groups, part))
@@ -39,7 +40,9 @@ def generate_queued(trainer, step: int) -> Rollout:
         for position, group in enumerate(groups):
             for sample in range(samples):
                 rows[group * samples + sample] = (index, position * samples + sample)
-    tensors = {name: torch.stack([getattr(parts[i][1], name)[r] for i, r in rows]) for name in Rollout.TENSORS}
+    tensors = {name: torch.stack([getattr(parts[i][1], name)[r] for i, r in rows]) for name in Rollout.TENSORS
+               if parts[0][1].tensors()[name].numel()}
+    tensors.setdefault("logp_sampler", torch.empty(0))  # the sampler pass skipped (Trainer.sampler_pass)
     return Rollout(step=step, version=min(used), group_versions=tuple(used), **tensors)
 
 

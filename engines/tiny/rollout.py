@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
+from stabilizers import SamplerDistribution
+
 from . import task
 from .model import EOS, ModelConfig, TinyMoELM, decode_response, encode_prompt, generate
 from .rollout_bf16 import EmulatedBF16LM
@@ -33,6 +35,7 @@ class Rollout:
     logmu_full: torch.Tensor  # [B, N, V] float32: log of the engine's sampling distribution
     routing: torch.Tensor  # [B, P + N - 1, layers, k] long: experts the engine used
     logp_sampler: torch.Tensor  # [B, N] float32: the float32 policy of ``version`` on the sampled tokens
+    # (empty where the pass was skipped: RolloutEngine.rollout's sampler_pass)
     mask: torch.Tensor  # [B, N] float32: 1 up to and including the first <eos>
     rewards: torch.Tensor  # [B] float32
     exact: torch.Tensor  # [B] float32, 1 = exact match
@@ -43,6 +46,25 @@ class Rollout:
     def tensors(self) -> dict[str, torch.Tensor]:
         return {name: getattr(self, name) for name in self.TENSORS}
 
+    def sampler(self, needs, rows: slice, logp_full: torch.Tensor) -> SamplerDistribution | None:
+        """What a loss reads of the sampler on ``rows`` (``needs``: stabilizers.loss_needs), from the
+        recorded log mu over the vocabulary and the minibatch's log pi; None for a loss that reads
+        none, so that no other loss holds a [B, L, V] tensor past the gather."""
+        if not needs:
+            return None
+        logq, full = self.logmu_full[rows], "sampler_logp" in needs
+        return SamplerDistribution(logq=logq if full else None, logp=logp_full if full else None,
+                                   entropy=torch.special.entr(logq.exp()).sum(-1) if "sampler_entropy" in needs
+                                   else None)
+
+
+def fast_bf16_matmuls() -> bool:
+    """Whether this process multiplies bf16 matrices at speed: torch's AVX512 kernels and oneDNN's bf16
+    path (provenance.json's cpu_capability and onednn_bf16). An AVX2-only CPU has neither, and there
+    torch's generic bf16 gemm is 12-190x slower than float32 (issue 48); on an AVX512 box both are
+    lowered by ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2."""
+    return torch.backends.cpu.get_cpu_capability().startswith("AVX512") and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+
 
 def response_mask(response: torch.Tensor) -> torch.Tensor:
     """1 for tokens up to and including the first <eos>; what follows it is never read."""
@@ -51,8 +73,12 @@ def response_mask(response: torch.Tensor) -> torch.Tensor:
 
 
 class RolloutEngine:
-    def __init__(self, config: ModelConfig, dtype: str, temperature: float):
-        self.emulated = dtype == EMULATED
+    def __init__(self, config: ModelConfig, dtype: str, temperature: float, version: int = 1):
+        """``version``: the engine's arithmetic (params.py). Version 2 samples a bfloat16 rollout with
+        whichever arithmetic is fastest on this CPU: bf16 kernels where they are fast (fast_bf16_matmuls),
+        else the bf16 engine's arithmetic in float32 (rollout_bf16.py: no bf16 matmul, the same mismatch,
+        benchmarks/bench_rollout_mismatch.py). Deterministic per machine, not across kernel levels."""
+        self.emulated = dtype == EMULATED or (version == 2 and dtype == "bfloat16" and not fast_bf16_matmuls())
         self.model = (EmulatedBF16LM(config) if self.emulated else TinyMoELM(config).to(DTYPES[dtype])).eval()
         self.sampler_fp32 = TinyMoELM(config).eval()  # the same version in float32: pi_l
         self.temperature = temperature
@@ -68,7 +94,11 @@ class RolloutEngine:
         self.version = version
 
     @torch.no_grad()
-    def rollout(self, step: int, problems: list[dict], samples: int, reward: str, seed: int) -> Rollout:
+    def rollout(self, step: int, problems: list[dict], samples: int, reward: str, seed: int,
+                sampler_pass: bool = True) -> Rollout:
+        """``sampler_pass``: also the float32 pass of the engine's version (logp_sampler, which only
+        d/lag_mean_abs and d/impl_mean_abs read); without it logp_sampler is empty (engine version 2
+        skips it for the rows that do not report them)."""
         prompts = torch.tensor([encode_prompt(p["prompt"]) for p in problems]).repeat_interleave(samples, 0)
         answers = [p["answer"] for p in problems for _ in range(samples)]
         generator = torch.Generator().manual_seed(seed)
@@ -80,7 +110,9 @@ class RolloutEngine:
         exact = torch.tensor([float(task.is_correct(t, a)) for t, a in zip(texts, answers)])
         rewards = exact if reward == "exact" else torch.tensor(
             [task.partial_credit(t, a) for t, a in zip(texts, answers)])
-        logits = self.sampler_fp32(out.tokens[:, :-1]).logits[:, plen - 1:] / self.temperature
-        logp_sampler = logits.log_softmax(-1).gather(-1, response[..., None])[..., 0]
+        logp_sampler = torch.empty(0)
+        if sampler_pass:
+            logits = self.sampler_fp32(out.tokens[:, :-1]).logits[:, plen - 1:] / self.temperature
+            logp_sampler = logits.log_softmax(-1).gather(-1, response[..., None])[..., 0]
         return Rollout(step, self.version, out.tokens, out.logp_full.float(), out.routing, logp_sampler,
                        response_mask(response), rewards.float(), exact)

@@ -36,7 +36,6 @@ from harness.queue_lag import queue_model
 from harness.run import RunConfig, RunDir
 from stabilizers import (
     PolicyBatch,
-    SamplerDistribution,
     ess_lr_scale,
     loss_needs,
     offpolicy_diagnostics,
@@ -57,6 +56,7 @@ from .checkpoint import (
     state_tensors,
     write_resume_state,
 )
+from .params import engine_version
 from .queue_rollout import generate_queued, group_record
 from .rollout import Rollout, RolloutEngine
 
@@ -76,14 +76,15 @@ class Trainer:
         self.progress = progress
         self.seconds = {"generate": 0.0, "train": 0.0}
 
-        base_dir = run_config.base_model
+        base_dir, self.version = run_config.base_model, engine_version(self.params)  # the arithmetic (params.py)
         self.base = load_model(base_dir).eval()
         for p in self.base.parameters():
             p.requires_grad_(False)
         self.model = load_model(base_dir)
         self.parameters = list(self.model.parameters())
         self.optimizer = Adam(self.model.parameters(), lr=self.params["lr"], betas=tuple(self.params["adam_betas"]))
-        self.engine = RolloutEngine(self.model.config, self.params["rollout_dtype"], self.params["temperature"])
+        self.engine = RolloutEngine(self.model.config, self.params["rollout_dtype"], self.params["temperature"],
+                                    self.version)
         self.snapshots: dict[int, dict[str, torch.Tensor]] = {0: self.state_copy()}
         self.step = 0
         self.in_flight: Rollout | None = None
@@ -101,7 +102,11 @@ class Trainer:
             self.engine.broadcast(self.snapshots[version], version)
         problems = task.problems("train", self.params["prompts_per_step"], seed=step_seed(self.seed, step, 0))
         return self.engine.rollout(step, problems, self.params["samples_per_step"], self.params["reward"],
-                                   seed=step_seed(self.seed, step, 1))
+                                   seed=step_seed(self.seed, step, 1), sampler_pass=self.sampler_pass(step))
+
+    def sampler_pass(self, step: int) -> bool:
+        """Whether the batch of ``step`` gets the float32 pass of d/lag_mean_abs, d/impl_mean_abs (version 2: checkpoint steps)."""
+        return self.version == 1 or step % self.eval_every == 0 or step == self.steps
 
     # ---------------------------------------------------------------- trainer side
     def train_on(self, batch: Rollout) -> dict:
@@ -171,7 +176,7 @@ class Trainer:
                 raise TrainingDiverged("non-finite log-probabilities")
             policy_batch = PolicyBatch(logp=logp, old_logp=old_logp[idx], rollout_logp=logmu[idx],
                                        advantages=advantages[idx], mask=mask[idx],
-                                       sampler=self.sampler_distribution(batch.logmu_full[idx], logp_full))
+                                       sampler=batch.sampler(self.needs, idx, logp_full))
             validate_batch(policy_batch)  # the engine's boundary: the loss itself checks nothing
             result = self.recipe.compute_loss(policy_batch, step_seed=step_seed(self.seed, self.step + 1, 2 + index))
             loss = result.loss
@@ -197,17 +202,6 @@ class Trainer:
         if not all_finite(self.parameters):
             raise TrainingDiverged("non-finite weights")
         return {"numbers": as_floats(numbers), "stabilizer": as_floats(stab)}
-
-    def sampler_distribution(self, logq: torch.Tensor, logp_full: torch.Tensor) -> SamplerDistribution | None:
-        """What the recipe's loss reads of the sampler (stabilizers.SAMPLER_NEEDS), from the rollout's
-        recorded log mu over the vocabulary and this minibatch's log pi; None for a loss that reads
-        none, so that no other loss holds a [B, L, V] tensor past the gather."""
-        if not self.needs:
-            return None
-        full = "sampler_logp" in self.needs
-        return SamplerDistribution(logq=logq if full else None, logp=logp_full if full else None,
-                                   entropy=torch.special.entr(logq.exp()).sum(-1) if "sampler_entropy" in self.needs
-                                   else None)
 
     # ---------------------------------------------------------------- persistence
     def save(self, pending_rows: list[dict], checkpoint: bool = True) -> None:

@@ -17,7 +17,7 @@ import engines.tiny.trainer
 from engines.tiny import task
 from engines.tiny.batch import group_advantages, step_seed
 from engines.tiny.checkpoint import load_model
-from engines.tiny.rollout import RolloutEngine
+from engines.tiny.rollout import Rollout, RolloutEngine
 from engines.tiny.trainer import Trainer
 from engines.tiny.warmstart import build_base
 from engines.train import run
@@ -243,13 +243,13 @@ def test_the_autumn_2026_recipes_train_with_the_sampler_they_need(base, tmp_path
     The trainer gives Score Centering the rollout's log mu over the vocabulary and its own log pi with
     gradient, ESTR mu's entropy, and the other losses nothing."""
     given = {}
-    supply = Trainer.sampler_distribution
+    supply = Rollout.sampler
 
-    def recorded(self, logq, logp_full):
-        given[self.recipe.name] = out = supply(self, logq, logp_full)
+    def recorded(self, needs, rows, logp_full):
+        given[recipe] = out = supply(self, needs, rows, logp_full)
         return out
 
-    monkeypatch.setattr(Trainer, "sampler_distribution", recorded)
+    monkeypatch.setattr(Rollout, "sampler", recorded)
     for recipe, key in AUTUMN_2026.items():
         assert run(config(base, recipe=recipe, steps=2), tmp_path / recipe) == "completed"
         assert all(key in row for row in read_jsonl(tmp_path / recipe / "train" / "metrics.jsonl")), recipe
