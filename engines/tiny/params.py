@@ -6,7 +6,8 @@ overridden, an unknown key is an error. Measured behaviour of each preset: docs/
 demo        close to a single-file prototype (not in this repository): 16 prompts x 8 samples,
             2 Adam minibatches per step, but lr 3e-4 (at the prototype's 5e-4 GRPO collapsed
             here even at lag 1). Fixed-clip GRPO loses ~0.14 greedy exact match at lag 8 vs 1.
-stress      demo at lr 7e-4, for the collapse statistics, with CONSTANT lag (workflow/presets/field.yaml:
+stress      demo at lr 7e-4 and engine version 2 (its calibration: docs/demo-calibration.md; C1 below was
+            version 1's), for the collapse statistics, with CONSTANT lag (workflow/presets/field.yaml:
             200 steps, eval on 64 problems x 4 samples). Calibrated on GRPO only, 10 seeds per cell, dev box:
             collapse lag 1 1/10, lag 2 0/10, lag 4 0/10, lag 8 6/10, lag 16 5/10 (target: lag 8 >= 1/3,
             lag 1 <= 1/10). With interval lag (realized lag cycling 1..lag) lag 8 collapsed only 1/10:
@@ -56,7 +57,8 @@ DEMO = {
 PRESETS = {
     "demo": DEMO,
     "llm-regime": {**DEMO, "warmstart_steps": 150, "lr": 2e-4},
-    "stress": {**DEMO, "lr": 7e-4},
+    # engine version 2 since its calibration (docs/demo-calibration.md); `version: 1` gives the earlier grids' runs
+    "stress": {**DEMO, "lr": 7e-4, "version": 2},
 }
 
 
