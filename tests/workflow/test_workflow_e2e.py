@@ -163,8 +163,9 @@ def test_mlflow_holds_each_run_once_under_the_parent(grid_to_change):
     assert all(run.data.tags["mlflow.parentRunId"] == parent for run in by_kind["run"])
     cells = _mlflow_runs(config, SUMMARY_SUFFIX)[1]  # the summary runs: their own experiment, no band run
     assert [r.data.tags["stalebench.kind"] for r in cells] == ["cell"] * len(RECIPES) * len(LAGS)
-    drawn = _mlflow_runs(config, COMPARISON_SUFFIX)[1]  # what the comparisons draw: a mean, a low, a high a cell
-    assert sorted(r.data.tags["stalebench.kind"] for r in drawn) == ["drawn"] * 3 * len(RECIPES) * len(LAGS)
+    drawn = _mlflow_runs(config, COMPARISON_SUFFIX)[1]  # what the comparisons draw: a mean, a low, a high a cell,
+    kinds = sorted(r.data.tags["stalebench.kind"] for r in drawn)  # and the intervals' charts (one figure run)
+    assert kinds == ["drawn"] * 3 * len(RECIPES) * len(LAGS) + ["figure"]
     assert all(r.data.tags["stalebench.grid_run"] == parent for r in cells)
     keys = {json.loads((GridDir.of(config).run(*r).path / "config.json").read_text())["run_key"] for r in expand(config)}
     assert {run.data.tags["run_key"] for run in by_kind["run"]} == keys
