@@ -271,13 +271,22 @@ def conclusions_section(summary: dict) -> Section:
     return Section("What can and cannot be concluded", (Bullets(tuple(summary["conclusions"])),))
 
 
+def seed_order_text(summary: dict) -> str:
+    """The order of the per-seed values; where cells hold fewer seeds than the grid declares (a seed
+    schedule that stopped them early) each lists only the seeds it ran."""
+    order = f"in seed order {summary['seeds']}"
+    if all(len(cell["seeds"]) == len(summary["seeds"]) for cell in summary["cells"]):
+        return order
+    return order + "; a cell lists only the seeds its looks ran (counts in the heading)"
+
+
 def render_markdown(summary: dict, report: list[Section]) -> str:
     """table.md: its heading, then the report's sections (analysis.report.write)."""
     heading = [f"# {summary['grid']}: {summary['engine']} engine, {seeds_text(summary)}, {summary['steps']} steps",
                "", f"Test task `{summary['test_task']}`; selection task `{summary['selection_task']}`; "
                f"collapse = diverged, or below {summary['collapse_fraction']} x peak after the peak "
-               f"through the last evaluation, over at least {summary.get('collapse_confirm', 1)} evaluations. Per-seed values in parentheses, in seed order "
-               f"{summary['seeds']}. Paper columns: Table 1 of the SAT paper (AIME24, %, one seed).", ""]
+               f"through the last evaluation, over at least {summary.get('collapse_confirm', 1)} evaluations. Per-seed values in parentheses, "
+               f"{seed_order_text(summary)}. Paper columns: Table 1 of the SAT paper (AIME24, %, one seed).", ""]
     return "\n".join(heading + markdown(report))
 
 
