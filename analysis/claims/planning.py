@@ -78,10 +78,13 @@ def plan(config: Config, assumed: dict[str, tuple[float, float]], replicates: in
                      "agree": float(sum(p * p for p in shares.values())),
                      "mean_look": float(stopped.mean() + 1)})
     runs = runs_per_draw(config, tested, stops, schedule.looks)
+    # the most: every claim open to the last look, so its cells run every seed and the others the first look's
+    to_the_end = {claim.name: np.array([len(schedule.looks) - 1]) for claim in tested}
+    most = runs_per_draw(config, tested, to_the_end, schedule.looks)
     tuning = config.tuning
     return {"looks": list(schedule.looks), "levels": list(schedule.levels), "boundary": schedule.boundary,
             "claims": rows, "expected_runs": float(runs.mean()), "fewest_runs": int(len(cells) * schedule.looks[0]),
-            "most_runs": int(len(cells) * schedule.looks[-1]), "tuning_runs": len(tuning.runs()) if tuning else 0}
+            "most_runs": int(most[0]), "tuning_runs": len(tuning.runs()) if tuning else 0}
 
 
 def runs_per_draw(config: Config, tested: list, stops: dict[str, np.ndarray], looks) -> np.ndarray:

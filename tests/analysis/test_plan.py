@@ -19,7 +19,8 @@ def test_a_clear_claim_stops_at_the_first_look_and_an_unclear_one_runs_on(assume
     config = load(TUNED, {"claims": [COST], "tuning": None, "seeding": SCHEDULE})
     result = plan.plan(Config.build(config), {COST["name"]: assumed}, replicates=400)
     (row,) = result["claims"]
-    assert (result["fewest_runs"], result["most_runs"]) == (14 * 3, 14 * 5)
+    # at most, the claim's two cells run to the last look and the other 12 stay at the first
+    assert (result["fewest_runs"], result["most_runs"]) == (14 * 3, 12 * 3 + 2 * 5)
     if stops_first:
         assert row["outcomes"] == {"exceeds": 1.0} and result["expected_runs"] == result["fewest_runs"]
     else:

@@ -7,8 +7,8 @@ import shutil
 
 from analysis.cells.summary import seeds_text
 from analysis.report.machines import provenance_section
-from analysis.report.tables import seed_order_text
 from analysis.report.render import markdown
+from analysis.report.tables import seed_order_text
 from harness.grid import expand
 from harness.settings import Config
 from tests.support.grid_fixture import make_grid
