@@ -1,8 +1,9 @@
 """DPPO's trust region, the loss its two variants share (dppo_kl.py, dppo_tv.py): a mask on how far
 pi moved from mu at the sampled token, no ratio clip (Qi et al. 2026, arXiv 2602.04879). ``dppo_kl`` is DPPO-Binary-KL as DPPO's own code
 runs it (sail-sg/Stable-RL verl/trainer/ppo/core_algos.py, loss mode ``dppo_binary_kl``); ``dppo_tv``
-is DPPO-Binary-TV with a KL term, prime-rl's default loss ("DPPO+KL"). The SAT paper's DPPO
-(stabilizers/dppo.py) is another thing: a TV mask on top of PPO's clip.
+is DPPO-Binary-TV with a KL term, prime-rl's default loss ("DPPO+KL") until its PR #3418 made IPO
+the default. The SAT paper's DPPO (stabilizers/dppo.py) is another thing: a TV mask on top of
+PPO's clip.
 
     p_t = pi(y_t), q_t = ref(y_t)                          (ref = mu by default, detached)
     D_t = q log(q / p) + (1 - q) log((1 - q) / (1 - p))    (dppo_kl; 1e-8 in the second log, as DPPO's code has it)

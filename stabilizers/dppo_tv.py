@@ -1,7 +1,7 @@
 """DPPO-Binary-TV with a KL term, prime-rl's default loss ("DPPO+KL"; Qi et al. 2026, arXiv
-2602.04879): mask a token whose |pi - mu| at the sampled token exceeds delta in its advantage's
-direction, no ratio clip, no IS cap, plus kl_coef (log pi - log mu)^2 on every token (the loss:
-stabilizers/_trust_region.py).
+2602.04879) until its PR #3418 made IPO the default (2026-08-27; stabilizers/ipo.py): mask a token
+whose |pi - mu| at the sampled token exceeds delta in its advantage's direction, no ratio clip,
+no IS cap, plus kl_coef (log pi - log mu)^2 on every token (the loss: stabilizers/_trust_region.py).
 
 It follows prime-rl's code (PrimeIntellect-ai/prime-rl at 559b4477, src/prime_rl/trainer/rl/loss.py
 ``default_loss_fn``, defaults from packages/prime-rl-configs/src/prime_rl/configs/trainer.py
