@@ -23,6 +23,7 @@ import json
 import statistics
 import sys
 import time
+import traceback
 import warnings
 from pathlib import Path
 
@@ -33,6 +34,7 @@ import torch
 
 from stabilizers import PolicyBatch, SamplerDistribution, available, get, load_recipes, loss_needs
 
+ROOT = Path(__file__).resolve().parents[1]
 TOLERANCE = 1e-4
 RESPONSE_LENGTH = 1024
 SAMPLER_VOCAB = 16  # Score Centering's and ESTR's vocabulary here: the tiny engine's order of size
@@ -67,15 +69,37 @@ def sampler_for(needs: tuple[str, ...], shape: tuple[int, int], generator: torch
 
 
 def count_syncs(fn):
-    """fn() on CUDA with sync debugging on: (its result, number of synchronising calls)."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    """fn() on CUDA with sync debugging on: (its result, where each synchronising call was made).
+
+    A site is the innermost frame of this repository's code on the Python stack when torch warned
+    ("path:line")."""
+    sites = []
+
+    def record(message, category, filename, lineno, file=None, line=None):
+        if "synchroniz" in str(message):
+            sites.append(repository_site(traceback.extract_stack()[:-1]))  # [:-1]: not this function
+
+    with warnings.catch_warnings():
+        # the switch itself, the first time, reports a sync (an H200 with torch 2.11): not fn()'s
+        warnings.simplefilter("ignore")
         torch.cuda.set_sync_debug_mode("warn")
+        warnings.simplefilter("always")
+        warnings.showwarning = record
         try:
             result = fn()
         finally:
             torch.cuda.set_sync_debug_mode("default")
-    return result, sum("synchroniz" in str(w.message) for w in caught)
+    return result, sites
+
+
+def repository_site(stack: traceback.StackSummary) -> str:
+    """The innermost frame of this repository's code (not an installed package's): the line that
+    synchronised, or this script's ``backward()`` line for a sync inside autograd's backward."""
+    for frame in reversed(stack):
+        path = Path(frame.filename).resolve()
+        if path.is_file() and path.is_relative_to(ROOT) and "site-packages" not in path.parts:
+            return f"{path.relative_to(ROOT)}:{frame.lineno}"
+    return "outside the repository"
 
 
 def cuda_ms(fn, repeats: int) -> float:
@@ -98,11 +122,12 @@ def compare(prepare, step, cuda: bool, repeats: int) -> dict:
         return row
     inputs = prepare("cuda")
     torch.cuda.synchronize()
-    (loss_cuda, grad_cuda), syncs = count_syncs(lambda: step(inputs))
+    (loss_cuda, grad_cuda), sites = count_syncs(lambda: step(inputs))
+    syncs = len(sites)
     dloss = abs(float(loss_cuda) - float(loss))
     dgrad = float((grad_cuda.cpu() - grad).abs().max()) if grad.numel() else 0.0
     scale = max(float(grad.abs().max()) if grad.numel() else 0.0, 1e-12)
-    row.update(loss_cuda=float(loss_cuda), dloss=dloss, dgrad=dgrad, syncs=syncs,
+    row.update(loss_cuda=float(loss_cuda), dloss=dloss, dgrad=dgrad, syncs=syncs, sync_sites=sorted(set(sites)),
                ms=cuda_ms(lambda: step(inputs), repeats))
     row["verdict"] = verdict(row, scale)
     row["ok"] = row["verdict"] == "ok"
@@ -199,6 +224,9 @@ def main(argv: list[str] | None = None) -> int:
             line += (f" {row['loss_cuda']:>12.6f} {row['dloss']:>9.2e} {row['dgrad']:>10.2e} {row['syncs']:>5d} "
                      f"{row['ms']:>8.2f}  {row['verdict']}")
         print(line)
+    for kind, name, row in rows:
+        if row.get("sync_sites"):
+            print(f"{kind} {name} synchronises at: {', '.join(row['sync_sites'])}")
     if args.json:
         args.json.write_text(json.dumps([{"kind": k, "name": n, **r} for k, n, r in rows], indent=1))
     return 0 if all(row.get("ok", True) for _, _, row in rows) else 1

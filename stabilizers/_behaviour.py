@@ -18,7 +18,7 @@ def weighted_clip_loss(batch: PolicyBatch, weight: torch.Tensor, *, eps_low: flo
     """The clipped surrogate against old_logp (optionally dual-clipped) times a detached per-token
     ``weight``; with weight 1 everywhere it is grpo's loss bit for bit (x * 1.0 is exact)."""
     ratio = torch.exp(log_ratio(batch, "old"))
-    low, high = clip_bounds(eps_low, eps_high, ratio.dtype)
+    low, high = clip_bounds(eps_low, eps_high, ratio)
     objective = dual_clip(clipped_objective(ratio, batch.advantages, low, high), batch.advantages, dual_clip_c)
     return LossOutput(aggregate(objective * weight.detach(), batch, aggregation), clip_metrics(ratio, batch, low, high))
 

@@ -40,7 +40,7 @@ def offpolicy_diagnostics(old_logp: torch.Tensor, rollout_logp: torch.Tensor, ma
     chi2_seq = w.square().sum() / n_seq.clamp(min=1) - 1
     k3 = torch.where(active, rho - log_rho - 1, 0.0).sum() / n_tokens
     values = {"ess": ess, "chi2_token": chi2_token, "chi2_seq": chi2_seq, "k3_kl": k3}
-    return {f"offpolicy/{name}": torch.where(n_seq > 0, value, value.new_tensor(1.0 if name == "ess" else 0.0))
+    return {f"offpolicy/{name}": torch.where(n_seq > 0, value, 1.0 if name == "ess" else 0.0)
             .to(old_logp.dtype) for name, value in values.items()}
 
 

@@ -48,9 +48,14 @@ def sequence_log_ratio(token_log_ratio: torch.Tensor, mask: torch.Tensor) -> tor
     return (total / length).expand_as(token_log_ratio)
 
 
-def clip_bounds(eps_low: float, eps_high: float, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """The PPO interval [1 - eps_low, 1 + eps_high], as 0-d tensors of ``dtype``."""
-    return 1 - torch.tensor(eps_low, dtype=dtype), 1 + torch.tensor(eps_high, dtype=dtype)
+def clip_bounds(eps_low: float, eps_high: float, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The PPO interval [1 - eps_low, 1 + eps_high], as 0-d tensors of ``like``'s dtype and device.
+
+    Made on the device by a fill: a bound made on the host and copied over would make every loss call
+    wait for the GPU (a synchronising copy; benchmarks/gpu_check.py finds them)."""
+    def full(value: float) -> torch.Tensor:
+        return torch.full((), value, dtype=like.dtype, device=like.device)
+    return 1 - full(eps_low), 1 + full(eps_high)
 
 
 class _ClippedObjective(torch.autograd.Function):
@@ -69,7 +74,8 @@ class _ClippedObjective(torch.autograd.Function):
     @staticmethod
     def forward(ctx, ratio: torch.Tensor, advantages: torch.Tensor, low: torch.Tensor,
                 high: torch.Tensor) -> torch.Tensor:
-        # clamp needs its bounds on ratio's device (0-d CPU bounds fail on CUDA); a no-op on CPU
+        # clamp needs its bounds on ratio's device (0-d CPU bounds fail on CUDA); a no-op for bounds made
+        # there (clip_bounds), a synchronising copy for any other
         clipped = torch.clamp(ratio, min=low.to(ratio.device), max=high.to(ratio.device)) * advantages
         unclipped = ratio * advantages
         unclipped_is_min = (torch.sign(clipped - unclipped) + 1).clamp(0, 1)

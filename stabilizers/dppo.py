@@ -31,7 +31,7 @@ def dppo(
 ) -> LossOutput:
     reference = reference_logp(batch, ratio_against)
     ratio = torch.exp(batch.logp - reference)
-    low, high = clip_bounds(eps_low, eps_high, ratio.dtype)
+    low, high = clip_bounds(eps_low, eps_high, ratio)
     inward = batch.advantages * (ratio.detach() - 1) <= 0
     close = (batch.logp.detach().exp() - reference.exp()).abs() <= delta
     keep = (inward | close).to(ratio.dtype)

@@ -39,7 +39,7 @@ def estr(
     score = log_r.detach().square() / (entropy + entropy_eps)
     keep = score <= tau
     ratio = torch.exp(log_r)
-    low, high = clip_bounds(eps_low, eps_high, ratio.dtype)
+    low, high = clip_bounds(eps_low, eps_high, ratio)
     objective = torch.where(keep, clipped_objective(ratio, batch.advantages, low, high), 0.0)
     metrics = clip_metrics(ratio, batch, low, high)
     metrics.update({

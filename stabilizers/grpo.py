@@ -33,7 +33,7 @@ def grpo(
     aggregation: str = "token_mean",
 ) -> LossOutput:
     ratio = torch.exp(log_ratio(batch, ratio_against))
-    low, high = clip_bounds(eps_low, eps_high, ratio.dtype)
+    low, high = clip_bounds(eps_low, eps_high, ratio)
     clipped = clipped_objective(ratio, batch.advantages, low, high)
     objective = dual_clip(clipped, batch.advantages, dual_clip_c)
     metrics = clip_metrics(ratio, batch, low, high)

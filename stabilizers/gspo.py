@@ -38,6 +38,6 @@ def gspo(
     aggregation: str = "sample_mean",
 ) -> LossOutput:
     ratio = torch.exp(sequence_log_ratio(log_ratio(batch, ratio_against), batch.active))
-    low, high = clip_bounds(eps_low, eps_high, ratio.dtype)
+    low, high = clip_bounds(eps_low, eps_high, ratio)
     objective = clipped_objective(ratio, batch.advantages, low, high)
     return LossOutput(aggregate(objective, batch, aggregation), clip_metrics(ratio, batch, low, high))

@@ -39,7 +39,7 @@ def opsm(
 ) -> LossOutput:
     log_r = log_ratio(batch, ratio_against)
     ratio = torch.exp(log_r)
-    low, high = clip_bounds(eps_low, eps_high, ratio.dtype)
+    low, high = clip_bounds(eps_low, eps_high, ratio)
     active = batch.active
     tokens = active.sum(-1, keepdim=True).clamp(min=1)
     drift = -torch.where(active, log_r.detach(), 0.0).sum(-1, keepdim=True) / tokens

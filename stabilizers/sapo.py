@@ -32,7 +32,7 @@ def sapo(
 ) -> LossOutput:
     ratio = torch.exp(log_ratio(batch, ratio_against))
     positive = batch.advantages > 0
-    tau = torch.where(positive, ratio.new_tensor(tau_pos), ratio.new_tensor(tau_neg))  # ratio's dtype and device
+    tau = torch.where(positive, torch.full_like(ratio, tau_pos), tau_neg)  # ratio's dtype, made on its device
     gate = torch.sigmoid(tau * (ratio - 1)) * (4 / tau)
     metrics = {
         "sapo/gate_mean": masked_mean(gate.detach(), batch.active),

@@ -24,7 +24,7 @@ def sat_fixed(
     aggregation: str = "token_mean",
 ) -> LossOutput:
     log_r = log_ratio(batch, ratio_against)
-    q = torch.tensor(threshold, dtype=log_r.dtype, device=log_r.device)
+    q = torch.full((), threshold, dtype=log_r.dtype, device=log_r.device)  # a fill on the device, no copy
     gate = tail_gate(log_r.detach().abs(), batch.active, q)
     c_plus, c_minus = sat_contraction(log_r, q, gate)
     return contracted_clip_loss(batch, log_r, q, gate, c_plus, c_minus,

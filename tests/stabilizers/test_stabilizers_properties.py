@@ -287,7 +287,7 @@ def test_clipped_objective_is_min_and_clamp_with_their_gradient(log_r, advantage
 
     def objective_and_grad(fn):
         x = torch.tensor(log_r, dtype=torch.float32, requires_grad=True)
-        low, high = clip_bounds(*eps, torch.float32)
+        low, high = clip_bounds(*eps, x)
         if per_token_bounds:  # SAT's shape: a bound per token
             low, high = low.expand(x.shape).clone(), high.expand(x.shape).clone()
         values = fn(torch.exp(x), torch.full(x.shape, advantage), low, high)

@@ -52,7 +52,7 @@ def plugin_module(scratch, monkeypatch):
         def scaled(batch, *, scale: float = 2.0, eps_low: float = 0.2, eps_high: float = 0.2,
                    aggregation: str = "token_mean"):
             ratio = log_ratio(batch, "old").exp()
-            objective = clipped_objective(ratio, scale * batch.advantages, *clip_bounds(eps_low, eps_high, ratio.dtype))
+            objective = clipped_objective(ratio, scale * batch.advantages, *clip_bounds(eps_low, eps_high, ratio))
             return LossOutput(aggregate(objective, batch, aggregation), {{"{name}/scale": ratio.new_tensor(scale)}})
     '''))
     monkeypatch.setattr(stabilizers, "__path__", [*stabilizers.__path__, str(scratch)])
