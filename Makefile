@@ -20,7 +20,7 @@ $(VENV)/.installed: pyproject.toml requirements.lock envs/setup_venv.py
 	touch $@
 
 demo: setup
-	$(BIN)/python -m harness.config $(CONFIG)
+	$(BIN)/python -m grid.config $(CONFIG)
 	$(BIN)/snakemake -c$(CORES) $(if $(filter-out config.yaml,$(CONFIG)),--configfile $(CONFIG))
 
 test: setup

@@ -7,8 +7,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from harness.cli import load_grid, run_stage
-from harness.grid_dir import GridDir
+from grid.folder import GridDir
+from grid.loader import load_grid
+from harness.cli import run_stage
 
 
 def main(argv: list[str] | None = None) -> int:

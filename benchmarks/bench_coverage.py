@@ -29,7 +29,7 @@ from scipy import integrate, stats
 from analysis.statistics.contrasts import paired, seeds_needed, tost_p, welch_satterthwaite
 from analysis.statistics.intervals import ALPHA, _improvement, bootstrap_interval, t_interval
 from analysis.statistics.survival import logrank
-from harness.grid_dir import GridDir
+from grid.folder import GridDir
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,8 @@ from scipy import stats  # noqa: E402
 from analysis.report.plots import plot_lag_vs_length  # noqa: E402
 from engines.tiny.warmstart import build_base  # noqa: E402
 from engines.train import run  # noqa: E402
-from harness.grid import resolve_run_config  # noqa: E402
-from harness.grid_dir import GridDir  # noqa: E402
+from grid.expand import resolve_run_config  # noqa: E402
+from grid.folder import GridDir  # noqa: E402
 from harness.io import write_json_atomic  # noqa: E402
 from harness.queue_lag import queue_model  # noqa: E402
 from harness.run import RunDir  # noqa: E402

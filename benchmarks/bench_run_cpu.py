@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness.grid_dir import GridDir
+from grid.folder import GridDir
 
 ROOT = Path(__file__).resolve().parents[1]
 

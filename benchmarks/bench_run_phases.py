@@ -89,7 +89,8 @@ def child_profile(config_json: str, run_dir: str, steps: int, out: Path) -> None
     import torch
 
     from engines.tiny.trainer import Trainer
-    from harness.run import RunConfig, RunDir
+    from harness.run import RunDir
+    from harness.run_config import RunConfig
 
     run = RunDir(run_dir)
     trainer = Trainer(RunConfig.check(json.loads(config_json), run.grid_dir), run)
@@ -163,8 +164,8 @@ def main() -> None:
     sys.path.insert(0, str(args.tree))
     import yaml
 
-    from harness.config import validate
-    from harness.settings import Config
+    from grid.config import validate
+    from grid.settings import Config
 
     config = yaml.safe_load((args.tree / "config.yaml").read_text())
     label = time.strftime("%Y%m%dT%H%M%S")

@@ -80,7 +80,8 @@ def child(config_json: str, run_dir: str, warmup: int, out: Path) -> None:
     from engines.tiny import rollout as rollout_module
     from engines.tiny import task
     from engines.tiny.trainer import Trainer
-    from harness.run import RunConfig, RunDir
+    from harness.run import RunDir
+    from harness.run_config import RunConfig
 
     # this checkout's op counter, whichever checkout is first on sys.path
     spec = importlib.util.spec_from_file_location("bench_run_phases", Path(__file__).with_name("bench_run_phases.py"))
@@ -155,8 +156,8 @@ def main() -> None:
     trees = [tree.resolve() for tree in args.tree]
     import yaml
 
-    from harness.config import validate
-    from harness.settings import Config
+    from grid.config import validate
+    from grid.settings import Config
 
     label = time.strftime("%Y%m%dT%H%M%S")
     jobs = []

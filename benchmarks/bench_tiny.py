@@ -5,7 +5,7 @@
         # a small study: greedy validation exact match at every checkpoint, collapse, mean |d|, SAT's q
 
 Runs go to --out (default results/bench_tiny/<preset>), through the same code as the workflow
-(engines.tiny.warmstart.build_base, harness.grid.resolve_run_config, engines.train.run).
+(engines.tiny.warmstart.build_base, grid.expand.resolve_run_config, engines.train.run).
 """
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ import torch  # noqa: E402
 from engines.tiny.checkpoint import load_model  # noqa: E402
 from engines.tiny.warmstart import build_base, exact_match  # noqa: E402
 from engines.train import run  # noqa: E402
-from harness.grid import resolve_run_config  # noqa: E402
-from harness.grid_dir import GridDir  # noqa: E402
+from grid.expand import resolve_run_config  # noqa: E402
+from grid.folder import GridDir  # noqa: E402
 
 
 def grid_config(args, recipes, lags, seeds) -> dict:

@@ -20,10 +20,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.config import validate  # noqa: E402
-from harness.grid import expand, resolve_run_config  # noqa: E402
-from harness.grid_dir import GridDir  # noqa: E402
-from harness.run import recipe_fingerprint  # noqa: E402
+from grid.config import validate  # noqa: E402
+from grid.expand import expand, resolve_run_config  # noqa: E402
+from grid.folder import GridDir  # noqa: E402
+from harness.run_config import recipe_fingerprint  # noqa: E402
 from stabilizers import load_recipes  # noqa: E402
 from tracking.sync import TRAIN_POINTS  # noqa: E402
 
@@ -60,8 +60,8 @@ def fabricate(results: Path, runs: int, steps: int, eval_every: int, train_keys:
 def bench_mlflow(args) -> None:
     from analysis.cells.summary import collect
     from analysis.report.write import summarize
+    from grid.settings import Config
     from harness.io import write_json_atomic
-    from harness.settings import Config
     from tracking.sync import sync
     os.environ.pop("MLFLOW_TRACKING_URI", None)
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")

@@ -41,7 +41,7 @@ class Mutant:
 
 
 MUTANTS = [
-    Mutant("cost_difference_signs_flipped", "harness/claims.py",
+    Mutant("cost_difference_signs_flipped", "grid/claims.py",
            "return [*self._cost(self.recipe, reference_lag), *_negated(self._cost(self.versus, reference_lag))]",
            "return [*_negated(self._cost(self.recipe, reference_lag)), *self._cost(self.versus, reference_lag)]",
            ("tests/analysis/test_claims_by_hand.py",)),
@@ -96,7 +96,7 @@ MUTANTS = [
            ("tests/analysis/test_claims.py::test_a_grid_narrowed_to_one_of_two_claims_reads_it_at_the_declared_level",)),
     Mutant("boundaries_from_200000_draws", "analysis/statistics/boundaries.py",
            "DRAWS = 10_000_000", "DRAWS = 200_000", ("tests/analysis/test_boundaries.py",)),
-    Mutant("lag_mode_left_out_of_the_run_key", "harness/grid.py",
+    Mutant("lag_mode_left_out_of_the_run_key", "grid/expand.py",
            '        "lag_mode": config["lag_mode"],\n', "",
            ("tests/harness/test_identity.py::test_every_field_of_the_run_config_is_in_the_run_key",)),
 ]

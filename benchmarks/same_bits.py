@@ -12,7 +12,7 @@ flight) byte for byte, the metrics rows but their `time`, the eval lines but the
 The cases cover both bf16 rollouts, a SAT recipe, R3 replay with top_k 2, the KL term, VCPO's lr and
 gradient clipping, and R2 with top_k 2. Prints one line per case, "identical" or the files that differ.
 --packed: the after side trains all cases one after another in one `engines.train` process and scores
-the scored ones in one `eval.score` process, as a packed job does (harness.jobs.run_packs).
+the scored ones in one `eval.score` process, as a packed job does (grid.jobs.run_packs).
 """
 from __future__ import annotations
 
@@ -46,9 +46,9 @@ def plan_case(tree: Path, out: Path, name: str, steps: int | None) -> dict:
     as the checkout at ``tree`` (on sys.path) resolves them."""
     import yaml
 
-    from harness.config import validate
+    from grid.config import validate
     try:
-        from harness.settings import Config
+        from grid.settings import Config
     except ImportError:  # a checkout from before the typed config's file was renamed (harness/model.py)
         from harness.model import Config
 
@@ -72,7 +72,7 @@ def plan_case(tree: Path, out: Path, name: str, steps: int | None) -> dict:
 def run_cases(tree: Path, out: Path, names: list[str], steps: int | None, packed: bool) -> dict[str, dict[str, str]]:
     """The cases trained (and scored) by the checkout at ``tree``, each in processes of its own, or
     (``packed``) all trained in one `engines.train` process and scored in one `eval.score` process, as a
-    packed job does (harness.jobs.run_packs); each case's files' digests."""
+    packed job does (grid.jobs.run_packs); each case's files' digests."""
     from harness.run import RunDir
 
     plans = {name: plan_case(tree, out, name, steps) for name in names}

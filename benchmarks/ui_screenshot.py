@@ -24,8 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT)]
 
-from harness.config import load  # noqa: E402
-from harness.settings import Config  # noqa: E402
+from grid.config import load  # noqa: E402
+from grid.settings import Config  # noqa: E402
 from tests.support.ui_check import CHROMIUM, render, running_ui, synced_grid, visible_text  # noqa: E402
 
 

@@ -3,7 +3,7 @@
     python -m engines.canary --run-dir <grid>/canary --config-json JSON --out <grid>/canary.json
 
 JSON: the resolved run config of the grid's first run. The canary trains it in its own scratch folder
-(harness.grid_dir.GridDir.canary_dir), from step 0 each time, as engines.train would (the config pinned,
+(grid.folder.GridDir.canary_dir), from step 0 each time, as engines.train would (the config pinned,
 the recipe's fingerprint recorded on this node, the run's lock held), and the engine checks what the
 first step and save left. The report is written only when the canary passes; a failure exits non-zero
 naming what failed, so that Snakemake submits no train job (each depends on the report).
@@ -17,7 +17,8 @@ import sys
 from engines.train import record_fingerprint
 from harness.cli import parse_json_arg, run_stage
 from harness.io import write_json_atomic
-from harness.run import RunConfig, RunDir
+from harness.run import RunDir
+from harness.run_config import RunConfig
 
 
 def canary(run_config: dict, run_dir) -> dict:

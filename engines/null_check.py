@@ -2,7 +2,7 @@
 
     python -m engines.null_check --engine NAME --params-json JSON [--base DIR] --out <grid>/null_check.json
 
-JSON: harness.settings.Config.null_check_params. The report is written only when the check passes;
+JSON: grid.settings.Config.null_check_params. The report is written only when the check passes;
 a refusal exits with status 2 (harness.cli.EXIT_BAD_INPUT) and the numbers, so no run trains.
 """
 from __future__ import annotations

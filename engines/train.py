@@ -1,10 +1,10 @@
 """Train runs of the grid: ``python -m engines.train --run-dir DIR --config-json JSON [--run-dir ... --config-json ...]``.
 
-Several pairs (a packed train job, harness.jobs.run_packs): the runs one after another in this process,
+Several pairs (a packed train job, grid.jobs.run_packs): the runs one after another in this process,
 each exactly as if alone (its own checks, lock, pin, provenance, status and resume; harness.cli.run_each).
 
-JSON is the resolved run config (harness.grid.resolve_run_config), inline or as a file path.
-The run is checked once (harness.run.RunConfig.check: the harness's checks, the engine's parameter
+JSON is the resolved run config (grid.expand.resolve_run_config), inline or as a file path.
+The run is checked once (harness.run_config.RunConfig.check: the harness's checks, the engine's parameter
 checks and its check_run) before anything is written; the run directory's config.json then pins it
 (harness.run.RunDir.pin_config): a directory holding a different config is refused, the same config
 resumes where it stopped. The engine's train is given the checked RunConfig and the RunDir.
@@ -29,7 +29,8 @@ from pathlib import Path
 from harness.cli import parse_json_arg, run_each
 from harness.engine import watch_time_limit
 from harness.provenance import finish_attempt, start_attempt
-from harness.run import RunConfig, RunDir
+from harness.run import RunDir
+from harness.run_config import RunConfig
 from stabilizers import fingerprint
 
 

@@ -2,12 +2,12 @@
 
     python -m eval.score --run-dir DIR [DIR ...] --tasks NAME [NAME ...] --settings-json JSON
 
-Several run folders (a packed evaluate job, harness.jobs.run_packs): scored one after another, each as if
+Several run folders (a packed evaluate job, grid.jobs.run_packs): scored one after another, each as if
 alone (its own locks and files; harness.cli.run_each), lm-eval imported once.
 
-JSON is the eval settings of the run's evaluate job (harness.settings.Eval.job_settings; the config's
+JSON is the eval settings of the run's evaluate job (grid.settings.Eval.job_settings; the config's
 whole eval section is accepted too), shared by every task, checked and completed with the defaults
-of the config schema (harness.config.check_eval_settings): k, temperature, top_p, max_gen_toks,
+of the config schema (grid.config.check_eval_settings): k, temperature, top_p, max_gen_toks,
 seed, backend (an lm-eval model name, eval/__init__.py; null = the one the run's engine names),
 server {url, model, ...}, data {aime24: path}, problems {task: n} (a prefix of each task's
 problems), batch_size (tiny). One set of settings for all tasks: each checkpoint's model is built
@@ -45,8 +45,8 @@ from lm_eval.evaluator import evaluate  # noqa: E402
 from lm_eval.tasks import TaskManager  # noqa: E402
 from lm_eval.tasks._yaml_loader import load_yaml  # noqa: E402
 
+from grid.config import ConfigError, check_eval_settings  # noqa: E402
 from harness.cli import run_each  # noqa: E402
-from harness.config import ConfigError, check_eval_settings  # noqa: E402
 from harness.identity import eval_key  # noqa: E402
 from harness.run import RunDir  # noqa: E402
 

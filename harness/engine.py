@@ -15,8 +15,8 @@ An engine provides everything the workflow needs to know about it (docs/design.m
                                             with the train job's runtime it sets the training job's retries
     packs_runs                              whether one train job trains a cell's runs of a look one after
                                             another in one process (and one evaluate job scores them): the
-                                            start-up paid once (harness.jobs.run_packs); else a job per run
-    train(run_config, run_dir) -> status    train or resume one run (a checked harness.run.RunConfig and
+                                            start-up paid once (grid.jobs.run_packs); else a job per run
+    train(run_config, run_dir) -> status    train or resume one run (a checked harness.run_config.RunConfig and
                                             its harness.run.RunDir); writes its status (RunDir.write_status)
     eval_backend                            the lm-eval model that scores its checkpoints, by its name
                                             in lm-eval's model registry (eval/__init__.py)
@@ -33,14 +33,14 @@ An engine provides everything the workflow needs to know about it (docs/design.m
                                             the engine's importance ratio pi/mu must average 1 and stay
                                             near it (the tiny engine: engines/tiny/null_ratios.py). It
                                             raises ValueError with the numbers to refuse the grid.
-                                            params: harness.settings.Config.null_check_params (the
+                                            params: grid.settings.Config.null_check_params (the
                                             config's null_check settings and each distinct setting
                                             of the grid's recipes, reading only null_check_keys)
     canary(run_config, run_dir) -> report   optional: one run's first step and save, run alone before every
                                             other train job of the grid (the cluster engine: on the
                                             cluster's own nodes and image, so that a failure common to
                                             every job costs one job, not the grid). It trains the grid's
-                                            first run in a scratch folder (harness.grid_dir.GridDir.
+                                            first run in a scratch folder (grid.folder.GridDir.
                                             canary_dir) and returns what it checked, or raises naming
                                             what failed. The tiny engine needs none.
     arithmetic_version(engine_params)       the version of the arithmetic resolved engine params ask
@@ -75,10 +75,10 @@ ENGINES_PACKAGE = "engines"  # the namespace whose sub-packages are the built-in
 class Engine:
     name: str
     resolve_params: Callable[[dict], dict]
-    train: Callable[..., str]  # (harness.run.RunConfig, harness.run.RunDir) -> status
+    train: Callable[..., str]  # (harness.run_config.RunConfig, harness.run.RunDir) -> status
     eval_backend: str
     resources: dict[str, dict] = field(default_factory=dict)
-    check_run: Callable[..., None] | None = None  # (harness.run.RunConfig) -> None
+    check_run: Callable[..., None] | None = None  # (harness.run_config.RunConfig) -> None
     prepare: Callable[[dict, Path], object] | None = None
     prepare_outputs: tuple[str, ...] = ()
     prepare_keys: tuple[str, ...] = ()
@@ -88,7 +88,7 @@ class Engine:
     supplies: tuple[str, ...] = ()
     supplies_note: str = ""
     packs_runs: bool = False
-    canary: Callable[..., dict] | None = None  # (harness.run.RunConfig, harness.run.RunDir) -> report
+    canary: Callable[..., dict] | None = None  # (harness.run_config.RunConfig, harness.run.RunDir) -> report
     arithmetic_version: Callable[[dict], int] = lambda params: 1
 
     def __post_init__(self) -> None:

@@ -18,15 +18,10 @@ file names the file (and the line) it could not read.
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import re
-from dataclasses import dataclass
 from pathlib import Path
-from types import MappingProxyType
 
-from harness import engine as engines
-from harness.grid import BASE_MODEL, check_run
 from harness.identity import run_key
 from harness.io import (
     append_jsonl_atomic,
@@ -37,7 +32,7 @@ from harness.io import (
     write_jsonl_atomic,
 )
 from harness.lock import writer_lock
-from stabilizers import Recipe, recipe_from_named_dict
+from harness.run_config import BASE_MODEL, PinnedRun, recipe_fingerprint
 
 CONFIG, PROVENANCE = "config.json", "provenance.json"
 STATUS, METRICS, FINGERPRINT = "status.json", "metrics.jsonl", "fingerprint.json"
@@ -50,7 +45,7 @@ ENGINE_FILES = {"resume_checkpoints": "megatron", "hf_saves": "hf", "job_script"
                 "rollouts": "rollouts.jsonl", "trainer_fingerprint": "fingerprint_trainer.json",
                 "engine_commit": "slime_commit.txt"}
 _STEP_DIR = re.compile(r"^step_(\d+)$")
-# A run's folder relative to the grid folder (harness.grid_dir.GridDir.run); with its braces, also the
+# A run's folder relative to the grid folder (grid.folder.GridDir.run); with its braces, also the
 # rule files' wildcard pattern. RunDir.grid_dir reads it back.
 RUN_FOLDER = "runs/{recipe}/lag{lag}/seed{seed}"
 _RUN_FOLDER_PARTS = re.compile(r"^runs/[^/]+/lag\d+/seed\d+$")
@@ -87,7 +82,7 @@ class RunDir:
         parts = self.path.absolute().parts
         if len(parts) < 6 or not _RUN_FOLDER_PARTS.match("/".join(parts[-4:])):
             raise ValueError(f"{self.path} is not a run folder in a grid's layout "
-                             f"(<grid>/{RUN_FOLDER.format(recipe='<recipe>', lag='<lag>', seed='<seed>')}, harness.grid_dir.GridDir.run): a run config "
+                             f"(<grid>/{RUN_FOLDER.format(recipe='<recipe>', lag='<lag>', seed='<seed>')}, grid.folder.GridDir.run): a run config "
                              f"naming its base model relative to the grid folder needs one; pass the run folder "
                              f"the workflow plans, or an absolute base_model")
         return self.path.parents[3]
@@ -160,7 +155,7 @@ class RunDir:
     def config_refusal(self, run_config: dict) -> str | None:
         """Why this folder cannot hold ``run_config``: None when it has no config.json or one of the
         same run key; otherwise one message naming the folder, both run keys, how far it got and the
-        values that differ. (harness.run.refuse_changed_runs asks it of every run before any job.)"""
+        values that differ. (grid.expand.refuse_changed_runs asks it of every run before any job.)"""
         if not self.config_path.exists():
             return None
         try:
@@ -270,102 +265,3 @@ def differences(old, new, prefix: str = "") -> list[tuple[str, object, object]]:
                 for change in differences(old.get(key), new.get(key), f"{prefix}{key}" if not prefix
                                           else f"{prefix}.{key}")]
     return [] if old == new else [(prefix, old, new)]
-
-
-def refuse_changed_runs(run_configs: dict[Path, dict]) -> None:
-    """Run identity from the files, before any job: every run folder that holds a config.json of
-    another run key than the config's (``run_configs``: run folder -> resolved run config) is refused,
-    in one ValueError naming each run, both keys and what differs. Snakemake's own rerun triggers
-    live in .snakemake/, which a copied results folder or a fresh clone lacks; these files do not."""
-    refusals = [refusal for folder, run_config in run_configs.items()
-                if (refusal := RunDir(folder).config_refusal(run_config))]
-    if refusals:
-        raise ValueError(f"{len(refusals)} run folder(s) of this grid hold runs of another config, so no job "
-                         f"was started and nothing was deleted:\n  " + "\n  ".join(refusals))
-
-
-@functools.lru_cache(maxsize=None)
-def recipe_fingerprint(recipe_json: str) -> dict:
-    """stabilizers.fingerprint of a run config's resolved recipe (as JSON text: the cache key)."""
-    from stabilizers import fingerprint  # imports torch
-
-    return fingerprint(recipe_from_named_dict(json.loads(recipe_json), "run config 'recipe'"))
-
-
-@dataclass(frozen=True)
-class PinnedRun:
-    """A run's config.json as the stages after training read it (aggregate, track): the fields
-    harness.grid.resolve_run_config wrote, typed once per run by the engine-independent checks
-    (harness.grid.check_run). Not ``RunConfig``: a later stage reads what a run was started with, and
-    needs neither the engine's parameter checks nor its inputs (the base model)."""
-
-    recipe: Recipe
-    engine: str
-    engine_params: MappingProxyType  # as the run pinned them: resolved, the preset's name kept
-    lag: int
-    lag_mode: str
-    seed: int
-    steps: int
-    eval_every: int
-    run_key: str
-    identity_keys: MappingProxyType  # every ``*_key`` hash the file holds (run_key among them)
-
-    @classmethod
-    def of(cls, run_config: dict, source: str | Path) -> PinnedRun:
-        """ValueError naming ``source`` (the config.json) and the key that is missing or wrong."""
-        try:
-            recipe = check_run(run_config)
-        except ValueError as error:
-            raise ValueError(f"{source}: {error.args[0]}") from None
-        if not run_config.get("run_key"):
-            raise ValueError(f"{source} has no run_key")
-        return cls(recipe=recipe, engine=run_config["engine"],
-                   engine_params=MappingProxyType(dict(run_config.get("engine_params") or {})),
-                   lag=run_config["lag"], lag_mode=run_config["lag_mode"], seed=run_config["seed"],
-                   steps=run_config["steps"], eval_every=run_config["eval_every"], run_key=run_config["run_key"],
-                   identity_keys=MappingProxyType({key: value for key, value in run_config.items()
-                                                   if key.endswith("_key") and isinstance(value, str)}))
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """A resolved run config (harness.grid.resolve_run_config), checked: the harness's checks
-    (harness.grid.check_run), the engine's parameter checks and the engine's check_run. Built once
-    per training process (``RunConfig.check``) and handed to the engine."""
-
-    raw: MappingProxyType  # the config as config.json pins it, run key included
-    engine: engines.Engine
-    recipe: Recipe
-    engine_params: MappingProxyType  # resolved by the engine
-    grid: str
-    lag: int
-    lag_mode: str
-    seed: int
-    steps: int
-    eval_every: int
-    base_model: Path | None  # the grid's prepared base model (engines with a prepare step), resolved
-    run_key: str
-
-    @classmethod
-    def check(cls, run_config: dict, grid_dir: str | Path = ".") -> "RunConfig":
-        """The typed, checked run config; ValueError (or FileNotFoundError for a missing input of the
-        engine) naming the key. A stale or missing run key is recomputed. ``grid_dir``: the grid
-        folder (RunDir.grid_dir), which a relative base_model (harness.grid.BASE_MODEL) is under."""
-        try:
-            engine = engines.get(run_config.get("engine"))
-        except KeyError as error:
-            raise ValueError(f"run config 'engine': {error.args[0]}") from None
-        raw = {**run_config, "run_key": run_key(run_config)}
-        recipe = check_run(raw)
-        typed = cls(raw=MappingProxyType(raw), engine=engine, recipe=recipe,
-                    engine_params=MappingProxyType(engine.resolve_params(raw.get("engine_params") or {})),
-                    grid=raw.get("grid", ""), lag=raw["lag"], lag_mode=raw["lag_mode"], seed=raw["seed"],
-                    steps=raw["steps"], eval_every=raw["eval_every"],
-                    base_model=Path(grid_dir) / raw["base_model"] if raw.get("base_model") else None, run_key=raw["run_key"])
-        engines.check_supplies(engine, recipe.name, recipe.loss)
-        if engine.check_run is not None:
-            engine.check_run(typed)
-        return typed
-
-    def as_dict(self) -> dict:
-        return dict(self.raw)

@@ -25,9 +25,10 @@ from collections import defaultdict
 from pathlib import Path
 
 from analysis.cells.curves import read_run
-from harness.cli import load_grid, run_stage
+from grid.loader import load_grid
+from grid.settings import Config
+from harness.cli import run_stage
 from harness.io import write_text_atomic
-from harness.settings import Config
 
 BASELINE_STEPS = (11, 30)
 WINDOW = 10

@@ -21,8 +21,8 @@ import re
 
 from analysis.cells.summary import SCORES
 from analysis.report.colors import RECIPE_PARAM
-from harness.claims import KINDS
-from harness.run import PinnedRun
+from grid.claims import KINDS
+from harness.run_config import PinnedRun
 from tracking.store import KIND, SEED_RUNS_FILTER
 
 PERCENT = 100.0
@@ -63,7 +63,7 @@ def cell_params(run: PinnedRun) -> dict[str, str]:
 def run_params(run: PinnedRun, eval_settings: dict, problems: dict[str, int]) -> dict[str, str]:
     """A seed run's flat params (module docstring); ``problems``: task -> problem count, as known."""
     params = {**cell_params(run), "seed": param_text(run.seed)}
-    # The run config is already resolved (harness.grid.resolve_run_config, what the run key hashes):
+    # The run config is already resolved (grid.expand.resolve_run_config, what the run key hashes):
     # every stabilizer parameter with its default, the engine preset expanded to its values.
     params.update({f"loss.{k}": param_text(v) for k, v in run.recipe.params.items()})
     for key, value in run.engine_params.items():

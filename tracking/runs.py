@@ -19,9 +19,9 @@ from analysis.report.tables import (
     claims_section,
     replication_text,
 )
-from harness.grid_dir import GridDir
+from grid.folder import GridDir
+from grid.settings import Config, thawed
 from harness.io import write_json_atomic, write_text_atomic
-from harness.settings import Config, thawed
 from tracking import layout
 from tracking.store import (
     COMPARISON_SUFFIX,

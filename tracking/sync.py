@@ -25,7 +25,7 @@ experiments as shared views (tracking.layout); the claims' verdicts are the pare
 FINISHED when completed, FAILED with the reason (``status_reason`` tag) when diverged or failed;
 ``collapsed`` tags a collapsed run.
 
-Every run carries a ``run_key`` tag (the run key of harness.grid for runs, ``grid:<grid>`` /
+Every run carries a ``run_key`` tag (the run key of grid.expand for runs, ``grid:<grid>`` /
 ``cell:<grid>:<recipe>:lag<lag>`` otherwise): a second sync finds runs by that tag and updates them,
 never duplicates them. Step metrics are synced incrementally (a tag remembers the last step sent
 per file), so a re-sync sends only new steps; summary numbers are re-sent only when they changed.
@@ -62,11 +62,12 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from harness.cli import load_grid, run_stage
-from harness.grid_dir import GridDir
+from grid.folder import GridDir
+from grid.loader import load_grid
+from grid.settings import Config
+from harness.cli import run_stage
 from harness.io import write_json_atomic
 from harness.lock import writer_lock
-from harness.settings import Config
 from tracking.runs import Tracker
 from tracking.store import check_reachable, store_lock, tracking_uri, ui_link
 
@@ -208,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.grid is not None:
         config = load_grid(parser, args.grid)
     else:
-        from harness.config import ConfigError, load
+        from grid.config import ConfigError, load
         try:
             config = Config.build(load(args.config))
         except ConfigError as error:

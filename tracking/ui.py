@@ -29,8 +29,8 @@ from pathlib import Path
 
 import psutil
 
-from harness.config import ConfigError, load
-from harness.settings import Config
+from grid.config import ConfigError, load
+from grid.settings import Config
 from tracking.store import (
     COMPARISON_SUFFIX,
     COMPARISON_VIEW,

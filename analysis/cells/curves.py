@@ -35,9 +35,10 @@ from pathlib import Path
 
 import numpy as np
 
+from grid.settings import Config
 from harness.io import read_jsonl
-from harness.run import PinnedRun, RunDir
-from harness.settings import Config
+from harness.run import RunDir
+from harness.run_config import PinnedRun
 
 TAIL_FRACTION = 0.1  # d-bar window: the last 10% of optimizer steps
 

@@ -14,7 +14,7 @@ from analysis.statistics.noise_parts import (
     t_test_detects,
     tost_shows_equivalence,
 )
-from harness.settings import Config
+from grid.settings import Config
 
 
 def _counts_at_fixed_step(config: Config, runs: list) -> tuple[np.ndarray | None, int, int, int, str]:
@@ -42,7 +42,7 @@ def _counts_at_fixed_step(config: Config, runs: list) -> tuple[np.ndarray | None
 
 def measured_costs(config: Config) -> dict | None:
     """One run's training and one unit of k, in median wall seconds of the grid's train and evaluate
-    jobs (Snakemake's benchmark files: harness.grid_dir.GridDir.job_costs; an evaluate job scores one
+    jobs (Snakemake's benchmark files: grid.folder.GridDir.job_costs; an evaluate job scores one
     run's checkpoints with k samples); None without them."""
     rows = {row["rule"]: row for row in config.folder.job_costs()}
     train, evaluate = (rows.get(rule, {}).get("median_wall_s") for rule in ("train", "evaluate"))

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import math
 
+from grid.settings import Config
 from harness.queue_lag import QueueModel, queue_model
-from harness.settings import Config
 
 ENDPOINTS = ("auc", "equal_time")  # the scores whose front is drawn: the run's AUC, the score at equal time
 TIME_MODEL = "steps per unit of time = min(1, utilization x (1 - drop rate)) (workflow/presets/queue_pareto.yaml)"

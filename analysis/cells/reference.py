@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from harness.run import PinnedRun
+from harness.run_config import PinnedRun
 
 REFERENCE = Path(__file__).resolve().parents[2] / "results" / "reference" / "table1.csv"
 

@@ -1,6 +1,6 @@
 """Collect a finished grid into cells (recipe x lag) and their statistics: summary.json.
 
-:func:`collect` reads every run of the grid (harness.grid.expand / run_dir) through
+:func:`collect` reads every run of the grid (grid.expand.expand / run_dir) through
 analysis.cells.curves.read_run; :func:`summarize` computes each cell's statistics and the comparisons
 between cells (analysis.statistics.intervals, analysis.statistics.contrasts), and answers the config's claims
 (analysis.claims.verdicts): the claims are the confirmatory family, every other comparison is exploratory.
@@ -30,9 +30,9 @@ from analysis.statistics.intervals import (
     mean_ci,
     prob_improvement,
 )
-from harness.run import PinnedRun
-from harness.settings import Config, thawed
-from harness.tuning import CLAIM_RECIPE_FIELDS
+from grid.settings import Config, thawed
+from grid.tuning import CLAIM_RECIPE_FIELDS
+from harness.run_config import PinnedRun
 
 SCORES = {"fixed": "Fixed-step score", "best": "Best-checkpoint score (optimistic: chosen on the test set)",
           "selected": "Selected-checkpoint score (chosen on the selection task)",

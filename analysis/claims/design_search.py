@@ -28,8 +28,8 @@ from analysis.claims.planning import assumed_effects, parse_assumption, runs_per
 from analysis.statistics.boundaries import BOUNDARIES, look_levels
 from analysis.statistics.decision import is_final, simulate_collapse, simulate_contrast
 from analysis.statistics.intervals import ALPHA
-from harness.config import ConfigError, load
-from harness.settings import Config
+from grid.config import ConfigError, load
+from grid.settings import Config
 
 TARGET = 0.8  # each claim's predictive P(final outcome)
 DECIDE = 0.05  # at each look but the last, P(a claim open there stops there), pooled

@@ -22,8 +22,8 @@ from dataclasses import asdict
 from analysis.claims.verdicts import interval, measure, tested_in
 from analysis.statistics.decision import outcome
 from analysis.statistics.intervals import ALPHA
-from harness.claims import NOT_TESTED, Claim, CostDifference, Interaction
-from harness.settings import Config, GainSources
+from grid.claims import NOT_TESTED, Claim, CostDifference, Interaction
+from grid.settings import Config, GainSources
 
 PRESENT = ("exceeds", "claimed sign")
 ABSENT = ("below effect", "negligible", "opposite")

@@ -22,10 +22,10 @@ import numpy as np
 
 from analysis.claims.verdicts import Schedule
 from analysis.statistics.decision import simulate_collapse, simulate_contrast
-from harness.config import ConfigError, load
-from harness.grid_dir import GridDir
+from grid.config import ConfigError, load
+from grid.folder import GridDir
+from grid.settings import Config
 from harness.io import read_json
-from harness.settings import Config
 
 
 def assumed_effects(grid: Path | None, assume: list) -> dict[str, tuple[float, ...]]:

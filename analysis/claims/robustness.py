@@ -14,8 +14,8 @@ from analysis.claims.verdicts import _values, family
 from analysis.statistics.contrasts import per_seed
 from analysis.statistics.crosscheck import adastop
 from analysis.statistics.skew import skew_check
-from harness.claims import NOT_TESTED
-from harness.settings import Config
+from grid.claims import NOT_TESTED
+from grid.settings import Config
 
 
 def sides(claim, cells: dict, reference_lag: int, seeds: set[int]) -> tuple[np.ndarray, np.ndarray] | None:

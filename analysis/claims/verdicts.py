@@ -1,4 +1,4 @@
-"""The verdict on each claim of the config (harness.claims.Claim): the confirmatory family.
+"""The verdict on each claim of the config (grid.claims.Claim): the confirmatory family.
 
 Each claim is a contrast of cell means (analysis.statistics.contrasts: paired by seed where the cells
 share their seeds, else Welch-Satterthwaite) or, for collapse, a difference of two cells' collapse rates
@@ -33,7 +33,7 @@ from analysis.statistics.decision import (
 from analysis.statistics.intervals import ALPHA
 from analysis.statistics.predictive import collapse_agreement, contrast_agreement
 from analysis.statistics.survival import collapse_test, seeds_needed_collapse
-from harness.claims import NOT_TESTED, Claim, Seeding, StalenessCost
+from grid.claims import NOT_TESTED, Claim, Seeding, StalenessCost
 
 REPLICATION_METHOD = ("posterior predictive: one rerun of the design (its looks and levels) per draw of 4000 "
                       "from the posterior of the per-seed contrast's mean and sd (reference prior 1/sd; "

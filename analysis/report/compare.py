@@ -28,10 +28,10 @@ from analysis.cells.summary import ENDPOINT_NAMES, ENDPOINTS, cell_minus, json_s
 from analysis.report.render import Bullets, Section, Table
 from analysis.report.tables import _comparison_text, _interval_text
 from analysis.statistics.intervals import ALPHA, holm
-from harness.claims import KINDS
+from grid.claims import KINDS
+from grid.folder import SUMMARY, GridDir
+from grid.settings import Config
 from harness.cli import run_stage
-from harness.grid_dir import SUMMARY, GridDir
-from harness.settings import Config
 
 METRICS = (*ENDPOINTS, "collapse")
 METRIC_NAMES = {**ENDPOINT_NAMES, "collapse": "collapse rate"}

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from analysis.report.colors import recipe_colour
 from analysis.report.plots import cost_panel, save_figure
-from harness.claims import KINDS, NOT_TESTED
-from harness.settings import Config
+from grid.claims import KINDS, NOT_TESTED
+from grid.settings import Config
 
 
 def cost_key(endpoint: str, lag: int) -> str:

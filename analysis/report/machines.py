@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections import defaultdict
 
 from analysis.report.render import Bullets, Section, Table
+from grid.settings import Config
 from harness.run import PROVENANCE
-from harness.settings import Config
 
 
 def _attempts(config: Config) -> tuple[list[tuple[str, dict]], list[str]]:

@@ -19,8 +19,8 @@ from analysis.cells.pareto import queue_models
 from analysis.cells.summary import ENDPOINT_NAMES, ENDPOINTS, RunResult, by_cell, score_curve, summary_cells
 from analysis.report.colors import MARKERS, recipe_colour
 from analysis.statistics.survival import kaplan_meier
-from harness.claims import KINDS
-from harness.settings import Config
+from grid.claims import KINDS
+from grid.settings import Config
 
 QUANTILES = ("d/mean_abs", "d/p50", "d/p90", "d/p99")
 COLLAPSE_DASHES = ("-", "--", ":", "-.")  # collapse.png: a recipe's curve by its width and dash (plot_collapse)

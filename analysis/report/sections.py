@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from analysis.report.render import Bullets, Section, Table
-from harness.claims import NOT_TESTED
+from grid.claims import NOT_TESTED
 
 
 def _points(part: dict) -> str:

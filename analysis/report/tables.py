@@ -12,7 +12,7 @@ from analysis.claims.verdicts import joint_text, replication_text
 from analysis.report.render import Bullets, Section, latex, markdown
 from analysis.statistics.decision import size_to_delta
 from analysis.statistics.intervals import ALPHA, BOOTSTRAP_MIN_SEEDS, smallest_p
-from harness.claims import KINDS, NOT_TESTED
+from grid.claims import KINDS, NOT_TESTED
 
 METHOD_NAMES = {"student-t": "Student t", "paired-t": "paired by seed (Student t of per-seed differences)",
                 "welch-satterthwaite": "Welch-Satterthwaite (seeds differ between cells)",

@@ -33,9 +33,9 @@ from analysis.report.tables import (
 )
 from analysis.schedule.looks import scheduled_runs
 from analysis.schedule.tune import confirmation_view
-from harness.grid_dir import QUEUE_PLOTS, GridDir
+from grid.folder import QUEUE_PLOTS, GridDir
+from grid.settings import Config
 from harness.io import write_json_atomic, write_text_atomic
-from harness.settings import Config
 
 
 def summarize(config: Config, runs: list) -> dict:

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from analysis.statistics.boundaries import CACHE, write_cache
 from analysis.statistics.intervals import ALPHA
-from harness.claims import Seeding
-from harness.config import load
-from harness.settings import Config
+from grid.claims import Seeding
+from grid.config import load
+from grid.settings import Config
 
 ROOT = Path(__file__).resolve().parents[2]
 

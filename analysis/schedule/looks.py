@@ -16,9 +16,10 @@ from pathlib import Path
 from analysis.cells.summary import build_cells, collect
 from analysis.claims.verdicts import open_cells
 from analysis.schedule.tune import confirmation_view
-from harness.cli import load_grid, run_stage
+from grid.loader import load_grid
+from grid.settings import Config, Run
+from harness.cli import run_stage
 from harness.io import write_json_atomic
-from harness.settings import Config, Run
 
 
 def look_runs(config: Config, cells: list[tuple[str, int]], look: int) -> list[Run]:

@@ -24,11 +24,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness.claims import NOT_TESTED
-from harness.cli import EXIT_BAD_INPUT, load_grid
-from harness.grid_dir import GridDir
+from grid.claims import NOT_TESTED
+from grid.folder import GridDir
+from grid.loader import load_grid
+from grid.settings import Config
+from harness.cli import EXIT_BAD_INPUT
 from harness.io import read_json, write_json_atomic
-from harness.settings import Config
 
 KERNELS = {"default": {}, "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}}
 ROOT = Path(__file__).resolve().parents[2]

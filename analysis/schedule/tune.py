@@ -1,4 +1,4 @@
-"""The equal tuning budget's pick (config ``tuning``; harness.tuning; docs/statistics.md, "Equal
+"""The equal tuning budget's pick (config ``tuning``; grid.tuning; docs/statistics.md, "Equal
 tuning budget"): each recipe's value, from its candidates' runs on the tuning seeds.
 
 The rule, declared before any run: a candidate's score is the mean of its runs' ``tuning.metric``
@@ -19,9 +19,10 @@ import sys
 from pathlib import Path
 
 from analysis.cells.summary import collect
-from harness.cli import load_grid, run_stage
+from grid.loader import load_grid
+from grid.settings import Config
+from harness.cli import run_stage
 from harness.io import write_json_atomic
-from harness.settings import Config
 
 TIE = 1e-12  # two means of the same scores summed in another order differ by rounding only
 

@@ -7,7 +7,7 @@ Modules (slime and megatron are imported lazily, inside the functions that run i
 - ``job_script``: checked run config -> validated job script; ``job_script.write_job_script`` is
   the dry run.
 - ``launch``: runs the job script, publishes HF checkpoints where the evaluation finds them, writes
-  the run's status. ``launch.run(run_config, run)`` (a checked harness.run.RunConfig and its
+  the run's status. ``launch.run(run_config, run)`` (a checked harness.run_config.RunConfig and its
   harness.run.RunDir, which names every file of the run) is what the engine registry calls.
 - ``loss``: the ``--custom-loss-function-path`` entry point (the recipe's stabilizer, TIS, KL).
 - ``driver``: the training loop of every lag mode over slime's Ray actors.
@@ -36,7 +36,7 @@ def _resolve_params(engine_params: dict) -> dict:
 
 
 def _check_run(run_config) -> None:
-    """What slime cannot run, refused when the run config is checked (harness.run.RunConfig.check)."""
+    """What slime cannot run, refused when the run config is checked (harness.run_config.RunConfig.check)."""
     from .loss import aggregation_of
 
     if run_config.lag_mode == "queue":  # slime's rollout carries one weight version per batch
@@ -51,7 +51,7 @@ def _canary(run_config, run_dir) -> dict:
 
 
 def _train(run_config, run_dir) -> str:
-    """``run_config``: a checked harness.run.RunConfig; ``run_dir``: its harness.run.RunDir."""
+    """``run_config``: a checked harness.run_config.RunConfig; ``run_dir``: its harness.run.RunDir."""
     from .launch import run
 
     return run(run_config, run_dir)

@@ -30,7 +30,8 @@ from engines.slime.job_script import write_job_script
 from engines.slime.metrics import first_non_finite
 from harness.hf_save import hf_checkpoint_problem
 from harness.io import read_json, read_jsonl
-from harness.run import RunConfig, RunDir
+from harness.run import RunDir
+from harness.run_config import RunConfig
 
 
 def problems(run: RunDir, returncode: int) -> tuple[list[str], dict]:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from engines.slime import loss as slime_loss
 from engines.slime.params import model_context, model_shape
-from harness.run import RunConfig, RunDir
+from harness.run import RunDir
+from harness.run_config import RunConfig
 
 # Flags the launcher owns although it emits them only in some runs, or never (they would bypass a
 # check or change what the harness measures); the flags it emits for the run are owned too.

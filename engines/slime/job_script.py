@@ -22,7 +22,8 @@ from engines.slime import preflight
 from engines.slime.flags import ENTRYPOINT, slime_flags
 from engines.slime.params import REPO, check_paths, pinned_container
 from harness.io import write_text_atomic
-from harness.run import RunConfig, RunDir
+from harness.run import RunDir
+from harness.run_config import RunConfig
 
 
 def custom_config(run_config: RunConfig, run: RunDir, *, canary: bool = False) -> dict:

@@ -1,6 +1,6 @@
 """Launch one run on slime: a checked run config and its run folder -> its job script, run -> the run's files.
 
-    run(run_config, run)       (a harness.run.RunConfig and its RunDir) write the job script
+    run(run_config, run)       (a harness.run_config.RunConfig and its RunDir) write the job script
                                (engines.slime.job_script), execute it, publish the HF checkpoints,
                                write the run's status
     python -m engines.slime.launch --run-dir DIR --config-json JSON [--dry-run [--no-path-check]]
@@ -42,11 +42,12 @@ import yaml
 from engines.slime.job_script import write_job_script
 from engines.slime.metrics import first_non_finite
 from engines.slime.plan import report as plan_report
+from grid.config import load
 from harness.cli import parse_json_arg
-from harness.config import load
 from harness.engine import TimeLimitReached
 from harness.hf_save import hf_checkpoint_problem
-from harness.run import RunConfig, RunDir
+from harness.run import RunDir
+from harness.run_config import RunConfig
 
 
 def publish_hf_checkpoints(run: RunDir, run_config: RunConfig | None = None) -> tuple[list[Path], list[str]]:

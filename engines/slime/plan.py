@@ -4,7 +4,7 @@
 Per job (recipe x lag x seed) and for the grid: training GPU-hours (steps x minutes per step x the
 train job's GPUs), evaluation GPU-hours (checkpoints x minutes per checkpoint x the evaluate job's
 GPUs), the time-limit stops expected at the train job's runtime, the retries the workflow gives the
-train rule (harness.jobs.train_retries) and the evaluation's concurrency. A run's training time is
+train rule (grid.jobs.train_retries) and the evaluation's concurrency. A run's training time is
 its steps, its periodic saves (the trainer waits), each attempt's start-up and each resumed attempt's
 read of its Megatron save. The times are a low-high range: the user's own (``--timings FILE``, a YAML
 ``{step_minutes, checkpoint_minutes, drain_minutes, save_gb_per_s, startup_minutes}``, each [low,
@@ -30,9 +30,9 @@ import yaml
 
 from engines.slime import footprint
 from engines.slime.params import REPO, model_shape, parameter_counts, resolve_params
-from harness.grid import expand, resolve_run_config
-from harness.jobs import rule_resources, train_retries, warning_lead_seconds
-from harness.tuning import Tuning
+from grid.expand import expand, resolve_run_config
+from grid.jobs import rule_resources, train_retries, warning_lead_seconds
+from grid.tuning import Tuning
 from stabilizers.recipes import recipe_from_named_dict
 
 # Derived in docs/cluster.md ("Cost"): ~17 min of generation (20M tokens at ~20k tokens/s on one
@@ -252,7 +252,7 @@ def report(config: dict, given: dict | None = None) -> str:
              f"  minutes per step {span(t['step'], 1)} ({t['step_source']})",
              f"  minutes per checkpoint {span(t['checkpoint'], 1)} at concurrency {t['concurrency']}, k = "
              f"{config['eval']['k']} ({t['checkpoint_source']})",
-             f"  train runtime {p['runtime']} min: retries {p['retries']} (harness.jobs.train_retries)",
+             f"  train runtime {p['runtime']} min: retries {p['retries']} (grid.jobs.train_retries)",
              f"  per run on top of its steps: {p['checkpoints']} periodic saves of {span(budget['save'], 1)} min each "
              f"(Megatron + HF, the trainer waits), {span(t['startup'], 1)} min of start-up per attempt "
              f"({t['startup_source']}), and a resumed attempt's read of its Megatron save "

@@ -40,7 +40,8 @@ from engines.slime.footprint import check_disk, check_host_memory
 from engines.slime.params import PROMPT_FORMATS, model_context, model_shape, parameter_counts
 from engines.slime.reward_model import rule_reward
 from harness.io import read_jsonl
-from harness.run import RunConfig, RunDir
+from harness.run import RunDir
+from harness.run_config import RunConfig
 
 HERE = Path(__file__).resolve().parent
 REWARD_SAMPLES = HERE / "reward_samples.jsonl"

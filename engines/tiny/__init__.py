@@ -10,7 +10,7 @@ from .params import MODEL_KNOBS, NULL_CHECK_KNOBS, WARMSTART_KNOBS, engine_versi
 
 
 def _train(run_config, run_dir) -> str:
-    """``run_config``: a checked harness.run.RunConfig; ``run_dir``: its harness.run.RunDir."""
+    """``run_config``: a checked harness.run_config.RunConfig; ``run_dir``: its harness.run.RunDir."""
     from .trainer import Trainer
 
     return Trainer(run_config, run_dir).run()

@@ -30,7 +30,8 @@ from pathlib import Path
 
 import torch
 
-from harness.run import RunConfig, RunDir
+from harness.run import RunDir
+from harness.run_config import RunConfig
 
 from . import task
 from .batch import step_seed
@@ -98,7 +99,7 @@ def failures(measured: dict, settings: dict) -> list[str]:
 
 def null_check(params: dict, base_dir: Path) -> dict:
     """The engine's null_check: ``params`` = {settings, cases: [{engine_params, routing_replay}]}
-    (harness.settings.Config.null_check_params). Returns the report; NullCheckFailed with the numbers
+    (grid.settings.Config.null_check_params). Returns the report; NullCheckFailed with the numbers
     of every failing case."""
     settings, report = params["settings"], {"settings": params["settings"], "cases": []}
     for case in params["cases"]:

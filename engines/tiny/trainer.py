@@ -33,7 +33,8 @@ import torch
 from harness.engine import TimeLimitReached, TrainingDiverged, time_limit_near
 from harness.lag import check_realized_lag, newest_sampling_version, oldest_needed_version, sampling_version
 from harness.queue_lag import queue_model
-from harness.run import RunConfig, RunDir
+from harness.run import RunDir
+from harness.run_config import RunConfig
 from stabilizers import (
     PolicyBatch,
     ess_lr_scale,

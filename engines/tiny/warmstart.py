@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from harness.run import RunConfig
+from harness.run_config import RunConfig
 
 from . import task
 from .checkpoint import read_config, save_checkpoint

@@ -10,7 +10,7 @@ import pytest
 from scipy import stats
 
 from analysis.statistics.boundaries import DRAWS, SEED, _cached, _key, compute_levels, look_levels, spent
-from harness.config import load
+from grid.config import load
 
 DEMO = load("config.yaml")
 LOOKS, BOUNDARY = tuple(DEMO["seeding"]["looks"]), DEMO["seeding"]["boundary"]

@@ -14,8 +14,8 @@ from analysis.claims.verdicts import NOT_TESTED, answer, open_cells
 from analysis.statistics.boundaries import look_levels
 from analysis.statistics.decision import outcome, outcomes, true_of
 from analysis.statistics.survival import collapse_test
-from harness.claims import Recipes, Seeding, StalenessCost
-from harness.config import ConfigError, load
+from grid.claims import Recipes, Seeding, StalenessCost
+from grid.config import ConfigError, load
 from tests.support.grid_fixture import CLAIMS, make_grid, written_grid
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from analysis.claims import verdicts as claim_rules
 from analysis.statistics.contrasts import contrast, tost
-from harness.claims import Claim
+from grid.claims import Claim
 
 SEEDS = [0, 1, 2]
 # per seed: recipe "a" loses 0.10, 0.07, 0.04 from lag 1 to lag 8; "b" loses 0.20, 0.18, 0.16;

@@ -12,9 +12,9 @@ from analysis.cells.summary import collect
 from analysis.report.compare import main
 from analysis.report.write import summarize
 from analysis.statistics.intervals import mean_ci
-from harness.config import validate
+from grid.config import validate
+from grid.settings import Config
 from harness.io import write_json_atomic
-from harness.settings import Config
 from tests.support import grid_fixture
 
 pytestmark = pytest.mark.slow  # two aggregated grids

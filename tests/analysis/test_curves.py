@@ -4,9 +4,9 @@ import math
 import pytest
 
 from analysis.cells.curves import auc, load_curve, mismatch_tail, read_run, summarize_run
-from harness.grid_dir import GridDir
+from grid.folder import GridDir
+from grid.settings import Config
 from harness.io import append_jsonl_atomic
-from harness.settings import Config
 from tests.support.grid_fixture import COLLAPSED, DIVERGE_STEP, DIVERGED, STEPS, make_grid, written_grid
 
 CURVE = [(5, 0.2), (10, 0.6), (15, 0.4), (20, 0.5)]

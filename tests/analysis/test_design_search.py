@@ -6,8 +6,8 @@ import pytest
 
 from analysis.claims import design_search as ds
 from analysis.claims.planning import parse_assumption
-from harness.config import load
-from harness.settings import Config
+from grid.config import load
+from grid.settings import Config
 
 DEMO = Config.build(load("config.yaml"))
 FIELD = {"grpo_staleness_cost": (-0.292, 0.0405, 10), "sat_gspo_cost_below_gspo": (0.20, 0.0636, 10),

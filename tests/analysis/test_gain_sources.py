@@ -8,8 +8,8 @@ from scipy import stats
 
 from analysis.claims.gain_sources import gain_sources, source
 from analysis.report.sections import sentences
-from harness.config import ConfigError, load
-from harness.settings import GainSources
+from grid.config import ConfigError, load
+from grid.settings import GainSources
 
 SECTION = {"baseline": {"without_mismatch": "g32", "with_mismatch": "g16"},
            "recipes": {"x": {"without_mismatch": "x32", "with_mismatch": "x16"}}, "smallest_effect": 0.05}
@@ -24,7 +24,7 @@ AUC = {("g32", 0): [0.60, 0.62, 0.58, 0.61], ("g32", 8): [0.30, 0.31, 0.29, 0.30
 
 
 def grid(claims=()) -> SimpleNamespace:
-    """What gain_sources reads of a harness.settings.Config: the lags, the step budget, the section and
+    """What gain_sources reads of a grid.settings.Config: the lags, the step budget, the section and
     the declared claims."""
     return SimpleNamespace(lags=(0, 8), steps=200, gain_sources=GainSources.build(SECTION), claims=tuple(claims))
 

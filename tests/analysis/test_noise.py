@@ -25,8 +25,8 @@ from analysis.statistics.noise_parts import (
     t_test_detects,
     tost_shows_equivalence,
 )
-from harness.config import validate
-from harness.settings import Config
+from grid.config import validate
+from grid.settings import Config
 from tests.support.grid_fixture import make_grid
 
 

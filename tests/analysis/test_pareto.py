@@ -10,9 +10,9 @@ import pytest
 import analysis.report.plots as plots
 from analysis.aggregate import main
 from analysis.cells.pareto import pareto_front, score_within, summarize_pareto, throughput
-from harness.config import validate
+from grid.config import validate
+from grid.settings import Config
 from harness.queue_lag import QueueModel
-from harness.settings import Config
 from tests.support.grid_fixture import STEPS, make_config, make_grid, scores_of, written_grid
 
 matplotlib.use("Agg")

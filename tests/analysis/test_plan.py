@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 
 from analysis.claims import planning as plan
-from harness.config import load
-from harness.settings import Config
+from grid.config import load
+from grid.settings import Config
 from tests.support.paths import ROOT
 
 TUNED = ROOT / "workflow" / "presets" / "tuned_field.yaml"

@@ -11,7 +11,7 @@ from statsmodels.stats.proportion import confint_proportions_2indep
 
 from analysis.claims.verdicts import answer
 from analysis.statistics.predictive import collapse_agreement
-from harness.claims import StalenessCost
+from grid.claims import StalenessCost
 
 DELTA, LEVEL = 0.10, 0.05  # one claim: the family's level is alpha itself
 COSTS = [-0.33, -0.27, -0.21]  # per-seed staleness costs: mean -27 points, sd 6 points exactly, 3 seeds

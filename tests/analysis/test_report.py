@@ -19,8 +19,8 @@ from analysis.cells.summary import ENDPOINT_NAMES, ENDPOINTS, collect
 from analysis.report.plots import plot_curves
 from analysis.statistics.contrasts import contrast
 from analysis.statistics.intervals import collapse_difference, prob_improvement
-from harness.grid_dir import QUEUE_PLOTS, GridDir, report_files
-from harness.settings import Config
+from grid.folder import QUEUE_PLOTS, GridDir, report_files
+from grid.settings import Config
 from tests.support.grid_fixture import (
     COLLAPSED,
     DIVERGED,

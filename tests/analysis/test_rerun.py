@@ -9,9 +9,9 @@ import pytest
 
 from analysis.aggregate import main as aggregate
 from analysis.schedule import rerun
-from harness.config import validate
-from harness.grid_dir import GridDir
-from harness.settings import Config
+from grid.config import validate
+from grid.folder import GridDir
+from grid.settings import Config
 from tests.support.grid_fixture import CLAIMS, make_grid, written_grid
 
 

@@ -12,12 +12,12 @@ from analysis.claims.verdicts import statement
 from analysis.report.compare import beside, beside_sections, load_beside
 from analysis.report.render import markdown
 from analysis.report.write import summarize
-from harness.claims import claims
-from harness.config import validate
-from harness.grid_dir import GridDir
+from grid.claims import claims
+from grid.config import validate
+from grid.folder import GridDir
+from grid.settings import Config
+from grid.tuning import Tuning, confirmation_config
 from harness.io import write_json_atomic
-from harness.settings import Config
-from harness.tuning import Tuning, confirmation_config
 from tests.support.grid_fixture import CLAIMS, make_config, make_grid, written_grid
 
 SIDE = {"grid": "constant", "label": "constant lag"}
@@ -102,7 +102,7 @@ def test_a_missing_other_summary_fails_naming_the_key_and_the_file(tmp_path, cap
 
 
 def test_a_tuned_grid_is_read_recipe_by_recipe_beside_the_same_grid_untuned(grids):
-    """A tuned grid's cells and claims name its picked variants (harness.tuning.confirmation_config:
+    """A tuned grid's cells and claims name its picked variants (grid.tuning.confirmation_config:
     workflow/presets/tuned_field.yaml beside its untuned twin); beside the untuned grid each is read under
     its recipe's name. Here the tuned summary is the other grid's own under the confirmation view's names
     and statements, so the two agree on every cell and claim."""

@@ -14,8 +14,8 @@ from analysis.claims.robustness import checks_text, sides
 from analysis.statistics.crosscheck import adastop, smallest_level
 from analysis.statistics.decision import size_to_delta
 from analysis.statistics.skew import skew_check, skewed_miss, skewness, standardized_draws
-from harness.config import validate
-from harness.settings import Config
+from grid.config import validate
+from grid.settings import Config
 from tests.support.grid_fixture import CLAIMS, make_grid, written_grid
 
 

@@ -1,4 +1,4 @@
-"""The equal tuning budget (config tuning; harness.tuning, analysis.schedule.tune): the rule on hand-made
+"""The equal tuning budget (config tuning; grid.tuning, analysis.schedule.tune): the rule on hand-made
 scores, the config's refusals, the candidates' run identities, and the pick and the report on a
 fabricated grid (tests/workflow/test_workflow_tuning.py runs it through snakemake)."""
 from __future__ import annotations
@@ -13,12 +13,12 @@ import yaml
 from analysis.aggregate import main as aggregate
 from analysis.schedule.tune import TIE, pick, selection, tuning_scores
 from analysis.schedule.tune import main as tune
-from harness.claims import Seeding
-from harness.config import ConfigError, validate
-from harness.grid import resolve_run_config
-from harness.grid_dir import GridDir
-from harness.settings import Config
-from harness.tuning import Tuning, confirmation_config
+from grid.claims import Seeding
+from grid.config import ConfigError, validate
+from grid.expand import resolve_run_config
+from grid.folder import GridDir
+from grid.settings import Config
+from grid.tuning import Tuning, confirmation_config
 from stabilizers import load_recipes, parameters
 from tests.support.grid_fixture import written_grid
 from tests.support.tuning_grid import CLAIM, TUNING, TUNING_SCORE, raw_config, write_run

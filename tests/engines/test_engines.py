@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from grid.config import ConfigError, load
 from harness import engine as engines
-from harness.config import ConfigError, load
 from harness.io import read_jsonl
 from tests.support.workflow_cli import ROOT, job_counts, snakemake
 
@@ -74,9 +74,9 @@ def _raw_config_reads(path: Path) -> list[str]:
 
 
 def test_analysis_and_tracking_read_the_typed_config_never_a_raw_dict():
-    """A stage loads the checked config once (harness.settings.Config) and passes it on typed: a raw
+    """A stage loads the checked config once (grid.settings.Config) and passes it on typed: a raw
     dict read there is a setting that no schema field documents and no stage's inputs name. A run's own
-    config.json is read as harness.run.PinnedRun, not as a dict (``run_config[...]``)."""
+    config.json is read as harness.run_config.PinnedRun, not as a dict (``run_config[...]``)."""
     paths = [*ROOT.glob("analysis/**/*.py"), *ROOT.glob("tracking/**/*.py")]
     assert paths and [read for path in paths for read in _raw_config_reads(path)] == []
 
@@ -101,6 +101,27 @@ def test_stages_import_no_engine_internals(stage):
     if stage == "stabilizers":
         assert not any(m.split(".")[0] in {"engines", "harness", "eval", "analysis", "tracking"}
                        for path in (ROOT / stage).glob("*.py") for m in _imports(path))
+
+
+def test_harness_is_the_contracts_and_grid_sits_above_it():
+    """harness/ holds what every stage shares and imports nothing of grid/ (what a config declares);
+    among the engines only the slime planner reads a grid's config; one class per name across both."""
+    for path in (ROOT / "harness").glob("*.py"):
+        assert not {m for m in _imports(path) if m.split(".")[0] in {"grid", "analysis", "tracking", "eval"}}, path
+    readers = {str(path.relative_to(ROOT)) for path in (ROOT / "engines").rglob("*.py")
+               if any(m.split(".")[0] == "grid" for m in _imports(path))}
+    assert readers <= {"engines/slime/plan.py", "engines/slime/launch.py"}, readers
+    classes = [node.name for folder in ("harness", "grid") for path in (ROOT / folder).glob("*.py")
+               for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.ClassDef)]
+    assert sorted(name for name in set(classes) if classes.count(name) > 1) == []
+
+
+def test_every_module_fits_in_one_sitting():
+    """No source module over 350 lines (the project's limit: a module is read in one sitting)."""
+    folders = ("harness", "grid", "engines", "eval", "analysis", "tracking", "stabilizers")
+    long = {str(path.relative_to(ROOT)): n for folder in folders for path in (ROOT / folder).rglob("*.py")
+            if (n := len(path.read_text().splitlines())) > 350}
+    assert long == {}
 
 
 ANALYSIS_ROOMS = ("statistics", "claims", "cells", "schedule", "report")  # docs/design.md, the folder table

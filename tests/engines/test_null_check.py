@@ -13,8 +13,8 @@ import engines.tiny.rollout as rollout
 from engines.null_check import main
 from engines.prepare import main as prepare
 from engines.tiny.null_ratios import NullCheckFailed, null_check
-from harness.config import load
-from harness.settings import Config
+from grid.config import load
+from grid.settings import Config
 from tests.support.tiny_runs import SMALL
 from tests.support.workflow_cli import planned_jobs, snakemake
 

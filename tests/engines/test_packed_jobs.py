@@ -1,4 +1,4 @@
-"""Packed jobs (harness.jobs.run_packs): a cell's runs trained one after another in one `engines.train`
+"""Packed jobs (grid.jobs.run_packs): a cell's runs trained one after another in one `engines.train`
 process and scored in one `eval.score` process end with the files of each run trained and scored alone,
 byte for byte, and a packed job killed inside its second run resumes each run where it stopped."""
 from __future__ import annotations

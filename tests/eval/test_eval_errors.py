@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from eval.score import ScoreError, check_settings, main, score_run
-from harness.config import load
+from grid.config import load
 from harness.lock import RunLocked, writer_lock
 from tests.support.paths import FIXTURES, ROOT
 

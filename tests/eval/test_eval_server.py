@@ -13,7 +13,7 @@ import pytest
 import eval.server
 from eval.score import ScoreError, main, score_run
 from eval.server import ServerError, launch_command, sample_seed
-from harness.config import load
+from grid.config import load
 from harness.io import read_jsonl
 from tests.support.fake_sglang import GOLD, PORT_TAKEN, FakeSGLang
 from tests.support.paths import FIXTURES, ROOT, SUPPORT

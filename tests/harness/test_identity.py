@@ -9,17 +9,18 @@ from pathlib import Path
 import pytest
 import yaml
 
-import harness.grid
 from engines.tiny import params as tiny_params
+from grid import expand as grid_expand
+from grid.config import load, schema, validate
+from grid.expand import refuse_changed_runs, resolve_run_config
+from grid.folder import GridDir
+from grid.settings import Config
 from harness import engine as engines
-from harness.config import load, schema, validate
-from harness.grid import BASE_MODEL, resolve_run_config
-from harness.grid_dir import GridDir
 from harness.identity import eval_key, run_key
 from harness.lag import LAG_MODES
 from harness.provenance import collect, finish_attempt, start_attempt
-from harness.run import RunConfig, RunDir, refuse_changed_runs
-from harness.settings import Config
+from harness.run import RunDir
+from harness.run_config import BASE_MODEL, RunConfig
 from stabilizers import parameters
 from tests.support.grid_fixture import DIVERGE_STEP, STEPS, make_grid
 from tests.support.workflow_cli import snakemake
@@ -54,7 +55,7 @@ def test_a_stabilizer_default_is_in_the_key(monkeypatch):
     demo = key_of()
     default = parameters("grpo")["dual_clip_c"]
     changed = {**parameters("grpo"), "dual_clip_c": 5.0}
-    monkeypatch.setattr(harness.grid, "parameters", lambda loss: changed if loss == "grpo" else parameters(loss))
+    monkeypatch.setattr(grid_expand, "parameters", lambda loss: changed if loss == "grpo" else parameters(loss))
     assert default != 5.0 and key_of() != demo
 
 
@@ -211,7 +212,7 @@ def test_every_field_of_the_run_config_is_in_the_run_key(monkeypatch):
             "seed": resolve_run_config(config, "grpo", 1, 1)["run_key"],
             "lag_queue": resolve_run_config(queue, "grpo", 1, 0)["run_key"],
             "lag_queue.utilization": resolve_run_config(slower, "grpo", 1, 0)["run_key"]}
-    monkeypatch.setattr(harness.grid, "BASE_MODEL", "another base model")
+    monkeypatch.setattr(grid_expand, "BASE_MODEL", "another base model")
     keys["base_model"] = key_of()  # the engine: the only field not varied here (one engine runs on a CPU)
     assert len(set(keys.values())) == len(keys), keys
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from analysis.report.machines import sections
 from analysis.report.render import markdown
-from harness.config import validate
+from grid.config import validate
+from grid.settings import Config
 from harness.io import write_json_atomic
-from harness.settings import Config
 
 # Snakemake's benchmark file: a header and one line per job run.
 TSV = ("s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"

@@ -9,7 +9,7 @@ from scipy import stats
 
 import engines.tiny.queue_rollout
 from engines.train import run
-from harness.config import ConfigError, load
+from grid.config import ConfigError, load
 from harness.io import read_jsonl
 from harness.lag import LagOutOfBound, group_lags, newest_sampling_version, sampling_version
 from harness.queue_lag import QueueModel, group_draws

@@ -10,11 +10,12 @@ import pytest
 import stabilizers.api
 from analysis.aggregate import main as aggregate
 from engines.train import run
+from grid.expand import resolved_recipe
+from grid.folder import GridDir
 from harness import engine as engines
-from harness.grid import resolved_recipe
-from harness.grid_dir import GridDir
 from harness.io import read_json
-from harness.run import RunDir, recipe_fingerprint
+from harness.run import RunDir
+from harness.run_config import recipe_fingerprint
 from stabilizers import fingerprint, get, get_recipe, load_recipes
 from tests.support.grid_fixture import make_grid, written_grid
 

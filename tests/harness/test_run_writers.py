@@ -10,11 +10,11 @@ import time
 import pytest
 
 from engines.train import run
+from grid.config import load
+from grid.jobs import train_retries
 from harness import engine as engines
 from harness.cli import EXIT_LOCKED
-from harness.config import load
 from harness.io import append_jsonl_atomic, read_jsonl
-from harness.jobs import train_retries
 from harness.lock import RunLocked, writer_lock
 from tests.support.tiny_runs import config
 from tests.support.untimed import untimed_rows

@@ -11,9 +11,9 @@ import pytest
 import torch
 import yaml
 
-from harness.config import ConfigError, validate
-from harness.grid import resolve_run_config
-from harness.run import RunConfig
+from grid.config import ConfigError, validate
+from grid.expand import resolve_run_config
+from harness.run_config import RunConfig
 from stabilizers import PolicyBatch, SamplerDistribution, get, load_recipes, loss_needs, register, validate_batch
 from stabilizers._fingerprint import canned_batch
 from tests.support.paths import ROOT

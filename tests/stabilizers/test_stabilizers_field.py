@@ -291,7 +291,7 @@ def one_difference_control(sat: Recipe) -> dict:
 
 def test_field_preset_holds_the_whole_field_on_the_stress_preset():
     from engines.tiny.params import resolve_engine_params
-    from harness.config import load
+    from grid.config import load
 
     config = load("workflow/presets/field.yaml")
     recipes = load_recipes()

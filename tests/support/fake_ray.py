@@ -9,9 +9,9 @@ from pathlib import Path
 import yaml
 
 from engines.slime.params import REPO
-from harness.config import load
-from harness.grid import resolve_run_config
-from harness.grid_dir import GridDir
+from grid.config import load
+from grid.expand import resolve_run_config
+from grid.folder import GridDir
 from tests.support.paths import FIXTURES, ROOT, SUPPORT
 
 PRESET = ROOT / "workflow" / "presets" / "table1.yaml"

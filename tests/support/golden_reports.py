@@ -15,11 +15,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from harness.config import validate
-from harness.grid_dir import GridDir
+from grid.config import validate
+from grid.folder import GridDir
+from grid.settings import Config
+from grid.tuning import Tuning
 from harness.io import write_json_atomic
-from harness.settings import Config
-from harness.tuning import Tuning
 from tests.support.grid_fixture import CLAIMS, make_grid
 from tests.support.tuning_grid import TUNING_SCORE, raw_config, write_run
 

@@ -7,11 +7,11 @@ import math
 
 import numpy as np
 
-from harness.config import validate
-from harness.grid import expand, resolve_run_config
-from harness.grid_dir import GridDir
+from grid.config import validate
+from grid.expand import expand, resolve_run_config
+from grid.folder import GridDir
 from harness.io import write_json_atomic
-from harness.run import recipe_fingerprint
+from harness.run_config import recipe_fingerprint
 
 STEPS, EVAL_EVERY = 20, 5
 COLLAPSED = ("grpo", 8, 0)  # peaks then falls below half its peak and stays there

@@ -1,6 +1,6 @@
 """Small tiny-engine runs for tests: the engine parameters of a fast model and a run config built
 on a base model (the ``base`` fixture of conftest.py builds one per test module)."""
-from harness.grid import resolve_run_config
+from grid.expand import resolve_run_config
 
 SMALL = {"preset": "demo", "width": 32, "heads": 2, "expert_hidden": 32, "top_k": 2, "warmstart_steps": 30,
          "warmstart_batch": 64, "prompts_per_step": 4, "samples_per_step": 4, "progress_every": 1000}

@@ -2,8 +2,8 @@
 (tests/tracking/test_track.py, test_track_tuning.py)."""
 import json
 
-from harness.grid import grid_dir
-from harness.grid_dir import GridDir
+from grid.expand import grid_dir
+from grid.folder import GridDir
 from tests.support.grid_fixture import written_grid
 from tracking.sync import main
 

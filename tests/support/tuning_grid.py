@@ -1,12 +1,13 @@
-"""A fabricated grid with an equal tuning budget (config tuning; harness.tuning): its config and
+"""A fabricated grid with an equal tuning budget (config tuning; grid.tuning): its config and
 finished runs whose test score is chosen, for the pick and its report (tests/analysis/test_tuning.py)
 and its MLflow sync (tests/tracking/test_track.py)."""
 from __future__ import annotations
 
 import json
 
-from harness.grid_dir import GridDir
-from harness.run import RunDir, recipe_fingerprint
+from grid.folder import GridDir
+from harness.run import RunDir
+from harness.run_config import recipe_fingerprint
 
 STEPS, EVAL_EVERY = 20, 5
 TUNING = {"seeds": [10, 11], "recipes": {"grpo": {"param": ["eps_low", "eps_high"], "values": [0.2, 0.1]},
@@ -29,7 +30,7 @@ def raw_config(results_dir="results", **changes) -> dict:
 
 
 def write_run(config, model, run, score):
-    """A finished run whose test score is ``score`` at every checkpoint (``model``: harness.settings.Config
+    """A finished run whose test score is ``score`` at every checkpoint (``model``: grid.settings.Config
     of ``config``, which resolves the run's config)."""
     folder = RunDir(GridDir.of(config).run(*run).path)
     run_config = folder.pin_config(model.run_config(run))

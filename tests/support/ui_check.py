@@ -24,8 +24,8 @@ CHROMIUM = "/usr/bin/chromium"  # Debian's package (apt-get install chromium), a
 def synced_grid(folder: Path) -> Path:
     """The reduced test grid under ``folder`` with its claims, aggregated and synced; returns its config file."""
     from analysis.report.write import write_reports
-    from harness.config import validate
-    from harness.settings import Config
+    from grid.config import validate
+    from grid.settings import Config
     from tests.support.grid_fixture import CLAIMS, make_grid
     from tracking.sync import sync
     config = validate({**make_grid(folder / "results"), "claims": CLAIMS})

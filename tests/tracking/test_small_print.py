@@ -9,8 +9,8 @@ from analysis.cells.summary import seeds_text
 from analysis.report.machines import provenance_section
 from analysis.report.render import markdown
 from analysis.report.tables import seed_order_text
-from harness.grid import expand
-from harness.settings import Config
+from grid.expand import expand
+from grid.settings import Config
 from tests.support.grid_fixture import make_grid
 from tracking.layout import cell_values
 from tracking.sync import sync

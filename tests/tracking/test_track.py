@@ -10,11 +10,11 @@ from analysis.cells.summary import collect
 from analysis.claims.verdicts import replication_text
 from analysis.report.tables import size_text
 from analysis.report.write import summarize, write_reports
-from harness.config import validate
-from harness.grid import expand, grid_dir
-from harness.grid_dir import GridDir, report_files
+from grid.config import validate
+from grid.expand import expand, grid_dir
+from grid.folder import GridDir, report_files
+from grid.settings import Config
 from harness.io import append_jsonl_atomic, read_jsonl, write_json_atomic
-from harness.settings import Config
 from tests.support.grid_fixture import (
     CLAIMS,
     COLLAPSED,

@@ -11,12 +11,12 @@ import pytest
 
 from analysis.report.write import write_reports
 from analysis.schedule.tune import selection
-from harness.config import validate
-from harness.grid import expand, grid_dir
-from harness.grid_dir import GridDir
+from grid.config import validate
+from grid.expand import expand, grid_dir
+from grid.folder import GridDir
+from grid.settings import Config
+from grid.tuning import Tuning
 from harness.io import read_jsonl, write_json_atomic, write_text_atomic
-from harness.settings import Config
-from harness.tuning import Tuning
 from tests.support.grid_fixture import DIVERGED, make_grid, written_grid
 from tests.support.mlflow_server import mlflow_server, rest, run_tags
 from tests.support.paths import ROOT

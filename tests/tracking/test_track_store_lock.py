@@ -16,9 +16,9 @@ import pytest
 
 from analysis.cells.summary import collect
 from analysis.report.write import summarize
-from harness.grid_dir import GridDir
+from grid.folder import GridDir
+from grid.settings import Config
 from harness.io import write_json_atomic
-from harness.settings import Config
 from tests.support.grid_fixture import make_grid
 from tests.support.waiting import wait_until
 from tests.support.workflow_cli import ROOT

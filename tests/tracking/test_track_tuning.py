@@ -7,11 +7,11 @@ import pytest
 
 from analysis.report.write import write_reports
 from analysis.schedule.tune import selection
-from harness.config import validate
-from harness.grid_dir import GridDir
+from grid.config import validate
+from grid.folder import GridDir
+from grid.settings import Config
+from grid.tuning import Tuning
 from harness.io import write_json_atomic
-from harness.settings import Config
-from harness.tuning import Tuning
 from tests.support.tracked_grid import all_runs, key_of, track
 from tests.support.tuning_grid import TUNING_SCORE, raw_config, write_run
 from tracking.runs import TUNING_ARTIFACT, TUNING_SUFFIX

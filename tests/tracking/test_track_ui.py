@@ -17,10 +17,10 @@ from analysis.claims.verdicts import replication_text
 from analysis.report.colors import recipe_colour
 from analysis.report.interval_plots import claim_key, cost_key
 from analysis.report.tables import size_text
-from harness.claims import NOT_TESTED
-from harness.config import load
-from harness.grid_dir import GridDir
-from harness.settings import Config
+from grid.claims import NOT_TESTED
+from grid.config import load
+from grid.folder import GridDir
+from grid.settings import Config
 from tests.support.grid_fixture import make_grid
 from tests.support.optional import missing as optional_input_missing
 from tests.support.ui_check import CHROMIUM, chart_card, render, running_ui, synced_grid, visible_text

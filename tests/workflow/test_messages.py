@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.config import ConfigError, read_file
-from harness.config import main as check_config
+from grid.config import ConfigError, read_file
+from grid.config import main as check_config
 from tests.support.grid_fixture import make_grid
 from tests.support.ports import free_ports
 from tests.support.workflow_cli import ROOT, SNAKEMAKE, copy_checkout, snakemake
@@ -60,7 +60,7 @@ def test_a_bare_configfile_gets_snakemakes_message_before_any_project_code(tmp_p
                             cwd=tmp_path, capture_output=True, text=True, timeout=300)
     said = result.stdout + result.stderr
     assert result.returncode != 0 and "Config file is not valid JSON or YAML" in said, said[-2000:]
-    assert f"config file {bad}, line 4, column 1" not in said  # harness.config's message: the project never ran
+    assert f"config file {bad}, line 4, column 1" not in said  # grid.config's message: the project never ran
 
 
 def test_an_unreachable_tracking_server_fails_in_seconds_naming_it_and_touches_nothing(tmp_path):

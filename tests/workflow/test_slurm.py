@@ -31,10 +31,10 @@ import pytest
 
 from engines.tiny.warmstart import build_base
 from engines.train import run
+from grid.config import load
+from grid.expand import grid_dir, resolve_run_config
+from grid.folder import GridDir
 from harness.cli import EXIT_LOCKED
-from harness.config import load
-from harness.grid import grid_dir, resolve_run_config
-from harness.grid_dir import GridDir
 from harness.io import read_jsonl
 from tests.support.optional import missing
 from tests.support.slurm_cluster import SlurmCluster, unavailable_reason

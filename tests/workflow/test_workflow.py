@@ -7,11 +7,11 @@ import re
 import pytest
 import yaml
 
+from grid.config import load
+from grid.expand import expand
+from grid.folder import report_files
+from grid.settings import Config
 from harness import engine as engines
-from harness.config import load
-from harness.grid import expand
-from harness.grid_dir import report_files
-from harness.settings import Config
 from tests.support.workflow_cli import ROOT, job_counts, planned_outputs, snakemake
 
 pytestmark = pytest.mark.slow  # Snakemake calls (10-40 s each)
@@ -32,7 +32,7 @@ def test_dry_run_of_the_demo_grid_lists_every_job(scratch):
     # interim job after it, whose output adds the next look's runs
     runs = Config.build(DEMO).first_look()
     assert len(runs) == len(DEMO["recipes"]) * len(DEMO["lags"]) * DEMO["seeding"]["looks"][0] < len(expand(DEMO))
-    # one train and one evaluate job per cell (the tiny engine packs a look's runs: harness.jobs.run_packs)
+    # one train and one evaluate job per cell (the tiny engine packs a look's runs: grid.jobs.run_packs)
     cells = sorted({(r, lag) for r, lag, _ in runs})
     assert job_counts(result.stdout) == {"grid_config": 1, "prepare": 1, "null_check": 1, "train": len(cells),
                                          "evaluate": len(cells), "look": 1, "aggregate": 1, "track": 1, "all": 1}

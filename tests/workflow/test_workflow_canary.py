@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from harness.grid_dir import GridDir
+from grid.folder import GridDir
 from tests.support import fake_ray
 from tests.support.workflow_cli import job_counts, planned_jobs, snakemake
 

@@ -18,9 +18,9 @@ import pytest
 from statsmodels.stats.proportion import proportion_confint
 from statsmodels.stats.weightstats import DescrStatsW
 
-from harness.config import load
-from harness.grid import expand, grid_dir
-from harness.grid_dir import GridDir
+from grid.config import load
+from grid.expand import expand, grid_dir
+from grid.folder import GridDir
 from harness.io import read_jsonl
 from tests.support.pristine import Pristine
 from tests.support.untimed import untimed_rows
@@ -73,7 +73,7 @@ def run_grid(results: Path):
     args = cli_overrides(results)
     result = snakemake("-c2", *args, env=env, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    cells = len(RECIPES) * len(LAGS)  # a job per cell: the tiny engine packs its seeds (harness.jobs.run_packs)
+    cells = len(RECIPES) * len(LAGS)  # a job per cell: the tiny engine packs its seeds (grid.jobs.run_packs)
     assert job_counts(result.stdout + result.stderr) == {"grid_config": 1, "prepare": 1, "null_check": 1, "train": cells,
                                                          "evaluate": cells, "aggregate": 1, "track": 1, "all": 1}
     config = load(ROOT / "config.yaml", {"results_dir": str(results), **OVERRIDES})

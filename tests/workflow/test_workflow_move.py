@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import load
-from harness.grid_dir import GridDir
+from grid.config import load
+from grid.folder import GridDir
+from grid.settings import Config
 from harness.io import read_jsonl
-from harness.settings import Config
 from tests.support.workflow_cli import SNAKEMAKE, copy_checkout, job_counts
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2700)]  # a grid run by Snakemake, then three more calls

@@ -132,7 +132,7 @@ def test_a_stabilizer_default_is_refused_in_the_runs_that_use_it(grid):
 
 def _scored(grid: Grid, run: str) -> dict[str, int]:
     """task -> how many checkpoints of the run its cell's last evaluate job scored on it (eval.score's log
-    lines; the job packs the cell's seeds, here seed 0 alone: harness.jobs.run_packs)."""
+    lines; the job packs the cell's seeds, here seed 0 alone: grid.jobs.run_packs)."""
     cell = run.rsplit("/", 1)[0]
     log = (grid.results / "rerun" / "logs" / "evaluate" / cell / "seeds0.log").read_text()
     return {task: int(n) for n, task in re.findall(
@@ -172,7 +172,7 @@ def test_every_rule_has_a_benchmark_file_and_the_report_tabulates_them(grid):
     assert (benchmarks / "prepare.tsv").is_file() and (benchmarks / "aggregate.tsv").is_file()
     assert (benchmarks / "track.tsv").is_file()
     assert len(list((benchmarks / "train").glob("**/*.tsv"))) == 2
-    evaluate = benchmarks / "evaluate"  # one job per pack of a cell's seeds (harness.jobs.run_packs), here seed 0
+    evaluate = benchmarks / "evaluate"  # one job per pack of a cell's seeds (grid.jobs.run_packs), here seed 0
     assert sorted(str(path.relative_to(evaluate)) for path in evaluate.glob("**/*.tsv")) == [
         f"{run.rsplit('/', 1)[0]}/seeds0.tsv" for run in RUNS]
     table = (grid.results / "rerun" / "table.md").read_text()

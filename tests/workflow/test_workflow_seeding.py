@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from analysis.schedule.looks import scheduled_runs
-from harness.config import load
-from harness.grid import expand
-from harness.grid_dir import GridDir
-from harness.settings import Config
+from grid.config import load
+from grid.expand import expand
+from grid.folder import GridDir
+from grid.settings import Config
 from tests.support.workflow_cli import ROOT, session_workdir, snakemake
 
 # grpo_twin is grpo under another name: the same runs seed for seed, a contrast of exactly 0 (a point

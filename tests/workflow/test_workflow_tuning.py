@@ -12,10 +12,10 @@ import pytest
 from analysis.cells.summary import collect
 from analysis.schedule.looks import look_runs
 from analysis.schedule.tune import pick, tuning_scores
-from harness.config import load
-from harness.grid_dir import GridDir
-from harness.settings import Config
-from harness.tuning import Tuning
+from grid.config import load
+from grid.folder import GridDir
+from grid.settings import Config
+from grid.tuning import Tuning
 from tests.support.workflow_cli import ROOT, job_counts, planned_outputs, snakemake
 
 # As test_workflow_seeding's grid, each recipe tuned: grpo_twin is grpo under another name (the same runs seed
@@ -103,7 +103,7 @@ def test_a_tuned_field_plans_every_candidates_tuning_runs_before_the_pick_and_li
     plan = snakemake("-n", *args, timeout=300)
     assert plan.returncode == 0, plan.stderr[-3000:]
     counts = job_counts(plan.stdout)
-    # recipes x 3 candidates x 2 lags, each cell's 3 tuning seeds in one job (harness.jobs.run_packs);
+    # recipes x 3 candidates x 2 lags, each cell's 3 tuning seeds in one job (grid.jobs.run_packs);
     # the confirmation runs (field_autumn: its seed schedule's looks) come after the pick
     assert (counts["train_tuning"], counts["evaluate_tuning"], counts["tune"], counts["aggregate"]) == (cells, cells, 1, 1)
     assert "train" not in counts and "look" not in counts

@@ -1,6 +1,6 @@
 # Plumbing (docs/design.md, "The house"): the config checked once, the typed model, the paths
 # and resources every rule file uses. The rules stay thin; what a config means to Snakemake lives in
-# harness.jobs, what it means to a stage in harness.settings.
+# grid.jobs, what it means to a stage in grid.settings.
 import json
 import os
 import sys
@@ -8,12 +8,13 @@ import sys
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import update_config
 
-from harness.config import ConfigError, check_recipe_values, validate
-from harness.grid_dir import QUEUE_PLOTS, GridDir
+from grid.config import ConfigError, check_recipe_values, validate
+from grid.folder import QUEUE_PLOTS, GridDir
 from harness.io import write_json_atomic
-from harness.jobs import job_resources, narrowed_request, retype_cli_values, rule_resources, run_packs, train_arguments, train_retries
-from harness.settings import Config
-from harness.run import RUN_FOLDER, STATUS_PATTERN, eval_file_pattern, refuse_changed_runs
+from grid.jobs import job_resources, narrowed_request, retype_cli_values, rule_resources, run_packs, train_arguments, train_retries
+from grid.settings import Config
+from harness.run import RUN_FOLDER, STATUS_PATTERN, eval_file_pattern
+from grid.expand import refuse_changed_runs
 
 
 # `-C lags=[1,8]` arrives as strings; give the overrides their YAML types again.
@@ -41,7 +42,7 @@ VENV_BIN = os.path.dirname(sys.executable)
 os.environ["PATH"] = f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}"
 
 ENGINE = MODEL.engine
-GRID_DIR = GridDir(MODEL.grid_dir)  # every path of the grid folder (harness.grid_dir)
+GRID_DIR = GridDir(MODEL.grid_dir)  # every path of the grid folder (grid.folder)
 GRID = str(GRID_DIR.path)
 RUN = f"{GRID}/{RUN_FOLDER}"
 LOGS = str(GRID_DIR.logs_dir)

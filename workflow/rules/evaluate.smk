@@ -1,7 +1,7 @@
 # Evaluation: every checkpoint of a run scored on every scored task (eval.score); one job per pack of a
-# cell's runs, as its train job (harness.jobs.run_packs), so that the imports are paid once and each
+# cell's runs, as its train job (grid.jobs.run_packs), so that the imports are paid once and each
 # checkpoint's model is loaded once for all its tasks. Its
-# params are what it reads (harness.settings.Eval.job_settings): not fixed_step. A changed setting of
+# params are what it reads (grid.settings.Eval.job_settings): not fixed_step. A changed setting of
 # one task (its problem count) reruns the job, which re-scores only that task: eval.score keeps
 # every score in eval/.<task>.scores.jsonl, outside the declared outputs that Snakemake deletes
 # before a rerun, and reuses those computed under the task's same settings (its eval key).

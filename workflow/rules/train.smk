@@ -4,7 +4,7 @@
 # A train job's params are its resolved run config (presets expanded, every stabilizer default):
 # a change to any of it reruns the job; the prepare job gets only the engine params it reads.
 # A job stopped before its time limit (exit 75) is retried too: its retries cover the jobs its runs' step
-# budget needs within the time limit, plus one (harness.jobs.train_retries).
+# budget needs within the time limit, plus one (grid.jobs.train_retries).
 
 if ENGINE.prepare_outputs:
 
@@ -89,7 +89,7 @@ if ENGINE.canary is not None:
             " --config-json {params.run:q} --out {output:q} > {log:q} 2>&1 || {{ cat {log:q} >&2; exit 2; }}"
 
 
-# One job per pack of a cell's runs (harness.jobs.run_packs: a look's seeds where the engine packs runs,
+# One job per pack of a cell's runs (grid.jobs.run_packs: a look's seeds where the engine packs runs,
 # else one run): engines.train trains them one after another in one process, each with its own lock,
 # status and resume, so that a killed or stopped job's retry resumes each run where it stopped.
 for pack in PACKS:

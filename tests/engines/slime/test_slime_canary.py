@@ -9,8 +9,8 @@ import pytest
 
 from engines import canary as canary_entry
 from engines.slime.driver import lag_loop
-from harness.grid import resolve_run_config
-from harness.grid_dir import GridDir
+from grid.expand import resolve_run_config
+from grid.folder import GridDir
 from tests.support.fake_ray import fake_job_environment, table1_config
 from tests.support.slime_cluster import FakeCluster, periodic
 

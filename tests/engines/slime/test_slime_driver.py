@@ -8,8 +8,8 @@ import pytest
 from engines.slime import plan
 from engines.slime.driver import check_args, lag_loop
 from engines.slime.weight_versions import driver_version, trainer_version
-from harness.config import load
-from harness.jobs import rule_resources, warning_lead_seconds
+from grid.config import load
+from grid.jobs import rule_resources, warning_lead_seconds
 from harness.lag import LAG_MODES, sampling_version
 from tests.support.paths import ROOT
 from tests.support.slime_cluster import FakeCluster, TimedCluster, periodic

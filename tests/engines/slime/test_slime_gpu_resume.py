@@ -34,10 +34,10 @@ import pytest
 import yaml
 
 from engines.train import run as train
-from harness.config import load
+from grid.config import load
+from grid.expand import resolve_run_config
+from grid.folder import GridDir
 from harness.engine import TimeLimitReached
-from harness.grid import resolve_run_config
-from harness.grid_dir import GridDir
 from tests.support.paths import ROOT
 
 STEPS, SAVE_EVERY = 5, 2

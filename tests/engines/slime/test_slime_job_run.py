@@ -14,10 +14,11 @@ import pytest
 from engines.slime import job_script, launch
 from engines.slime.job_script import write_job_script
 from engines.slime.params import REPO
+from grid.expand import resolve_run_config
+from grid.folder import GridDir
 from harness.engine import EXIT_RESUME, TimeLimitReached
-from harness.grid import resolve_run_config
-from harness.grid_dir import GridDir
-from harness.run import RunConfig, RunDir
+from harness.run import RunDir
+from harness.run_config import RunConfig
 from tests.support.fake_ray import PIN, fake_job_environment, fake_slime_job
 from tests.support.slime_checkpoints import write_hf_save
 

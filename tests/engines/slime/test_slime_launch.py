@@ -15,10 +15,11 @@ import yaml
 import stabilizers.api
 from engines.slime.job_script import write_job_script
 from engines.slime.params import REPO, check_container
-from harness.config import load
-from harness.grid import resolve_run_config
-from harness.grid_dir import GridDir
-from harness.run import RunConfig, RunDir
+from grid.config import load
+from grid.expand import resolve_run_config
+from grid.folder import GridDir
+from harness.run import RunDir
+from harness.run_config import RunConfig
 from stabilizers import LossOutput, parameters
 from tests.support import slime_standin
 from tests.support.fake_ray import IMAGE, PIN, PRESET

@@ -11,8 +11,8 @@ from unittest import mock
 import pytest
 
 from engines.slime import footprint, plan
-from harness.config import load
-from harness.jobs import train_retries
+from grid.config import load
+from grid.jobs import train_retries
 from tests.support.paths import ROOT
 
 PRESET = ROOT / "workflow" / "presets" / "table1.yaml"

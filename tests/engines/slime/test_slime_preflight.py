@@ -18,11 +18,12 @@ from engines.slime.flags import slime_flags
 from engines.slime.job_script import write_job_script
 from engines.slime.params import RESUME_BREAKING_FLAGS, model_context, model_shape, parameter_counts, resolve_params
 from eval.score import ScoreError, score_run
-from harness.config import load
-from harness.grid import resolve_run_config
-from harness.grid_dir import GridDir
+from grid.config import load
+from grid.expand import resolve_run_config
+from grid.folder import GridDir
 from harness.io import read_jsonl
-from harness.run import RunConfig, RunDir
+from harness.run import RunDir
+from harness.run_config import RunConfig
 from tests.support.paths import FIXTURES, ROOT
 from tests.support.slime_checkpoints import write_hf_save, write_megatron_save
 from tests.support.workflow_cli import snakemake

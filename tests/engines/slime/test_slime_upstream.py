@@ -16,10 +16,11 @@ import yaml
 from engines.slime import loss as slime_loss
 from engines.slime.flags import slime_flags
 from engines.slime.job_script import custom_config
-from harness.config import load
-from harness.grid import resolve_run_config
+from grid.config import load
+from grid.expand import resolve_run_config
 from harness.io import write_text_atomic
-from harness.run import RunConfig, RunDir
+from harness.run import RunDir
+from harness.run_config import RunConfig
 from stabilizers import fingerprint
 from tests.support.paths import ROOT
 from tests.support.slime_upstream import slime_parsed_args, upstream_dir

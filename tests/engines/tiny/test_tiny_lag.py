@@ -14,7 +14,8 @@ from engines.train import run
 from harness import lag as lag_schedule
 from harness.io import read_jsonl
 from harness.lag import LagOutOfBound, bounded_draw, check_realized_lag, lag_bound, sampling_version
-from harness.run import RunConfig, RunDir
+from harness.run import RunDir
+from harness.run_config import RunConfig
 from tests.support.tiny_runs import config
 from tests.support.untimed import untimed_rows
 

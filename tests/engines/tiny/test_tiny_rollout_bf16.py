@@ -10,7 +10,8 @@ from engines.tiny.rollout import RolloutEngine
 from engines.tiny.rollout_bf16 import bf16
 from engines.tiny.trainer import Trainer
 from harness.io import read_jsonl
-from harness.run import RunConfig, RunDir
+from harness.run import RunDir
+from harness.run_config import RunConfig
 from tests.support.tiny_runs import config
 
 MATMULS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear",

@@ -24,7 +24,8 @@ from engines.train import run
 from harness.engine import TimeLimitReached
 from harness.io import read_jsonl
 from harness.lag import sampling_version
-from harness.run import RunConfig, RunDir
+from harness.run import RunDir
+from harness.run_config import RunConfig
 from tests.support.kill_points import counted, exit_code, forked, run_killed_at
 from tests.support.tiny_runs import SMALL, config
 from tests.support.untimed import untimed_rows

@@ -11,11 +11,12 @@ from torch.profiler import ProfilerActivity, profile
 from engines.tiny import rollout as rollout_module
 from engines.tiny.params import engine_version, resolve_engine_params
 from engines.tiny.trainer import Trainer
-from harness.config import validate
+from grid.config import validate
+from grid.settings import Config
 from harness.identity import run_key
 from harness.io import read_json, read_jsonl
-from harness.run import RunConfig, RunDir
-from harness.settings import Config
+from harness.run import RunDir
+from harness.run_config import RunConfig
 from tests.support.tiny_runs import config
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -1,4 +1,4 @@
-"""harness.config: the workflow config is checked against the schema and the names it refers to."""
+"""grid.config: the workflow config is checked against the schema and the names it refers to."""
 from __future__ import annotations
 
 import copy
@@ -7,8 +7,7 @@ import jsonschema
 import pytest
 import yaml
 
-from harness import engine as engines
-from harness.config import (
+from grid.config import (
     SCHEMA,
     TASKS_DIR,
     ConfigError,
@@ -17,8 +16,9 @@ from harness.config import (
     load,
     validate,
 )
-from harness.jobs import job_resources, retype_cli_values, rule_resources
-from harness.settings import Config
+from grid.jobs import job_resources, retype_cli_values, rule_resources
+from grid.settings import Config
+from harness import engine as engines
 from stabilizers import load_recipes
 from tests.support.paths import ROOT
 
@@ -203,7 +203,7 @@ def test_planning_does_not_import_torch():
     recipe value ranges are checked separately, when jobs are about to start."""
     import subprocess
     import sys
-    code = ("import sys, yaml; from harness.config import validate; from harness.grid import expand, resolve_run_config;"
+    code = ("import sys, yaml; from grid.config import validate; from grid.expand import expand, resolve_run_config;"
             "c = validate(yaml.safe_load(open('config.yaml')));"
             "[resolve_run_config(c, *run) for run in expand(c)];"
             "assert 'torch' not in sys.modules, 'torch imported'")
@@ -211,7 +211,7 @@ def test_planning_does_not_import_torch():
 
 
 def test_recipe_values_are_checked_when_read_and_when_jobs_start():
-    from harness.config import check_recipe_values
+    from grid.config import check_recipe_values
     # a declared range (stabilizers._ranges) is checked when the config is read, without torch
     with pytest.raises(ConfigError, match=r"config key 'extra_recipes': recipe 'bad' \(config\): alpha = 1.5 is outside"):
         validate(demo(recipes=["grpo", "bad"], claims=[], extra_recipes={"bad": {"loss": "sat_grpo", "params": {"alpha": 1.5}}}))

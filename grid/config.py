@@ -6,8 +6,8 @@ eval-task names exist, the baseline is in the grid, the fixed step is an evaluat
 engine's own parameter checks). Every error names the config key, e.g.
 ``config key 'lags[1]': -1 is less than the minimum of 0``. The allowed values that code defines
 (engines, lag modes, eval back ends) are filled into the schema from that code, not repeated.
-harness.settings turns the checked config into typed objects; harness.jobs holds the Snakemake
-plumbing (CLI retyping, job resources, retries); harness.grid_dir the grid folder (its config.json).
+grid.settings turns the checked config into typed objects; grid.jobs holds the Snakemake
+plumbing (CLI retyping, job resources, retries); grid.folder the grid folder (its config.json).
 """
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ from pathlib import Path
 import jsonschema
 import yaml
 
+from grid.claims import claim_errors, seeding_errors
+from grid.expand import recipe_engine_params
+from grid.tuning import Tuning, trainable_config, tuning_errors
 from harness import engine as engines
-from harness.claims import claim_errors, seeding_errors
-from harness.grid import recipe_engine_params
 from harness.lag import LAG_MODES
-from harness.tuning import Tuning, trainable_config, tuning_errors
 from stabilizers import check_values, load_recipes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -217,7 +217,7 @@ def validate(config: dict, *, tasks_dir: str | Path = TASKS_DIR) -> dict:
 
 
 def check_eval_settings(settings: dict) -> dict:
-    """One evaluate job's settings (harness.settings.Eval.job_settings) checked against the schema's
+    """One evaluate job's settings (grid.settings.Eval.job_settings) checked against the schema's
     eval section, its defaults filled in; raises ConfigError naming each 'eval.<key>'."""
     if not isinstance(settings, dict):
         raise ConfigError(f"eval settings must be a JSON object, got {type(settings).__name__}")
@@ -233,7 +233,7 @@ def check_recipe_values(config: dict) -> None:
     """The value ranges of the grid's recipes (eps, alpha, a TIS cap...), which validate leaves out
     because they run the loss code and so import torch: the workflow calls this when jobs are about
     to start, so that a dry run plans without torch. Raises ConfigError naming the recipe."""
-    # with a tuning section, the rows the grid trains are its candidates (harness.tuning)
+    # with a tuning section, the rows the grid trains are its candidates (grid.tuning)
     config = trainable_config(config, Tuning.of(config), load_recipes(extra=config.get("extra_recipes") or {}, check_values=False))
     recipes = load_recipes(extra=config.get("extra_recipes") or {}, check_values=False)
     try:
@@ -276,7 +276,7 @@ def load(path: str | Path, overrides: dict | None = None, **kwargs) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m harness.config FILE...``: each workflow config file read and checked, as the workflow
+    """``python -m grid.config FILE...``: each workflow config file read and checked, as the workflow
     would before any job (``make demo CONFIG=FILE`` runs this first: Snakemake reads a --configfile
     before any project code and names neither its line nor its column)."""
     import sys
@@ -285,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             load(path)
         except ConfigError as error:
-            print(f"harness.config: {error}", file=sys.stderr)
+            print(f"grid.config: {error}", file=sys.stderr)
             status = 2
     return status
 

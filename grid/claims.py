@@ -1,6 +1,6 @@
 """The config's claims and their seed schedule, typed: the ``claims`` and ``seeding`` sections
 (analysis.claims.verdicts answers them; docs/statistics.md). Self-contained: defaults live in the schema,
-the tests in analysis/; harness.config calls claim_errors and seeding_errors among its semantic
+the tests in analysis/; grid.config calls claim_errors and seeding_errors among its semantic
 checks, so a claim naming no recipe, or looks that do not increase, stop before any job runs.
 """
 from __future__ import annotations

@@ -9,7 +9,7 @@ variant x the grid's lags x the grid's seeds), among which the grid-wide pick (a
 checkpoint, analysis.schedule.tune) chooses the picked variant's. The claims name the recipes; the
 confirmation grid (:func:`confirmation_config`) is the plain grid of the picked variants, so that
 aggregation and tracking read it as any other grid. Self-contained (defaults live in the schema);
-harness.config calls :func:`tuning_errors` among its semantic checks.
+grid.config calls :func:`tuning_errors` among its semantic checks.
 """
 from __future__ import annotations
 
@@ -101,12 +101,12 @@ def variant_specs(tuning: Tuning, recipes: dict) -> dict[str, dict]:
 
 def trainable_config(config: dict, tuning: Tuning | None, recipes: dict) -> dict:
     """A plain grid (no tuning section) whose runs are every run a tuning config may train: each
-    variant at every lag and at the tuning and the grid's seeds (harness.settings resolves their run
+    variant at every lag and at the tuning and the grid's seeds (grid.settings resolves their run
     configs once); ``config`` itself when it declares no tuning (``tuning``: its section, Tuning.of)."""
     if tuning is None:
         return config
     variants = {recipe: c.variants for recipe, c in tuning.candidates.items()}
-    # every lag: the tuning's lags are the grid's (harness.config), the confirmation's are all of them
+    # every lag: the tuning's lags are the grid's (grid.config), the confirmation's are all of them
     return {**_renamed(config, tuning, variants, recipes), "seeds": [*tuning.seeds, *config["seeds"]], "claims": []}
 
 

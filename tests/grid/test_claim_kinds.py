@@ -1,12 +1,12 @@
-"""The interaction and trend claim kinds (harness.claims.Claim): their cells and weights worked by
+"""The interaction and trend claim kinds (grid.claims.Claim): their cells and weights worked by
 hand, the contrast they give on hand-made cell values, and the config checks of their fields."""
 import numpy as np
 import pytest
 from scipy import stats
 
 from analysis.statistics.contrasts import contrast
-from harness.claims import Claim, claims, slope_weights
-from harness.config import ConfigError, load
+from grid.claims import Claim, claims, slope_weights
+from grid.config import ConfigError, load
 
 GRID = {"lags": [0, 1, 8]}
 

@@ -1,4 +1,5 @@
-"""The grid: expand a (validated) workflow config into runs and resolve each run's config.
+"""The grid: expand a (validated) workflow config into runs, resolve each run's config, and refuse run
+folders that hold another config.
 
 A resolved run config is everything an engine needs for one (recipe, lag, seed), written out
 in full: the engine's parameters resolved by the engine (a preset expanded to its values), the
@@ -14,11 +15,9 @@ from harness import engine as engines
 from harness.identity import run_key
 from harness.lag import check_lag
 from harness.queue_lag import QUEUE_KEYS
-from stabilizers import Recipe, get_recipe, load_recipes, parameters, recipe_from_named_dict, switch_defaults
-
-# The grid's prepared base model as a run config names it: a folder relative to the grid folder
-# (<results_dir>/<grid>), so that moving or renaming results/ keeps every run key and eval key.
-BASE_MODEL = "base"
+from harness.run import RunDir
+from harness.run_config import BASE_MODEL
+from stabilizers import Recipe, get_recipe, load_recipes, parameters, switch_defaults
 
 
 def grid_dir(config: dict) -> Path:
@@ -29,22 +28,6 @@ def expand(config: dict) -> list[tuple[str, int, int]]:
     """Every (recipe, lag, seed) of the grid, in config order."""
     return [(recipe, int(lag), int(seed))
             for recipe in config["recipes"] for lag in config["lags"] for seed in config["seeds"]]
-
-
-def check_run(run_config: dict) -> Recipe:
-    """The engine-independent checks of a resolved run config; returns its recipe."""
-    for key in ("engine", "recipe", "lag", "lag_mode", "seed", "steps", "eval_every"):
-        if key not in run_config:
-            raise ValueError(f"run config is missing {key!r}")
-    recipe = recipe_from_named_dict(run_config["recipe"], "run config 'recipe'")  # unknown loss/params -> ValueError
-    check_lag(run_config["lag"], run_config["lag_mode"])
-    if run_config["lag_mode"] == "queue" and sorted(run_config.get("lag_queue") or {}) != sorted(QUEUE_KEYS):
-        raise ValueError(f"run config 'lag_queue' must hold {list(QUEUE_KEYS)} in lag_mode queue")
-    for key in ("steps", "eval_every", "seed"):
-        value = run_config[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < (0 if key == "seed" else 1):
-            raise ValueError(f"run config {key!r} must be an integer >= {0 if key == 'seed' else 1}, got {value!r}")
-    return recipe
 
 
 def resolved_recipe(recipe: Recipe) -> dict:
@@ -64,7 +47,7 @@ def resolved_recipe(recipe: Recipe) -> dict:
 def recipe_engine_params(config: dict, recipe: str) -> dict:
     """The engine_params of ``recipe``'s runs, before the engine resolves them: the grid's, updated
     by the recipe's own (config key recipe_engine_params: e.g. a rollout precision per recipe, so
-    that one grid crosses it; knobs of the grid-wide base model are refused by harness.config)."""
+    that one grid crosses it; knobs of the grid-wide base model are refused by grid.config)."""
     return {**(config.get("engine_params") or {}), **(config.get("recipe_engine_params") or {}).get(recipe, {})}
 
 
@@ -94,3 +77,17 @@ def resolve_run_config(config: dict, recipe: str, lag: int, seed: int, recipes: 
         run_config["lag_queue"] = {key: config["lag_queue"][key] for key in QUEUE_KEYS}
     run_config["run_key"] = run_key(run_config)
     return run_config
+
+
+def refuse_changed_runs(run_configs: dict[Path, dict]) -> None:
+    """Run identity from the files, before any job: every run folder that holds a config.json of
+    another run key than the config's (``run_configs``: run folder -> resolved run config) is refused,
+    in one ValueError naming each run, both keys and what differs. Snakemake's own rerun triggers
+    live in .snakemake/, which a copied results folder or a fresh clone lacks; these files do not."""
+    refusals = [refusal for folder, run_config in run_configs.items()
+                if (refusal := RunDir(folder).config_refusal(run_config))]
+    if refusals:
+        raise ValueError(f"{len(refusals)} run folder(s) of this grid hold runs of another config, so no job "
+                         f"was started and nothing was deleted:\n  " + "\n  ".join(refusals))
+
+

@@ -1,6 +1,6 @@
 """The Snakemake plumbing of the workflow (workflow/rules/common.smk): what a config means to
 Snakemake rather than to a stage. ``-C`` values retyped, each rule's job resources, the training
-job's retries, the runs each train and evaluate job packs. The grid folder's file names: harness.grid_dir.
+job's retries, the runs each train and evaluate job packs. The grid folder's file names: grid.folder.
 """
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import yaml
 
+from grid.config import ConfigError
+from grid.settings import Config
 from harness import engine as engines
-from harness.config import ConfigError
-from harness.settings import Config
 
 
 def retype_cli_values(value):
@@ -113,7 +113,7 @@ def run_packs(config: Config) -> list[Pack]:
 
 def train_arguments(model, pack: Pack):
     """The params function of a pack's train job: ``--run-dir DIR --config-json JSON`` per run, from its
-    outputs (each run's status file) and ``model`` (harness.settings.Config: the resolved run configs), so
+    outputs (each run's status file) and ``model`` (grid.settings.Config: the resolved run configs), so
     that a change to any run's config reruns the job (whose finished runs are not redone)."""
 
     def arguments(wildcards, output) -> list[str]:

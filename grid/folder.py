@@ -25,10 +25,11 @@ import csv
 import statistics
 from pathlib import Path
 
+from grid.expand import grid_dir
 from harness.engine import RULES
-from harness.grid import BASE_MODEL, grid_dir
 from harness.io import read_json
 from harness.run import RUN_FOLDER, RunDir
+from harness.run_config import BASE_MODEL
 
 CONFIG, SUMMARY, MLFLOW_MARKER, TRACKING_LOCK = "config.json", "summary.json", "mlflow.json", "tracking.lock"
 TUNING_PICK = "tuning.json"  # the equal tuning budget's pick (analysis.schedule.tune)

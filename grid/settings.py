@@ -1,16 +1,16 @@
 """The typed config: read-only views of a checked workflow config, one class per section, a
 docstring per field, built once per process.
 
-    config = Config.build(harness.config.validate(raw))    # the Snakefile does this once
+    config = Config.build(grid.config.validate(raw))    # the Snakefile does this once
     config.runs                # every (recipe, lag, seed), in config order
     config.run_config(run)     # the resolved run config of one run (its hash is the run key)
     config.eval.job_settings() # exactly what each run's evaluate job reads
     config.collapse.fraction   # what aggregation reads
-    config.claims              # the declared claims, typed (harness.claims.Claim)
-    config.seeding             # the seed schedule this grid runs (harness.claims.Seeding), or None
+    config.claims              # the declared claims, typed (grid.claims.Claim)
+    config.seeding             # the seed schedule this grid runs (grid.claims.Seeding), or None
 
 Every default is the schema's (workflow/schemas/config.schema.yaml) and every check is
-harness.config's: these classes only give the checked values names and types, and say which
+grid.config's: these classes only give the checked values names and types, and say which
 settings each stage reads, so that a stage is rerun only when something it reads changed. A
 section's fields are read from the checked dict by name (``_section``): a new key of a section is
 its schema entry, a field here, and the code that reads it.
@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
+from grid.claims import Claim, Seeding, claims
+from grid.expand import expand, grid_dir, recipe_engine_params, resolve_run_config
+from grid.folder import GridDir
+from grid.tuning import Tuning, confirmation_config, trainable_config
 from harness import engine as engines
-from harness.claims import Claim, Seeding, claims
-from harness.grid import expand, grid_dir, recipe_engine_params, resolve_run_config
-from harness.grid_dir import GridDir
-from harness.tuning import Tuning, confirmation_config, trainable_config
 from stabilizers import load_recipes
 
 Run = tuple[str, int, int]  # (recipe, lag, seed)
@@ -127,7 +127,7 @@ def thawed(value):
 
 
 @dataclass(frozen=True)
-class Collapse:
+class CollapseRule:
     """The config's ``collapse`` section: when a run counts as collapsed (analysis.cells.curves)."""
 
     fraction: float
@@ -136,7 +136,7 @@ class Collapse:
     """Evaluations the final below-threshold stretch spans at least (one noisy last one is no collapse)."""
 
     @classmethod
-    def build(cls, section: dict) -> "Collapse":
+    def build(cls, section: dict) -> "CollapseRule":
         return _section(cls, section)
 
 
@@ -184,7 +184,7 @@ class SideBySide:
 
 @dataclass(frozen=True)
 class Config:
-    """A checked workflow config (harness.config.validate), with its runs resolved."""
+    """A checked workflow config (grid.config.validate), with its runs resolved."""
 
     raw: MappingProxyType
     """The checked config, defaults filled in, as <grid>/config.json holds it."""
@@ -215,14 +215,14 @@ class Config:
     """A checkpoint is saved and evaluated every eval_every steps (and at the last)."""
     eval: Eval
     """How checkpoints are scored."""
-    collapse: Collapse
+    collapse: CollapseRule
     """When a run counts as collapsed."""
     baseline: str
     """The recipe (one of recipes) that probability of improvement is measured against."""
     resources: MappingProxyType
-    """Per-rule job resources over the engine's defaults (harness.jobs.rule_resources)."""
+    """Per-rule job resources over the engine's defaults (grid.jobs.rule_resources)."""
     run_configs: MappingProxyType
-    """Run -> its resolved run config (harness.grid.resolve_run_config)."""
+    """Run -> its resolved run config (grid.expand.resolve_run_config)."""
     recipe_engine_params: MappingProxyType
     """Recipe (with a tuning section: each candidate) -> the engine's settings its runs train with."""
     grid_runs: tuple[Run, ...]
@@ -234,7 +234,7 @@ class Config:
     seeding_declared: MappingProxyType | None
     """The ``seeding`` section as declared (before a narrowed seed list cuts its looks)."""
     tuning: Tuning | None
-    """The equal tuning budget (harness.tuning); None without one."""
+    """The equal tuning budget (grid.tuning); None without one."""
     gain_sources: GainSources | None
     """Where each recipe's gain comes from (analysis.claims.gain_sources); None without the section."""
     side_by_side: SideBySide | None
@@ -249,7 +249,7 @@ class Config:
         engine_params = engine.resolve_params(config["engine_params"])
         # once: resolving a 1,000-run grid takes ms. Names and parameter names are checked without
         # importing torch; value ranges when jobs start (the Snakefile's onstart: check_recipe_values).
-        # With a tuning section the runs are its candidates' (harness.tuning): the rows stay the recipes.
+        # With a tuning section the runs are its candidates' (grid.tuning): the rows stay the recipes.
         tuning = Tuning.of(config)
         trainable = trainable_config(config, tuning, load_recipes(extra=config["extra_recipes"], check_values=False))
         recipes = load_recipes(extra=trainable["extra_recipes"], check_values=False)
@@ -262,7 +262,7 @@ class Config:
                    recipes=tuple(config["recipes"]), extra_recipes=_frozen(config["extra_recipes"]),
                    lags=tuple(config["lags"]), lag_mode=config["lag_mode"], seeds=tuple(config["seeds"]),
                    steps=config["steps"], eval_every=config["eval_every"], eval=Eval.build(config["eval"]),
-                   collapse=Collapse.build(config["collapse"]), baseline=config["baseline"],
+                   collapse=CollapseRule.build(config["collapse"]), baseline=config["baseline"],
                    resources=_frozen(config["resources"]), run_configs=MappingProxyType(run_configs),
                    recipe_engine_params=_frozen(per_recipe),
                    grid_runs=tuple(expand(config)), claims=claims(config), seeding=Seeding.of(config),
@@ -295,7 +295,7 @@ class Config:
         return [run for run in self.grid_runs if run[2] in seeds]
 
     def confirmation(self, picked: dict) -> "Config":
-        """The grid of a tuning section's confirmation runs (harness.tuning.confirmation_config): each
+        """The grid of a tuning section's confirmation runs (grid.tuning.confirmation_config): each
         recipe replaced by its picked variant (``picked``: recipe -> value), a plain grid."""
         return Config.build(confirmation_config(thawed(self.raw), self.tuning, picked))
 

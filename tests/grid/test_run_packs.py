@@ -1,12 +1,12 @@
-"""harness.jobs.run_packs: the runs each train and evaluate job takes, and a packed job's retries."""
+"""grid.jobs.run_packs: the runs each train and evaluate job takes, and a packed job's retries."""
 import json
 
 import yaml
 
-from harness.config import validate
-from harness.jobs import Pack, run_packs, train_arguments, train_retries
+from grid.config import validate
+from grid.jobs import Pack, run_packs, train_arguments, train_retries
+from grid.settings import Config
 from harness.run import RUN_FOLDER
-from harness.settings import Config
 from tests.support.paths import ROOT
 from tests.support.tuning_grid import raw_config
 

@@ -2,9 +2,9 @@
 setting such as the rollout precision (workflow/presets/sources.yaml), checked naming the key."""
 import pytest
 
-from harness.claims import claims
-from harness.config import ConfigError, load
-from harness.settings import Config
+from grid.claims import claims
+from grid.config import ConfigError, load
+from grid.settings import Config
 
 
 def test_an_override_reaches_only_its_recipes_runs():
