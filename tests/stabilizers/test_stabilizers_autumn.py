@@ -185,6 +185,20 @@ def test_score_centering_top_k_form_by_hand():
         torch.testing.assert_close(out.loss, t(-A * score.sum() / 2))
 
 
+def test_score_centering_top_k_floors_the_tail_mass_of_p():
+    """rho = Q_tail / max(P_tail, 1e-6), as the authors' code, prime-rl and the paper's appendix A.3 have
+    it (issue 62). Head {0, 1} (k = 2); the tail {2} holds q 0.2 and p 1e-8: rho = 0.2 / 1e-6 = 2e5, the
+    tail's mass alpha p = 2e5 * 1e-8 = 2e-3 (0.2 without the floor, q's own tail mass)."""
+    q, p = np.array([[[0.5, 0.3, 0.2]]]), np.array([[[0.6, 0.4 - 1e-8, 1e-8]]])
+    batch, logp_all = centering_batch(q, p, [0], 1.0)
+    out = get("score_centering")(batch, top_k=2)
+    torch.testing.assert_close(grad(out, logp_all), t([[[0.5, 0.3, 2e-3]]]), rtol=1e-9, atol=0)
+    # above the floor the tail's mass is q's own, 0.2: the exact form's
+    p = np.array([[[0.6, 0.2, 0.2]]])
+    batch, logp_all = centering_batch(q, p, [0], 1.0)
+    torch.testing.assert_close(grad(get("score_centering")(batch, top_k=2), logp_all), t([[[0.5, 0.3, 0.2]]]))
+
+
 def random_centering_batch(vocab, seed=0):
     g = np.random.default_rng(seed)
     logits = g.normal(size=(3, 5, vocab))
