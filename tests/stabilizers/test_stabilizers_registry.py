@@ -213,7 +213,7 @@ def test_recipes_are_the_papers():
     rivals = {"p3o", "mu_grpo", "grpo_mu_relaxed"}  # issue 40 (tests/stabilizers/test_stabilizers_rivals.py)
     autumn = {"ipo", "score_centering", "score_centering_tis", "score_centering_mis", "score_centering_top4", "estr",
               "topr"}  # issue 50 (tests/stabilizers/test_stabilizers_autumn.py)
-    sources = {"ipo_pr3418", "ipo_score_centering"}  # issue 62 (tests/stabilizers/test_stabilizers_conformance.py)
+    sources = {"ipo_pr3418", "ipo_score_centering", "topr_token"}  # issue 62 (tests/stabilizers/test_stabilizers_conformance.py)
     assert set(TABLE1) | controls | field | practice | rivals | autumn | sources == set(recipes)
     assert [name for name, recipe in recipes.items() if not recipe.std_normalization] == ["grpo_dr"]
     assert recipes["grpo_dr"].as_dict()["params"] == recipes["grpo_sum_norm"].as_dict()["params"]
