@@ -5,9 +5,10 @@ The references below are TEST CODE, ported from the sources line by line into to
 code is JAX), for comparison only; nothing in stabilizers/ imports them. Each names its repository, path
 and commit:
 
-- prime-rl IPO today: PrimeIntellect-ai/prime-rl, src/prime_rl/trainer/rl/loss.py, `_capped_importance_ratio`,
-  `IPOLoss.loss`, `IPOLoss.score_centering_loss` (read in the stored code index, whose copy names no
-  commit; prime-rl's main after PR #3586).
+- prime-rl IPO today, IcePop and CISPO: PrimeIntellect-ai/prime-rl, src/prime_rl/trainer/rl/loss.py,
+  `_capped_importance_ratio`, `IPOLoss.loss`, `IPOLoss.score_centering_loss`, `IcePopLoss.loss`,
+  `CISPOLoss.loss` (read in the stored code index, whose copy names no commit; prime-rl's main after
+  PR #3586).
 - prime-rl IPO of PR #3418 and DPPO+KL: the same path at 559b44772e471d1538537b8805cc77f3824a5e64
   (`ipo_loss_fn`, `default_loss_fn`).
 - Score Centering and its `topr` point: MJ10/score-centering, losses.py at
@@ -145,6 +146,29 @@ def prime_dppo_kl(batch, high=0.2, low=0.2, kl_tau=1e-3, clamp=None):
     return torch.where(batch.active, per_token, 0.0).sum() / count(batch)
 
 
+def prime_icepop(batch, low=0.2, high=5.0):
+    """IcePopLoss.loss (the stored copy of loss.py, as IPOLoss)."""
+    total = batch.logp.new_zeros(())
+    for i, m in enumerate(rows(batch)):
+        log_r = batch.logp[i][m] - batch.rollout_logp[i][m]
+        detached = log_r.detach()
+        keep = ~((detached < math.log(low)) | (detached > math.log(high)))
+        total = total + (-batch.advantages[i][m][keep] * torch.exp(log_r[keep])).sum()
+    return total / count(batch)
+
+
+def prime_cispo(batch, low=0.0, high=5.0):
+    """CISPOLoss.loss (the same copy): the detached weight min(r, high), max(., low) only if low > 0."""
+    total = batch.logp.new_zeros(())
+    for i, m in enumerate(rows(batch)):
+        logp = batch.logp[i][m]
+        clipped = (logp - batch.rollout_logp[i][m]).detach().clamp(max=math.log(high))
+        if low:
+            clipped = clipped.clamp(min=math.log(low))
+        total = total + (-clipped.exp() * batch.advantages[i][m] * logp).sum()
+    return total / count(batch)
+
+
 # ---------------------------------------------------------------- Score Centering's code (JAX, ported)
 @dataclasses.dataclass(frozen=True)
 class ISCorrection:
@@ -235,7 +259,9 @@ TABLE = {
     "ipo": (prime_ipo, "loss and gradient"),
     "ipo_score_centering": (lambda b: prime_ipo(b, score_centering=True), "loss and gradient"),
     "ipo_pr3418": (prime_ipo_pr3418, "loss and gradient"),
-    "dppo_pkl": (prime_dppo_kl, "gradient"),  # sg(w) A log pi for A pi/mu: the same gradient, another value
+    "dppo_pkl": (prime_dppo_kl, "gradient"),
+    "icepop_prime": (prime_icepop, "loss and gradient"),
+    "cispo": (prime_cispo, "loss and gradient"),  # sg(w) A log pi for A pi/mu: the same gradient, another value
     "score_centering": (authors_loss, "loss and gradient"),
     "score_centering_tis": (lambda b: authors_loss(b, TIS), "loss and gradient"),
     "score_centering_mis": (lambda b: authors_loss(b, MIS), "loss and gradient"),

@@ -35,10 +35,13 @@ def test_every_recipe_has_its_own_loss_on_the_canned_batch():
     # (IPO's cap 1e4 does not bind); ipo_pr3418's KL term tells it apart; reshaping the
     # batch would change every recorded fingerprint, so their metrics tell them apart
     twins = [{name.removesuffix("_r3"), name} for name in RECIPES if name.endswith("_r3")] + \
-        [{"grpo_sum_norm", "grpo_dr"}, {"grpo_mu_relaxed", "mu_grpo"}, {"ipo", "m2po"}]
+        [{"grpo_sum_norm", "grpo_dr"}, {"grpo_mu_relaxed", "mu_grpo", "icepop_prime"}, {"ipo", "m2po"}]
     assert sorted(map(sorted, shared)) == sorted(map(sorted, twins))
     assert fingerprint(RECIPES["mu_grpo"])["metrics"] != fingerprint(RECIPES["grpo_mu_relaxed"])["metrics"]
     assert fingerprint(RECIPES["ipo"])["metrics"] != fingerprint(RECIPES["m2po"])["metrics"]
+    # prime-rl's IcePop keeps every canned token (pi/mu in [0.2, 5]) and weighs it by pi/mu, as the relaxed clip
+    # [0, 5] does: its metrics tell it apart
+    assert fingerprint(RECIPES["icepop_prime"])["metrics"] != fingerprint(RECIPES["grpo_mu_relaxed"])["metrics"]
 
 
 def test_a_loss_that_reads_the_sampler_gets_it_and_its_gradient_counts(monkeypatch):
