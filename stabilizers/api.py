@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     import torch
 
 _BATCH_TENSORS = ("logp", "old_logp", "rollout_logp", "advantages", "mask")
+_PADDED = ("old_logp", "rollout_logp", "advantages", "token_weight")  # non-finite padding replaced by 0
 
 # What a loss may read of the sampler beyond the sampled token, by the name it requests at registration
 # and an engine declares it supplies (harness.engine.Engine.supplies). A top-k head (SGLang's
@@ -111,7 +112,27 @@ class PolicyBatch:
     active: torch.Tensor = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "active", self.mask.bool())
+        active = self.mask.bool()
+        object.__setattr__(self, "active", active)
+        # Recorded data may hold -inf or NaN at padding (an inference engine's or a user's fill). Such a value
+        # is replaced by 0 here, before any loss exponentiates or subtracts it, so that every loss's value
+        # and gradient stay finite (issue 62). A finite padding value is kept as it is: the gradient's bits,
+        # the sign of its zeros at padding included, and so every recorded fingerprint, do not change. The
+        # tensors that carry the gradient (logp, sampler.logp) are the caller's own leaves and stay as they
+        # are: the trainer computes them, finite at every position (validate_batch refuses one that is not).
+        # A tensor of another shape is left for validate_batch to name.
+        for name in _PADDED:
+            value = getattr(self, name)
+            if value is not None and value.shape == active.shape:
+                object.__setattr__(self, name, value.where(active | value.isfinite(), 0.0))
+        if self.sampler is not None:
+            fields = {}
+            for name in ("logq", "entropy"):
+                value = getattr(self.sampler, name)
+                if value is not None and value.shape[:2] == active.shape:
+                    keep = active[..., None] if value.dim() == 3 else active
+                    fields[name] = value.where(keep | value.isfinite(), 0.0)
+            object.__setattr__(self, "sampler", replace(self.sampler, **fields))
 
     def with_token_weight(self, weight: torch.Tensor) -> "PolicyBatch":
         return replace(self, token_weight=weight)

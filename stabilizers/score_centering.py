@@ -13,7 +13,8 @@ sweeps/06b_quant_stale.yaml); the paper's equations were not read.
 
 top_k = 0 is the exact form (every vocabulary entry). top_k = k is the code's top-k form, what an
 engine that transports the sampler's k most probable entries H can compute: cw_v on H; on the tail
-q is modelled as rho p, rho = (1 - Q_H) / (1 - P_H) (the tail masses of q and sg(p)), so its mass is
+q is modelled as rho p, rho = (1 - Q_H) / max(1 - P_H, 1e-6) (the tail masses of q and sg(p); the floor
+is the code's, prime-rl's and the paper's appendix A.3, added in issue 62), so its mass is
 cw_v = alpha sg(p_v) with alpha = rho f(1 / rho). The code writes the tail term through
 sum_all sg(p) log p, whose gradient is zero; on the full distribution the tail sum is taken directly,
 the same value, and at k = V (no tail) the exact form bit for bit. Defaults: the code's TIS cap 2.0
@@ -29,6 +30,9 @@ import torch
 
 from ._surrogate import aggregate, masked_mean
 from .api import LossOutput, PolicyBatch, ranges, register, sampler_field
+
+# the floor on p's tail mass in rho's denominator: the authors' code, prime-rl and the paper's appendix A.3
+_TAIL_FLOOR = 1e-6
 
 
 def _log_mass(logp: torch.Tensor, logq: torch.Tensor, weight: str, tis_cap: float, mis_low: float,
@@ -79,7 +83,7 @@ def score_centering(
         p = logp_all.detach().exp()
         tail_q = torch.where(head, 0.0, logq.detach().exp()).sum(-1)
         tail_p = torch.where(head, 0.0, p).sum(-1)
-        rho = torch.where(tail_p > 0, tail_q / tail_p, 0.0)
+        rho = tail_q / tail_p.clamp(min=_TAIL_FLOOR)
         alpha = _tail_alpha(rho, weight, tis_cap, mis_low, mis_high)
         mass = torch.where(head, mass, alpha[..., None] * p)
     center = (mass * logp_all).sum(-1)

@@ -43,15 +43,40 @@ def test_ipo_by_hand():
     loss = -(2 * 10/9 - 0.8) / 4; d loss / d logp = -A r / 4 on the kept tokens (d r = r d logp)."""
     batch = batch_of([[math.log(0.5), math.log(0.3)], [math.log(0.6), math.log(0.2)]],
                      [[math.log(0.45), math.log(0.5)], [math.log(0.4), math.log(0.25)]], [[2.0, 2.0], [-1.0, -1.0]])
-    out = get("ipo")(batch)
+    out = get("ipo")(batch, eps=0.1)
     torch.testing.assert_close(out.loss, t(-(2 * 10 / 9 - 0.8) / 4))
     torch.testing.assert_close(grad(out, batch.logp), t([[-2 * 10 / 9 / 4, 0.0], [0.0, 0.8 / 4]]))
     assert out.metrics["ipo/masked_frac"].item() == 0.5
-    # the cap bounds the value (1.05 for r = 10/9), not the gradient (straight-through)
-    capped = get("ipo")(batch, max_importance_ratio=1.05)
+    # the cap bounds the value and the gradient weight alike: min(10/9, 1.05) = 1.05 on the first token
+    capped = get("ipo")(batch, eps=0.1, max_importance_ratio=1.05)
     torch.testing.assert_close(capped.loss, t(-(2 * 1.05 - 0.8) / 4))
-    torch.testing.assert_close(grad(capped, batch.logp), grad(out, batch.logp))
+    torch.testing.assert_close(grad(capped, batch.logp), t([[-2 * 1.05 / 4, 0.0], [0.0, 0.8 / 4]]))
     assert capped.metrics["ipo/capped_frac"].item() == 0.25
+    # today's default eps 0.3 keeps all four (the largest |p - q| is 0.2)
+    assert get("ipo")(batch).metrics["ipo/masked_frac"].item() == 0.0
+
+
+def test_ipo_caps_the_gradient_as_prime_rl_does():
+    """Three kept tokens, A = 1, cap 1e4 (issue 62): r = 5e4, e^21 and 1.11 (q = 1e-7, 1e-12, 0.5; every
+    |p - q| <= 0.06). prime-rl's gradient weight is min(r, cap): d loss / d logp = -(1e4, 1e4, 1.11) / 3 =
+    -3333.33, -3333.33, -0.37. The value-only cap read before gave -16666.67, 0.0 (its e^20 clamp) and -0.37."""
+    q = t([[1e-7, 1e-12, 0.5]])
+    batch = batch_of((q * t([[5e4, math.exp(21), 1.11]])).log().tolist(), q.log().tolist(), [[1.0, 1.0, 1.0]])
+    out = get("ipo")(batch)
+    torch.testing.assert_close(grad(out, batch.logp), t([[-3333.33, -3333.33, -0.37]]), rtol=0, atol=0.005)
+    torch.testing.assert_close(out.loss, t(-(2e4 + 1.11) / 3))
+    assert out.metrics["ipo/capped_frac"].item() == 2 / 3
+    # the cap is live: at cap 1e5 the first token's weight is its r, 5e4
+    assert grad(get("ipo")(batch, max_importance_ratio=1e5), batch.logp)[0, 0].item() == pytest.approx(-5e4 / 3)
+
+
+def test_ipo_pr3418_adds_the_squared_log_ratio_on_every_token():
+    """kl_coef (log r)^2 counts on masked tokens too (prime-rl's ipo_loss_fn: loss_mask * log_ratio**2)."""
+    batch = batch_of([[math.log(0.5), math.log(0.3)]], [[math.log(0.45), math.log(0.5)]], [[1.0, 1.0]])
+    with_kl, without = get("ipo")(batch, eps=0.1, kl_coef=1e-3), get("ipo")(batch, eps=0.1)
+    log_r = [math.log(0.5 / 0.45), math.log(0.3 / 0.5)]
+    torch.testing.assert_close(with_kl.loss - without.loss, t(1e-3 * (log_r[0] ** 2 + log_r[1] ** 2) / 2))
+    torch.testing.assert_close(grad(with_kl, batch.logp) - grad(without, batch.logp), t([[1e-3 * x for x in log_r]]))
 
 
 # ---------------------------------------------------------------- TOPR
@@ -158,6 +183,20 @@ def test_score_centering_top_k_form_by_hand():
         w = np.array([f(7 / 3), f(2.0)])
         score = w * np.log([0.7, 0.2]) - (mass * np.log(P[0])).sum(-1)
         torch.testing.assert_close(out.loss, t(-A * score.sum() / 2))
+
+
+def test_score_centering_top_k_floors_the_tail_mass_of_p():
+    """rho = Q_tail / max(P_tail, 1e-6), as the authors' code, prime-rl and the paper's appendix A.3 have
+    it (issue 62). Head {0, 1} (k = 2); the tail {2} holds q 0.2 and p 1e-8: rho = 0.2 / 1e-6 = 2e5, the
+    tail's mass alpha p = 2e5 * 1e-8 = 2e-3 (0.2 without the floor, q's own tail mass)."""
+    q, p = np.array([[[0.5, 0.3, 0.2]]]), np.array([[[0.6, 0.4 - 1e-8, 1e-8]]])
+    batch, logp_all = centering_batch(q, p, [0], 1.0)
+    out = get("score_centering")(batch, top_k=2)
+    torch.testing.assert_close(grad(out, logp_all), t([[[0.5, 0.3, 2e-3]]]), rtol=1e-9, atol=0)
+    # above the floor the tail's mass is q's own, 0.2: the exact form's
+    p = np.array([[[0.6, 0.2, 0.2]]])
+    batch, logp_all = centering_batch(q, p, [0], 1.0)
+    torch.testing.assert_close(grad(get("score_centering")(batch, top_k=2), logp_all), t([[[0.5, 0.3, 0.2]]]))
 
 
 def random_centering_batch(vocab, seed=0):

@@ -31,13 +31,17 @@ def test_every_recipe_has_its_own_loss_on_the_canned_batch():
     # and mu_grpo's pair: the canned batch's ratios are near 1, so mu-GRPO's veto (pi / mu < 1e-4 with
     # A < 0) never fires there; the veto's metrics still tell the two apart (its effect: test_stabilizers_rivals)
     # and ipo with m2po: on the canned batch both remove the one token at log pi/mu = 1 and nothing else (no
-    # other token has |pi - mu| > 0.1 or a large M2), and weigh the rest by pi/mu uncapped; reshaping the
+    # other token has |pi - mu| > 0.1, or 0.3 for today's eps, or a large M2), and weigh the rest by pi/mu
+    # (IPO's cap 1e4 does not bind); ipo_pr3418's KL term tells it apart; reshaping the
     # batch would change every recorded fingerprint, so their metrics tell them apart
     twins = [{name.removesuffix("_r3"), name} for name in RECIPES if name.endswith("_r3")] + \
-        [{"grpo_sum_norm", "grpo_dr"}, {"grpo_mu_relaxed", "mu_grpo"}, {"ipo", "m2po"}]
+        [{"grpo_sum_norm", "grpo_dr"}, {"grpo_mu_relaxed", "mu_grpo", "icepop_prime"}, {"ipo", "m2po"}]
     assert sorted(map(sorted, shared)) == sorted(map(sorted, twins))
     assert fingerprint(RECIPES["mu_grpo"])["metrics"] != fingerprint(RECIPES["grpo_mu_relaxed"])["metrics"]
     assert fingerprint(RECIPES["ipo"])["metrics"] != fingerprint(RECIPES["m2po"])["metrics"]
+    # prime-rl's IcePop keeps every canned token (pi/mu in [0.2, 5]) and weighs it by pi/mu, as the relaxed clip
+    # [0, 5] does: its metrics tell it apart
+    assert fingerprint(RECIPES["icepop_prime"])["metrics"] != fingerprint(RECIPES["grpo_mu_relaxed"])["metrics"]
 
 
 def test_a_loss_that_reads_the_sampler_gets_it_and_its_gradient_counts(monkeypatch):

@@ -213,7 +213,9 @@ def test_recipes_are_the_papers():
     rivals = {"p3o", "mu_grpo", "grpo_mu_relaxed"}  # issue 40 (tests/stabilizers/test_stabilizers_rivals.py)
     autumn = {"ipo", "score_centering", "score_centering_tis", "score_centering_mis", "score_centering_top4", "estr",
               "topr"}  # issue 50 (tests/stabilizers/test_stabilizers_autumn.py)
-    assert set(TABLE1) | controls | field | practice | rivals | autumn == set(recipes)
+    sources = {"ipo_pr3418", "ipo_score_centering", "topr_token", "icepop_prime", "grpo_seqmean_tis",
+               "grpo_mu_seq_mask3"}  # issue 62 (tests/stabilizers/test_stabilizers_conformance.py)
+    assert set(TABLE1) | controls | field | practice | rivals | autumn | sources == set(recipes)
     assert [name for name, recipe in recipes.items() if not recipe.std_normalization] == ["grpo_dr"]
     assert recipes["grpo_dr"].as_dict()["params"] == recipes["grpo_sum_norm"].as_dict()["params"]
     assert "std_normalization" not in recipes["grpo_sum_norm"].as_dict()  # on by default: old run keys unchanged
@@ -243,7 +245,15 @@ def test_recipes_are_the_papers():
     assert recipes["cispo_old"].params == {**recipes["cispo"].params, "ratio_against": "old"}
     assert recipes["grpo_seq_tis"].rollout_is == {"level": "sequence", "cap": 2.0}
     assert recipes["grpo_seq_mis"].rollout_is == {"level": "sequence", "lower": 0.5, "upper": 2.0}
-    assert recipes["ipo"].params == {"eps": 0.1, "max_importance_ratio": 1e4}
+    # prime-rl's IPO defaults by date: PR #3586 (today's) and PR #3418 (with its KL term, no cap)
+    assert recipes["ipo"].params == {"eps": 0.3, "max_importance_ratio": 1e4, "kl_coef": 0.0}
+    assert recipes["ipo_pr3418"].params == {"eps": 0.1, "max_importance_ratio": math.inf, "kl_coef": 1e-3}
+    assert recipes["ipo_score_centering"].params == {"eps": 0.3, "max_importance_ratio": 1e4}
+    # the field since autumn (issue 62): prime-rl's IcePop band, NeMo-RL's sequence-mean TIS, TRL's AsyncGRPO gate
+    assert recipes["icepop_prime"].params == {"ratio_low": 0.2, "ratio_high": 5.0}
+    assert recipes["grpo_seqmean_tis"].rollout_is == {**recipes["grpo_seq_tis"].rollout_is, "level": "geometric"}
+    assert recipes["grpo_mu_seq_mask3"].params == recipes["grpo_mu"].params
+    assert recipes["grpo_mu_seq_mask3"].rollout_is == {"level": "sequence", "lower": 0.0, "upper": 3.0, "reweight": False}
     assert {recipes[f"score_centering{suffix}"].params["weight"] for suffix in ("", "_tis", "_mis")} == {"none", "tis", "mis"}
     for recipe in recipes.values():  # each one runs and gives a finite loss
         b = batch()

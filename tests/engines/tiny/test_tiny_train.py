@@ -236,7 +236,10 @@ def test_dr_grpo_advantages_are_the_reward_minus_the_group_mean(base, tmp_path):
 # the issue-50 recipes and a diagnostic each logs
 AUTUMN_2026 = {"ipo": "ipo/masked_frac", "score_centering_mis": "score_centering/center_mass",
                "score_centering_top4": "score_centering/tail_q", "estr": "estr/masked_frac",
-               "topr": "topr/tapered_frac"}
+               "topr": "topr/tapered_frac",
+               # and issue 62's: prime-rl's IPO with Score Centering, its IcePop, the per-token TOPR
+               "ipo_score_centering": "ipo_score_centering/center_mass", "icepop_prime": "icepop_is/masked_frac",
+               "topr_token": "topr_token/tapered_frac"}
 
 
 def test_the_autumn_2026_recipes_train_with_the_sampler_they_need(base, tmp_path, monkeypatch):
@@ -255,7 +258,8 @@ def test_the_autumn_2026_recipes_train_with_the_sampler_they_need(base, tmp_path
         assert run(config(base, recipe=recipe, steps=2), tmp_path / recipe) == "completed"
         assert all(key in row for row in read_jsonl(tmp_path / recipe / "train" / "metrics.jsonl")), recipe
         assert RunDir(tmp_path / recipe).read_fingerprint()["digest"], recipe
-    assert given["ipo"] is None and given["topr"] is None
+    assert given["ipo"] is None and given["topr"] is None and given["icepop_prime"] is None
+    assert given["ipo_score_centering"].logp.requires_grad and given["ipo_score_centering"].entropy is None
     centering, estr = given["score_centering_mis"], given["estr"]
     assert centering.entropy is None and centering.logp.requires_grad and centering.logq.shape == centering.logp.shape
     assert centering.logq.shape[-1] == 13 and torch.allclose(centering.logq.exp().sum(-1), torch.ones(()))
