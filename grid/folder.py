@@ -12,6 +12,7 @@
     grid.look_pattern                      looks/look{look}.json: what each look of a seed schedule decided
     grid.tuning_path                       tuning.json: each recipe's picked value (analysis.schedule.tune)
     grid.rerun_path                        rerun.json: a rerun's declaration (analysis.schedule.rerun)
+    grid.design_path                       design.json: the design pinned at the first look (grid.design)
     grid.base_dir, grid.logs_dir           base/ (the engine's prepared model), logs/ (per rule, and
                                            Snakemake's benchmark files under logs/benchmarks/)
 
@@ -33,6 +34,7 @@ from harness.run_config import BASE_MODEL
 
 CONFIG, SUMMARY, MLFLOW_MARKER, TRACKING_LOCK = "config.json", "summary.json", "mlflow.json", "tracking.lock"
 TUNING_PICK = "tuning.json"  # the equal tuning budget's pick (analysis.schedule.tune)
+DESIGN = "design.json"  # the declared design, pinned at the first look (grid.design)
 RERUN = "rerun.json"  # a rerun's declaration and its comparison with the first run (analysis.schedule.rerun)
 TABLE_FORMATS = ("md", "csv", "tex")
 # pareto and lag_vs_length: a queue grid's (analysis.cells.pareto), a text panel for any other, so that every
@@ -113,6 +115,12 @@ class GridDir:
         """A rerun grid's declaration, written before its runs: the first grid, the fresh seeds, the kernel
         level; then its comparison with the first run (analysis.schedule.rerun)."""
         return self.path / RERUN
+
+    @property
+    def design_path(self) -> Path:
+        """The design the grid declared, written once at its first look (grid.design): what every later
+        aggregate's confirmatory answer reads; a request that reads the runs another way is refused."""
+        return self.path / DESIGN
 
     @property
     def look_pattern(self) -> str:
