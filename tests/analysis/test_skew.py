@@ -54,6 +54,16 @@ def test_a_claim_is_flagged_only_where_its_skew_is_real_and_breaks_its_level():
     assert skew_check([1.0, 2.0], 0.05) is None and skew_check([2.0, 2.0, 2.0], 0.05) is None
 
 
+@pytest.mark.parametrize("p, miss, flagged", [(0.01, 0.015, False), (0.40, 0.10, False), (0.01, 0.10, True)])
+def test_the_flag_needs_both_a_real_skew_and_a_broken_level(monkeypatch, p, miss, flagged):
+    """Either condition alone (a rare skew whose miss stays within 1.5 x the level; a miss above it from a
+    skew normal contrasts often give) leaves the row unflagged (issue 63: an `or` passed the quick suite)."""
+    from analysis.statistics import skew
+    monkeypatch.setattr(skew, "skewness", lambda values: (1.0, p))
+    monkeypatch.setattr(skew, "skewed_miss", lambda g1, n, level: (miss, 0.0))
+    assert skew_check([0.1, 0.2, 0.4, 0.9], 0.0125)["breaks"] is flagged
+
+
 def test_adastop_decides_the_sign_or_says_it_cannot():
     assert smallest_level(3, 3) == pytest.approx(0.05)
     x, y = np.array([5.0, 6, 7, 8, 9, 10]), np.array([0.0, 1, 2, 3, 4, 5.5])
