@@ -1,8 +1,9 @@
 """Write a finished grid's reports into <results_dir>/<grid> (docs/design.md), each atomically:
 table.md / table.csv / table.tex (analysis.report.tables: the claims' verdicts first, then rows =
 recipes, columns = lags), curves.png, mismatch.png, collapse.png (Kaplan-Meier), staleness.png,
-pareto.png and lag_vs_length.png (a queue grid's; a text panel for any other: analysis.report.plots) and
-summary.json (analysis.cells.summary, with the generated conclusions). With config side_by_side, table.md
+pareto.png and lag_vs_length.png (a queue grid's; a text panel for any other: analysis.report.plots),
+job_times.json (the jobs' wall times and the noise plans priced by them) and summary.json
+(analysis.cells.summary, with the generated conclusions; nothing timed, so the same runs give its same bytes). With config side_by_side, table.md
 and summary.json also show another grid's claims beside this one's (analysis.report.compare)."""
 from __future__ import annotations
 
@@ -101,5 +102,8 @@ def write_reports(config: Config, out: GridDir | None = None, progress: bool = T
         plot_queue_lags(config, runs, grid.plot_path("lag_vs_length"))
     for name in QUEUE_PLOTS if config.lag_mode != "queue" else ():
         grid.plot_path(name).unlink(missing_ok=True)  # an earlier aggregate's of this folder: not this grid's
-    write_json_atomic(grid.summary_path, summary)  # last: its presence means the reports are complete
+    # what rests on the jobs' wall times in a file of its own: summary.json the same bytes for the same runs
+    write_json_atomic(grid.job_times_path, {"job_costs": config.folder.job_costs(), "noise_plans": summary["noise"]["plans"]})
+    untimed = {**summary, "noise": {key: value for key, value in summary["noise"].items() if key != "plans"}}
+    write_json_atomic(grid.summary_path, untimed)  # last: its presence means the reports are complete
     return summary
