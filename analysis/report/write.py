@@ -10,7 +10,7 @@ from __future__ import annotations
 from analysis.cells.summary import collect, json_safe, summarize_cells
 from analysis.claims.gain_sources import gain_sources
 from analysis.claims.robustness import checked
-from analysis.claims.verdicts import answer, joint_replication
+from analysis.claims.verdicts import answer
 from analysis.report import machines as provenance
 from analysis.report.compare import beside, beside_sections, load_beside
 from analysis.report.plots import (
@@ -48,8 +48,10 @@ def summarize(config: Config, runs: list) -> dict:
     claims = json_safe(checked(config, cells, answer(config.claims, cells, config.reference_lag, config.steps,
                                                      config.seeding, config.seeds)))
     ahead = {key: value for key, value in summary.items() if key not in ("cells", "noise", "pareto")}
+    # no P(every outcome again): the product of the claims' probabilities read 0.62 where reruns of the
+    # design, whose claims share cells, gave every outcome again 0.84 of the time (issue 63), and a joint
+    # simulation is not calibrated yet
     return {**ahead, "claims": claims, "cells": summary["cells"],
-            "replication_joint": joint_replication(claims),  # every outcome again on a rerun
             "gain_sources": json_safe(gain_sources(config, cells)),
             "noise": summary["noise"], "pareto": summary["pareto"]}
 
