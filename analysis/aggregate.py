@@ -21,9 +21,11 @@ def main(argv: list[str] | None = None) -> int:
     config = load_grid(parser, args.grid)
     out = GridDir(args.out or args.grid)
     from analysis.report.write import write_reports  # after validation: matplotlib/scipy load only for real work
+    from analysis.report.compare import load_beside
     from analysis.statistics.intervals import ALPHA
 
     def work() -> dict:
+        load_beside(config)  # a grid to show beside this one that is not there fails before anything is written
         pin_design(config, ALPHA)  # the first reading pins the design; a later one that differs is refused
         return write_reports(config, out)
 
