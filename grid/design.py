@@ -49,8 +49,8 @@ def refusal(config: Config, pinned: dict, asked: dict) -> str | None:
     return (f"{config.folder.design_path} pins the design this grid declared at its first look, and this request "
             f"reads its runs another way: {differs}. The grid's confirmatory answer (table.md, summary.json, the "
             "MLflow parent) stays as declared: rerun it without these overrides. Another family, seed list or "
-            "schedule is a design of its own, declared before its runs: add -C grid=NAME (a new grid folder; "
-            "its runs trained anew, the same numbers seed for seed).")
+            "schedule is a design of its own, declared before its runs: add -C grid=NAME (a new grid folder, its "
+            "runs trained anew; a family or seed list chosen after this grid's outcomes is exploratory there too).")
 
 
 def _short(value) -> str:
