@@ -20,8 +20,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     config = load_grid(parser, args.grid)
     out = GridDir(args.out or args.grid)
-    from analysis.report.write import write_reports  # after validation: matplotlib/scipy load only for real work
     from analysis.report.compare import load_beside
+    from analysis.report.write import write_reports  # after validation: matplotlib/scipy load only for real work
     from analysis.statistics.intervals import ALPHA
 
     def work() -> dict:
