@@ -2,8 +2,8 @@
 
     .venv/bin/python -m benchmarks.bench_replication [--runs 500] [--truth-reruns 200000]
 
-The demo's design (config.yaml: looks 3 -> 6 -> 10, O'Brien-Fleming, alpha 0.05 / 4 per claim), a
-claim with delta 10 points and per-seed sd 6 (claim (b)'s scale, docs/findings.md). For each truth
+The design config.yaml declares (read from it: its seed schedule's looks and boundary, alpha over its
+claims; the demo's 5 -> 8 -> 12 Pocock at 0.05 / 4 today), a claim with delta 10 points and per-seed sd 6 (claim (b)'s scale, docs/findings.md). For each truth
 (25 directional contrasts every 2 points from -14 to +34, the boundaries 0 and +-10 among them, and
 12 equivalence contrasts from 0 to 22) ``--runs`` first runs are simulated by this file's own code (numpy
 seeds, scipy's t, the outcome table of docs/statistics.md written out again); each prints, from its
@@ -18,14 +18,15 @@ Beta posteriors, exact binomial reruns; delta 0.2; 25 rate pairs, each rate 0.1 
 truth by simulation with statsmodels' Newcombe interval). Then the demo's four claims at once, at the
 field's effects (claims sharing a recipe correlated): the printed P(every outcome again), a product
 that takes the claims as independent, against the true chance that a rerun repeats the first run's
-four outcomes. Then the demo's boundaries: the joint miss of the old 200,000-draw levels and of the
-new ones by an independent simulation of the seeds, and the joint miss of the collapse claims'
+four outcomes. Then the declared design's boundaries: the joint miss of its levels by an independent
+simulation of the seeds, and the joint miss of the collapse claims'
 Newcombe intervals read at those (t-based) levels. Seeded: the same arguments print the same figures.
 """
 from __future__ import annotations
 
 import argparse
 import math
+from pathlib import Path
 
 import numpy as np
 from scipy import stats
@@ -33,10 +34,15 @@ from statsmodels.stats.proportion import confint_proportions_2indep
 
 from analysis.statistics.boundaries import look_levels
 from analysis.statistics.decision import simulate_collapse, simulate_contrast
+from analysis.statistics.intervals import ALPHA
 from analysis.statistics.predictive import collapse_agreement, contrast_agreement
+from grid.config import load
+from grid.settings import Config
 
-LOOKS, BOUNDARY, LEVEL = (3, 6, 10), "obrien_fleming", 0.05 / 4
-OLD_LEVELS = (5.111333708629857e-06, 0.001174191727963847, 0.012075451207450181)  # 200,000 draws, before issue 47
+# the design the demo runs, as config.yaml declares it (a hard-coded copy measured a design the demo had left)
+DECLARED = Config.build(load(Path(__file__).resolve().parents[1] / "config.yaml"))
+LOOKS, BOUNDARY = DECLARED.seeding.looks, DECLARED.seeding.boundary
+LEVEL = ALPHA / len(DECLARED.claims)
 DELTA, SD = 10.0, 6.0
 # evenly spaced (the flat prior the printed value assumes: calibration in bins is defined only against a
 # spread of truths), the boundaries 0 and +-10 among them; equivalence is symmetric: 0..22 stands for -22..22
@@ -228,11 +234,10 @@ def collapse_miss(rate_x: float, rate_y: float, levels, paths: int = 200_000) ->
 
 def boundaries(paths: int) -> list[str]:
     new = look_levels(LOOKS, LEVEL, BOUNDARY)
-    lines = [f"| levels | look 1 | look 2 | look 3 | joint miss (independent simulation, {paths:,} paths; nominal 0.0125) |",
-             "|---|---|---|---|---|"]
-    for label, levels in (("200,000 Monte Carlo draws (before)", OLD_LEVELS), ("10^7 sufficient-statistic paths, "
-                                                                              "exact shares (now)", new)):
-        lines.append(f"| {label} | " + " | ".join(f"{v:.4g}" for v in levels) + f" | {joint_miss(levels, paths):.5f} |")
+    lines = [f"| levels ({' -> '.join(map(str, LOOKS))} {BOUNDARY}) | " + " | ".join(f"look {k + 1}" for k in range(len(LOOKS)))
+             + f" | joint miss (independent simulation, {paths:,} paths; nominal {LEVEL:g}) |", "|---" * (len(LOOKS) + 2) + "|",
+             "| 10^7 sufficient-statistic paths, exact shares | " + " | ".join(f"{v:.4g}" for v in new)
+             + f" | {joint_miss(new, paths):.5f} |"]
     lines += ["", f"| collapse rates (x, y) | joint miss of the Newcombe intervals at these levels ({paths // 20:,} paths) |",
               "|---|---|"]
     for rates in ((0.1, 0.1), (0.3, 0.3), (0.5, 0.5), (0.3, 0.1), (0.6, 0.2), (0.9, 0.5)):

@@ -5,6 +5,7 @@ checks, so a claim naming no recipe, or looks that do not increase, stop before 
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -60,6 +61,9 @@ class Claim:
     expect: str  # greater | less | equivalent: the claimed sign of the contrast, or |contrast| < margin
     smallest_effect: float  # fraction of the score (or of the collapse rate; trend: per unit of lag)
     metric: str  # auc | fixed | best | selected (unused by collapse claims)
+    # the per-seed sd of the contrast the design was planned at (a fraction of the score, e.g. the field's): a
+    # spread far from it is flagged beside the outcome (analysis.claims.robustness); None: not declared
+    planning_spread: float | None = dataclasses.field(default=None, kw_only=True)
 
     kind: ClassVar[str]  # the config's ``kind``
     words: ClassVar[str]  # the contrast in words, formatted with the claim's fields and reference_lag
@@ -78,7 +82,7 @@ class Claim:
     def from_section(cls, section: dict, grid_lags: tuple[int, ...]) -> "Claim":
         return cls(name=section["name"], recipe=section["recipe"], lag=section["lag"], expect=section["expect"],
                    smallest_effect=float(section["smallest_effect"]), metric=section["metric"],
-                   **cls._own(section, grid_lags))
+                   planning_spread=section.get("planning_spread"), **cls._own(section, grid_lags))
 
     @classmethod
     def _own(cls, section: dict, grid_lags: tuple[int, ...]) -> dict:
@@ -303,6 +307,9 @@ def claim_errors(config: dict, recipes) -> list[str]:
         messages += [f"{key}.{field}' ({claim.name}): only a{'n' if kind[0] in 'aeiou' else ''} {kind} claim has it"
                      for field, kind in OWN_FIELD_KINDS.items() if field in section and claim.kind != kind]
         messages += claim.errors(key, reference_lag)
+        if "planning_spread" in section and claim.scale == "rate":
+            messages.append(f"{key}.planning_spread' ({claim.name}): a spread of per-seed contrasts is a score's; "
+                            "a collapse claim has none")
         if "versus_lag" in section and not isinstance(claim, Collapse):
             messages.append(f"{key}.versus_lag' ({claim.name}): only a collapse claim compares two lags")
         if claim.scale == "points" and claim.metric == "selected" and not config["eval"].get("selection_task"):

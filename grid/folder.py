@@ -12,6 +12,8 @@
     grid.look_pattern                      looks/look{look}.json: what each look of a seed schedule decided
     grid.tuning_path                       tuning.json: each recipe's picked value (analysis.schedule.tune)
     grid.rerun_path                        rerun.json: a rerun's declaration (analysis.schedule.rerun)
+    grid.design_path                       design.json: the design pinned at the first look (grid.design)
+    grid.job_times_path                    job_times.json: the jobs' wall times and the plans that rest on them
     grid.base_dir, grid.logs_dir           base/ (the engine's prepared model), logs/ (per rule, and
                                            Snakemake's benchmark files under logs/benchmarks/)
 
@@ -33,13 +35,15 @@ from harness.run_config import BASE_MODEL
 
 CONFIG, SUMMARY, MLFLOW_MARKER, TRACKING_LOCK = "config.json", "summary.json", "mlflow.json", "tracking.lock"
 TUNING_PICK = "tuning.json"  # the equal tuning budget's pick (analysis.schedule.tune)
+DESIGN = "design.json"  # the declared design, pinned at the first look (grid.design)
+JOB_TIMES = "job_times.json"  # what the aggregate read of the jobs' measured times: apart from summary.json
 RERUN = "rerun.json"  # a rerun's declaration and its comparison with the first run (analysis.schedule.rerun)
 TABLE_FORMATS = ("md", "csv", "tex")
 # pareto and lag_vs_length: a queue grid's (analysis.cells.pareto), a text panel for any other, so that every
 # grid's report has the same files (the aggregate rule declares them before the grid exists)
 PLOTS = ("curves", "mismatch", "collapse", "staleness", "pareto", "lag_vs_length")
 # every file analysis.report.write writes into the grid folder, in the order it writes them
-REPORT_FILES = (*(f"table.{fmt}" for fmt in TABLE_FORMATS), *(f"{name}.png" for name in PLOTS), SUMMARY)
+REPORT_FILES = (*(f"table.{fmt}" for fmt in TABLE_FORMATS), *(f"{name}.png" for name in PLOTS), JOB_TIMES, SUMMARY)
 QUEUE_PLOTS = ("pareto", "lag_vs_length")  # a queue grid's only (lag_mode queue): no placeholder image for another
 
 
@@ -113,6 +117,18 @@ class GridDir:
         """A rerun grid's declaration, written before its runs: the first grid, the fresh seeds, the kernel
         level; then its comparison with the first run (analysis.schedule.rerun)."""
         return self.path / RERUN
+
+    @property
+    def design_path(self) -> Path:
+        """The design the grid declared, written once at its first look (grid.design): what every later
+        aggregate's confirmatory answer reads; a request that reads the runs another way is refused."""
+        return self.path / DESIGN
+
+    @property
+    def job_times_path(self) -> Path:
+        """The jobs' measured costs (job_costs) and the noise section's seeds-vs-k plans priced by them: kept
+        apart from summary.json, so that two runs of one grid write the same summary.json byte for byte."""
+        return self.path / JOB_TIMES
 
     @property
     def look_pattern(self) -> str:

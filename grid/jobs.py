@@ -125,25 +125,3 @@ def train_arguments(model, pack: Pack):
         return runs
 
     return arguments
-
-
-def narrowed_request(model: Config) -> str | None:
-    """What to tell a person whose request (``-C seeds=[0]``...) names other recipes, lags or seeds than the
-    grid's finished report (summary.json) holds: what the table holds and how to get the requested one.
-    Snakemake re-aggregates a changed config only where its records (.snakemake/metadata) show the change,
-    and otherwise says "Nothing to be done" over the table as it is. None when the two agree."""
-    path = model.folder.summary_path
-    if not path.exists():
-        return None
-    held = model.folder.read_summary()
-    names = (("recipes", model.recipes), ("lags", model.lags), ("seeds", model.seeds))
-    if all(list(held[key]) == list(asked) for key, asked in names):
-        return None
-    holds = ", ".join(f"{key} {held[key]}" for key, _ in names)
-    asks = ", ".join(f"{key} {list(asked)}" for key, asked in names if list(held[key]) != list(asked))
-    return (f"{model.folder.table_path('md')} holds the grid as last aggregated: {holds}; this request names "
-            f"{asks}. Snakemake re-aggregates a changed request only where its records (.snakemake/) show the "
-            "change, then replacing that table, its plots and MLflow runs; otherwise it has nothing to do and the "
-            f"table stays as it is. The requested table as a grid of its own (its runs trained anew): add -C "
-            f"grid={model.grid}_narrowed; in place of this one: add --forcerun grid_config (the grid's "
-            "config.json, then aggregate and track).")

@@ -18,7 +18,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
 from scipy import stats
 
 from analysis.statistics.boundaries import look_levels
@@ -232,27 +231,14 @@ def replication(claim: Claim, decided: dict, schedule: Schedule) -> dict:
     return dict(zip(("replication", "replication_low", "replication_high"), found or (None, None, None)))
 
 
-def joint_replication(rows: list[dict]) -> float | None:
-    """P(a rerun gives every tested claim's outcome again), the claims taken as independent: the product
-    of their replication probabilities (claims that share cells are correlated: benchmarks/README.md
-    measures what that costs); None where a tested claim has none."""
-    values = [row["replication"] for row in rows if row["verdict"] != NOT_TESTED]
-    return None if not values or None in values else float(np.prod(values))
-
-
 def replication_text(claim: dict, with_range: bool = False) -> str:
-    """"0.81", with its 80% range "0.81 (0.55-1.00)"; "–" where there is none."""
+    """"0.81", with its 80% range "0.81 (0.55-1.00)"; "–" where there is none. Beside a skew that breaks the
+    claim's level (analysis.claims.robustness) it says what the number rests on: "assumes normal contrasts"."""
     if claim.get("replication") is None:
         return "–"
     ends = f" ({claim['replication_low']:.2f}-{claim['replication_high']:.2f})" if with_range else ""
-    return f"{claim['replication']:.2f}{ends}"
-
-
-def joint_text(joint: float | None) -> str:
-    """The claims table's words for :func:`joint_replication` ("" where there is none)."""
-    if joint is None:
-        return ""
-    return f"; P(a rerun gives every outcome again) {joint:.2f}, the claims taken as independent"
+    caveat = ", assumes normal contrasts" if (claim.get("skew") or {}).get("breaks") else ""
+    return f"{claim['replication']:.2f}{ends}{caveat}"
 
 
 def plan_seeds(claim: Claim, decided: dict, level: float) -> int | None:

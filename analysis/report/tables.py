@@ -8,7 +8,7 @@ import io
 
 from analysis.cells.summary import ENDPOINT_NAMES, ENDPOINTS, MISMATCH, SCORES, seeds_text, summary_cells
 from analysis.claims.robustness import checks_text
-from analysis.claims.verdicts import joint_text, replication_text
+from analysis.claims.verdicts import replication_text
 from analysis.report.render import Bullets, Section, latex, markdown
 from analysis.statistics.decision import size_to_delta
 from analysis.statistics.intervals import ALPHA, BOOTSTRAP_MIN_SEEDS, smallest_p
@@ -101,8 +101,7 @@ def claims_section(summary: dict) -> Section | None:
         return None
     rows = [[c["name"], c["statement"], claim_text(c), f"**{c['verdict']}**{size_text(c)}: {c['why']}",
              replication_text(c, with_range=True), checks_text(c)] for c in claims]
-    joint = joint_text(summary.get("replication_joint"))
-    title = f"Claims ({family_text(summary)}{joint}; every other table is exploratory)"
+    title = f"Claims ({family_text(summary)}; every other table is exploratory)"
     return Section.table(title, ["claim", "statement", "estimate [interval] (level, method, n)", "outcome",
                                  "P(same outcome on a rerun) (80% range)",
                                  "skew of the per-seed contrasts; AdaStop (exploratory)"], rows)

@@ -16,6 +16,8 @@ from pathlib import Path
 from analysis.cells.summary import build_cells, collect
 from analysis.claims.verdicts import open_cells
 from analysis.schedule.tune import confirmation_view
+from analysis.statistics.intervals import ALPHA
+from grid.design import pin_design
 from grid.loader import load_grid
 from grid.settings import Config, Run
 from harness.cli import run_stage
@@ -62,12 +64,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--look", type=int, required=True, help="the look just run (1-based, before the last)")
     parser.add_argument("--out", required=True, help="the JSON file to write: the next look's runs")
     args = parser.parse_args(argv)
-    config, _ = confirmation_view(load_grid(parser, args.grid))  # with a tuning section: the picked values' grid
+    declared = load_grid(parser, args.grid)
+    config, _ = confirmation_view(declared)  # with a tuning section: the picked values' grid
     seeding = config.seeding
     if seeding is None or not 1 <= args.look < len(seeding.looks):
         parser.error(f"--look {args.look}: the config's seeding has no later look to plan")
 
     def work() -> dict:
+        pin_design(declared, ALPHA)  # the first look pins the design the later ones and the aggregate read
         result = interim(config, args.look)
         write_json_atomic(Path(args.out), result)
         return result

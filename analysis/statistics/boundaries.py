@@ -13,7 +13,9 @@ each look's spend is within about 1% of its share (tests/analysis/test_boundarie
 demo's joint miss against an independent simulation of the seeds).
 
 Computing 10^7 paths takes seconds, so the levels are computed once per design and kept with their
-inputs (looks, level, boundary, draws, seed) in look_levels.json beside this module, written by
+inputs (looks, level, boundary, draws, seed) and the code that computed them (CODE: a hash of the source
+of spent, _statistics and compute_levels, so that an entry of changed code is never read) in
+look_levels.json beside this module, written by
 
     .venv/bin/python -m analysis.schedule.levels_cache      # the shipped configs' designs
 
@@ -22,6 +24,8 @@ A design not in it is computed when first asked for (and kept for the process).
 from __future__ import annotations
 
 import functools
+import hashlib
+import inspect
 import json
 import math
 from pathlib import Path
@@ -44,16 +48,16 @@ def spent(fraction: float, level: float, boundary: str) -> float:
     return float(level * math.log(1 + (math.e - 1) * fraction))
 
 
-def _key(looks: tuple[int, ...], level: float, boundary: str, draws: int, seed: int) -> str:
-    return json.dumps({"looks": list(looks), "level": level, "boundary": boundary, "draws": draws, "seed": seed},
-                      sort_keys=True)
+def _key(looks: tuple[int, ...], level: float, boundary: str, draws: int, seed: int, code: str) -> str:
+    return json.dumps({"looks": list(looks), "level": level, "boundary": boundary, "draws": draws, "seed": seed,
+                       "code": code}, sort_keys=True)
 
 
 @functools.lru_cache(maxsize=1)
 def _cached() -> dict[str, tuple[float, ...]]:
     if not CACHE.exists():
         return {}
-    return {_key(tuple(e["looks"]), e["level"], e["boundary"], e["draws"], e["seed"]): tuple(e["levels"])
+    return {_key(tuple(e["looks"]), e["level"], e["boundary"], e["draws"], e["seed"], e.get("code")): tuple(e["levels"])
             for e in json.loads(CACHE.read_text())}
 
 
@@ -94,6 +98,10 @@ def compute_levels(looks: tuple[int, ...], level: float, boundary: str, draws: i
     return tuple(levels)
 
 
+# the computation's own source: a cached entry is read only under the code that wrote it
+CODE = hashlib.sha256("".join(inspect.getsource(f) for f in (spent, _statistics, compute_levels)).encode()).hexdigest()[:16]
+
+
 @functools.lru_cache(maxsize=64)
 def look_levels(looks: tuple[int, ...], level: float, boundary: str = "obrien_fleming") -> tuple[float, ...]:
     """The two-sided nominal level of each look's paired-t interval: the chance that some look's
@@ -104,13 +112,13 @@ def look_levels(looks: tuple[int, ...], level: float, boundary: str = "obrien_fl
     if boundary not in BOUNDARIES:
         raise ValueError(f"seeding.boundary must be one of {BOUNDARIES}, got {boundary!r}")
     looks = tuple(int(n) for n in looks)
-    found = _cached().get(_key(looks, level, boundary, DRAWS, SEED))
+    found = _cached().get(_key(looks, level, boundary, DRAWS, SEED, CODE))
     return found if found is not None else compute_levels(looks, level, boundary)
 
 
 def write_cache(designs) -> list[dict]:
     """Compute each (looks, level, boundary) of ``designs`` into look_levels.json (replacing it)."""
-    entries = [{"looks": list(looks), "level": level, "boundary": boundary, "draws": DRAWS, "seed": SEED,
+    entries = [{"looks": list(looks), "level": level, "boundary": boundary, "draws": DRAWS, "seed": SEED, "code": CODE,
                 "levels": list(compute_levels(tuple(looks), level, boundary))} for looks, level, boundary in designs]
     CACHE.write_text(json.dumps(entries, indent=1) + "\n")
     _cached.cache_clear()

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from analysis.statistics.boundaries import DRAWS, SEED, _cached, _key, compute_levels, look_levels, spent
+from analysis.statistics import boundaries
+from analysis.statistics.boundaries import CODE, DRAWS, SEED, _cached, _key, compute_levels, look_levels, spent
 from grid.config import load
 
 DEMO = load("config.yaml")
@@ -19,8 +20,20 @@ LEVEL = 0.05 / len(DEMO["claims"])
 
 def test_the_demo_design_is_the_declared_one_and_its_levels_are_cached_as_computed():
     assert (LOOKS, BOUNDARY, LEVEL) == ((5, 8, 12), "pocock", 0.0125)
-    cached = _cached()[_key(LOOKS, LEVEL, BOUNDARY, DRAWS, SEED)]
+    cached = _cached()[_key(LOOKS, LEVEL, BOUNDARY, DRAWS, SEED, CODE)]
     assert look_levels(LOOKS, LEVEL, BOUNDARY) == cached == compute_levels(LOOKS, LEVEL, BOUNDARY)
+
+
+def test_a_cached_entry_is_read_only_under_the_code_that_computed_it(monkeypatch):
+    """Keyed by the computation's source too (issue 63): an edited spending function or simulation finds no entry
+    and computes its own (the computation replaced here by a stand-in: 10^7 paths take seconds)."""
+    monkeypatch.setattr(boundaries, "CODE", "edited")
+    monkeypatch.setattr(boundaries, "compute_levels", lambda looks, level, boundary: ("computed",))
+    look_levels.cache_clear()
+    try:
+        assert look_levels(LOOKS, LEVEL, BOUNDARY) == ("computed",)
+    finally:
+        look_levels.cache_clear()
 
 
 def test_the_demo_boundaries_miss_within_two_percent_of_nominal_by_an_independent_simulation():

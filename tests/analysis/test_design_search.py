@@ -68,3 +68,15 @@ def test_the_command_prints_the_ranked_designs_and_the_declared_one(capsys):
     out = capsys.readouterr().out
     assert "| 1 | 3 (fixed) | 24.0 | 24 |" in out and "| declared |" in out
     assert ds.main(["config.yaml", "--draws", "10"]) == 2 and "no assumption" in capsys.readouterr().err
+
+
+def test_the_ranking_is_by_expected_runs_where_the_most_runs_order_them_otherwise(monkeypatch):
+    """Cheapest in expected runs first, the most runs only breaking a tie, qualifying designs before the
+    rest (issue 63: a sort on the most runs passed the quick suite, whose designs ranked alike both ways)."""
+    costs = {"5 -> 10 pocock": (42.0, 80, True), "8 (fixed)": (64.0, 64, True), "6 -> 9 pocock": (42.0, 72, True),
+             "3 (fixed)": (24.0, 24, False)}
+    monkeypatch.setattr(ds, "evaluate", lambda config, design, assumed, draws: dict(
+        zip(("design", "expected_runs", "most_runs", "qualifies"), (str(design), *costs[str(design)]))))
+    candidates = [ds.Design((8,), None), ds.Design((5, 10), "pocock"), ds.Design((3,), None), ds.Design((6, 9), "pocock")]
+    ranked = [row["design"] for row in ds.search(DEMO, SURE, candidates, draws=1)]
+    assert ranked == ["6 -> 9 pocock", "5 -> 10 pocock", "8 (fixed)", "3 (fixed)"]

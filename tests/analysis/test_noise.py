@@ -164,7 +164,9 @@ def test_selection_inflation_against_a_simulated_flat_run():
     assert selection_inflation(parts, 6) == pytest.approx(best.mean(), rel=0.03)
 
 
-def test_the_noise_section_on_a_fabricated_grid(tmp_path):
+def _counted_grid(tmp_path) -> tuple[Config, dict]:
+    """The fabricated grid with per-problem counts at every checkpoint but one run's: its config and the
+    fixed-step count tables per cell."""
     config = Config.build(validate({**make_grid(tmp_path), "claims": [
         {"name": "cost", "kind": "staleness_cost", "recipe": "grpo", "lag": 8, "expect": "less",
          "smallest_effect": 0.1, "metric": "fixed"}]}))
@@ -183,10 +185,19 @@ def test_the_noise_section_on_a_fabricated_grid(tmp_path):
         tables.setdefault((run.recipe, run.lag), [])
         if fixed is not None:
             tables[run.recipe, run.lag].append(fixed["per_problem"])
+    return config, tables
+
+
+def _job_times(config: Config, train: float, evaluate: float) -> None:
     bench = config.folder.benchmarks_dir
-    for rule, seconds in (("train", 40.0), ("evaluate", 4.0)):
-        (bench / rule).mkdir(parents=True)
+    for rule, seconds in (("train", train), ("evaluate", evaluate)):
+        (bench / rule).mkdir(parents=True, exist_ok=True)
         (bench / rule / "one.tsv").write_text(f"s\tcpu_time\tmax_rss\n{seconds}\t1\t1\n")
+
+
+def test_the_noise_section_on_a_fabricated_grid(tmp_path):
+    config, tables = _counted_grid(tmp_path)
+    _job_times(config, 40.0, 4.0)
     out = noise.summarize_noise(config, collect(config, progress=False))
     json.dumps(out)  # summary.json is JSON
     short = [cell for cell in out["cells"] if len(tables[cell["recipe"], cell["lag"]]) < 2]
@@ -203,6 +214,23 @@ def test_the_noise_section_on_a_fabricated_grid(tmp_path):
     (cells, plans) = noise_sections({"noise": out})
     assert cells.title.startswith("noise: seed vs evaluation") and len(cells.blocks[0].rows) == len(out["cells"])
     assert plans.blocks[0].rows[0][0] == "cost" and plans.blocks[0].rows[0][-1] == claim["cheaper"]
+
+
+def test_two_runs_of_one_grid_write_the_same_summary_json_and_their_times_apart(tmp_path):
+    """The seeds-vs-k plans are priced by the jobs' wall times, which differ between two runs of one grid:
+    they go to job_times.json, and summary.json stays the same bytes (issue 63)."""
+    from analysis.report.write import write_reports
+
+    config, _ = _counted_grid(tmp_path)
+    written = []
+    for train, evaluate in ((40.0, 4.0), (90.0, 2.0)):
+        _job_times(config, train, evaluate)
+        write_reports(config, progress=False)
+        written.append((config.folder.summary_path.read_bytes(), json.loads(config.folder.job_times_path.read_text())))
+    (first, first_times), (second, second_times) = written
+    assert first == second and b"train_cost" not in first
+    assert [t["noise_plans"][0]["train_cost"] for t in (first_times, second_times)] == [40.0, 90.0]
+    assert second_times["job_costs"][0]["wall_s"] == 90.0
 
 
 def test_too_small_a_table_is_refused_naming_the_design():

@@ -37,3 +37,17 @@ def test_the_tuning_runs_are_counted_beside_the_schedule():
     untuned = plan.plan(Config.build(load(TUNED, {"claims": [COST], "tuning": None})), {COST["name"]: (-0.3, 0.02)},
                         replicates=100)
     assert untuned["tuning_runs"] == 0 and "tuning" not in plan.render(untuned)
+
+
+def test_several_claims_are_planned_at_the_declared_familys_level_tested_or_not():
+    """Three claims declared, one on a lag the grid lacks: the two tested are read at 0.05 / 3 spent over the
+    looks, the share of the untested one unspent (issue 63: the level from the tested claims passed)."""
+    from analysis.statistics.boundaries import look_levels
+
+    other = {**COST, "name": "sat_grpo_staleness_cost", "recipe": "sat_grpo"}
+    untested = {**COST, "name": "grpo_cost_at_lag_64", "lag": 64}
+    config = Config.build(load(TUNED, {"claims": [COST, other, untested], "tuning": None, "seeding": SCHEDULE}))
+    result = plan.plan(config, {COST["name"]: (-0.5, 0.01), other["name"]: (-0.5, 0.01)}, replicates=100)
+    assert [row["name"] for row in result["claims"]] == [COST["name"], other["name"]]
+    assert result["levels"] == list(look_levels((3, 5), 0.05 / 3, result["boundary"]))
+    assert result["levels"] != list(look_levels((3, 5), 0.05 / 2, result["boundary"]))

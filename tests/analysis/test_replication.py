@@ -10,7 +10,7 @@ from scipy import stats
 from statsmodels.stats.proportion import confint_proportions_2indep
 
 from analysis.claims.verdicts import answer
-from analysis.statistics.predictive import collapse_agreement
+from analysis.statistics.predictive import _posterior, collapse_agreement, contrast_agreement
 from grid.claims import StalenessCost
 
 DELTA, LEVEL = 0.10, 0.05  # one claim: the family's level is alpha itself
@@ -60,6 +60,27 @@ def test_the_replication_probability_of_a_fixed_design_by_hand():
     assert (low, high) == (pytest.approx(0.124, abs=0.01), pytest.approx(0.946, abs=0.01))
     assert (row["replication_low"], row["replication_high"]) == (pytest.approx(low, abs=0.05), pytest.approx(high, abs=0.05))
     assert _claim_row()["replication"] == row["replication"]  # seeded: the same inputs, the same number
+
+
+def test_the_range_is_over_posterior_draws_so_a_posterior_at_a_point_gives_a_point():
+    """A posterior concentrated at (0.27, 0.06) (a standard error of 1e-4 on 10^4 df) leaves no uncertainty
+    in the effect: the probability and both ends of its range are the exact agreement there (0.706), however
+    much the reruns scatter. Percentiles over the reruns in place of the draws (issue 63's planted bug)
+    print a range of 0 to 1, which the by-hand case above, symmetric in the two, does not tell apart."""
+    n, critical = 3, stats.t.isf(LEVEL / 2, 2)
+    exact = float(_agreement_at(0.27, 0.06, n, critical))
+    assert exact == pytest.approx(0.706, abs=0.001)  # the integral on 200 chi-square quantiles
+    point, low, high = contrast_agreement(0.27, 0.06, 1e-4, 10_000, (n,), (LEVEL,), DELTA, "greater", "exceeds")
+    assert point == pytest.approx(exact, abs=0.025)  # 4,000 reruns: sd 0.008
+    assert (low, high) == (pytest.approx(exact, abs=0.08), pytest.approx(exact, abs=0.08))  # 400 reruns each: sd 0.024
+
+
+def test_the_posterior_mean_is_student_t_about_the_estimate():
+    """Under the reference prior (mean - estimate) / se is t with df degrees of freedom: its two-sided 5% tail
+    at 2 df lies past 4.30, where a normal has 2e-5 (issue 63: a normal mean passed the quick suite)."""
+    se = 1 / math.sqrt(3)
+    mu, _ = _posterior(0.0, 1.0, se, 2, np.random.default_rng(5), 400_000)
+    assert np.mean(np.abs(mu / se) > stats.t.isf(0.025, 2)) == pytest.approx(0.05, abs=0.002)
 
 
 def test_a_collapse_claims_replication_by_an_independent_simulation():

@@ -26,7 +26,8 @@ def first(tmp_path):
 def test_the_fresh_seeds_are_as_many_as_declared_and_above_every_one_used(first):
     _, config = first
     assert rerun.fresh_seeds(Config.build(config)) == [3, 4, 5]
-    assert rerun.fresh_seeds(Config.build(validate({**config, "seeds": [7, 0, 2, 9]}))) == [10, 11, 12, 13]
+    # non-contiguous, the largest not last: from the largest (9), not the last (2)
+    assert rerun.fresh_seeds(Config.build(validate({**config, "seeds": [7, 9, 0, 2]}))) == [10, 11, 12, 13]
 
 
 def test_the_workflow_call_is_the_first_grids_config_with_the_new_name_folder_and_seeds(first, tmp_path):

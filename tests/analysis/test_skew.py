@@ -54,6 +54,23 @@ def test_a_claim_is_flagged_only_where_its_skew_is_real_and_breaks_its_level():
     assert skew_check([1.0, 2.0], 0.05) is None and skew_check([2.0, 2.0, 2.0], 0.05) is None
 
 
+@pytest.mark.parametrize("p, miss, flagged", [(0.01, 0.015, False), (0.40, 0.10, False), (0.01, 0.10, True)])
+def test_the_flag_needs_both_a_real_skew_and_a_broken_level(monkeypatch, p, miss, flagged):
+    """Either condition alone (a rare skew whose miss stays within 1.5 x the level; a miss above it from a
+    skew normal contrasts often give) leaves the row unflagged (issue 63: an `or` passed the quick suite)."""
+    from analysis.statistics import skew
+    monkeypatch.setattr(skew, "skewness", lambda values: (1.0, p))
+    monkeypatch.setattr(skew, "skewed_miss", lambda g1, n, level: (miss, 0.0))
+    assert skew_check([0.1, 0.2, 0.4, 0.9], 0.0125)["breaks"] is flagged
+
+
+def test_a_flagged_skew_says_beside_its_probability_that_it_assumes_normal_contrasts():
+    from analysis.claims.verdicts import replication_text
+    row = {"replication": 0.94, "replication_low": 0.8, "replication_high": 1.0, "skew": {"breaks": True}}
+    assert replication_text(row, with_range=True) == "0.94 (0.80-1.00), assumes normal contrasts"
+    assert replication_text({**row, "skew": {"breaks": False}}) == replication_text({**row, "skew": None}) == "0.94"
+
+
 def test_adastop_decides_the_sign_or_says_it_cannot():
     assert smallest_level(3, 3) == pytest.approx(0.05)
     x, y = np.array([5.0, 6, 7, 8, 9, 10]), np.array([0.0, 1, 2, 3, 4, 5.5])
@@ -107,3 +124,24 @@ def test_the_row_text_flags_a_breaking_skew_with_its_effect():
     assert text.startswith("**skewed**: skew +3.2") and f"misses {row['skew']['miss']:.3f}" in text
     assert "AdaStop 98.75%: > 0 (n 10 vs 10)" in text and "cannot reject" not in text
     assert checks_text({"skew": None, "crosscheck": None}) == "–"
+
+
+def test_a_spread_far_below_the_planned_one_is_flagged_with_p_at_the_planned_sd():
+    """Issue 63's case: the demo's claim (c) read on 5 seeds with a per-seed sd of 0.73 points, where the field
+    measured 4.17 for the same contrast. The chi-square p against an independent simulation of sample sds."""
+    from analysis.claims.robustness import checks_text, spread_check
+    from analysis.claims.verdicts import Schedule
+    from grid.claims import CostDifference
+
+    claim = CostDifference(name="c", recipe="sat_gspo", versus="gspo_mu", lag=8, expect="greater", smallest_effect=0.10,
+                           metric="auc", planning_spread=0.0417)
+    schedule = Schedule.build(None, list(range(5)), 4)
+    row = {"method": "paired-t", "spread": 0.0073, "n": 5, "estimate": -0.011, "verdict": "negligible"}
+    found = spread_check(claim, row, schedule)
+    sds = np.random.default_rng(3).normal(0, 0.0417, (400_000, 5)).std(axis=1, ddof=1)
+    assert found["p"] == pytest.approx(2 * np.mean(sds <= 0.0073), rel=0.1) and found["p"] < 0.01 and found["flagged"]
+    assert 0 <= found["replication_at_planned"] < 0.9  # at 4.17 points 5 seeds rarely pin "negligible" inside ±10
+    assert "**spread below plan**: sd 0.73 points against 4.17 planned" in checks_text({**row, "spread_check": found})
+    planned = spread_check(claim, {**row, "spread": 0.0417}, schedule)
+    assert not planned["flagged"] and planned["replication_at_planned"] is None and planned["p"] > 0.5
+    assert spread_check(claim, {**row, "method": "welch-satterthwaite"}, schedule) is None

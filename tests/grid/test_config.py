@@ -238,6 +238,9 @@ GOOD_CLAIM = {"name": "ok", "kind": "staleness_cost", "recipe": "grpo", "lag": 8
     ({"lag": 1}, "config key 'claims[1].lag' (bad): a staleness cost is measured against lag 1"),
     ({"smallest_effect": 0}, "config key 'claims[1].smallest_effect'"),
     ({"name": "ok"}, "config key 'claims[1].name': 'ok' is declared twice"),
+    ({"kind": "collapse", "versus": "grpo", "planning_spread": 0.04}, "config key 'claims[1].planning_spread' (bad): a "
+     "spread of per-seed contrasts is a score's"),
+    ({"planning_spread": 0}, "config key 'claims[1].planning_spread'"),
 ])
 def test_a_claim_that_cannot_be_meant_is_refused_naming_its_key(claim, message):
     with pytest.raises(ConfigError) as error:

@@ -1,12 +1,10 @@
 """Messages that name their cause (issue 51): a config file's YAML syntax error names the file, its line
 and column (Snakemake's own names neither); an MLflow tracking server that is not there fails in
-seconds, naming its URI, with the grid untouched; a request narrower than a finished grid's table says
-what the table holds and how to get the narrowed one."""
+seconds, naming its URI, with the grid untouched (a request that reads a finished grid another way:
+tests/workflow/test_workflow_design.py)."""
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -19,7 +17,7 @@ from grid.config import ConfigError, read_file
 from grid.config import main as check_config
 from tests.support.grid_fixture import make_grid
 from tests.support.ports import free_ports
-from tests.support.workflow_cli import ROOT, SNAKEMAKE, copy_checkout, snakemake
+from tests.support.workflow_cli import ROOT, SNAKEMAKE, copy_checkout
 
 TAB = "grid: demo\nlags:\n  - 1\n\t- 8\n"  # a tab where YAML wants spaces: line 4, column 1
 UNCLOSED = "grid: demo\nlags: [1, 8\nseeds: [0]\n"  # the list of line 2, column 7 runs into line 3's key
@@ -84,29 +82,3 @@ def test_an_unreachable_tracking_server_fails_in_seconds_naming_it_and_touches_n
 def test_a_file_that_is_not_there_is_named(tmp_path):
     with pytest.raises(ConfigError, match=f"config file not found: {Path(tmp_path / 'none.yaml')}"):
         read_file(tmp_path / "none.yaml")
-
-
-SMALL = {"grid": "narrowed", "recipes": ["grpo"], "baseline": "grpo", "lags": [1], "seeds": [0, 1], "claims": [],
-         "seeding": None, "steps": 4, "eval_every": 2, "engine_params": {"preset": "demo", "warmstart_steps": 10},
-         "eval": {"tasks": ["tiny_test"], "selection_task": None, "k": 2, "problems": {"tiny_test": 8}}}
-
-
-@pytest.mark.slow  # a grid trained by Snakemake
-@pytest.mark.timeout(900)
-def test_a_narrowed_request_over_a_finished_grid_says_what_the_table_holds(tmp_path):
-    results, state = tmp_path / "results", tmp_path / "state"
-    args = ["-C", f"results_dir={results}", *(f"{key}={json.dumps(value)}" for key, value in SMALL.items())]
-    done = snakemake("-c2", *args, workdir=state, timeout=800)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "stalebench: note" not in done.stderr  # the request is what the table holds
-    shutil.rmtree(state / ".snakemake")  # Snakemake's records gone (a copied grid, a new checkout)
-    again = snakemake("-c2", *args, "seeds=[0]", workdir=state)
-    said = again.stdout + again.stderr
-    assert again.returncode == 0 and "Nothing to be done" in said, said[-3000:]
-    table = results / "narrowed" / "table.md"
-    assert (f"stalebench: note: {table} holds the grid as last aggregated: recipes ['grpo'], lags [1], seeds [0, 1]; "
-            "this request names seeds [0].") in said
-    assert "add -C grid=narrowed_narrowed" in said and "add --forcerun grid_config" in said
-    forced = snakemake("-c2", *args, "seeds=[0]", "--forcerun", "grid_config", workdir=state)  # the advice taken
-    assert forced.returncode == 0, forced.stdout[-3000:] + forced.stderr[-3000:]
-    assert json.loads((results / "narrowed" / "summary.json").read_text())["seeds"] == [0]

@@ -64,6 +64,7 @@ rule aggregate:
         csv=report(str(GRID_DIR.table_path("csv")), category="Tables"),
         tex=str(GRID_DIR.table_path("tex")),
         summary=str(GRID_DIR.summary_path),
+        times=str(GRID_DIR.job_times_path),
         curves=report(str(GRID_DIR.plot_path("curves")), category="Plots"),
         mismatch=report(str(GRID_DIR.plot_path("mismatch")), category="Plots"),
         collapse=report(str(GRID_DIR.plot_path("collapse")), category="Plots"),

@@ -11,7 +11,8 @@ from snakemake.utils import update_config
 from grid.config import ConfigError, check_recipe_values, validate
 from grid.folder import QUEUE_PLOTS, GridDir
 from harness.io import write_json_atomic
-from grid.jobs import job_resources, narrowed_request, retype_cli_values, rule_resources, run_packs, train_arguments, train_retries
+from grid.design import refuse_redeclared
+from grid.jobs import job_resources, retype_cli_values, rule_resources, run_packs, train_arguments, train_retries
 from grid.settings import Config
 from harness.run import RUN_FOLDER, STATUS_PATTERN, eval_file_pattern
 from grid.expand import refuse_changed_runs
@@ -29,10 +30,9 @@ try:
     # deleted the job's outputs. Not again in a cluster job's own snakemake.
     if workflow.is_main_process:
         refuse_changed_runs({MODEL.folder.run(*run).path: MODEL.run_config(run) for run in MODEL.runs})
-        # a request narrower than the finished table (-C seeds=[0]): said before Snakemake plans
-        NARROWED = narrowed_request(MODEL)
-        if NARROWED:
-            print(f"stalebench: note: {NARROWED}", file=sys.stderr)
+        # a request that reads a grid's runs under another design than it pinned at its first look
+        # (-C seeds=[0], fewer claims): refused before Snakemake plans (grid.design)
+        refuse_redeclared(MODEL)
 except (ConfigError, ValueError) as error:
     raise WorkflowError(str(error)) from None
 
