@@ -104,10 +104,15 @@ def _store(config: dict) -> dict:
     return store
 
 
+def _placeheld(text: str, results: Path) -> str:
+    """``text`` with the results folder as ``<results>``, also where table.tex escaped its underscores."""
+    return text.replace(str(results), "<results>").replace(str(results).replace("_", r"\_"), "<results>")
+
+
 def snapshot(config: dict, results: Path) -> dict[str, str]:
     """File name -> its text, for one grid: the reports, and the store as JSON (store.json)."""
     folder = GridDir.of(config).path
-    texts = {name: (folder / name).read_text().replace(str(results), "<results>") for name in REPORTS}
+    texts = {name: _placeheld((folder / name).read_text(), results) for name in REPORTS}
     texts["summary.json"] = json.dumps(_rounded(json.loads(texts["summary.json"])), indent=1, sort_keys=True) + "\n"
     store = json.dumps(_store(config), indent=1, sort_keys=True) + "\n"
     texts["store.json"] = store.replace(str(results), "<results>")
