@@ -18,6 +18,7 @@ import os
 from snakemake.exceptions import WorkflowError
 
 from grid.config import ConfigError, read_file
+from stalebench.workflow import closing_lines
 
 # The demo grid unless --configfile names another (a preset is a whole config: merged into
 # config.yaml, the tiny engine's engine_params would leak into e.g. slime's).
@@ -44,6 +45,11 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/track.smk"
+
+
+onsuccess:
+    for line in closing_lines(GRID_DIR):
+        print(line)
 
 
 rule all:
