@@ -35,6 +35,7 @@ SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 DRY = {"-n", "--dry-run", "--dryrun"}
 CORES = ("-c", "--cores", "-j", "--jobs", "--profile", "--workflow-profile")
 # "WorkflowError in file /abs/workflow/rules/common.smk, line 36:" -> "WorkflowError:"
+CLOSING = "stalebench: the "  # closing_lines' prefix
 WHERE = re.compile(r" in (?:rule \S+ in )?(?:file|line \d+ of) \S+(?:, line \d+)?:")
 
 
@@ -81,14 +82,19 @@ def quiet(line: str, verbose: bool) -> str | None:
 
 
 def snakemake(args: list[str], verbose: bool) -> int:
-    """Snakemake with ``args``, its output (stdout and stderr, in order) shown line by line through ``quiet``."""
+    """Snakemake with ``args``, its output (stdout and stderr, in order) shown line by line through ``quiet``;
+    the closing lines (``closing_lines``, printed by the Snakefile's onsuccess) last, after Snakemake's own."""
+    closing = []
     with subprocess.Popen([SNAKEMAKE, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           bufsize=1) as process:
         for line in process.stdout:
             shown = quiet(line, verbose)
-            if shown is not None:
+            if shown is not None and shown.startswith(CLOSING):
+                closing.append(shown)
+            elif shown is not None:
                 sys.stdout.write(shown)
                 sys.stdout.flush()
+    sys.stdout.write("".join(closing))
     return process.returncode
 
 
