@@ -110,3 +110,21 @@ def test_a_narrowed_request_over_a_finished_grid_says_what_the_table_holds(tmp_p
     forced = snakemake("-c2", *args, "seeds=[0]", "--forcerun", "grid_config", workdir=state)  # the advice taken
     assert forced.returncode == 0, forced.stdout[-3000:] + forced.stderr[-3000:]
     assert json.loads((results / "narrowed" / "summary.json").read_text())["seeds"] == [0]
+
+
+@pytest.mark.slow  # Snakemake reads the workflow
+def test_an_unknown_recipe_is_refused_naming_the_line_and_the_nearest_name_without_a_traceback(tmp_path):
+    """Issue 64: `recipes: [..., sat_gpso]` in config.yaml, through `stalebench run` (Snakemake's own refusal)."""
+    code = copy_checkout(tmp_path / "code")
+    config = code / "config.yaml"
+    config.write_text(config.read_text().replace("gspo_mu, sat_gspo]", "gspo_mu, sat_gpso]", 1))
+    line = next(n for n, text in enumerate(config.read_text().splitlines(), 1) if "sat_gpso" in text)
+    stalebench = [str(Path(sys.executable).with_name("stalebench")), "run", "-c1", "-n"]
+    env = {**os.environ, "PYTHONPATH": str(code)}
+    result = subprocess.run(stalebench, cwd=code, env=env, capture_output=True, text=True, timeout=300)
+    said = result.stdout + result.stderr
+    assert result.returncode != 0 and "unknown recipe 'sat_gpso' (did you mean sat_gspo?)" in said, said[-3000:]
+    assert said.rstrip().endswith(f"({config}, line {line})"), said[-3000:]  # the cause, then where, last
+    assert "Traceback" not in said and f"{code}/workflow" not in said and f"{code}/Snakefile" not in said
+    verbose = subprocess.run([*stalebench, "--verbose"], cwd=code, env=env, capture_output=True, text=True, timeout=300)
+    assert "Traceback" in verbose.stdout + verbose.stderr  # asked for
