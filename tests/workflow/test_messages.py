@@ -124,7 +124,7 @@ def test_an_unknown_recipe_is_refused_naming_the_line_and_the_nearest_name_witho
     result = subprocess.run(stalebench, cwd=code, env=env, capture_output=True, text=True, timeout=300)
     said = result.stdout + result.stderr
     assert result.returncode != 0 and "unknown recipe 'sat_gpso' (did you mean sat_gspo?)" in said, said[-3000:]
-    assert said.rstrip().endswith(f"({config}, line {line})"), said[-3000:]  # the cause, then where, last
+    assert said.rstrip().endswith(f"(config.yaml, line {line})"), said[-3000:]  # the cause, then where, last
     assert "Traceback" not in said and f"{code}/workflow" not in said and f"{code}/Snakefile" not in said
     verbose = subprocess.run([*stalebench, "--verbose"], cwd=code, env=env, capture_output=True, text=True, timeout=300)
     assert "Traceback" in verbose.stdout + verbose.stderr  # asked for
