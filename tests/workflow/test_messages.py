@@ -128,3 +128,17 @@ def test_an_unknown_recipe_is_refused_naming_the_line_and_the_nearest_name_witho
     assert "Traceback" not in said and f"{code}/workflow" not in said and f"{code}/Snakefile" not in said
     verbose = subprocess.run([*stalebench, "--verbose"], cwd=code, env=env, capture_output=True, text=True, timeout=300)
     assert "Traceback" in verbose.stdout + verbose.stderr  # asked for
+
+
+@pytest.mark.slow  # Snakemake reads the workflow
+def test_a_shipped_file_a_job_reads_is_checked_before_the_first_job_naming_it(tmp_path):
+    """Issue 64: nothing the project ships lives in the output folder (`rm -rf results` keeps the paper's table),
+    and a shipped input that is missing is named by the plan, not by a job after hours of training."""
+    code = copy_checkout(tmp_path / "code")
+    assert not any(path.is_file() for path in (code / "results").rglob("*"))  # the output folder ships nothing
+    (code / "workflow" / "reference" / "table1.csv").unlink()
+    result = subprocess.run([SNAKEMAKE, "-n", "-c1"], cwd=code, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "PYTHONPATH": str(code)})
+    said = result.stdout + result.stderr
+    assert result.returncode != 0 and "workflow/reference/table1.csv" in said, said[-3000:]
+    assert "Job stats" not in said  # refused while planning: no job ran
