@@ -2,7 +2,7 @@
 it again after a kill.
 
     stalebench run                                  # the demo grid of config.yaml, on every core
-    stalebench run -c2 -C steps=40 'seeds=[0]'      # Snakemake's options as they are
+    stalebench run -c2 -C grid=quick steps=40       # Snakemake's options as they are (a grid of its own)
     stalebench run --configfile my.yaml -n          # another config, checked first (file, line); the plan
 
 Before Snakemake starts: each --configfile is checked as `stalebench check` does (Snakemake itself reads it
@@ -102,6 +102,9 @@ def run(argv: list[str], prog: str = "stalebench run") -> int:
     from grid.config import main as check
 
     args = list(argv)
+    if set(args) & {"-h", "--help"}:
+        print(f"usage: {prog} [SNAKEMAKE OPTIONS]\n\n{__doc__}\nSnakemake's options: {SNAKEMAKE} --help")
+        return 0
     if check(option(args, "--configfile", "--configfiles")):
         return 2
     if not option(args, "-s", "--snakefile"):

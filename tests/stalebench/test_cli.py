@@ -84,3 +84,9 @@ def test_a_second_run_beside_a_live_one_is_refused_naming_it(tmp_path, capsys):
         assert workflow.run(["-c1", "-d", str(tmp_path)]) == EXIT_LOCKED
     said = capsys.readouterr().err
     assert "stalebench run: error:" in said and f"pid {os.getpid()}" in said
+
+
+def test_runs_help_says_what_it_adds_to_snakemake(capsys):
+    assert workflow.run(["--help"]) == 0
+    said = capsys.readouterr().out
+    assert said.startswith("usage: stalebench run [SNAKEMAKE OPTIONS]") and "--rerun-incomplete" in said
