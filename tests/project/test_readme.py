@@ -77,8 +77,12 @@ def test_the_readme_runs_in_its_order(tmp_path):
     config = code / "config.yaml"
     config.write_text(yaml.safe_dump(shrunk(yaml.safe_load(config.read_text())), sort_keys=False))
     env = {**os.environ, "PYTHONPATH": str(code)}  # the copy's code, the stabilizer written into it included
-    said = [run_step(kind, body, code, env) for kind, body in readme_steps((ROOT / "README.md").read_text())]
-    results = code / "results"
+    results, said = code / "results", []
+    for kind, body in readme_steps((ROOT / "README.md").read_text()):
+        before = sorted(results.rglob("*"))
+        said.append(run_step(kind, body, code, env))
+        if re.search(r" (-n|--dry-run)\b", body):
+            assert sorted(results.rglob("*")) == before, f"a dry run wrote: {body}"
     assert (results / "demo" / "table.md").is_file() and (results / "demo" / "mlflow.json").is_file()
     assert not (results / "demo_rerun").exists(), "the rerun's --dry-run wrote"
     mine = json.loads((results / "mine" / "summary.json").read_text())
