@@ -1,4 +1,6 @@
-"""stalebench: config -> train -> evaluate -> aggregate -> track (docs/design.md).
+"""stalebench: config -> train -> evaluate -> aggregate -> track (docs/design.md). A person runs it as
+`stalebench run [SNAKEMAKE OPTIONS]` (stalebench/workflow.py: the config file checked first, a killed run
+resumed, the messages without the project's paths); Snakemake itself runs it the same way:
 
     snakemake -c2                                    # the demo grid of config.yaml on 2 cores
     snakemake -c2 -C steps=20 'seeds=[0,1]'          # overrides, for a quick look
