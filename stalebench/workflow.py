@@ -146,7 +146,7 @@ def closing_lines(grid_dir) -> list[str]:
         base = marker["tracking_uri"] if served else "http://127.0.0.1:5000"
         link = parent_link(base, marker["experiment_id"], marker["parent_run_id"])
         lines.append(f"stalebench: the claims: {link}" + ("" if served else
-                     f"  (after `stalebench ui --grid {grid_dir.path}`)"))
+                     f"  (after `stalebench ui --grid {grid_dir.path.name}`)"))
     if grid_dir.table_path("md").exists():
         lines.append(f"stalebench: the table: {grid_dir.table_path('md')}")
     return lines
