@@ -90,3 +90,8 @@ def test_runs_help_says_what_it_adds_to_snakemake(capsys):
     assert workflow.run(["--help"]) == 0
     said = capsys.readouterr().out
     assert said.startswith("usage: stalebench run [SNAKEMAKE OPTIONS]") and "--rerun-incomplete" in said
+
+
+def test_the_clusters_plan_is_a_subcommand(capsys):
+    assert cli.main(["cluster", "plan", str(ROOT / "workflow" / "presets" / "table1.yaml")]) == 0
+    assert capsys.readouterr().out.startswith("plan: 84 training jobs")  # engines.slime.launch --plan's report
