@@ -1,6 +1,7 @@
-# One command each: `make demo` (set up + run the demo grid; CONFIG= another, its syntax checked first), `make test` (set up + run the tests; `make test-quick`:
-# those not marked slow, slurm or browser, before a commit),
-# `make ui` (the MLflow UI on 127.0.0.1 at the grid's runs; CONFIG=, GRID=, PORT= to choose).
+# One command each, thin calls of the `stalebench` command (stalebench/cli.py) the venv installs: `make demo`
+# (set up + `stalebench run`: the demo grid; CONFIG= another, checked first), `make test` (set up + run the tests;
+# `make test-quick`: those not marked slow, slurm or browser, before a commit),
+# `make ui` (`stalebench ui`: the MLflow UI on 127.0.0.1 at the grid's claims; CONFIG=, GRID=, PORT= to choose).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -20,8 +21,7 @@ $(VENV)/.installed: pyproject.toml requirements.lock envs/setup_venv.py
 	touch $@
 
 demo: setup
-	$(BIN)/python -m grid.config $(CONFIG)
-	$(BIN)/snakemake -c$(CORES) $(if $(filter-out config.yaml,$(CONFIG)),--configfile $(CONFIG))
+	$(BIN)/stalebench run -c$(CORES) $(if $(filter-out config.yaml,$(CONFIG)),--configfile $(CONFIG))
 
 test: setup
 	$(BIN)/python -m pytest -q
@@ -34,4 +34,4 @@ lint: setup
 	$(BIN)/snakemake --lint
 
 ui: setup
-	$(BIN)/python -m tracking.ui --config $(CONFIG) --port $(PORT) $(if $(GRID),--grid $(GRID))
+	$(BIN)/stalebench ui --config $(CONFIG) --port $(PORT) $(if $(GRID),--grid $(GRID))

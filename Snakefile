@@ -1,4 +1,6 @@
-"""stalebench: config -> train -> evaluate -> aggregate -> track (docs/design.md).
+"""stalebench: config -> train -> evaluate -> aggregate -> track (docs/design.md). A person runs it as
+`stalebench run [SNAKEMAKE OPTIONS]` (stalebench/workflow.py: the config file checked first, a killed run
+resumed, the messages without the project's paths); Snakemake itself runs it the same way:
 
     snakemake -c2                                    # the demo grid of config.yaml on 2 cores
     snakemake -c2 -C steps=20 'seeds=[0,1]'          # overrides, for a quick look
@@ -18,6 +20,7 @@ import os
 from snakemake.exceptions import WorkflowError
 
 from grid.config import ConfigError, read_file
+from stalebench.workflow import closing_lines
 
 # The demo grid unless --configfile names another (a preset is a whole config: merged into
 # config.yaml, the tiny engine's engine_params would leak into e.g. slime's).
@@ -44,6 +47,11 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/track.smk"
+
+
+onsuccess:
+    for line in closing_lines(GRID_DIR):
+        print(line)
 
 
 rule all:

@@ -9,6 +9,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
+from grid.lines import nearest
+
 # the outcome of a claim whose cells the grid lacks (a narrowed grid): no interval, no share of alpha spent
 NOT_TESTED = "not tested in this grid"
 
@@ -297,8 +299,8 @@ def claim_errors(config: dict, recipes) -> list[str]:
         for field in ("recipe", "versus", "other_recipe", "other_versus"):
             value = getattr(claim, field, None)
             if value is not None and value not in recipes:
-                messages.append(f"{key}.{field}' ({claim.name}): unknown recipe {value!r}; "
-                                f"available: {', '.join(sorted(recipes))}")
+                messages.append(f"{key}.{field}' ({claim.name}): unknown recipe {value!r}"
+                                f"{nearest(value, recipes)}; available: {', '.join(sorted(recipes))}")
         lags = [("lag", claim.lag), ("versus_lag", getattr(claim, "versus_lag", None))]
         lags += [(f"lags[{j}]", lag) for j, lag in enumerate(section.get("lags") or [])]
         for field, value in lags:

@@ -19,6 +19,7 @@ import yaml
 
 from grid.claims import claim_errors, seeding_errors
 from grid.expand import recipe_engine_params
+from grid.lines import nearest, with_lines
 from grid.tuning import Tuning, trainable_config, tuning_errors
 from harness import engine as engines
 from harness.lag import LAG_MODES
@@ -83,7 +84,7 @@ def _schema_errors(instance: dict, checked: dict, prefix: tuple = ()) -> list[st
         if error.validator == "additionalProperties":
             allowed = sorted(error.schema.get("properties", {}))
             for name in sorted(set(error.instance) - set(allowed)):
-                messages.append(f"config key {key_path(path + [name])!r}: unknown key"
+                messages.append(f"config key {key_path(path + [name])!r}: unknown key{nearest(name, allowed)}"
                                 + (f"; allowed: {', '.join(allowed)}" if allowed else ""))
             continue
         messages.append(f"config key {key_path(path) or '<root>'!r}: {error.message}")
@@ -121,7 +122,7 @@ def _semantic_errors(config: dict, tasks_dir: Path) -> list[str]:
         return [f"config key 'extra_recipes': {error.args[0]}"]
     for i, name in enumerate(config["recipes"]):
         if name not in recipes:
-            messages.append(f"config key 'recipes[{i}]': unknown recipe {name!r}; "
+            messages.append(f"config key 'recipes[{i}]': unknown recipe {name!r}{nearest(name, recipes)}; "
                             f"available: {', '.join(sorted(recipes))}")
     if config["baseline"] not in config["recipes"]:
         messages.append(f"config key 'baseline': {config['baseline']!r} is not one of the grid's recipes "
@@ -135,7 +136,7 @@ def _semantic_errors(config: dict, tasks_dir: Path) -> list[str]:
     wanted += [(f"eval.problems.{name}", name) for name in config["eval"].get("problems") or {}]
     for key, name in wanted:
         if name not in tasks:
-            messages.append(f"config key {key!r}: unknown eval task {name!r}; "
+            messages.append(f"config key {key!r}: unknown eval task {name!r}{nearest(name, tasks)}; "
                             f"tasks in {tasks_dir}: {', '.join(sorted(tasks)) or 'none'}")
     try:
         engines.get(config["engine"]).resolve_params(config["engine_params"])
@@ -271,8 +272,12 @@ def read_file(path: str | Path) -> dict:
 
 
 def load(path: str | Path, overrides: dict | None = None, **kwargs) -> dict:
-    """Read a YAML config (read_file), apply top-level ``overrides``, validate (see ``validate``)."""
-    return validate({**read_file(path), **(overrides or {})}, **kwargs)
+    """Read a YAML config (read_file), apply top-level ``overrides``, validate (see ``validate``); each error
+    ends with the file's line that set its key (grid.lines)."""
+    try:
+        return validate({**read_file(path), **(overrides or {})}, **kwargs)
+    except ConfigError as error:
+        raise ConfigError(with_lines(str(error), [Path(path)], set(overrides or {}))) from None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,6 +17,7 @@ import copy
 import re
 from dataclasses import dataclass
 
+from grid.lines import nearest
 from stabilizers import Recipe, load_recipes, parameters, recipe_from_dict, switch_defaults
 
 SWITCHES = ("tis", "rollout_is", "veto")  # a recipe's weights and masks: "veto.threshold" tunes the veto's
@@ -165,7 +166,7 @@ def tuning_errors(config: dict, recipes: dict) -> list[str]:
 def _candidate_errors(recipe: str, entry: dict, recipes: dict) -> list[str]:
     key = f"config key 'tuning.recipes.{recipe}"
     if recipe not in recipes:
-        return [f"{key}': unknown recipe {recipe!r}; available: {', '.join(sorted(recipes))}"]
+        return [f"{key}': unknown recipe {recipe!r}{nearest(recipe, recipes)}; available: {', '.join(sorted(recipes))}"]
     base, params = recipes[recipe], _params(entry)
     messages = []
     for param in params:

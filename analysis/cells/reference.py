@@ -1,5 +1,6 @@
-"""The published numbers a run reproduces: the SAT paper's Table 1 (results/reference/table1.csv),
-looked up by the recipe recorded in the run's own config.json (its `table1` method, R3, TIS)."""
+"""The published numbers a run reproduces: the SAT paper's Table 1 (workflow/reference/table1.csv, tracked,
+outside the output folder so that `rm -rf results` keeps it), looked up by the recipe recorded in the run's
+own config.json (its `table1` method, R3, TIS)."""
 from __future__ import annotations
 
 import csv
@@ -7,7 +8,7 @@ from pathlib import Path
 
 from harness.run_config import PinnedRun
 
-REFERENCE = Path(__file__).resolve().parents[2] / "results" / "reference" / "table1.csv"
+REFERENCE = Path(__file__).resolve().parents[2] / "workflow" / "reference" / "table1.csv"
 
 
 def load_reference(path: Path = REFERENCE) -> dict[tuple[str, bool, bool, int], dict]:

@@ -173,7 +173,9 @@ def summarize_cells(config: Config, runs: list[RunResult]) -> tuple[dict, dict]:
                 cell["collapse_vs_baseline"] = compare_collapse(cell, base)
     _adjust(list(cells.values()), baseline)
     seeding = config.seeding
-    summary = {"grid": config.grid, "engine": config.engine.name, "recipes": list(config.recipes),
+    summary = {"grid": config.grid, "engine": config.engine.name, "engine_preset": config.engine_params.get("preset"),
+               "arithmetic_version": config.engine.arithmetic_version(dict(config.engine_params)),
+               "recipes": list(config.recipes),
                "lags": list(config.lags), "lag_mode": config.lag_mode, "seeds": list(config.seeds),
                "steps": config.steps,
                "test_task": config.eval.test_task, "selection_task": config.eval.selection_task,

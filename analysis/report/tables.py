@@ -103,8 +103,8 @@ def claims_section(summary: dict) -> Section | None:
              replication_text(c, with_range=True), checks_text(c)] for c in claims]
     title = f"Claims ({family_text(summary)}; every other table is exploratory)"
     return Section.table(title, ["claim", "statement", "estimate [interval] (level, method, n)", "outcome",
-                                 "P(same outcome on a rerun) (80% range)",
-                                 "skew of the per-seed contrasts; AdaStop (exploratory)"], rows)
+                                 "chance a rerun repeats this outcome (80% range)",
+                                 "skew of the per-seed contrasts; AdaStop (exploratory: does not govern the outcome)"], rows)
 
 
 def realized_lag_text(cell: dict) -> str:
@@ -203,7 +203,7 @@ def claim_conclusions(summary: dict) -> list[str]:
     lines = [f"Claims ({family_text(summary)}): "
              + ", ".join(f"{verdicts.count(v)} {v}" for v in dict.fromkeys(verdicts)) + "."]
     lines += [f"{c['name']} ({c['statement']}): {c['verdict']}{size_text(c)}, {claim_text(c)}; {c['why']}; "
-              f"P(same outcome on a rerun) {replication_text(c)}." for c in claims]
+              f"chance a rerun repeats this outcome {replication_text(c)}." for c in claims]
     return lines
 
 
@@ -279,10 +279,22 @@ def seed_order_text(summary: dict) -> str:
     return order + "; a cell lists only the seeds its looks ran (counts in the heading)"
 
 
+def made_by_text(summary: dict) -> str:
+    """What the numbers depend on besides the recipes: the engine, its preset and arithmetic version, the seeds."""
+    known = ", ".join(f"{name} {summary[key]}" for key, name in (("engine_preset", "preset"),
+                      ("arithmetic_version", "arithmetic version")) if summary.get(key) is not None)
+    seeding = summary.get("seeding")
+    schedule = (f"seed schedule {seeding['looks']} ({seeding['boundary']} spending)" if seeding
+                else "every seed at once (a fixed design)")
+    return f"{summary['engine']} engine" + (f" ({known})" if known else "") + f", {seeds_text(summary)}, {schedule}"
+
+
 def render_markdown(summary: dict, report: list[Section]) -> str:
-    """table.md: its heading, then the report's sections (analysis.report.write)."""
-    heading = [f"# {summary['grid']}: {summary['engine']} engine, {seeds_text(summary)}, {summary['steps']} steps",
-               "", f"Test task `{summary['test_task']}`; selection task `{summary['selection_task']}`; "
+    """table.md: its heading (what made the numbers: made_by_text), then the report's sections (write.py)."""
+    selection = (f"selection task `{summary['selection_task']}`" if summary["selection_task"] is not None
+                 else "no selection task (no selected-checkpoint score)")
+    heading = [f"# {summary['grid']}: {made_by_text(summary)}, {summary['steps']} steps",
+               "", f"Test task `{summary['test_task']}`; {selection}; "
                f"collapse = diverged, or below {summary['collapse_fraction']} x peak after the peak "
                f"through the last evaluation, over at least {summary.get('collapse_confirm', 1)} evaluations. Per-seed values in parentheses, "
                f"{seed_order_text(summary)}. Paper columns: Table 1 of the SAT paper (AIME24, %, one seed).", ""]

@@ -2,7 +2,7 @@
 (docs/statistics.md, "A rerun that checks it").
 
     python -m analysis.schedule.rerun --grid results/demo --out results/demo_rerun [--kernel avx2] [--cores 2]
-    python -m analysis.schedule.rerun --grid results/demo --out results/demo_rerun --dry-run   # the plan only
+    python -m analysis.schedule.rerun --grid results/demo --out results/demo_rerun --dry-run   # the plan; writes nothing
 
 The new grid is the first grid's checked config (its config.json: recipes, lags, claims, seed schedule,
 every setting) on as many fresh seeds as it declared, each above every seed it used, in a folder of its
@@ -40,8 +40,9 @@ def fresh_seeds(config: Config) -> list[int]:
     return list(range(max(config.seeds) + 1, max(config.seeds) + 1 + len(config.seeds)))
 
 
-def declare(config: Config, first: Path, out: Path, kernel: str) -> dict:
-    """The rerun's declaration (rerun.json), written before any job; an existing one must be the same rerun."""
+def declare(config: Config, first: Path, out: Path, kernel: str, write: bool = True) -> dict:
+    """The rerun's declaration (rerun.json), written before any job (not by a dry run: ``write`` False); an
+    existing one must be the same rerun."""
     if config.tuning is not None:
         raise ValueError(f"{first}: a grid with a tuning section (config key 'tuning') is not rerun: its tuning "
                          "seeds would need fresh ones too")
@@ -54,7 +55,7 @@ def declare(config: Config, first: Path, out: Path, kernel: str) -> dict:
         before = {key: read_json(path).get(key) for key in declared}
         if before != declared:
             raise ValueError(f"{path}: declares another rerun ({before}); choose another --out")
-    else:
+    elif write:
         write_json_atomic(path, declared)
     return declared
 
@@ -108,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     first = GridDir(args.grid)
     try:
         summary = first.read_summary()  # the first run's outcomes: a grid that has not aggregated is refused here
-        declared = declare(config, first.path, args.out, args.kernel)
+        declared = declare(config, first.path, args.out, args.kernel, write=not args.dry_run)
     except (ValueError, OSError) as error:
         print(f"analysis.schedule.rerun: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -70,7 +70,7 @@ def test_verdicts_open_table_md_and_reach_csv_and_conclusions(grid):
     markdown = (out / "table.md").read_text()
     first = markdown.index("## ", markdown.index("\n"))
     assert markdown[first:].startswith("## Claims (confirmatory")
-    assert "P(same outcome on a rerun)" in markdown
+    assert "chance a rerun repeats this outcome" in markdown
     rows = [r for r in csv.DictReader((out / "table.csv").open()) if r["claim"]]
     assert [r["claim"] for r in rows] == [c["name"] for c in summary["claims"]]
     for row, claim in zip(rows, summary["claims"]):

@@ -72,6 +72,15 @@ def test_the_command_prints_both_outcomes_and_the_printed_probability_per_claim(
     assert saved["comparison"]["seeds"] == [[0, 1, 2], [3, 4, 5]]
 
 
+def test_a_dry_run_plans_and_writes_nothing(first, tmp_path, monkeypatch):
+    folder, _ = first
+    calls = []
+    monkeypatch.setattr(rerun.subprocess, "run", lambda call, env, check: calls.append(call) or
+                        type("Done", (), {"returncode": 0})())
+    assert rerun.main(["--grid", str(folder), "--out", str(tmp_path / "again"), "--dry-run"]) == 0
+    assert calls[0][-1] == "-n" and not (tmp_path / "again").exists()  # no rerun.json (issue 64)
+
+
 def test_a_grid_that_has_not_aggregated_or_has_a_tuning_section_is_refused(first, tmp_path, capsys):
     folder, config = first
     (folder / "summary.json").unlink()

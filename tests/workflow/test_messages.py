@@ -82,3 +82,35 @@ def test_an_unreachable_tracking_server_fails_in_seconds_naming_it_and_touches_n
 def test_a_file_that_is_not_there_is_named(tmp_path):
     with pytest.raises(ConfigError, match=f"config file not found: {Path(tmp_path / 'none.yaml')}"):
         read_file(tmp_path / "none.yaml")
+
+
+@pytest.mark.slow  # Snakemake reads the workflow
+def test_an_unknown_recipe_is_refused_naming_the_line_and_the_nearest_name_without_a_traceback(tmp_path):
+    """Issue 64: `recipes: [..., sat_gpso]` in config.yaml, through `stalebench run` (Snakemake's own refusal)."""
+    code = copy_checkout(tmp_path / "code")
+    config = code / "config.yaml"
+    config.write_text(config.read_text().replace("gspo_mu, sat_gspo]", "gspo_mu, sat_gpso]", 1))
+    line = next(n for n, text in enumerate(config.read_text().splitlines(), 1) if "sat_gpso" in text)
+    stalebench = [str(Path(sys.executable).with_name("stalebench")), "run", "-c1", "-n"]
+    env = {**os.environ, "PYTHONPATH": str(code)}
+    result = subprocess.run(stalebench, cwd=code, env=env, capture_output=True, text=True, timeout=300)
+    said = result.stdout + result.stderr
+    assert result.returncode != 0 and "unknown recipe 'sat_gpso' (did you mean sat_gspo?)" in said, said[-3000:]
+    assert said.rstrip().endswith(f"(config.yaml, line {line})"), said[-3000:]  # the cause, then where, last
+    assert "Traceback" not in said and f"{code}/workflow" not in said and f"{code}/Snakefile" not in said
+    verbose = subprocess.run([*stalebench, "--verbose"], cwd=code, env=env, capture_output=True, text=True, timeout=300)
+    assert "Traceback" in verbose.stdout + verbose.stderr  # asked for
+
+
+@pytest.mark.slow  # Snakemake reads the workflow
+def test_a_shipped_file_a_job_reads_is_checked_before_the_first_job_naming_it(tmp_path):
+    """Issue 64: nothing the project ships lives in the output folder (`rm -rf results` keeps the paper's table),
+    and a shipped input that is missing is named by the plan, not by a job after hours of training."""
+    code = copy_checkout(tmp_path / "code")
+    assert not any(path.is_file() for path in (code / "results").rglob("*"))  # the output folder ships nothing
+    (code / "workflow" / "reference" / "table1.csv").unlink()
+    result = subprocess.run([SNAKEMAKE, "-n", "-c1"], cwd=code, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "PYTHONPATH": str(code)})
+    said = result.stdout + result.stderr
+    assert result.returncode != 0 and "workflow/reference/table1.csv" in said, said[-3000:]
+    assert "Job stats" not in said  # refused while planning: no job ran

@@ -63,7 +63,7 @@ def test_a_declared_schedule_adds_seeds_only_to_the_open_claims_cells_and_a_reru
         assert (twin["verdict"], twin["look"], twin["n"], twin["method"]) == ("negligible", 1, 2, "degenerate")
         assert (fast["look"], fast["n"], fast["method"]) == (2, 3, "paired-t")
         table = GridDir.of(config).table_path("md").read_text()
-        assert "seed schedule [2, 3] (pocock spending)" in table and "P(same outcome on a rerun)" in table
+        assert "seed schedule [2, 3] (pocock spending)" in table and "chance a rerun repeats this outcome" in table
         # a second call plans nothing: the schedule is read from the same runs
         again = snakemake("-c2", "-n", *args, timeout=300)
         assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr

@@ -9,6 +9,7 @@ checkpoint look:
     input:
         runs=lambda wildcards: scheduled_outputs(int(wildcards.look)),
         config=rules.grid_config.output,
+        reference=REFERENCE,
     output:
         GRID_DIR.look_pattern,
     params:
@@ -58,6 +59,7 @@ rule aggregate:
     input:
         runs=lambda wildcards: scheduled_outputs(LOOKS),
         config=rules.grid_config.output,
+        reference=REFERENCE,
         beside=BESIDE_SUMMARY,
     output:
         table=report(str(GRID_DIR.table_path("md")), category="Tables"),

@@ -4,11 +4,13 @@
 import json
 import os
 import sys
+from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import update_config
 
 from grid.config import ConfigError, check_recipe_values, validate
+from grid.lines import with_lines
 from grid.folder import QUEUE_PLOTS, GridDir
 from harness.io import write_json_atomic
 from grid.design import refuse_redeclared
@@ -16,6 +18,7 @@ from grid.jobs import job_resources, retype_cli_values, rule_resources, run_pack
 from grid.settings import Config
 from harness.run import RUN_FOLDER, STATUS_PATTERN, eval_file_pattern
 from grid.expand import refuse_changed_runs
+from analysis.cells.reference import REFERENCE as PUBLISHED
 
 
 # `-C lags=[1,8]` arrives as strings; give the overrides their YAML types again.
@@ -34,7 +37,9 @@ try:
         # (-C seeds=[0], fewer claims): refused before Snakemake plans (grid.design)
         refuse_redeclared(MODEL)
 except (ConfigError, ValueError) as error:
-    raise WorkflowError(str(error)) from None
+    # each key's file and line: the --configfile(s), else the default config.yaml (Snakefile); not a -C key's
+    FILES = [Path(f) for f in workflow.config_settings.configfiles] or [Path(workflow.basedir) / "config.yaml"]
+    raise WorkflowError(with_lines(str(error), FILES, set(workflow.config_settings.overwrite_config))) from None
 
 # Rules call `python -m ...`: put the interpreter running snakemake (the project's venv) first on
 # PATH so that `make demo` needs no activated venv; a conda env (--sdm conda) still goes before it.
@@ -53,6 +58,9 @@ TASKS = MODEL.eval.scored_tasks
 # its aggregate job fails naming the key and the file (analysis.report.compare.load_beside).
 BESIDE = MODEL.beside_folder
 BESIDE_SUMMARY = [str(BESIDE.summary_path)] if BESIDE is not None and BESIDE.summary_path.exists() else []
+# The files a job reads that no rule makes (the project ships them): an input of each job reading them, so that
+# a missing one is named before the first job (Snakemake's missing input), not by the job hours later.
+REFERENCE = str(PUBLISHED)
 wildcard_constraints:
     recipe=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
     lag=r"\d+",
