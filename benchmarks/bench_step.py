@@ -190,6 +190,7 @@ def main() -> None:
                 results.setdefault((name, level), []).append(json.loads(out.read_text()))
     print(f"{args.recipe} lag {args.lag}, {args.steps - args.warmup} steps counted x {args.repeats} processes, one "
           f"thread, CPU ms per step (min / median)")
+    columns = {}  # (case, level) -> the table's column: median ms per phase, the step, the floor, the ratio
     for (name, level), found in results.items():
         phases = {name: [v for r in found for v in r["phases ms"][name]] for name in PHASES}
         totals = [sum(values) for r in found for values in zip(*(r["phases ms"][name] for name in PHASES))]
@@ -201,10 +202,25 @@ def main() -> None:
         print(f"  step {min(totals):.1f}/{statistics.median(totals):.1f} ms; {gflop:.3f} GFLOP per step; fp32 matmuls "
               f"{rate:.1f} GFLOP/s on the model's shapes -> floor {floor:.1f} ms; median / floor "
               f"{statistics.median(totals) / floor:.2f}x")
+        columns[f"{name if len(trees) > 1 else name.split(' ', 1)[1]} [{level}]"] = [statistics.median(v) for v in phases.values()] + [
+            statistics.median(totals), floor, statistics.median(totals) / floor]
         print("  per step: " + "; ".join(
             f"{phase}: aten ops {tally.get('aten ops called from Python', 0):.0f} from Python "
             f"({tally.get('aten ops (all levels)', 0):.0f} all levels), bf16 matmuls {tally.get('bf16 matmuls', 0):.0f}"
             for phase, tally in ops.items()))
+
+    print_table(columns)
+
+
+def print_table(columns: dict[str, list[float]]) -> None:
+    """The cases side by side, a column per (engine params, level), the checkout named where there are
+    several: median ms per phase and step, the floor and the ratio."""
+    rows = [*(f"{phase} (median ms)" for phase in PHASES), "step (median ms)", "floor (ms)", "median / floor"]
+    print("\n| | " + " | ".join(columns) + " |")
+    print("|---" * (len(columns) + 1) + "|")
+    for index, row in enumerate(rows):
+        cells = (f"{values[index]:.2f}x" if row == "median / floor" else f"{values[index]:.1f}" for values in columns.values())
+        print(f"| {row} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":
