@@ -27,6 +27,7 @@ SMALLEST = {
     "bench_dryrun": (["--repeats", "1", "--seeds", "1"], "snakemake -n -q: 20-run grid"),
     "bench_eval_concurrency": (["--latency", "0.05", "--concurrency", "1", "4"], "most in flight"),
     "bench_eval_score": (["--checkpoints", "1", "--problems", "4", "--k", "1"], " s"),
+    "bench_kernels": (["--repeats", "2"], "grouped_mm"),
     "bench_queue_lag": (["--steps", "4", "--out", "{tmp}/queue"], "{"),
     "bench_rollout_mismatch": (["--run", "{run}", "--rollouts", "2"], "bfloat16"),
     "bench_run_phases": (["--steps", "4", "--out", "{tmp}/phases"], "CPU s"),
