@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from engines.tiny.model import MoE, ModelConfig
+from engines.tiny.model import ModelConfig, MoE
 
 
 def dense_moe(moe: MoE, x: torch.Tensor) -> torch.Tensor:
@@ -79,15 +79,15 @@ def main() -> None:
     for rows in (128, 384, 768):
         x, grad = torch.randn(rows, 64, requires_grad=True), torch.randn(rows, 64)
         with torch.no_grad():
-            compare(f"MoE {rows} rows, forward", {k: lambda f=f: f(moe, x) for k, f in kinds.items()}, args.repeats)
+            compare(f"MoE {rows} rows, forward", {k: lambda f=f, x=x: f(moe, x) for k, f in kinds.items()}, args.repeats)
         compare(f"MoE {rows} rows, forward + backward",
-                {k: lambda f=f: (f(moe, x) * grad).sum().backward() for k, f in kinds.items()}, args.repeats)
+                {k: lambda f=f, x=x, grad=grad: (f(moe, x) * grad).sum().backward() for k, f in kinds.items()}, args.repeats)
     kinds = {"flash": flash_attention, "math": math_attention, "matmuls": matmul_attention}
     for dtype in (torch.float32, torch.bfloat16):
         qkv = torch.randn(128, 1, 3, 4, 16, dtype=dtype)
         cache = torch.randn(2, 128, 4, 32, 16, dtype=dtype)
         q, k, v = qkv.permute(2, 0, 3, 1, 4)[0], cache[0, :, :, :12], cache[1, :, :, :12]  # as the KV cache's views
-        compare(f"attention, decoding step ({str(dtype)[6:]})", {name: lambda f=f: f(q, k, v, False)
+        compare(f"attention, decoding step ({str(dtype)[6:]})", {name: lambda f=f, q=q, k=k, v=v: f(q, k, v, False)
                                                                    for name, f in kinds.items()}, args.repeats)
     q, k, v = torch.randn(64, 12, 3, 4, 16).permute(2, 0, 3, 1, 4).detach().requires_grad_().unbind()
     compare("attention, minibatch forward + backward (float32, causal)",

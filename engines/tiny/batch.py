@@ -13,8 +13,6 @@ from engines.mismatch import abs_d_stats
 from harness.engine import merge_metrics
 from stabilizers import offpolicy_diagnostics
 
-from .model import forward_shared_prefix
-
 if TYPE_CHECKING:
     from .rollout import Rollout
 
@@ -55,18 +53,6 @@ class Recomputed:
     routing: torch.Tensor  # the trainer's routing (replayed or not)
     own_routing: torch.Tensor  # the trainer's own routing choice
     first_logits: torch.Tensor  # the update's first minibatch's forward, with its graph (Trainer.recompute)
-
-
-def forward_rows(model, inputs: torch.Tensor, rows: slice, replay: torch.Tensor | None, plen: int, samples: int):
-    """``model``'s forward on ``inputs[rows]`` (replaying ``replay[rows]`` if given). ``samples`` > 1: the rows
-    come in groups of that many sharing their first ``plen`` tokens (a prompt's samples, consecutive from row
-    0), which are computed once per group (model.forward_shared_prefix: engine version 3); 1: row by row."""
-    replayed = None if replay is None else replay[rows]
-    if samples == 1:
-        return model(inputs[rows], replay=replayed)
-    counts = [min(start + samples, rows.stop) - max(start, rows.start)  # each group's rows within ``rows``
-              for start in range(rows.start - rows.start % samples, rows.stop, samples)]
-    return forward_shared_prefix(model, inputs[rows], plen, counts, replay=replayed)
 
 
 def all_finite(tensors: list[torch.Tensor]) -> bool:

@@ -103,8 +103,8 @@ class Attention(nn.Module):
         b, t, w = x.shape
         q, k, v = self.qkv(x).view(b, t, 3, self.heads, w // self.heads).permute(2, 0, 3, 1, 4)
         # With a cache, the new positions attend to every cached one plus themselves causally: a whole
-        # prompt into an empty cache, one token at a time, or (forward_shared_prefix) several after a prefix,
-        # whose causal mask is offset by the cached length (is_causal's is aligned to the first key).
+        # prompt into an empty cache, one token at a time, or several after a prefix (prefix.py), whose
+        # causal mask is offset by the cached length (is_causal's is aligned to the first key).
         start = 0 if cache is None else cache.length
         if cache is not None:
             k, v = cache.extend(layer, k, v)
@@ -228,25 +228,6 @@ class TinyMoELM(nn.Module):
             cache.length += tokens.shape[1]
         return ForwardOutput(self.head(self.ln_f(x)), torch.stack(used, 2), torch.stack(own, 2),
                              torch.stack(balances).mean() if balance else None)
-
-
-def forward_shared_prefix(model: TinyMoELM, tokens: torch.Tensor, prefix: int, counts: list[int], *,
-                          replay: torch.Tensor | None = None) -> ForwardOutput:
-    """``model(tokens, replay=replay)`` for rows [B, T] whose first ``prefix`` tokens are equal within
-    consecutive groups of ``counts`` rows (a prompt's samples): the prefix is computed once per group
-    and its keys and values are repeated for the rest (engine version 3). Under replay the prefix takes
-    each group's first row's routing. The outputs cover all B rows and T positions, as model()'s."""
-    sizes = torch.tensor(counts)
-    firsts = (sizes.cumsum(0) - sizes).tolist()
-    cache = KVCache(model.config.layers, model.config.max_positions)
-    head = model(tokens[firsts, :prefix], cache=cache, replay=None if replay is None else replay[firsts, :prefix])
-    cache.repeat_rows(sizes)
-    tail = model(tokens[:, prefix:], cache=cache, replay=None if replay is None else replay[:, prefix:])
-
-    def joined(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        return torch.cat([a.repeat_interleave(sizes, 0), b], 1)
-    return ForwardOutput(joined(head.logits, tail.logits), joined(head.routing, tail.routing),
-                         joined(head.own_routing, tail.own_routing), None)
 
 
 def nucleus(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:

@@ -43,8 +43,7 @@ from stabilizers import (
 
 from . import task
 from .adam import Adam  # torch.optim.Adam's updates without its torch._dynamo import (adam.py)
-from .batch import (Recomputed, all_finite, as_floats, clip_grad_norm, forward_rows, group_advantages, step_metrics,
-                    step_seed)
+from .batch import Recomputed, all_finite, as_floats, clip_grad_norm, group_advantages, step_metrics, step_seed
 from .checkpoint import (
     RESUME_META,
     RESUME_TENSORS,
@@ -58,6 +57,7 @@ from .checkpoint import (
 )
 from .model import use_grouped_experts
 from .params import engine_version
+from .prefix import forward_rows
 from .queue_rollout import generate_queued, group_record
 from .rollout import Rollout, RolloutEngine
 
@@ -126,7 +126,7 @@ class Trainer:
         return [slice(start, start + size) for start in range(0, rows, size)]
 
     def forward(self, model, inputs: torch.Tensor, rows: slice, replay: torch.Tensor | None, plen: int):
-        """``model``'s forward on the batch's ``rows``: batch.forward_rows, its prompts once per group from version 3."""
+        """``model``'s forward on the batch's ``rows`` (prefix.forward_rows: from version 3, prompts once per group)."""
         return forward_rows(model, inputs, rows, replay, plen, self.params["samples_per_step"] if self.version >= 3 else 1)
 
     def recompute(self, batch: Rollout) -> Recomputed:

@@ -12,10 +12,10 @@ import yaml
 from torch.profiler import ProfilerActivity, profile
 
 from engines.tiny import rollout as rollout_module
-from engines.tiny.batch import forward_rows
 from engines.tiny.checkpoint import load_model
 from engines.tiny.model import generate, use_grouped_experts
 from engines.tiny.params import engine_version, resolve_engine_params
+from engines.tiny.prefix import forward_rows
 from engines.tiny.trainer import Trainer
 from harness.config import validate
 from harness.identity import run_key
