@@ -102,14 +102,12 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, cache: KVCache | None, layer: int) -> torch.Tensor:
         b, t, w = x.shape
         q, k, v = self.qkv(x).view(b, t, 3, self.heads, w // self.heads).permute(2, 0, 3, 1, 4)
-        # With a cache, the new positions attend to every cached one plus themselves causally: a whole
-        # prompt into an empty cache, one token at a time, or several after a prefix (prefix.py), whose
-        # causal mask is offset by the cached length (is_causal's is aligned to the first key).
-        start = 0 if cache is None else cache.length
+        # With a cache, the new positions attend to every cached one plus themselves causally;
+        # the engine feeds either a whole prompt into an empty cache or one token at a time.
+        causal = cache is None or cache.length == 0
         if cache is not None:
             k, v = cache.extend(layer, k, v)
-        mask = torch.ones(t, start + t, dtype=torch.bool).tril(start) if start and t > 1 else None
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=not start and t > 1)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=causal and t > 1)
         return self.out(y.transpose(1, 2).reshape(b, t, w))
 
 
