@@ -25,8 +25,9 @@ results up to issue 48 were computed with, kept bit for bit. 2 (issue 48): a bfl
 float32, rollout_bf16.py), and the float32 sampler pass that only d/lag_mean_abs and d/impl_mean_abs
 read runs for the rows of checkpoint steps (the other rows omit both). With fast bf16 kernels its
 training is version 1's bit for bit; deterministic per machine, not across kernel levels. 3 (issue 66):
-version 2 with each prompt's forward computed once for its samples (prefix.forward_shared_prefix, in the
-rollout, the recompute and the update; the same function, rounded differently): its own numbers.
+version 2 with each prompt's forward computed once for its samples (the rollout: model.generate's repeats;
+the recompute and the update: prefix.forward_shared_prefix) and the MoE's experts in grouped matmuls
+(model.use_grouped_experts): the same function, rounded differently, so its own numbers.
 
 rollout_dtype (any preset): bfloat16 (default), float16, float32, or bfloat16_emulated: the bf16
 engine's arithmetic in float32 (rollout_bf16.py), the same mismatch without a bf16 matmul, for CPUs
