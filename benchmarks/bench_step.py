@@ -15,8 +15,8 @@ is split by wrapping the engine's code:
 A phase a checkout does not have reads 0. GFLOP per step is counted from the model's shapes (matmuls
 and attention: the rollout's forward, the sampler pass, the recompute, the update's forward and its
 backward at twice a forward; the base model's forward with the KL term). The floor is those FLOPs at
-the float32 matmul rate this process reaches on the model's own shapes (measured in the same process);
-the ratio is the median step over the floor. Then torch.profiler counts 2 steps' aten ops and the
+the float32 matmul rate reached on the model's own shapes (measured in each process; the best of a kernel
+level's processes, so one floor for every case at that level); the ratio is the median step over the floor. Then torch.profiler counts 2 steps' aten ops and the
 matmuls with bf16 inputs (none should be left on a CPU without AVX512-BF16).
 Levels: native (the CPU's own kernels) and avx2 (`ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2`:
 on an AVX512 box, an AVX2-only CPU's kernels, bf16 matmuls included; either setting alone is not).
@@ -194,7 +194,9 @@ def main() -> None:
     for (name, level), found in results.items():
         phases = {name: [v for r in found for v in r["phases ms"][name]] for name in PHASES}
         totals = [sum(values) for r in found for values in zip(*(r["phases ms"][name] for name in PHASES))]
-        gflop, rate = found[0]["gflop"], max(r["matmul gflops"] for r in found)
+        # the machine's rate at this level: the best any of its processes reached (one floor for every case)
+        gflop = found[0]["gflop"]
+        rate = max(r["matmul gflops"] for (_, other), runs in results.items() if other == level for r in runs)
         floor = 1000 * gflop / rate
         ops = found[0]["ops"]
         print(f"{name} [{level}]")
