@@ -15,8 +15,8 @@ is split by wrapping the engine's code:
 A phase a checkout does not have reads 0. GFLOP per step is counted from the model's shapes (matmuls
 and attention: the rollout's forward, the sampler pass, the recompute, the update's forward and its
 backward at twice a forward; the base model's forward with the KL term). The floor is those FLOPs at
-the float32 matmul rate this process reaches on the model's own shapes (measured in the same process);
-the ratio is the median step over the floor. Then torch.profiler counts 2 steps' aten ops and the
+the float32 matmul rate reached on the model's own shapes (measured in each process; the best of a kernel
+level's processes, so one floor for every case at that level); the ratio is the median step over the floor. Then torch.profiler counts 2 steps' aten ops and the
 matmuls with bf16 inputs (none should be left on a CPU without AVX512-BF16).
 Levels: native (the CPU's own kernels) and avx2 (`ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2`:
 on an AVX512 box, an AVX2-only CPU's kernels, bf16 matmuls included; either setting alone is not).
@@ -191,10 +191,13 @@ def main() -> None:
                 results.setdefault((name, level), []).append(json.loads(out.read_text()))
     print(f"{args.recipe} lag {args.lag}, {args.steps - args.warmup} steps counted x {args.repeats} processes, one "
           f"thread, CPU ms per step (min / median)")
+    columns = {}  # (case, level) -> the table's column: median ms per phase, the step, the floor, the ratio
     for (name, level), found in results.items():
         phases = {name: [v for r in found for v in r["phases ms"][name]] for name in PHASES}
         totals = [sum(values) for r in found for values in zip(*(r["phases ms"][name] for name in PHASES))]
-        gflop, rate = found[0]["gflop"], max(r["matmul gflops"] for r in found)
+        # the machine's rate at this level: the best any of its processes reached (one floor for every case)
+        gflop = found[0]["gflop"]
+        rate = max(r["matmul gflops"] for (_, other), runs in results.items() if other == level for r in runs)
         floor = 1000 * gflop / rate
         ops = found[0]["ops"]
         print(f"{name} [{level}]")
@@ -202,10 +205,25 @@ def main() -> None:
         print(f"  step {min(totals):.1f}/{statistics.median(totals):.1f} ms; {gflop:.3f} GFLOP per step; fp32 matmuls "
               f"{rate:.1f} GFLOP/s on the model's shapes -> floor {floor:.1f} ms; median / floor "
               f"{statistics.median(totals) / floor:.2f}x")
+        columns[f"{name if len(trees) > 1 else name.split(' ', 1)[1]} [{level}]"] = [statistics.median(v) for v in phases.values()] + [
+            statistics.median(totals), floor, statistics.median(totals) / floor]
         print("  per step: " + "; ".join(
             f"{phase}: aten ops {tally.get('aten ops called from Python', 0):.0f} from Python "
             f"({tally.get('aten ops (all levels)', 0):.0f} all levels), bf16 matmuls {tally.get('bf16 matmuls', 0):.0f}"
             for phase, tally in ops.items()))
+
+    print_table(columns)
+
+
+def print_table(columns: dict[str, list[float]]) -> None:
+    """The cases side by side, a column per (engine params, level), the checkout named where there are
+    several: median ms per phase and step, the floor and the ratio."""
+    rows = [*(f"{phase} (median ms)" for phase in PHASES), "step (median ms)", "floor (ms)", "median / floor"]
+    print("\n| | " + " | ".join(columns) + " |")
+    print("|---" * (len(columns) + 1) + "|")
+    for index, row in enumerate(rows):
+        cells = (f"{values[index]:.2f}x" if row == "median / floor" else f"{values[index]:.1f}" for values in columns.values())
+        print(f"| {row} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Whether two checkouts train the same bits: short tiny-engine runs of each, compared file by file.
 
     .venv/bin/python -m benchmarks.same_bits --before OLD_CHECKOUT [--after CHECKOUT] [--cases NAME ...]
-        [--steps N] [--packed] [--out DIR]
+        [--steps N] [--packed] [--engine-params JSON] [--out DIR]
 
 For a change meant to keep every number (issue 35's per-step op reductions): each case is a short run
 of config.yaml's stress preset cut to one recipe, lag and seed, prepared, trained and (where marked)
@@ -13,6 +13,8 @@ The cases cover both bf16 rollouts, a SAT recipe, R3 replay with top_k 2, the KL
 gradient clipping, and R2 with top_k 2. Prints one line per case, "identical" or the files that differ.
 --packed: the after side trains all cases one after another in one `engines.train` process and scores
 the scored ones in one `eval.score` process, as a packed job does (grid.jobs.run_packs).
+--engine-params: over every case's (e.g. '{"version": 3}' with --before . --packed: an engine version's bits
+across two processes, alone and packed).
 """
 from __future__ import annotations
 
@@ -41,7 +43,7 @@ def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def plan_case(tree: Path, out: Path, name: str, steps: int | None) -> dict:
+def plan_case(tree: Path, out: Path, name: str, steps: int | None, overrides: dict) -> dict:
     """The case's prepare command, run folder, train arguments and scoring arguments (None: not scored),
     as the checkout at ``tree`` (on sys.path) resolves them."""
     import yaml
@@ -57,7 +59,7 @@ def plan_case(tree: Path, out: Path, name: str, steps: int | None) -> dict:
     config = yaml.safe_load((tree / "config.yaml").read_text())
     config.update(grid=f"bits_{name}", results_dir=str(out), recipes=[recipe], lags=[lag], seeds=[0], claims=[],
                   baseline=recipe, steps=steps, eval_every=min(10, steps),
-                  engine_params={**config["engine_params"], "preset": "stress", **params})
+                  engine_params={**config["engine_params"], "preset": "stress", **params, **overrides})
     model = Config.build(validate(config))
     run_config = model.run_config(model.runs[0])
     grid = Path(model.grid_dir)
@@ -69,13 +71,14 @@ def plan_case(tree: Path, out: Path, name: str, steps: int | None) -> dict:
             if scored else None}
 
 
-def run_cases(tree: Path, out: Path, names: list[str], steps: int | None, packed: bool) -> dict[str, dict[str, str]]:
+def run_cases(tree: Path, out: Path, names: list[str], steps: int | None, packed: bool,
+              overrides: dict) -> dict[str, dict[str, str]]:
     """The cases trained (and scored) by the checkout at ``tree``, each in processes of its own, or
     (``packed``) all trained in one `engines.train` process and scored in one `eval.score` process, as a
     packed job does (grid.jobs.run_packs); each case's files' digests."""
     from harness.run import RunDir
 
-    plans = {name: plan_case(tree, out, name, steps) for name in names}
+    plans = {name: plan_case(tree, out, name, steps, overrides) for name in names}
     env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1", "HF_DATASETS_OFFLINE": "1",
            "HF_HUB_OFFLINE": "1"}
     commands = [plan["prepare"] for plan in plans.values()]
@@ -117,13 +120,14 @@ def main() -> int:
     parser.add_argument("--packed", action="store_true",
                         help="the after side trains every case in one engines.train process and scores them in one "
                              "eval.score process (a packed job), the before side each alone")
+    parser.add_argument("--engine-params", default="{}", help="JSON over every case's engine_params")
     args = parser.parse_args()
     found = {}
     for side in ("before", "after"):
         tree, out = getattr(args, side).resolve(), (args.out / side).resolve()
         packed = "packed" if args.packed and side == "after" else "alone"
         command = [sys.executable, str(Path(__file__).resolve()), "--child", str(tree), str(out),
-                   str(args.steps or 0), packed, *args.cases]
+                   str(args.steps or 0), packed, args.engine_params, *args.cases]
         done = subprocess.run(command, cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)},
                               capture_output=True, text=True)
         if done.returncode != 0:
@@ -140,10 +144,10 @@ def main() -> int:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--child"]:
-        tree, out, steps, packed, *names = sys.argv[2:]
+        tree, out, steps, packed, overrides, *names = sys.argv[2:]
         sys.path.insert(0, tree)
         Path(out).mkdir(parents=True, exist_ok=True)
-        result = run_cases(Path(tree), Path(out), names, int(steps) or None, packed == "packed")
+        result = run_cases(Path(tree), Path(out), names, int(steps) or None, packed == "packed", json.loads(overrides))
         (Path(out) / "digests.json").write_text(json.dumps(result, indent=1, sort_keys=True))
     else:
         sys.exit(main())

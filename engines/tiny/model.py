@@ -86,6 +86,11 @@ class KVCache:
         self.values[layer][:, :, self.length:end] = v
         return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
 
+    def repeat_rows(self, counts: torch.Tensor) -> None:
+        """Row i becomes counts[i] rows (a shared prefix, computed once, handed to each of its continuations)."""
+        self.keys = [None if k is None else k.repeat_interleave(counts, 0) for k in self.keys]
+        self.values = [None if v is None else v.repeat_interleave(counts, 0) for v in self.values]
+
 
 class Attention(nn.Module):
     def __init__(self, config: ModelConfig):
@@ -113,6 +118,8 @@ class MoE(nn.Module):
     Fedus et al. 2022) so the router gets a gradient; top_k > 1 uses the softmax of the router
     logits over the chosen experts (Mixtral). Under replay the chosen experts are the given ones.
     """
+
+    grouped = False  # one grouped matmul per weight over all experts (engine version 3: use_grouped_experts)
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -143,17 +150,31 @@ class MoE(nn.Module):
         experts = chosen.reshape(-1)
         order = experts.argsort(stable=True)
         tokens = order if self.top_k == 1 else order // self.top_k  # one slot per token: no division
-        blocks = flat[tokens].split(torch.bincount(experts, minlength=self.w1.shape[0]).tolist())
-        # one unbind per weight instead of a select per expert and weight: the same views, fewer ops (and
-        # one stack in the backward instead of a zero-filled select_backward per expert, summed)
-        outputs = [F.gelu(rows @ w1 + b1) @ w2 + b2 for rows, w1, b1, w2, b2
-                   in zip(blocks, self.w1.unbind(), self.b1.unbind(), self.w2.unbind(), self.b2.unbind())]
-        out = torch.zeros_like(flat).index_add_(0, tokens, gates.reshape(-1)[order, None] * torch.cat(outputs))
+        if self.grouped:  # the expert blocks' ends as a tensor: no host sync, no loop over experts
+            ends = torch.bincount(experts, minlength=self.w1.shape[0]).cumsum(0).to(torch.int32)
+            by_expert = experts[order]
+            hidden = F.gelu(F.grouped_mm(flat[tokens], self.w1, offs=ends) + self.b1[by_expert])
+            outputs = F.grouped_mm(hidden, self.w2, offs=ends) + self.b2[by_expert]
+        else:
+            blocks = flat[tokens].split(torch.bincount(experts, minlength=self.w1.shape[0]).tolist())
+            # one unbind per weight instead of a select per expert and weight: the same views, fewer ops (and
+            # one stack in the backward instead of a zero-filled select_backward per expert, summed)
+            outputs = torch.cat([F.gelu(rows @ w1 + b1) @ w2 + b2 for rows, w1, b1, w2, b2
+                                 in zip(blocks, self.w1.unbind(), self.b1.unbind(), self.w2.unbind(), self.b2.unbind())])
+        out = torch.zeros_like(flat).index_add_(0, tokens, gates.reshape(-1)[order, None] * outputs)
         loss = None
         if balance:  # Switch: experts x sum_e (fraction routed to e) x (mean router prob of e)
             fraction = F.one_hot(own[:, 0], self.w1.shape[0]).to(flat.dtype).mean(0)
             loss = self.w1.shape[0] * (fraction * logits.softmax(-1).mean(0)).sum()
         return (out.view(b, t, w), chosen.view(b, t, self.top_k), own.view(b, t, self.top_k), loss)
+
+
+def use_grouped_experts(model: TinyMoELM) -> TinyMoELM:
+    """Engine version 3's MoE: each expert weight multiplied by one F.grouped_mm over all experts' blocks
+    (the per-expert loop's values on the kernels measured, benchmarks/README.md)."""
+    for block in model.blocks:
+        block.moe.grouped = True
+    return model
 
 
 class Block(nn.Module):
@@ -230,33 +251,48 @@ class Samples:
 
 @torch.no_grad()
 def generate(model: TinyMoELM, prompts: torch.Tensor, new_tokens: int, *, temperature: float,
-             top_p: float, generator: torch.Generator, stop_at_eos: bool = False) -> Samples:
+             top_p: float, generator: torch.Generator, stop_at_eos: bool = False, repeats: int = 1) -> Samples:
     """Sample ``new_tokens`` tokens after ``prompts`` [B, P] with a KV cache (each position is
     computed once, so the recorded routing is the routing that produced each sampled token).
     temperature == 0 is greedy. With ``stop_at_eos`` generation ends early once every row has
-    produced <eos> (what follows an <eos> is never read)."""
-    if temperature < 0 or not 0 < top_p <= 1:
-        raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
+    produced <eos> (what follows an <eos> is never read). ``repeats`` > 1: each prompt is sampled
+    that many times (rows i * repeats ... (i + 1) * repeats - 1), its forward computed once and its
+    cache repeated (engine version 3); 1: every row computed as given (versions 1 and 2).
+    The outputs are written into buffers sized for the whole generation (no list of steps joined)."""
+    if temperature < 0 or not 0 < top_p <= 1 or new_tokens < 1:
+        raise ValueError(f"need temperature >= 0, 0 < top_p <= 1 and new_tokens >= 1, got {temperature}, {top_p}, "
+                         f"{new_tokens}")
     cache = KVCache(model.config.layers, model.config.max_positions)
     out = model(prompts, cache=cache)
-    tokens, logps, routing = [prompts], [], [out.routing]
-    done = torch.zeros(prompts.shape[0], dtype=torch.bool)
+    logits, prompt_routing = out.logits[:, -1], out.routing
+    if repeats > 1:
+        cache.repeat_rows(torch.tensor(repeats))
+        prompts, logits, prompt_routing = (x.repeat_interleave(repeats, 0) for x in (prompts, logits, prompt_routing))
+    rows, plen = prompts.shape
+    tokens = torch.empty(rows, plen + new_tokens, dtype=prompts.dtype)
+    tokens[:, :plen] = prompts
+    logps = torch.empty(rows, new_tokens, model.config.vocab)
+    routing = torch.empty(rows, plen + new_tokens - 1, model.config.layers, model.config.top_k, dtype=torch.long)
+    routing[:, :plen] = prompt_routing
+    done = torch.zeros(rows, dtype=torch.bool)
     for step in range(new_tokens):
-        last = out.logits[:, -1].float()
-        logps.append(last.log_softmax(-1) if temperature == 0 else
-                     nucleus(last, temperature, top_p).log())
+        last = logits.float()
+        logp = last.log_softmax(-1) if temperature == 0 else nucleus(last, temperature, top_p).log()
+        logps[:, step] = logp
         if temperature == 0:
             token = last.argmax(-1, keepdim=True)
         else:
-            token = torch.multinomial(logps[-1].exp(), 1, generator=generator)
-        tokens.append(token)
+            token = torch.multinomial(logp.exp(), 1, generator=generator)
+        tokens[:, plen + step] = token[:, 0]
         if stop_at_eos:
             done |= token[:, 0] == EOS
         if step == new_tokens - 1 or (stop_at_eos and bool(done.all())):
             break
         out = model(token, cache=cache)
-        routing.append(out.routing)
-    return Samples(torch.cat(tokens, 1), torch.stack(logps, 1), torch.cat(routing, 1))
+        logits = out.logits[:, -1]
+        routing[:, plen + step] = out.routing[:, 0]
+    end = plen + step + 1
+    return Samples(tokens[:, :end], logps[:, :step + 1], routing[:, :end - 1])
 
 
 class TinyPolicy:

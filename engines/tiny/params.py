@@ -17,14 +17,17 @@ llm-regime  a lower-entropy policy (150 warm-start steps instead of 100: greedy 
             tail, like the paper's d-bar column, with SAT's quantile q far below log(1 + eps_high)
             so that its gate binds at both lags.
 
-version (any preset): the engine's arithmetic, 1 (default) or 2. A run's resolved params carry it only
+version (any preset): the engine's arithmetic, 1 (default), 2 or 3. A run's resolved params carry it only
 when it is not 1, so every run key of the engine before versions existed is unchanged (a finished grid
 is not refused after an upgrade); provenance.json records it for every run. 1: the arithmetic all
 results up to issue 48 were computed with, kept bit for bit. 2 (issue 48): a bfloat16 rollout samples with whichever arithmetic is fastest on the CPU at hand
 (rollout.py's fast_bf16_matmuls: bf16 kernels with AVX512-BF16, else the bf16 engine's arithmetic in
 float32, rollout_bf16.py), and the float32 sampler pass that only d/lag_mean_abs and d/impl_mean_abs
 read runs for the rows of checkpoint steps (the other rows omit both). With fast bf16 kernels its
-training is version 1's bit for bit; deterministic per machine, not across kernel levels.
+training is version 1's bit for bit; deterministic per machine, not across kernel levels. 3 (issue 66):
+version 2 with each prompt's forward computed once for its samples (the rollout: model.generate's repeats;
+the recompute and the update: prefix.forward_shared_prefix) and the MoE's experts in grouped matmuls
+(model.use_grouped_experts): the same function, rounded differently, so its own numbers.
 
 rollout_dtype (any preset): bfloat16 (default), float16, float32, or bfloat16_emulated: the bf16
 engine's arithmetic in float32 (rollout_bf16.py), the same mismatch without a bf16 matmul, for CPUs
@@ -34,7 +37,7 @@ from __future__ import annotations
 
 # the rollout engine's weights and arithmetic (rollout.py; bfloat16_emulated: rollout_bf16.py)
 ROLLOUT_DTYPES = ("bfloat16", "float16", "float32", "bfloat16_emulated")
-ENGINE_VERSIONS = (1, 2)  # the arithmetic (the module docstring); 1 = before versions existed
+ENGINE_VERSIONS = (1, 2, 3)  # the arithmetic (the module docstring); 1 = before versions existed
 MODEL_KNOBS = ("width", "layers", "heads", "experts", "top_k", "expert_hidden")
 WARMSTART_KNOBS = ("warmstart_steps", "warmstart_lr", "warmstart_batch", "warmstart_seed")
 # what the lag-0 null check reads besides the base model (engines/tiny/null_ratios.py): the sampler

@@ -17,7 +17,7 @@ import torch
 from stabilizers import SamplerDistribution
 
 from . import task
-from .model import EOS, ModelConfig, TinyMoELM, decode_response, encode_prompt, generate
+from .model import EOS, ModelConfig, TinyMoELM, decode_response, encode_prompt, generate, use_grouped_experts
 from .rollout_bf16 import EmulatedBF16LM
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -74,13 +74,17 @@ def response_mask(response: torch.Tensor) -> torch.Tensor:
 
 class RolloutEngine:
     def __init__(self, config: ModelConfig, dtype: str, temperature: float, version: int = 1):
-        """``version``: the engine's arithmetic (params.py). Version 2 samples a bfloat16 rollout with
+        """``version``: the engine's arithmetic (params.py). Versions 2 and 3 sample a bfloat16 rollout with
         whichever arithmetic is fastest on this CPU: bf16 kernels where they are fast (fast_bf16_matmuls),
         else the bf16 engine's arithmetic in float32 (rollout_bf16.py: no bf16 matmul, the same mismatch,
         benchmarks/bench_rollout_mismatch.py). Deterministic per machine, not across kernel levels."""
-        self.emulated = dtype == EMULATED or (version == 2 and dtype == "bfloat16" and not fast_bf16_matmuls())
+        self.emulated = dtype == EMULATED or (version >= 2 and dtype == "bfloat16" and not fast_bf16_matmuls())
+        # version 3: a prompt's forward once for all its samples (model.generate's repeats), grouped experts
+        self.shared_prompts = version >= 3
         self.model = (EmulatedBF16LM(config) if self.emulated else TinyMoELM(config).to(DTYPES[dtype])).eval()
         self.sampler_fp32 = TinyMoELM(config).eval()  # the same version in float32: pi_l
+        if self.shared_prompts:
+            use_grouped_experts(self.model), use_grouped_experts(self.sampler_fp32)
         self.temperature = temperature
         self.version: int | None = None
 
@@ -99,11 +103,12 @@ class RolloutEngine:
         """``sampler_pass``: also the float32 pass of the engine's version (logp_sampler, which only
         d/lag_mean_abs and d/impl_mean_abs read); without it logp_sampler is empty (engine version 2
         skips it for the rows that do not report them)."""
-        prompts = torch.tensor([encode_prompt(p["prompt"]) for p in problems]).repeat_interleave(samples, 0)
+        prompts = torch.tensor([encode_prompt(p["prompt"]) for p in problems])
         answers = [p["answer"] for p in problems for _ in range(samples)]
         generator = torch.Generator().manual_seed(seed)
-        out = generate(self.model, prompts, task.DIGITS + 1, temperature=self.temperature, top_p=1.0,
-                       generator=generator)
+        repeats = samples if self.shared_prompts else 1
+        out = generate(self.model, prompts.repeat_interleave(samples // repeats, 0), task.DIGITS + 1,
+                       temperature=self.temperature, top_p=1.0, generator=generator, repeats=repeats)
         plen = prompts.shape[1]
         response = out.tokens[:, plen:]
         texts = [decode_response(row) for row in response.tolist()]

@@ -61,11 +61,17 @@ def _moe(moe: MoE, x: torch.Tensor):
     experts = chosen.reshape(-1)
     order = experts.argsort(stable=True)
     tokens = order if moe.top_k == 1 else order // moe.top_k  # one slot per token: no division
-    sizes = torch.bincount(experts, minlength=moe.w1.shape[0]).tolist()
+    counts = torch.bincount(experts, minlength=moe.w1.shape[0])
     by_expert = experts[order]
-    first = torch.cat([rows @ w1 for rows, w1 in zip(flat[tokens].split(sizes), moe.w1.unbind())])
+    if moe.grouped:  # engine version 3: one grouped matmul per weight, as MoE.forward
+        ends = counts.cumsum(0).to(torch.int32)
+        first = F.grouped_mm(flat[tokens], moe.w1, offs=ends)
+    else:
+        sizes = counts.tolist()
+        first = torch.cat([rows @ w1 for rows, w1 in zip(flat[tokens].split(sizes), moe.w1.unbind())])
     hidden = bf16(F.gelu(bf16(bf16(first) + moe.b1[by_expert])))
-    second = torch.cat([rows @ w2 for rows, w2 in zip(hidden.split(sizes), moe.w2.unbind())])
+    second = F.grouped_mm(hidden, moe.w2, offs=ends) if moe.grouped else \
+        torch.cat([rows @ w2 for rows, w2 in zip(hidden.split(sizes), moe.w2.unbind())])
     expert_out = bf16(bf16(second) + moe.b2[by_expert])
     weighted = bf16(gates.reshape(-1)[order, None] * expert_out)
     out = bf16(torch.zeros_like(flat).index_add_(0, tokens, weighted))

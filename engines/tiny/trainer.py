@@ -9,18 +9,17 @@ One trainer step s (1-based), as in an asynchronous system with one batch in fli
      (harness.lag.check_realized_lag: the run fails naming the step otherwise), recomputes
      old_logp on the batch of step s (float32, replaying the engine's routing under R3, or the
      routing of the trainer's own recompute in the update under R2), builds group-normalised
-     advantages (GRPO, Shao et al. 2024; without the std division under the recipe's
-     std_normalization: false, Dr.GRPO's), calls the recipe's stabilizer on ``minibatches``
-     PolicyBatches and steps Adam after each; optional KL to the base model with the k3 estimator (Schulman 2020):
-     k3 = exp(ref - logp) - (ref - logp) - 1,
+     advantages (GRPO, Shao et al. 2024; without the std division under the recipe's std_normalization:
+     false, Dr.GRPO's), calls the recipe's stabilizer on ``minibatches`` PolicyBatches and steps Adam after
+     each; optional KL to the base model with the k3 estimator (Schulman 2020): k3 = exp(ref - logp) - (ref - logp) - 1,
   3. appends one metrics row (keys in docs/design.md), and every ``eval_every`` steps writes
      the resume state and then the checkpoint (Trainer.save: why in this order).
 
 Every random draw comes from a generator seeded by (seed, step), so the state to resume is
 just tensors: trainer weights, Adam moments, the weight snapshots the engine may still be
-broadcast, and the batch in flight. The engine's own weights are the bf16 cast of the snapshot
-of its version, so a resumed run re-broadcasts them before its first rollout (same bits). A run killed at any point ends with the same training metrics
-as an uninterrupted one, but for each row's ``time`` (when the step was produced, unix seconds).
+broadcast, and the batch in flight. The engine's own weights are the bf16 cast of the snapshot of its version, so a
+resumed run re-broadcasts them before its first rollout (same bits). A run killed at any point ends with the same
+training metrics as an uninterrupted one, but for each row's ``time`` (when the step was produced, unix seconds).
 """
 from __future__ import annotations
 
@@ -57,7 +56,9 @@ from .checkpoint import (
     state_tensors,
     write_resume_state,
 )
+from .model import use_grouped_experts
 from .params import engine_version
+from .prefix import forward_rows
 from .queue_rollout import generate_queued, group_record
 from .rollout import Rollout, RolloutEngine
 
@@ -82,6 +83,8 @@ class Trainer:
         for p in self.base.parameters():
             p.requires_grad_(False)
         self.model = load_model(base_dir)
+        if self.version >= 3:  # the MoE's grouped matmuls (model.use_grouped_experts)
+            use_grouped_experts(self.base), use_grouped_experts(self.model)
         self.parameters = list(self.model.parameters())
         self.optimizer = Adam(self.model.parameters(), lr=self.params["lr"], betas=tuple(self.params["adam_betas"]))
         self.engine = RolloutEngine(self.model.config, self.params["rollout_dtype"], self.params["temperature"],
@@ -106,7 +109,8 @@ class Trainer:
                                    seed=step_seed(self.seed, step, 1), sampler_pass=self.sampler_pass(step))
 
     def sampler_pass(self, step: int) -> bool:
-        """Whether the batch of ``step`` gets the float32 pass of d/lag_mean_abs, d/impl_mean_abs (version 2: checkpoint steps)."""
+        """Whether the batch of ``step`` gets the float32 pass of d/lag_mean_abs, d/impl_mean_abs (version >= 2:
+        checkpoint steps)."""
         return self.version == 1 or step % self.eval_every == 0 or step == self.steps
 
     # ---------------------------------------------------------------- trainer side
@@ -122,6 +126,10 @@ class Trainer:
         size = rows // self.params["minibatches"]
         return [slice(start, start + size) for start in range(0, rows, size)]
 
+    def forward(self, model, inputs: torch.Tensor, rows: slice, replay: torch.Tensor | None, plen: int):
+        """``model``'s forward on the batch's ``rows`` (prefix.forward_rows: from version 3, prompts once per group)."""
+        return forward_rows(model, inputs, rows, replay, plen, self.params["samples_per_step"] if self.version >= 3 else 1)
+
     def recompute(self, batch: Rollout) -> Recomputed:
         """The trainer's view of the batch before any update: old_logp with the current weights
         (replaying the engine's routing under R3; under R2 the update replays the routing this
@@ -136,10 +144,9 @@ class Trainer:
         replay_mode = self.recipe.replay
         first, *rest = self.minibatches(inputs.shape[0])
         engine_routing = batch.routing if replay_mode == "r3" else None
-        head = self.model(inputs[first], replay=None if engine_routing is None else engine_routing[first])
+        head = self.forward(self.model, inputs, first, engine_routing, plen)
         with torch.no_grad():
-            outs = [head] + [self.model(inputs[idx], replay=None if engine_routing is None else engine_routing[idx])
-                             for idx in rest]
+            outs = [head] + [self.forward(self.model, inputs, idx, engine_routing, plen) for idx in rest]
             logits = torch.cat([o.logits.detach() for o in outs])
             routing, own_routing = torch.cat([o.routing for o in outs]), torch.cat([o.own_routing for o in outs])
             replay = {"r3": batch.routing, "r2": routing, None: None}[replay_mode]
@@ -147,7 +154,8 @@ class Trainer:
             old_logp = logp_full.gather(-1, response[..., None])[..., 0]
             ref_logp = None
             if self.params["kl_coef"] > 0:
-                ref_logits = self.base(inputs, replay=replay).logits[:, plen - 1:] / temperature
+                ref = self.forward(self.base, inputs, slice(0, inputs.shape[0]), replay, plen)
+                ref_logits = ref.logits[:, plen - 1:] / temperature
                 ref_logp = ref_logits.log_softmax(-1).gather(-1, response[..., None])[..., 0]
         if not torch.isfinite(old_logp).all():
             raise TrainingDiverged("non-finite log-probabilities")
@@ -170,7 +178,7 @@ class Trainer:
         stab: dict[str, list] = {}
         for index, idx in enumerate(rows):
             logits = recomputed.first_logits if index == 0 else \
-                self.model(inputs[idx], replay=None if replay is None else replay[idx]).logits
+                self.forward(self.model, inputs, idx, replay, plen).logits
             logp_full = (logits[:, plen - 1:] / temperature).log_softmax(-1)
             logp = logp_full.gather(-1, response[idx][..., None])[..., 0]
             if not torch.isfinite(logp.detach()).all():

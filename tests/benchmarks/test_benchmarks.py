@@ -21,9 +21,13 @@ PYTHON = sys.executable
 SMALLEST = {
     "bench_coverage": (["--trials", "20", "--bootstrap-trials", "0", "--n", "3", "--contrast-trials", "20",
                         "--survival-trials", "20"], "coverage"),
+    "bench_demo_cost": (["--dir", "{tmp}/demo", "--levels", "native", "--set", "steps=4", "eval_every=2",
+                         "recipes=[grpo]", "lags=[1]", "seeds=[0]", "seeding=null", "claims=[]", "baseline=grpo"],
+                        "96 runs (most)"),
     "bench_dryrun": (["--repeats", "1", "--seeds", "1"], "snakemake -n -q: 20-run grid"),
     "bench_eval_concurrency": (["--latency", "0.05", "--concurrency", "1", "4"], "most in flight"),
     "bench_eval_score": (["--checkpoints", "1", "--problems", "4", "--k", "1"], " s"),
+    "bench_kernels": (["--repeats", "2"], "grouped_mm"),
     "bench_queue_lag": (["--steps", "4", "--out", "{tmp}/queue"], "{"),
     "bench_rollout_mismatch": (["--run", "{run}", "--rollouts", "2"], "bfloat16"),
     "bench_run_phases": (["--steps", "4", "--out", "{tmp}/phases"], "CPU s"),
