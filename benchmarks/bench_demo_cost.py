@@ -59,7 +59,10 @@ def demo_config(clone: Path, level: str, engine_params: dict, settings: list[str
 
 
 def completed_runs(results: Path) -> int:
-    return sum(json.loads(path.read_text()).get("status") == "completed" for path in results.glob("*/runs/**/train/status.json"))
+    from harness.run import STATUS_PATTERN, RunDir
+
+    folders = (path.parents[1] for path in results.glob(f"*/runs/*/*/*/{STATUS_PATTERN}"))
+    return sum((RunDir(folder).read_status() or {}).get("status") == "completed" for folder in folders)
 
 
 def main() -> int:
