@@ -1,4 +1,4 @@
-# One command each: `make demo` (set up + run the demo grid; CONFIG= another, its syntax checked first), `make test` (set up + run the tests; `make test-quick`:
+# One command each: `make demo` (set up + run the demo grid; CONFIG= another, its syntax checked first), `make test` (set up + run the tests, CORES at a time; `make test-quick`:
 # those not marked slow, slurm or browser, before a commit),
 # `make ui` (the MLflow UI on 127.0.0.1 at the grid's runs; CONFIG=, GRID=, PORT= to choose).
 PYTHON ?= python3
@@ -23,11 +23,12 @@ demo: setup
 	$(BIN)/python -m harness.config $(CONFIG)
 	$(BIN)/snakemake -c$(CORES) $(if $(filter-out config.yaml,$(CONFIG)),--configfile $(CONFIG))
 
+# the tests on CORES pytest-xdist workers, side by side (tests/README.md: what runs apart)
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(CORES)
 
 test-quick: setup
-	$(BIN)/python -m pytest -q -m "not slow and not slurm and not browser"
+	$(BIN)/python -m pytest -q -n $(CORES) -m "not slow and not slurm and not browser"
 
 lint: setup
 	$(BIN)/ruff check .

@@ -28,6 +28,20 @@ def pytest_configure_node(node):
     run_folders.give_to_worker(node)
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: how the tests are shared out (tests/support/parallel.py)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") == "loadgroup":
+        from tests.support.parallel import ModuleOrGroup
+        return ModuleOrGroup(config, log)
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    if hasattr(config, "workerinput"):  # an xdist worker: the order the tests are sent out in
+        from tests.support.parallel import slowest_first
+        slowest_first(items)
+
+
 def pytest_unconfigure(config):
     run_folders.remove(config)
 
