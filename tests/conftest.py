@@ -37,9 +37,9 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 def pytest_collection_modifyitems(config, items):
-    if hasattr(config, "workerinput"):  # an xdist worker: the order the tests are sent out in
-        from tests.support.parallel import slowest_first
-        slowest_first(items)
+    if hasattr(config, "workerinput"):  # an xdist worker: the order and groups the tests are sent out in
+        from tests.support.parallel import plan
+        plan(items, config.stash[run_folders.FOLDER])
 
 
 def pytest_unconfigure(config):
