@@ -1,5 +1,5 @@
 # One command each, thin calls of the `stalebench` command (stalebench/cli.py) the venv installs: `make demo`
-# (set up + `stalebench run`: the demo grid; CONFIG= another, checked first), `make test` (set up + run the tests;
+# (set up + `stalebench run`: the demo grid; CONFIG= another, checked first), `make test` (set up + run the tests, CORES at a time;
 # `make test-quick`: those not marked slow, slurm or browser, before a commit),
 # `make ui` (`stalebench ui`: the MLflow UI on 127.0.0.1 at the grid's claims; CONFIG=, GRID=, PORT= to choose).
 PYTHON ?= python3
@@ -23,11 +23,12 @@ $(VENV)/.installed: pyproject.toml requirements.lock envs/setup_venv.py
 demo: setup
 	$(BIN)/stalebench run -c$(CORES) $(if $(filter-out config.yaml,$(CONFIG)),--configfile $(CONFIG))
 
+# the tests on CORES pytest-xdist workers, side by side (tests/README.md: what runs apart)
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(CORES)
 
 test-quick: setup
-	$(BIN)/python -m pytest -q -m "not slow and not slurm and not browser"
+	$(BIN)/python -m pytest -q -n $(CORES) -m "not slow and not slurm and not browser"
 
 lint: setup
 	$(BIN)/ruff check .

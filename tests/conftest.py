@@ -1,6 +1,7 @@
 """Shared test settings: one CPU thread (the CI machine is shared), a modest hypothesis profile, the
-``scratch`` and ``base`` fixtures, and a check that the suite writes nothing under the project tree.
-Shared helpers live in tests/support/."""
+``scratch``, ``base`` and ``run_folder`` fixtures, and a check that the suite writes nothing under the
+project tree. Shared helpers live in tests/support/."""
+import shutil
 import tempfile
 import warnings
 from pathlib import Path
@@ -9,12 +10,46 @@ import pytest
 import torch
 from hypothesis import settings
 
+from tests.support import run_folder as run_folders
 from tests.support.project_tree import ROOT, is_git_checkout, tree_changes, tree_state
 from tests.support.tiny_runs import SMALL
 
 torch.set_num_threads(1)
 settings.register_profile("stalebench", max_examples=30, deadline=None, derandomize=True)
 settings.load_profile("stalebench")
+
+
+def pytest_configure(config):
+    run_folders.configure(config)
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: a worker is being started
+def pytest_configure_node(node):
+    run_folders.give_to_worker(node)
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: how the tests are shared out (tests/support/parallel.py)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") == "loadgroup":
+        from tests.support.parallel import ModuleOrGroup
+        return ModuleOrGroup(config, log)
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    if hasattr(config, "workerinput"):  # an xdist worker: the order and groups the tests are sent out in
+        from tests.support.parallel import plan
+        plan(items, config.stash[run_folders.FOLDER])
+
+
+def pytest_unconfigure(config):
+    run_folders.remove(config)
+
+
+@pytest.fixture(scope="session")
+def run_folder(request):
+    """This test run's folder, shared by its xdist workers: for tests.support.run_folder.built_once."""
+    return request.config.stash[run_folders.FOLDER]
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -41,9 +76,10 @@ def scratch():
 
 
 @pytest.fixture(scope="module")
-def base(tmp_path_factory):
-    """A tiny-engine base model of tests.support.tiny_runs.SMALL, built once per test module."""
+def base(tmp_path_factory, run_folder):
+    """A tiny-engine base model of tests.support.tiny_runs.SMALL, built once per test run and copied
+    for each test module."""
     from engines.tiny.warmstart import build_base  # here: the other test modules need no engine import
     out = tmp_path_factory.mktemp("grid") / "base"
-    build_base(SMALL, out)
+    shutil.copytree(run_folders.built_once(run_folder, "base", lambda folder: build_base(SMALL, folder)), out)
     return out

@@ -9,22 +9,20 @@ import pytest
 from scipy import stats
 from statsmodels.stats.proportion import confint_proportions_2indep
 
-from analysis.aggregate import main
 from analysis.claims.verdicts import NOT_TESTED, answer, open_cells
 from analysis.statistics.boundaries import look_levels
 from analysis.statistics.decision import outcome, outcomes, true_of
 from analysis.statistics.survival import collapse_test
 from grid.claims import Recipes, Seeding, StalenessCost
 from grid.config import ConfigError, load
-from tests.support.grid_fixture import CLAIMS, make_grid, written_grid
+from tests.support.aggregated_grid import aggregated_grid
 
 
 @pytest.fixture(scope="module")
-def grid(tmp_path_factory):
+def grid(tmp_path_factory, run_folder):
     root = tmp_path_factory.mktemp("grid")
-    config = {**make_grid(root), "claims": CLAIMS}
+    config = aggregated_grid(run_folder, root)
     out = root / config["grid"]
-    assert main(["--grid", written_grid(config)]) == 0
     return config, out, json.loads((out / "summary.json").read_text())
 
 

@@ -21,6 +21,7 @@ from analysis.statistics.contrasts import contrast
 from analysis.statistics.intervals import collapse_difference, prob_improvement
 from grid.folder import QUEUE_PLOTS, GridDir, report_files
 from grid.settings import Config
+from tests.support.aggregated_grid import aggregated_grid
 from tests.support.grid_fixture import (
     COLLAPSED,
     DIVERGED,
@@ -34,11 +35,10 @@ from tests.support.paths import ROOT
 
 
 @pytest.fixture(scope="module")
-def grid(tmp_path_factory):
+def grid(tmp_path_factory, run_folder):
     root = tmp_path_factory.mktemp("grid")
-    config = make_grid(root)
+    config = aggregated_grid(run_folder, root, claims=False)
     out = root / config["grid"]
-    assert main(["--grid", written_grid(config)]) == 0
     return config, out, json.loads((out / "summary.json").read_text())
 
 

@@ -3,7 +3,6 @@ on the first grid's config, and the two outcomes per claim beside the first run'
 The workflow call is replaced here by fabricating the new grid's runs (tests/support/grid_fixture.py);
 the real training path: tests/workflow/test_workflow_seeding.py (slow)."""
 import json
-from pathlib import Path
 
 import pytest
 
@@ -12,15 +11,14 @@ from analysis.schedule import rerun
 from grid.config import validate
 from grid.folder import GridDir
 from grid.settings import Config
+from tests.support.aggregated_grid import aggregated_grid
 from tests.support.grid_fixture import CLAIMS, make_grid, written_grid
 
 
 @pytest.fixture()
-def first(tmp_path):
-    config = validate({**make_grid(tmp_path), "claims": CLAIMS})
-    folder = written_grid(config)
-    assert aggregate(["--grid", folder]) == 0
-    return Path(folder), config
+def first(tmp_path, run_folder):
+    config = aggregated_grid(run_folder, tmp_path)
+    return GridDir.of(config).path, config
 
 
 def test_the_fresh_seeds_are_as_many_as_declared_and_above_every_one_used(first):

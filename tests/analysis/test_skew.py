@@ -9,14 +9,13 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from analysis.aggregate import main
 from analysis.claims.robustness import checks_text, sides
 from analysis.statistics.crosscheck import adastop, smallest_level
 from analysis.statistics.decision import size_to_delta
 from analysis.statistics.skew import skew_check, skewed_miss, skewness, standardized_draws
 from grid.config import validate
 from grid.settings import Config
-from tests.support.grid_fixture import CLAIMS, make_grid, written_grid
+from tests.support.aggregated_grid import aggregated_grid
 
 
 def test_normal_contrasts_miss_each_side_at_half_the_level():
@@ -94,10 +93,9 @@ def test_an_outcome_says_its_size_against_delta(estimate, low, high, text):
 
 
 @pytest.fixture(scope="module")
-def grid(tmp_path_factory):
+def grid(tmp_path_factory, run_folder):
     root = tmp_path_factory.mktemp("grid")
-    config = {**make_grid(root), "claims": CLAIMS}
-    assert main(["--grid", written_grid(config)]) == 0
+    config = aggregated_grid(run_folder, root)
     return config, json.loads((root / config["grid"] / "summary.json").read_text())
 
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import sys
 import threading
 from collections import defaultdict
@@ -17,7 +16,7 @@ from grid.config import load
 from harness.io import read_jsonl
 from tests.support.fake_sglang import GOLD, PORT_TAKEN, FakeSGLang
 from tests.support.paths import FIXTURES, ROOT, SUPPORT
-from tests.support.ports import free_ports
+from tests.support.ports import free_ports, refused_url
 from tests.support.slime_checkpoints import write_hf_save
 
 FIXTURE = FIXTURES / "aime_mini.jsonl"
@@ -153,11 +152,9 @@ def test_the_eval_key_holds_whether_the_server_is_deterministic(tmp_path, fake_s
 
 @pytest.fixture
 def closed_url():
-    """A URL where nothing listens, nor can start to while the test runs: this socket holds its port,
-    bound but not listening (a connection is refused)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    """A URL where nothing listens, nor can start to while the test runs."""
+    with refused_url() as url:
+        yield url
 
 
 @pytest.mark.parametrize("swap_weights", [True, False])

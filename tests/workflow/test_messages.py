@@ -16,7 +16,7 @@ import yaml
 from grid.config import ConfigError, read_file
 from grid.config import main as check_config
 from tests.support.grid_fixture import make_grid
-from tests.support.ports import free_ports
+from tests.support.ports import refused_url
 from tests.support.workflow_cli import ROOT, SNAKEMAKE, copy_checkout
 
 TAB = "grid: demo\nlags:\n  - 1\n\t- 8\n"  # a tab where YAML wants spaces: line 4, column 1
@@ -64,19 +64,19 @@ def test_a_bare_configfile_gets_snakemakes_message_before_any_project_code(tmp_p
 def test_an_unreachable_tracking_server_fails_in_seconds_naming_it_and_touches_nothing(tmp_path):
     config = make_grid(tmp_path / "results")
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
-    uri = f"http://127.0.0.1:{free_ports()[0]}"  # a port nobody listens on
-    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
-    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "PYTHONPATH": str(ROOT)}
-    start = time.monotonic()
-    result = subprocess.run([sys.executable, "-m", "tracking.sync", "--config", str(tmp_path / "config.yaml"), "--live"],
+    with refused_url() as uri:  # a port nobody listens on, nor can while the test runs
+        before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+        env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "PYTHONPATH": str(ROOT)}
+        start = time.monotonic()
+        result = subprocess.run([sys.executable, "-m", "tracking.sync", "--config", str(tmp_path / "config.yaml"), "--live"],
+                                cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        seconds = time.monotonic() - start
+        assert result.returncode != 0 and f"the MLflow tracking server {uri}" in result.stderr, result.stderr[-2000:]
+        assert seconds < 30, f"{seconds:.0f} s to give up on {uri}"  # MLflow's own retries: ~4 minutes
+        assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before  # no lock, no marker
+        ui = subprocess.run([sys.executable, "-m", "tracking.ui", "--config", str(tmp_path / "config.yaml")],
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
-    seconds = time.monotonic() - start
-    assert result.returncode != 0 and f"the MLflow tracking server {uri}" in result.stderr, result.stderr[-2000:]
-    assert seconds < 30, f"{seconds:.0f} s to give up on {uri}"  # MLflow's own retries: ~4 minutes
-    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before  # no lock, no marker
-    ui = subprocess.run([sys.executable, "-m", "tracking.ui", "--config", str(tmp_path / "config.yaml")],
-                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
-    assert ui.returncode != 0 and f"the MLflow tracking server {uri}" in ui.stderr, ui.stderr[-2000:]
+        assert ui.returncode != 0 and f"the MLflow tracking server {uri}" in ui.stderr, ui.stderr[-2000:]
 
 
 def test_a_file_that_is_not_there_is_named(tmp_path):

@@ -56,7 +56,7 @@ GRID_SECONDS, LOCAL_SECONDS = 1200, 900  # the SLURM grid's and the local grid's
 CLUSTER_WAIT = 1800  # for another suite's test cluster on this machine to stop (one per machine)
 # The whole test: the wait, cluster start, the probe run that sizes the grid, both grids and the comparison.
 TIME_LIMIT = CLUSTER_WAIT + GRID_SECONDS + LOCAL_SECONDS + 600
-pytestmark = [pytest.mark.slurm, pytest.mark.timeout(TIME_LIMIT)]
+pytestmark = [pytest.mark.slurm, pytest.mark.xdist_group("slurm_cluster"), pytest.mark.timeout(TIME_LIMIT)]
 
 
 def sized_grid(folder: Path) -> dict:

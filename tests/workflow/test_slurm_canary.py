@@ -29,7 +29,8 @@ GRID = {"recipes": ["grpo", "gspo"], "lags": [1], "seeds": [0], "steps": 8, "eva
         "resources": {"train": {"gpu": 0, "mem_mb": 1000, "threads": 1, "runtime": 10, "slurm_partition": "cpu",
                                 "slurm_extra": "--signal=URG@40"}}}
 CLUSTER_WAIT, GRID_SECONDS = 1800, 900
-pytestmark = [pytest.mark.slurm, pytest.mark.timeout(CLUSTER_WAIT + 2 * GRID_SECONDS + 300)]
+pytestmark = [pytest.mark.slurm, pytest.mark.xdist_group("slurm_cluster"),
+              pytest.mark.timeout(CLUSTER_WAIT + 2 * GRID_SECONDS + 300)]
 
 
 def submitted(cluster, command: list[str], env: dict) -> tuple[int, list[str], str]:

@@ -62,14 +62,19 @@ def test_same_config_twice_gives_identical_metrics(base, tmp_path):
 
 KILLED = {"recipe": "grpo_r3", "lag": 3, "steps": 14, "eval_every": 3}  # checkpoints at 3, 6, 9, 12, 14
 
+# each kill test's seed: the same draws on every pytest-xdist worker (from the run's id), or the system's
+DRAW = random.Random(os.environ["PYTEST_XDIST_TESTRUNUID"]) if "PYTEST_XDIST_TESTRUNUID" in os.environ \
+    else random.SystemRandom()
+
 
 def kill_seeds() -> list[int]:
     """The seeds of the kill tests: STALEBENCH_KILL_SEEDS=A-B runs A..B (the consecutive-seed check of
-    engines/tiny/README.md), STALEBENCH_KILL_SEED=S replays one, otherwise one random seed (printed)."""
+    engines/tiny/README.md), STALEBENCH_KILL_SEED=S replays one, otherwise one random seed (printed;
+    DRAW: every pytest-xdist worker must collect the same tests)."""
     if os.environ.get("STALEBENCH_KILL_SEEDS"):
         first, last = (int(part) for part in os.environ["STALEBENCH_KILL_SEEDS"].split("-"))
         return list(range(first, last + 1))
-    return [int(os.environ.get("STALEBENCH_KILL_SEED") or random.SystemRandom().randrange(2**32))]
+    return [int(os.environ.get("STALEBENCH_KILL_SEED") or DRAW.randrange(2**32))]
 
 
 @pytest.fixture(scope="module")
