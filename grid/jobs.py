@@ -54,6 +54,13 @@ def warning_lead_seconds(resources: dict) -> int | None:
     return int(lead.group(1)) if lead else None
 
 
+def stop_arguments(config: dict) -> list[str]:
+    """engines.train's ``--stop-lead``: its jobs stop at the warning's lead before the end time SLURM
+    records for them (harness.engine.watch_time_limit), whether or not the warning signal reaches them."""
+    lead = warning_lead_seconds(rule_resources(config, "train"))
+    return ["--stop-lead", str(lead)] if lead else []
+
+
 def train_retries(config: dict, runs: int = 1) -> int:
     """How often a failed training job of ``runs`` runs is submitted again: the jobs its step budget
     needs within the job's time limit (runs x steps x the engine's step_minutes, over the train runtime

@@ -35,8 +35,12 @@ The canary (engines.slime.canary: ``args.stalebench_canary``) trains the first r
 periodic save does (Megatron and HF) and ends: one job that goes through what every job of the grid
 goes through first, before the others are submitted.
 
-Time-limit stops take one Megatron save, as soon as the warning is seen: the driver polls the
-run's ``stop_requested`` mark while it waits for a generation (every POLL_SECONDS), and checks it
+Time-limit stops take one Megatron save, as soon as the warning is seen. The warning is the clock
+(the custom config's ``stalebench_stop_at``: the job's end time less the stop lead, which
+engines.train learned when the job started, harness.engine.watch_time_limit) or the run's
+``stop_requested`` mark that the job script's trap sets where SLURM's signal reaches it (not under
+proctrack/cgroup, not through Apptainer): stop_check. The driver polls it while it waits for a
+generation (every POLL_SECONDS), and checks it
 after each training call and each push, so what runs after the warning is at most the training call
 or the save in progress, then the stop's save. A stop waits for no generation (the job script's ``ray
 stop`` ends those in flight). The stop's save skips slime's HF copy (``megatron_save_only``: a step
@@ -49,6 +53,8 @@ warning's lead.
 """
 from __future__ import annotations
 
+import time
+from pathlib import Path
 from typing import Callable
 
 from engines.slime.metrics import first_non_finite
@@ -68,6 +74,12 @@ def megatron_save_only(actor, rollout_id: int):
         return actor.save_model(rollout_id, force_sync=True)
     finally:
         actor.args.save_hf = save_hf
+
+
+def stop_check(stop_file: Path, stop_at: float | None, clock: Callable[[], float] = time.time) -> Callable[[], bool]:
+    """Whether the time limit is near: the clock has reached ``stop_at`` (None: no clock stop), or the
+    job script marked SLURM's warning signal in ``stop_file``."""
+    return lambda: (stop_at is not None and clock() >= stop_at) or stop_file.exists()
 
 
 def lag_loop(args, rollout_manager, actor_model, *, mode: str, lag: int, seed: int, num_rollout_per_epoch: int | None,
@@ -174,9 +186,10 @@ def main() -> None:
     rollout_manager, num_rollout_per_epoch = create_rollout_manager(args, placement_groups["rollout"])
     actor_model, _ = create_training_models(args, placement_groups, rollout_manager)
     run = RunDir(args.stalebench_run_dir)
-    stop_file = run.engine_file("stop_requested")  # touched by the job script at the warning
     stopped = lag_loop(args, rollout_manager, actor_model, **schedule, num_rollout_per_epoch=num_rollout_per_epoch,
-                       get=ray.get, periodic=should_run_periodic_action, stop_requested=stop_file.exists,
+                       get=ray.get, periodic=should_run_periodic_action,
+                       stop_requested=stop_check(run.engine_file("stop_requested"),  # the trap's mark
+                                                 getattr(args, "stalebench_stop_at", None)),
                        ready=lambda ref: bool(ray.wait([ref], timeout=POLL_SECONDS)[0]),
                        # the writer rank appended the step's row before its training call returned
                        diverged=lambda rollout_id: first_non_finite(run.read_metrics()) is not None,

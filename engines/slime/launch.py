@@ -9,8 +9,9 @@ The modules behind it, in the order they build on each other: ``params`` (engine
 container pin, the model's shape), ``flags`` (every slime / Megatron flag of the run),
 ``preflight`` (the checks before the first GPU-hour), ``job_script`` (the job script).
 
-Every file of the run is named by its RunDir (harness.run: ENGINE_FILES for the engine's own). At
-SLURM's time-limit warning the job script marks ``stop_requested``; the lag driver (every mode) then
+Every file of the run is named by its RunDir (harness.run: ENGINE_FILES for the engine's own). When the
+clock reaches the job's stop time (harness.engine.stop_time, handed to the driver in the custom config)
+or SLURM's warning signal reaches the job script (which marks ``stop_requested``), the lag driver (every mode) then
 saves Megatron's state of its last trained step, marks ``stopped`` and stops, and ``run`` raises
 TimeLimitReached (engines.train exits 75, the retry resumes). A job that ends early without that mark
 (it failed, also after the warning) is a failure.
@@ -44,7 +45,7 @@ from engines.slime.metrics import first_non_finite
 from engines.slime.plan import report as plan_report
 from grid.config import load
 from harness.cli import parse_json_arg
-from harness.engine import TimeLimitReached
+from harness.engine import TimeLimitReached, stop_time
 from harness.hf_save import hf_checkpoint_problem
 from harness.run import RunDir
 from harness.run_config import RunConfig
@@ -124,7 +125,7 @@ def run(run_config: RunConfig, run: RunDir) -> str:
     run = RunDir(run.path.resolve())
     if status := finished(run_config, run):
         return status
-    script = write_job_script(run_config, run)
+    script = write_job_script(run_config, run, stop_at=stop_time())
     returncode = subprocess.run(["bash", str(script)], cwd=run.path).returncode
     _, incomplete = publish_hf_checkpoints(run, run_config)
     for problem in incomplete:

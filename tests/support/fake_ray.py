@@ -40,7 +40,8 @@ in slime's order: the Megatron save, then the HF save (config.json, shards, the 
 killed after FAKE_RAY_FAIL_AFTER steps dies in the middle of its last HF save. SLURM's warning reaches
 the job script after FAKE_RAY_WARN_AFTER steps, or with FAKE_RAY_WARN_AT_START during `ray start`,
 before the job is submitted (bash marks it once `ray start` returns); a warning the script has not
-marked within 10 s fails the job. FAKE_RAY_NAN_AT: slime logs a non-finite grad norm at that step
+marked within 10 s fails the job; the custom config's stop time (stalebench_stop_at) stops it as the
+driver's clock does. FAKE_RAY_NAN_AT: slime logs a non-finite grad norm at that step
 and the job ends there, as the driver ends it. A canary job (the custom config's stalebench_canary) runs
 the rollout and loss hooks on its first step and saves it (FAKE_RAY_FAIL_AFTER=0: it dies first)."""
 import json, os, signal, sys, time
@@ -95,7 +96,9 @@ if sys.argv[1:3] == ["job", "submit"]:
             if rollout_id + 1 == warn_after:
                 os.kill(os.getppid(), signal.SIGURG)
                 wait_for_the_mark(train)
-            stop = os.path.exists(os.path.join(train, "stop_requested"))
+            # the driver's stop_requested: the clock (the custom config's stop time) or the trap's mark
+            stop_at = custom["stalebench_stop_at"]
+            stop = (stop_at is not None and time.time() >= stop_at) or os.path.exists(os.path.join(train, "stop_requested"))
             if stop and os.environ.get("FAKE_RAY_FAIL_AT_STOP"):
                 sys.exit(1)  # the job dies after the warning, before the save
             if stop or (rollout_id + 1) % every == 0 or rollout_id == steps - 1:

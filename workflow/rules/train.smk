@@ -107,6 +107,7 @@ for pack in PACKS:
             [f"{folder}/{STATUS_PATTERN}" for folder in pack.folders(RUN)],
         params:
             runs=train_arguments(MODEL, pack),
+            stop=stop_arguments(CONFIG),
         log:
             f"{LOGS}/train/{{recipe}}/lag{{lag}}/{pack.label}.log",
         benchmark:
@@ -121,4 +122,4 @@ for pack in PACKS:
         resources:
             **job_resources(CONFIG, "train"),
         shell:
-            "OMP_NUM_THREADS={threads} python -m engines.train {params.runs:q} > {log:q} 2>&1"
+            "OMP_NUM_THREADS={threads} python -m engines.train {params.stop:q} {params.runs:q} > {log:q} 2>&1"
