@@ -1,5 +1,5 @@
 """Shared test settings: one CPU thread (the CI machine is shared), a modest hypothesis profile, the
-``scratch`` and ``base`` fixtures, and a check that the suite writes nothing under the project tree.
+``scratch``, ``base`` and ``time_limit`` fixtures, and a check that the suite writes nothing under the project tree.
 Shared helpers live in tests/support/."""
 import tempfile
 import warnings
@@ -47,3 +47,17 @@ def base(tmp_path_factory):
     out = tmp_path_factory.mktemp("grid") / "base"
     build_base(SMALL, out)
     return out
+
+
+@pytest.fixture
+def time_limit(monkeypatch):
+    """harness.engine.watch_time_limit for a test to arm (a fake end time and clock); the module's state
+    and SIGURG's handler are put back afterwards."""
+    import signal
+
+    from harness import engine
+
+    monkeypatch.setattr(engine, "_LIMIT", engine._LIMIT)
+    handler = signal.getsignal(engine.TIME_LIMIT_SIGNAL)
+    yield engine.watch_time_limit
+    signal.signal(engine.TIME_LIMIT_SIGNAL, handler)

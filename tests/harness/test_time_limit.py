@@ -3,7 +3,6 @@ from SLURM's record (squeue %e, or $SLURM_JOB_END_TIME), ``now >= end - lead`` a
 signal as a second trigger; the tiny engine stopping on it with no signal and resuming identical."""
 import json
 import os
-import signal
 import subprocess
 import sys
 from datetime import datetime
@@ -19,15 +18,6 @@ from harness.run_config import RunConfig
 from tests.support.tiny_runs import config
 from tests.support.untimed import untimed_rows
 from tests.support.workflow_cli import ROOT
-
-
-@pytest.fixture
-def time_limit(monkeypatch):
-    """watch_time_limit as a test arms it, undone afterwards (the module's state, SIGURG's handler)."""
-    monkeypatch.setattr(engines, "_LIMIT", engines._LIMIT)
-    handler = signal.getsignal(engines.TIME_LIMIT_SIGNAL)
-    yield watch_time_limit
-    signal.signal(engines.TIME_LIMIT_SIGNAL, handler)
 
 
 def fake_squeue(tmp_path, monkeypatch, prints: str, status: int = 0):

@@ -6,7 +6,7 @@ from argparse import Namespace
 import pytest
 
 from engines.slime import plan
-from engines.slime.driver import check_args, lag_loop
+from engines.slime.driver import check_args, lag_loop, stop_check
 from engines.slime.weight_versions import driver_version, trainer_version
 from grid.config import load
 from grid.jobs import rule_resources, warning_lead_seconds
@@ -120,6 +120,21 @@ def test_a_warning_during_a_generation_is_acted_on_before_it_ends():
     assert _stop(cluster, lag=8) == 2
     assert cluster.save_ends == [pytest.approx(115, abs=0.2)]  # a poll + a Megatron save, no HF copy
     assert ("hf_save", 2) not in cluster.log
+
+
+def test_the_clock_stops_the_driver_as_the_warning_does_and_the_mark_still_does(tmp_path):
+    """stop_check: the job's stop time on the clock (no signal anywhere) acts as the warning at minute 110
+    did above; with no stop time, the trap's mark stops the driver."""
+    cluster = TimedCluster(generate=30, train=10, push=1, megatron=5, hf=1)  # no warning signal
+    mark = tmp_path / "stop_requested"
+    cluster.stop_requested = stop_check(mark, stop_at=110.0, clock=lambda: cluster.clock)
+    assert _stop(cluster, lag=8) == 2
+    assert cluster.save_ends == [pytest.approx(115, abs=0.2)] and not mark.exists()
+    cluster = TimedCluster(generate=30, train=10, push=1, megatron=5, hf=1)
+    cluster.stop_requested = stop_check(mark, stop_at=None, clock=lambda: cluster.clock)
+    assert _stop(cluster, lag=8, steps=20) is None  # neither trigger: the run ends
+    mark.touch()
+    assert stop_check(mark, stop_at=None)() and not stop_check(tmp_path / "none", stop_at=None)()
 
 
 def test_every_stop_save_finishes_before_the_kill_under_the_presets_timings():
