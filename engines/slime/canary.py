@@ -49,7 +49,7 @@ def problems(run: RunDir, returncode: int) -> tuple[list[str], dict]:
     rows = run.read_metrics()
     if not rows:
         found.append(f"no training step was logged ({run.metrics_path}): the first loss call did not complete")
-    elif row := first_non_finite(rows):
+    elif row := first_non_finite(rows, fp16=RunConfig.check(run.read_config()).engine_params["precision"] == "fp16"):
         found.append(f"the first step's loss or grad norm is not finite ({row})")
     else:
         left["step"] = rows[0]

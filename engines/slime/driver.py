@@ -96,7 +96,8 @@ def lag_loop(args, rollout_manager, actor_model, *, mode: str, lag: int, seed: i
     ``should_run_periodic_action``; ``stop_requested`` (the time-limit warning came) ends the loop at
     once, with a save; ``ready(ref)`` waits up to POLL_SECONDS for a generation and says whether it is done;
     ``diverged(rollout_id)`` (the step's loss or grad norm is not finite) ends the loop after that step,
-    with no save: the run is over, and slime skipped that step's update. ``canary`` (engines.slime.canary): end
+    with no save and no wait for the generations in flight (finish): the run is over, and slime skipped
+    that step's update. ``canary`` (engines.slime.canary): end
     after the first step with a save of it, Megatron and HF, as a periodic save writes them."""
     check_lag(lag, mode)
     start, end = args.start_rollout_id, args.num_rollout
@@ -185,20 +186,32 @@ def main() -> None:
     init_tracking(args)
     rollout_manager, num_rollout_per_epoch = create_rollout_manager(args, placement_groups["rollout"])
     actor_model, _ = create_training_models(args, placement_groups, rollout_manager)
-    run = RunDir(args.stalebench_run_dir)
+    run, fp16 = RunDir(args.stalebench_run_dir), bool(getattr(args, "fp16", False))  # Megatron's --fp16
     stopped = lag_loop(args, rollout_manager, actor_model, **schedule, num_rollout_per_epoch=num_rollout_per_epoch,
                        get=ray.get, periodic=should_run_periodic_action,
                        stop_requested=stop_check(run.engine_file("stop_requested"),  # the trap's mark
                                                  getattr(args, "stalebench_stop_at", None)),
                        ready=lambda ref: bool(ray.wait([ref], timeout=POLL_SECONDS)[0]),
                        # the writer rank appended the step's row before its training call returned
-                       diverged=lambda rollout_id: first_non_finite(run.read_metrics()) is not None,
+                       diverged=lambda rollout_id: first_non_finite(run.read_metrics(), fp16=fp16) is not None,
                        canary=getattr(args, "stalebench_canary", False))
-    if stopped is not None:  # dispose would queue behind the generations in flight: ray stop ends them
+    if finish(stopped, run, rollout_manager, ray.get, fp16=fp16) == "completed":
+        finish_tracking(args)
+
+
+def finish(stopped: int | None, run: RunDir, rollout_manager, get: Callable, *, fp16: bool) -> str:
+    """How the job ends after lag_loop: "stopped" at the time limit (its ``stopped`` mark written once the
+    save is on disk), "diverged" (a non-finite step, engines.slime.metrics.first_non_finite) or "completed".
+    Only a completed job disposes of the rollout manager: ``dispose`` would queue on the actor behind the
+    generations still in flight (up to ``lag`` at interval lag), which a stopped or diverged job has no use
+    for; the job script's ``ray stop`` ends them."""
+    if stopped is not None:
         write_text_atomic(run.engine_file("stopped"), f"{stopped}\n")
-        return
-    ray.get(rollout_manager.dispose.remote())
-    finish_tracking(args)
+        return "stopped"
+    if first_non_finite(run.read_metrics(), fp16=fp16) is not None:
+        return "diverged"
+    get(rollout_manager.dispose.remote())
+    return "completed"
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ from pathlib import Path
 import yaml
 
 from engines.slime.job_script import write_job_script
-from engines.slime.metrics import first_non_finite
+from engines.slime.metrics import first_non_finite, overflow_steps
 from engines.slime.plan import report as plan_report
 from grid.config import load
 from harness.cli import parse_json_arg
@@ -97,12 +97,17 @@ def finish_interrupted_swaps(run: RunDir) -> None:
 
 
 def final_status(run_config: RunConfig, run: RunDir, returncode: int) -> dict:
-    rows = run.read_metrics()
+    """The run's status from its metrics and the job's exit code; an fp16 run's loss-scale overflows are
+    skipped steps, named in the message, not divergence (engines.slime.metrics.first_non_finite)."""
+    rows, fp16 = run.read_metrics(), run_config.engine_params["precision"] == "fp16"
     last = rows[-1]["step"] if rows else 0
-    if row := first_non_finite(rows):
-        return {"status": "diverged", "step": row["step"], "message": f"non-finite loss or grad norm at step {row['step']}"}
+    if row := first_non_finite(rows, fp16=fp16):
+        what = "loss" if fp16 else "loss or grad norm"
+        return {"status": "diverged", "step": row["step"], "message": f"non-finite {what} at step {row['step']}"}
     if returncode == 0 and last == run_config.steps:
-        return {"status": "completed", "step": last, "message": f"completed {last} steps"}
+        skipped = overflow_steps(rows) if fp16 else []
+        note = f" ({len(skipped)} skipped at an fp16 loss-scale overflow: steps {skipped})" if skipped else ""
+        return {"status": "completed", "step": last, "message": f"completed {last} steps{note}"}
     return {"status": "failed", "step": last, "message": f"slime job exited with code {returncode} after step {last}"}
 
 

@@ -42,7 +42,7 @@ the job script after FAKE_RAY_WARN_AFTER steps, or with FAKE_RAY_WARN_AT_START d
 before the job is submitted (bash marks it once `ray start` returns); a warning the script has not
 marked within 10 s fails the job; the custom config's stop time (stalebench_stop_at) stops it as the
 driver's clock does. FAKE_RAY_NAN_AT: slime logs a non-finite grad norm at that step
-and the job ends there, as the driver ends it. A canary job (the custom config's stalebench_canary) runs
+and the job ends there, as the driver ends it (with --fp16 it goes on: a loss-scale overflow). A canary job (the custom config's stalebench_canary) runs
 the rollout and loss hooks on its first step and saves it (FAKE_RAY_FAIL_AFTER=0: it dies first)."""
 import json, os, signal, sys, time
 sys.path.insert(0, {tests!r})
@@ -89,8 +89,8 @@ if sys.argv[1:3] == ["job", "submit"]:
         for rollout_id in range(min(steps, fail_after)):
             grad_norm = float("nan") if rollout_id + 1 == nan_at else 1.0  # slime logs a skipped step's norm
             f.write(json.dumps({{"step": rollout_id + 1, "loss": -0.1, "grad_norm": grad_norm}}) + "\n")
-            if rollout_id + 1 == nan_at:  # the driver: no save, a normal end
-                break
+            if rollout_id + 1 == nan_at and "--fp16" not in args:  # the driver: no save, a normal end
+                break  # (fp16: a loss-scale overflow, a skipped step the run goes on from)
             if rollout_id == 0 and os.environ.get("FAKE_RAY_WARN_AT_START"):
                 wait_for_the_mark(train)
             if rollout_id + 1 == warn_after:

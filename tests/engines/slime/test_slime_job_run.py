@@ -164,6 +164,20 @@ def test_a_non_finite_step_ends_the_run_diverged_and_its_checkpoints_stay_scorab
     assert launch.run(RunConfig.check(run_config), RunDir(directory)) == "diverged" and calls.read_text() == jobs
 
 
+@pytest.mark.slow  # the job script with a fake ray
+def test_an_fp16_loss_scale_overflow_is_a_skipped_step_not_divergence(table1, tmp_path, monkeypatch):
+    """fp16: the same NaN grad norm at step 6 with a finite loss is Megatron's loss scaler skipping an
+    overflowed update (engines.slime.metrics.first_non_finite): the run goes on, completes, and its
+    status names the skipped step."""
+    table1["engine_params"]["precision"] = "fp16"
+    run_config, directory, _ = fake_slime_job(table1, tmp_path, monkeypatch)
+    monkeypatch.setenv("FAKE_RAY_NAN_AT", "6")
+    assert launch.run(RunConfig.check(run_config), RunDir(directory)) == "completed"
+    status = json.loads((directory / "train" / "status.json").read_text())
+    assert status["message"] == "completed 8 steps (1 skipped at an fp16 loss-scale overflow: steps [6])"
+    assert sorted(RunDir(directory).checkpoints()) == [4, 8]
+
+
 
 @pytest.mark.slow  # the job script with a fake ray
 def test_a_job_that_fails_after_the_warning_is_a_failure_not_a_stop(table1, tmp_path, monkeypatch):
