@@ -112,8 +112,10 @@ def job_script_text(run_config: RunConfig, run: RunDir, *, check_files: bool = T
         "# the pre-flight checks again, with slime's own reward functions, before any GPU work",
         'PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" python3 -m engines.slime.preflight --run-dir "$RUN_DIR"',
         'export MASTER_ADDR="${MASTER_ADDR:-127.0.0.1}"',
-        "# a private Ray head for this job, stopped on exit; nothing else on the node is touched",
+        "# a private Ray head for this job, stopped on exit; nothing else on the node is touched. Its temp dir",
+        "# (sockets, logs, the object store's spill: engines.slime.footprint) is the declared node-local path",
         f'ray start --head --node-ip-address "$MASTER_ADDR" --num-gpus {params["gpus_per_node"]} '
+        f"--temp-dir {shlex.quote(params['ray_temp_dir'])} "
         "--disable-usage-stats --dashboard-host=127.0.0.1 --dashboard-port=8265",
         f"# keep the newest {params['keep_megatron_checkpoints']} Megatron checkpoints while the job runs",
         (f'prune() {{ PYTHONPATH="$REPO" python3 -m engines.slime.retention '

@@ -44,6 +44,7 @@ from engines.slime.job_script import write_job_script
 from engines.slime.metrics import first_non_finite, overflow_steps
 from engines.slime.plan import report as plan_report
 from grid.config import load
+from grid.settings import Config
 from harness.cli import parse_json_arg
 from harness.engine import TimeLimitReached, stop_time
 from harness.hf_save import hf_checkpoint_problem
@@ -162,7 +163,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.plan:
         try:
             given = yaml.safe_load(Path(args.timings).read_text()) if args.timings else None
-            print(plan_report(load(args.plan), given))
+            print(plan_report(Config.build(load(args.plan)), given))  # loaded and typed once
         except (ValueError, KeyError, OSError) as error:
             raise SystemExit(f"engines.slime.launch --plan: {error}") from None
         return

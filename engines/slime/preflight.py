@@ -36,7 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from engines.slime.flags import OWNED_FLAGS, slime_flags
-from engines.slime.footprint import check_disk, check_host_memory
+from engines.slime.footprint import check_disk, check_host_memory, check_spill
 from engines.slime.params import PROMPT_FORMATS, model_context, model_shape, parameter_counts
 from engines.slime.reward_model import rule_reward
 from harness.io import read_jsonl
@@ -209,6 +209,7 @@ def preflight(run_config: RunConfig, run: RunDir, emitted: set[str], *, check_fi
         check_host_memory(params, replay=run_config.recipe.replay, lag=run_config.lag, mem_mb=mem_mb),
         check_disk(params, steps=run_config.steps, eval_every=run_config.eval_every,
                    train_dir=run.train_dir if on_node else None),
+        check_spill(params, replay=run_config.recipe.replay, lag=run_config.lag, mem_mb=mem_mb, on_node=on_node),
         check_extra_args(params["extra_args"], emitted, tuple(shape.get("script_flags", ())))]
 
 

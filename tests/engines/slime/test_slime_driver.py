@@ -9,6 +9,7 @@ from engines.slime import plan
 from engines.slime.driver import check_args, finish, lag_loop, stop_check
 from engines.slime.weight_versions import driver_version, trainer_version
 from grid.config import load
+from grid.settings import Config
 from grid.jobs import rule_resources, warning_lead_seconds
 from harness.lag import LAG_MODES, sampling_version
 from harness.run import RunDir
@@ -189,8 +190,8 @@ def test_every_stop_save_finishes_before_the_kill_under_the_presets_timings():
     eval_every steps), the warning at every 5 minutes of the first 40 steps: every stop's save ends
     before the kill at the preset's warning lead. Under the old 15-min lead most do not."""
     table1 = load(ROOT / "workflow" / "presets" / "table1.yaml")
-    times = plan.timings(table1)
-    budget = plan.stop(table1, times)
+    times = plan.timings(Config.build(table1))
+    budget = plan.stop(Config.build(table1), times)
     lead = warning_lead_seconds(rule_resources(table1, "train")) / 60
     assert lead * 60 == budget["lead_seconds"]  # the preset's lead is the plan's budget
     step, megatron, full = times["step"][1], budget["megatron_save"][1], budget["save"][1]
