@@ -4,6 +4,11 @@
                                (engines.slime.job_script), execute it, publish the HF checkpoints,
                                write the run's status
     python -m engines.slime.launch --run-dir DIR --config-json JSON [--dry-run [--no-path-check]]
+    python -m engines.slime.launch --fingerprints CONFIG [--compare FILE]
+
+``--fingerprints`` prints every recipe's fingerprint of the grid (stabilizers.fingerprint) as this
+interpreter's torch computes it, as JSON; run inside the image (docs/cluster.md, First day), its output
+is ``--compare``d with the login node's: each recipe whose digest differs is named.
 
 The modules behind it, in the order they build on each other: ``params`` (engine_params, the
 container pin, the model's shape), ``flags`` (every slime / Megatron flag of the run),
@@ -32,6 +37,7 @@ reward functions, before it starts Ray.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shutil
 import subprocess
@@ -150,10 +156,33 @@ def run(run_config: RunConfig, run: RunDir) -> str:
     return status["status"]
 
 
+def fingerprints(model: Config) -> dict:
+    """Each recipe's fingerprint digest on this interpreter, and the torch that computed them."""
+    import torch
+
+    from stabilizers import fingerprint
+    from stabilizers.recipes import recipe_from_named_dict
+
+    recipes = {run[0]: run_config["recipe"] for run, run_config in model.run_configs.items()}
+    return {"torch": torch.__version__,
+            "digests": {name: fingerprint(recipe_from_named_dict(recipe, name))["digest"]
+                        for name, recipe in sorted(recipes.items())}}
+
+
+def compare_fingerprints(ours: dict, theirs: dict) -> list[str]:
+    """The recipes whose digests differ (or that one side lacks), each named with both digests."""
+    names = sorted(set(ours["digests"]) | set(theirs["digests"]))
+    return [f"{name}: {ours['digests'].get(name)} here (torch {ours['torch']}), {theirs['digests'].get(name)} there "
+            f"(torch {theirs['torch']})" for name in names if ours["digests"].get(name) != theirs["digests"].get(name)]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Write (and run) the slime job of one run.")
     parser.add_argument("--plan", metavar="CONFIG", help="print the grid's GPU-hour plan (engines.slime.plan); run nothing")
     parser.add_argument("--timings", metavar="FILE", help="with --plan: YAML of measured timings (engines.slime.plan)")
+    parser.add_argument("--fingerprints", metavar="CONFIG", help="print every recipe's fingerprint (JSON); run nothing")
+    parser.add_argument("--compare", metavar="FILE", help="with --fingerprints: name each recipe whose digest differs "
+                                                           "from FILE's (another interpreter's --fingerprints output)")
     parser.add_argument("--run-dir")
     parser.add_argument("--config-json", help="resolved run config, inline JSON or a file path")
     parser.add_argument("--dry-run", action="store_true", help="write the job script and print it; run nothing")
@@ -166,6 +195,16 @@ def main(argv: list[str] | None = None) -> None:
             print(plan_report(Config.build(load(args.plan)), given))  # loaded and typed once
         except (ValueError, KeyError, OSError) as error:
             raise SystemExit(f"engines.slime.launch --plan: {error}") from None
+        return
+    if args.fingerprints:
+        ours = fingerprints(Config.build(load(args.fingerprints)))
+        if not args.compare:
+            print(json.dumps(ours, indent=1, sort_keys=True))
+            return
+        differ = compare_fingerprints(ours, json.loads(Path(args.compare).read_text()))
+        if differ:
+            raise SystemExit("engines.slime.launch --fingerprints: the image computes other losses: " + "; ".join(differ))
+        print(f"engines.slime.launch --fingerprints: all {len(ours['digests'])} digests equal {args.compare}'s")
         return
     if not (args.run_dir and args.config_json):
         parser.error("--run-dir and --config-json are required (or --plan CONFIG)")

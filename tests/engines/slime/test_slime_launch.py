@@ -4,6 +4,7 @@ against a fake `ray`: test_slime_job_run.py."""
 from __future__ import annotations
 
 import copy
+import json
 import inspect
 import shlex
 import subprocess
@@ -13,6 +14,7 @@ import pytest
 import yaml
 
 import stabilizers.api
+from engines.slime import launch
 from engines.slime.job_script import write_job_script
 from engines.slime.params import REPO, check_container
 from grid.config import load
@@ -262,3 +264,20 @@ def test_what_slime_cannot_run_is_refused_when_the_run_config_is_checked(table1)
         RunConfig.check(resolve_run_config(table1, "grpo", 8, 0))
     table1["lag_mode"] = "interval"
     assert RunConfig.check(resolve_run_config(table1, "grpo", 8, 0)).engine.name == "slime"
+
+
+def test_fingerprints_from_another_interpreter_are_compared_recipe_by_recipe(tmp_path, capsys):
+    """--fingerprints (the image's, written to a file) --compare'd on the login node: equal digests pass;
+    one that differs is named with both digests and both torch versions, and the command fails."""
+    config = PRESET
+    launch.main(["--fingerprints", str(config)])
+    theirs = json.loads(capsys.readouterr().out)
+    assert len(theirs["digests"]) == 14 and "grpo_r3" in theirs["digests"]
+    (tmp_path / "image.json").write_text(json.dumps(theirs))
+    launch.main(["--fingerprints", str(config), "--compare", str(tmp_path / "image.json")])
+    assert "all 14 digests equal" in capsys.readouterr().out
+    theirs["digests"]["grpo_r3"], theirs["torch"] = "0" * 64, "2.11.0"
+    (tmp_path / "image.json").write_text(json.dumps(theirs))
+    with pytest.raises(SystemExit, match=r"the image computes other losses: grpo_r3: [0-9a-f]{64} here \(torch .*\), "
+                                         r"0{64} there \(torch 2.11.0\)"):
+        launch.main(["--fingerprints", str(config), "--compare", str(tmp_path / "image.json")])
