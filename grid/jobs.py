@@ -15,6 +15,7 @@ import yaml
 from grid.config import ConfigError
 from grid.settings import Config
 from harness import engine as engines
+from stabilizers.recipes import recipe_from_named_dict
 
 
 def retype_cli_values(value):
@@ -132,6 +133,14 @@ def train_arguments(model, pack: Pack):
         return runs
 
     return arguments
+
+
+def canary_run(model: Config):
+    """The run the engine's canary walks: the grid's heaviest, an R3 recipe (routed experts through SGLang,
+    the replay and its host memory) at the grid's largest lag (the most generations held, the latest
+    second push); the first in the grid's order among equals."""
+    return max(model.runs, key=lambda run: (recipe_from_named_dict(model.run_config(run)["recipe"], run[0]).replay == "r3",
+                                            run[1]))
 
 
 def narrowed_request(model: Config) -> str | None:

@@ -11,7 +11,7 @@ from snakemake.utils import update_config
 from grid.config import ConfigError, check_recipe_values, validate
 from grid.folder import QUEUE_PLOTS, GridDir
 from harness.io import write_json_atomic
-from grid.jobs import job_resources, narrowed_request, retype_cli_values, rule_resources, run_packs, stop_arguments, train_arguments, train_retries
+from grid.jobs import canary_run, job_resources, narrowed_request, retype_cli_values, rule_resources, run_packs, stop_arguments, train_arguments, train_retries
 from grid.settings import Config
 from harness.run import RUN_FOLDER, STATUS_PATTERN, eval_file_pattern
 from grid.expand import refuse_changed_runs

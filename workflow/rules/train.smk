@@ -59,8 +59,8 @@ if NULL_CHECK is not None:
             " || {{ cat {log:q} >&2; exit 2; }}"
 
 
-# The engine's canary (harness.engine: canary; engines.canary), where it has one: the grid's first run
-# alone, in a scratch folder, to its first step and save, checked; every train job waits for its report,
+# The engine's canary (harness.engine: canary; engines.canary), where it has one: the grid's heaviest run
+# (grid.jobs.canary_run) alone, in a scratch folder, through what every job meets, checked; every train job waits for its report,
 # so a failure common to every job costs this one job. Its job is a train job's size; it is not retried:
 # what failed is for a person to read (its log names it), not to run again unchanged.
 if ENGINE.canary is not None:
@@ -72,7 +72,7 @@ if ENGINE.canary is not None:
         output:
             str(GRID_DIR.canary_path),
         params:
-            run=json.dumps(MODEL.run_config(MODEL.runs[0]), sort_keys=True),
+            run=json.dumps(MODEL.run_config(canary_run(MODEL)), sort_keys=True),
             run_dir=str(GRID_DIR.canary_dir),
         log:
             f"{LOGS}/canary.log",
