@@ -36,13 +36,14 @@ An engine provides everything the workflow needs to know about it (docs/design.m
                                             params: grid.settings.Config.null_check_params (the
                                             config's null_check settings and each distinct setting
                                             of the grid's recipes, reading only null_check_keys)
-    canary(run_config, run_dir) -> report   optional: one run's first step and save, run alone before every
-                                            other train job of the grid (the cluster engine: on the
-                                            cluster's own nodes and image, so that a failure common to
-                                            every job costs one job, not the grid). It trains the grid's
-                                            first run in a scratch folder (grid.folder.GridDir.
-                                            canary_dir) and returns what it checked, or raises naming
-                                            what failed. The tiny engine needs none.
+    canary(run_config, run_dir) -> report   optional: one run through the paths every job meets, run alone
+                                            before every other train job of the grid (the cluster engine:
+                                            on the cluster's own nodes and image, pushes, the lag, a save,
+                                            a stop and a resume, so that a failure common to every job
+                                            costs one job, not the grid). It trains the grid's heaviest
+                                            run (grid.jobs.canary_run) in a scratch folder (grid.folder.
+                                            GridDir.canary_dir) and returns what it checked, or raises
+                                            naming what failed. The tiny engine needs none.
     arithmetic_version(engine_params)       the version of the arithmetic resolved engine params ask
                                             for (default: 1), recorded in each run's provenance.json;
                                             numbers that change are a new version, which the params
