@@ -155,22 +155,25 @@ def folder_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file()) if Path(path).is_dir() else 0
 
 
-def check_disk(params: dict, *, steps: int, eval_every: int, train_dir: Path | None) -> str:
-    """The run's peak on disk, less what its train folder holds already, must fit in the free space of
-    ``train_dir``'s file system (None: the estimate only)."""
+def check_disk(params: dict, *, steps: int, eval_every: int, train_dirs: list[Path] | None) -> str:
+    """The peak on disk of the runs writing to one file system, less what their train folders hold already,
+    must fit in its free space. ``train_dirs``: this run's train folder first, then those of the grid's other
+    runs under way (jobs that start together all see the same free space: each must count the others);
+    None: the estimate only."""
     need = disk(params, steps, eval_every)
     line = (f"disk per run (estimate): peak {need['peak'] / TB:.2f} TB ({need['saves']} HF saves x "
             f"{need['hf_save'] / 1e9:,.0f} GB kept for evaluation + {min(need['keep'] + 1, need['saves'])} Megatron "
             f"saves x {need['megatron_save'] / 1e9:,.0f} GB), {need['written'] / TB:.1f} TB written")
-    if train_dir is None:
+    if train_dirs is None:
         return line
-    remaining = max(need["peak"] - folder_bytes(train_dir), 0)
-    free, source = free_bytes(train_dir)
-    line += f"; {remaining / TB:.2f} TB still to come against {free / TB:.2f} TB free ({source})"
+    remaining = sum(max(need["peak"] - folder_bytes(folder), 0) for folder in train_dirs)
+    free, source = free_bytes(train_dirs[0])
+    line += (f"; {remaining / TB:.2f} TB still to come for {len(train_dirs)} run(s) under way on this file system "
+             f"against {free / TB:.2f} TB free ({source})")
     if remaining > free:
-        raise ValueError(f"{line}: the file system of {train_dir} cannot hold the run; every job on it would "
-                         "fail at its next save. Free space, raise the quota, or set engine_params."
-                         "keep_megatron_checkpoints lower")
+        raise ValueError(f"{line}: the file system of {train_dirs[0]} cannot hold the runs; every job on it would "
+                         "fail at its next save. Free space, raise the quota, run fewer jobs at once (the SLURM "
+                         "profile's jobs), or set engine_params.keep_megatron_checkpoints lower")
     return line
 
 

@@ -244,7 +244,7 @@ def footprint_lines(f: dict) -> list[str]:
         f"their peak, {f['at_once_source']}, the other runs ended and kept), {f['grid_kept'] / tb:,.0f} TB kept when "
         f"all end, {f['grid_written'] / 1e15:.2f} PB written; {f['free'] / tb:,.2f} TB free here ({f['free_source']}), "
         + (f"which holds the grid at up to {f['fits']} jobs at once (the profile's jobs; each job's pre-flight "
-           "checks its own)" if f["fits"] is not None else
+           "counts the grid's runs under way)" if f["fits"] is not None else
            "which cannot hold the runs' kept saves at any number of jobs at once: free space or raise the quota"),
         f"  host memory per training job (estimate, the largest: {recipe} at lag {lag}): "
         f"{footprint.describe_memory(f['memory'])}; {footprint.describe_memory(f['memory_cap'])}, the response cap; "
