@@ -98,6 +98,7 @@ def assert_harness_script(text):
     assert "engines.slime.retention" in text and "--keep 2" in text
     assert 'source "$SLIME_DIR/scripts/models/qwen3-30B-A3B.sh"' in text
     assert "ray start --head" in text and "trap 'kill $PRUNER 2>/dev/null || true; ray stop; prune' EXIT" in text
+    assert "--temp-dir /tmp/ray --disable-usage-stats" in text  # Ray's spill on the declared node-local path
     assert "trap 'touch \"$STOP_REQUESTED\"' URG" in text  # SLURM's time-limit warning
     assert "pkill" not in text and "--force" not in text
     assert f"{REPO}" in text.split("RUNTIME_ENV=")[1].splitlines()[0]  # the harness on PYTHONPATH
@@ -119,7 +120,8 @@ def test_golden_grpo_lag1(table1):
                       "stalebench_run_dir": str(directory), "stalebench_lag_mode": "interval", "stalebench_lag": 1,
                       "stalebench_seed": 0,
                       "stalebench_run_key": resolve_run_config(table1, "grpo", 1, 0)["run_key"],
-                      "stalebench_canary": False}  # a train job runs to its step budget (engines.slime.canary)
+                      "stalebench_canary": False,  # a train job runs to its step budget (engines.slime.canary)
+                      "stalebench_stop_at": None}  # no SLURM job here: no clock stop (harness.engine.stop_time)
 
 
 def test_golden_sat_gspo_r3_lag8_interval(table1):
