@@ -2,10 +2,10 @@
 
     python -m engines.canary --run-dir <grid>/canary --config-json JSON --out <grid>/canary.json
 
-JSON: the resolved run config of the grid's first run. The canary trains it in its own scratch folder
-(grid.folder.GridDir.canary_dir), from step 0 each time, as engines.train would (the config pinned,
-the recipe's fingerprint recorded on this node, the run's lock held), and the engine checks what the
-first step and save left. The report is written only when the canary passes; a failure exits non-zero
+JSON: the resolved run config of the grid's heaviest run (grid.jobs.canary_run). The canary trains it in
+its own scratch folder (grid.folder.GridDir.canary_dir), from step 0 each time, as engines.train would
+(the config pinned, the recipe's fingerprint recorded on this node, the run's lock held), and the engine
+checks what its jobs left (the slime engine's: engines.slime.canary). The report is written only when the canary passes; a failure exits non-zero
 naming what failed, so that Snakemake submits no train job (each depends on the report).
 """
 from __future__ import annotations

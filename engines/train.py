@@ -15,8 +15,9 @@ Each attempt is recorded in run_dir/provenance.json (harness.provenance: code, v
 The engine is looked up by config["engine"] in the registry (harness.engine).
 
 One writer per run: training holds the run's locks/train.lock (harness.lock) while it pins the config
-and trains; a second process on the same run directory fails at once, naming the holder. When
-SLURM's time-limit warning arrives (harness.engine.TIME_LIMIT_SIGNAL) the engine saves its resume state
+and trains; a second process on the same run directory fails at once, naming the holder. When the job's
+time limit is near (harness.engine.watch_time_limit: ``--stop-lead`` seconds before the end time SLURM
+records for the job, or SLURM's warning signal, whichever comes first) the engine saves its resume state
 and this exits with harness.engine.EXIT_RESUME (75): the job ends before its limit and the retry resumes.
 Exit statuses: harness.cli.run_stage (2 bad input, 3 locked, 75 stopped to resume).
 """
@@ -65,11 +66,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-dir", required=True, action="append", help="once per run")
     parser.add_argument("--config-json", required=True, action="append",
                         help="resolved run config of the --run-dir in the same place, inline JSON or a file path")
+    parser.add_argument("--stop-lead", type=float, metavar="SECONDS",
+                        help="stop this long before the SLURM job's end time (the train rule's --signal lead)")
     args = parser.parse_args(argv)
     if len(args.run_dir) != len(args.config_json):
         parser.error(f"give one --config-json per --run-dir (got {len(args.run_dir)} and {len(args.config_json)})")
     runs = [(folder, parse_json_arg(text, "--config-json")) for folder, text in zip(args.run_dir, args.config_json)]
-    watch_time_limit()
+    print(f"engines.train: {watch_time_limit(args.stop_lead)}", file=sys.stderr)
     return run_each("engines.train", runs, lambda pair: run(pair[1], pair[0]),
                     lambda pair, status, seconds: f"{pair[0]}: {status} in {seconds:.1f} s")
 

@@ -15,6 +15,7 @@ import yaml
 from grid.config import ConfigError
 from grid.settings import Config
 from harness import engine as engines
+from stabilizers.recipes import recipe_from_named_dict
 
 
 def retype_cli_values(value):
@@ -52,6 +53,13 @@ def warning_lead_seconds(resources: dict) -> int | None:
     """The time-limit warning's lead of a rule's resources (slurm_extra's ``--signal=<sig>@<s>``), or None."""
     lead = _WARNING_LEAD.search(resources.get("slurm_extra", ""))
     return int(lead.group(1)) if lead else None
+
+
+def stop_arguments(config: dict) -> list[str]:
+    """engines.train's ``--stop-lead``: its jobs stop at the warning's lead before the end time SLURM
+    records for them (harness.engine.watch_time_limit), whether or not the warning signal reaches them."""
+    lead = warning_lead_seconds(rule_resources(config, "train"))
+    return ["--stop-lead", str(lead)] if lead else []
 
 
 def train_retries(config: dict, runs: int = 1) -> int:
@@ -125,3 +133,12 @@ def train_arguments(model, pack: Pack):
         return runs
 
     return arguments
+
+
+def canary_run(model: Config):
+    """The run the engine's canary walks: the grid's heaviest, an R3 recipe (routed experts through SGLang,
+    the replay and its host memory) at the grid's largest lag (the most generations held, the latest
+    second push); the first in the grid's order among equals."""
+    return max(model.runs, key=lambda run: (recipe_from_named_dict(model.run_config(run)["recipe"], run[0]).replay == "r3",
+                                            run[1]))
+

@@ -36,13 +36,14 @@ An engine provides everything the workflow needs to know about it (docs/design.m
                                             params: grid.settings.Config.null_check_params (the
                                             config's null_check settings and each distinct setting
                                             of the grid's recipes, reading only null_check_keys)
-    canary(run_config, run_dir) -> report   optional: one run's first step and save, run alone before every
-                                            other train job of the grid (the cluster engine: on the
-                                            cluster's own nodes and image, so that a failure common to
-                                            every job costs one job, not the grid). It trains the grid's
-                                            first run in a scratch folder (grid.folder.GridDir.
-                                            canary_dir) and returns what it checked, or raises naming
-                                            what failed. The tiny engine needs none.
+    canary(run_config, run_dir) -> report   optional: one run through the paths every job meets, run alone
+                                            before every other train job of the grid (the cluster engine:
+                                            on the cluster's own nodes and image, pushes, the lag, a save,
+                                            a stop and a resume, so that a failure common to every job
+                                            costs one job, not the grid). It trains the grid's heaviest
+                                            run (grid.jobs.canary_run) in a scratch folder (grid.folder.
+                                            GridDir.canary_dir) and returns what it checked, or raises
+                                            naming what failed. The tiny engine needs none.
     arithmetic_version(engine_params)       the version of the arithmetic resolved engine params ask
                                             for (default: 1), recorded in each run's provenance.json;
                                             numbers that change are a new version, which the params
@@ -62,8 +63,11 @@ import importlib.util
 import os
 import pkgutil
 import signal
+import subprocess
 import threading
+import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Callable
 
@@ -118,27 +122,94 @@ class TrainingDiverged(Exception):
     Engines raise it where they detect it and catch it in one place, which writes status "diverged"."""
 
 
-# SLURM's warning before a job's time limit: the engines' train resources ask for it with
-# `sbatch --signal=URG@<seconds>`. SIGURG because its default action is "ignore": SLURM signals
-# every process of the job step, and Snakemake's own processes there must survive it (SIGUSR1
-# would kill them). An engine that sees it saves its resume state and raises TimeLimitReached;
-# engines.train then exits with EXIT_RESUME, the job fails before its limit, and the retry resumes.
+# The stop before a job's time limit. SLURM's warning signal (the engines' train resources ask for it
+# with `sbatch --signal=URG@<seconds>`) reaches only the processes SLURM's proctrack plugin signals:
+# every process of the job step with proctrack/linuxproc, but only the step's direct child with
+# proctrack/cgroup (what cgroup-isolated GPU sites run): under Snakemake's job step that is the inner
+# snakemake, which ignores SIGURG, and Apptainer's monitor drops SIGURG in any case. So a job reads
+# the clock: at its start it learns its end time from SLURM's record of the job (job_end_time), and
+# from then on ``now >= end - lead`` is the warning (lead: the train rule's --signal lead, which
+# engines.slime.plan checks against the stop's budget). The signal stays a second trigger where it
+# arrives. SIGURG because its default action is "ignore": Snakemake's own processes, which linuxproc
+# signals too, must survive it (SIGUSR1 would kill them). An engine that sees the warning saves its
+# resume state and raises TimeLimitReached; engines.train then exits with EXIT_RESUME, the job fails
+# before its limit, and the retry resumes.
 TIME_LIMIT_SIGNAL = signal.SIGURG
 EXIT_RESUME = os.EX_TEMPFAIL  # 75
-_TIME_LIMIT_NEAR = threading.Event()
+_UNKNOWN_TIMES = ("", "N/A", "NONE", "UNKNOWN", "UNLIMITED", "INVALID")
 
 
 class TimeLimitReached(Exception):
     """Training stopped early because the job's time limit is near; its resume state is on disk."""
 
 
-def watch_time_limit() -> None:
-    """From now on, TIME_LIMIT_SIGNAL marks the time limit as near (engines poll time_limit_near)."""
-    signal.signal(TIME_LIMIT_SIGNAL, lambda signum, frame: _TIME_LIMIT_NEAR.set())
+def parse_slurm_time(text: str) -> float | None:
+    """SLURM's time of day in its standard format (``YYYY-MM-DDTHH:MM:SS``, the node's local time) as
+    seconds since the epoch; None for what SLURM prints when there is none (N/A, Unknown, NONE)."""
+    text = text.strip()
+    if text.upper() in _UNKNOWN_TIMES:
+        return None
+    try:
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S").timestamp()
+    except ValueError:
+        raise ValueError(f"SLURM end time {text!r} is not in SLURM's standard format YYYY-MM-DDTHH:MM:SS") from None
 
 
-def time_limit_near() -> bool:
-    return _TIME_LIMIT_NEAR.is_set()
+def job_end_time(environ=os.environ) -> tuple[float | None, str]:
+    """The SLURM job's end time (epoch seconds) and where it was read; None outside a SLURM job or
+    where SLURM knows none (no time limit). $SLURM_JOB_END_TIME where the site's SLURM sets it, else
+    ``squeue -h -j $SLURM_JOB_ID -o %e`` (SLURM_TIME_FORMAT=standard: a user's own format would not parse)."""
+    job = environ.get("SLURM_JOB_ID")
+    if not job:
+        return None, "not a SLURM job (no SLURM_JOB_ID)"
+    given = environ.get("SLURM_JOB_END_TIME", "")
+    if given.isdigit() and int(given) > 0:
+        return float(given), "SLURM_JOB_END_TIME"
+    try:
+        result = subprocess.run(["squeue", "-h", "-j", job, "-o", "%e"], capture_output=True, text=True, timeout=60,
+                                env={**environ, "SLURM_TIME_FORMAT": "standard"})
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return None, f"squeue failed ({error})"
+    if result.returncode:
+        return None, f"squeue failed ({result.stderr.strip()})"
+    return parse_slurm_time(result.stdout), f"squeue -j {job} -o %e ({result.stdout.strip() or 'empty'})"
+
+
+@dataclass
+class _TimeLimit:
+    stop_at: float | None = None  # epoch seconds: end - lead
+    clock: Callable[[], float] = time.time
+    signalled: threading.Event = field(default_factory=threading.Event)
+
+
+_LIMIT = _TimeLimit()
+
+
+def watch_time_limit(lead_seconds: float | None = None, *, end_time: Callable[[], tuple[float | None, str]] = job_end_time,
+                     clock: Callable[[], float] = time.time) -> str:
+    """From now on the time limit is near once ``clock() >= end - lead_seconds`` (end: ``end_time()``, the
+    job's end; no lead: no clock stop) or once TIME_LIMIT_SIGNAL arrives (engines poll time_limit_near).
+    Returns a line saying which triggers are armed, for the job's log."""
+    global _LIMIT
+    end, source = end_time() if lead_seconds is not None else (None, "no stop lead given")
+    _LIMIT = _TimeLimit(None if end is None else end - lead_seconds, clock)
+    signal.signal(TIME_LIMIT_SIGNAL, lambda signum, frame: _LIMIT.signalled.set())
+    if end is None:
+        return f"time-limit stop: at SLURM's warning signal only ({source})"
+    return (f"time-limit stop: at {datetime.fromtimestamp(_LIMIT.stop_at).isoformat(timespec='seconds')}, "
+            f"{lead_seconds:g} s before the job's end (from {source}), or at SLURM's warning signal")
+
+
+def stop_time() -> float | None:
+    """When the clock says stop (epoch seconds), None where it does not (outside SLURM, no lead)."""
+    return _LIMIT.stop_at
+
+
+def time_limit_near() -> str | None:
+    """What said the time limit is near (the clock or the signal), None while nothing has."""
+    if _LIMIT.stop_at is not None and _LIMIT.clock() >= _LIMIT.stop_at:
+        return "the clock: the job's end less the stop lead"
+    return "SLURM's warning signal" if _LIMIT.signalled.is_set() else None
 
 
 def merge_metrics(engine_metrics: dict, loss_metrics: dict) -> dict:

@@ -1,6 +1,6 @@
 """Shared test settings: one CPU thread (the CI machine is shared), a modest hypothesis profile, the
-``scratch``, ``base`` and ``run_folder`` fixtures, and a check that the suite writes nothing under the
-project tree. Shared helpers live in tests/support/."""
+``scratch``, ``base``, ``run_folder`` and ``time_limit`` fixtures, and a check that the suite writes nothing under
+the project tree. Shared helpers live in tests/support/."""
 import shutil
 import tempfile
 import warnings
@@ -83,3 +83,17 @@ def base(tmp_path_factory, run_folder):
     out = tmp_path_factory.mktemp("grid") / "base"
     shutil.copytree(run_folders.built_once(run_folder, "base", lambda folder: build_base(SMALL, folder)), out)
     return out
+
+
+@pytest.fixture
+def time_limit(monkeypatch):
+    """harness.engine.watch_time_limit for a test to arm (a fake end time and clock); the module's state
+    and SIGURG's handler are put back afterwards."""
+    import signal
+
+    from harness import engine
+
+    monkeypatch.setattr(engine, "_LIMIT", engine._LIMIT)
+    handler = signal.getsignal(engine.TIME_LIMIT_SIGNAL)
+    yield engine.watch_time_limit
+    signal.signal(engine.TIME_LIMIT_SIGNAL, handler)

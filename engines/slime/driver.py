@@ -31,12 +31,18 @@ generated but not yet trained at a stop are regenerated from the same prompts, b
 version (a resumed job keeps no older weights than its own: driver_version's ``start``, so it trains
 younger batches than an uninterrupted run for up to ``lag`` steps).
 
-The canary (engines.slime.canary: ``args.stalebench_canary``) trains the first rollout, saves it as a
-periodic save does (Megatron and HF) and ends: one job that goes through what every job of the grid
-goes through first, before the others are submitted.
+The canary (engines.slime.canary: ``args.stalebench_canary``) walks what every job of the grid meets,
+before the others are submitted: a fresh canary job trains until two pushes after training have
+sampled rollouts and a rollout has been sampled at the full lag (canary_end), saves that step as a
+periodic save does (Megatron and HF) and stops there as at the time limit (its ``stopped`` mark); the
+resumed canary job trains one step from that save, saves it (Megatron and HF) and ends.
 
-Time-limit stops take one Megatron save, as soon as the warning is seen: the driver polls the
-run's ``stop_requested`` mark while it waits for a generation (every POLL_SECONDS), and checks it
+Time-limit stops take one Megatron save, as soon as the warning is seen. The warning is the clock
+(the custom config's ``stalebench_stop_at``: the job's end time less the stop lead, which
+engines.train learned when the job started, harness.engine.watch_time_limit) or the run's
+``stop_requested`` mark that the job script's trap sets where SLURM's signal reaches it (not under
+proctrack/cgroup, not through Apptainer): stop_check. The driver polls it while it waits for a
+generation (every POLL_SECONDS), and checks it
 after each training call and each push, so what runs after the warning is at most the training call
 or the save in progress, then the stop's save. A stop waits for no generation (the job script's ``ray
 stop`` ends those in flight). The stop's save skips slime's HF copy (``megatron_save_only``: a step
@@ -49,6 +55,8 @@ warning's lead.
 """
 from __future__ import annotations
 
+import time
+from pathlib import Path
 from typing import Callable
 
 from engines.slime.metrics import first_non_finite
@@ -70,13 +78,33 @@ def megatron_save_only(actor, rollout_id: int):
         actor.args.save_hf = save_hf
 
 
+def stop_check(stop_file: Path, stop_at: float | None, clock: Callable[[], float] = time.time) -> Callable[[], bool]:
+    """Whether the time limit is near: the clock has reached ``stop_at`` (None: no clock stop), or the
+    job script marked SLURM's warning signal in ``stop_file``."""
+    return lambda: (stop_at is not None and clock() >= stop_at) or stop_file.exists()
+
+
+def canary_end(*, mode: str, lag: int, seed: int, start: int, end: int) -> int:
+    """The canary's last rollout: in a fresh job (``start`` 0) the first by which two versions after the first
+    push have sampled rollouts (two post-training pushes) and one rollout was sampled ``lag`` steps back; in
+    a resumed job its first rollout; ``end - 1`` if the run is shorter."""
+    newer, deepest = set(), 0
+    for rollout_id in range(start, end):
+        version = driver_version(rollout_id, mode=mode, lag=lag, seed=seed, start=start)
+        newer.update([version] if version > start else [])
+        deepest = max(deepest, rollout_id - version)
+        if start > 0 or (len(newer) >= 2 and deepest >= lag):
+            return rollout_id
+    return end - 1
+
+
 def lag_loop(args, rollout_manager, actor_model, *, mode: str, lag: int, seed: int, num_rollout_per_epoch: int | None,
              get: Callable, periodic: Callable, stop_requested: Callable[[], bool] = lambda: False,
              ready: Callable[[object], bool] = lambda ref: True,
              diverged: Callable[[int], bool] = lambda rollout_id: False, canary: bool = False) -> int | None:
     """Train rollouts ``args.start_rollout_id .. args.num_rollout - 1`` on the schedule of ``mode``, ``lag``, ``seed``;
     returns the last trained rollout when it stopped at the time-limit warning (``start - 1`` when none
-    was), else None.
+    was) or at the canary's stop, else None.
 
     ``rollout_manager`` is slime's RolloutManager actor handle (``generate.remote``, ``save.remote``);
     ``actor_model`` slime's RayTrainGroup (``async_train``, ``update_weights``, ``save_model``, and its
@@ -84,14 +112,17 @@ def lag_loop(args, rollout_manager, actor_model, *, mode: str, lag: int, seed: i
     ``should_run_periodic_action``; ``stop_requested`` (the time-limit warning came) ends the loop at
     once, with a save; ``ready(ref)`` waits up to POLL_SECONDS for a generation and says whether it is done;
     ``diverged(rollout_id)`` (the step's loss or grad norm is not finite) ends the loop after that step,
-    with no save: the run is over, and slime skipped that step's update. ``canary`` (engines.slime.canary): end
-    after the first step with a save of it, Megatron and HF, as a periodic save writes them."""
+    with no save and no wait for the generations in flight (finish): the run is over, and slime skipped
+    that step's update. ``canary`` (engines.slime.canary): at canary_end, a save of that step, Megatron and
+    HF, as a periodic save writes them, then in a fresh job the stop (its rollout returned, as at the
+    warning) and in a resumed one the end."""
     check_lag(lag, mode)
     start, end = args.start_rollout_id, args.num_rollout
 
     def version(rollout_id: int) -> int:
         return driver_version(rollout_id, mode=mode, lag=lag, seed=seed, start=start)
 
+    last_canary = canary_end(mode=mode, lag=lag, seed=seed, start=start, end=end) if canary else None
     in_flight, generated, data_source_saved, following = {}, {}, {}, start
     saved = start - 1  # the step the job resumed from is on disk already
 
@@ -127,8 +158,11 @@ def lag_loop(args, rollout_manager, actor_model, *, mode: str, lag: int, seed: i
         get(actor_model.async_train(rollout_id, data))
         if diverged(rollout_id):
             break
-        if canary:  # the first rollout, loss call and save are what every job of the grid goes through
-            actor_model.save_model(rollout_id, force_sync=True)
+        if canary and rollout_id == last_canary:  # the paths every job of the grid goes through, walked
+            if saved != rollout_id:
+                actor_model.save_model(rollout_id, force_sync=True)
+            if start == 0:
+                return rollout_id  # the stop: the canary resumes from this save
             break
         if periodic(rollout_id, args.save_interval, num_rollout_per_epoch, end):
             actor_model.save_model(rollout_id, force_sync=stop_requested() or rollout_id == end - 1)
@@ -173,19 +207,32 @@ def main() -> None:
     init_tracking(args)
     rollout_manager, num_rollout_per_epoch = create_rollout_manager(args, placement_groups["rollout"])
     actor_model, _ = create_training_models(args, placement_groups, rollout_manager)
-    run = RunDir(args.stalebench_run_dir)
-    stop_file = run.engine_file("stop_requested")  # touched by the job script at the warning
+    run, fp16 = RunDir(args.stalebench_run_dir), bool(getattr(args, "fp16", False))  # Megatron's --fp16
     stopped = lag_loop(args, rollout_manager, actor_model, **schedule, num_rollout_per_epoch=num_rollout_per_epoch,
-                       get=ray.get, periodic=should_run_periodic_action, stop_requested=stop_file.exists,
+                       get=ray.get, periodic=should_run_periodic_action,
+                       stop_requested=stop_check(run.engine_file("stop_requested"),  # the trap's mark
+                                                 getattr(args, "stalebench_stop_at", None)),
                        ready=lambda ref: bool(ray.wait([ref], timeout=POLL_SECONDS)[0]),
                        # the writer rank appended the step's row before its training call returned
-                       diverged=lambda rollout_id: first_non_finite(run.read_metrics()) is not None,
+                       diverged=lambda rollout_id: first_non_finite(run.read_metrics(), fp16=fp16) is not None,
                        canary=getattr(args, "stalebench_canary", False))
-    if stopped is not None:  # dispose would queue behind the generations in flight: ray stop ends them
+    if finish(stopped, run, rollout_manager, ray.get, fp16=fp16) == "completed":
+        finish_tracking(args)
+
+
+def finish(stopped: int | None, run: RunDir, rollout_manager, get: Callable, *, fp16: bool) -> str:
+    """How the job ends after lag_loop: "stopped" at the time limit (its ``stopped`` mark written once the
+    save is on disk), "diverged" (a non-finite step, engines.slime.metrics.first_non_finite) or "completed".
+    Only a completed job disposes of the rollout manager: ``dispose`` would queue on the actor behind the
+    generations still in flight (up to ``lag`` at interval lag), which a stopped or diverged job has no use
+    for; the job script's ``ray stop`` ends them."""
+    if stopped is not None:
         write_text_atomic(run.engine_file("stopped"), f"{stopped}\n")
-        return
-    ray.get(rollout_manager.dispose.remote())
-    finish_tracking(args)
+        return "stopped"
+    if first_non_finite(run.read_metrics(), fp16=fp16) is not None:
+        return "diverged"
+    get(rollout_manager.dispose.remote())
+    return "completed"
 
 
 if __name__ == "__main__":

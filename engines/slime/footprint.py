@@ -20,6 +20,9 @@ Host memory of one training job, by its terms:
   trained and those generated ahead of it). Tokens: the step's samples x a response length, at the
   response cap and at MID_RUN_RESPONSE_TOKENS (prompts not counted).
 SGLang's and Ray's own processes come on top of all of it.
+
+Ray's object store, per job: the rollouts it holds at once (object_store), the part beyond its size
+spilled to ``ray_temp_dir`` on the node (check_spill).
 """
 from __future__ import annotations
 
@@ -38,6 +41,11 @@ EXPERT_ID_BYTES = 4  # int32
 # lengthen as RL trains, so the memory at the response cap is printed too.
 MID_RUN_RESPONSE_TOKENS = 5_000
 TB = 1e12
+# Ray's object store: by default 30% of the memory Ray sees, at most 200 GB (ray._private.ray_constants:
+# DEFAULT_OBJECT_STORE_MEMORY_PROPORTION, DEFAULT_OBJECT_STORE_MAX_MEMORY_BYTES); what does not fit is
+# spilled to files under Ray's temp dir (object spilling's default), the job script's --temp-dir:
+# engine_params.ray_temp_dir, a node-local path the pre-flight checks.
+RAY_STORE_FRACTION, RAY_STORE_CAP = 0.3, 200e9
 
 
 def disk(params: dict, steps: int, eval_every: int) -> dict:
@@ -62,7 +70,28 @@ def host_memory(params: dict, *, replay: str | None, lag: int, response_tokens: 
              "backups": parameters * BACKUP_BYTES * (2 if params["kl_loss_coef"] else 1),
              "r3": per_copy * copies}
     return {**terms, "total": sum(terms.values()), "r3_copies": copies if replay == "r3" else 0,
+            "r3_per_rollout": per_copy, "response_tokens": response_tokens}
+
+
+def ray_object_store_bytes(mem_mb: int | None) -> float:
+    """The object store Ray's head starts with: RAY_STORE_FRACTION of the memory Ray sees (a SLURM job's
+    cgroup limit: its mem_mb), at most RAY_STORE_CAP."""
+    return min(RAY_STORE_CAP, RAY_STORE_FRACTION * mem_mb * 1e6) if mem_mb else RAY_STORE_CAP
+
+
+def object_store(params: dict, *, replay: str | None, lag: int, response_tokens: int, mem_mb: int | None) -> dict:
+    """Bytes of one job's rollouts in Ray's object store at once (R3's routed experts of up to lag + 1
+    rollouts: the one trained and those generated ahead of it; token ids, log-probs and rewards are small
+    beside them and not counted), the store's size, and what spills to files under ``ray_temp_dir``."""
+    need = host_memory(params, replay=replay, lag=lag, response_tokens=response_tokens)["r3_per_rollout"] * (lag + 1)
+    store = ray_object_store_bytes(mem_mb)
+    return {"need": need, "store": store, "spill": max(need - store, 0.0), "path": params["ray_temp_dir"],
             "response_tokens": response_tokens}
+
+
+def describe_object_store(entry: dict) -> str:
+    return (f"{entry['need'] / 1e9:,.0f} GB at {entry['response_tokens']:,}-token responses in a "
+            f"{entry['store'] / 1e9:,.0f} GB store: {entry['spill'] / 1e9:,.0f} GB spilled to {entry['path']}")
 
 
 def describe_memory(memory: dict) -> str:
@@ -126,20 +155,39 @@ def folder_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file()) if Path(path).is_dir() else 0
 
 
-def check_disk(params: dict, *, steps: int, eval_every: int, train_dir: Path | None) -> str:
-    """The run's peak on disk, less what its train folder holds already, must fit in the free space of
-    ``train_dir``'s file system (None: the estimate only)."""
+def check_disk(params: dict, *, steps: int, eval_every: int, train_dirs: list[Path] | None) -> str:
+    """The peak on disk of the runs writing to one file system, less what their train folders hold already,
+    must fit in its free space. ``train_dirs``: this run's train folder first, then those of the grid's other
+    runs under way (jobs that start together all see the same free space: each must count the others);
+    None: the estimate only."""
     need = disk(params, steps, eval_every)
     line = (f"disk per run (estimate): peak {need['peak'] / TB:.2f} TB ({need['saves']} HF saves x "
             f"{need['hf_save'] / 1e9:,.0f} GB kept for evaluation + {min(need['keep'] + 1, need['saves'])} Megatron "
             f"saves x {need['megatron_save'] / 1e9:,.0f} GB), {need['written'] / TB:.1f} TB written")
-    if train_dir is None:
+    if train_dirs is None:
         return line
-    remaining = max(need["peak"] - folder_bytes(train_dir), 0)
-    free, source = free_bytes(train_dir)
-    line += f"; {remaining / TB:.2f} TB still to come against {free / TB:.2f} TB free ({source})"
+    remaining = sum(max(need["peak"] - folder_bytes(folder), 0) for folder in train_dirs)
+    free, source = free_bytes(train_dirs[0])
+    line += (f"; {remaining / TB:.2f} TB still to come for {len(train_dirs)} run(s) under way on this file system "
+             f"against {free / TB:.2f} TB free ({source})")
     if remaining > free:
-        raise ValueError(f"{line}: the file system of {train_dir} cannot hold the run; every job on it would "
-                         "fail at its next save. Free space, raise the quota, or set engine_params."
-                         "keep_megatron_checkpoints lower")
+        raise ValueError(f"{line}: the file system of {train_dirs[0]} cannot hold the runs; every job on it would "
+                         "fail at its next save. Free space, raise the quota, run fewer jobs at once (the SLURM "
+                         "profile's jobs), or set engine_params.keep_megatron_checkpoints lower")
+    return line
+
+
+def check_spill(params: dict, *, replay: str | None, lag: int, mem_mb: int | None, on_node: bool) -> str:
+    """Ray's spill of this job at the response cap must fit in the free space of ``ray_temp_dir`` (the job
+    script's ray --temp-dir) on the node (``on_node``; else the estimate only)."""
+    entry = object_store(params, replay=replay, lag=lag, response_tokens=params["rollout_max_response_len"],
+                         mem_mb=mem_mb)
+    line = f"Ray's object store per job (estimate, at the response cap): {describe_object_store(entry)}"
+    if not on_node:
+        return line
+    free, source = free_bytes(Path(params["ray_temp_dir"]))
+    line += f"; {free / TB:.2f} TB free there ({source})"
+    if entry["spill"] > free:
+        raise ValueError(f"{line}: Ray would fill the node's disk and fail the job; point engine_params.ray_temp_dir "
+                         "at a node-local disk with room, or train R3 at a smaller lag or batch")
     return line

@@ -26,13 +26,14 @@ from harness.run import RunDir
 from harness.run_config import RunConfig
 
 
-def custom_config(run_config: RunConfig, run: RunDir, *, canary: bool = False) -> dict:
+def custom_config(run_config: RunConfig, run: RunDir, *, canary: bool = False, stop_at: float | None = None) -> dict:
     """The --custom-config-path YAML: its keys land on slime's args (see engines.slime.loss / metrics /
-    driver; ``stalebench_canary``: the driver ends after the first step and its save)."""
+    driver; ``stalebench_canary``: the driver ends after the first step and its save; ``stalebench_stop_at``:
+    when the driver stops for the job's time limit, harness.engine.stop_time)."""
     return {"stalebench_recipe": dict(run_config.raw["recipe"]), "stalebench_run_dir": str(run.path),
             "stalebench_lag_mode": run_config.lag_mode, "stalebench_lag": run_config.lag,
             "stalebench_seed": run_config.seed, "stalebench_run_key": run_config.run_key,
-            "stalebench_canary": canary}
+            "stalebench_canary": canary, "stalebench_stop_at": stop_at}
 
 
 def container_prefix(params: dict, binds: list[str]) -> str:
@@ -80,8 +81,9 @@ def job_script_text(run_config: RunConfig, run: RunDir, *, check_files: bool = T
         f"SLIME_COMMIT={pin['slime']['commit']}",
     ]
     lines += [
-        "# SLURM's time-limit warning (sbatch --signal=URG@<s>, the engine's train resources) asks for a",
-        "# Megatron save now: the lag driver saves its last trained step and stops. The trap comes",
+        "# SLURM's time-limit warning (sbatch --signal=URG@<s>, the engine's train resources), where it",
+        "# reaches this script (not under proctrack/cgroup: the driver's own clock is the first trigger), asks",
+        "# for a Megatron save now: the lag driver saves its last trained step and stops. The trap comes",
         "# before anything starts (bash ignores SIGURG without one, so an early warning would be lost); the",
         "# last attempt's mark is cleared once per job, outside the container. bash runs the trap during",
         "# `wait` at once, after a foreground command when that ends.",
@@ -110,8 +112,10 @@ def job_script_text(run_config: RunConfig, run: RunDir, *, check_files: bool = T
         "# the pre-flight checks again, with slime's own reward functions, before any GPU work",
         'PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" python3 -m engines.slime.preflight --run-dir "$RUN_DIR"',
         'export MASTER_ADDR="${MASTER_ADDR:-127.0.0.1}"',
-        "# a private Ray head for this job, stopped on exit; nothing else on the node is touched",
+        "# a private Ray head for this job, stopped on exit; nothing else on the node is touched. Its temp dir",
+        "# (sockets, logs, the object store's spill: engines.slime.footprint) is the declared node-local path",
         f'ray start --head --node-ip-address "$MASTER_ADDR" --num-gpus {params["gpus_per_node"]} '
+        f"--temp-dir {shlex.quote(params['ray_temp_dir'])} "
         "--disable-usage-stats --dashboard-host=127.0.0.1 --dashboard-port=8265",
         f"# keep the newest {params['keep_megatron_checkpoints']} Megatron checkpoints while the job runs",
         (f'prune() {{ PYTHONPATH="$REPO" python3 -m engines.slime.retention '
@@ -136,13 +140,15 @@ def job_script_text(run_config: RunConfig, run: RunDir, *, check_files: bool = T
     return "\n".join(lines) + "\n"
 
 
-def write_job_script(run_config: RunConfig, run: RunDir, *, check_files: bool = True, canary: bool = False) -> Path:
+def write_job_script(run_config: RunConfig, run: RunDir, *, check_files: bool = True, canary: bool = False,
+                     stop_at: float | None = None) -> Path:
     """The dry run: check everything, pin the run's config, write the job script and the engine
-    settings (``canary``: the job ends after its first step and save, engines.slime.canary); return the script."""
+    settings (``canary``: the job ends after its first step and save, engines.slime.canary; ``stop_at``: the
+    clock's time-limit stop, custom_config); return the script."""
     run = RunDir(run.path.resolve())
     text = job_script_text(run_config, run, check_files=check_files)
     run.pin_config(run_config.as_dict())  # config.json: what the job's pre-flight reads (engines.train pinned it already)
-    write_text_atomic(run.engine_file("engine_settings"), yaml.safe_dump(custom_config(run_config, run, canary=canary),
+    write_text_atomic(run.engine_file("engine_settings"), yaml.safe_dump(custom_config(run_config, run, canary=canary, stop_at=stop_at),
                                                                   sort_keys=True))
     script = run.engine_file("job_script")
     write_text_atomic(script, text)

@@ -4,13 +4,19 @@
                                (engines.slime.job_script), execute it, publish the HF checkpoints,
                                write the run's status
     python -m engines.slime.launch --run-dir DIR --config-json JSON [--dry-run [--no-path-check]]
+    python -m engines.slime.launch --fingerprints CONFIG [--compare FILE]
+
+``--fingerprints`` prints every recipe's fingerprint of the grid (stabilizers.fingerprint) as this
+interpreter's torch computes it, as JSON; run inside the image (docs/cluster.md, First day), its output
+is ``--compare``d with the login node's: each recipe whose digest differs is named.
 
 The modules behind it, in the order they build on each other: ``params`` (engine_params, the
 container pin, the model's shape), ``flags`` (every slime / Megatron flag of the run),
 ``preflight`` (the checks before the first GPU-hour), ``job_script`` (the job script).
 
-Every file of the run is named by its RunDir (harness.run: ENGINE_FILES for the engine's own). At
-SLURM's time-limit warning the job script marks ``stop_requested``; the lag driver (every mode) then
+Every file of the run is named by its RunDir (harness.run: ENGINE_FILES for the engine's own). When the
+clock reaches the job's stop time (harness.engine.stop_time, handed to the driver in the custom config)
+or SLURM's warning signal reaches the job script (which marks ``stop_requested``), the lag driver (every mode) then
 saves Megatron's state of its last trained step, marks ``stopped`` and stops, and ``run`` raises
 TimeLimitReached (engines.train exits 75, the retry resumes). A job that ends early without that mark
 (it failed, also after the warning) is a failure.
@@ -31,6 +37,7 @@ reward functions, before it starts Ray.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shutil
 import subprocess
@@ -40,11 +47,12 @@ from pathlib import Path
 import yaml
 
 from engines.slime.job_script import write_job_script
-from engines.slime.metrics import first_non_finite
+from engines.slime.metrics import first_non_finite, overflow_steps
 from engines.slime.plan import report as plan_report
 from grid.config import load
+from grid.settings import Config
 from harness.cli import parse_json_arg
-from harness.engine import TimeLimitReached
+from harness.engine import TimeLimitReached, stop_time
 from harness.hf_save import hf_checkpoint_problem
 from harness.run import RunDir
 from harness.run_config import RunConfig
@@ -96,12 +104,17 @@ def finish_interrupted_swaps(run: RunDir) -> None:
 
 
 def final_status(run_config: RunConfig, run: RunDir, returncode: int) -> dict:
-    rows = run.read_metrics()
+    """The run's status from its metrics and the job's exit code; an fp16 run's loss-scale overflows are
+    skipped steps, named in the message, not divergence (engines.slime.metrics.first_non_finite)."""
+    rows, fp16 = run.read_metrics(), run_config.engine_params["precision"] == "fp16"
     last = rows[-1]["step"] if rows else 0
-    if row := first_non_finite(rows):
-        return {"status": "diverged", "step": row["step"], "message": f"non-finite loss or grad norm at step {row['step']}"}
+    if row := first_non_finite(rows, fp16=fp16):
+        what = "loss" if fp16 else "loss or grad norm"
+        return {"status": "diverged", "step": row["step"], "message": f"non-finite {what} at step {row['step']}"}
     if returncode == 0 and last == run_config.steps:
-        return {"status": "completed", "step": last, "message": f"completed {last} steps"}
+        skipped = overflow_steps(rows) if fp16 else []
+        note = f" ({len(skipped)} skipped at an fp16 loss-scale overflow: steps {skipped})" if skipped else ""
+        return {"status": "completed", "step": last, "message": f"completed {last} steps{note}"}
     return {"status": "failed", "step": last, "message": f"slime job exited with code {returncode} after step {last}"}
 
 
@@ -124,7 +137,7 @@ def run(run_config: RunConfig, run: RunDir) -> str:
     run = RunDir(run.path.resolve())
     if status := finished(run_config, run):
         return status
-    script = write_job_script(run_config, run)
+    script = write_job_script(run_config, run, stop_at=stop_time())
     returncode = subprocess.run(["bash", str(script)], cwd=run.path).returncode
     _, incomplete = publish_hf_checkpoints(run, run_config)
     for problem in incomplete:
@@ -143,10 +156,33 @@ def run(run_config: RunConfig, run: RunDir) -> str:
     return status["status"]
 
 
+def fingerprints(model: Config) -> dict:
+    """Each recipe's fingerprint digest on this interpreter, and the torch that computed them."""
+    import torch
+
+    from stabilizers import fingerprint
+    from stabilizers.recipes import recipe_from_named_dict
+
+    recipes = {run[0]: run_config["recipe"] for run, run_config in model.run_configs.items()}
+    return {"torch": torch.__version__,
+            "digests": {name: fingerprint(recipe_from_named_dict(recipe, name))["digest"]
+                        for name, recipe in sorted(recipes.items())}}
+
+
+def compare_fingerprints(ours: dict, theirs: dict) -> list[str]:
+    """The recipes whose digests differ (or that one side lacks), each named with both digests."""
+    names = sorted(set(ours["digests"]) | set(theirs["digests"]))
+    return [f"{name}: {ours['digests'].get(name)} here (torch {ours['torch']}), {theirs['digests'].get(name)} there "
+            f"(torch {theirs['torch']})" for name in names if ours["digests"].get(name) != theirs["digests"].get(name)]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Write (and run) the slime job of one run.")
     parser.add_argument("--plan", metavar="CONFIG", help="print the grid's GPU-hour plan (engines.slime.plan); run nothing")
     parser.add_argument("--timings", metavar="FILE", help="with --plan: YAML of measured timings (engines.slime.plan)")
+    parser.add_argument("--fingerprints", metavar="CONFIG", help="print every recipe's fingerprint (JSON); run nothing")
+    parser.add_argument("--compare", metavar="FILE", help="with --fingerprints: name each recipe whose digest differs "
+                                                           "from FILE's (another interpreter's --fingerprints output)")
     parser.add_argument("--run-dir")
     parser.add_argument("--config-json", help="resolved run config, inline JSON or a file path")
     parser.add_argument("--dry-run", action="store_true", help="write the job script and print it; run nothing")
@@ -156,9 +192,19 @@ def main(argv: list[str] | None = None) -> None:
     if args.plan:
         try:
             given = yaml.safe_load(Path(args.timings).read_text()) if args.timings else None
-            print(plan_report(load(args.plan), given))
+            print(plan_report(Config.build(load(args.plan)), given))  # loaded and typed once
         except (ValueError, KeyError, OSError) as error:
             raise SystemExit(f"engines.slime.launch --plan: {error}") from None
+        return
+    if args.fingerprints:
+        ours = fingerprints(Config.build(load(args.fingerprints)))
+        if not args.compare:
+            print(json.dumps(ours, indent=1, sort_keys=True))
+            return
+        differ = compare_fingerprints(ours, json.loads(Path(args.compare).read_text()))
+        if differ:
+            raise SystemExit("engines.slime.launch --fingerprints: the image computes other losses: " + "; ".join(differ))
+        print(f"engines.slime.launch --fingerprints: all {len(ours['digests'])} digests equal {args.compare}'s")
         return
     if not (args.run_dir and args.config_json):
         parser.error("--run-dir and --config-json are required (or --plan CONFIG)")

@@ -89,10 +89,23 @@ def checked_rollout_record(args, rollout_id: int) -> dict:
                        start_version=record["start_version"])
     return record
 
-def first_non_finite(rows: list[dict]) -> dict | None:
-    """The first row whose loss or grad norm is not finite (the run diverged at its step), or None."""
-    return next((row for row in rows if not all(math.isfinite(row.get(key, 0.0)) for key in ("loss", "grad_norm"))),
-                None)
+def first_non_finite(rows: list[dict], *, fp16: bool = False) -> dict | None:
+    """The first row whose loss or grad norm is not finite (the run diverged at its step), or None.
+
+    ``fp16``: a non-finite grad norm with a finite loss is a loss-scale overflow, not divergence. With
+    Megatron's NaN check off, slime's train_one_step asks the optimizer to unscale the gradients
+    (prepare_grads: the dynamic loss scaler finds inf in the scaled gradients and lowers its scale),
+    skips the update and logs the step's grad norm as NaN. The weights are unchanged: a skipped step
+    (overflow_steps), as expected while the scale comes down from its initial 2^32. Only a non-finite
+    loss, which no skipped update explains, is divergence then."""
+    keys = ("loss",) if fp16 else ("loss", "grad_norm")
+    return next((row for row in rows if not all(math.isfinite(row.get(key, 0.0)) for key in keys)), None)
+
+
+def overflow_steps(rows: list[dict]) -> list[int]:
+    """The steps an fp16 run skipped at a loss-scale overflow (first_non_finite): a non-finite grad norm, a finite loss."""
+    return [row["step"] for row in rows if math.isfinite(row.get("loss", 0.0))
+            and not math.isfinite(row.get("grad_norm", 0.0))]
 
 
 # --- 2. trainer side -----------------------------------------------------------------------

@@ -84,9 +84,13 @@ DEFAULTS = {
     "entropy_coef": 0.0,
     "save_optimizer": True,          # False: smaller Megatron checkpoints, but a resume restarts Adam
     "keep_megatron_checkpoints": 2,  # the newest N Megatron saves are kept (HF ones all stay)
+    # Ray's temp dir on the node (ray start --temp-dir): its sockets, logs and the object store's spill
+    # (engines.slime.footprint.object_store); node-local, never a shared file system
+    "ray_temp_dir": "/tmp/ray",
     "extra_args": [],                # further slime / Megatron / SGLang flags (none the launcher sets)
 }
-OPTIONAL = ("reward_key", "rollout_max_context_len")  # None is a valid value
+OPTIONAL = ("reward_key", "rollout_max_context_len")
+RAY_TEMP_DIR_MAX = 50  # None is a valid value
 
 # slime / Megatron flags that would make a resumed job differ from an uninterrupted run, refused in
 # extra_args with the reason. slime sets the first three itself on a job with no Megatron save to load
@@ -192,6 +196,11 @@ def resolve_params(engine_params: dict) -> dict:
     if params["rollout_top_p"] != 1.0:
         raise ValueError("engine_params.rollout_top_p must be 1.0 (the paper's; slime's top-p log-prob replay "
                          "is not wired into the loss adapter)")
+    temp = params["ray_temp_dir"]
+    # Ray's sockets live under it: a Unix socket path holds 107 bytes, and Ray adds ~50 (session_<date>/sockets/...)
+    if not (isinstance(temp, str) and temp.startswith("/") and len(temp) <= RAY_TEMP_DIR_MAX):
+        raise ValueError(f"engine_params.ray_temp_dir = {temp!r}: an absolute path of at most {RAY_TEMP_DIR_MAX} "
+                         "characters on the node's own disk (Ray's Unix sockets live under it)")
     if params["precision"] not in ("bf16", "fp16"):
         raise ValueError(f"engine_params.precision = {params['precision']!r}; expected 'bf16' or 'fp16'")
     if params["prompt_format"] not in PROMPT_FORMATS:

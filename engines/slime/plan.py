@@ -24,15 +24,13 @@ budget at its slow end: a shorter one is refused with the lead it needs.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import yaml
 
 from engines.slime import footprint
-from engines.slime.params import REPO, model_shape, parameter_counts, resolve_params
-from grid.expand import expand, resolve_run_config
+from engines.slime.params import REPO, model_shape, parameter_counts
 from grid.jobs import rule_resources, train_retries, warning_lead_seconds
-from grid.tuning import Tuning
+from grid.settings import Config
 from stabilizers.recipes import recipe_from_named_dict
 
 # Derived in docs/cluster.md ("Cost"): ~17 min of generation (20M tokens at ~20k tokens/s on one
@@ -69,15 +67,15 @@ def _pair(value, key: str) -> tuple[float, float]:
     return float(low), float(high)
 
 
-def timings(config: dict, given: dict | None = None) -> dict:
+def timings(model: Config, given: dict | None = None) -> dict:
     """Minutes per step and per checkpoint (low, high) and where each comes from (``given``: the user's)."""
     given = given or {}
-    k = config["eval"]["k"]
-    concurrency = int(config["eval"].get("server", {}).get("concurrency", 1))
+    k = model.eval.k
+    concurrency = int(model.eval.server.get("concurrency", 1))
     in_flight = min(concurrency, AIME_PROBLEMS * k, SATURATION)
     rate = TOKENS_PER_SECOND * in_flight / SATURATION
     estimate = tuple(swap + AIME_PROBLEMS * k * tokens / rate / 60 for swap, tokens in zip(SWAP_MINUTES, RESPONSE_TOKENS))
-    published = public_step_minutes(config)
+    published = public_step_minutes(model)
     step = (min(STEP_MINUTES[0], published[0]), max(STEP_MINUTES[1], published[1]))
     return {
         "step": _pair(given["step_minutes"], "step_minutes") if "step_minutes" in given else step,
@@ -104,28 +102,28 @@ def timings(config: dict, given: dict | None = None) -> dict:
     }
 
 
-def public_step_minutes(config: dict) -> tuple[float, float]:
+def public_step_minutes(model: Config) -> tuple[float, float]:
     """Minutes per step (low, high) at NeMo-RL's published rates on the train job's GPUs."""
-    params = resolve_params(config.get("engine_params") or {})
+    params = model.engine_params
     tokens = params["rollout_batch_size"] * params["n_samples_per_prompt"] * footprint.MID_RUN_RESPONSE_TOKENS
-    gpus = rule_resources(config, "train")["gpu"]
+    gpus = rule_resources(model.raw, "train")["gpu"]
     return tuple(tokens / (rate * gpus) / 60 for rate in reversed(TOKENS_PER_GPU_SECOND))
 
 
-def stop(config: dict, times: dict) -> dict:
+def stop(model: Config, times: dict) -> dict:
     """The time-limit stop's budget in minutes (low, high): drain + data-source save + a periodic save
     (Megatron + HF: the longest save a stop can wait for), against the warning's lead (None where the
     train job asks for no warning); ``lead_seconds``: the lead the budget needs."""
-    params = resolve_params(config.get("engine_params") or {})
+    params = model.engine_params
     parameters = sum(parameter_counts(model_shape(params["model_type"])))
-    saves = footprint.disk(params, config["steps"], config["eval_every"])
+    saves = footprint.disk(params, model.steps, model.eval_every)
     megatron, gigabytes = saves["megatron_save"] / 1e9, (saves["megatron_save"] + saves["hf_save"]) / 1e9
 
     def minutes(size):
         return tuple(size / rate / 60 for rate in reversed(times["save_gb_per_s"]))  # faster write, shorter save
 
     data_source = (0.0, 0.0)  # saved right after each generation, before its rollout trains
-    lead = warning_lead_seconds(rule_resources(config, "train"))
+    lead = warning_lead_seconds(rule_resources(model.raw, "train"))
     total = tuple(d + s + w for d, s, w in zip(times["drain"], data_source, minutes(gigabytes)))
     return {"parameters": parameters, "gigabytes": gigabytes, "megatron_gigabytes": megatron, "drain": times["drain"],
             "data_source": data_source, "save": minutes(gigabytes), "megatron_save": minutes(megatron),
@@ -139,44 +137,53 @@ def concurrent_jobs(count: int) -> tuple[int, str]:
     return min(count, int(profile["jobs"])), f"{PROFILE.relative_to(REPO)} jobs: {profile['jobs']}"
 
 
-def grid_footprint(config: dict, runs: list[tuple], jobs: int) -> dict:
-    """Disk per run and per grid of ``jobs`` training jobs, and the host memory of the largest of
-    ``runs`` (the grid's; a tuning run has its recipe's) mid-run and at the response cap, against the
-    train rule's mem_mb: a job it cannot hold is refused."""
-    params = resolve_params(config.get("engine_params") or {})
-    run = footprint.disk(params, config["steps"], config["eval_every"])
-    at_once, source = concurrent_jobs(jobs)
-    first = {}
-    for recipe, lag, seed in runs:
-        first.setdefault(recipe, (lag, seed))
-    replay = {recipe: recipe_from_named_dict(resolve_run_config(config, recipe, *first[recipe])["recipe"], "config").replay
-              for recipe in first}
-    recipe, lag = max(dict.fromkeys((recipe, lag) for recipe, lag, _ in runs), key=lambda job: footprint.host_memory(
+def replays(model: Config) -> dict[str, str | None]:
+    """Each recipe's routing replay (None, "r2", "r3"), read from its resolved runs; a tuned recipe's is its
+    variants' (grid.tuning: they vary loss parameters, never the replay)."""
+    found = {run[0]: recipe_from_named_dict(run_config["recipe"], "config").replay
+             for run, run_config in model.run_configs.items()}
+    for recipe, candidates in (model.tuning.candidates.items() if model.tuning else ()):
+        found.setdefault(recipe, found[candidates.variants[0]])
+    return found
+
+
+def grid_footprint(model: Config, jobs: list[tuple]) -> dict:
+    """Disk per run and per grid of the training ``jobs``, the host memory of the largest job mid-run and
+    at the response cap against the train rule's mem_mb (a job it cannot hold is refused), and Ray's
+    object store of that job: what it holds, what spills, and where (engines.slime.footprint)."""
+    params = model.engine_params
+    run = footprint.disk(params, model.steps, model.eval_every)
+    at_once, source = concurrent_jobs(len(jobs))
+    replay = replays(model)
+    recipe, lag = max(dict.fromkeys((recipe, lag) for recipe, lag, _ in jobs), key=lambda job: footprint.host_memory(
         params, replay=replay[job[0]], lag=job[1], response_tokens=footprint.MID_RUN_RESPONSE_TOKENS)["total"])
     mid = footprint.host_memory(params, replay=replay[recipe], lag=lag, response_tokens=footprint.MID_RUN_RESPONSE_TOKENS)
     cap = footprint.host_memory(params, replay=replay[recipe], lag=lag, response_tokens=params["rollout_max_response_len"])
-    mem_mb = rule_resources(config, "train").get("mem_mb")
+    mem_mb = rule_resources(model.raw, "train").get("mem_mb")
     if mem_mb and mid["total"] > mem_mb * 1e6:
         raise ValueError(f"resources.train.mem_mb = {mem_mb:,} MB cannot hold {recipe} at lag {lag}: "
                          f"{footprint.describe_memory(mid)} (estimate, engines/slime/footprint.py); ask for more")
-    free, free_source = footprint.free_bytes(Path(config.get("results_dir", "results")))
+    store = [footprint.object_store(params, replay=replay[recipe], lag=lag, response_tokens=tokens, mem_mb=mem_mb)
+             for tokens in (footprint.MID_RUN_RESPONSE_TOKENS, params["rollout_max_response_len"])]
+    free, free_source = footprint.free_bytes(model.results_dir)
+    count = len(jobs)
     # The grid's worst moment: its last `at_once` runs at their peak while every other run has ended and
     # keeps its saves. A cap on jobs at once saves only peak - kept (one Megatron save) per job: the
     # file system must hold every run's kept bytes whatever the cap.
     extra = run["peak"] - run["kept"]
-    fits = min(jobs, int((free - jobs * run["kept"]) // extra) if extra else jobs) if free >= jobs * run["kept"] else None
+    fits = min(count, int((free - count * run["kept"]) // extra) if extra else count) if free >= count * run["kept"] else None
     return {"run": run, "at_once": at_once, "at_once_source": source,
-            "grid_peak": (jobs - at_once) * run["kept"] + at_once * run["peak"], "fits": fits,
-            "grid_kept": jobs * run["kept"], "grid_written": jobs * run["written"],
+            "grid_peak": (count - at_once) * run["kept"] + at_once * run["peak"], "fits": fits,
+            "grid_kept": count * run["kept"], "grid_written": count * run["written"],
             "free": free, "free_source": free_source, "memory": mid, "memory_cap": cap, "memory_job": (recipe, lag),
-            "mem_mb": mem_mb}
+            "mem_mb": mem_mb, "object_store": store}
 
 
-def plan(config: dict, given: dict | None = None) -> dict:
+def plan(model: Config, given: dict | None = None) -> dict:
     """The grid's jobs with their GPU-hours (low, high), stops and retries, and the totals; with a
     ``tuning`` section its tuning runs are jobs too (the confirmation runs are the grid's runs)."""
-    times = timings(config, given)
-    budget = stop(config, times)
+    times = timings(model, given)
+    budget = stop(model, times)
     if budget["exceeds"]:
         raise ValueError(
             f"resources.train.slurm_extra: the time-limit warning comes {budget['warning']:.1f} min before the limit, "
@@ -184,17 +191,16 @@ def plan(config: dict, given: dict | None = None) -> dict:
             f"{budget['save'][1]:.1f}: {budget['gigabytes']:,.0f} GB at {times['save_gb_per_s'][0]:.2f} GB/s); the "
             f"job would be killed before its save ends. Ask for --signal=URG@{budget['lead_seconds']}, or measure "
             "the step and the save (--timings drain_minutes, save_gb_per_s)")
-    train, evaluate = rule_resources(config, "train"), rule_resources(config, "evaluate")
-    checkpoints = config["steps"] // config["eval_every"]
+    train, evaluate = rule_resources(model.raw, "train"), rule_resources(model.raw, "evaluate")
+    checkpoints = model.steps // model.eval_every
     runtime = train.get("runtime")
     usable = runtime - (budget["warning"] or 0) if runtime else None  # a job stops at its warning
-    jobs = []
-    tuning = Tuning.of(config)
-    tuning_runs = tuning.runs() if tuning else []
+    tuning_runs = model.tuning.runs() if model.tuning else []
+
     def train_minutes(step: float, save: float, startup: float, load: float) -> tuple[float, int]:
         """A run's minutes on its node (steps, periodic saves, each attempt's start, each resume's load
         of its Megatron save) and its time-limit stops."""
-        working = config["steps"] * step + checkpoints * save
+        working = model.steps * step + checkpoints * save
         stops = math.ceil((working + startup) / usable) - 1 if runtime else 0
         return working + (stops + 1) * startup + stops * load, stops
 
@@ -205,17 +211,24 @@ def plan(config: dict, given: dict | None = None) -> dict:
     ends = [run_minutes(i, i, i) for i in (0, 1)]
     swings = {name: (run_minutes(*ends_of)[0] - ends[0][0]) * train["gpu"] / 60 for name, ends_of in (
         ("minutes per step", (1, 0, 0)), ("save speed", (0, 1, 0)), ("start-up", (0, 0, 1)))}
-    jobs = []
-    for recipe, lag, seed in expand(config) + tuning_runs:
+    jobs, replay, params = [], replays(model), model.engine_params
+    for recipe, lag, seed in [*model.grid_runs, *tuning_runs]:
+        store = [footprint.object_store(params, replay=replay[recipe], lag=lag, response_tokens=tokens,
+                                        mem_mb=train.get("mem_mb"))
+                 for tokens in (footprint.MID_RUN_RESPONSE_TOKENS, params["rollout_max_response_len"])]
         jobs.append({
             "recipe": recipe, "lag": lag, "seed": seed,
+            "object_store_gb": [entry["need"] / 1e9 for entry in store], "spill_gb": [e["spill"] / 1e9 for e in store],
             "train_gpu_hours": [m / 60 * train["gpu"] for m, _ in ends],
             "eval_gpu_hours": [checkpoints * m / 60 * evaluate["gpu"] for m in times["checkpoint"]],
             "stops": [stops for _, stops in ends],
         })
     total = {key: [sum(job[key][i] for job in jobs) for i in (0, 1)] for key in ("train_gpu_hours", "eval_gpu_hours")}
-    return {"jobs": jobs, "swings": {name: swing * len(jobs) for name, swing in swings.items()}, "footprint": grid_footprint(config, expand(config), len(jobs)), "tuning_jobs": len(tuning_runs), "total": total, "timings": times, "stop": budget, "checkpoints": checkpoints, "runtime": runtime,
-            "retries": train_retries(config), "train_gpus": train["gpu"], "eval_gpus": evaluate["gpu"]}
+    runs = [(job["recipe"], job["lag"], job["seed"]) for job in jobs]
+    return {"jobs": jobs, "swings": {name: swing * len(jobs) for name, swing in swings.items()},
+            "footprint": grid_footprint(model, runs), "tuning_jobs": len(tuning_runs), "total": total,
+            "timings": times, "stop": budget, "checkpoints": checkpoints, "runtime": runtime,
+            "retries": train_retries(dict(model.raw)), "train_gpus": train["gpu"], "eval_gpus": evaluate["gpu"]}
 
 
 def footprint_lines(f: dict) -> list[str]:
@@ -230,15 +243,19 @@ def footprint_lines(f: dict) -> list[str]:
         f"their peak, {f['at_once_source']}, the other runs ended and kept), {f['grid_kept'] / tb:,.0f} TB kept when "
         f"all end, {f['grid_written'] / 1e15:.2f} PB written; {f['free'] / tb:,.2f} TB free here ({f['free_source']}), "
         + (f"which holds the grid at up to {f['fits']} jobs at once (the profile's jobs; each job's pre-flight "
-           "checks its own)" if f["fits"] is not None else
+           "counts the grid's runs under way)" if f["fits"] is not None else
            "which cannot hold the runs' kept saves at any number of jobs at once: free space or raise the quota"),
         f"  host memory per training job (estimate, the largest: {recipe} at lag {lag}): "
         f"{footprint.describe_memory(f['memory'])}; {footprint.describe_memory(f['memory_cap'])}, the response cap; "
-        + (f"resources.train.mem_mb {f['mem_mb']:,} MB" if f["mem_mb"] else "no resources.train.mem_mb")]
+        + (f"resources.train.mem_mb {f['mem_mb']:,} MB" if f["mem_mb"] else "no resources.train.mem_mb"),
+        f"  Ray's object store of that job (estimate, engines/slime/footprint.py): "
+        f"{footprint.describe_object_store(f['object_store'][0])}; {footprint.describe_object_store(f['object_store'][1])}"
+        f", the response cap; {f['at_once']} jobs at once spill up to {f['at_once'] * f['object_store'][1]['spill'] / 1e12:.1f} "
+        "TB, each on its own node's disk (engine_params.ray_temp_dir, checked by each job's pre-flight)"]
 
 
-def report(config: dict, given: dict | None = None) -> str:
-    p = plan(config, given)
+def report(model: Config, given: dict | None = None) -> str:
+    p = plan(model, given)
     t = p["timings"]
 
     def span(pair, digits=0):
@@ -247,11 +264,11 @@ def report(config: dict, given: dict | None = None) -> str:
     budget = p["stop"]
     tuning = (f" ({p['tuning_jobs']} of them tuning runs, on the tuning seeds: config tuning)"
               if p["tuning_jobs"] else "")
-    lines = [f"plan: {len(p['jobs'])} training jobs{tuning} x {config['steps']} steps on {p['train_gpus']} GPUs, "
+    lines = [f"plan: {len(p['jobs'])} training jobs{tuning} x {model.steps} steps on {p['train_gpus']} GPUs, "
              f"{p['checkpoints']} checkpoints each scored on {p['eval_gpus']} GPUs",
              f"  minutes per step {span(t['step'], 1)} ({t['step_source']})",
              f"  minutes per checkpoint {span(t['checkpoint'], 1)} at concurrency {t['concurrency']}, k = "
-             f"{config['eval']['k']} ({t['checkpoint_source']})",
+             f"{model.eval.k} ({t['checkpoint_source']})",
              f"  train runtime {p['runtime']} min: retries {p['retries']} (grid.jobs.train_retries)",
              f"  per run on top of its steps: {p['checkpoints']} periodic saves of {span(budget['save'], 1)} min each "
              f"(Megatron + HF, the trainer waits), {span(t['startup'], 1)} min of start-up per attempt "
@@ -265,9 +282,11 @@ def report(config: dict, given: dict | None = None) -> str:
              f"evaluation cadence writes the Megatron {budget['megatron_gigabytes']:,.0f} GB only, "
              f"{span(budget['megatron_save'], 1)} min; at {span(t['save_gb_per_s'], 2)} GB/s, {t['save_source']})",
              *footprint_lines(p["footprint"]),
-             "recipe lag seed | train GPU-h | eval GPU-h | time-limit stops"]
+             "recipe lag seed | train GPU-h | eval GPU-h | time-limit stops | Ray object store GB | spilled GB "
+             f"(mid-run to the response cap; to {model.engine_params['ray_temp_dir']} on the node)"]
     lines += [f"{job['recipe']} {job['lag']} {job['seed']} | {span(job['train_gpu_hours'])} | "
-              f"{span(job['eval_gpu_hours'])} | {job['stops'][0]}-{job['stops'][1]}" for job in p["jobs"]]
+              f"{span(job['eval_gpu_hours'])} | {job['stops'][0]}-{job['stops'][1]} | "
+              f"{span(job['object_store_gb'])} | {span(job['spill_gb'])}" for job in p["jobs"]]
     total = [a + b for a, b in zip(p["total"]["train_gpu_hours"], p["total"]["eval_gpu_hours"])]
     lines.append(f"grid: training {span(p['total']['train_gpu_hours'])} GPU-h + evaluation "
                  f"{span(p['total']['eval_gpu_hours'])} GPU-h = {span(total)} GPU-h")

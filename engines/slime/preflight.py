@@ -36,7 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from engines.slime.flags import OWNED_FLAGS, slime_flags
-from engines.slime.footprint import check_disk, check_host_memory
+from engines.slime.footprint import check_disk, check_host_memory, check_spill
 from engines.slime.params import PROMPT_FORMATS, model_context, model_shape, parameter_counts
 from engines.slime.reward_model import rule_reward
 from harness.io import read_jsonl
@@ -194,6 +194,18 @@ def check_extra_args(extra_args: list, emitted: set[str], script_flags: tuple = 
     return f"extra_args: {len(extra_args)} argument(s), none owned or unknown"
 
 
+def runs_under_way(run: RunDir) -> list[Path]:
+    """This run's train folder, then those of its grid's other runs that started and have not finished
+    (completed or diverged): their jobs write to the same file system and may have started with this one."""
+    try:
+        grid = run.grid_dir
+    except ValueError:  # a run folder outside a grid's layout: this run alone
+        return [run.train_dir]
+    others = [RunDir(path) for path in sorted(grid.glob("runs/*/lag*/seed*")) if path.resolve() != run.path.resolve()]
+    return [run.train_dir] + [other.train_dir for other in others
+                              if (other.read_status() or {}).get("status") not in ("completed", "diverged")]
+
+
 def preflight(run_config: RunConfig, run: RunDir, emitted: set[str], *, check_files: bool, reward=None,
               on_node: bool = False, mem_mb: int | None = None) -> list[str]:
     """Every check; the report lines. ``reward``: the scorer (default: the rule model). ``on_node`` (the
@@ -208,7 +220,8 @@ def preflight(run_config: RunConfig, run: RunDir, emitted: set[str], *, check_fi
         check_memory(params, shape), check_context(params, shape),
         check_host_memory(params, replay=run_config.recipe.replay, lag=run_config.lag, mem_mb=mem_mb),
         check_disk(params, steps=run_config.steps, eval_every=run_config.eval_every,
-                   train_dir=run.train_dir if on_node else None),
+                   train_dirs=runs_under_way(run) if on_node else None),
+        check_spill(params, replay=run_config.recipe.replay, lag=run_config.lag, mem_mb=mem_mb, on_node=on_node),
         check_extra_args(params["extra_args"], emitted, tuple(shape.get("script_flags", ())))]
 
 

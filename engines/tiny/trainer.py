@@ -338,11 +338,11 @@ class Trainer:
             if step % self.eval_every == 0 or step == self.steps:
                 self.save(pending)
                 pending = []
-            if time_limit_near() and step < self.steps:  # SLURM's warning (harness.engine.TIME_LIMIT_SIGNAL)
+            if (near := time_limit_near()) and step < self.steps:  # the clock or SLURM's warning (harness.engine)
                 if pending:
                     self.save(pending, checkpoint=False)
                 raise TimeLimitReached(f"stopped after step {step} of {self.steps} before the job's time limit; "
-                                       "resume state saved, run again to continue")
+                                       f"resume state saved, run again to continue (stopped by {near})")
             if step % self.params["progress_every"] == 0 or step == self.steps:
                 print(f"[tiny] step {step}/{self.steps} reward {row['reward']:.3f} exact {row['reward/exact']:.3f} "
                       f"|d| {row['d/mean_abs']:.4f} lag {head['realized_lag']} "

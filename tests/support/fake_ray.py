@@ -40,15 +40,13 @@ in slime's order: the Megatron save, then the HF save (config.json, shards, the 
 killed after FAKE_RAY_FAIL_AFTER steps dies in the middle of its last HF save. SLURM's warning reaches
 the job script after FAKE_RAY_WARN_AFTER steps, or with FAKE_RAY_WARN_AT_START during `ray start`,
 before the job is submitted (bash marks it once `ray start` returns); a warning the script has not
-marked within 10 s fails the job. FAKE_RAY_NAN_AT: slime logs a non-finite grad norm at that step
-and the job ends there, as the driver ends it. A canary job (the custom config's stalebench_canary) runs
-the rollout and loss hooks on its first step and saves it (FAKE_RAY_FAIL_AFTER=0: it dies first)."""
+marked within 10 s fails the job; the custom config's stop time (stalebench_stop_at) stops it as the
+driver's clock does. FAKE_RAY_NAN_AT: slime logs a non-finite grad norm at that step
+and the job ends there, as the driver ends it (with --fp16 it goes on: a loss-scale overflow). A canary job (the custom config's stalebench_canary) runs
+the driver's canary over a fake slime, tests/support/canary_job.py (FAKE_RAY_FAIL_AFTER=0: it dies first)."""
 import json, os, signal, sys, time
 sys.path.insert(0, {tests!r})
 import yaml
-from argparse import Namespace
-from engines.slime.loss import recipe_of
-from engines.slime.metrics import log_rollout
 from tests.support.slime_checkpoints import write_hf_save, write_megatron_save
 calls = os.environ["FAKE_RAY_CALLS"]
 with open(calls, "a") as f:
@@ -72,30 +70,23 @@ if sys.argv[1:3] == ["job", "submit"]:
     nan_at = int(os.environ.get("FAKE_RAY_NAN_AT", 0))
     with open(value("--custom-config-path")) as f:
         custom = yaml.safe_load(f)
-    if custom["stalebench_canary"] and fail_after:
-        # the driver's canary: the first rollout through slime's rollout log hook (SGLang's weight version 1:
-        # the first push), its loss call through the loss hook (the trainer's fingerprint check) and slime's
-        # training log, then one save, Megatron and HF
-        args_ = Namespace(**custom)
-        log_rollout(0, args_, [Namespace(weight_versions=["1"])], {{}}, 0.0)
-        recipe_of(args_)
-        with open(os.path.join(train, "metrics.jsonl"), "a") as f:
-            f.write(json.dumps({{"step": 1, "loss": -0.1, "grad_norm": 1.0}}) + "\n")
-        write_megatron_save(value("--save"), 0)
-        write_hf_save(value("--save-hf").format(rollout_id=0), shards_written=3)
-        sys.exit(0)
+    if custom["stalebench_canary"] and fail_after:  # the harness's driver over a fake slime: tests/support/canary_job.py
+        from tests.support.canary_job import run as canary_job
+        sys.exit(canary_job(value, custom))
     with open(os.path.join(train, "metrics.jsonl"), "a") as f:
         for rollout_id in range(min(steps, fail_after)):
             grad_norm = float("nan") if rollout_id + 1 == nan_at else 1.0  # slime logs a skipped step's norm
             f.write(json.dumps({{"step": rollout_id + 1, "loss": -0.1, "grad_norm": grad_norm}}) + "\n")
-            if rollout_id + 1 == nan_at:  # the driver: no save, a normal end
-                break
+            if rollout_id + 1 == nan_at and "--fp16" not in args:  # the driver: no save, a normal end
+                break  # (fp16: a loss-scale overflow, a skipped step the run goes on from)
             if rollout_id == 0 and os.environ.get("FAKE_RAY_WARN_AT_START"):
                 wait_for_the_mark(train)
             if rollout_id + 1 == warn_after:
                 os.kill(os.getppid(), signal.SIGURG)
                 wait_for_the_mark(train)
-            stop = os.path.exists(os.path.join(train, "stop_requested"))
+            # the driver's stop_requested: the clock (the custom config's stop time) or the trap's mark
+            stop_at = custom["stalebench_stop_at"]
+            stop = (stop_at is not None and time.time() >= stop_at) or os.path.exists(os.path.join(train, "stop_requested"))
             if stop and os.environ.get("FAKE_RAY_FAIL_AT_STOP"):
                 sys.exit(1)  # the job dies after the warning, before the save
             if stop or (rollout_id + 1) % every == 0 or rollout_id == steps - 1:

@@ -6,7 +6,7 @@ later call is waited on). With a ``data_source`` (slime's RolloutDataSource, tes
 ``generate(r)`` takes ``batch_size`` prompts from it, as slime's rollout function does, and ``save(r)``
 is slime's ``RolloutManager.save``: ``data_source.save(r)``.
 
-``log`` records every call as it runs or is waited on: ("generate", r), ("data_source_save", r),
+``log`` records every call as it runs or is waited on: ("generate", r), ("data_source_save", r), ("dispose", -1),
 ("wait_generation", r), ("megatron_save", r), ("hf_save", r), ("train", r), ("push", version).
 
 ``TimedCluster`` runs the same calls on a clock, to time a time-limit stop against the warning's lead.
@@ -38,6 +38,7 @@ class FakeCluster:
         self.data_source, self.batch_size = data_source, batch_size
         self.generate = Namespace(remote=self._generate)
         self.save = Namespace(remote=self._save)
+        self.dispose = Namespace(remote=self._dispose)
         self._actor_handlers = [FakeTrainActor(self)]
 
     # --- RolloutManager.generate.remote(rollout_id), .save.remote(rollout_id) ---
@@ -55,6 +56,9 @@ class FakeCluster:
             if self.data_source is not None:
                 self.data_source.save(rollout_id)
         return self._queued(FakeRef(run, "data_source_save", rollout_id))
+
+    def _dispose(self):  # RolloutManager.dispose: queued behind the generations in flight
+        return self._queued(FakeRef(lambda: self.log.append(("dispose", -1)), "dispose", -1))
 
     def _queued(self, ref: FakeRef) -> FakeRef:
         self.queue.append(ref)

@@ -2,6 +2,7 @@
 
     cluster = SlurmCluster(root).start()   # munged, slurmctld, slurmd: own config, ports, socket
     cluster.env                            # environment for sbatch/squeue/scancel/snakemake
+    cluster.proctrack                      # the ProctrackType it runs (and cluster.proctrack_note: why)
     cluster.stop()                         # stops the daemons it started, by their pids
 
     python -m tests.support.slurm_cluster install   # slurm-wlm + munge with apt-get (root), before
@@ -17,6 +18,11 @@ drops $SLURM_CONF before it calls srun. So one test cluster runs per machine at 
 stops (released by the kernel if its process dies); a config there without that lock held (a real
 cluster) is left alone and the cluster refuses to start.
 Two partitions on the one node: ``cpu`` (default) and ``gpu``.
+
+Process tracking as real GPU sites run it: ``proctrack/cgroup`` (SchedMD's recommendation; SLURM's
+time-limit warning then reaches only a job step's direct child) where this machine's kernel and
+mounts let slurmd use it, which a probe job step decides; else ``proctrack/linuxproc`` (every process
+of the step is signalled), with the reason in ``proctrack_note``. The tests print which ran.
 """
 from __future__ import annotations
 
@@ -34,6 +40,9 @@ from pathlib import Path
 from tests.support.ports import free_ports
 
 PACKAGES = ("slurm-wlm", "munge")
+CGROUP, LINUXPROC = "proctrack/cgroup", "proctrack/linuxproc"
+# no constraints: the test jobs share one node's cores and memory; only the process tracking is wanted
+CGROUP_CONF = "CgroupPlugin=autodetect\nConstrainCores=no\nConstrainRAMSpace=no\nConstrainDevices=no\n"
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel")
 SYSTEM_CONF = Path("/etc/slurm/slurm.conf")
 CLUSTER_LOCK = Path(tempfile.gettempdir()) / "stalebench-slurm-cluster.lock"
@@ -91,6 +100,7 @@ class SlurmCluster:
         self.memory_mb = memory_mb
         self.min_job_age = min_job_age
         self.conf = self.root / "slurm.conf"
+        self.proctrack, self.proctrack_note = CGROUP, ""
         self.processes: dict[str, subprocess.Popen] = {}
         self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
 
@@ -110,7 +120,7 @@ class SlurmCluster:
             "AuthType=auth/munge",
             "CredType=cred/munge",
             f"AuthInfo=socket={self.root / 'munge.sock'}",
-            "ProctrackType=proctrack/linuxproc",
+            f"ProctrackType={self.proctrack}",
             "TaskPlugin=task/none",
             "JobAcctGatherType=jobacct_gather/none",
             "AccountingStorageType=accounting_storage/none",
@@ -140,6 +150,9 @@ class SlurmCluster:
             "PartitionName=gpu Nodes=localhost MaxTime=INFINITE State=UP",
         ]) + "\n")
 
+    def write_cgroup_config(self) -> None:
+        (self.root / "cgroup.conf").write_text(CGROUP_CONF)  # read from slurm.conf's folder
+
     def _start(self, name: str, command: list[str]) -> None:
         log = open(self.root / "log" / f"{name}.out", "w")
         self.processes[name] = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=self.env,
@@ -167,6 +180,24 @@ class SlurmCluster:
             raise
 
     def _started(self, timeout: float) -> "SlurmCluster":
+        """The daemons with proctrack/cgroup where a probe job step runs under it, else with linuxproc."""
+        self.proctrack = CGROUP
+        try:
+            self._start_daemons(timeout)
+            problem = self._probe()
+        except RuntimeError as error:
+            if "Address already in use" in self.logs():
+                self._stop_daemons()
+                raise
+            problem = str(error)[-1500:]
+        except BaseException:
+            self._stop_daemons()
+            raise
+        if problem is None:
+            self.proctrack_note = "a probe job step ran under proctrack/cgroup"
+            return self
+        self._stop_daemons()
+        self.proctrack, self.proctrack_note = LINUXPROC, f"proctrack/cgroup did not run here: {problem}"
         try:
             self._start_daemons(timeout)
         except BaseException:
@@ -174,10 +205,20 @@ class SlurmCluster:
             raise
         return self
 
+    def _probe(self) -> str | None:
+        """None when a job step runs on the node, else what went wrong (its output and slurmd's log)."""
+        try:
+            probe = subprocess.run(["srun", "-n1", "-t", "1", "true"], env=self.env, capture_output=True, text=True,
+                                   timeout=90)
+        except subprocess.TimeoutExpired:
+            return f"a probe job step (srun true) did not end in 90 s; {self.logs()[-1000:]}"
+        return None if probe.returncode == 0 else f"srun true: {probe.stderr.strip()[-500:]}; {self.logs()[-1000:]}"
+
     def _start_daemons(self, timeout: float) -> None:
         shutil.rmtree(self.root / "log", ignore_errors=True)  # a new attempt's logs only
         (self.root / "munge.sock").unlink(missing_ok=True)  # waited for below: not an old attempt's
         self.write_config()
+        self.write_cgroup_config()
         SYSTEM_CONF.parent.mkdir(parents=True, exist_ok=True)
         SYSTEM_CONF.symlink_to(self.conf)
         key = self.root / "munge.key"

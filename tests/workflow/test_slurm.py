@@ -1,10 +1,14 @@
 """The workflow on a real single-node SLURM cluster (tests/support/slurm_cluster.py), through
 workflow/profiles/slurm, compared with the same grid run locally.
 
-One invocation exercises what goes wrong on clusters, and must still finish the grid by itself:
-- every training job has a two-minute limit and asks for the warning signal 40 s ahead, so each
-  run needs two or more jobs: each stops at the warning with its resume state, exits 75, and the
-  profile's retries continue it (never a TIMEOUT);
+The cluster tracks processes as GPU sites do, with proctrack/cgroup where this machine allows it
+(tests/support/slurm_cluster.py probes; the test prints which ran). One invocation exercises what goes
+wrong on clusters, and must still finish the grid by itself:
+- every training job has a two-minute limit and a 40 s stop lead, and gets NO warning signal: its
+  `--signal=B:URG@40` goes to the batch shell only, as a cgroup site's warning reaches only the
+  job step's inner snakemake. Each trainer stops by the clock (harness.engine.watch_time_limit: the
+  end time squeue records for its job, less the lead) with its resume state, exits 75, and the
+  profile's retries continue it (never a TIMEOUT), so each run needs two or more jobs;
 - a second writer (engines.train by hand on a run whose training job is running) fails at once,
   naming that SLURM job;
 - that training job is then cancelled (scancel): squeue reports CANCELLED and the profile retries it.
@@ -45,12 +49,11 @@ OVERRIDES = {
     "grid": "slurm", "recipes": ["grpo"], "lags": [1, 2], "seeds": [0], "baseline": "grpo", "claims": [],
     "engine_params": {"preset": "demo", "warmstart_steps": 20},
     "eval": {"tasks": ["tiny_test"], "selection_task": None, "k": 2, "problems": {"tiny_test": 16}},
-    # Two-minute jobs, warned 40 s ahead. slurmctld checks limits every 30 s and may warn up to that
-    # much earlier, so the warning comes 50-80 s into a job: after its trainer started (a warning
-    # sent before any job step exists is lost), and 40-70 s before the limit.
-    "resources": {"train": {"runtime": 2, "slurm_extra": "--signal=URG@40"}},
+    # Two-minute jobs that stop 40 s before their end by the clock, 80 s into a job: after its trainer
+    # started. B: sends SLURM's warning to the batch shell alone, never to the job step that trains.
+    "resources": {"train": {"runtime": 2, "slurm_extra": "--signal=B:URG@40"}},
 }
-TRAINING_SECONDS = 100  # per run: more than one job trains before its warning (at most ~65 s)
+TRAINING_SECONDS = 100  # per run: more than one job trains before its stop (at most ~65 s)
 CANCELLED_RUN = ("grpo", 2, 0)
 GRID_SECONDS, LOCAL_SECONDS = 1200, 900  # the SLURM grid's and the local grid's limits
 CLUSTER_WAIT = 1800  # for another suite's test cluster on this machine to stop (one per machine)
@@ -83,6 +86,7 @@ def cluster():
         missing("slurm", reason)
     with tempfile.TemporaryDirectory(prefix="stalebench-slurm-") as root:
         cluster = SlurmCluster(root).start(wait=CLUSTER_WAIT)
+        print(f"SLURM test cluster: ProctrackType={cluster.proctrack} ({cluster.proctrack_note})")
         try:
             yield cluster
         finally:
@@ -104,7 +108,7 @@ def held(lock: Path) -> bool:
                for fields in map(str.split, Path("/proc/locks").read_text().splitlines()) if len(fields) > 5)
 
 
-def test_grid_through_slurm_survives_time_limits_cancel_and_a_second_writer(cluster):
+def test_grid_through_slurm_stops_by_the_clock_with_no_signal_and_survives_cancel_and_a_second_writer(cluster):
     with tempfile.TemporaryDirectory(prefix="stalebench-slurm-grid-") as folder:
         folder = Path(folder)
         grid = sized_grid(folder / "probe")
@@ -160,8 +164,10 @@ def test_grid_through_slurm_survives_time_limits_cancel_and_a_second_writer(clus
         train_jobs = {job: info for job, info in jobs.items() if "rule_train" in info["comment"]}
         states = [info["state"] for info in train_jobs.values()]
         assert "TIMEOUT" not in states and "FAILED" in states, states
-        # the failed jobs' logs (show-failed-logs): trainers that stopped at the warning
+        # the failed jobs' logs (show-failed-logs): trainers that stopped by the clock, none by a signal
         assert "before the job's time limit; resume state saved" in output
+        assert "(stopped by the clock" in output and "stopped by SLURM's warning signal" not in output
+        assert "40 s before the job's end (from squeue -j" in output  # each trainer read its job's end
         assert {info["partition"] for info in jobs.values()} == {"cpu"}  # tiny engine: CPU partition only
 
         local_config = load(ROOT / "config.yaml", {"results_dir": str(folder / "local"), **grid})

@@ -123,6 +123,17 @@ def test_slurm_profile_keeps_a_tiny_grid_on_the_cpu_partition(scratch):
     assert all("slurm_extra=--signal=URG@" in line for line in _resources(result.stdout, "train"))
 
 
+def test_train_jobs_stop_by_the_clock_at_the_warnings_lead(scratch):
+    """engines.train --stop-lead: the warning's lead (the engine's --signal=URG@60 for tiny, a config's own),
+    so that a job stops before its end time whether or not the signal reaches it (harness.engine)."""
+    for extra, lead in ((None, "60"), ("--signal=B:URG@45", "45")):
+        overrides = [f"resources={{'train': {{'slurm_extra': '{extra}'}}}}"] if extra else []
+        result = snakemake("-n", "-p", "-C", f"results_dir={scratch}", "seeds=[0]", *overrides)
+        assert result.returncode == 0, result.stderr
+        trains = [line for line in result.stdout.splitlines() if "python -m engines.train" in line]
+        assert trains and all(f"python -m engines.train --stop-lead {lead} --run-dir" in line for line in trains), trains
+
+
 def test_table1_preset_runs_from_the_same_workflow(scratch):
     preset = yaml.safe_load((ROOT / "workflow/presets/table1.yaml").read_text())
     result = snakemake("-n", "--profile", "workflow/profiles/slurm", "--configfile", "workflow/presets/table1.yaml",

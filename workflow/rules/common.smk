@@ -14,7 +14,7 @@ from grid.lines import with_lines
 from grid.folder import QUEUE_PLOTS, GridDir
 from harness.io import write_json_atomic
 from grid.design import refuse_redeclared
-from grid.jobs import job_resources, retype_cli_values, rule_resources, run_packs, train_arguments, train_retries
+from grid.jobs import canary_run, job_resources, retype_cli_values, rule_resources, run_packs, stop_arguments, train_arguments, train_retries
 from grid.settings import Config
 from harness.run import RUN_FOLDER, STATUS_PATTERN, eval_file_pattern
 from grid.expand import refuse_changed_runs

@@ -59,8 +59,8 @@ if NULL_CHECK is not None:
             " || {{ cat {log:q} >&2; exit 2; }}"
 
 
-# The engine's canary (harness.engine: canary; engines.canary), where it has one: the grid's first run
-# alone, in a scratch folder, to its first step and save, checked; every train job waits for its report,
+# The engine's canary (harness.engine: canary; engines.canary), where it has one: the grid's heaviest run
+# (grid.jobs.canary_run) alone, in a scratch folder, through what every job meets, checked; every train job waits for its report,
 # so a failure common to every job costs this one job. Its job is a train job's size; it is not retried:
 # what failed is for a person to read (its log names it), not to run again unchanged.
 if ENGINE.canary is not None:
@@ -72,7 +72,7 @@ if ENGINE.canary is not None:
         output:
             str(GRID_DIR.canary_path),
         params:
-            run=json.dumps(MODEL.run_config(MODEL.runs[0]), sort_keys=True),
+            run=json.dumps(MODEL.run_config(canary_run(MODEL)), sort_keys=True),
             run_dir=str(GRID_DIR.canary_dir),
         log:
             f"{LOGS}/canary.log",
@@ -107,6 +107,7 @@ for pack in PACKS:
             [f"{folder}/{STATUS_PATTERN}" for folder in pack.folders(RUN)],
         params:
             runs=train_arguments(MODEL, pack),
+            stop=stop_arguments(CONFIG),
         log:
             f"{LOGS}/train/{{recipe}}/lag{{lag}}/{pack.label}.log",
         benchmark:
@@ -121,4 +122,4 @@ for pack in PACKS:
         resources:
             **job_resources(CONFIG, "train"),
         shell:
-            "OMP_NUM_THREADS={threads} python -m engines.train {params.runs:q} > {log:q} 2>&1"
+            "OMP_NUM_THREADS={threads} python -m engines.train {params.stop:q} {params.runs:q} > {log:q} 2>&1"

@@ -6,11 +6,13 @@ from argparse import Namespace
 import pytest
 
 from engines.slime import plan
-from engines.slime.driver import check_args, lag_loop
+from engines.slime.driver import check_args, finish, lag_loop, stop_check
 from engines.slime.weight_versions import driver_version, trainer_version
 from grid.config import load
 from grid.jobs import rule_resources, warning_lead_seconds
+from grid.settings import Config
 from harness.lag import LAG_MODES, sampling_version
+from harness.run import RunDir
 from tests.support.paths import ROOT
 from tests.support.slime_cluster import FakeCluster, TimedCluster, periodic
 
@@ -106,6 +108,50 @@ def test_a_non_finite_step_ends_the_loop_there_without_a_save(mode):
     assert cluster.log[cluster.log.index(("train", 6)) + 1:] == []
 
 
+@pytest.mark.parametrize("fp16", [False, True])
+def test_a_diverged_job_ends_at_once_without_waiting_for_its_generations_in_flight(tmp_path, fp16):
+    """Interval lag 8 on the clock: rollout 9 (step 10), the first of the 8 generated after the push at
+    step 9, is non-finite while the other 7 are queued on the rollout manager. The job ends at that step's
+    training: no generation
+    is waited for, and no dispose queues behind them (the job script's ray stop ends them), where a
+    completed job's dispose runs after its last generation. fp16: a NaN grad norm with a finite loss is a
+    skipped step, so only a NaN loss ends it."""
+    cluster = TimedCluster(generate=30, train=10, push=1, megatron=5, hf=1)
+    run = RunDir(tmp_path / "run")
+
+    def async_train(rollout_id, data, train=cluster.async_train):  # the writer rank appends the step's row
+        bad = float("nan") if rollout_id == 9 else 1.0
+        run.append_metrics([{"step": rollout_id + 1, "loss": bad if fp16 else -0.1, "grad_norm": bad}])
+        return train(rollout_id, data)
+
+    cluster.async_train = async_train
+    args = Namespace(start_rollout_id=0, num_rollout=40, save_interval=16, rollout_global_dataset=False)
+    stopped = lag_loop(args, cluster, cluster, mode="interval", lag=8, seed=0, num_rollout_per_epoch=None,
+                       get=cluster.get, periodic=periodic, ready=cluster.ready,
+                       diverged=lambda r: finish_check(run, fp16))
+    ended = cluster.clock
+    assert finish(stopped, run, cluster, cluster.get, fp16=fp16) == "diverged"
+    assert cluster.log[-1] == ("train", 9) and cluster.clock == ended  # nothing ran or was waited for after it
+    assert sum(ref.kind == "generation" for ref in cluster.queue) == 7  # rollouts 10-16, left to ray stop
+    assert ("dispose", -1) not in cluster.log
+    done = run_to_the_end(tmp_path)
+    assert done.log[-1] == ("dispose", -1)
+
+
+def finish_check(run: RunDir, fp16: bool) -> bool:
+    from engines.slime.metrics import first_non_finite
+    return first_non_finite(run.read_metrics(), fp16=fp16) is not None
+
+
+def run_to_the_end(tmp_path):
+    cluster = FakeCluster()
+    args = Namespace(start_rollout_id=0, num_rollout=6, save_interval=3, rollout_global_dataset=False)
+    stopped = lag_loop(args, cluster, cluster, mode="interval", lag=2, seed=0, num_rollout_per_epoch=None,
+                       get=cluster.get, periodic=periodic)
+    assert finish(stopped, RunDir(tmp_path / "completed"), cluster, cluster.get, fp16=False) == "completed"
+    return cluster
+
+
 def _stop(cluster, lag, mode="interval", steps=544, save_interval=16):
     args = Namespace(start_rollout_id=0, num_rollout=steps, save_interval=save_interval, rollout_global_dataset=True)
     return lag_loop(args, cluster, cluster, mode=mode, lag=lag, seed=0, num_rollout_per_epoch=None, get=cluster.get,
@@ -122,6 +168,21 @@ def test_a_warning_during_a_generation_is_acted_on_before_it_ends():
     assert ("hf_save", 2) not in cluster.log
 
 
+def test_the_clock_stops_the_driver_as_the_warning_does_and_the_mark_still_does(tmp_path):
+    """stop_check: the job's stop time on the clock (no signal anywhere) acts as the warning at minute 110
+    did above; with no stop time, the trap's mark stops the driver."""
+    cluster = TimedCluster(generate=30, train=10, push=1, megatron=5, hf=1)  # no warning signal
+    mark = tmp_path / "stop_requested"
+    cluster.stop_requested = stop_check(mark, stop_at=110.0, clock=lambda: cluster.clock)
+    assert _stop(cluster, lag=8) == 2
+    assert cluster.save_ends == [pytest.approx(115, abs=0.2)] and not mark.exists()
+    cluster = TimedCluster(generate=30, train=10, push=1, megatron=5, hf=1)
+    cluster.stop_requested = stop_check(mark, stop_at=None, clock=lambda: cluster.clock)
+    assert _stop(cluster, lag=8, steps=20) is None  # neither trigger: the run ends
+    mark.touch()
+    assert stop_check(mark, stop_at=None)() and not stop_check(tmp_path / "none", stop_at=None)()
+
+
 def test_every_stop_save_finishes_before_the_kill_under_the_presets_timings():
     """The driver on a clock with the Table-1 preset's timings at their slow end (engines.slime.plan:
     a generation and a training call each a whole step, a push 1 min (an assumption of this test),
@@ -129,8 +190,8 @@ def test_every_stop_save_finishes_before_the_kill_under_the_presets_timings():
     eval_every steps), the warning at every 5 minutes of the first 40 steps: every stop's save ends
     before the kill at the preset's warning lead. Under the old 15-min lead most do not."""
     table1 = load(ROOT / "workflow" / "presets" / "table1.yaml")
-    times = plan.timings(table1)
-    budget = plan.stop(table1, times)
+    times = plan.timings(Config.build(table1))
+    budget = plan.stop(Config.build(table1), times)
     lead = warning_lead_seconds(rule_resources(table1, "train")) / 60
     assert lead * 60 == budget["lead_seconds"]  # the preset's lead is the plan's budget
     step, megatron, full = times["step"][1], budget["megatron_save"][1], budget["save"][1]

@@ -8,8 +8,10 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
+import yaml
 
 from engines.slime import job_script, launch
 from engines.slime.job_script import write_job_script
@@ -129,6 +131,24 @@ def test_time_limit_warning_saves_and_stops_without_a_status(table1, tmp_path, m
 
 
 @pytest.mark.slow  # the job script with a fake ray
+def test_the_clock_stops_the_job_with_no_signal_and_the_retry_finishes(table1, tmp_path, monkeypatch, time_limit):
+    """No SIGURG anywhere (proctrack/cgroup, Apptainer): the job's end, 30 s away, is within the 60 s lead
+    when it starts, so the driver stops by the clock after its first step (the custom config's
+    stalebench_stop_at), saves and marks stopped -> TimeLimitReached; the retry, with no end time, finishes."""
+    run_config, directory, _ = fake_slime_job(table1, tmp_path, monkeypatch)
+    time_limit(60, end_time=lambda: (time.time() + 30, "a test"))
+    with pytest.raises(TimeLimitReached, match="after step 1 of 8"):
+        launch.run(RunConfig.check(run_config), RunDir(directory))
+    train = directory / "train"
+    assert not (train / "stop_requested").exists() and (train / "stopped").read_text() == "0"
+    assert yaml.safe_load(RunDir(directory).engine_file("engine_settings").read_text())["stalebench_stop_at"] is not None
+    time_limit(None)
+    (train / "metrics.jsonl").unlink()  # the fake job replays every step (slime's metrics hook cuts back)
+    assert launch.run(RunConfig.check(run_config), RunDir(directory)) == "completed"
+    assert sorted(p.name for p in (train / "checkpoints").iterdir()) == ["step_4", "step_8"]
+
+
+@pytest.mark.slow  # the job script with a fake ray
 def test_a_non_finite_step_ends_the_run_diverged_and_its_checkpoints_stay_scorable(table1, tmp_path, monkeypatch):
     """slime logs a non-finite grad norm at step 6 (Megatron's NaN check is off, so nothing raises) and
     the driver ends the job there: the run is "diverged" at step 6, with no retry (run returns, as the
@@ -142,6 +162,20 @@ def test_a_non_finite_step_ends_the_run_diverged_and_its_checkpoints_stay_scorab
     assert sorted(RunDir(directory).checkpoints()) == [4]  # what eval.score scores, as for a tiny run
     jobs = calls.read_text()
     assert launch.run(RunConfig.check(run_config), RunDir(directory)) == "diverged" and calls.read_text() == jobs
+
+
+@pytest.mark.slow  # the job script with a fake ray
+def test_an_fp16_loss_scale_overflow_is_a_skipped_step_not_divergence(table1, tmp_path, monkeypatch):
+    """fp16: the same NaN grad norm at step 6 with a finite loss is Megatron's loss scaler skipping an
+    overflowed update (engines.slime.metrics.first_non_finite): the run goes on, completes, and its
+    status names the skipped step."""
+    table1["engine_params"]["precision"] = "fp16"
+    run_config, directory, _ = fake_slime_job(table1, tmp_path, monkeypatch)
+    monkeypatch.setenv("FAKE_RAY_NAN_AT", "6")
+    assert launch.run(RunConfig.check(run_config), RunDir(directory)) == "completed"
+    status = json.loads((directory / "train" / "status.json").read_text())
+    assert status["message"] == "completed 8 steps (1 skipped at an fp16 loss-scale overflow: steps [6])"
+    assert sorted(RunDir(directory).checkpoints()) == [4, 8]
 
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import json
 import shlex
 import subprocess
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 import yaml
 
 import stabilizers.api
+from engines.slime import launch
 from engines.slime.job_script import write_job_script
 from engines.slime.params import REPO, check_container
 from grid.config import load
@@ -96,6 +98,7 @@ def assert_harness_script(text):
     assert "engines.slime.retention" in text and "--keep 2" in text
     assert 'source "$SLIME_DIR/scripts/models/qwen3-30B-A3B.sh"' in text
     assert "ray start --head" in text and "trap 'kill $PRUNER 2>/dev/null || true; ray stop; prune' EXIT" in text
+    assert "--temp-dir /tmp/ray --disable-usage-stats" in text  # Ray's spill on the declared node-local path
     assert "trap 'touch \"$STOP_REQUESTED\"' URG" in text  # SLURM's time-limit warning
     assert "pkill" not in text and "--force" not in text
     assert f"{REPO}" in text.split("RUNTIME_ENV=")[1].splitlines()[0]  # the harness on PYTHONPATH
@@ -117,7 +120,8 @@ def test_golden_grpo_lag1(table1):
                       "stalebench_run_dir": str(directory), "stalebench_lag_mode": "interval", "stalebench_lag": 1,
                       "stalebench_seed": 0,
                       "stalebench_run_key": resolve_run_config(table1, "grpo", 1, 0)["run_key"],
-                      "stalebench_canary": False}  # a train job runs to its step budget (engines.slime.canary)
+                      "stalebench_canary": False,  # a train job runs to its step budget (engines.slime.canary)
+                      "stalebench_stop_at": None}  # no SLURM job here: no clock stop (harness.engine.stop_time)
 
 
 def test_golden_sat_gspo_r3_lag8_interval(table1):
@@ -262,3 +266,20 @@ def test_what_slime_cannot_run_is_refused_when_the_run_config_is_checked(table1)
         RunConfig.check(resolve_run_config(table1, "grpo", 8, 0))
     table1["lag_mode"] = "interval"
     assert RunConfig.check(resolve_run_config(table1, "grpo", 8, 0)).engine.name == "slime"
+
+
+def test_fingerprints_from_another_interpreter_are_compared_recipe_by_recipe(tmp_path, capsys):
+    """--fingerprints (the image's, written to a file) --compare'd on the login node: equal digests pass;
+    one that differs is named with both digests and both torch versions, and the command fails."""
+    config = PRESET
+    launch.main(["--fingerprints", str(config)])
+    theirs = json.loads(capsys.readouterr().out)
+    assert len(theirs["digests"]) == 14 and "grpo_r3" in theirs["digests"]
+    (tmp_path / "image.json").write_text(json.dumps(theirs))
+    launch.main(["--fingerprints", str(config), "--compare", str(tmp_path / "image.json")])
+    assert "all 14 digests equal" in capsys.readouterr().out
+    theirs["digests"]["grpo_r3"], theirs["torch"] = "0" * 64, "2.11.0"
+    (tmp_path / "image.json").write_text(json.dumps(theirs))
+    with pytest.raises(SystemExit, match=r"the image computes other losses: grpo_r3: [0-9a-f]{64} here \(torch .*\), "
+                                         r"0{64} there \(torch 2.11.0\)"):
+        launch.main(["--fingerprints", str(config), "--compare", str(tmp_path / "image.json")])

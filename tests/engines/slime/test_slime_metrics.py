@@ -12,6 +12,7 @@ import torch
 
 from engines.mismatch import QUANTILES, abs_d_stats, linear_quantiles
 from engines.slime import metrics
+from engines.slime.metrics import first_non_finite, overflow_steps
 from harness.io import append_jsonl_atomic, read_jsonl
 from harness.lag import LagOutOfBound
 from tests.support import slime_standin
@@ -145,3 +146,13 @@ def test_a_resumed_jobs_bound_counts_from_its_start(tmp_path, monkeypatch):
     for rollout_id, push in zip(range(5, 11), [1, 1, 1, 1, 2, 3]):
         metrics.log_rollout(rollout_id, args, [Namespace(weight_versions=[str(push)])], None, 0.0)
     assert [metrics.checked_rollout_record(args, r)["realized_lag"] for r in range(5, 11)] == [0, 1, 2, 3, 3, 3]
+
+
+def test_fp16_reads_an_overflowed_grad_norm_as_a_skipped_step_and_only_a_non_finite_loss_as_divergence():
+    nan = float("nan")
+    rows = [{"step": 1, "loss": 0.1, "grad_norm": nan}, {"step": 2, "loss": 0.1, "grad_norm": 1.0},
+            {"step": 3, "loss": 0.1, "grad_norm": float("inf")}, {"step": 4, "loss": nan, "grad_norm": nan}]
+    assert first_non_finite(rows)["step"] == 1  # bf16: the first non-finite grad norm is divergence
+    assert first_non_finite(rows, fp16=True)["step"] == 4
+    assert first_non_finite(rows[:3], fp16=True) is None
+    assert overflow_steps(rows) == [1, 3]

@@ -371,10 +371,49 @@ def test_the_preflight_refuses_a_run_its_lustre_quota_cannot_hold_with_the_numbe
     (bin_dir / "lfs").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     run_config, run, emitted = _r3_job(preset, tmp_path, monkeypatch)
-    with pytest.raises(ValueError, match=r"peak 3.36 TB .* 3.36 TB still to come against 1.00 TB free "
-                                         r"\(lfs quota .*\): the file system of .* cannot hold the run"):
+    with pytest.raises(ValueError, match=r"peak 3.36 TB .* 3.36 TB still to come for 1 run\(s\) under way on this "
+                                         r"file system against 1.00 TB free \(lfs quota .*\): the file system of .* "
+                                         r"cannot hold the runs"):
         preflight.preflight(run_config, run, emitted, check_files=False, on_node=True, mem_mb=1_900_000)
     write_megatron_save(run.engine_file("resume_checkpoints"), 15)  # what the run holds counts as written
     (bin_dir / "lfs").write_text("#!/bin/sh\necho '/lustre 0 0 0 - 0 0 0 -'\n")  # no limit: df's 10 PB
     assert "TB free (df " in preflight.preflight(run_config, run, emitted, check_files=False, on_node=True,
-                                                 mem_mb=1_900_000)[-2]
+                                                 mem_mb=1_900_000)[-3]
+
+
+def test_the_preflight_refuses_a_job_whose_ray_spill_its_node_local_temp_dir_cannot_hold(preset, tmp_path, monkeypatch):
+    """R3 at lag 8 at the 30,720-token response cap: 4,096 samples x 30,720 tokens x 48 layers x top-8 x
+    4 B per rollout, 9 rollouts in Ray's object store, of which 200 GB in memory (Ray's cap; 30% of
+    mem_mb is more) and the rest spilled under engine_params.ray_temp_dir, whose free space (df) is checked."""
+    run_config, run, emitted = _r3_job(preset, tmp_path, monkeypatch)
+    spill = 4096 * 30_720 * 48 * 8 * 4 * 9 - 200e9
+    room = {"/tmp/ray": spill - 1}
+    monkeypatch.setattr(footprint, "free_bytes", lambda path: (room.get(str(path), 10**16), f"df {path}"))
+    with pytest.raises(ValueError, match=r"1,739 GB at 30,720-token responses in a 200 GB store: 1,539 GB spilled to "
+                                         r"/tmp/ray; 1.54 TB free there \(df /tmp/ray\): Ray would fill the node's disk"):
+        preflight.preflight(run_config, run, emitted, check_files=False, on_node=True, mem_mb=1_900_000)
+    room["/tmp/ray"] = spill
+    assert "1,539 GB spilled to /tmp/ray; 1.54 TB free there" in preflight.preflight(
+        run_config, run, emitted, check_files=False, on_node=True, mem_mb=1_900_000)[-2]
+    small = footprint.object_store(params_of(preset), replay="r3", lag=8, response_tokens=5_000, mem_mb=256_000)
+    assert small["store"] == 0.3 * 256_000e6  # Ray's 30% of the memory it sees, under the 200 GB cap
+
+
+def test_the_disk_preflight_counts_the_grids_runs_under_way_not_only_its_own(preset, tmp_path, monkeypatch):
+    """Jobs that start together each see the same free space: a run's pre-flight sums the peaks still to
+    come of its grid's runs that have started and not finished (a completed one holds its saves already),
+    so 10 TB hold this run and one other under way (2 x 3.36 TB) but not a third."""
+    monkeypatch.setattr(footprint.shutil, "disk_usage", lambda path: SimpleNamespace(free=10 * 10**12))
+    run_config = RunConfig.check(resolve_run_config(preset, "grpo_r3", 8, 0))
+    grid = tmp_path / "grid"
+    run, *others = (RunDir(grid / "runs" / "grpo_r3" / "lag8" / f"seed{seed}") for seed in range(4))
+    for other in others:
+        other.train_dir.mkdir(parents=True)
+    others[0].write_status(status="completed", step=544, message="completed")
+    emitted = {flag[0] for flag in slime_flags(run_config, run, extra=False)}
+    with pytest.raises(ValueError, match=r"10.08 TB still to come for 3 run\(s\) under way on this file system "
+                                         r"against 10.00 TB free"):
+        preflight.preflight(run_config, run, emitted, check_files=False, on_node=True, mem_mb=1_900_000)
+    others[1].write_status(status="diverged", step=5, message="non-finite loss")
+    assert "6.72 TB still to come for 2 run(s) under way" in preflight.preflight(
+        run_config, run, emitted, check_files=False, on_node=True, mem_mb=1_900_000)[-3]
