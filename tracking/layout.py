@@ -20,7 +20,7 @@ import math
 import re
 
 from analysis.cells.summary import SCORES
-from analysis.report.colors import RECIPE_PARAM
+from analysis.report.colors import SERIES_TAG
 from grid.claims import KINDS
 from harness.run_config import PinnedRun
 from tracking.store import KIND, SEED_RUNS_FILTER
@@ -171,10 +171,10 @@ def staleness_cost_metric(claims: list[dict]) -> str:
     return next((c["metric"] for c in claims if KINDS[c["kind"]].is_cost), "auc")
 
 
-# Grouped by the recipe alone, the lag being each view's filter: MLflow colours a group by a hash of its id, which
-# holds the grouping's values, and so a recipe has one colour in the view of every lag, the seed runs' and the
-# comparison's alike, and in the PNGs (analysis.report.colors).
-BY_RECIPE = {"aggregateFunction": "average", "groupByKeys": [{"mode": "param", "groupByData": RECIPE_PARAM}]}
+# Grouped by the recipe alone (its series tag), the lag being each view's filter: MLflow colours a group by a hash of
+# its id, which holds the tag's value, chosen to give each recipe its colour of analysis.report.colors, in the view of
+# every lag, the seed runs' and the comparison's alike, and in the PNGs.
+BY_RECIPE = {"aggregateFunction": "average", "groupByKeys": [{"mode": "tag", "groupByData": SERIES_TAG}]}
 # The UI names a line chart's x axis (Step) but draws no y-axis title, and its runs page ignores a chart's
 # displayName (MLflow 3.17 passes useMetricDisplayName false there): a chart's section title names its y axis, first,
 # where the UI cuts a long title
@@ -188,7 +188,7 @@ def seed_runs_view(tasks: tuple[str, ...], lag: int) -> dict:
     (``params.recipe LIKE '%'``: every recipe; ``= 'grpo'`` one), each group's eye in the run list hides a recipe."""
     sections = [_section(f"stalebench-seeds-{task}", Y_SCORE.format(task=task) + f"; lag {lag}: the seeds' mean over "
                          "their min-max band", 480) for task in tasks]
-    return _grouped_view(f"{SEED_RUNS_FILTER} AND params.lag = '{lag}' AND params.{RECIPE_PARAM} LIKE '%'", sections,
+    return _grouped_view(f"{SEED_RUNS_FILTER} AND params.lag = '{lag}' AND params.recipe LIKE '%'", sections,
                          [_chart("LINE", section["uuid"], f"eval/{task}/score") for section, task in zip(sections, tasks)])
 
 

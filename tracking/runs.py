@@ -10,6 +10,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from analysis.report.colors import SERIES_TAG, series_label
 from analysis.report.interval_plots import interval_figures
 from analysis.report.render import Section, Table, markdown
 from analysis.report.tables import (
@@ -139,7 +140,7 @@ class Tracker:
         train_rows = run.read_metrics()
         times = layout.step_times_ms(train_rows, start_ms)
         metrics, problems = [], {}
-        new_tags = {**pinned.identity_keys, **extra_tags,
+        new_tags = {**pinned.identity_keys, **extra_tags, SERIES_TAG: series_label(recipe, self.config.recipes),
                     "run_dir": os.path.relpath(run.path.resolve(), self.config.results_dir.resolve())}
         provenance = run.read_provenance()
         if provenance is not None:
@@ -249,7 +250,8 @@ class Tracker:
                                               f"{recipe}/lag{lag} {label}", {"stalebench.grid_run": parent_id},
                                               self.comparison_experiment_id, self.drawn)
             tags = {"mlflow.note.content": f"The {label} of the test-score curve of cell {recipe}/lag{lag} (its "
-                                           "95% interval's bound for low and high), step by step. " + SCORE_UNITS}
+                                           "95% interval's bound for low and high), step by step. " + SCORE_UNITS,
+                    SERIES_TAG: series_label(recipe, self.config.recipes)}
             metrics = self._curve(drawn, tags, summary, cell, part)
             if part == "estimate":
                 metrics += self.writer.changed(drawn, cost)

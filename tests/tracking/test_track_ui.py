@@ -21,6 +21,7 @@ from grid.claims import NOT_TESTED
 from grid.config import load
 from grid.folder import GridDir
 from grid.settings import Config
+from tests.support.colour_distance import closest_pair
 from tests.support.grid_fixture import make_grid
 from tests.support.optional import missing as optional_input_missing
 from tests.support.ui_check import CHROMIUM, chart_card, render, running_ui, synced_grid, visible_text
@@ -75,9 +76,9 @@ def recipe_lines(dom: str, config: dict, chart: str, what: str) -> list[str]:
     card, recipes = chart_card(dom, chart), config["recipes"]
     lines, bands = drawn_lines(dom, chart), re.findall(r'class="js-fill"[^>]*?[ "]fill: (rgb\([^)]*\))', card)
     missing = [] if card else [f"a chart titled {chart!r}"]
-    if sorted(lines) != sorted(rgb(recipe_colour(recipe)) for recipe in recipes):
+    if sorted(lines) != sorted(rgb(recipe_colour(recipe, recipes)) for recipe in recipes):
         missing.append(f"{what}: a line per recipe {recipes} in its colour "
-                       f"{[rgb(recipe_colour(r)) for r in recipes]} (it draws {lines})")
+                       f"{[rgb(recipe_colour(r, recipes)) for r in recipes]} (it draws {lines})")
     if sorted(bands) != sorted(lines):
         missing.append(f"a band under each line on {chart} (bands {bands}, lines {lines})")
     missing += [f"{recipe} in the legend of {chart}" for recipe in recipes if not named(recipe, visible_text(card))]
@@ -201,3 +202,7 @@ def test_printed_links_show_what_a_person_looks_for(tmp_path):
     colours = {name: sorted(drawn_lines(dom, score_chart(config))) for name, dom in doms.items()
                if name.startswith(("comparison", "seed_runs"))}
     assert len({tuple(lines) for lines in colours.values()}) == 1, f"a recipe's colour differs between views: {colours}"
+    # chosen, not hashed: the colours drawn are far apart, to a colour-blind eye too (issue 65: the hash gave two
+    # recipes of a claim #434a93 and #445461, 15 apart to a protanope)
+    closest = closest_pair(next(iter(colours.values())))
+    assert closest[0] > 39, f"two recipes' colours look alike: {closest}"
