@@ -21,6 +21,7 @@ import re
 
 from analysis.cells.summary import SCORES
 from analysis.report.colors import SERIES_TAG
+from analysis.report.dynamics import BAND
 from grid.claims import KINDS
 from harness.run_config import PinnedRun
 from tracking.store import KIND, SEED_RUNS_FILTER
@@ -190,6 +191,22 @@ def seed_runs_view(tasks: tuple[str, ...], lag: int) -> dict:
                          "their min-max band", 480) for task in tasks]
     return _grouped_view(f"{SEED_RUNS_FILTER} AND params.lag = '{lag}' AND params.recipe LIKE '%'", sections,
                          [_chart("LINE", section["uuid"], f"eval/{task}/score") for section, task in zip(sections, tasks)])
+
+
+def dynamics_view(groups: list[tuple[str, list[str]]], lag: int) -> dict:
+    """The training dynamics' shared view at one lag (tracking.store.dynamics_link): the seed runs grouped by recipe,
+    a section per group of analysis.report.dynamics (clip fraction, ratio spread, entropy, reward, off-policy
+    diagnostics, response length) with a chart per training metric the runs log (``groups``, dynamics_keys'), each
+    recipe's mean over its seeds over the band from their minimum to their maximum (the band's method in the title,
+    as on dynamics.png)."""
+    sections, charts = [], []
+    for index, (name, keys) in enumerate(groups):
+        section = {**_section(f"stalebench-dynamics-{index}", f"y: {name}; lag {lag}: each recipe's seed mean, band "
+                              f"{BAND}", 300), "columns": min(len(keys), 3)}
+        sections.append(section)
+        charts += [{**_chart("LINE", section["uuid"], f"train/{key}"), "uuid": f"{section['uuid']}-{key.replace('/', '-')}"}
+                   for key in keys]
+    return _grouped_view(f"{SEED_RUNS_FILTER} AND params.lag = '{lag}'", sections, charts)
 
 
 def _grouped_view(search: str, sections: list[dict], charts: list[dict]) -> dict:

@@ -11,22 +11,18 @@ import tempfile
 from pathlib import Path
 
 from analysis.report.colors import SERIES_TAG, series_label
+from analysis.report.dynamics import dynamics_keys
 from analysis.report.interval_plots import interval_figures
-from analysis.report.render import Section, Table, markdown
-from analysis.report.tables import (
-    METHOD_NAMES,
-    claim_conclusions,
-    claim_text,
-    claims_section,
-    replication_text,
-)
+from analysis.report.tables import METHOD_NAMES
 from grid.folder import GridDir
 from grid.settings import Config, thawed
 from harness.io import write_json_atomic, write_text_atomic
 from tracking import layout
+from tracking.parent import claim_tags, tuning_markdown, verdicts_markdown
 from tracking.store import (
     COMPARISON_SUFFIX,
     COMPARISON_VIEW,
+    DYNAMICS_VIEW,
     INTERVALS_VIEW,
     SEED_RUNS_VIEW,
     SUMMARY_SUFFIX,
@@ -38,6 +34,8 @@ from tracking.writer import Writer
 SYNCED = "stalebench.synced_step."  # + "train" or "eval.<task>": last step already logged
 TUNING_ARTIFACT = "tuning.md"  # the parent run's pick table (tuning_markdown)
 CURVE_DIGEST = "stalebench.curve_digest"  # a summary run's: the curve last logged
+SAMPLES_DIGEST = "stalebench.samples_digest"  # a seed run's: the samples file last logged as its table
+SAMPLES_TABLE = "samples.json"  # a seed run's sampled completions (the run folder's samples file) as a table
 MLFLOW_STATUS = {"completed": "FINISHED", "diverged": "FAILED", "failed": "FAILED"}
 SCORE_UNITS = ("Scores (eval/TASK/score, fixed, best, selected, auc, their differences such as staleness_cost/* and "
                "vs_baseline/*, and their intervals' bounds, /se and /spread) are in percent (avg@k x 100), as in "
@@ -68,6 +66,7 @@ class Tracker:
         self.comparison_experiment_id, self.drawn = None, {}  # the comparison views' experiment: final sync only
         self.existing = self.writer.existing(self.experiment_id)
         self.stride = stride
+        self.train_keys: set[str] = set()  # the training metrics the synced runs log (share_dynamics)
         self.tasks = config.eval.scored_tasks
         for lag in config.lags:
             self.writer.share_view(self.experiment_id, SEED_RUNS_VIEW.format(lag=lag),
@@ -138,6 +137,7 @@ class Tracker:
                                             self.tuning_experiment_id, self.candidates, start_ms)
         tags = found.data.tags if found is not None else {}
         train_rows = run.read_metrics()
+        self.train_keys.update(*train_rows)
         times = layout.step_times_ms(train_rows, start_ms)
         metrics, problems = [], {}
         new_tags = {**pinned.identity_keys, **extra_tags, SERIES_TAG: series_label(recipe, self.config.recipes),
@@ -174,6 +174,7 @@ class Tracker:
                 new_tags["collapsed"] = str(bool(numbers["collapsed"])).lower()
         params = missing_params(found, {**layout.run_params(pinned, self.config.eval.as_dict(), problems), **extra_params})
         self.writer.log(run_id, metrics, params=params, tags=new_tags)
+        self._samples(run_id, tags, run)
         if status is None:
             self.writer.set_status(run_id, found, "RUNNING")
         else:
@@ -181,6 +182,23 @@ class Tracker:
             self.writer.set_status(run_id, found, MLFLOW_STATUS.get(status.get("status"), "FAILED"),
                                    max(end_ms, start_ms))
         return True
+
+    def _samples(self, run_id: str, tags: dict, run) -> None:
+        """The run's sampled completions (RunDir.samples_path, if its engine keeps them) as its table SAMPLES_TABLE,
+        once per change of the file (its digest in ``tags``, the run's)."""
+        if not run.samples_path.exists():
+            return
+        digest = hashlib.sha256(run.samples_path.read_bytes()).hexdigest()[:16]
+        if tags.get(SAMPLES_DIGEST) != digest:
+            self.writer.log_table(run_id, run.read_samples(), SAMPLES_TABLE)
+            self.writer.log(run_id, tags={SAMPLES_DIGEST: digest})
+
+    def share_dynamics(self) -> None:
+        """The training dynamics' view of each lag (layout.dynamics_view) over the metrics the synced runs log; none
+        before a run has logged a step."""
+        groups = dynamics_keys(self.train_keys)
+        for lag in self.config.lags if groups else ():
+            self.writer.share_view(self.experiment_id, DYNAMICS_VIEW.format(lag=lag), layout.dynamics_view(groups, lag))
 
     def candidate_runs(self, pick: dict | None, final: bool) -> list[tuple]:
         """The tuning runs (every candidate x selection lag x tuning seed) as (recipe, lag, seed,
@@ -286,45 +304,6 @@ def missing_params(found, params: dict) -> dict:
     left a run with none."""
     have = found.data.params if found is not None else {}
     return {k: v for k, v in params.items() if k not in have}
-
-
-def claim_tags(summary: dict) -> dict[str, str]:
-    """The claims' verdicts as the parent run's tags, and its description: the claims table of
-    table.md (or why there is none)."""
-    claims = summary["claims"]
-    tags = {f"claim.{c['name']}": c["verdict"] for c in claims}
-    tags.update({f"claim.{c['name']}.estimate": claim_text(c) for c in claims})
-    tags.update({f"claim.{c['name']}.replication": replication_text(c) for c in claims})
-    verdicts = [c["verdict"] for c in claims]
-    tags["claims"] = ", ".join(f"{verdicts.count(v)} {v}" for v in dict.fromkeys(verdicts)) or "none declared"
-    section = claims_section(summary)
-    tags["mlflow.note.content"] = "\n".join(markdown([section])) if section else claim_conclusions(summary)[0]
-    return tags
-
-
-def tuning_markdown(grid: str, pick: dict) -> str:
-    """The parent run's pick table (tuning.md): per recipe the tuned parameter, its candidates, the
-    picked value and the recipe name its confirmation runs carry (params.recipe), and the rule. No
-    tuning score: as in table.md, the best of several noisy scores is biased upward (the winner's
-    curse, docs/statistics.md); the scores stay in tuning.json, the pick's input."""
-    rows = [[recipe, ", ".join(entry["param"]), ", ".join(map(str, entry["values"])), str(entry["picked"]),
-             entry["variant"]] for recipe, entry in pick["recipes"].items()]
-    header = ["recipe", "parameter", "candidates", "picked", "confirmation runs' recipe"]
-    rule = (f"Each recipe's value was picked on tuning seeds {pick['seeds']} by the {pick['metric']} averaged over "
-        f"lags {pick['lags']}: {pick['rule']}. The candidates' runs are in the experiment '{grid}{TUNING_SUFFIX}'; "
-        "their scores are the pick's input (tuning.json), not results. The picked values' results are their runs "
-        f"on the confirmation seeds, in the experiment '{grid}' (table.md).")
-    return "\n".join(markdown([Section(f"Equal tuning budget of grid {grid}: the pick", (Table.of(header, rows), rule))]))
-
-
-def verdicts_markdown(summary: dict) -> str:
-    """The parent run's claims table, table.md's (analysis.report.tables.claims_section): a row per claim, its
-    full name, its statement, its estimate, its outcome with what that outcome means, and P(same outcome on a
-    rerun); without claims, why there are none."""
-    section = claims_section(summary)
-    if section is None:
-        return "\n".join(claim_conclusions(summary)) + "\n"
-    return "\n".join(markdown([section]))
 
 
 def baseline_note(summary: dict, lag: int) -> str:

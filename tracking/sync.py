@@ -149,6 +149,7 @@ def sync(config: Config, progress: bool = True,
                                                           file=sys.stderr, mininterval=2):
         synced["runs" if candidate is None else "tuning_runs"] += tracker.sync_run(
             parent_id, recipe, lag, seed, run_numbers, candidate)
+    tracker.share_dynamics()
     for cell in summary["cells"] if final else []:
         tracker.sync_cell(parent_id, cell, summary)
     if final:

@@ -15,6 +15,7 @@ import yaml
 
 from analysis.claims.verdicts import replication_text
 from analysis.report.colors import recipe_colour
+from analysis.report.dynamics import BAND, dynamics_keys
 from analysis.report.interval_plots import claim_key, cost_key
 from analysis.report.tables import size_text
 from grid.claims import NOT_TESTED
@@ -26,7 +27,7 @@ from tests.support.grid_fixture import make_grid
 from tests.support.optional import missing as optional_input_missing
 from tests.support.ui_check import CHROMIUM, chart_card, render, running_ui, synced_grid, visible_text
 from tracking.layout import Y_SCORE, staleness_cost_metric
-from tracking.store import KIND, SEED_RUNS_FILTER, SEED_RUNS_VIEW
+from tracking.store import DYNAMICS_VIEW, KIND, SEED_RUNS_FILTER, SEED_RUNS_VIEW
 from tracking.sync import sync
 
 # Kept after the run for a person (or CI) to look at, outside the checkout (the suite writes nothing there)
@@ -46,7 +47,9 @@ def test_ui_serves_the_store_and_prints_the_runs_view_link(tmp_path, monkeypatch
         query = urllib.parse.parse_qs(fragment.partition("?")[2])
         assert query["workflowType"] == ["machine_learning"] and query["compareRunsMode"] == ["CHART"]
         first = SEED_RUNS_VIEW.format(lag=min(config["lags"]))
-        assert query["viewStateShareKey"] == [first] and len(links) == len(config["lags"])  # not aggregated: no comparison yet
+        # not aggregated: no comparison yet; the training dynamics and the seed runs of each lag
+        assert query["viewStateShareKey"] == [DYNAMICS_VIEW.format(lag=min(config["lags"]))]
+        assert len(links) == 2 * len(config["lags"]) and SEED_RUNS_VIEW.format(lag=min(config["lags"])) in links[-2]
         view = json.loads(urllib.request.urlopen(  # the shared view the link opens, as the sync stored it
             f"{base}/api/2.0/mlflow/experiments/get?experiment_id={marker['experiment_id']}", timeout=30).read())
         tags = {t["key"]: t["value"] for t in view["experiment"]["tags"]}
@@ -69,10 +72,10 @@ def rgb(colour: str) -> str:
     return "rgb({}, {}, {})".format(*(int(colour[i:i + 2], 16) for i in (1, 3, 5)))
 
 
-def recipe_lines(dom: str, config: dict, chart: str, what: str) -> list[str]:
+def recipe_lines(dom: str, config: dict, chart: str, what: str, y_axis: str | None = None) -> list[str]:
     """What is missing for the chart card titled ``chart`` to draw a line per recipe over a band in the recipe's
     colour (analysis.report.colors, the PNGs' too), every recipe named in its legend, and its axes named (the x
-    axis by the UI, the y axis by the title)."""
+    axis by the UI, the y axis by the title: ``y_axis``, the test score's by default)."""
     card, recipes = chart_card(dom, chart), config["recipes"]
     lines, bands = drawn_lines(dom, chart), re.findall(r'class="js-fill"[^>]*?[ "]fill: (rgb\([^)]*\))', card)
     missing = [] if card else [f"a chart titled {chart!r}"]
@@ -84,7 +87,7 @@ def recipe_lines(dom: str, config: dict, chart: str, what: str) -> list[str]:
     missing += [f"{recipe} in the legend of {chart}" for recipe in recipes if not named(recipe, visible_text(card))]
     if not re.search(r'class="xtitle"[^>]*>Step<', card):
         missing.append(f"the x axis named on {chart} (Step)")
-    y_axis = Y_SCORE.format(task=Config.build(config).eval.test_task)
+    y_axis = y_axis or Y_SCORE.format(task=Config.build(config).eval.test_task)
     if y_axis not in visible_text(dom):
         missing.append(f"the y axis named on {chart} ({y_axis!r}, its section's title)")
     return missing
@@ -103,6 +106,17 @@ def seed_runs_page(dom: str, config: dict, lag: int) -> list[str]:
         missing.append("the recipe filter (params.recipe LIKE ...) in the search box")
     shown = visible_text(dom)
     missing += [f"no band run listed ({name})" for name in re.findall(r"\S+/lag\d+ (?:low|high)", shown)]
+    return missing
+
+
+def dynamics_page(dom: str, config: dict, lag: int) -> list[str]:
+    """The training dynamics at one lag: per metric the fabricated runs log (entropy, reward, |d|), a chart with a line
+    per recipe in its colour over its seeds' band, the section naming the metric and the band's method."""
+    missing = []
+    for name, keys in dynamics_keys(["entropy", "reward", "d/mean_abs", "loss"]):
+        y_axis = f"y: {name}; lag {lag}: each recipe's seed mean, band {BAND}"
+        missing += [problem for key in keys
+                    for problem in recipe_lines(dom, config, f"train/{key}", f"dynamics at lag {lag}", y_axis)]
     return missing
 
 
@@ -163,6 +177,8 @@ def pages(config: dict) -> list[tuple[str, object]]:
     return [("verdicts", parent_run_page), ("intervals", intervals_page),
             *((f"comparison_lag{lag}", lambda dom, config, lag=lag: comparison_page(dom, config, lag))
               for lag in config["lags"]),
+            *((f"dynamics_lag{lag}", lambda dom, config, lag=lag: dynamics_page(dom, config, lag))
+              for lag in config["lags"]),
             *((f"seed_runs_lag{lag}", lambda dom, config, lag=lag: seed_runs_page(dom, config, lag))
               for lag in config["lags"])]
 
@@ -201,6 +217,7 @@ def test_printed_links_show_what_a_person_looks_for(tmp_path):
     # recipe in the same colours (each page's check compared them with analysis.report.colors, the PNGs' colours)
     colours = {name: sorted(drawn_lines(dom, score_chart(config))) for name, dom in doms.items()
                if name.startswith(("comparison", "seed_runs"))}
+    colours["dynamics"] = sorted(drawn_lines(doms[f"dynamics_lag{max(config['lags'])}"], "train/entropy"))
     assert len({tuple(lines) for lines in colours.values()}) == 1, f"a recipe's colour differs between views: {colours}"
     # chosen, not hashed: the colours drawn are far apart, to a colour-blind eye too (issue 65: the hash gave two
     # recipes of a claim #434a93 and #445461, 15 apart to a protanope)
