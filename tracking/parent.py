@@ -1,9 +1,10 @@
-"""The grid's parent run's texts (tracking.runs.Tracker.sync_parent): its claims' verdicts as tags and as the claims
-table (verdicts.md), and a tuning grid's pick (tuning.md)."""
+"""The grid's parent run's texts (tracking.runs.Tracker): its claims' verdicts as tags and its description (table.md's
+claims table), the report page (verdicts.md: the claims short, the views and samples one click away), and a tuning
+grid's pick (tuning.md)."""
 from __future__ import annotations
 
 from analysis.report.render import Section, Table, markdown
-from analysis.report.tables import claim_conclusions, claim_text, claims_section, replication_text
+from analysis.report.tables import claim_conclusions, claim_text, claims_section, family_text, replication_text
 from tracking.store import TUNING_SUFFIX
 
 
@@ -36,11 +37,25 @@ def tuning_markdown(grid: str, pick: dict) -> str:
     return "\n".join(markdown([Section(f"Equal tuning budget of grid {grid}: the pick", (Table.of(header, rows), rule))]))
 
 
-def verdicts_markdown(summary: dict) -> str:
-    """The parent run's claims table, table.md's (analysis.report.tables.claims_section): a row per claim, its
-    full name, its statement, its estimate, its outcome with what that outcome means, and P(same outcome on a
-    rerun); without claims, why there are none."""
-    section = claims_section(summary)
-    if section is None:
-        return "\n".join(claim_conclusions(summary)) + "\n"
-    return "\n".join(markdown([section]))
+def report_markdown(summary: dict, views: list[tuple[str, list[tuple[str, str]]]],
+                    samples: list[tuple[str, list[tuple[str, str]]]]) -> str:
+    """The grid's report page (the parent run's verdicts.md, which the UI opens first): the claims table short enough
+    for a 1440x900 screen, a row per claim with its outcome, its estimate with its interval and P(same outcome on a
+    rerun) (the statements and what each outcome means: table.md, the run's description); then the views one click
+    away, ``views``: (what, [(label, link)]), and the collapsed runs' sampled completions beside their cell,
+    ``samples``: (cell, [(seed, link)]); without claims, why there are none."""
+    claims = summary["claims"]
+    lines = [f"### Claims of grid {summary['grid']}", ""]  # one line: the table on the first screen
+    if claims:
+        rows = [[c["name"], f"**{c['verdict']}**", claim_text(c), replication_text(c, with_range=True)] for c in claims]
+        lines += markdown([Section.table("", ["claim", "outcome", "estimate [interval] (level, method, n)",
+                                              "P(same outcome on a rerun) (80% range)"], rows)])[2:]
+    else:
+        lines += claim_conclusions(summary)
+    lines += ["", f"Read as {family_text(summary)}. Statements and what each outcome means: table.md (beside this file) "
+              "and this run's description.", ""]
+    lines += [f"- **{what}**: " + " · ".join(f"[{label}]({link})" for label, link in links) for what, links in views]
+    if samples:
+        lines += ["- **Collapsed runs' sampled completions**: " + "; ".join(
+            f"{cell} " + ", ".join(f"[{seed}]({link})" for seed, link in seeds) for cell, seeds in samples)]
+    return "\n".join(lines) + "\n"

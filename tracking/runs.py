@@ -18,7 +18,7 @@ from grid.folder import GridDir
 from grid.settings import Config, thawed
 from harness.io import write_json_atomic, write_text_atomic
 from tracking import layout
-from tracking.parent import claim_tags, tuning_markdown, verdicts_markdown
+from tracking.parent import claim_tags, report_markdown, tuning_markdown
 from tracking.store import (
     COMPARISON_SUFFIX,
     COMPARISON_VIEW,
@@ -28,6 +28,11 @@ from tracking.store import (
     SUMMARY_SUFFIX,
     TUNING_SUFFIX,
     VERDICTS_ARTIFACT,
+    comparison_link,
+    dynamics_link,
+    intervals_link,
+    parent_link,
+    ui_link,
 )
 from tracking.writer import Writer
 
@@ -67,6 +72,7 @@ class Tracker:
         self.existing = self.writer.existing(self.experiment_id)
         self.stride = stride
         self.train_keys: set[str] = set()  # the training metrics the synced runs log (share_dynamics)
+        self.collapsed: list[tuple[str, int, int, str]] = []  # (recipe, lag, seed, run id): a collapsed run's samples
         self.tasks = config.eval.scored_tasks
         for lag in config.lags:
             self.writer.share_view(self.experiment_id, SEED_RUNS_VIEW.format(lag=lag),
@@ -85,7 +91,7 @@ class Tracker:
     def sync_parent(self, grid_path: Path, summary: dict | None, pick: dict | None = None, n_runs: int = 0) -> str:
         """The grid's run; ``summary`` (final sync): its claims' verdicts as tags (``claim.<name>``,
         ``claim.<name>.estimate``, ``claims``) and as the run's description (the claims table of
-        table.md), the report files as artifacts with the verdicts table (verdicts_markdown);
+        table.md), the report files as artifacts (the report page, verdicts.md: sync_report, once the views exist);
         ``pick`` (a tuning grid's tuning.json, once written): each recipe's picked value as a tag
         ``tuning.picked.<recipe>``, and in a final sync the pick's table as tuning.md; ``n_runs``: the grid's
         runs there are (tracking.sync counts them), a tag."""
@@ -102,8 +108,7 @@ class Tracker:
         if final:
             with tempfile.TemporaryDirectory(prefix="track_") as tmp:
                 write_json_atomic(Path(tmp) / "workflow_config.json", thawed(self.config.raw))
-                write_text_atomic(Path(tmp) / VERDICTS_ARTIFACT, verdicts_markdown(summary))
-                written = [Path(tmp) / "workflow_config.json", Path(tmp) / VERDICTS_ARTIFACT]
+                written = [Path(tmp) / "workflow_config.json"]
                 if pick is not None:
                     write_text_atomic(Path(tmp) / TUNING_ARTIFACT, tuning_markdown(self.config.grid, pick))
                     written.append(Path(tmp) / TUNING_ARTIFACT)
@@ -174,7 +179,8 @@ class Tracker:
                 new_tags["collapsed"] = str(bool(numbers["collapsed"])).lower()
         params = missing_params(found, {**layout.run_params(pinned, self.config.eval.as_dict(), problems), **extra_params})
         self.writer.log(run_id, metrics, params=params, tags=new_tags)
-        self._samples(run_id, tags, run)
+        if self._samples(run_id, tags, run) and numbers and numbers.get("collapsed"):
+            self.collapsed.append((recipe, lag, seed, run_id))
         if status is None:
             self.writer.set_status(run_id, found, "RUNNING")
         else:
@@ -183,15 +189,39 @@ class Tracker:
                                    max(end_ms, start_ms))
         return True
 
-    def _samples(self, run_id: str, tags: dict, run) -> None:
+    def _samples(self, run_id: str, tags: dict, run) -> bool:
         """The run's sampled completions (RunDir.samples_path, if its engine keeps them) as its table SAMPLES_TABLE,
-        once per change of the file (its digest in ``tags``, the run's)."""
+        once per change of the file (its digest in ``tags``, the run's); whether it has them."""
         if not run.samples_path.exists():
-            return
+            return False
         digest = hashlib.sha256(run.samples_path.read_bytes()).hexdigest()[:16]
         if tags.get(SAMPLES_DIGEST) != digest:
             self.writer.log_table(run_id, run.read_samples(), SAMPLES_TABLE)
             self.writer.log(run_id, tags={SAMPLES_DIGEST: digest})
+        return True
+
+    def sync_report(self, parent_id: str, summary: dict) -> None:
+        """The report page, the parent run's verdicts.md (parent.report_markdown), with links relative to the UI's
+        root (each view of tracking.store, the collapsed runs' samples tables), and the grid experiment's
+        description opening with a link to it, so that the UI's own navigation (its experiments list, then the
+        grid's page) reaches it. After every other part of a final sync: the views and runs it links exist."""
+        lags = summary["lags"]
+        views = [("Intervals", [("each recipe's staleness cost, each claim's contrast",
+                                 intervals_link("", self.comparison_experiment_id))]),
+                 ("Training dynamics", [(f"lag {lag}", dynamics_link("", self.experiment_id, lag)) for lag in lags]),
+                 ("Test score per recipe", [(f"lag {lag}", comparison_link("", self.comparison_experiment_id, lag))
+                                            for lag in lags]),
+                 ("Seed runs", [(f"lag {lag}", ui_link("", self.experiment_id, lag)) for lag in lags])]
+        cells: dict[str, list] = {}
+        for recipe, lag, seed, run_id in sorted(self.collapsed):
+            cells.setdefault(f"{recipe}/lag{lag}", []).append(
+                (f"seed {seed}", f"/#/experiments/{self.experiment_id}/runs/{run_id}/artifacts/{SAMPLES_TABLE}"))
+        with tempfile.TemporaryDirectory(prefix="track_") as tmp:
+            write_text_atomic(Path(tmp) / VERDICTS_ARTIFACT, report_markdown(summary, views, list(cells.items())))
+            self.writer.log_artifacts(parent_id, [Path(tmp) / VERDICTS_ARTIFACT])
+        self.writer.describe(self.experiment_id, f"**[The report: claims, intervals, dynamics, samples]("
+                             f"{parent_link('', self.experiment_id, parent_id)})**\n\n" + UNITS_NOTE.format(
+                                 grid=self.config.grid))
 
     def share_dynamics(self) -> None:
         """The training dynamics' view of each lag (layout.dynamics_view) over the metrics the synced runs log; none

@@ -52,8 +52,12 @@ class Writer:
             experiment_id = experiment.experiment_id
             if experiment.lifecycle_stage == "deleted":
                 self.client.restore_experiment(experiment_id)
-        self.client.set_experiment_tag(experiment_id, "mlflow.note.content", note)  # the UI's description
+        self.describe(experiment_id, note)
         return experiment_id
+
+    def describe(self, experiment_id: str, note: str) -> None:
+        """``note`` (Markdown) as the experiment's description, which the UI shows on its page."""
+        self.client.set_experiment_tag(experiment_id, "mlflow.note.content", note)
 
     def share_view(self, experiment_id: str, key: str, view: dict) -> None:
         """Store ``view`` as the experiment's shared view ``key``: the state the UI's Share button saves

@@ -8,7 +8,7 @@ import pytest
 
 from analysis.cells.summary import collect
 from analysis.claims.verdicts import replication_text
-from analysis.report.tables import size_text
+from analysis.report.tables import claim_text, size_text
 from analysis.report.write import summarize, write_reports
 from grid.config import validate
 from grid.expand import expand, grid_dir
@@ -122,10 +122,17 @@ def test_seed_runs_in_the_grid_experiment_summaries_in_their_own(synced):
     assert parent.info.artifact_uri == f"mlflow-artifacts:/{config['grid']}/{parent.info.run_id}/artifacts"
     folder = local_artifact_dir(config["results_dir"], parent.info.artifact_uri)
     assert {p.name for p in folder.iterdir()} == set(report_files(config["lag_mode"])) | {"workflow_config.json", VERDICTS_ARTIFACT}
-    rows = [line.split(" | ") for line in (folder / VERDICTS_ARTIFACT).read_text().splitlines()[4:] if line]
-    assert [(row[0].removeprefix("| "), row[1], row[3], row[4]) for row in rows] == [  # table.md's claims section
-        (c["name"], c["statement"], f"**{c['verdict']}**{size_text(c)}: {c['why']}", replication_text(c, with_range=True))
+    # the report page: a short row per claim (outcome, estimate with its interval, P(same outcome on a rerun)), then
+    # the views one click away and the collapsed runs' samples beside their cell
+    report = (folder / VERDICTS_ARTIFACT).read_text().splitlines()
+    rows = [line.split(" | ") for line in report[4:4 + len(summary_json["claims"])]]
+    assert [(row[0].removeprefix("| "), row[1], row[2], row[3].removesuffix(" |")) for row in rows] == [
+        (c["name"], f"**{c['verdict']}**", claim_text(c), replication_text(c, with_range=True))
         for c in summary_json["claims"]]
+    links = "\n".join(report[4 + len(summary_json["claims"]):])
+    for view in ("stalebench-intervals", *(f"stalebench-{kind}-lag{lag}" for kind in ("dynamics", "cells", "seeds")
+                                           for lag in config["lags"])):
+        assert f"viewStateShareKey={view})" in links, view
 
 
 def test_second_track_adds_none_and_updates(synced):
@@ -279,7 +286,7 @@ def test_filters_timestamps_and_a_moved_store_through_mlflow_server(synced, tmp_
                 body = rest(base, f"/get-artifact?path={name}&run_uuid={first['parent_run_id']}", raw=True)
                 assert body == (moved / config["grid"] / name).read_bytes()
             verdicts = rest(base, f"/get-artifact?path={VERDICTS_ARTIFACT}&run_uuid={first['parent_run_id']}", raw=True)
-            assert verdicts.decode().startswith("## Claims (confirmatory, declared in the config")
+            assert verdicts.decode().startswith(f"### Claims of grid {config['grid']}\n\n| claim | outcome |")
     finally:
         os.rename(original + ".away", original)
 

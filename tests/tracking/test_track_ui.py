@@ -17,7 +17,7 @@ from analysis.claims.verdicts import replication_text
 from analysis.report.colors import recipe_colour
 from analysis.report.dynamics import BAND, dynamics_keys
 from analysis.report.interval_plots import claim_key, cost_key
-from analysis.report.tables import size_text
+from analysis.report.tables import claim_text
 from grid.claims import NOT_TESTED
 from grid.config import load
 from grid.folder import GridDir
@@ -25,7 +25,7 @@ from grid.settings import Config
 from tests.support.colour_distance import closest_pair
 from tests.support.grid_fixture import make_grid
 from tests.support.optional import missing as optional_input_missing
-from tests.support.ui_check import CHROMIUM, chart_card, render, running_ui, synced_grid, visible_text
+from tests.support.ui_check import CHROMIUM, Browser, chart_card, render, running_ui, synced_grid, visible_text
 from tracking.layout import Y_SCORE, staleness_cost_metric
 from tracking.store import DYNAMICS_VIEW, KIND, SEED_RUNS_FILTER, SEED_RUNS_VIEW
 from tracking.sync import sync
@@ -157,19 +157,40 @@ def intervals_page(dom: str, config: dict) -> list[str]:
 
 
 def parent_run_page(dom: str, config: dict) -> list[str]:
-    """The grid's parent run at its claims table, as table.md's: a row per claim, its full name, its statement,
-    its outcome with what the outcome means, and P(same outcome on a rerun)."""
+    """The report page (the grid's parent run at verdicts.md): a row per claim, its full name, its outcome, its estimate
+    with its interval and P(same outcome on a rerun); a link to every view (tracking.store's, by their shared views)."""
     # the UI renders a Markdown table as rows and cells by their ARIA roles
     rows = [[" ".join(html.unescape(visible_text(f"<div {cell}>")).split()) for cell in row.split('role="cell"')[1:]]
             for row in dom.split('role="row"')[1:]]
     shown = {row[0]: " | ".join(row[1:]) for row in rows if len(row) > 1}
     missing = []
     for claim in GridDir.of(config).read_summary()["claims"]:
-        row, size = shown.get(claim["name"], ""), size_text(claim)  # the bold outcome, then its size against delta
-        outcome = f"{claim['verdict']}{size}: {claim['why']}" if size else f"{claim['verdict']} : {claim['why']}"
+        row = shown.get(claim["name"], "")
         missing += [f"claim {claim['name']}: {part}" for part in (
-            claim["statement"], outcome, f"| {replication_text(claim, with_range=True)} |") if part not in row]
-    return missing
+            f"{claim['verdict']} | {claim_text(claim)} | {replication_text(claim, with_range=True)}",) if part not in row]
+    views = ["stalebench-intervals", *(f"stalebench-{kind}-lag{lag}" for kind in ("dynamics", "cells", "seeds")
+                                       for lag in config["lags"])]
+    return missing + [f"a link to the view {view}" for view in views if f"viewStateShareKey={view}" not in dom]
+
+
+CLAIMS_TABLE_BOX = """(() => {
+  const cells = [...document.querySelectorAll('[role="row"] [role="cell"], [role="row"] [role="columnheader"]')];
+  if (cells.length < %d) return null;
+  const boxes = cells.map(cell => cell.getBoundingClientRect());
+  return {bottom: Math.max(...boxes.map(b => b.bottom)), right: Math.max(...boxes.map(b => b.right)),
+          height: window.innerHeight, width: window.innerWidth};
+})()"""
+
+
+def claims_table_fits(link: str, config: dict, screenshot: Path) -> dict:
+    """Where the report page's claims table lies in a 1440x900 window, once drawn: its cells' lowest bottom and
+    rightmost right edge, and the window's size (a screenshot of what shows without scrolling)."""
+    claims = GridDir.of(config).read_summary()["claims"]
+    with Browser(1440, 900) as browser:
+        page = browser.open(link)
+        box = browser.wait_for(page, CLAIMS_TABLE_BOX % (4 * (len(claims) + 1)))
+        browser.screenshot(page, screenshot)
+    return box
 
 
 def pages(config: dict) -> list[tuple[str, object]]:
@@ -205,6 +226,10 @@ def test_printed_links_show_what_a_person_looks_for(tmp_path):
             os.replace(partial.name, kept)
             assert not missing, f"the {name} page ({link}) does not show {missing}; screenshot: {kept}"
             assert kept.stat().st_size > 10_000, f"{kept} is nearly empty: the page drew nothing"
+        # the report page fits a researcher's screen: the whole claims table in a 1440x900 window, no scrolling
+        box = claims_table_fits(links[0], config, SCREENSHOTS / "report_1440x900.png")
+        assert box and box["bottom"] <= box["height"] and box["right"] <= box["width"], \
+            f"the claims table does not fit 1440x900 ({box}); screenshot: {SCREENSHOTS / 'report_1440x900.png'}"
     # no interval among the results: the grid's and its summary's experiments hold no run of a band (low, high)
     # nor the intervals' charts (tracking.store.KIND drawn, figure: the comparison experiment's alone)
     from mlflow.tracking import MlflowClient
