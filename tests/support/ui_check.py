@@ -22,13 +22,15 @@ CHROMIUM = "/usr/bin/chromium"  # Debian's package (apt-get install chromium), a
 
 
 def synced_grid(folder: Path) -> Path:
-    """The reduced test grid under ``folder`` with its claims, aggregated and synced; returns its config file."""
+    """The reduced test grid under ``folder`` with its claims and the collapsed run's samples, aggregated and synced;
+    returns its config file."""
     from analysis.report.write import write_reports
     from grid.config import validate
     from grid.settings import Config
-    from tests.support.grid_fixture import CLAIMS, make_grid
+    from tests.support.grid_fixture import CLAIMS, make_grid, write_samples
     from tracking.sync import sync
     config = validate({**make_grid(folder / "results"), "claims": CLAIMS})
+    write_samples(config)  # the collapsed run's sampled completions: the report links them
     typed = Config.build(config)
     write_reports(typed, progress=False)
     sync(typed, progress=False)

@@ -23,6 +23,7 @@ from tests.support.grid_fixture import (
     EARLY_DIVERGED,
     START_TIME,
     make_grid,
+    write_samples,
     written_grid,
 )
 from tests.support.mlflow_server import mlflow_server, rest, run_params, run_tags
@@ -46,6 +47,7 @@ def synced(tmp_path_factory):
     saved = os.environ.pop("MLFLOW_TRACKING_URI", None)
     try:
         config = validate({**make_grid(tmp_path_factory.mktemp("track") / "results"), "claims": CLAIMS})
+        write_samples(config)  # the collapsed run's (COLLAPSED) sampled completions
         write_reports(Config.build(config), progress=False)
         first = track(config)
         client = MlflowClient(tracking_uri(config["results_dir"])[0])
@@ -133,6 +135,24 @@ def test_seed_runs_in_the_grid_experiment_summaries_in_their_own(synced):
     for view in ("stalebench-intervals", *(f"stalebench-{kind}-lag{lag}" for kind in ("dynamics", "cells", "seeds")
                                            for lag in config["lags"])):
         assert f"viewStateShareKey={view})" in links, view
+
+
+def test_a_collapsed_runs_samples_are_its_table_and_the_report_links_them(synced):
+    config, client, first, _, second = synced
+    (run,) = client.search_runs([first["experiment_id"]], "params.recipe = 'grpo' AND "
+                                f"params.lag = '{COLLAPSED[1]}' AND params.seed = '{COLLAPSED[2]}'")
+    assert run.data.tags["collapsed"] == "true"
+    assert json.loads(run.data.tags["mlflow.loggedArtifacts"]) == [{"path": "samples.json", "type": "table"}]
+    table = json.loads((local_artifact_dir(config["results_dir"], run.info.artifact_uri) / "samples.json").read_text())
+    rows = GridDir.of(config).run(*COLLAPSED).read_samples()
+    assert table["columns"] == list(rows[0]) and table["data"] == [list(row.values()) for row in rows]  # once, not twice
+    parent = client.get_run(second["parent_run_id"])
+    report = (local_artifact_dir(config["results_dir"], parent.info.artifact_uri) / VERDICTS_ARTIFACT).read_text()
+    link = f"/#/experiments/{first['experiment_id']}/runs/{run.info.run_id}/artifacts/samples.json"
+    assert f"grpo/lag{COLLAPSED[1]} [seed {COLLAPSED[2]}]({link})" in report
+    description = client.get_experiment(first["experiment_id"]).tags["mlflow.note.content"]
+    assert description.startswith(f"**[The report: claims, intervals, dynamics, samples](/#/experiments/"
+                                  f"{first['experiment_id']}/runs/{second['parent_run_id']}/artifacts/verdicts.md)**")
 
 
 def test_second_track_adds_none_and_updates(synced):
