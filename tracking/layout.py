@@ -20,7 +20,7 @@ import math
 import re
 
 from analysis.cells.summary import SCORES
-from analysis.report.colors import SERIES_TAG
+from analysis.report.colors import SERIES_TAG, series_label
 from analysis.report.dynamics import BAND
 from grid.claims import KINDS
 from harness.run_config import PinnedRun
@@ -179,7 +179,7 @@ BY_RECIPE = {"aggregateFunction": "average", "groupByKeys": [{"mode": "tag", "gr
 # The UI names a line chart's x axis (Step) but draws no y-axis title, and its runs page ignores a chart's
 # displayName (MLflow 3.17 passes useMetricDisplayName false there): a chart's section title names its y axis, first,
 # where the UI cuts a long title
-Y_SCORE = "y: {task} test score, %"
+Y_SCORE = "y: score, %"  # the chart's own title names the task (eval/<task>/score); the UI shows ~35 characters
 
 
 def seed_runs_view(tasks: tuple[str, ...], lag: int) -> dict:
@@ -187,8 +187,7 @@ def seed_runs_view(tasks: tuple[str, ...], lag: int) -> dict:
     each chart draws per recipe the mean of its seeds over the band from their minimum to their maximum (MLflow's
     grouped values), a chart per scored task's test score; the filter names the lag and a recipe clause to edit
     (``params.recipe LIKE '%'``: every recipe; ``= 'grpo'`` one), each group's eye in the run list hides a recipe."""
-    sections = [_section(f"stalebench-seeds-{task}", Y_SCORE.format(task=task) + f"; lag {lag}: the seeds' mean over "
-                         "their min-max band", 480) for task in tasks]
+    sections = [_section(f"stalebench-seeds-{task}", f"{Y_SCORE}; band: {BAND}", 480) for task in tasks]
     return _grouped_view(f"{SEED_RUNS_FILTER} AND params.lag = '{lag}' AND params.recipe LIKE '%'", sections,
                          [_chart("LINE", section["uuid"], f"eval/{task}/score") for section, task in zip(sections, tasks)])
 
@@ -201,8 +200,8 @@ def dynamics_view(groups: list[tuple[str, list[str]]], lag: int) -> dict:
     as on dynamics.png)."""
     sections, charts = [], []
     for index, (name, keys) in enumerate(groups):
-        section = {**_section(f"stalebench-dynamics-{index}", f"y: {name}; lag {lag}: each recipe's seed mean, band "
-                              f"{BAND}", 300), "columns": min(len(keys), 3)}
+        section = {**_section(f"stalebench-dynamics-{index}", f"{name}; band: {BAND}", 300),
+                   "columns": min(len(keys), 3)}
         sections.append(section)
         charts += [{**_chart("LINE", section["uuid"], f"train/{key}"), "uuid": f"{section['uuid']}-{key.replace('/', '-')}"}
                    for key in keys]
@@ -249,21 +248,16 @@ def intervals_view(keys: list[str]) -> dict:
             "isAccordionReordered": True}
 
 
-def comparison_view(task: str, lag: int, band: str, cost_metric: str | None) -> dict:
+def comparison_view(task: str, lag: int, band: str, recipes) -> dict:
     """A shared view of the comparison experiment at one lag (tracking.store.comparison_link): its cells' mean
     and band runs (tracking.runs.comparison_runs), grouped by recipe (the view holds one lag) with the groups'
     values in the charts, so that the test-score chart draws one line per recipe, the average of its mean,
     low and high runs (the mean: the interval is symmetric), over the band from their minimum to their maximum
-    (the 95% interval; ``band`` names its method, in the chart's section title); ``cost_metric`` (a lag other
-    than the reference): also the bar chart of staleness_cost/<metric>, a bar per recipe named in the legend
-    (the band runs do not carry it). Each chart in a section of its own, full width, tall enough for the
-    legend's every recipe."""
-    score = f"eval/{task}/score"
-    title = Y_SCORE.format(task=task) + f"; band: 95% interval, {band}"  # short: the UI cuts a long section title
-    sections, charts = [_section("stalebench-score", title, 560)], [_chart("LINE", "stalebench-score", score)]
-    if cost_metric:
-        cost = f"staleness_cost/{cost_metric}"
-        sections.append(_section("stalebench-cost", f"x: staleness cost, {cost_metric} points (lag {lag} minus the "
-                                                    "smallest); a bar per recipe, named in the legend", 440))
-        charts.append(_chart("BAR", "stalebench-cost", cost))
-    return _grouped_view(f"params.lag = '{lag}'", sections, charts)
+    (the 95% interval; ``band`` names its method, in the chart's section title). Every group of ``recipes`` (the
+    grid's) folded in the run list, which so names the recipes and no band run. The staleness costs with their
+    intervals are the intervals' charts (intervals_view): MLflow's bar chart draws no interval."""
+    title = f"{Y_SCORE}; band: 95%, {band}"  # short: the UI cuts a long section title
+    view = _grouped_view(f"params.lag = '{lag}'", [_section("stalebench-score", title, 560)],
+                         [_chart("LINE", "stalebench-score", f"eval/{task}/score")])
+    return {**view, "groupsExpanded": {f"tag.{SERIES_TAG}.{series_label(recipe, recipes)}": False
+                                       for recipe in recipes}}

@@ -260,13 +260,11 @@ class Tracker:
                 "means over seeds with their intervals and tests. " + SCORE_UNITS)
             self.comparison_experiment_id = self.writer.experiment(self.config.grid + COMPARISON_SUFFIX,
                                                                    DRAWN_NOTE.format(grid=self.config.grid))
-            cost_metric = layout.staleness_cost_metric(summary["claims"])
             for lag in summary["lags"]:
                 methods = {point["method"] for c in summary["cells"] if c["lag"] == lag for point in c["curve"]}
                 band = ", ".join(METHOD_NAMES.get(method, method) for method in sorted(methods))
                 self.writer.share_view(self.comparison_experiment_id, COMPARISON_VIEW.format(lag=lag),
-                                       layout.comparison_view(summary["test_task"], lag, band,
-                                                              None if lag == summary["reference_lag"] else cost_metric))
+                                       layout.comparison_view(summary["test_task"], lag, band, self.config.recipes))
             self.cells = self.writer.existing(self.summary_experiment_id)
             self.drawn = self.writer.existing(self.comparison_experiment_id)
         recipe, lag = cell["recipe"], cell["lag"]
@@ -284,15 +282,13 @@ class Tracker:
         self.writer.log(run_id, self._curve(found, tags, summary, cell, "estimate") + self.writer.changed(found, values),
                         params=missing_params(found, params), tags=tags)
         self.writer.set_status(run_id, found, "FINISHED")
-        self.comparison_runs(parent_id, cell, summary, values)
+        self.comparison_runs(parent_id, cell, summary)
 
-    def comparison_runs(self, parent_id: str, cell: dict, summary: dict, values: dict) -> None:
+    def comparison_runs(self, parent_id: str, cell: dict, summary: dict) -> None:
         """The cell as the comparison views draw it, in the "<grid> comparison" experiment (DRAWN_NOTE), where no
-        run list, Compare or search of the grid's results meets them: its mean curve with its staleness cost
-        (``values``: the cell's numbers), and a run per bound of the curve's 95% interval (layout.BAND_PARTS)."""
+        run list, Compare or search of the grid's results meets them: its mean curve and a run per bound of the
+        curve's 95% interval (layout.BAND_PARTS). The staleness costs with their intervals: the intervals' charts."""
         recipe, lag = cell["recipe"], cell["lag"]
-        cost = f"staleness_cost/{layout.staleness_cost_metric(summary['claims'])}"  # what the bars draw
-        cost = {cost: values[cost]} if cost in values else {}
         for part, label in (("estimate", "mean"), *((part, part) for part in layout.BAND_PARTS)):
             drawn_id, drawn = self.writer.run(f"cell:{self.config.grid}:{recipe}:lag{lag}:{part}", "drawn",
                                               f"{recipe}/lag{lag} {label}", {"stalebench.grid_run": parent_id},
@@ -301,8 +297,6 @@ class Tracker:
                                            "95% interval's bound for low and high), step by step. " + SCORE_UNITS,
                     SERIES_TAG: series_label(recipe, self.config.recipes)}
             metrics = self._curve(drawn, tags, summary, cell, part)
-            if part == "estimate":
-                metrics += self.writer.changed(drawn, cost)
             self.writer.log(drawn_id, metrics, tags=tags, params=missing_params(drawn, {"recipe": recipe, "lag": str(lag)}))
             self.writer.set_status(drawn_id, drawn, "FINISHED")
 

@@ -17,9 +17,9 @@ from grid.settings import Config
 
 # (what it shows, the training metrics' keys that show it: a regular expression on the engine's row keys)
 GROUPS = (("clip fraction", r"clip/frac_.+"), ("ratio spread", r"ratio/(max|min|std)"), ("entropy", r"entropy"),
-          ("reward", r"reward"), ("off-policy diagnostics", r"offpolicy/(ess|k3_kl)|tv/mean|d/mean_abs"),
-          ("response length", r"length/mean"))
-BAND = "min to max of the seeds"  # the band's method: MLflow's grouped band (the group's min and max)
+          ("reward", r"reward"), ("off-policy", r"offpolicy/(ess|k3_kl)|tv/mean|d/mean_abs"),
+          ("length", r"length/mean"))  # short names: a section's title in the UI shows about 35 characters
+BAND = "seeds' min-max"  # the band's method: MLflow's grouped band (the group's min and max); short: a section title
 
 
 def dynamics_keys(keys) -> list[tuple[str, list[str]]]:
@@ -59,5 +59,5 @@ def plot_dynamics(config: Config, runs: list[RunResult], path: Path) -> None:
             ax.grid(alpha=0.3)
         axes[-1][col].set_xlabel("step")
     axes[0][-1].legend(fontsize=7)
-    fig.suptitle(f"Training dynamics: each recipe's mean over its seeds, band {BAND}", fontsize=10)
+    fig.suptitle(f"Training dynamics: each recipe's mean over its seeds, band: {BAND}", fontsize=10)
     save_figure(fig, path)
