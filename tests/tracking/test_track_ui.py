@@ -174,6 +174,24 @@ CLAIMS_TABLE_BOX = """(() => {
 })()"""
 
 
+CUT_TITLES = """(() => {
+  if (document.querySelectorAll('.js-line').length === 0) return null;
+  const box = e => { while (e && e.clientWidth === 0) e = e.parentElement; return e; };  // an inline text's block
+  return [...document.querySelectorAll('*')].filter(e => e.children.length === 0 && e.textContent.includes('band: '))
+    .filter(e => { const b = box(e); return b && b.scrollWidth > b.clientWidth + 1; }).map(e => e.textContent);
+})()"""
+
+
+def cut_titles(link: str, screenshot: Path) -> list[str] | None:
+    """The chart sections' titles (each names its band) that a 1440x900 window cuts (text wider than its box), once
+    the charts are drawn (None if they never are); a screenshot of that window."""
+    with Browser(1440, 900) as browser:
+        page = browser.open(link)
+        cut = browser.wait_for(page, f"(() => {{ const cut = {CUT_TITLES}; return cut && {{cut}}; }})()")
+        browser.screenshot(page, screenshot)
+    return None if cut is None else cut["cut"]
+
+
 def claims_table_fits(link: str, config: dict, screenshot: Path) -> dict:
     """Where the report page's claims table lies in a 1440x900 window, once drawn: its cells' lowest bottom and
     rightmost right edge, and the window's size (a screenshot of what shows without scrolling)."""
@@ -218,6 +236,10 @@ def test_printed_links_show_what_a_person_looks_for(tmp_path):
             os.replace(partial.name, kept)
             assert not missing, f"the {name} page ({link}) does not show {missing}; screenshot: {kept}"
             assert kept.stat().st_size > 10_000, f"{kept} is nearly empty: the page drew nothing"
+        # section titles whole in a 1440x900 window (the UI cuts a long one with an ellipsis)
+        for name in (f"comparison_lag{max(config['lags'])}", f"dynamics_lag{max(config['lags'])}"):
+            shot = SCREENSHOTS / f"{name}_1440x900.png"
+            assert cut_titles(links[[n for n, _ in pages(config)].index(name)], shot) == [], f"titles cut: {shot}"
         # the report page fits a researcher's screen: the whole claims table in a 1440x900 window, no scrolling
         box = claims_table_fits(links[0], config, SCREENSHOTS / "report_1440x900.png")
         assert box and box["bottom"] <= box["height"] and box["right"] <= box["width"], \
