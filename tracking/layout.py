@@ -20,7 +20,7 @@ import math
 import re
 
 from analysis.cells.summary import SCORES
-from analysis.report.colors import SERIES_TAG, series_label
+from analysis.report.colors import SERIES_TAG
 from analysis.report.dynamics import BAND
 from grid.claims import KINDS
 from harness.run_config import PinnedRun
@@ -248,16 +248,16 @@ def intervals_view(keys: list[str]) -> dict:
             "isAccordionReordered": True}
 
 
-def comparison_view(task: str, lag: int, band: str, recipes) -> dict:
+def comparison_view(task: str, lag: int, band: str, labels: list[str]) -> dict:
     """A shared view of the comparison experiment at one lag (tracking.store.comparison_link): its cells' mean
     and band runs (tracking.runs.comparison_runs), grouped by recipe (the view holds one lag) with the groups'
     values in the charts, so that the test-score chart draws one line per recipe, the average of its mean,
     low and high runs (the mean: the interval is symmetric), over the band from their minimum to their maximum
-    (the 95% interval; ``band`` names its method, in the chart's section title). Every group of ``recipes`` (the
-    grid's) folded in the run list, which so names the recipes and no band run. The staleness costs with their
+    (the 95% interval; ``band`` names its method, in the chart's section title). Every group (``labels``: the
+    cells' series labels, analysis.report.colors.series_label) folded in the run list, which so names the recipes
+    and no band run. The staleness costs with their
     intervals are the intervals' charts (intervals_view): MLflow's bar chart draws no interval."""
     title = f"{Y_SCORE}; band: 95%, {band}"  # short: the UI cuts a long section title
     view = _grouped_view(f"params.lag = '{lag}'", [_section("stalebench-score", title, 560)],
                          [_chart("LINE", "stalebench-score", f"eval/{task}/score")])
-    return {**view, "groupsExpanded": {f"tag.{SERIES_TAG}.{series_label(recipe, recipes)}": False
-                                       for recipe in recipes}}
+    return {**view, "groupsExpanded": {f"tag.{SERIES_TAG}.{label}": False for label in labels}}

@@ -264,7 +264,8 @@ class Tracker:
                 methods = {point["method"] for c in summary["cells"] if c["lag"] == lag for point in c["curve"]}
                 band = ", ".join(METHOD_NAMES.get(method, method) for method in sorted(methods))
                 self.writer.share_view(self.comparison_experiment_id, COMPARISON_VIEW.format(lag=lag),
-                                       layout.comparison_view(summary["test_task"], lag, band, self.config.recipes))
+                                       layout.comparison_view(summary["test_task"], lag, band, [
+                                           series_label(recipe, self.config.recipes) for recipe in summary["recipes"]]))
             self.cells = self.writer.existing(self.summary_experiment_id)
             self.drawn = self.writer.existing(self.comparison_experiment_id)
         recipe, lag = cell["recipe"], cell["lag"]
