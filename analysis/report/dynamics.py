@@ -58,6 +58,6 @@ def plot_dynamics(config: Config, runs: list[RunResult], path: Path) -> None:
             ax.set_title(f"lag {lag}: {key}", fontsize=9)
             ax.grid(alpha=0.3)
         axes[-1][col].set_xlabel("step")
-    axes[0][-1].legend(fontsize=7)
-    fig.suptitle(f"Training dynamics: each recipe's mean over its seeds, band: {BAND}", fontsize=10)
+    # the band's method in the legend's title: a figure title would overlap the first panels' (save_figure's layout)
+    axes[0][-1].legend(fontsize=7, title=f"mean over seeds, band: {BAND}", title_fontsize=7)
     save_figure(fig, path)
