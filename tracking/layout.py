@@ -179,7 +179,7 @@ BY_RECIPE = {"aggregateFunction": "average", "groupByKeys": [{"mode": "tag", "gr
 # The UI names a line chart's x axis (Step) but draws no y-axis title, and its runs page ignores a chart's
 # displayName (MLflow 3.17 passes useMetricDisplayName false there): a chart's section title names its y axis, first,
 # where the UI cuts a long title
-Y_SCORE = "y: score, %"  # the chart's own title names the task (eval/<task>/score); the UI shows ~35 characters
+Y_SCORE = "y: score %"  # the chart's own title names the task (eval/<task>/score); a title shows ~26 characters
 
 
 def seed_runs_view(tasks: tuple[str, ...], lag: int) -> dict:
@@ -187,7 +187,7 @@ def seed_runs_view(tasks: tuple[str, ...], lag: int) -> dict:
     each chart draws per recipe the mean of its seeds over the band from their minimum to their maximum (MLflow's
     grouped values), a chart per scored task's test score; the filter names the lag and a recipe clause to edit
     (``params.recipe LIKE '%'``: every recipe; ``= 'grpo'`` one), each group's eye in the run list hides a recipe."""
-    sections = [_section(f"stalebench-seeds-{task}", f"{Y_SCORE}; band: {BAND}", 480) for task in tasks]
+    sections = [_section(f"stalebench-seeds-{task}", f"{Y_SCORE}, band {BAND}", 480) for task in tasks]
     return _grouped_view(f"{SEED_RUNS_FILTER} AND params.lag = '{lag}' AND params.recipe LIKE '%'", sections,
                          [_chart("LINE", section["uuid"], f"eval/{task}/score") for section, task in zip(sections, tasks)])
 
@@ -200,7 +200,7 @@ def dynamics_view(groups: list[tuple[str, list[str]]], lag: int) -> dict:
     as on dynamics.png)."""
     sections, charts = [], []
     for index, (name, keys) in enumerate(groups):
-        section = {**_section(f"stalebench-dynamics-{index}", f"{name}; band: {BAND}", 300),
+        section = {**_section(f"stalebench-dynamics-{index}", f"{name}, band {BAND}", 300),
                    "columns": min(len(keys), 3)}
         sections.append(section)
         charts += [{**_chart("LINE", section["uuid"], f"train/{key}"), "uuid": f"{section['uuid']}-{key.replace('/', '-')}"}
@@ -257,7 +257,7 @@ def comparison_view(task: str, lag: int, band: str, labels: list[str]) -> dict:
     cells' series labels, analysis.report.colors.series_label) folded in the run list, which so names the recipes
     and no band run. The staleness costs with their
     intervals are the intervals' charts (intervals_view): MLflow's bar chart draws no interval."""
-    title = f"{Y_SCORE}; band: 95%, {band}"  # short: the UI cuts a long section title
+    title = f"{Y_SCORE}, 95% {band}"  # short: the UI cuts a section title past ~26 characters at 1440 px
     view = _grouped_view(f"params.lag = '{lag}'", [_section("stalebench-score", title, 560)],
                          [_chart("LINE", "stalebench-score", f"eval/{task}/score")])
     return {**view, "groupsExpanded": {f"tag.{SERIES_TAG}.{label}": False for label in labels}}

@@ -1,4 +1,4 @@
-"""The training dynamics that explain the claims, per lag and recipe: the clip fraction, the ratio's spread, the
+"""The training dynamics that explain the claims, per lag and recipe: the clip fraction (clipping), the ratio's spread, the
 entropy, the reward, the off-policy diagnostics and the response length, each recipe's mean over its seeds at each
 step over the band from the seeds' minimum to their maximum (BAND), as MLflow's grouped charts draw them
 (tracking.layout.dynamics_view), so that dynamics.png (plot_dynamics) and the UI show the same thing in the same
@@ -16,10 +16,10 @@ from analysis.report.colors import recipe_colour
 from grid.settings import Config
 
 # (what it shows, the training metrics' keys that show it: a regular expression on the engine's row keys)
-GROUPS = (("clip fraction", r"clip/frac_.+"), ("ratio spread", r"ratio/(max|min|std)"), ("entropy", r"entropy"),
+GROUPS = (("clipping", r"clip/frac_.+"), ("ratio", r"ratio/(max|min|std)"), ("entropy", r"entropy"),
           ("reward", r"reward"), ("off-policy", r"offpolicy/(ess|k3_kl)|tv/mean|d/mean_abs"),
-          ("length", r"length/mean"))  # short names: a section's title in the UI shows about 35 characters
-BAND = "seeds' min-max"  # the band's method: MLflow's grouped band (the group's min and max); short: a section title
+          ("length", r"length/mean"))  # short names: a section's title in the UI shows about 26 characters at 1440 px
+BAND = "min-max"  # the band's method: MLflow's grouped band, the seeds' min and max; short: a section's title
 
 
 def dynamics_keys(keys) -> list[tuple[str, list[str]]]:
@@ -59,5 +59,5 @@ def plot_dynamics(config: Config, runs: list[RunResult], path: Path) -> None:
             ax.grid(alpha=0.3)
         axes[-1][col].set_xlabel("step")
     # the band's method in the legend's title: a figure title would overlap the first panels' (save_figure's layout)
-    axes[0][-1].legend(fontsize=7, title=f"mean over seeds, band: {BAND}", title_fontsize=7)
+    axes[0][-1].legend(fontsize=7, title=f"mean over seeds, band {BAND}", title_fontsize=7)
     save_figure(fig, path)

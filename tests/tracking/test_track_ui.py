@@ -116,7 +116,7 @@ def dynamics_page(dom: str, config: dict, lag: int) -> list[str]:
     per recipe in its colour over its seeds' band, the section naming the metric and the band's method."""
     missing = []
     for name, keys in dynamics_keys(["entropy", "reward", "d/mean_abs", "loss"]):
-        y_axis = f"{name}; band: {BAND}"
+        y_axis = f"{name}, band {BAND}"
         missing += [problem for key in keys
                     for problem in recipe_lines(dom, config, f"train/{key}", f"dynamics at lag {lag}", y_axis)]
     return missing
@@ -132,8 +132,8 @@ def comparison_page(dom: str, config: dict, lag: int) -> list[str]:
     recipe named (the group is the recipe alone: one colour per recipe at every lag), the band named (its level
     and method); the run list folded to a row per recipe: no band run (mean, low, high) listed."""
     missing = recipe_lines(dom, config, score_chart(config), f"comparison at lag {lag}")
-    if "band: 95%, " not in visible_text(dom):
-        missing.append("the band named on the chart (band: 95%, its method)")
+    if f"{Y_SCORE}, 95% " not in visible_text(dom):
+        missing.append("the band named on the chart (95%, its method)")
     listed = re.findall(r"\S+/lag\d+ (?:mean|low|high)", visible_text(dom))
     return missing + [f"no band run listed ({name})" for name in listed]
 
@@ -179,13 +179,14 @@ CLAIMS_TABLE_BOX = """(() => {
 CUT_TITLES = """(() => {
   if (document.querySelectorAll('.js-line').length === 0) return null;
   const box = e => { while (e && e.clientWidth === 0) e = e.parentElement; return e; };  // an inline text's block
-  return [...document.querySelectorAll('*')].filter(e => e.children.length === 0 && e.textContent.includes('band: '))
+  return [...document.querySelectorAll('*')].filter(e => e.children.length === 0
+    && (e.textContent.startsWith('y: ') || e.textContent.includes(', band ')))
     .filter(e => { const b = box(e); return b && b.scrollWidth > b.clientWidth + 1; }).map(e => e.textContent);
 })()"""
 
 
 def cut_titles(link: str, screenshot: Path) -> list[str] | None:
-    """The chart sections' titles (each names its band) that a 1440x900 window cuts (text wider than its box), once
+    """The chart sections' titles (each names its y axis or its band) that a 1440x900 window cuts (text wider than its box), once
     the charts are drawn (None if they never are); a screenshot of that window."""
     with Browser(1440, 900) as browser:
         page = browser.open(link)
