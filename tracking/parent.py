@@ -38,12 +38,12 @@ def tuning_markdown(grid: str, pick: dict) -> str:
 
 
 def report_markdown(summary: dict, views: list[tuple[str, list[tuple[str, str]]]],
-                    samples: list[tuple[str, list[tuple[str, str]]]]) -> str:
+                    samples: list[tuple[str, list[tuple[str, str]]]] | None) -> str:
     """The grid's report page (the parent run's verdicts.md, which the UI opens first): the claims table short enough
     for a 1440x900 screen, a row per claim with its outcome, its estimate with its interval and P(same outcome on a
     rerun) (the statements and what each outcome means: table.md, the run's description); then the views one click
     away, ``views``: (what, [(label, link)]), and the collapsed runs' sampled completions beside their cell,
-    ``samples``: (cell, [(seed, link)]); without claims, why there are none."""
+    ``samples``: (cell, [(seed, link)]), None where no run keeps samples; without claims, why there are none."""
     claims = summary["claims"]
     lines = [f"### Claims of grid {summary['grid']}", ""]  # one line: the table on the first screen
     if claims:
@@ -58,4 +58,6 @@ def report_markdown(summary: dict, views: list[tuple[str, list[tuple[str, str]]]
     if samples:
         lines += ["- **Collapsed runs' sampled completions**: " + "; ".join(
             f"{cell} " + ", ".join(f"[{seed}]({link})" for seed, link in seeds) for cell, seeds in samples)]
+    elif samples is not None:
+        lines += ["- **Sampled completions**: no run collapsed; each seed run's are its table samples.json (Artifacts)"]
     return "\n".join(lines) + "\n"

@@ -73,6 +73,7 @@ class Tracker:
         self.stride = stride
         self.train_keys: set[str] = set()  # the training metrics the synced runs log (share_dynamics)
         self.collapsed: list[tuple[str, int, int, str]] = []  # (recipe, lag, seed, run id): a collapsed run's samples
+        self.with_samples = False  # whether any synced run keeps samples (the report says where they are)
         self.tasks = config.eval.scored_tasks
         for lag in config.lags:
             self.writer.share_view(self.experiment_id, SEED_RUNS_VIEW.format(lag=lag),
@@ -194,6 +195,7 @@ class Tracker:
         once per change of the file (its digest in ``tags``, the run's); whether it has them."""
         if not run.samples_path.exists():
             return False
+        self.with_samples = True
         digest = hashlib.sha256(run.samples_path.read_bytes()).hexdigest()[:16]
         if tags.get(SAMPLES_DIGEST) != digest:
             self.writer.log_table(run_id, run.read_samples(), SAMPLES_TABLE)
@@ -217,7 +219,8 @@ class Tracker:
             cells.setdefault(f"{recipe}/lag{lag}", []).append(
                 (f"seed {seed}", f"/#/experiments/{self.experiment_id}/runs/{run_id}/artifacts/{SAMPLES_TABLE}"))
         with tempfile.TemporaryDirectory(prefix="track_") as tmp:
-            write_text_atomic(Path(tmp) / VERDICTS_ARTIFACT, report_markdown(summary, views, list(cells.items())))
+            write_text_atomic(Path(tmp) / VERDICTS_ARTIFACT, report_markdown(
+                summary, views, list(cells.items()) if self.with_samples else None))
             self.writer.log_artifacts(parent_id, [Path(tmp) / VERDICTS_ARTIFACT])
         self.writer.describe(self.experiment_id, f"**[The report: claims, intervals, dynamics, samples]("
                              f"{parent_link('', self.experiment_id, parent_id)})**\n\n" + UNITS_NOTE.format(
