@@ -41,6 +41,8 @@ TUNING_ARTIFACT = "tuning.md"  # the parent run's pick table (tuning_markdown)
 CURVE_DIGEST = "stalebench.curve_digest"  # a summary run's: the curve last logged
 SAMPLES_DIGEST = "stalebench.samples_digest"  # a seed run's: the samples file last logged as its table
 SAMPLES_TABLE = "samples.json"  # a seed run's sampled completions (the run folder's samples file) as a table
+# its columns in reading order (the file's rows have their keys sorted); any other key after them
+SAMPLES_COLUMNS = ("step", "prompt", "completion", "reward", "length", "log_ratio_behaviour_target", "policy_version")
 MLFLOW_STATUS = {"completed": "FINISHED", "diverged": "FAILED", "failed": "FAILED"}
 SCORE_UNITS = ("Scores (eval/TASK/score, fixed, best, selected, auc, their differences such as staleness_cost/* and "
                "vs_baseline/*, and their intervals' bounds, /se and /spread) are in percent (avg@k x 100), as in "
@@ -198,7 +200,9 @@ class Tracker:
         self.with_samples = True
         digest = hashlib.sha256(run.samples_path.read_bytes()).hexdigest()[:16]
         if tags.get(SAMPLES_DIGEST) != digest:
-            self.writer.log_table(run_id, run.read_samples(), SAMPLES_TABLE)
+            rows = run.read_samples()
+            self.writer.log_table(run_id, [{**dict.fromkeys(k for k in SAMPLES_COLUMNS if k in row), **row}
+                                           for row in rows], SAMPLES_TABLE)
             self.writer.log(run_id, tags={SAMPLES_DIGEST: digest})
         return True
 

@@ -143,7 +143,8 @@ def test_a_collapsed_runs_samples_are_its_table_and_the_report_links_them(synced
     assert json.loads(run.data.tags["mlflow.loggedArtifacts"]) == [{"path": "samples.json", "type": "table"}]
     table = json.loads((local_artifact_dir(config["results_dir"], run.info.artifact_uri) / "samples.json").read_text())
     rows = GridDir.of(config).run(*COLLAPSED).read_samples()
-    assert table["columns"] == list(rows[0]) and table["data"] == [list(row.values()) for row in rows]  # once, not twice
+    assert table["columns"][:3] == ["step", "prompt", "completion"] and set(table["columns"]) == set(rows[0])
+    assert table["data"] == [[row[c] for c in table["columns"]] for row in rows]  # every row once, not twice
     parent = client.get_run(second["parent_run_id"])
     report = (local_artifact_dir(config["results_dir"], parent.info.artifact_uri) / VERDICTS_ARTIFACT).read_text()
     link = f"/#/experiments/{first['experiment_id']}/runs/{run.info.run_id}/artifacts/samples.json"
