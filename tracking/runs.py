@@ -194,11 +194,11 @@ class Tracker:
 
     def _samples(self, run_id: str, tags: dict, run) -> bool:
         """The run's sampled completions (RunDir.samples_path, if its engine keeps them) as its table SAMPLES_TABLE,
-        once per change of the file (its digest in ``tags``, the run's); whether it has them."""
+        once per change of the file or of the table's form (their digest in ``tags``, the run's); whether it has them."""
         if not run.samples_path.exists():
             return False
         self.with_samples = True
-        digest = hashlib.sha256(run.samples_path.read_bytes()).hexdigest()[:16]
+        digest = hashlib.sha256(run.samples_path.read_bytes() + repr(SAMPLES_COLUMNS).encode()).hexdigest()[:16]
         if tags.get(SAMPLES_DIGEST) != digest:
             rows = run.read_samples()
             self.writer.log_table(run_id, [{**dict.fromkeys(k for k in SAMPLES_COLUMNS if k in row), **row}
