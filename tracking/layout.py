@@ -200,11 +200,12 @@ def dynamics_view(groups: list[tuple[str, list[str]]], lag: int) -> dict:
     as on dynamics.png)."""
     sections, charts = [], []
     for index, (name, keys) in enumerate(groups):
-        section = {**_section(f"stalebench-dynamics-{index}", f"{name}, band {BAND}", 300),
-                   "columns": min(len(keys), 3)}
+        # one chart a row: at 1440 px beside the UI's assistant, three a row cut every title and legend; no points
+        # (a training metric has a value at every step: points drew slowly and hid the lines)
+        section = _section(f"stalebench-dynamics-{index}", f"{name}, band {BAND}", 320)
         sections.append(section)
-        charts += [{**_chart("LINE", section["uuid"], f"train/{key}"), "uuid": f"{section['uuid']}-{key.replace('/', '-')}"}
-                   for key in keys]
+        charts += [{**_chart("LINE", section["uuid"], f"train/{key}"), "displayPoints": False,
+                    "uuid": f"{section['uuid']}-{key.replace('/', '-')}"} for key in keys]
     return _grouped_view(f"{SEED_RUNS_FILTER} AND params.lag = '{lag}'", sections, charts)
 
 

@@ -48,12 +48,13 @@ def report_markdown(summary: dict, views: list[tuple[str, list[tuple[str, str]]]
     lines = [f"### Claims of grid {summary['grid']}", ""]  # one line: the table on the first screen
     if claims:
         rows = [[c["name"], f"**{c['verdict']}**", claim_text(c), replication_text(c, with_range=True)] for c in claims]
-        lines += markdown([Section.table("", ["claim", "outcome", "estimate [interval] (level, method, n)",
-                                              "P(same outcome on a rerun) (80% range)"], rows)])[2:]
+        # short headers: a 1440 px window beside the UI's assistant shows four columns whole
+        lines += markdown([Section.table("", ["claim", "outcome", "estimate [interval]", "P(rerun agrees)"], rows)])[2:]
     else:
         lines += claim_conclusions(summary)
-    lines += ["", f"Read as {family_text(summary)}. Statements and what each outcome means: table.md (beside this file) "
-              "and this run's description.", ""]
+    lines += ["", f"Estimates with their interval's level, method and n; P(rerun agrees): the probability that a rerun "
+              f"of the design gives the same outcome, with its 80% range. Read as {family_text(summary)}. Statements and "
+              "what each outcome means: table.md (beside this file) and this run's description.", ""]
     lines += [f"- **{what}**: " + " · ".join(f"[{label}]({link})" for label, link in links) for what, links in views]
     if samples:
         lines += ["- **Collapsed runs' sampled completions**: " + "; ".join(
