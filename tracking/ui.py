@@ -89,8 +89,8 @@ def links(base_url: str, uri: str, grid: str) -> str:
     if cells is None:
         lines.append("Claims' verdicts and cell comparison: none yet (the grid is not aggregated and synced)")
     else:
-        lines += ["Claims (statement, estimate, outcome and what it means, P(same outcome on a rerun)); "
-                  "table.md and the plots beside them:", parent_link(base_url, seeds, parent_run_id(uri, seeds, grid)),
+        lines += ["Claims, the report (outcome, estimate and interval, P(a rerun agrees); every view and the collapsed "
+                  "runs' samples one click away; table.md and the plots beside it):", parent_link(base_url, seeds, parent_run_id(uri, seeds, grid)),
                   "Intervals (each claim's contrast, each recipe's staleness cost per lag; 95% or the claim's level):",
                   intervals_link(base_url, cells)]
         for lag in viewed_lags(uri, cells, COMPARISON_VIEW):
