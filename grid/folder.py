@@ -41,7 +41,7 @@ RERUN = "rerun.json"  # a rerun's declaration and its comparison with the first 
 TABLE_FORMATS = ("md", "csv", "tex")
 # pareto and lag_vs_length: a queue grid's (analysis.cells.pareto), a text panel for any other, so that every
 # grid's report has the same files (the aggregate rule declares them before the grid exists)
-PLOTS = ("curves", "mismatch", "collapse", "staleness", "pareto", "lag_vs_length")
+PLOTS = ("curves", "mismatch", "dynamics", "collapse", "staleness", "pareto", "lag_vs_length")
 # every file analysis.report.write writes into the grid folder, in the order it writes them
 REPORT_FILES = (*(f"table.{fmt}" for fmt in TABLE_FORMATS), *(f"{name}.png" for name in PLOTS), JOB_TIMES, SUMMARY)
 QUEUE_PLOTS = ("pareto", "lag_vs_length")  # a queue grid's only (lag_mode queue): no placeholder image for another

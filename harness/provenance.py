@@ -122,7 +122,12 @@ def start_attempt(run: RunDir, engine_version: int = 1) -> None:
 
 
 def finish_attempt(run: RunDir, status: str) -> None:
-    """Mark the last attempt finished with ``status``."""
+    """Mark the last attempt finished with ``status``, naming the sampled completions it left (the run folder's
+    samples file, RunDir.samples_path: its rows and sha256), if the engine keeps any."""
     record = run.read_provenance()
     record["attempts"][-1].update(finished=now(), status=status)
+    if run.samples_path.exists():
+        data = run.samples_path.read_bytes()
+        record["attempts"][-1]["samples"] = {"file": str(run.samples_path.relative_to(run.path)),
+                                             "rows": data.count(b"\n"), "sha256": hashlib.sha256(data).hexdigest()}
     run.write_provenance(record)

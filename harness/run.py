@@ -36,6 +36,7 @@ from harness.run_config import BASE_MODEL, PinnedRun, recipe_fingerprint
 
 CONFIG, PROVENANCE = "config.json", "provenance.json"
 STATUS, METRICS, FINGERPRINT = "status.json", "metrics.jsonl", "fingerprint.json"
+SAMPLES = "samples.jsonl"  # under train/: sampled completions at the evaluation steps (an engine's, if it keeps any)
 STATUS_PATTERN = f"train/{STATUS}"  # relative to a run folder: the workflow's train output
 # An engine's own files and folders under train/, by role (RunDir.engine_file): the cluster engine's
 # resume checkpoints and HF saves, its job script and the settings slime reads, the marks of a
@@ -105,6 +106,10 @@ class RunDir:
     @property
     def metrics_path(self) -> Path:
         return self.train_dir / METRICS
+
+    @property
+    def samples_path(self) -> Path:
+        return self.train_dir / SAMPLES
 
     @property
     def fingerprint_path(self) -> Path:
@@ -194,6 +199,13 @@ class RunDir:
     def append_metrics(self, rows: list[dict]) -> None:
         """Append training steps; a step not after the last one raises (two writers on one run)."""
         append_jsonl_atomic(self.metrics_path, rows, increasing="step")
+
+    def read_samples(self) -> list[dict]:
+        """The run's sampled completions ([] for an engine or a run that kept none)."""
+        return read_jsonl(self.samples_path)
+
+    def write_samples(self, rows: list[dict]) -> None:
+        write_jsonl_atomic(self.samples_path, rows)
 
     def keep_metrics_through(self, step: int) -> None:
         """Cut metrics.jsonl back to the steps up to ``step`` (a resume redoes the later ones)."""

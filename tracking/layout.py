@@ -20,7 +20,8 @@ import math
 import re
 
 from analysis.cells.summary import SCORES
-from analysis.report.colors import RECIPE_PARAM
+from analysis.report.colors import SERIES_TAG
+from analysis.report.dynamics import BAND
 from grid.claims import KINDS
 from harness.run_config import PinnedRun
 from tracking.store import KIND, SEED_RUNS_FILTER
@@ -171,14 +172,14 @@ def staleness_cost_metric(claims: list[dict]) -> str:
     return next((c["metric"] for c in claims if KINDS[c["kind"]].is_cost), "auc")
 
 
-# Grouped by the recipe alone, the lag being each view's filter: MLflow colours a group by a hash of its id, which
-# holds the grouping's values, and so a recipe has one colour in the view of every lag, the seed runs' and the
-# comparison's alike, and in the PNGs (analysis.report.colors).
-BY_RECIPE = {"aggregateFunction": "average", "groupByKeys": [{"mode": "param", "groupByData": RECIPE_PARAM}]}
+# Grouped by the recipe alone (its series tag), the lag being each view's filter: MLflow colours a group by a hash of
+# its id, which holds the tag's value, chosen to give each recipe its colour of analysis.report.colors, in the view of
+# every lag, the seed runs' and the comparison's alike, and in the PNGs.
+BY_RECIPE = {"aggregateFunction": "average", "groupByKeys": [{"mode": "tag", "groupByData": SERIES_TAG}]}
 # The UI names a line chart's x axis (Step) but draws no y-axis title, and its runs page ignores a chart's
 # displayName (MLflow 3.17 passes useMetricDisplayName false there): a chart's section title names its y axis, first,
 # where the UI cuts a long title
-Y_SCORE = "y: {task} test score, %"
+Y_SCORE = "y: score %"  # the chart's own title names the task (eval/<task>/score); a title shows ~26 characters
 
 
 def seed_runs_view(tasks: tuple[str, ...], lag: int) -> dict:
@@ -186,10 +187,26 @@ def seed_runs_view(tasks: tuple[str, ...], lag: int) -> dict:
     each chart draws per recipe the mean of its seeds over the band from their minimum to their maximum (MLflow's
     grouped values), a chart per scored task's test score; the filter names the lag and a recipe clause to edit
     (``params.recipe LIKE '%'``: every recipe; ``= 'grpo'`` one), each group's eye in the run list hides a recipe."""
-    sections = [_section(f"stalebench-seeds-{task}", Y_SCORE.format(task=task) + f"; lag {lag}: the seeds' mean over "
-                         "their min-max band", 480) for task in tasks]
-    return _grouped_view(f"{SEED_RUNS_FILTER} AND params.lag = '{lag}' AND params.{RECIPE_PARAM} LIKE '%'", sections,
+    sections = [_section(f"stalebench-seeds-{task}", f"{Y_SCORE}, band {BAND}", 480) for task in tasks]
+    return _grouped_view(f"{SEED_RUNS_FILTER} AND params.lag = '{lag}' AND params.recipe LIKE '%'", sections,
                          [_chart("LINE", section["uuid"], f"eval/{task}/score") for section, task in zip(sections, tasks)])
+
+
+def dynamics_view(groups: list[tuple[str, list[str]]], lag: int) -> dict:
+    """The training dynamics' shared view at one lag (tracking.store.dynamics_link): the seed runs grouped by recipe,
+    a section per group of analysis.report.dynamics (clip fraction, ratio spread, entropy, reward, off-policy
+    diagnostics, response length) with a chart per training metric the runs log (``groups``, dynamics_keys'), each
+    recipe's mean over its seeds over the band from their minimum to their maximum (the band's method in the title,
+    as on dynamics.png)."""
+    sections, charts = [], []
+    for index, (name, keys) in enumerate(groups):
+        # one chart a row: at 1440 px beside the UI's assistant, three a row cut every title and legend; no points
+        # (a training metric has a value at every step: points drew slowly and hid the lines)
+        section = _section(f"stalebench-dynamics-{index}", f"{name}, band {BAND}", 320)
+        sections.append(section)
+        charts += [{**_chart("LINE", section["uuid"], f"train/{key}"), "displayPoints": False,
+                    "uuid": f"{section['uuid']}-{key.replace('/', '-')}"} for key in keys]
+    return _grouped_view(f"{SEED_RUNS_FILTER} AND params.lag = '{lag}'", sections, charts)
 
 
 def _grouped_view(search: str, sections: list[dict], charts: list[dict]) -> dict:
@@ -232,21 +249,16 @@ def intervals_view(keys: list[str]) -> dict:
             "isAccordionReordered": True}
 
 
-def comparison_view(task: str, lag: int, band: str, cost_metric: str | None) -> dict:
+def comparison_view(task: str, lag: int, band: str, labels: list[str]) -> dict:
     """A shared view of the comparison experiment at one lag (tracking.store.comparison_link): its cells' mean
     and band runs (tracking.runs.comparison_runs), grouped by recipe (the view holds one lag) with the groups'
     values in the charts, so that the test-score chart draws one line per recipe, the average of its mean,
     low and high runs (the mean: the interval is symmetric), over the band from their minimum to their maximum
-    (the 95% interval; ``band`` names its method, in the chart's section title); ``cost_metric`` (a lag other
-    than the reference): also the bar chart of staleness_cost/<metric>, a bar per recipe named in the legend
-    (the band runs do not carry it). Each chart in a section of its own, full width, tall enough for the
-    legend's every recipe."""
-    score = f"eval/{task}/score"
-    title = Y_SCORE.format(task=task) + f"; band: 95% interval, {band}"  # short: the UI cuts a long section title
-    sections, charts = [_section("stalebench-score", title, 560)], [_chart("LINE", "stalebench-score", score)]
-    if cost_metric:
-        cost = f"staleness_cost/{cost_metric}"
-        sections.append(_section("stalebench-cost", f"x: staleness cost, {cost_metric} points (lag {lag} minus the "
-                                                    "smallest); a bar per recipe, named in the legend", 440))
-        charts.append(_chart("BAR", "stalebench-cost", cost))
-    return _grouped_view(f"params.lag = '{lag}'", sections, charts)
+    (the 95% interval; ``band`` names its method, in the chart's section title). Every group (``labels``: the
+    cells' series labels, analysis.report.colors.series_label) folded in the run list, which so names the recipes
+    and no band run. The staleness costs with their
+    intervals are the intervals' charts (intervals_view): MLflow's bar chart draws no interval."""
+    title = f"{Y_SCORE}, 95% {band}"  # short: the UI cuts a section title past ~26 characters at 1440 px
+    view = _grouped_view(f"params.lag = '{lag}'", [_section("stalebench-score", title, 560)],
+                         [_chart("LINE", "stalebench-score", f"eval/{task}/score")])
+    return {**view, "groupsExpanded": {f"tag.{SERIES_TAG}.{label}": False for label in labels}}

@@ -10,33 +10,39 @@ import os
 import tempfile
 from pathlib import Path
 
+from analysis.report.colors import SERIES_TAG, series_label
+from analysis.report.dynamics import dynamics_keys
 from analysis.report.interval_plots import interval_figures
-from analysis.report.render import Section, Table, markdown
-from analysis.report.tables import (
-    METHOD_NAMES,
-    claim_conclusions,
-    claim_text,
-    claims_section,
-    replication_text,
-)
+from analysis.report.tables import METHOD_NAMES
 from grid.folder import GridDir
 from grid.settings import Config, thawed
 from harness.io import write_json_atomic, write_text_atomic
 from tracking import layout
+from tracking.parent import claim_tags, report_markdown, tuning_markdown
 from tracking.store import (
     COMPARISON_SUFFIX,
     COMPARISON_VIEW,
+    DYNAMICS_VIEW,
     INTERVALS_VIEW,
     SEED_RUNS_VIEW,
     SUMMARY_SUFFIX,
     TUNING_SUFFIX,
     VERDICTS_ARTIFACT,
+    comparison_link,
+    dynamics_link,
+    intervals_link,
+    parent_link,
+    ui_link,
 )
 from tracking.writer import Writer
 
 SYNCED = "stalebench.synced_step."  # + "train" or "eval.<task>": last step already logged
 TUNING_ARTIFACT = "tuning.md"  # the parent run's pick table (tuning_markdown)
 CURVE_DIGEST = "stalebench.curve_digest"  # a summary run's: the curve last logged
+SAMPLES_DIGEST = "stalebench.samples_digest"  # a seed run's: the samples file last logged as its table
+SAMPLES_TABLE = "samples.json"  # a seed run's sampled completions (the run folder's samples file) as a table
+# its columns in reading order (the file's rows have their keys sorted); any other key after them
+SAMPLES_COLUMNS = ("step", "prompt", "completion", "reward", "length", "log_ratio_behaviour_target", "policy_version")
 MLFLOW_STATUS = {"completed": "FINISHED", "diverged": "FAILED", "failed": "FAILED"}
 SCORE_UNITS = ("Scores (eval/TASK/score, fixed, best, selected, auc, their differences such as staleness_cost/* and "
                "vs_baseline/*, and their intervals' bounds, /se and /spread) are in percent (avg@k x 100), as in "
@@ -67,6 +73,9 @@ class Tracker:
         self.comparison_experiment_id, self.drawn = None, {}  # the comparison views' experiment: final sync only
         self.existing = self.writer.existing(self.experiment_id)
         self.stride = stride
+        self.train_keys: set[str] = set()  # the training metrics the synced runs log (share_dynamics)
+        self.collapsed: list[tuple[str, int, int, str]] = []  # (recipe, lag, seed, run id): a collapsed run's samples
+        self.with_samples = False  # whether any synced run keeps samples (the report says where they are)
         self.tasks = config.eval.scored_tasks
         for lag in config.lags:
             self.writer.share_view(self.experiment_id, SEED_RUNS_VIEW.format(lag=lag),
@@ -85,7 +94,7 @@ class Tracker:
     def sync_parent(self, grid_path: Path, summary: dict | None, pick: dict | None = None, n_runs: int = 0) -> str:
         """The grid's run; ``summary`` (final sync): its claims' verdicts as tags (``claim.<name>``,
         ``claim.<name>.estimate``, ``claims``) and as the run's description (the claims table of
-        table.md), the report files as artifacts with the verdicts table (verdicts_markdown);
+        table.md), the report files as artifacts (the report page, verdicts.md: sync_report, once the views exist);
         ``pick`` (a tuning grid's tuning.json, once written): each recipe's picked value as a tag
         ``tuning.picked.<recipe>``, and in a final sync the pick's table as tuning.md; ``n_runs``: the grid's
         runs there are (tracking.sync counts them), a tag."""
@@ -102,8 +111,7 @@ class Tracker:
         if final:
             with tempfile.TemporaryDirectory(prefix="track_") as tmp:
                 write_json_atomic(Path(tmp) / "workflow_config.json", thawed(self.config.raw))
-                write_text_atomic(Path(tmp) / VERDICTS_ARTIFACT, verdicts_markdown(summary))
-                written = [Path(tmp) / "workflow_config.json", Path(tmp) / VERDICTS_ARTIFACT]
+                written = [Path(tmp) / "workflow_config.json"]
                 if pick is not None:
                     write_text_atomic(Path(tmp) / TUNING_ARTIFACT, tuning_markdown(self.config.grid, pick))
                     written.append(Path(tmp) / TUNING_ARTIFACT)
@@ -137,9 +145,10 @@ class Tracker:
                                             self.tuning_experiment_id, self.candidates, start_ms)
         tags = found.data.tags if found is not None else {}
         train_rows = run.read_metrics()
+        self.train_keys.update(*train_rows)
         times = layout.step_times_ms(train_rows, start_ms)
         metrics, problems = [], {}
-        new_tags = {**pinned.identity_keys, **extra_tags,
+        new_tags = {**pinned.identity_keys, **extra_tags, SERIES_TAG: series_label(recipe, self.config.recipes),
                     "run_dir": os.path.relpath(run.path.resolve(), self.config.results_dir.resolve())}
         provenance = run.read_provenance()
         if provenance is not None:
@@ -173,6 +182,8 @@ class Tracker:
                 new_tags["collapsed"] = str(bool(numbers["collapsed"])).lower()
         params = missing_params(found, {**layout.run_params(pinned, self.config.eval.as_dict(), problems), **extra_params})
         self.writer.log(run_id, metrics, params=params, tags=new_tags)
+        if self._samples(run_id, tags, run) and numbers and numbers.get("collapsed"):
+            self.collapsed.append((recipe, lag, seed, run_id))
         if status is None:
             self.writer.set_status(run_id, found, "RUNNING")
         else:
@@ -180,6 +191,51 @@ class Tracker:
             self.writer.set_status(run_id, found, MLFLOW_STATUS.get(status.get("status"), "FAILED"),
                                    max(end_ms, start_ms))
         return True
+
+    def _samples(self, run_id: str, tags: dict, run) -> bool:
+        """The run's sampled completions (RunDir.samples_path, if its engine keeps them) as its table SAMPLES_TABLE,
+        once per change of the file or of the table's form (their digest in ``tags``, the run's); whether it has them."""
+        if not run.samples_path.exists():
+            return False
+        self.with_samples = True
+        digest = hashlib.sha256(run.samples_path.read_bytes() + repr(SAMPLES_COLUMNS).encode()).hexdigest()[:16]
+        if tags.get(SAMPLES_DIGEST) != digest:
+            rows = run.read_samples()
+            self.writer.log_table(run_id, [{**dict.fromkeys(k for k in SAMPLES_COLUMNS if k in row), **row}
+                                           for row in rows], SAMPLES_TABLE)
+            self.writer.log(run_id, tags={SAMPLES_DIGEST: digest})
+        return True
+
+    def sync_report(self, parent_id: str, summary: dict) -> None:
+        """The report page, the parent run's verdicts.md (parent.report_markdown), with links relative to the UI's
+        root (each view of tracking.store, the collapsed runs' samples tables), and the grid experiment's
+        description opening with a link to it, so that the UI's own navigation (its experiments list, then the
+        grid's page) reaches it. After every other part of a final sync: the views and runs it links exist."""
+        lags = summary["lags"]
+        views = [("Intervals", [("each recipe's staleness cost, each claim's contrast",
+                                 intervals_link("", self.comparison_experiment_id))]),
+                 ("Training dynamics", [(f"lag {lag}", dynamics_link("", self.experiment_id, lag)) for lag in lags]),
+                 ("Test score per recipe", [(f"lag {lag}", comparison_link("", self.comparison_experiment_id, lag))
+                                            for lag in lags]),
+                 ("Seed runs", [(f"lag {lag}", ui_link("", self.experiment_id, lag)) for lag in lags])]
+        cells: dict[str, list] = {}
+        for recipe, lag, seed, run_id in sorted(self.collapsed):
+            cells.setdefault(f"{recipe}/lag{lag}", []).append(
+                (f"seed {seed}", f"/#/experiments/{self.experiment_id}/runs/{run_id}/artifacts/{SAMPLES_TABLE}"))
+        with tempfile.TemporaryDirectory(prefix="track_") as tmp:
+            write_text_atomic(Path(tmp) / VERDICTS_ARTIFACT, report_markdown(
+                summary, views, list(cells.items()) if self.with_samples else None))
+            self.writer.log_artifacts(parent_id, [Path(tmp) / VERDICTS_ARTIFACT])
+        self.writer.describe(self.experiment_id, f"**[The report: claims, intervals, dynamics, samples]("
+                             f"{parent_link('', self.experiment_id, parent_id)})**\n\n" + UNITS_NOTE.format(
+                                 grid=self.config.grid))
+
+    def share_dynamics(self) -> None:
+        """The training dynamics' view of each lag (layout.dynamics_view) over the metrics the synced runs log; none
+        before a run has logged a step."""
+        groups = dynamics_keys(self.train_keys)
+        for lag in self.config.lags if groups else ():
+            self.writer.share_view(self.experiment_id, DYNAMICS_VIEW.format(lag=lag), layout.dynamics_view(groups, lag))
 
     def candidate_runs(self, pick: dict | None, final: bool) -> list[tuple]:
         """The tuning runs (every candidate x selection lag x tuning seed) as (recipe, lag, seed,
@@ -211,13 +267,12 @@ class Tracker:
                 "means over seeds with their intervals and tests. " + SCORE_UNITS)
             self.comparison_experiment_id = self.writer.experiment(self.config.grid + COMPARISON_SUFFIX,
                                                                    DRAWN_NOTE.format(grid=self.config.grid))
-            cost_metric = layout.staleness_cost_metric(summary["claims"])
             for lag in summary["lags"]:
                 methods = {point["method"] for c in summary["cells"] if c["lag"] == lag for point in c["curve"]}
                 band = ", ".join(METHOD_NAMES.get(method, method) for method in sorted(methods))
                 self.writer.share_view(self.comparison_experiment_id, COMPARISON_VIEW.format(lag=lag),
-                                       layout.comparison_view(summary["test_task"], lag, band,
-                                                              None if lag == summary["reference_lag"] else cost_metric))
+                                       layout.comparison_view(summary["test_task"], lag, band, [
+                                           series_label(recipe, self.config.recipes) for recipe in summary["recipes"]]))
             self.cells = self.writer.existing(self.summary_experiment_id)
             self.drawn = self.writer.existing(self.comparison_experiment_id)
         recipe, lag = cell["recipe"], cell["lag"]
@@ -235,24 +290,21 @@ class Tracker:
         self.writer.log(run_id, self._curve(found, tags, summary, cell, "estimate") + self.writer.changed(found, values),
                         params=missing_params(found, params), tags=tags)
         self.writer.set_status(run_id, found, "FINISHED")
-        self.comparison_runs(parent_id, cell, summary, values)
+        self.comparison_runs(parent_id, cell, summary)
 
-    def comparison_runs(self, parent_id: str, cell: dict, summary: dict, values: dict) -> None:
+    def comparison_runs(self, parent_id: str, cell: dict, summary: dict) -> None:
         """The cell as the comparison views draw it, in the "<grid> comparison" experiment (DRAWN_NOTE), where no
-        run list, Compare or search of the grid's results meets them: its mean curve with its staleness cost
-        (``values``: the cell's numbers), and a run per bound of the curve's 95% interval (layout.BAND_PARTS)."""
+        run list, Compare or search of the grid's results meets them: its mean curve and a run per bound of the
+        curve's 95% interval (layout.BAND_PARTS). The staleness costs with their intervals: the intervals' charts."""
         recipe, lag = cell["recipe"], cell["lag"]
-        cost = f"staleness_cost/{layout.staleness_cost_metric(summary['claims'])}"  # what the bars draw
-        cost = {cost: values[cost]} if cost in values else {}
         for part, label in (("estimate", "mean"), *((part, part) for part in layout.BAND_PARTS)):
             drawn_id, drawn = self.writer.run(f"cell:{self.config.grid}:{recipe}:lag{lag}:{part}", "drawn",
                                               f"{recipe}/lag{lag} {label}", {"stalebench.grid_run": parent_id},
                                               self.comparison_experiment_id, self.drawn)
             tags = {"mlflow.note.content": f"The {label} of the test-score curve of cell {recipe}/lag{lag} (its "
-                                           "95% interval's bound for low and high), step by step. " + SCORE_UNITS}
+                                           "95% interval's bound for low and high), step by step. " + SCORE_UNITS,
+                    SERIES_TAG: series_label(recipe, self.config.recipes)}
             metrics = self._curve(drawn, tags, summary, cell, part)
-            if part == "estimate":
-                metrics += self.writer.changed(drawn, cost)
             self.writer.log(drawn_id, metrics, tags=tags, params=missing_params(drawn, {"recipe": recipe, "lag": str(lag)}))
             self.writer.set_status(drawn_id, drawn, "FINISHED")
 
@@ -284,45 +336,6 @@ def missing_params(found, params: dict) -> dict:
     left a run with none."""
     have = found.data.params if found is not None else {}
     return {k: v for k, v in params.items() if k not in have}
-
-
-def claim_tags(summary: dict) -> dict[str, str]:
-    """The claims' verdicts as the parent run's tags, and its description: the claims table of
-    table.md (or why there is none)."""
-    claims = summary["claims"]
-    tags = {f"claim.{c['name']}": c["verdict"] for c in claims}
-    tags.update({f"claim.{c['name']}.estimate": claim_text(c) for c in claims})
-    tags.update({f"claim.{c['name']}.replication": replication_text(c) for c in claims})
-    verdicts = [c["verdict"] for c in claims]
-    tags["claims"] = ", ".join(f"{verdicts.count(v)} {v}" for v in dict.fromkeys(verdicts)) or "none declared"
-    section = claims_section(summary)
-    tags["mlflow.note.content"] = "\n".join(markdown([section])) if section else claim_conclusions(summary)[0]
-    return tags
-
-
-def tuning_markdown(grid: str, pick: dict) -> str:
-    """The parent run's pick table (tuning.md): per recipe the tuned parameter, its candidates, the
-    picked value and the recipe name its confirmation runs carry (params.recipe), and the rule. No
-    tuning score: as in table.md, the best of several noisy scores is biased upward (the winner's
-    curse, docs/statistics.md); the scores stay in tuning.json, the pick's input."""
-    rows = [[recipe, ", ".join(entry["param"]), ", ".join(map(str, entry["values"])), str(entry["picked"]),
-             entry["variant"]] for recipe, entry in pick["recipes"].items()]
-    header = ["recipe", "parameter", "candidates", "picked", "confirmation runs' recipe"]
-    rule = (f"Each recipe's value was picked on tuning seeds {pick['seeds']} by the {pick['metric']} averaged over "
-        f"lags {pick['lags']}: {pick['rule']}. The candidates' runs are in the experiment '{grid}{TUNING_SUFFIX}'; "
-        "their scores are the pick's input (tuning.json), not results. The picked values' results are their runs "
-        f"on the confirmation seeds, in the experiment '{grid}' (table.md).")
-    return "\n".join(markdown([Section(f"Equal tuning budget of grid {grid}: the pick", (Table.of(header, rows), rule))]))
-
-
-def verdicts_markdown(summary: dict) -> str:
-    """The parent run's claims table, table.md's (analysis.report.tables.claims_section): a row per claim, its
-    full name, its statement, its estimate, its outcome with what that outcome means, and P(same outcome on a
-    rerun); without claims, why there are none."""
-    section = claims_section(summary)
-    if section is None:
-        return "\n".join(claim_conclusions(summary)) + "\n"
-    return "\n".join(markdown([section]))
 
 
 def baseline_note(summary: dict, lag: int) -> str:

@@ -34,6 +34,7 @@ PROXIED = "mlflow-artifacts:"
 KIND = "stalebench.kind"  # a run's kind: parent | run | cell | drawn (a comparison's line or band) | figure (intervals)
 SEED_RUNS_FILTER = f"tags.\"{KIND}\" = 'run'"
 SEED_RUNS_VIEW = "stalebench-seeds-lag{lag}"  # the seed runs' experiment's shared view of one lag (ui_link)
+DYNAMICS_VIEW = "stalebench-dynamics-lag{lag}"  # the seed runs' experiment's training dynamics at one lag
 COMPARISON_VIEW = "stalebench-cells-lag{lag}"  # the comparison experiment's shared view of one lag (comparison_link)
 INTERVALS_VIEW = "stalebench-intervals"  # the comparison experiment's view of the intervals' charts (intervals_link)
 VERDICTS_ARTIFACT = "verdicts.md"  # the parent run's claims table (parent_link)
@@ -146,6 +147,12 @@ def ui_link(base_url: str, experiment_id: str, lag: int) -> str:
     """The grid's seed runs at one lag, as charts (layout.seed_runs_view: grouped by recipe, listed by name, every
     one drawn; by name because the runs view folds child runs under their parent while sorted by creation time)."""
     return _view_link(base_url, experiment_id, SEED_RUNS_VIEW.format(lag=lag))
+
+
+def dynamics_link(base_url: str, experiment_id: str, lag: int) -> str:
+    """The training dynamics of the grid's seed runs at one lag (layout.dynamics_view: a chart per metric, a line per
+    recipe over its seeds' band)."""
+    return _view_link(base_url, experiment_id, DYNAMICS_VIEW.format(lag=lag))
 
 
 def comparison_link(base_url: str, comparison_experiment_id: str, lag: int) -> str:

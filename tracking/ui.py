@@ -8,7 +8,7 @@ waits until it answers, prints its links and runs until Ctrl-C, first what the g
 grid's parent run at its claims table (tracking.store.parent_link); a cell comparison per lag (the "<grid>
 comparison" experiment as charts in the views tracking.sync shares on it: a line per recipe over its 95% band,
 the staleness-cost bars; tracking.store.comparison_link); then the grid's seed runs per lag as charts, grouped by
-recipe (tracking.layout.seed_runs_view: each recipe in its colour of the comparison, every run drawn). The server logs warnings and errors only (no access log: a line per request scrolled the links away).
+recipe (tracking.layout.seed_runs_view: each recipe in its colour of the comparison, every run drawn), after the training dynamics per lag (tracking.layout.dynamics_view). The server logs warnings and errors only (no access log: a line per request scrolled the links away).
 The server runs without MLflow's job runner (its huey workers serve GenAI jobs this harness never
 submits; with them the UI's processes took 2.7 GB instead of 0.75, docs/mlflow.md):
 MLFLOW_SERVER_ENABLE_JOB_EXECUTION=true in the environment turns it back on. The links are read from the
@@ -34,12 +34,14 @@ from grid.settings import Config
 from tracking.store import (
     COMPARISON_SUFFIX,
     COMPARISON_VIEW,
+    DYNAMICS_VIEW,
     SEED_RUNS_VIEW,
     SHARED_VIEW_TAG,
     TUNING_SUFFIX,
     artifact_destination,
     check_reachable,
     comparison_link,
+    dynamics_link,
     intervals_link,
     local_store,
     parent_link,
@@ -87,13 +89,16 @@ def links(base_url: str, uri: str, grid: str) -> str:
     if cells is None:
         lines.append("Claims' verdicts and cell comparison: none yet (the grid is not aggregated and synced)")
     else:
-        lines += ["Claims (statement, estimate, outcome and what it means, P(same outcome on a rerun)); "
-                  "table.md and the plots beside them:", parent_link(base_url, seeds, parent_run_id(uri, seeds, grid)),
+        lines += ["Claims, the report (outcome, estimate and interval, P(a rerun agrees); every view and the collapsed "
+                  "runs' samples one click away; table.md and the plots beside it):", parent_link(base_url, seeds, parent_run_id(uri, seeds, grid)),
                   "Intervals (each claim's contrast, each recipe's staleness cost per lag; 95% or the claim's level):",
                   intervals_link(base_url, cells)]
         for lag in viewed_lags(uri, cells, COMPARISON_VIEW):
             lines += [f"Cell comparison at lag {lag} (a line per recipe, the mean test score over its 95% band):",
                       comparison_link(base_url, cells, lag)]
+    for lag in viewed_lags(uri, seeds, DYNAMICS_VIEW):
+        lines += [f"Training dynamics at lag {lag} (clip fraction, ratio spread, entropy, reward, off-policy "
+                  "diagnostics: per recipe its seeds' mean over their min-max band):", dynamics_link(base_url, seeds, lag)]
     for lag in viewed_lags(uri, seeds, SEED_RUNS_VIEW):
         lines += [f"Seed runs at lag {lag} (a line per recipe, the mean of its seeds over their min-max band):",
                   ui_link(base_url, seeds, lag)]

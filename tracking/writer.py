@@ -52,8 +52,12 @@ class Writer:
             experiment_id = experiment.experiment_id
             if experiment.lifecycle_stage == "deleted":
                 self.client.restore_experiment(experiment_id)
-        self.client.set_experiment_tag(experiment_id, "mlflow.note.content", note)  # the UI's description
+        self.describe(experiment_id, note)
         return experiment_id
+
+    def describe(self, experiment_id: str, note: str) -> None:
+        """``note`` (Markdown) as the experiment's description, which the UI shows on its page."""
+        self.client.set_experiment_tag(experiment_id, "mlflow.note.content", note)
 
     def share_view(self, experiment_id: str, key: str, view: dict) -> None:
         """Store ``view`` as the experiment's shared view ``key``: the state the UI's Share button saves
@@ -141,6 +145,18 @@ class Writer:
                 self.client.log_artifact(run_id, str(path), folder)
             else:
                 repository.log_artifact(str(path), folder)
+
+    def log_table(self, run_id: str, rows: list[dict], name: str) -> None:
+        """``rows`` as the run's table artifact ``name`` (.json), in the form MlflowClient.log_table writes (pandas'
+        orient "split": columns, data; the tag mlflow.loggedArtifacts lists it as a table, which the UI's artifact
+        view draws as one), replaced, not appended to (log_table appends to an existing table: a re-sync would repeat
+        every row), and written where log_artifacts writes (log_table's own upload needs the server)."""
+        columns = list(dict.fromkeys(key for row in rows for key in row))
+        with tempfile.TemporaryDirectory(prefix="track_table_") as tmp:
+            path = Path(tmp) / name
+            path.write_text(json.dumps({"columns": columns, "data": [[row.get(c) for c in columns] for row in rows]}))
+            self.log_artifacts(run_id, [path])
+        self.log(run_id, tags={"mlflow.loggedArtifacts": json.dumps([{"path": name, "type": "table"}])})
 
     def log_images(self, run_id: str, images: list[tuple[str, Path]]) -> None:
         """PNG files as the run's images, each under its key at step 0, as MlflowClient.log_image stores them (the

@@ -25,16 +25,16 @@ def claim_key(name: str) -> str:
     return f"claim/{name}"
 
 
-def contrast_panel(ax, claim: dict, words: str) -> None:
+def contrast_panel(ax, claim: dict, words: str, recipes: list[str]) -> None:
     """A claim's contrast (summary.json's claims[]: estimate, low, high, smallest_effect) in points (a collapse
     claim: as a difference of rates), its interval at the claim's level, 0 and +-delta dashed, ``words`` naming the
-    contrast on the x axis, its verdict in the title; drawn in the colour of the claim's recipe."""
+    contrast on the x axis, its verdict in the title; drawn in the colour of the claim's recipe (of ``recipes``)."""
     rate = KINDS[claim["kind"]].scale == "rate"
     scale, unit = (1, "difference of collapse rates") if rate else (100, "points")
     estimate = scale * claim["estimate"]
     low, high = (estimate if claim[k] is None else scale * claim[k] for k in ("low", "high"))
     ax.errorbar([0], [estimate], yerr=[[estimate - low], [high - estimate]], fmt="o", capsize=8, markersize=7,
-                color=recipe_colour(claim["recipe"]))
+                color=recipe_colour(claim["recipe"], recipes))
     ax.axhline(0, color="grey", linewidth=0.8)
     if claim.get("smallest_effect"):
         delta = scale * claim["smallest_effect"]
@@ -62,7 +62,7 @@ def interval_figures(config: Config, summary: dict, endpoint: str, folder: Path)
     for claim in summary["claims"]:
         if claim["verdict"] != NOT_TESTED and claim["estimate"] is not None:
             fig, ax = plt.subplots(figsize=(5.0, 4.8))
-            contrast_panel(ax, claim, words[claim["name"]])
+            contrast_panel(ax, claim, words[claim["name"]], recipes)
             charts.append((claim_key(claim["name"]), fig))
     written = []
     for key, fig in charts:

@@ -2,7 +2,7 @@
 curves of collapse per lag, the staleness cost per recipe with its interval, claims marked, and for a
 queue grid (lag mode queue) the Pareto front of modelled time against score and each group's lag
 against its modelled length (drawn for a queue grid only; a text panel where its runs lack the data).
-Each recipe is drawn in its colour of the MLflow views (analysis.report.colors.recipe_colour) and, where two
+Each recipe is drawn in its chosen colour, the MLflow views' (analysis.report.colors.recipe_colour) and, where two
 recipes share a colour, told apart by its marker (its place in the grid's recipe list)."""
 from __future__ import annotations
 
@@ -37,9 +37,9 @@ def plot_curves(config: Config, runs: list[RunResult], path: Path) -> None:
             curve = score_curve(cells.get((recipe, lag), []), config.steps)
             steps = [point["step"] for point in curve]
             ax.plot(steps, [100 * point["estimate"] for point in curve], marker=_marker(i), markersize=3,
-                    color=recipe_colour(recipe), label=recipe)
+                    color=recipe_colour(recipe, config.recipes), label=recipe)
             ax.fill_between(steps, [100 * point["low"] for point in curve], [100 * point["high"] for point in curve],
-                            color=recipe_colour(recipe), alpha=0.2, linewidth=0)
+                            color=recipe_colour(recipe, config.recipes), alpha=0.2, linewidth=0)
         ax.set(title=f"lag {lag}", xlabel="step", ylabel="test score (%, avg@k)")
         ax.grid(alpha=0.3)
     axes[0][-1].legend(fontsize=7)
@@ -64,7 +64,8 @@ def plot_mismatch(config: Config, runs: list[RunResult], path: Path) -> None:
                         if value is not None and math.isfinite(value) and value > 0:
                             series.setdefault(line["step"], []).append(value)
                 steps = sorted(series)
-                ax.plot(steps, [np.mean(series[s]) for s in steps], label=recipe, linewidth=1, color=recipe_colour(recipe))
+                ax.plot(steps, [np.mean(series[s]) for s in steps], label=recipe, linewidth=1,
+                        color=recipe_colour(recipe, config.recipes))
             ax.set_yscale("log")
             ax.set(title=f"lag {lag}: {key}", xlabel="step" if row == len(QUANTILES) - 1 else None)
             ax.grid(alpha=0.3)
@@ -87,7 +88,7 @@ def plot_collapse(summary: dict, path: Path) -> None:
             # curves that coincide (no collapse: all at 1) told apart where they are: each next recipe drawn
             # narrower and in its own dash on top of the ones before, never moved off its values
             ax.step(steps, alive, where="post", linewidth=1.2 + 2.4 * (len(recipes) - 1 - i) / max(len(recipes) - 1, 1),
-                    linestyle=COLLAPSE_DASHES[i % len(COLLAPSE_DASHES)], color=recipe_colour(recipe),
+                    linestyle=COLLAPSE_DASHES[i % len(COLLAPSE_DASHES)], color=recipe_colour(recipe, recipes),
                     label=f"{recipe} ({cell['collapse']['k']}/{cell['collapse']['n']})")
         ax.set(title=f"lag {lag}: runs not yet collapsed (Kaplan-Meier)", xlabel="step",
                ylabel="fraction of runs", ylim=(-0.05, 1.05))
@@ -131,12 +132,12 @@ def cost_panel(ax, summary: dict, endpoint: str, lag: int) -> None:
         high = stat["estimate"] if stat["high"] is None else stat["high"]
         ax.errorbar(x, 100 * stat["estimate"], yerr=[[100 * (stat["estimate"] - low)],
                                                      [100 * (high - stat["estimate"])]],
-                    fmt="s" if recipe in marked else "o", color=recipe_colour(recipe), capsize=3,
-                    markerfacecolor=recipe_colour(recipe) if recipe in marked else "white")
+                    fmt="s" if recipe in marked else "o", color=recipe_colour(recipe, recipes), capsize=3,
+                    markerfacecolor=recipe_colour(recipe, recipes) if recipe in marked else "white")
     ax.axhline(0, color="grey", linewidth=0.8)
     ax.set_xticks(range(len(recipes)), recipes, rotation=30, ha="right")
     for tick, recipe in zip(ax.get_xticklabels(), recipes):
-        tick.set(color=recipe_colour(recipe), fontweight="bold" if recipe in marked else "normal")
+        tick.set(color=recipe_colour(recipe, recipes), fontweight="bold" if recipe in marked else "normal")
     ax.set(title=f"{ENDPOINT_NAMES[endpoint]}: lag {lag} minus lag {reference_lag}",
            ylabel="staleness cost (points, 95% CI)")
     ax.grid(alpha=0.3, axis="y")
@@ -171,7 +172,7 @@ def plot_staleness_by_lag(summary: dict, path: Path) -> None:
                 below.append(100 * (stat["estimate"] - low))
                 above.append(100 * (high - stat["estimate"]))
             ax.errorbar(xs, ys, yerr=[below, above], marker=_marker(i), markersize=3, capsize=2, linewidth=1,
-                        color=recipe_colour(recipe), label=recipe)
+                        color=recipe_colour(recipe, recipes), label=recipe)
         ax.axhline(0, color="grey", linewidth=0.8)
         thresholds = {c["threshold"] for c in summary["claims"] if c.get("threshold") and c["metric"] == endpoint}
         for threshold in sorted(thresholds):
@@ -213,7 +214,7 @@ def plot_pareto(summary: dict, path: Path) -> None:
             above = [100 * (row[endpoint]["high"] - row[endpoint]["estimate"]) if row[endpoint]["high"] is not None
                      else 0.0 for row in rows]
             bars = ax.errorbar(xs, ys, yerr=[below, above], fmt=_marker(i), markersize=4, capsize=2, label=recipe,
-                               color=recipe_colour(recipe))
+                               color=recipe_colour(recipe, summary["recipes"]))
             for x, y, row in zip(xs, ys, rows):
                 ax.annotate(f"b{row['bound']}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
             front = sorted((x, y) for x, y, row in zip(xs, ys, rows) if row["front"][endpoint])

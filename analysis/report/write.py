@@ -1,6 +1,7 @@
 """Write a finished grid's reports into <results_dir>/<grid> (docs/design.md), each atomically:
 table.md / table.csv / table.tex (analysis.report.tables: the claims' verdicts first, then rows =
-recipes, columns = lags), curves.png, mismatch.png, collapse.png (Kaplan-Meier), staleness.png,
+recipes, columns = lags), curves.png, mismatch.png, dynamics.png
+(analysis.report.dynamics), collapse.png (Kaplan-Meier), staleness.png,
 pareto.png and lag_vs_length.png (a queue grid's; a text panel for any other: analysis.report.plots),
 job_times.json (the jobs' wall times and the noise plans priced by them) and summary.json
 (analysis.cells.summary, with the generated conclusions; nothing timed, so the same runs give its same bytes). With config side_by_side, table.md
@@ -13,6 +14,7 @@ from analysis.claims.robustness import checked
 from analysis.claims.verdicts import answer
 from analysis.report import machines as provenance
 from analysis.report.compare import beside, beside_sections, load_beside
+from analysis.report.dynamics import plot_dynamics
 from analysis.report.plots import (
     plot_collapse,
     plot_curves,
@@ -97,6 +99,7 @@ def write_reports(config: Config, out: GridDir | None = None, progress: bool = T
     write_text_atomic(grid.table_path("tex"), render_latex(summary, report))
     plot_curves(config, runs, grid.plot_path("curves"))
     plot_mismatch(config, runs, grid.plot_path("mismatch"))
+    plot_dynamics(config, runs, grid.plot_path("dynamics"))
     plot_collapse(summary, grid.plot_path("collapse"))
     plot_staleness(summary, grid.plot_path("staleness"))
     if config.lag_mode == "queue":

@@ -61,6 +61,7 @@ from .params import engine_version
 from .prefix import forward_rows
 from .queue_rollout import generate_queued, group_record
 from .rollout import Rollout, RolloutEngine
+from .samples import keep_samples, sample_rows
 
 
 class Trainer:
@@ -118,6 +119,9 @@ class Trainer:
         """One trainer step on ``batch``: recompute, update, diagnostics; returns the metrics row."""
         recomputed = self.recompute(batch)
         update = self.update(batch, recomputed)
+        if batch.step % self.eval_every == 0 or batch.step == self.steps:  # an evaluation step: a few completions
+            keep_samples(self.run_dir, sample_rows(batch, recomputed.old_logp, recomputed.logmu,
+                                                   self.params["samples_per_step"]))
         return step_metrics(batch, recomputed, update)
 
     def minibatches(self, rows: int) -> list[slice]:

@@ -22,7 +22,7 @@ def test_coinciding_collapse_curves_keep_their_values_and_differ_in_width_and_da
     lines = ax.get_lines()
     assert [line.get_label() for line in lines] == [f"{r} (0/10)" for r in RECIPES]
     assert all(set(map(float, line.get_ydata())) == {1.0} for line in lines)  # 0/10 collapsed reads 1, exactly
-    assert [line.get_color() for line in lines] == [recipe_colour(r) for r in RECIPES]  # as in the MLflow views
+    assert [line.get_color() for line in lines] == [recipe_colour(r, RECIPES) for r in RECIPES]  # as in MLflow's
     assert len({(line.get_linewidth(), line.get_linestyle()) for line in lines}) == len(RECIPES)
     widths = [line.get_linewidth() for line in lines]
     assert widths == sorted(widths, reverse=True)  # the first drawn widest: each next one shows on top of it

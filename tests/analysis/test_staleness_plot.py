@@ -61,7 +61,8 @@ def test_two_lags_keep_the_per_recipe_panels(tmp_path, monkeypatch):
     assert len(figures[0].axes) == 2 and all(ax.get_title().endswith("lag 8 minus lag 0") for ax in figures[0].axes)
     for ax in figures[0].axes:  # the recipes named on the x axis, each drawn in its colour of the MLflow views
         assert [t.get_text() for t in ax.get_xticklabels()] == two["recipes"]
-        assert [c.lines[0].get_color() for c in ax.containers] == [recipe_colour(r) for r in two["recipes"]]
+        colours = [recipe_colour(r, two["recipes"]) for r in two["recipes"]]
+        assert [c.lines[0].get_color() for c in ax.containers] == colours
 
 
 def test_a_claims_contrast_with_its_interval_named_on_the_axis():
@@ -70,9 +71,10 @@ def test_a_claims_contrast_with_its_interval_named_on_the_axis():
              "estimate": 0.02, "low": -0.01, "high": 0.07, "smallest_effect": 0.05, "confidence": 0.99,
              "method": "paired-t"}
     fig, ax = plt.subplots()
-    contrast_panel(ax, claim, "staleness cost of sat_gspo minus that of grpo")
+    contrast_panel(ax, claim, "staleness cost of sat_gspo minus that of grpo", ["grpo", "sat_gspo"])
     ((line, _, (bars,)),) = [container.lines for container in ax.containers]
-    assert [round(float(y), 9) for y in line.get_ydata()] == [2.0] and line.get_color() == recipe_colour("sat_gspo")
+    assert [round(float(y), 9) for y in line.get_ydata()] == [2.0]
+    assert line.get_color() == recipe_colour("sat_gspo", ["grpo", "sat_gspo"])
     ((_, low), (_, high)) = bars.get_segments()[0]
     assert (round(float(low), 9), round(float(high), 9)) == (-1.0, 7.0)  # points, asymmetric as the summary's
     rules = [line for line in ax.get_lines() if list(line.get_xdata()) == [0, 1]]  # axhline: the axes' width

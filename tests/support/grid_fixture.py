@@ -112,3 +112,14 @@ def written_grid(config: dict) -> str:
     folder = GridDir.of(config)
     write_json_atomic(folder.config_path, config)
     return str(folder.path)
+
+
+def write_samples(config: dict, run: tuple[str, int, int] = COLLAPSED) -> list[dict]:
+    """A samples file (RunDir.samples_path, as engines/tiny/samples.py writes one) for ``run``: two completions per
+    evaluation step; returns its rows."""
+    rows = [{"step": step, "policy_version": max(step - 1 - run[1], 0), "prompt": "3 1 4 1 5 9", "completion": completion,
+             "reward": reward, "length": len(completion.split()) + 1, "log_ratio_behaviour_target": 0.01 * step}
+            for step in range(EVAL_EVERY, STEPS + 1, EVAL_EVERY)
+            for completion, reward in (("1 1 3 4 5 9", 1.0), ("1 1 1 1", 0.5 if step < 15 else 0.0))]
+    GridDir.of(config).run(*run).write_samples(rows)
+    return rows

@@ -8,7 +8,7 @@ import pytest
 
 from analysis.cells.summary import collect
 from analysis.claims.verdicts import replication_text
-from analysis.report.tables import size_text
+from analysis.report.tables import claim_text, size_text
 from analysis.report.write import summarize, write_reports
 from grid.config import validate
 from grid.expand import expand, grid_dir
@@ -23,6 +23,7 @@ from tests.support.grid_fixture import (
     EARLY_DIVERGED,
     START_TIME,
     make_grid,
+    write_samples,
     written_grid,
 )
 from tests.support.mlflow_server import mlflow_server, rest, run_params, run_tags
@@ -46,6 +47,7 @@ def synced(tmp_path_factory):
     saved = os.environ.pop("MLFLOW_TRACKING_URI", None)
     try:
         config = validate({**make_grid(tmp_path_factory.mktemp("track") / "results"), "claims": CLAIMS})
+        write_samples(config)  # the collapsed run's (COLLAPSED) sampled completions
         write_reports(Config.build(config), progress=False)
         first = track(config)
         client = MlflowClient(tracking_uri(config["results_dir"])[0])
@@ -97,9 +99,7 @@ def test_seed_runs_in_the_grid_experiment_summaries_in_their_own(synced):
             history = client.get_metric_history(run.info.run_id, "eval/tiny_test/score")
             assert [(m.step, m.value) for m in history] == [(p["step"], pytest.approx(100 * p[part]))
                                                             for p in cell["curve"] if p[part] is not None]
-        if cell["staleness_cost"] is not None:  # the cost bars' value, on the mean run
-            assert by_name[f"{name} mean"].data.metrics["staleness_cost/auc"] == by_name[f"summary {name}"].data.metrics[
-                "staleness_cost/auc"]
+        assert set(by_name[f"{name} mean"].data.metrics) == {"eval/tiny_test/score"}  # no cost bars: the intervals'
     keys = {key_of(config, r): r for r in expand(config)}
     for run in kinds["run"]:
         recipe, lag, seed = keys[run.data.tags["run_key"]]
@@ -122,10 +122,36 @@ def test_seed_runs_in_the_grid_experiment_summaries_in_their_own(synced):
     assert parent.info.artifact_uri == f"mlflow-artifacts:/{config['grid']}/{parent.info.run_id}/artifacts"
     folder = local_artifact_dir(config["results_dir"], parent.info.artifact_uri)
     assert {p.name for p in folder.iterdir()} == set(report_files(config["lag_mode"])) | {"workflow_config.json", VERDICTS_ARTIFACT}
-    rows = [line.split(" | ") for line in (folder / VERDICTS_ARTIFACT).read_text().splitlines()[4:] if line]
-    assert [(row[0].removeprefix("| "), row[1], row[3], row[4]) for row in rows] == [  # table.md's claims section
-        (c["name"], c["statement"], f"**{c['verdict']}**{size_text(c)}: {c['why']}", replication_text(c, with_range=True))
+    # the report page: a short row per claim (outcome, estimate with its interval, P(same outcome on a rerun)), then
+    # the views one click away and the collapsed runs' samples beside their cell
+    report = (folder / VERDICTS_ARTIFACT).read_text().splitlines()
+    rows = [line.split(" | ") for line in report[4:4 + len(summary_json["claims"])]]
+    assert [(row[0].removeprefix("| "), row[1], row[2], row[3].removesuffix(" |")) for row in rows] == [
+        (c["name"], f"**{c['verdict']}**", claim_text(c), replication_text(c, with_range=True))
         for c in summary_json["claims"]]
+    links = "\n".join(report[4 + len(summary_json["claims"]):])
+    for view in ("stalebench-intervals", *(f"stalebench-{kind}-lag{lag}" for kind in ("dynamics", "cells", "seeds")
+                                           for lag in config["lags"])):
+        assert f"viewStateShareKey={view})" in links, view
+
+
+def test_a_collapsed_runs_samples_are_its_table_and_the_report_links_them(synced):
+    config, client, first, _, second = synced
+    (run,) = client.search_runs([first["experiment_id"]], "params.recipe = 'grpo' AND "
+                                f"params.lag = '{COLLAPSED[1]}' AND params.seed = '{COLLAPSED[2]}'")
+    assert run.data.tags["collapsed"] == "true"
+    assert json.loads(run.data.tags["mlflow.loggedArtifacts"]) == [{"path": "samples.json", "type": "table"}]
+    table = json.loads((local_artifact_dir(config["results_dir"], run.info.artifact_uri) / "samples.json").read_text())
+    rows = GridDir.of(config).run(*COLLAPSED).read_samples()
+    assert table["columns"][:3] == ["step", "prompt", "completion"] and set(table["columns"]) == set(rows[0])
+    assert table["data"] == [[row[c] for c in table["columns"]] for row in rows]  # every row once, not twice
+    parent = client.get_run(second["parent_run_id"])
+    report = (local_artifact_dir(config["results_dir"], parent.info.artifact_uri) / VERDICTS_ARTIFACT).read_text()
+    link = f"/#/experiments/{first['experiment_id']}/runs/{run.info.run_id}/artifacts/samples.json"
+    assert f"grpo/lag{COLLAPSED[1]} [seed {COLLAPSED[2]}]({link})" in report
+    description = client.get_experiment(first["experiment_id"]).tags["mlflow.note.content"]
+    assert description.startswith(f"**[The report: claims, intervals, dynamics, samples](/#/experiments/"
+                                  f"{first['experiment_id']}/runs/{second['parent_run_id']}/artifacts/verdicts.md)**")
 
 
 def test_second_track_adds_none_and_updates(synced):
@@ -279,7 +305,7 @@ def test_filters_timestamps_and_a_moved_store_through_mlflow_server(synced, tmp_
                 body = rest(base, f"/get-artifact?path={name}&run_uuid={first['parent_run_id']}", raw=True)
                 assert body == (moved / config["grid"] / name).read_bytes()
             verdicts = rest(base, f"/get-artifact?path={VERDICTS_ARTIFACT}&run_uuid={first['parent_run_id']}", raw=True)
-            assert verdicts.decode().startswith("## Claims (confirmatory, declared in the config")
+            assert verdicts.decode().startswith(f"### Claims of grid {config['grid']}\n\n| claim | outcome |")
     finally:
         os.rename(original + ".away", original)
 

@@ -111,7 +111,7 @@ def test_make_ui_links_the_tuning_candidates_apart_from_the_seed_runs(tuned):
     printed = links("http://127.0.0.1:5000", first["tracking_uri"], config["grid"]).splitlines()
     at = printed.index("Tuning candidates (the tuning seeds: how each value was picked, never a result):")
     assert printed[at + 1] == f"http://127.0.0.1:5000/#/experiments/{first['tuning_experiment_id']}"
-    assert printed[0].startswith("Claims (statement, estimate, outcome")  # what the grid was run to answer, first
+    assert printed[0].startswith("Claims, the report (outcome, estimate and interval")  # what the grid was run to answer, first
     seeds = printed.index(f"Seed runs at lag {min(config['lags'])} (a line per recipe, the mean of its seeds over "
                           "their min-max band):")
     assert f"experiments/{first['experiment_id']}" in printed[seeds + 1] and seeds < at

@@ -69,6 +69,7 @@ rule aggregate:
         times=str(GRID_DIR.job_times_path),
         curves=report(str(GRID_DIR.plot_path("curves")), category="Plots"),
         mismatch=report(str(GRID_DIR.plot_path("mismatch")), category="Plots"),
+        dynamics=report(str(GRID_DIR.plot_path("dynamics")), category="Plots"),
         collapse=report(str(GRID_DIR.plot_path("collapse")), category="Plots"),
         staleness=report(str(GRID_DIR.plot_path("staleness")), category="Plots"),
         # a queue grid's plots, for a queue grid only (analysis.report.write; another's table.md says why)
