@@ -1,25 +1,22 @@
 """The tiny engine's RL loop: lagged bf16 rollouts, an fp32 trainer, resumable bit for bit.
 
 One trainer step s (1-based), as in an asynchronous system with one batch in flight:
-  1. the rollout engine generates the batch of step s + 1 (with the weights of the version the
-     lag schedule harness.lag.sampling_version names). Where that is version s, the weights this
-     step produces (lag 0, or a bounded draw of 0), it is generated after step 2, as in a
-     synchronous loop,
-  2. the trainer checks that the batch's realized lag is within its mode's bound
-     (harness.lag.check_realized_lag: the run fails naming the step otherwise), recomputes
-     old_logp on the batch of step s (float32, replaying the engine's routing under R3, or the
-     routing of the trainer's own recompute in the update under R2), builds group-normalised
-     advantages (GRPO, Shao et al. 2024; without the std division under the recipe's std_normalization:
-     false, Dr.GRPO's), calls the recipe's stabilizer on ``minibatches`` PolicyBatches and steps Adam after
-     each; optional KL to the base model with the k3 estimator (Schulman 2020): k3 = exp(ref - logp) - (ref - logp) - 1,
+  1. the rollout engine generates the batch of step s + 1 with the weights of the version that
+     harness.lag.sampling_version names (where that is version s, lag 0 or a bounded draw of 0, it is
+     generated after step 2, as in a synchronous loop),
+  2. the trainer checks the batch's realized lag against its mode's bound (harness.lag.check_realized_lag),
+     recomputes old_logp on the batch of step s (float32, replaying the engine's routing under R3, or the
+     trainer's own recompute routing in the update under R2), builds group-normalised advantages (GRPO,
+     Shao et al. 2024; Dr.GRPO's without the std division under std_normalization: false), calls the recipe's
+     stabilizer on ``minibatches`` PolicyBatches and steps Adam after each; optional KL to the base model
+     with the k3 estimator (Schulman 2020): k3 = exp(ref - logp) - (ref - logp) - 1,
   3. appends one metrics row (keys in docs/design.md), and every ``eval_every`` steps writes
      the resume state and then the checkpoint (Trainer.save: why in this order).
 
-Every random draw comes from a generator seeded by (seed, step), so the state to resume is
-just tensors: trainer weights, Adam moments, the weight snapshots the engine may still be
-broadcast, and the batch in flight. The engine's own weights are the bf16 cast of the snapshot of its version, so a
-resumed run re-broadcasts them before its first rollout (same bits). A run killed at any point ends with the same
-training metrics as an uninterrupted one, but for each row's ``time`` (when the step was produced, unix seconds).
+Every random draw comes from a generator seeded by (seed, step), so the state to resume is just tensors:
+trainer weights, Adam moments, the weight snapshots the engine may still be broadcast, and the batch in
+flight; the engine's weights are the bf16 cast of its version's snapshot, re-broadcast on resume (same bits).
+A run killed at any point ends with an uninterrupted run's training metrics but for each row's ``time``.
 """
 from __future__ import annotations
 
