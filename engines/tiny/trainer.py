@@ -31,13 +31,7 @@ from harness.lag import check_realized_lag, newest_sampling_version, oldest_need
 from harness.queue_lag import queue_model
 from harness.run import RunDir
 from harness.run_config import RunConfig
-from stabilizers import (
-    PolicyBatch,
-    ess_lr_scale,
-    loss_needs,
-    offpolicy_diagnostics,
-    validate_batch,
-)
+from stabilizers import PolicyBatch, ess_lr_scale, loss_needs, offpolicy_diagnostics, validate_batch
 
 from . import task
 from .adam import Adam  # torch.optim.Adam's updates without its torch._dynamo import (adam.py)
