@@ -256,6 +256,8 @@ def why(claim: Claim, decided: dict) -> str:
     text = f"{reading(decided['outcome'], claim.expect)} ({where}{decided['confidence']:.2%} interval)"
     if claim.expect == "equivalent" and decided["low"] is not None and (decided["low"] > 0 or decided["high"] < 0):
         text += f"; the contrast is not 0 either: {'above' if decided['low'] > 0 else 'below'} 0"
+    if decided["outcome"] == "opposite" and -claim.smallest_effect < decided["low"] and decided["high"] < claim.smallest_effect:
+        text += "; but inside +-delta: smaller than the smallest effect that matters"
     if not decided["final"] and decided["seeds_needed"]:
         text += f"; about {decided['seeds_needed']} seeds per cell would likely decide it"
     if decided.get("threshold_lag"):

@@ -80,3 +80,14 @@ def test_an_equivalence_claim_is_read_at_its_own_margin(margin, outcome):
     assert (row["estimate"], row["low"], row["high"]) == (pytest.approx(0.01), pytest.approx(0.01 - half),
                                                           pytest.approx(0.01 + half))
     assert row["low"] == pytest.approx(-0.039683, abs=1e-6) and row["verdict"] == outcome
+
+
+@pytest.mark.parametrize("low, high, inside", [(-0.04, -0.01, True), (-0.08, -0.01, False)])
+def test_an_opposite_outcome_inside_delta_says_so_in_its_own_words(low, high, inside):
+    """Issue 64: "opposite" with its interval inside +-delta (0.05) is the other sign and also smaller than
+    the smallest effect that matters; the row's words say both, so it is not read as a large reversal."""
+    decided = {"outcome": "opposite", "low": low, "high": high, "look": 1, "looks": 1, "confidence": 0.99,
+               "final": True, "seeds_needed": None}
+    text = claim_rules.why(claim(kind="recipes", recipe="a", versus="b", expect="greater"), decided)
+    assert text.startswith("against the claim: the other sign")
+    assert ("inside +-delta: smaller than the smallest effect that matters" in text) is inside
