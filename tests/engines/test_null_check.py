@@ -21,16 +21,17 @@ from tests.support.workflow_cli import planned_jobs, snakemake
 honest_generate = tiny_model.generate
 
 
-def truncating(model, prompts, new_tokens, *, temperature, top_p, generator, stop_at_eos=False):
+def truncating(model, prompts, new_tokens, *, temperature, top_p, generator, stop_at_eos=False, repeats=1):
     """The planted sampler: top_p 0.8 whatever it is asked; mu = the truncated, renormalised distribution."""
     return honest_generate(model, prompts, new_tokens, temperature=temperature, top_p=0.8, generator=generator,
-                           stop_at_eos=stop_at_eos)
+                           stop_at_eos=stop_at_eos, repeats=repeats)
 
 
 def truncating_recording_the_full_softmax(model, prompts, new_tokens, *, temperature, top_p, generator,
-                                          stop_at_eos=False):
+                                          stop_at_eos=False, repeats=1):
     """The planted sampler: samples at top_p 0.8 but records mu as if unrestricted."""
-    out = truncating(model, prompts, new_tokens, temperature=temperature, top_p=top_p, generator=generator)
+    out = truncating(model, prompts, new_tokens, temperature=temperature, top_p=top_p, generator=generator,
+                     repeats=repeats)
     plen = prompts.shape[1]
     logits = model(out.tokens[:, :-1]).logits[:, plen - 1:].float() / temperature
     return tiny_model.Samples(out.tokens, logits.log_softmax(-1), out.routing)
