@@ -1,31 +1,32 @@
-"""Is the printed replication probability calibrated, and do the demo's boundaries hold their level?
+"""Is the printed replication probability calibrated on the design the config declares, for the effects
+users meet, and do the design's boundaries hold their level?
 
-    .venv/bin/python -m benchmarks.bench_replication [--runs 500] [--truth-reruns 200000]
+    .venv/bin/python -m benchmarks.bench_replication [--config config.yaml] [--write docs/figures]
 
-The design config.yaml declares (read from it: its seed schedule's looks and boundary, alpha over its
-claims; the demo's 5 -> 8 -> 12 Pocock at 0.05 / 4 today), a claim with delta 10 points and per-seed sd 6 (claim (b)'s scale, docs/findings.md). For each truth
-(25 directional contrasts every 2 points from -14 to +34, the boundaries 0 and +-10 among them, and
-12 equivalence contrasts from 0 to 22) ``--runs`` first runs are simulated by this file's own code (numpy
-seeds, scipy's t, the outcome table of docs/statistics.md written out again); each prints, from its
-own data at its stopping look, the old plug-in (analysis.statistics.decision.simulate_contrast at the
-measured mean and sd: the rule before issue 47) and the new posterior predictive
-(analysis.statistics.predictive), same first runs. The truth a printed value is checked against: the
-chance that a rerun at the true effect gives the first run's outcome, from ``--truth-reruns`` reruns
-of this file's simulation. Calibration table: the runs binned by the printed value, per bin the mean
-printed and the mean true agreement (calibrated: equal; target |difference| <= 0.03 in every bin),
-and how often the true agreement lies in the printed 80% range. The same for collapse claims (Jeffreys
-Beta posteriors, exact binomial reruns; delta 0.2; 25 rate pairs, each rate 0.1 to 0.9 by 0.2; the
-truth by simulation with statsmodels' Newcombe interval). Then the demo's four claims at once, at the
-field's effects (claims sharing a recipe correlated): the printed P(every outcome again), a product
-that takes the claims as independent, against the true chance that a rerun repeats the first run's
-four outcomes. Then the declared design's boundaries: the joint miss of its levels by an independent
-simulation of the seeds, and the joint miss of the collapse claims'
-Newcombe intervals read at those (t-based) levels. Seeded: the same arguments print the same figures.
+The design is read from the config (default config.yaml: its looks and boundary, alpha over its claims,
+their smallest effect). Two distributions of truths (per-seed contrasts: mean, sd; AUC points):
+**field**, the field's measured contrasts (benchmarks/data/field_contrasts.csv, each with the
+docs/findings.md table it comes from; a staleness cost read as a "less" and as an "equivalent" claim, a
+difference of costs as a "greater" one), and **wide**, evenly spaced truths (directional every 2 points
+from -14 to +34, equivalence 0 to 22; sd 6), the boundaries 0 and +-delta among them. For each truth
+first runs of the design are simulated by this file's own code (numpy seeds, scipy's t, the outcome table
+written out again); each prints, from its own data at its stopping look, the project's posterior
+predictive (analysis.statistics.predictive, flat prior), and on the field also under a normal prior fitted
+to the field's effects (empirical Bayes). The truth it is checked against: the chance that a rerun at the
+true effect gives that run's outcome (``--truth-reruns`` reruns). Per bin of the printed value: mean
+printed against mean true (target |difference| <= 0.03 in every bin with >= 30 runs), the Monte Carlo
+error (sd of printed - true / sqrt(runs)), how often the truth lies in the 80% range; per truth the mean
+printed against the true P(two runs agree). Then collapse claims (25 rate pairs) and the boundaries' joint
+miss. ``--write DIR``: DIR/replication.md (all printed) and DIR/replication.json (the figures; :func:`summary`
+is what docs/statistics.md quotes). Seeded: the same arguments print the same figures.
 """
 from __future__ import annotations
 
 import argparse
+import csv
 import math
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -33,25 +34,61 @@ from scipy import stats
 from statsmodels.stats.proportion import confint_proportions_2indep
 
 from analysis.statistics.boundaries import look_levels
-from analysis.statistics.decision import simulate_collapse, simulate_contrast
 from analysis.statistics.intervals import ALPHA
 from analysis.statistics.predictive import collapse_agreement, contrast_agreement
 from grid.config import load
 from grid.settings import Config
+from harness.io import write_json_atomic, write_text_atomic
 
-# the design the demo runs, as config.yaml declares it (a hard-coded copy measured a design the demo had left)
-DECLARED = Config.build(load(Path(__file__).resolve().parents[1] / "config.yaml"))
-LOOKS, BOUNDARY = DECLARED.seeding.looks, DECLARED.seeding.boundary
-LEVEL = ALPHA / len(DECLARED.claims)
-DELTA, SD = 10.0, 6.0
-# evenly spaced (the flat prior the printed value assumes: calibration in bins is defined only against a
-# spread of truths), the boundaries 0 and +-10 among them; equivalence is symmetric: 0..22 stands for -22..22
-TRUTHS = {"greater": tuple(range(-14, 35, 2)), "equivalent": tuple(range(0, 23, 2))}
+ROOT = Path(__file__).resolve().parents[1]
+FIELD = ROOT / "benchmarks" / "data" / "field_contrasts.csv"
+WIDE_SD = 6.0
+WIDE = {"greater": tuple(range(-14, 35, 2)), "equivalent": tuple(range(0, 23, 2))}  # equivalence is symmetric
+FIELD_EXPECTS = {"cost": ("less", "equivalent"), "difference": ("greater",)}
 RATE_DELTA = 0.2
 RATE_TRUTHS = tuple((x, y) for x in (0.1, 0.3, 0.5, 0.7, 0.9) for y in (0.1, 0.3, 0.5, 0.7, 0.9))  # evenly spread
 BINS = (0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 0.97, 1.0001)
-FINAL = {"greater": ("exceeds", "below effect", "negligible", "opposite"), "equivalent": ("negligible", "exceeds")}
-FINAL["less"] = FINAL["greater"]
+TARGET, MIN_RUNS = 0.03, 30
+SPLIT = 0.2  # a truth "splits" where its second most common outcome has at least this share of runs
+DIRECTIONAL = ("exceeds", "below effect", "negligible", "opposite")
+FINAL = {"greater": DIRECTIONAL, "less": DIRECTIONAL, "equivalent": ("negligible", "exceeds")}
+
+
+class Design:
+    """The declared design of a config: looks, boundary, each claim's level and smallest effect (points)."""
+
+    def __init__(self, path: Path):
+        config = Config.build(load(path))
+        if config.seeding is None:
+            self.looks, self.boundary = (len(config.seeds),), None
+        else:
+            self.looks, self.boundary = tuple(config.seeding.looks), config.seeding.boundary
+        deltas = {claim.smallest_effect for claim in config.claims if claim.scale == "points"}
+        if len(deltas) != 1:
+            raise SystemExit(f"{path}: claims on a score with one smallest_effect needed, found {sorted(deltas)}")
+        self.delta = 100 * deltas.pop()
+        self.level = ALPHA / len(config.claims)
+        self.levels = look_levels(self.looks, self.level, self.boundary) if self.boundary else (self.level,)
+        self.name = " -> ".join(map(str, self.looks)) + f" {self.boundary or '(fixed)'}, {ALPHA:g} / {len(config.claims)}"
+
+
+def field_truths(path: Path = FIELD) -> tuple[list[tuple[str, str, float, float]], dict]:
+    """(label, expect, mean, per-seed sd) of each field contrast and claim kind (module docstring), and per
+    claim kind the field's spread of effects as a normal prior (mean, sd; points), empirical Bayes by moments:
+    the variance of the estimates less their mean squared standard error."""
+    lines = [line for line in path.read_text().splitlines() if not line.startswith("#")]
+    truths, kinds = [], {}
+    for row in csv.DictReader(lines):
+        n, low, high = int(row["n"]), float(row["low"]), float(row["high"])
+        sd = (high - low) / 2 / stats.t.isf(0.025, n - 1) * math.sqrt(n)
+        truths += [(row["contrast"], expect, float(row["estimate"]), sd) for expect in FIELD_EXPECTS[row["kind"]]]
+        kinds.setdefault(row["kind"], []).append((float(row["estimate"]), sd ** 2 / n))
+    priors = {}
+    for kind, rows in kinds.items():
+        estimates, variances = np.array(rows).T
+        width = math.sqrt(max(np.var(estimates, ddof=1) - variances.mean(), 1.0))
+        priors.update({expect: (float(estimates.mean()), width) for expect in FIELD_EXPECTS[kind]})
+    return truths, priors
 
 
 def classify(low, high, delta: float, expect: str) -> np.ndarray:
@@ -70,23 +107,17 @@ def classify(low, high, delta: float, expect: str) -> np.ndarray:
     return out
 
 
-def first_runs(truth: float, expect: str, runs: int, levels, rng, keep: bool = True):
-    """Outcome of each simulated run of the design (and, with ``keep``, its mean, sd and n at the look it stopped)."""
-    return read_design(rng.normal(truth, SD, (runs, LOOKS[-1])), expect, levels, keep)
-
-
-def read_design(seeds: np.ndarray, expect: str, levels, keep: bool = True):
-    """The design read on each row of per-seed contrasts (:func:`first_runs`)."""
-    runs = len(seeds)
-    result = np.full(runs, "", dtype=object)
+def read_design(seeds: np.ndarray, expect: str, design: Design):
+    """(outcome, mean, sd, n at the look it stopped) of each row of per-seed contrasts."""
+    runs, result = len(seeds), np.full(len(seeds), "", dtype=object)
     mean, sd, n_at = np.zeros(runs), np.zeros(runs), np.zeros(runs, dtype=int)
-    for k, (n, level) in enumerate(zip(LOOKS, levels)):
+    for k, (n, level) in enumerate(zip(design.looks, design.levels)):
         m, s = seeds[:, :n].mean(axis=1), seeds[:, :n].std(axis=1, ddof=1)
         half = stats.t.isf(level / 2, n - 1) * s / math.sqrt(n)
-        names = classify(m - half, m + half, DELTA, expect)
-        stop = (result == "") & (np.isin(names, FINAL[expect]) | (k == len(LOOKS) - 1))
+        names = classify(m - half, m + half, design.delta, expect)
+        stop = (result == "") & (np.isin(names, FINAL[expect]) | (k == len(design.looks) - 1))
         result[stop], mean[stop], sd[stop], n_at[stop] = names[stop], m[stop], s[stop], n
-    return (result, mean, sd, n_at) if keep else result
+    return result, mean, sd, n_at
 
 
 def shares(names: np.ndarray) -> dict:
@@ -94,173 +125,225 @@ def shares(names: np.ndarray) -> dict:
     return dict(zip(values, counts / len(names)))
 
 
-def calibration(rows: list[tuple[float, float, float, float, float]]) -> list[str]:
-    """rows: (old printed, new printed, true, range low, range high) per first run."""
+def contrast_runs(truths, design: Design, runs: int, truth_reruns: int, seed: int, priors: dict | None = None):
+    """Per truth: (label, expect, truth, its outcome shares, the first runs' shares, [(printed, true, range low,
+    range high) per first run], the same printed under ``priors`` (per claim kind, points) or None)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for label, expect, mean, sd in truths:
+        truth_share = shares(read_design(rng.normal(mean, sd, (truth_reruns, design.looks[-1])), expect, design)[0])
+        names, means, sds, n_at = read_design(rng.normal(mean, sd, (runs, design.looks[-1])), expect, design)
+        rows, prior_rows = [], []
+        for name, m, s, n in zip(names, means, sds, n_at):
+            args = (m / 100, s / 100, s / 100 / math.sqrt(n), n - 1, design.looks, design.levels, design.delta / 100,
+                    expect, name)
+            point, low, high = contrast_agreement(*args)
+            rows.append((point, truth_share.get(name, 0.0), low, high))
+            if priors:
+                point, low, high = contrast_agreement(*args, prior=tuple(v / 100 for v in priors[expect]))
+                prior_rows.append((point, truth_share.get(name, 0.0), low, high))
+        out.append((label, expect, mean, truth_share, shares(names), rows, prior_rows or None))
+    return out
+
+
+def calibration(rows) -> tuple[list[str], list[dict]]:
+    """The per-bin table of (printed, true, range low, range high) rows, and its figures."""
     data = np.array(rows)
-    lines = ["| printed | runs (old) | old: mean printed | mean true | abs diff | runs (new) | new: mean printed | "
-             "mean true | abs diff | true in the new 80% range |", "|---" * 10 + "|"]
+    lines = ["| printed | runs | mean printed | mean true | printed - true | Monte Carlo error (1 se) | "
+             f"within {TARGET} | true in the 80% range |", "|---" * 8 + "|"]
+    figures = []
     for low, high in zip(BINS, BINS[1:]):
-        cells = [f"{low:.2f}-{min(high, 1):.2f}"]
-        for column in (0, 1):
-            inside = (data[:, column] >= low) & (data[:, column] < high)
-            if not inside.any():
-                cells += ["0", "–", "–", "–"]
-                continue
-            printed, true = data[inside, column].mean(), data[inside, 2].mean()
-            cells += [str(int(inside.sum())), f"{printed:.3f}", f"{true:.3f}", f"{abs(printed - true):.3f}"]
-        inside = (data[:, 1] >= low) & (data[:, 1] < high)
-        covered = (data[inside, 3] <= data[inside, 2]) & (data[inside, 2] <= data[inside, 4])
-        cells.append(f"{covered.mean():.2f}" if inside.any() else "–")
+        inside = (data[:, 0] >= low) & (data[:, 0] < high)
+        cells = [f"{low:.2f}-{min(high, 1):.2f}", str(int(inside.sum()))]
+        if inside.sum() < 2:
+            lines.append("| " + " | ".join(cells + ["–"] * 6) + " |")
+            continue
+        part = data[inside]
+        diff = part[:, 0].mean() - part[:, 1].mean()
+        error = float(np.std(part[:, 0] - part[:, 1], ddof=1) / math.sqrt(len(part)))
+        covered = float(np.mean((part[:, 2] <= part[:, 1]) & (part[:, 1] <= part[:, 3])))
+        counted = len(part) >= MIN_RUNS
+        met = ("yes" if abs(diff) <= TARGET else "**no**") if counted else f"(< {MIN_RUNS} runs)"
+        cells += [f"{part[:, 0].mean():.3f}", f"{part[:, 1].mean():.3f}", f"{diff:+.3f}", f"{error:.3f}", met,
+                  f"{covered:.2f}"]
         lines.append("| " + " | ".join(cells) + " |")
-    pooled = [abs(data[:, c].mean() - data[:, 2].mean()) for c in (0, 1)]
-    weighted = [np.mean([abs(data[(data[:, c] >= lo) & (data[:, c] < hi), c].mean()
-                             - data[(data[:, c] >= lo) & (data[:, c] < hi), 2].mean())
-                         for lo, hi in zip(BINS, BINS[1:]) if ((data[:, c] >= lo) & (data[:, c] < hi)).any()])
-                for c in (0, 1)]
-    covered = np.mean((data[:, 3] <= data[:, 2]) & (data[:, 2] <= data[:, 4]))
-    lines.append(f"| all | {len(data)} | {data[:, 0].mean():.3f} | {data[:, 2].mean():.3f} | {pooled[0]:.3f} | "
-                 f"{len(data)} | {data[:, 1].mean():.3f} | {data[:, 2].mean():.3f} | {pooled[1]:.3f} | {covered:.2f} |")
-    lines.append(f"\nmean over bins of |mean printed - mean true|: old {weighted[0]:.3f}, new {weighted[1]:.3f}")
-    return lines
+        figures.append({"bin": cells[0], "runs": len(part), "printed": round(float(part[:, 0].mean()), 3),
+                        "true": round(float(part[:, 1].mean()), 3), "difference": round(float(diff), 3),
+                        "error": round(error, 3), "counted": counted, "covered": round(covered, 2)})
+    covered = float(np.mean((data[:, 2] <= data[:, 1]) & (data[:, 1] <= data[:, 3])))
+    lines.append(f"| all | {len(data)} | {data[:, 0].mean():.3f} | {data[:, 1].mean():.3f} | "
+                 f"{data[:, 0].mean() - data[:, 1].mean():+.3f} | "
+                 f"{np.std(data[:, 0] - data[:, 1], ddof=1) / math.sqrt(len(data)):.3f} | | {covered:.2f} |")
+    return lines, figures
 
 
-def contrast_table(runs: int, truth_reruns: int) -> tuple[list[str], list]:
-    levels = look_levels(LOOKS, LEVEL, BOUNDARY)
-    rng = np.random.default_rng(47)
-    by_truth = ["| claim | truth (points) | first runs' outcomes | old: mean printed | new: mean printed | "
-                "true P(two runs agree) |", "|---" * 6 + "|"]
+def by_truth(results) -> tuple[list[str], dict]:
+    """Per truth the mean printed against the true P(two runs agree) (sum of squared outcome shares: the mean,
+    over first runs, of the true chance of their own outcome), and per prior the largest error where two
+    outcomes split."""
+    priors = results[0][6] is not None
+    lines = ["| claim | truth (points) | first runs' outcomes | true P(two runs agree) | mean printed | printed - true |"
+             + (" with the field's prior | printed - true |" if priors else ""), "|---" * (8 if priors else 6) + "|"]
+    worst = {}
+    for label, expect, mean, truth_share, first, *variants in results:
+        agree = sum(v ** 2 for v in truth_share.values())
+        top = sorted(first.items(), key=lambda x: -x[1])[:2]
+        cells = [expect, f"{label} ({mean:+.1f})", ", ".join(f"{k} {v:.2f}" for k, v in top), f"{agree:.3f}"]
+        ranked = sorted(truth_share.values(), reverse=True)
+        for variant, rows in zip(("flat", "field"), variants):
+            if rows is None:
+                continue
+            printed = float(np.mean([r[0] for r in rows]))
+            cells += [f"{printed:.3f}", f"{printed - agree:+.3f}"]
+            if len(ranked) > 1 and ranked[1] >= SPLIT and (variant not in worst
+                                                           or abs(printed - agree) > abs(worst[variant]["error"])):
+                worst[variant] = {"claim": expect, "truth": f"{label} ({mean:+.1f})", "printed": round(printed, 3),
+                                  "true": round(agree, 3), "error": round(printed - agree, 3)}
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines, worst
+
+
+def collapse_table(design: Design, runs: int, truth_reruns: int) -> list:
+    rng = np.random.default_rng(48)
     rows = []
-    for expect, truths in TRUTHS.items():
-        for truth in truths:
-            truth_share = shares(first_runs(truth, expect, truth_reruns, levels, rng, keep=False))
-            names, mean, sd, n_at = first_runs(truth, expect, runs, levels, rng)
-            here = []
-            for name, m, s, n in zip(names, mean, sd, n_at):
-                old = float(np.mean(simulate_contrast(m, s, LOOKS, levels, DELTA, expect)[0] == name))
-                new, low, high = contrast_agreement(m, s, s / math.sqrt(n), n - 1, LOOKS, levels, DELTA, expect, name)
-                here.append((old, new, truth_share.get(name, 0.0), low, high))
-            rows += here
-            top = ", ".join(f"{k} {v:.2f}" for k, v in sorted(shares(names).items(), key=lambda x: -x[1])[:2])
-            agree = sum(v ** 2 for v in truth_share.values())
-            by_truth.append(f"| {expect} | {truth:+g} | {top} | {np.mean([h[0] for h in here]):.3f} | "
-                            f"{np.mean([h[1] for h in here]):.3f} | {agree:.3f} |")
-    return by_truth, rows
+    for rate_x, rate_y in RATE_TRUTHS:
+        truth_share = shares(collapse_runs(rate_x, rate_y, truth_reruns, design, rng)[0])
+        names, counts = collapse_runs(rate_x, rate_y, runs, design, rng)
+        for name, (k_x, n_x, k_y, n_y) in zip(names, counts):
+            point, low, high = collapse_agreement([k_x, n_x, k_y, n_y], design.looks, design.levels, RATE_DELTA,
+                                                  "greater", name)
+            rows.append((point, truth_share.get(name, 0.0), low, high))
+    return rows
 
 
-def collapse_runs(rate_x: float, rate_y: float, runs: int, levels, rng):
+def collapse_runs(rate_x: float, rate_y: float, runs: int, design: Design, rng):
     """(outcome, counts at the stopping look) of each simulated run of a collapse claim (expect greater)."""
-    x = np.cumsum(rng.random((runs, LOOKS[-1])) < rate_x, axis=1)
-    y = np.cumsum(rng.random((runs, LOOKS[-1])) < rate_y, axis=1)
+    x = np.cumsum(rng.random((runs, design.looks[-1])) < rate_x, axis=1)
+    y = np.cumsum(rng.random((runs, design.looks[-1])) < rate_y, axis=1)
     result = np.full(runs, "", dtype=object)
     counts = np.zeros((runs, 4), dtype=int)
-    for k, (n, level) in enumerate(zip(LOOKS, levels)):
+    for k, (n, level) in enumerate(zip(design.looks, design.levels)):
         low, high = confint_proportions_2indep(x[:, n - 1], n, y[:, n - 1], n, method="newcomb", alpha=level)
         names = classify(np.asarray(low), np.asarray(high), RATE_DELTA, "greater")
-        stop = (result == "") & (np.isin(names, FINAL["greater"]) | (k == len(LOOKS) - 1))
+        stop = (result == "") & (np.isin(names, FINAL["greater"]) | (k == len(design.looks) - 1))
         result[stop] = names[stop]
         counts[stop] = np.stack([x[:, n - 1], np.full(runs, n), y[:, n - 1], np.full(runs, n)], axis=1)[stop]
     return result, counts
 
 
-def collapse_table(runs: int, truth_reruns: int) -> list:
-    levels = look_levels(LOOKS, LEVEL, BOUNDARY)
-    rng = np.random.default_rng(48)
-    rows = []
-    for rate_x, rate_y in RATE_TRUTHS:
-        truth_share = shares(collapse_runs(rate_x, rate_y, truth_reruns, levels, rng)[0])
-        names, counts = collapse_runs(rate_x, rate_y, runs, levels, rng)
-        for name, (k_x, n_x, k_y, n_y) in zip(names, counts):
-            old = float(np.mean(simulate_collapse(k_x / n_x, k_y / n_y, LOOKS, levels, RATE_DELTA, "greater")[0] == name))
-            new, low, high = collapse_agreement([k_x, n_x, k_y, n_y], LOOKS, levels, RATE_DELTA, "greater", name)
-            rows.append((old, new, truth_share.get(name, 0.0), low, high))
-    return rows
-
-
-def joint(runs: int, reruns: int) -> list[str]:
-    """The demo's four claims at the field's effects (benchmarks.bench_verdicts.COSTS: claims sharing
-    sat_gspo correlated as in a grid): the printed P(every outcome again), the product of the claims'
-    probabilities, against the true chance that a rerun gives the first run's four outcomes."""
-    from benchmarks.bench_verdicts import CLAIMS, COSTS
-
-    levels, rng = look_levels(LOOKS, LEVEL, BOUNDARY), np.random.default_rng(51)
-
-    def grids(count):
-        draws = {recipe: rng.normal(mean, sd, (count, LOOKS[-1])) for recipe, (mean, sd) in COSTS.items()}
-        return {name: read_design(sum(w * draws[r] for r, w in weights.items()), expect, levels)
-                for name, (weights, expect) in CLAIMS.items()}
-
-    def vectors(read):
-        return np.array([" | ".join(row) for row in zip(*(read[name][0] for name in CLAIMS))])
-
-    reread = grids(reruns)
-    truth, marginal = shares(vectors(reread)), {name: shares(reread[name][0]) for name in CLAIMS}
-    first = grids(runs)
-    printed = [math.prod(contrast_agreement(first[name][1][i], first[name][2][i], first[name][2][i] / math.sqrt(first[name][3][i]),
-                                            first[name][3][i] - 1, LOOKS, levels, DELTA, CLAIMS[name][1], first[name][0][i])[0]
-                         for name in CLAIMS) for i in range(runs)]
-    true = [truth.get(v, 0.0) for v in vectors(first)]
-    independent = [math.prod(marginal[name].get(first[name][0][i], 0.0) for name in CLAIMS) for i in range(runs)]
-    return [f"{runs} first runs: mean printed P(all four again) {np.mean(printed):.3f}; at the truth: the joint "
-            f"{np.mean(true):.3f}, the product of the claims' own {np.mean(independent):.3f} (what independence "
-            f"costs), two runs agree {sum(v ** 2 for v in truth.values()):.3f}"]
-
-
-def joint_miss(levels, paths: int = 4_000_000) -> float:
+def joint_miss(design: Design, paths: int = 4_000_000) -> float:
     """P(some look's paired-t interval misses), numpy seeds and scipy's t (not the project's code)."""
     rng = np.random.default_rng(49)
-    critical = [stats.t.isf(level / 2, n - 1) for n, level in zip(LOOKS, levels)]
+    critical = [stats.t.isf(level / 2, n - 1) for n, level in zip(design.looks, design.levels)]
     missed = 0
     for start in range(0, paths, 500_000):
-        seeds = rng.standard_normal((min(500_000, paths - start), LOOKS[-1]))
+        seeds = rng.standard_normal((min(500_000, paths - start), design.looks[-1]))
         miss = np.zeros(len(seeds), dtype=bool)
-        for n, c in zip(LOOKS, critical):
+        for n, c in zip(design.looks, critical):
             sample = seeds[:, :n]
             miss |= np.abs(sample.mean(axis=1)) / (sample.std(axis=1, ddof=1) / math.sqrt(n)) > c
         missed += miss.sum()
     return missed / paths
 
 
-def collapse_miss(rate_x: float, rate_y: float, levels, paths: int = 200_000) -> float:
+def collapse_miss(rate_x: float, rate_y: float, design: Design, paths: int = 200_000) -> float:
     """P(some look's Newcombe interval misses the true difference of rates) at the t-based levels."""
     rng = np.random.default_rng(50)
-    x = np.cumsum(rng.random((paths, LOOKS[-1])) < rate_x, axis=1)
-    y = np.cumsum(rng.random((paths, LOOKS[-1])) < rate_y, axis=1)
+    x = np.cumsum(rng.random((paths, design.looks[-1])) < rate_x, axis=1)
+    y = np.cumsum(rng.random((paths, design.looks[-1])) < rate_y, axis=1)
     miss = np.zeros(paths, dtype=bool)
-    for n, level in zip(LOOKS, levels):
+    for n, level in zip(design.looks, design.levels):
         low, high = confint_proportions_2indep(x[:, n - 1], n, y[:, n - 1], n, method="newcomb", alpha=level)
         miss |= (np.asarray(low) > rate_x - rate_y) | (np.asarray(high) < rate_x - rate_y)
     return float(miss.mean())
 
 
-def boundaries(paths: int) -> list[str]:
-    new = look_levels(LOOKS, LEVEL, BOUNDARY)
-    lines = [f"| levels ({' -> '.join(map(str, LOOKS))} {BOUNDARY}) | " + " | ".join(f"look {k + 1}" for k in range(len(LOOKS)))
-             + f" | joint miss (independent simulation, {paths:,} paths; nominal {LEVEL:g}) |", "|---" * (len(LOOKS) + 2) + "|",
-             "| 10^7 sufficient-statistic paths, exact shares | " + " | ".join(f"{v:.4g}" for v in new)
-             + f" | {joint_miss(new, paths):.5f} |"]
-    lines += ["", f"| collapse rates (x, y) | joint miss of the Newcombe intervals at these levels ({paths // 20:,} paths) |",
-              "|---|---|"]
+def boundaries(design: Design, paths: int) -> tuple[list[str], float]:
+    miss = joint_miss(design, paths)
+    lines = [f"| levels ({design.name}) | " + " | ".join(f"look {k + 1}" for k in range(len(design.looks)))
+             + f" | joint miss (independent simulation, {paths:,} paths; nominal {design.level:g}) |",
+             "|---" * (len(design.looks) + 2) + "|",
+             "| 10^7 sufficient-statistic paths, exact shares | " + " | ".join(f"{v:.4g}" for v in design.levels)
+             + f" | {miss:.5f} |"]
+    lines += ["", f"| collapse rates (x, y) | joint miss of the Newcombe intervals ({paths // 20:,} paths) |", "|---|---|"]
     for rates in ((0.1, 0.1), (0.3, 0.3), (0.5, 0.5), (0.3, 0.1), (0.6, 0.2), (0.9, 0.5)):
-        lines.append(f"| {rates[0]}, {rates[1]} | {collapse_miss(*rates, new, paths // 20):.4f} |")
-    return lines
+        lines.append(f"| {rates[0]}, {rates[1]} | {collapse_miss(*rates, design, paths // 20):.4f} |")
+    return lines, float(miss)
+
+
+def summary(figures: dict) -> str:
+    """The sentence docs/statistics.md quotes (tests/project/test_doc_figures.py holds it to the figures)."""
+    def bins(key: str) -> str:
+        f = figures[key]
+        if not f["counted_bins"]:
+            return f"{key}: no bin with >= {MIN_RUNS} runs"
+        return (f"{key}: {'within' if f['met'] else 'not within'} {TARGET} in every bin with >= {MIN_RUNS} runs "
+                f"(largest |printed - true| {f['largest']:.3f}, {f['counted_bins']} bins, Monte Carlo error <= "
+                f"{f['largest_error']:.3f})")
+    worst = [figures[key]["worst_split"]["flat"] for key in ("field", "wide")]
+    return (f"On {figures['design']} ({figures['config']}), by bin of the printed value: "
+            + "; ".join(bins(key) for key in ("field", "field, field prior", "wide")) + ". At one fixed truth where "
+            "two outcomes split the printed value can be far off: " + " and ".join(
+                f"{w['printed']:.2f} printed against {w['true']:.2f} true ({w['claim']} claim at {w['truth']})"
+                for w in worst) + f" ({figures['minutes']:.0f} min).")
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--runs", type=int, default=500, help="first runs per truth")
-    parser.add_argument("--truth-reruns", type=int, default=200_000, help="reruns that give each truth's outcome shares")
-    parser.add_argument("--collapse-runs", type=int, default=200, help="first runs per collapse truth")
-    parser.add_argument("--joint-runs", type=int, default=500, help="first runs of the demo's four claims")
-    parser.add_argument("--paths", type=int, default=4_000_000, help="paths of the boundaries' check (collapse: / 20)")
+    parser.add_argument("--config", type=Path, default=ROOT / "config.yaml", help="the config whose design is read")
+    parser.add_argument("--field", type=Path, default=FIELD, help="the field's contrasts (CSV)")
+    parser.add_argument("--runs", type=int, default=30, help="first runs per field truth")
+    parser.add_argument("--wide-runs", type=int, default=40, help="first runs per wide-spread truth")
+    parser.add_argument("--truth-reruns", type=int, default=100_000, help="reruns that give each truth's outcome shares")
+    parser.add_argument("--collapse-runs", type=int, default=20, help="first runs per collapse truth")
+    parser.add_argument("--paths", type=int, default=2_000_000, help="paths of the boundaries' check (collapse: / 20)")
+    parser.add_argument("--write", type=Path, help="a folder: replication.md (all printed) and replication.json")
     args = parser.parse_args(argv)
-    by_truth, rows = contrast_table(args.runs, args.truth_reruns)
-    print("## Claims on a score: by truth\n", *by_truth, "", "## Claims on a score: calibration (every truth pooled)\n",
-          *calibration(rows), sep="\n", flush=True)
-    print("\n## Collapse claims: calibration\n", *calibration(collapse_table(args.collapse_runs, args.truth_reruns // 4)),
-          sep="\n", flush=True)
-    print("\n## All four demo claims at once (the product, claims taken as independent)\n",
-          *joint(args.joint_runs, args.truth_reruns), sep="\n", flush=True)
-    print("\n## The demo's boundaries\n", *boundaries(args.paths), sep="\n")
+    started, design, out, figures = time.monotonic(), Design(args.config), [], {}
+
+    def say(*lines):
+        print(*lines, sep="\n", flush=True)
+        out.extend(lines)
+
+    say(f"# The replication probability on the declared design ({args.config.name}: {design.name}, delta "
+        f"{design.delta:g} points)", "")
+    field, priors = field_truths(args.field)
+    wide = [("wide", expect, float(truth), WIDE_SD) for expect, truths in WIDE.items() for truth in truths]
+    for name, truths, runs, seed in (("field", field, args.runs, 47), ("wide", wide, args.wide_runs, 52)):
+        results = contrast_runs(truths, design, runs, args.truth_reruns, seed, priors if name == "field" else None)
+        for variant, index in (("flat", 5), ("field prior", 6)):
+            if results[0][index] is None:
+                continue
+            key = name if variant == "flat" else f"{name}, field prior"
+            table, bins = calibration([row for result in results for row in result[index]])
+            counted = [b for b in bins if b["counted"]]
+            figures[key] = {"truths": len(truths), "runs_per_truth": runs, "bins": bins, "counted_bins": len(counted),
+                            "met": all(abs(b["difference"]) <= TARGET for b in counted), "largest": max(
+                                (abs(b["difference"]) for b in counted), default=None), "largest_error": max(
+                                (b["error"] for b in counted), default=None)}
+            prior = "the printed value's flat prior" if variant == "flat" else "a normal prior over the field's effects " \
+                f"of the claim's kind (empirical Bayes): {', '.join(f'{e} {m:+.1f} sd {w:.1f}' for e, (m, w) in priors.items())}"
+            say(f"## Claims on a score, {name} truths ({len(truths)} truths x {runs} first runs), {prior}: calibration",
+                "", *table, "")
+        truth_lines, worst = by_truth(results)
+        figures[name]["worst_split"] = worst
+        say(f"## Claims on a score, {name} truths: by truth", "", *truth_lines, "")
+        for variant, row in worst.items():
+            say(f"largest per-truth error where two outcomes split (the second at >= {SPLIT} of runs), {variant} prior: "
+                f"{row['claim']} at {row['truth']}: printed {row['printed']:.2f} on average against {row['true']:.2f} "
+                f"true ({row['error']:+.2f})", "")
+    table, figures["collapse"] = calibration(collapse_table(design, args.collapse_runs, args.truth_reruns // 4))
+    say("## Collapse claims: calibration (25 rate pairs)", "", *table, "")
+    lines, figures["joint_miss"] = boundaries(design, args.paths)
+    say("## The declared design's boundaries", "", *lines, "")
+    minutes = (time.monotonic() - started) / 60
+    figures.update(design=design.name, config=args.config.name, minutes=round(minutes, 1),
+                   arguments=sys.argv[1:] if argv is None else argv)
+    say(f"run time {minutes:.1f} min", "", summary(figures))
+    if args.write:
+        args.write.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(args.write / "replication.md", "\n".join(out) + "\n")
+        write_json_atomic(args.write / "replication.json", figures)
 
 
 if __name__ == "__main__":

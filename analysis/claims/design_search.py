@@ -11,13 +11,17 @@ score) and n (analysis.claims.planning). Each of ``draws`` posterior draws of (m
 sd = s sqrt((n - 1) / chi2(n - 1)), mean ~ normal(m, sd^2 / n)) runs the whole rule once
 (analysis.statistics.decision: each claim's interval at ALPHA / the declared claims, every look). A
 collapse claim is drawn at its assumed rates. Claims are drawn independently (as the planner does).
-Printed: the designs that qualify, cheapest first, then the config's declared design for comparison.
+Printed: the designs that qualify, cheapest first, then the config's declared design for comparison, and
+the pick's margin: how far its least P(final) lies above TARGET in units of that estimate's Monte Carlo
+error (binomial over the draws), and its expected runs against the next qualifying design's.
+``--write FILE`` keeps the printed table and its figures in FILE (JSON): docs/statistics.md quotes them.
 """
 from __future__ import annotations
 
 import argparse
 import itertools
 import json
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +33,7 @@ from analysis.statistics.boundaries import BOUNDARIES, look_levels
 from analysis.statistics.decision import is_final, simulate_collapse, simulate_contrast
 from analysis.statistics.intervals import ALPHA
 from grid.config import ConfigError, load
+from harness.io import write_json_atomic
 from grid.settings import Config
 
 TARGET = 0.8  # each claim's predictive P(final outcome)
@@ -85,7 +90,9 @@ def evaluate(config: Config, design: Design, assumed: dict, draws: int = DRAWS, 
                for k in range(len(design.looks) - 1)]
     runs = runs_per_draw(config, claims, stops, design.looks)
     return {"design": str(design), "looks": list(design.looks), "boundary": design.boundary, "final": finals,
-            "decides": decides, "expected_runs": float(runs.mean()), "most_runs": int(runs.max()),
+            "final_error": {name: math.sqrt(p * (1 - p) / draws) for name, p in finals.items()},  # binomial, 1 se
+            "decides": decides, "expected_runs": float(runs.mean()), "runs_error": float(runs.std() / math.sqrt(draws)),
+            "most_runs": int(runs.max()),
             "qualifies": min(finals.values()) >= TARGET and all(d >= DECIDE for d in decides)}
 
 
@@ -98,6 +105,26 @@ def search(config: Config, assumed: dict, candidates: list[Design], draws: int =
     return sorted(rows, key=lambda r: (not r["qualifies"], r["expected_runs"], r["most_runs"]))
 
 
+def margin(rows: list[dict]) -> str:
+    """The pick (the cheapest qualifying design) against its Monte Carlo error: its least P(final) above
+    TARGET, and its expected runs against the next qualifying design's."""
+    qualifying = [r for r in rows if r["qualifies"]]
+    if not qualifying:
+        return "no design qualifies"
+    pick = qualifying[0]
+    name = min(pick["final"], key=pick["final"].get)
+    above, error = pick["final"][name] - TARGET, pick["final_error"][name]
+    z = above / error if error > 0 else math.inf  # every draw final: no Monte Carlo error
+    text = (f"pick {pick['design']}: its least P(final), {name} {pick['final'][name]:.4f}, is {above:+.4f} from the "
+            f"target {TARGET} ({z:+.1f} Monte Carlo se of {error:.4f}): another evaluation on fresh draws "
+            f"would put it below the target with probability {0.5 * math.erfc(z / math.sqrt(2)):.2f}; "
+            f"expected runs {pick['expected_runs']:.1f} (se {pick['runs_error']:.1f})")
+    if len(qualifying) > 1:
+        runner = qualifying[1]
+        text += f", the next qualifying design {runner['design']} {runner['expected_runs']:.1f}"
+    return text
+
+
 def render(rows: list[dict], declared: dict | None, top: int) -> str:
     names = list(rows[0]["final"]) if rows else []
     lines = [f"target: every claim's predictive P(final) >= {TARGET}; every look but the last decides >= {DECIDE}",
@@ -108,7 +135,7 @@ def render(rows: list[dict], declared: dict | None, top: int) -> str:
         lines.append(f"| {rank} | {r['design']} | {r['expected_runs']:.1f} | {r['most_runs']} | "
                      + " | ".join(f"{r['final'][n]:.3f}" for n in names) + " | "
                      + (", ".join(f"{d:.2f}" for d in r["decides"]) or "–") + f" | {'yes' if r['qualifies'] else 'no'} |")
-    return "\n".join(lines)
+    return "\n".join(lines + ["", margin(rows)])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--draws", type=int, default=DRAWS)
     parser.add_argument("--top", type=int, default=15, help="how many ranked designs to print")
     parser.add_argument("--json", action="store_true", help="every evaluated design as JSON")
+    parser.add_argument("--write", type=Path, help="a JSON file: the printed table, its command and figures")
     args = parser.parse_args(argv)
     try:
         config = Config.build(load(args.config))
@@ -130,7 +158,12 @@ def main(argv: list[str] | None = None) -> int:
         seeding = config.seeding
         declared = evaluate(config, Design(seeding.looks, seeding.boundary) if seeding else
                             Design((len(config.seeds),), None), assumed, args.draws)
-        print(json.dumps(rows) if args.json else render(rows, declared, args.top))
+        table = render(rows, declared, args.top)
+        print(json.dumps(rows) if args.json else table)
+        if args.write:
+            write_json_atomic(args.write, {"command": ["python -m analysis.claims.design_search", *(argv or sys.argv[1:])],
+                                           "table": table, "margin": margin(rows), "ranked": rows[:args.top],
+                                           "declared": declared})
     except (ConfigError, ValueError, OSError) as error:
         print(f"analysis.claims.design_search: error: {error}", file=sys.stderr)
         return 2

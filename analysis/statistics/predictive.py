@@ -13,11 +13,11 @@ effect is uncertain as the data leave it:
 - a collapse claim: each cell's collapse rate Beta(k + 1/2, n - k + 1/2) (Jeffreys), the cells
   independent.
 
-Each of DRAWS posterior draws gets one rerun of the whole design (its looks, each at its level,
-stopping at the first final outcome): the share of reruns that give the outcome again is the
-predictive probability. The 80% range is the 10th and 90th percentiles, over posterior draws, of
-the probability that a rerun agrees at that draw's effect: for a contrast RANGE_DRAWS draws each
-against the same RANGE_RERUNS reruns (common random numbers), for collapse exact (binomial paths).
+Each of DRAWS posterior draws is read against the same RERUNS reruns of the whole design (its looks,
+each at its level, stopping at the first final outcome; common random numbers): the share of them that
+give the outcome again is the chance of agreement at that draw's effect. The predictive probability is
+its mean over the draws and the 80% range its 10th and 90th percentiles: both from the same draws, the
+range a credible range of the agreement (collapse: the agreement exact per draw, binomial paths).
 Seeded: the same inputs give the same numbers. benchmarks/bench_replication.py measures the
 calibration against an independent simulation.
 """
@@ -30,16 +30,24 @@ from scipy import stats
 
 from analysis.statistics.decision import is_final, newcombe_bounds, outcomes, run_schedule, t_bounds
 
-DRAWS = 4000
-RANGE_DRAWS, RANGE_RERUNS = 200, 400
+DRAWS, RERUNS = 400, 400  # contrasts; a collapse claim's agreement is exact, over COLLAPSE_DRAWS
+COLLAPSE_DRAWS = 4000
 RANGE = (0.10, 0.90)
 SEED = 20261203
 
 
-def _posterior(estimate: float, spread: float, se: float, df: float, rng: np.random.Generator, size: int):
-    """(mu, sigma) draws of a normal per-seed contrast's mean and sd (module docstring)."""
+def _posterior(estimate: float, spread: float, se: float, df: float, rng: np.random.Generator, size: int,
+               prior: tuple[float, float] | None = None):
+    """(mu, sigma) draws of a normal per-seed contrast's mean and sd (module docstring). With ``prior`` (mean,
+    sd) a normal prior on mu in place of the flat one (empirical Bayes over a field of such contrasts):
+    mu given sigma is the normal-normal posterior; sigma keeps its posterior from the seeds' spread alone."""
     sigma = spread * np.sqrt(df / rng.chisquare(df, size))
-    return estimate + sigma / spread * se * rng.standard_normal(size), sigma
+    scale = sigma / spread * se  # the sd of the estimate at sigma
+    if prior is None:
+        return estimate + scale * rng.standard_normal(size), sigma
+    center, width = prior
+    weight = width ** 2 / (width ** 2 + scale ** 2)
+    return center + weight * (estimate - center) + np.sqrt(weight) * scale * rng.standard_normal(size), sigma
 
 
 def _rerun_bank(rng: np.random.Generator, reruns: int, looks: tuple[int, ...]):
@@ -59,19 +67,18 @@ def _agrees(mu, sigma, bank, looks, levels, delta: float, expect: str, observed:
 
 
 def contrast_agreement(estimate: float, spread: float, se: float, df: float, looks, levels, delta: float,
-                       expect: str, observed: str, seed: int = SEED) -> tuple[float, float, float]:
+                       expect: str, observed: str, seed: int = SEED,
+                       prior: tuple[float, float] | None = None) -> tuple[float, float, float]:
     """(P(a rerun gives ``observed``), its 80% range) for a contrast measured at ``estimate`` with
-    per-seed sd ``spread``, standard error ``se`` and ``df`` degrees of freedom (module docstring)."""
+    per-seed sd ``spread``, standard error ``se`` and ``df`` degrees of freedom (module docstring);
+    ``prior``: a normal prior on the effect (:func:`_posterior`), used by benchmarks/bench_replication.py."""
     looks, levels = tuple(looks), tuple(levels)
     rng = np.random.default_rng(seed)
-    mu, sigma = _posterior(estimate, spread, se, df, rng, DRAWS)
-    bank = _rerun_bank(rng, DRAWS, looks)  # draw i's one rerun: row i
-    point = float(np.mean(_agrees(mu, sigma, bank, looks, levels, delta, expect, observed)))
-    mu, sigma = _posterior(estimate, spread, se, df, rng, RANGE_DRAWS)
-    bank = _rerun_bank(rng, RANGE_RERUNS, looks)
+    mu, sigma = _posterior(estimate, spread, se, df, rng, DRAWS, prior)
+    bank = _rerun_bank(rng, RERUNS, looks)
     each = np.mean(_agrees(mu[:, None], sigma[:, None], bank, looks, levels, delta, expect, observed), axis=1)
     low, high = np.quantile(each, RANGE)
-    return point, float(low), float(high)
+    return float(np.mean(each)), float(low), float(high)
 
 
 def _binomial(n: int, rates: np.ndarray) -> np.ndarray:
@@ -106,7 +113,7 @@ def collapse_agreement(counts, looks, levels, delta: float, expect: str, observe
     [k_x, n_x, k_y, n_y]: the mean and percentiles of the exact agreement over Jeffreys posterior draws."""
     k_x, n_x, k_y, n_y = counts
     rng = np.random.default_rng(seed)
-    rate_x, rate_y = rng.beta(k_x + 0.5, n_x - k_x + 0.5, DRAWS), rng.beta(k_y + 0.5, n_y - k_y + 0.5, DRAWS)
+    rate_x, rate_y = rng.beta(k_x + 0.5, n_x - k_x + 0.5, COLLAPSE_DRAWS), rng.beta(k_y + 0.5, n_y - k_y + 0.5, COLLAPSE_DRAWS)
     each = collapse_agreement_at(rate_x, rate_y, tuple(looks), tuple(levels), delta, expect, observed)
     low, high = np.quantile(each, RANGE)
     return float(np.mean(each)), float(low), float(high)

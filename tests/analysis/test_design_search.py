@@ -80,3 +80,22 @@ def test_the_ranking_is_by_expected_runs_where_the_most_runs_order_them_otherwis
     candidates = [ds.Design((8,), None), ds.Design((5, 10), "pocock"), ds.Design((3,), None), ds.Design((6, 9), "pocock")]
     ranked = [row["design"] for row in ds.search(DEMO, SURE, candidates, draws=1)]
     assert ranked == ["6 -> 9 pocock", "5 -> 10 pocock", "8 (fixed)", "3 (fixed)"]
+
+
+def test_the_pick_is_printed_with_its_margin_against_the_monte_carlo_error():
+    """Issue 63: the pick's least P(final) 0.0005 above the target is 0.1 se of a 4,000-draw evaluation,
+    which a fresh evaluation puts below the target about half the time; the command says so."""
+    se = (0.8005 * 0.1995 / 4000) ** 0.5
+    rows = [{"design": "5 -> 8 -> 12 pocock", "qualifies": True, "final": {"a": 1.0, "b": 0.8005},
+             "final_error": {"a": 0.0, "b": se}, "expected_runs": 64.1, "runs_error": 0.3},
+            {"design": "6 -> 11 pocock", "qualifies": True, "final": {"a": 1.0, "b": 0.81},
+             "final_error": {"a": 0.0, "b": 0.006}, "expected_runs": 64.9, "runs_error": 0.3},
+            {"design": "3 (fixed)", "qualifies": False, "final": {"a": 0.5, "b": 0.1},
+             "final_error": {"a": 0.0, "b": 0.0}, "expected_runs": 24.0, "runs_error": 0.0}]
+    text = ds.margin(rows)
+    assert "b 0.8005, is +0.0005 from the target 0.8 (+0.1 Monte Carlo se of 0.0063)" in text
+    assert "below the target with probability 0.47" in text and "next qualifying design 6 -> 11 pocock 64.9" in text
+    assert ds.margin(rows[2:]) == "no design qualifies"
+    row = ds.evaluate(DEMO, ds.Design((5,), None), FIELD, draws=400)
+    p = row["final"]["sat_gspo_cost_below_gspo"]
+    assert row["final_error"]["sat_gspo_cost_below_gspo"] == pytest.approx((p * (1 - p) / 400) ** 0.5)
