@@ -80,7 +80,7 @@ MUTANTS = [
            'contrast_agreement(decided["estimate"], decided["se"], decided["se"]',
            ("tests/analysis/test_replication.py::test_the_replication_probability_of_a_fixed_design_by_hand",)),
     Mutant("replication_ignores_the_effects_uncertainty", "analysis/statistics/predictive.py",
-           "return estimate + sigma / spread * se * rng.standard_normal(size), sigma",
+           "return estimate + scale * rng.standard_normal(size), sigma",
            "return estimate + 0 * rng.standard_normal(size), spread + 0 * sigma",
            ("tests/analysis/test_replication.py::test_the_replication_probability_of_a_fixed_design_by_hand",)),
     Mutant("exceeds_strictly_above_delta", "analysis/statistics/decision.py",
