@@ -33,8 +33,8 @@ from analysis.statistics.boundaries import BOUNDARIES, look_levels
 from analysis.statistics.decision import is_final, simulate_collapse, simulate_contrast
 from analysis.statistics.intervals import ALPHA
 from grid.config import ConfigError, load
-from harness.io import write_json_atomic
 from grid.settings import Config
+from harness.io import write_json_atomic
 
 TARGET = 0.8  # each claim's predictive P(final outcome)
 DECIDE = 0.05  # at each look but the last, P(a claim open there stops there), pooled
