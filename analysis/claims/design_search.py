@@ -96,6 +96,19 @@ def evaluate(config: Config, design: Design, assumed: dict, draws: int = DRAWS, 
             "qualifies": min(finals.values()) >= TARGET and all(d >= DECIDE for d in decides)}
 
 
+def parse_design(text: str) -> Design:
+    """LOOKS[:BOUNDARY] (``5,8,12:pocock``; one look without a boundary: ``10``), as --design takes it."""
+    looks, _, boundary = text.partition(":")
+    try:
+        design = Design(tuple(int(n) for n in looks.split(",")), boundary or None)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--design {text!r}: LOOKS[:BOUNDARY], e.g. 5,8,12:pocock") from None
+    if (len(design.looks) > 1) != (design.boundary in BOUNDARIES) or list(design.looks) != sorted(set(design.looks)):
+        raise argparse.ArgumentTypeError(f"--design {text!r}: increasing looks, a boundary ({', '.join(BOUNDARIES)}) "
+                                         "with more than one look and none with one")
+    return design
+
+
 def search(config: Config, assumed: dict, candidates: list[Design], draws: int = DRAWS) -> list[dict]:
     """Every candidate evaluated: those that qualify first, cheapest in expected runs first (then fewest most runs)."""
     missing = [c.name for c in config.claims if c.name not in assumed or (c.scale == "points" and len(assumed[c.name]) < 3)]
@@ -148,13 +161,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-looks", type=int, default=3)
     parser.add_argument("--draws", type=int, default=DRAWS)
     parser.add_argument("--top", type=int, default=15, help="how many ranked designs to print")
+    parser.add_argument("--design", type=parse_design, action="append", default=[],
+                        help="LOOKS[:BOUNDARY], e.g. 5,8,12:pocock: rank these designs only (repeat), not every candidate")
     parser.add_argument("--json", action="store_true", help="every evaluated design as JSON")
     parser.add_argument("--write", type=Path, help="a JSON file: the printed table, its command and figures")
     args = parser.parse_args(argv)
     try:
         config = Config.build(load(args.config))
         assumed = assumed_effects(args.grid, args.assume)
-        rows = search(config, assumed, designs(args.max_seeds, args.first, args.max_looks), args.draws)
+        candidates = args.design or designs(args.max_seeds, args.first, args.max_looks)
+        rows = search(config, assumed, candidates, args.draws)
         seeding = config.seeding
         declared = evaluate(config, Design(seeding.looks, seeding.boundary) if seeding else
                             Design((len(config.seeds),), None), assumed, args.draws)

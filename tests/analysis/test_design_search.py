@@ -99,3 +99,12 @@ def test_the_pick_is_printed_with_its_margin_against_the_monte_carlo_error():
     row = ds.evaluate(DEMO, ds.Design((5,), None), FIELD, draws=400)
     p = row["final"]["sat_gspo_cost_below_gspo"]
     assert row["final_error"]["sat_gspo_cost_below_gspo"] == pytest.approx((p * (1 - p) / 400) ** 0.5)
+
+
+def test_named_designs_are_parsed_and_a_malformed_one_is_refused_naming_the_option():
+    import argparse
+    assert ds.parse_design("5,8,12:pocock") == ds.Design((5, 8, 12), "pocock")
+    assert ds.parse_design("10") == ds.Design((10,), None)
+    for bad in ("5,8", "8,5:pocock", "10:pocock", "5,x:pocock", "5,8:haybittle"):
+        with pytest.raises(argparse.ArgumentTypeError, match="--design"):
+            ds.parse_design(bad)
