@@ -22,6 +22,7 @@ import math
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 from engines.train import record_fingerprint
 from harness.cli import parse_json_arg, run_stage
@@ -67,7 +68,8 @@ def evaluate(run: RunDir, tasks: list[str], settings: dict) -> dict:
 def canary(run_config: dict, run_dir, evaluation: dict) -> dict:
     """Check the run config, start a fresh scratch run from it, run the engine's canary on it, then score one
     problem on what it saved (``evaluation``: tasks and settings)."""
-    checked = RunConfig.check(run_config)
+    # the canary's folder is <grid>/canary (grid.folder.GridDir.canary_dir): a relative base model is the grid's
+    checked = RunConfig.check(run_config, Path(run_dir).absolute().parent)
     if checked.engine.canary is None:
         raise ValueError(f"engine {checked.engine.name!r} has no canary")
     run = RunDir(run_dir)

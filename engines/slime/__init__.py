@@ -22,6 +22,7 @@ Modules (slime and megatron are imported lazily, inside the functions that run i
 - ``plan``: the GPU-hours, the time-limit stop's budget, disk and host memory of a grid (``launch --plan``).
 - ``canary``: the grid's heaviest run alone through two pushes, the lag, a save, a stop and a resume, checked,
   before the other train jobs (engines.canary then scores one problem on its HF saves).
+- ``resume_check``: the GPU resume check's Adam reader (saved vs loaded) and noise-floor verdicts.
 - ``check_pin``: checks slime / Megatron-LM checkouts for every flag, symbol and file the adapter uses.
 The software these target is pinned in envs/slime-container.yaml.
 """

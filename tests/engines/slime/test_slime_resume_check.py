@@ -11,8 +11,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from engines.slime.resume_check import adam_problems, adam_state, noise_floor, optimizer_states, record_optimizer, \
-    resume_problems
+from engines.slime.resume_check import (
+    adam_problems,
+    adam_state,
+    noise_floor,
+    optimizer_states,
+    record_optimizer,
+    resume_problems,
+)
 
 
 def trained_adam(steps: int) -> tuple[torch.nn.Module, torch.optim.Adam]:

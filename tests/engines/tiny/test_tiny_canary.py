@@ -23,7 +23,10 @@ EVALUATION = {"tasks": ["tiny_test"], "settings": {"k": 2, "seed": 1234}}  # bac
 
 
 def canary_main(base, folder, evaluation=EVALUATION) -> int:
-    return canary_entry.main(["--run-dir", str(folder / "canary"), "--config-json", json.dumps(config(base, **RUN)),
+    """engines.canary as the rule runs it in the grid ``folder``: the base model the grid's own (``base``, relative)."""
+    shutil.copytree(base, folder / "base")
+    run_config = {**config(base, **RUN), "base_model": "base"}
+    return canary_entry.main(["--run-dir", str(folder / "canary"), "--config-json", json.dumps(run_config),
                               "--eval-json", json.dumps(evaluation), "--out", str(folder / "canary.json")])
 
 
