@@ -15,10 +15,7 @@ from grid.expand import resolve_run_config
 from grid.folder import GridDir
 from grid.jobs import canary_run
 from grid.settings import Config
-from tests.support.fake_ray import IMAGE, fake_job_environment, table1_config
-from tests.support.fake_sglang import fake_apptainer
-from tests.support.paths import FIXTURES
-from tests.support.ports import free_ports
+from tests.support.fake_ray import fake_eval_server, fake_job_environment, table1_config
 from tests.support.slime_cluster import FakeCluster, periodic
 
 
@@ -60,14 +57,10 @@ def canary_job(tmp_path, monkeypatch):
     rule's command line (its --eval-json: the preset's eval settings, the server started through a fake
     `apptainer` running the fake SGLang, tests/support/fake_sglang.py)."""
     slime, calls = fake_job_environment(tmp_path, monkeypatch)
-    fake_apptainer(tmp_path / "bin")
     config = table1_config(tmp_path)
     config.update(steps=24, eval_every=16)  # the preset's: the walk's periodic HF save at step 16
     config["engine_params"].update(container_runtime="none", slime_dir=str(slime), slime_commit_check="warn")
-    server = config["eval"]["server"]
-    server.update(url=f"http://127.0.0.1:{free_ports(1)[0]}", ready_timeout=60,
-                  command_prefix=[*server["command_prefix"][:-1], f"docker://{IMAGE}"])
-    config["eval"]["data"]["aime24"] = str(FIXTURES / "aime_mini.jsonl")
+    fake_eval_server(config, tmp_path / "bin")
     model = Config.build(config)
     assert canary_run(model) == ("grpo_r3", 8, 0) and model.canary
     folder = GridDir.of(config)
