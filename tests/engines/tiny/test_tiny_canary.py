@@ -95,7 +95,8 @@ def test_a_fault_planted_on_the_tiny_path_fails_the_canary_naming_it(base, tmp_p
 
 def test_a_tiny_grid_runs_the_canary_only_when_its_config_asks():
     demo = load(ROOT / "config.yaml")
-    assert demo["canary"] is None and not Config.build(demo).canary  # the engine's default: runs of seconds
+    assert "canary" not in demo and not Config.build(demo).canary  # the engine's default: runs of seconds
+    assert not Config.build(validate({**demo, "canary": None})).canary
     assert Config.build(validate({**demo, "canary": True})).canary
     with pytest.raises(ConfigError, match="canary"):
         validate({**demo, "canary": "yes"})
