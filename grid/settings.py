@@ -241,12 +241,17 @@ class Config:
     """Another grid whose claims the report shows beside this one's; None without it."""
     lag_queue: MappingProxyType | None
     """The queueing model of lag mode queue (harness.queue_lag); None in the other modes."""
+    canary: bool
+    """Whether the engine's canary runs before the grid's train jobs (the config's canary, else the engine's default)."""
     # A new section: a class above, a field, a line in build.
 
     @classmethod
     def build(cls, config: dict) -> "Config":
         engine = engines.get(config["engine"])
         engine_params = engine.resolve_params(config["engine_params"])
+        canary = engine.canary_by_default if config.get("canary") is None else config["canary"]
+        if canary and engine.canary is None:
+            raise ValueError(f"canary: true, but engine {engine.name!r} has no canary")
         # once: resolving a 1,000-run grid takes ms. Names and parameter names are checked without
         # importing torch; value ranges when jobs start (the Snakefile's onstart: check_recipe_values).
         # With a tuning section the runs are its candidates' (grid.tuning): the rows stay the recipes.
@@ -269,7 +274,8 @@ class Config:
                    seeding_declared=_frozen(config.get("seeding")), tuning=tuning,
                    gain_sources=GainSources.build(config.get("gain_sources")),
                    side_by_side=SideBySide.build(config.get("side_by_side")),
-                   lag_queue=_frozen(config.get("lag_queue")) if config["lag_mode"] == "queue" else None)
+                   lag_queue=_frozen(config.get("lag_queue")) if config["lag_mode"] == "queue" else None,
+                   canary=canary)
 
     @property
     def folder(self) -> GridDir:

@@ -42,8 +42,14 @@ An engine provides everything the workflow needs to know about it (docs/design.m
                                             a stop and a resume, so that a failure common to every job
                                             costs one job, not the grid). It trains the grid's heaviest
                                             run (grid.jobs.canary_run) in a scratch folder (grid.folder.
-                                            GridDir.canary_dir) and returns what it checked, or raises
-                                            naming what failed. The tiny engine needs none.
+                                            GridDir.canary_dir), leaves its saves published as the run's
+                                            checkpoints (engines.canary then scores one problem on them
+                                            with the grid's eval command) and returns what it checked, or
+                                            raises CanaryFailed naming each check that failed. Both
+                                            engines have one; the workflow runs it where the config's
+                                            ``canary`` (default: canary_by_default) says so
+    canary_by_default                       whether a grid runs the canary unless its config says (the
+                                            cluster engine: yes; the tiny engine's runs take seconds: no)
     arithmetic_version(engine_params)       the version of the arithmetic resolved engine params ask
                                             for (default: 1), recorded in each run's provenance.json;
                                             numbers that change are a new version, which the params
@@ -93,6 +99,7 @@ class Engine:
     supplies_note: str = ""
     packs_runs: bool = False
     canary: Callable[..., dict] | None = None  # (harness.run_config.RunConfig, harness.run.RunDir) -> report
+    canary_by_default: bool = False
     arithmetic_version: Callable[[dict], int] = lambda params: 1
 
     def __post_init__(self) -> None:
@@ -103,6 +110,8 @@ class Engine:
             raise ValueError(f"engine {self.name!r}: prepare, prepare_outputs and prepare_keys go together")
         if (self.null_check is None) != (not self.null_check_keys):
             raise ValueError(f"engine {self.name!r}: null_check and null_check_keys go together")
+        if self.canary_by_default and self.canary is None:
+            raise ValueError(f"engine {self.name!r}: canary_by_default without a canary")
 
 
 def check_supplies(engine: Engine, recipe_name: str, loss: str) -> None:
@@ -115,6 +124,15 @@ def check_supplies(engine: Engine, recipe_name: str, loss: str) -> None:
         wanted = "; ".join(f"{need}: {SAMPLER_NEEDS[need]}" for need in missing)
         raise ValueError(f"recipe {recipe_name!r} (loss {loss!r}) needs {wanted}, which engine {engine.name!r} "
                          f"cannot supply" + (f" ({engine.supplies_note})" if engine.supplies_note else ""))
+
+
+class CanaryFailed(Exception):
+    """An engine's canary found what a job of the grid would meet and fail on; ``problems``: one line per
+    failed check, naming the job, the step and the file."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("; ".join(problems))
+        self.problems = problems
 
 
 class TrainingDiverged(Exception):

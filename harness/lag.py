@@ -85,6 +85,20 @@ def sampling_version(step: int, lag: int, mode: str, seed: int, queue: QueueMode
     return _bounded_versions(lag, seed, -(-step // 256) * 256)[step - 1]
 
 
+def canary_step(lag: int, mode: str, seed: int, steps: int, queue: QueueModel | None = None) -> int:
+    """Where an engine's canary stops its first job (engines.canary): the first step by which batches sampled by
+    two versions after the base (two pushes of trained weights to the sampler) were trained and one batch was
+    sampled ``lag`` steps back; ``steps`` if the run is shorter."""
+    newer, deepest = set(), 0
+    for step in range(1, steps + 1):
+        version = sampling_version(step, lag, mode, seed, queue)
+        newer.update([version] if version > 0 else [])
+        deepest = max(deepest, step - 1 - version)
+        if len(newer) >= 2 and deepest >= lag:
+            return step
+    return steps
+
+
 def newest_sampling_version(step: int, lag: int, mode: str, seed: int, queue: QueueModel | None = None) -> int:
     """The newest version any group of step ``step``'s batch is sampled by (queue mode: its freshest
     group's; every other mode samples a batch with one version)."""

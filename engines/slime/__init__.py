@@ -20,7 +20,9 @@ Modules (slime and megatron are imported lazily, inside the functions that run i
 - ``retention``: keeps the newest Megatron checkpoints of a run.
 - ``footprint``: a run's disk and a training job's host memory (estimates), for ``plan`` and ``preflight``.
 - ``plan``: the GPU-hours, the time-limit stop's budget, disk and host memory of a grid (``launch --plan``).
-- ``canary``: the grid's first run alone to its first step and save, checked, before the other train jobs.
+- ``canary``: the grid's heaviest run alone through two pushes, the lag, a save, a stop and a resume, checked,
+  before the other train jobs (engines.canary then scores one problem on its HF saves).
+- ``resume_check``: the GPU resume check's Adam reader (saved vs loaded) and noise-floor verdicts.
 - ``check_pin``: checks slime / Megatron-LM checkouts for every flag, symbol and file the adapter uses.
 The software these target is pinned in envs/slime-container.yaml.
 """
@@ -71,6 +73,7 @@ ENGINE = register(Engine(
     check_run=_check_run,
     train=_train,
     canary=_canary,
+    canary_by_default=True,  # a failure common to its 84 jobs would cost thousands of GPU-hours
     eval_backend="server",
     resources={
         "train": {"threads": 32, "mem_mb": 512000, "gpu": 8, "runtime": 4320, "slurm_partition": "gpu",

@@ -19,9 +19,11 @@ lag; a finite metrics row for every step trained; the trainer's fingerprint of t
 inside the image by the loss hook (engines.slime.loss.check_trainer_fingerprint), equal to the one
 engines.canary recorded on the node; each job's Megatron save (``latest_checkpointed_iteration.txt``
 names it) and HF save whole (harness.hf_save). Any failed check fails the canary, and no other train job
-is submitted. A passed canary's saves (two Megatron saves with their optimizer, two HF saves: ~1 TB for
-Qwen3-30B-A3B) are deleted; its logs, job script and rows stay for reading. The evaluation server on
-the HF save is not part of it yet (docs/cluster.md, First day).
+is submitted. A passed canary's two HF saves are published as the run's checkpoints of steps 18 and 19
+(engines.slime.launch.publish_hf_checkpoints, as a train job publishes its own), where engines.canary then
+starts the evaluation server on the first with the grid's eval command and scores one problem on each;
+its two Megatron saves with their optimizer (~0.9 TB for Qwen3-30B-A3B) are deleted; its logs, job script
+and rows stay for reading.
 """
 from __future__ import annotations
 
@@ -30,7 +32,9 @@ import subprocess
 
 from engines.slime.driver import canary_end
 from engines.slime.job_script import write_job_script
+from engines.slime.launch import publish_hf_checkpoints
 from engines.slime.metrics import first_non_finite
+from harness.engine import CanaryFailed
 from harness.hf_save import hf_checkpoint_problem
 from harness.io import read_json, read_jsonl
 from harness.run import RunDir
@@ -110,7 +114,8 @@ def resume_problems(run: RunDir, returncode: int, walked: int) -> tuple[list[str
 
 def canary(run_config: RunConfig, run: RunDir) -> dict:
     """Run the canary's two jobs of ``run_config`` in the scratch run folder ``run`` (engines.canary made it
-    fresh); return what they checked, or raise ValueError naming every check that failed."""
+    fresh) and publish their HF saves as the run's checkpoints; return what they checked, or raise
+    CanaryFailed naming every check that failed."""
     run = RunDir(run.path.resolve())
 
     def job() -> int:
@@ -121,10 +126,11 @@ def canary(run_config: RunConfig, run: RunDir) -> dict:
         more, resumed = resume_problems(run, job(), left["stop_step"] - 1)
         found, left = more, {**left, **resumed}
     if found:
-        raise ValueError(f"the canary ({run.path}, recipe {run_config.recipe.name}, lag {run_config.lag}, seed "
-                         f"{run_config.seed}) failed, so no other train job of the grid is submitted: "
-                         + "; ".join(found))
-    for role in ("resume_checkpoints", "hf_saves"):  # ~1 TB that nothing resumes from or scores
+        raise CanaryFailed(found)
+    # the HF saves where the evaluation finds them, as a train job publishes them (the walk's and the resume's)
+    publish_hf_checkpoints(run)
+    for role in ("resume_checkpoints", "hf_saves"):  # ~0.9 TB that nothing resumes from; hf_saves is left empty
         shutil.rmtree(run.engine_file(role))
+    left["published_steps"] = sorted(run.checkpoints())
     return {"run_dir": str(run.path), "recipe": run_config.recipe.name, "lag": run_config.lag, "seed": run_config.seed,
             "checked": left}

@@ -55,14 +55,16 @@ warning's lead.
 """
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Callable
 
 from engines.slime.metrics import first_non_finite
+from engines.slime.resume_check import record_optimizer
 from engines.slime.weight_versions import driver_version
 from harness.io import write_text_atomic
-from harness.lag import check_lag
+from harness.lag import canary_step, check_lag
 from harness.run import RunDir
 
 POLL_SECONDS = 10.0  # how often a wait for a generation looks for the warning
@@ -86,16 +88,10 @@ def stop_check(stop_file: Path, stop_at: float | None, clock: Callable[[], float
 
 def canary_end(*, mode: str, lag: int, seed: int, start: int, end: int) -> int:
     """The canary's last rollout: in a fresh job (``start`` 0) the first by which two versions after the first
-    push have sampled rollouts (two post-training pushes) and one rollout was sampled ``lag`` steps back; in
-    a resumed job its first rollout; ``end - 1`` if the run is shorter."""
-    newer, deepest = set(), 0
-    for rollout_id in range(start, end):
-        version = driver_version(rollout_id, mode=mode, lag=lag, seed=seed, start=start)
-        newer.update([version] if version > start else [])
-        deepest = max(deepest, rollout_id - version)
-        if start > 0 or (len(newer) >= 2 and deepest >= lag):
-            return rollout_id
-    return end - 1
+    push have sampled rollouts (two post-training pushes) and one rollout was sampled ``lag`` steps back
+    (harness.lag.canary_step: a fresh job's versions are the schedule's); in a resumed job its first rollout;
+    ``end - 1`` if the run is shorter."""
+    return min(start, end - 1) if start > 0 else canary_step(lag, mode, seed, end) - 1
 
 
 def lag_loop(args, rollout_manager, actor_model, *, mode: str, lag: int, seed: int, num_rollout_per_epoch: int | None,
@@ -208,6 +204,9 @@ def main() -> None:
     rollout_manager, num_rollout_per_epoch = create_rollout_manager(args, placement_groups["rollout"])
     actor_model, _ = create_training_models(args, placement_groups, rollout_manager)
     run, fp16 = RunDir(args.stalebench_run_dir), bool(getattr(args, "fp16", False))  # Megatron's --fp16
+    optimizer_log = os.environ.get("STALEBENCH_OPTIMIZER_LOG")  # the GPU resume check's (engines.slime.resume_check)
+    if optimizer_log:
+        record_optimizer(optimizer_log, "loaded", args.start_rollout_id - 1, actor_model, ray.get)
     stopped = lag_loop(args, rollout_manager, actor_model, **schedule, num_rollout_per_epoch=num_rollout_per_epoch,
                        get=ray.get, periodic=should_run_periodic_action,
                        stop_requested=stop_check(run.engine_file("stop_requested"),  # the trap's mark
@@ -216,6 +215,8 @@ def main() -> None:
                        # the writer rank appended the step's row before its training call returned
                        diverged=lambda rollout_id: first_non_finite(run.read_metrics(), fp16=fp16) is not None,
                        canary=getattr(args, "stalebench_canary", False))
+    if optimizer_log and stopped is not None:  # the state its save holds
+        record_optimizer(optimizer_log, "saved", stopped, actor_model, ray.get)
     if finish(stopped, run, rollout_manager, ray.get, fp16=fp16) == "completed":
         finish_tracking(args)
 

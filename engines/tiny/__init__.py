@@ -28,6 +28,12 @@ def _prepare(engine_params: dict, out_dir: Path):
     return build_base(engine_params, out_dir)
 
 
+def _canary(run_config, run_dir) -> dict:
+    from .canary import canary
+
+    return canary(run_config, run_dir)
+
+
 def _null_check(params: dict, base_dir: Path | None) -> dict:
     from .null_ratios import null_check
 
@@ -47,6 +53,7 @@ ENGINE = register(Engine(
     prepare_outputs=("model.safetensors", "config.json"),
     prepare_keys=MODEL_KNOBS + WARMSTART_KNOBS,  # what makes the base model (params.warmstart_knobs)
     null_check=_null_check,
+    canary=_canary,  # not by default (canary_by_default): a laptop's first day turns it on (config key canary)
     null_check_keys=MODEL_KNOBS + WARMSTART_KNOBS + NULL_CHECK_KNOBS,  # the base model and the sampler
     resources={
         "prepare": {"threads": 1, "mem_mb": 1000},

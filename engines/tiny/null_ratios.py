@@ -57,9 +57,9 @@ def measure(engine_params: dict, routing_replay, base_dir: Path, rollouts: int, 
     from .trainer import Trainer
 
     torch.set_num_threads(1)
-    # the trainer is only driven (recompute), never run: its run folder stays empty
-    trainer = Trainer(RunConfig.check(_run_config(engine_params, routing_replay, base_dir)),
-                      RunDir(Path(tempfile.gettempdir()) / "stalebench-null-check"))
+    # the trainer is only driven (recompute), never run: its run folder, this process's own, stays empty
+    with tempfile.TemporaryDirectory(prefix="stalebench-null-check-") as scratch:
+        trainer = Trainer(RunConfig.check(_run_config(engine_params, routing_replay, base_dir)), RunDir(scratch))
     params = trainer.params
     trainer.engine.broadcast(trainer.snapshots[0], 0)  # identical weights on both sides
     ratios, excess, variance = [], 0.0, 0.0

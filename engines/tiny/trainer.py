@@ -56,8 +56,9 @@ from .samples import keep_samples, sample_rows
 
 
 class Trainer:
-    def __init__(self, run_config: RunConfig, run: RunDir, progress=sys.stderr):
-        """``run_config``: checked by RunConfig.check, which ran the engine's check_run (the base model)."""
+    def __init__(self, run_config: RunConfig, run: RunDir, progress=sys.stderr, canary_stop: int | None = None):
+        """``run_config``: checked by RunConfig.check, which ran the engine's check_run (the base model);
+        ``canary_stop``: the step after which the canary's job stops (engines.tiny.canary)."""
         self.recipe, self.params = run_config.recipe, run_config.engine_params
         self.needs = loss_needs(self.recipe.loss)  # what the loss reads of the sampler's distribution
         self.run_key = run_config.run_key
@@ -82,7 +83,7 @@ class Trainer:
         self.engine = RolloutEngine(self.model.config, self.params["rollout_dtype"], self.params["temperature"],
                                     self.version)
         self.snapshots: dict[int, dict[str, torch.Tensor]] = {0: self.state_copy()}
-        self.step = 0
+        self.step, self.canary_stop = 0, canary_stop
         self.in_flight: Rollout | None = None
 
     # ---------------------------------------------------------------- rollout side
@@ -330,10 +331,12 @@ class Trainer:
             # every mode's version is non-decreasing in the step; a queue batch's groups reach back `lag`
             oldest = oldest_needed_version(step + 2, self.lag, self.mode, self.seed)
             self.snapshots = {v: s for v, s in self.snapshots.items() if v >= oldest}
-            if step % self.eval_every == 0 or step == self.steps:
+            canary = step == self.canary_stop  # saved with its checkpoint, as an evaluation step, for it to score
+            if step % self.eval_every == 0 or step == self.steps or canary:
                 self.save(pending)
                 pending = []
-            if (near := time_limit_near()) and step < self.steps:  # the clock or SLURM's warning (harness.engine)
+            # the clock or SLURM's warning (harness.engine), or the canary's stop, which takes the same path
+            if (near := time_limit_near() or (canary and "the canary")) and step < self.steps:
                 if pending:
                     self.save(pending, checkpoint=False)
                 raise TimeLimitReached(f"stopped after step {step} of {self.steps} before the job's time limit; "

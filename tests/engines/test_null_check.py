@@ -5,6 +5,8 @@ untruncated mu, which leaves r = 1 and is caught by the calibration statistic); 
 runs it before every train job."""
 import json
 import re
+import tempfile
+from tempfile import TemporaryDirectory
 
 import pytest
 
@@ -63,6 +65,17 @@ def test_the_demo_config_passes(tmp_path):
     (case,) = json.loads(out.read_text())["cases"]
     assert case["rollout_dtype"] == "bfloat16" and case["tokens"] > 1000 and not case["failures"]
     assert abs(case["ratio_mean"] - 1) < 1e-3 and case["outside_fraction"] < 0.02 and abs(case["calibration_z"]) < 4
+
+
+def test_the_check_leaves_no_folder_behind(base, monkeypatch, tmp_path):
+    """The trainer the check drives gets a run folder of this process's own, removed after (two checks at once
+    on a machine never share one)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    made = []
+    monkeypatch.setattr(tempfile, "TemporaryDirectory",
+                        lambda **kwargs: made.append(kwargs) or TemporaryDirectory(**kwargs))
+    null_check(params_of(SMALL_GRID | {"recipes": ["grpo"]}), base)
+    assert made and list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("planted, message", [

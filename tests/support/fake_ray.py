@@ -1,5 +1,5 @@
 """A fake `ray` for the slime job script (engines.slime.job_script) on a CPU, and the Table-1 preset
-pointed at local files: ``table1_config``, ``fake_job_environment``, ``fake_slime_job``."""
+pointed at local files: ``table1_config``, ``fake_job_environment``, ``fake_eval_server``, ``fake_slime_job``."""
 from __future__ import annotations
 
 import os
@@ -12,7 +12,9 @@ from engines.slime.params import REPO
 from grid.config import load
 from grid.expand import resolve_run_config
 from grid.folder import GridDir
+from tests.support.fake_sglang import fake_apptainer
 from tests.support.paths import FIXTURES, ROOT, SUPPORT
+from tests.support.ports import free_ports
 
 PRESET = ROOT / "workflow" / "presets" / "table1.yaml"
 DAPO_PROMPTS = FIXTURES / "dapo_prompts.jsonl"
@@ -125,6 +127,18 @@ def fake_job_environment(tmp_path, monkeypatch) -> Path:
     return slime, calls
 
 
+def fake_eval_server(config: dict, bin_dir: Path) -> None:
+    """The config's evaluation server (the canary scores one problem with it) started as the preset starts it,
+    through ``apptainer exec ... <image>``, but the image the pinned one where nodes reach it and `apptainer`
+    a fake in ``bin_dir`` running the fake SGLang (tests/support/fake_sglang.py), at a free port; the AIME
+    data the fixture's."""
+    fake_apptainer(bin_dir)
+    server = config["eval"]["server"]
+    server.update(url=f"http://127.0.0.1:{free_ports(1)[0]}", ready_timeout=60,
+                  command_prefix=[*server["command_prefix"][:-1], f"docker://{IMAGE}"])
+    config["eval"]["data"]["aime24"] = str(FIXTURES / "aime_mini.jsonl")
+
+
 def fake_slime_job(table1, tmp_path, monkeypatch):
     """A run config for the fake `ray` on PATH (steps 8, eval every 4); returns (run config, run dir, calls file)."""
     slime, calls = fake_job_environment(tmp_path, monkeypatch)
@@ -139,6 +153,7 @@ def slime_grid(tmp_path, monkeypatch, grid: dict) -> tuple[Path, list[str], Grid
     slime, _ = fake_job_environment(tmp_path, monkeypatch)
     config = {**table1_config(tmp_path), **grid}
     config["engine_params"].update(container_runtime="none", slime_dir=str(slime), slime_commit_check="warn")
+    fake_eval_server(config, tmp_path / "bin")
     path = tmp_path / "slime_grid.yaml"
     path.write_text(yaml.safe_dump(config))
     folder = GridDir.of(config)

@@ -3,11 +3,13 @@ same for many tests (a base model, an aggregated fabricated grid) is built there
 first test of any worker that asks for it, and each test (or module) copies it.
 
 The process that starts the run (xdist's controller, or the one process without xdist) makes the folder
-and removes it when the run ends; the workers get its path in xdist's ``workerinput``
+and removes it when the run ends (a run killed by SIGKILL cannot: the next run's starting process removes
+the folders of runs whose process is gone, ``remove_orphans``); the workers get its path in xdist's ``workerinput``
 (tests/conftest.py's hooks call these functions). Not pytest's base temp folder: concurrent pytest
 sessions on this machine prune each other's old ones (tests/conftest.py, ``scratch``)."""
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -17,13 +19,35 @@ import pytest
 from filelock import FileLock
 
 KEY = "stalebench_run_folder"
+PREFIX = "stalebench-run-"  # then the starting process's id: remove_orphans reads it
 FOLDER = pytest.StashKey[Path]()
 
 
 def configure(config: pytest.Config) -> None:
     """The run's folder in ``config.stash``: made here by the starting process, given to a worker."""
     worker = getattr(config, "workerinput", None)
-    config.stash[FOLDER] = Path(worker[KEY] if worker else tempfile.mkdtemp(prefix="stalebench-run-"))
+    if not worker:
+        remove_orphans(Path(tempfile.gettempdir()))
+    config.stash[FOLDER] = Path(worker[KEY] if worker else tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-"))
+
+
+def remove_orphans(root: Path) -> list[Path]:
+    """Remove the folders under ``root`` of runs whose starting process is gone (a SIGKILLed run never reaches
+    ``remove``); a folder whose process lives, or belongs to another user (os.kill: PermissionError), or has
+    no process id in its name, stays. Returns what was removed."""
+    removed = []
+    for folder in root.glob(f"{PREFIX}*-*"):
+        pid = folder.name[len(PREFIX):].split("-")[0]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+        except PermissionError:
+            pass
+    return removed
 
 
 def give_to_worker(node) -> None:

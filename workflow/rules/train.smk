@@ -59,11 +59,12 @@ if NULL_CHECK is not None:
             " || {{ cat {log:q} >&2; exit 2; }}"
 
 
-# The engine's canary (harness.engine: canary; engines.canary), where it has one: the grid's heaviest run
-# (grid.jobs.canary_run) alone, in a scratch folder, through what every job meets, checked; every train job waits for its report,
-# so a failure common to every job costs this one job. Its job is a train job's size; it is not retried:
-# what failed is for a person to read (its log names it), not to run again unchanged.
-if ENGINE.canary is not None:
+# The engine's canary (harness.engine: canary; engines.canary), where the config's canary says so: the grid's
+# heaviest run (grid.jobs.canary_run) alone, in a scratch folder, through what every job meets, then one problem
+# of each scored task scored on its saves with the evaluate jobs' command and settings; every train job waits
+# for its report, so a failure common to every job costs this one job. Its job is a train job's size; it is
+# not retried: what failed is for a person to read (its log names it), not to run again unchanged.
+if MODEL.canary:
 
     rule canary:
         input:
@@ -74,6 +75,7 @@ if ENGINE.canary is not None:
         params:
             run=json.dumps(MODEL.run_config(canary_run(MODEL)), sort_keys=True),
             run_dir=str(GRID_DIR.canary_dir),
+            evaluation=json.dumps({"tasks": TASKS, "settings": MODEL.eval.job_settings()}, sort_keys=True),
         log:
             f"{LOGS}/canary.log",
         benchmark:
@@ -86,7 +88,8 @@ if ENGINE.canary is not None:
             **job_resources(CONFIG, "train"),
         shell:
             "OMP_NUM_THREADS={threads} python -m engines.canary --run-dir {params.run_dir:q}"
-            " --config-json {params.run:q} --out {output:q} > {log:q} 2>&1 || {{ cat {log:q} >&2; exit 2; }}"
+            " --config-json {params.run:q} --eval-json {params.evaluation:q} --out {output:q} > {log:q} 2>&1"
+            " || {{ cat {log:q} >&2; exit 2; }}"
 
 
 # One job per pack of a cell's runs (grid.jobs.run_packs: a look's seeds where the engine packs runs,
@@ -102,7 +105,7 @@ for pack in PACKS:
             # ancient: a rerun of the check (a changed level) that passes does not redo finished runs
             ancient(rules.null_check.output) if NULL_CHECK is not None else [],
             # ancient: a passed canary is not run again when the grid's config changes later
-            ancient(rules.canary.output) if ENGINE.canary is not None else [],
+            ancient(rules.canary.output) if MODEL.canary else [],
         output:
             [f"{folder}/{STATUS_PATTERN}" for folder in pack.folders(RUN)],
         params:

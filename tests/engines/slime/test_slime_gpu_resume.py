@@ -1,21 +1,27 @@
 """A resume with CPU-offloaded Adam on a GPU node (marked ``gpu``): the check for the day a node is lent.
 
+    STALEBENCH_GPU_PATHS=paths.yaml python -m pytest -q -s -m gpu tests/engines/slime/test_slime_gpu_resume.py
+
 Open upstream reports say a Megatron resume with the optimizer on the CPU can give wrong numbers
 without a crash (Megatron-LM #1842, SkyRL #1403; slime's image patches the same ``step`` handling).
 This runs the real slime entry through the project's launcher (engines.train -> engines.slime.launch ->
 the job script -> Ray -> engines.slime.driver), inside the slime image (container_runtime: none), on one
-8-GPU node with the Table-1 preset's model, layout and optimizer flags, cut to 5 steps of a small batch:
+8-GPU node with the Table-1 preset's model, layout and optimizer flags, cut to 5 steps of a small batch.
+A resume can only pass where both sides train on the same rollouts, so (engines.slime.resume_check):
 
-- uninterrupted: 5 steps;
-- interrupted: the time-limit warning's mark is set once step 2's periodic save is whole; the driver
-  stops after the step it is on, with a save, and the job exits 75 (TimeLimitReached); the run is then
-  trained again to step 5 from that save.
+- recorded: 5 steps whose rollouts slime saves (``--save-debug-rollout-data``);
+- uninterrupted, twice: 5 steps replaying them (``--load-debug-rollout-data``: SGLang is not started);
+  the two give the noise floor, per metric, of the same run twice without a resume;
+- interrupted: the same replay; the time-limit warning's mark is set once step 2's periodic save is
+  whole; the driver stops after the step it is on, with a save, and the job exits 75 (TimeLimitReached);
+  the run is then trained again to step 5 from that save. Its driver logs each rank's Adam ``step`` and
+  moment norms when it stopped and after the resumed job loaded the save ($STALEBENCH_OPTIMIZER_LOG).
 
-Every step after the resume point must log the uninterrupted run's loss and grad norm. The first such
-step reads only the saved weights; the ones after it are made by Adam's update from the loaded moments
-and step count, which is what the reports get wrong: hence two steps at least after the resume. Lag 0
-(the synchronous loop), so that a resume keeps the uninterrupted schedule, and SGLang's deterministic
-inference is not assumed: the tolerance is relative 1e-4.
+It passes when the loaded Adam state is the saved one (same step, moment norms within 1e-6) and every
+step after the resume point logs the uninterrupted run's loss and grad norm within 3 x the noise floor
+(at least 1e-6). The first such step reads only the saved weights; the ones after it are made by Adam's
+update from the loaded moments and step count, which is what the reports get wrong: hence two steps at
+least after the resume. Lag 0 (the synchronous loop), so that a resume keeps the uninterrupted schedule.
 
 Needs, besides CUDA: slime, Megatron-LM and SGLang importable (the image), 8 GPUs, and
 STALEBENCH_GPU_PATHS naming a YAML of the preset's engine_params paths on this node (hf_checkpoint,
@@ -24,7 +30,6 @@ ref_load, prompt_data). Skipped otherwise, with the reason.
 from __future__ import annotations
 
 import importlib.util
-import math
 import os
 import threading
 import time
@@ -33,6 +38,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from engines.slime.resume_check import adam_problems, noise_floor, resume_problems
 from engines.train import run as train
 from grid.config import load
 from grid.expand import resolve_run_config
@@ -59,26 +65,38 @@ def unavailable() -> str | None:
     return None
 
 
-def config(results: Path) -> dict:
+def config(results: Path, *extra_args: str, env: dict | None = None) -> dict:
     config = load(ROOT / "workflow" / "presets" / "table1.yaml")
     config.update(results_dir=str(results), steps=STEPS, eval_every=SAVE_EVERY, lags=[0], lag_mode="constant")
     config["engine_params"].update(yaml.safe_load(Path(os.environ["STALEBENCH_GPU_PATHS"]).read_text()))
     config["engine_params"].update(container_runtime="none", rollout_batch_size=8, n_samples_per_prompt=4,
-                                   global_batch_size=32, rollout_max_response_len=1024)
+                                   global_batch_size=32, rollout_max_response_len=1024, extra_args=list(extra_args),
+                                   env=env or {})
     return config
 
 
-def rows(folder: Path) -> dict[int, dict]:
-    return {row["step"]: row for row in GridDir(folder).run("grpo", 0, 0).read_metrics()}
+def rows(config: dict) -> dict[int, dict]:
+    return {row["step"]: row for row in GridDir.of(config).run("grpo", 0, 0).read_metrics()}
+
+
+def completed(config: dict) -> dict[int, dict]:
+    assert train(resolve_run_config(config, "grpo", 0, 0), GridDir.of(config).run("grpo", 0, 0).path) == "completed"
+    return rows(config)
 
 
 def test_a_resume_with_cpu_offloaded_adam_trains_the_uninterrupted_runs_numbers(tmp_path):
     reason = unavailable()
     if reason:
         pytest.skip(reason)
-    whole, cut = config(tmp_path / "whole"), config(tmp_path / "cut")
-    assert train(resolve_run_config(whole, "grpo", 0, 0), GridDir.of(whole).run("grpo", 0, 0).path) == "completed"
+    recorded = tmp_path / "rollouts" / "rollout_{rollout_id}.pt"
+    completed(config(tmp_path / "recorded", "--save-debug-rollout-data", str(recorded)))
+    replay = ("--load-debug-rollout-data", str(recorded))
+    uninterrupted, again = completed(config(tmp_path / "whole", *replay)), completed(config(tmp_path / "again", *replay))
+    floor = noise_floor(uninterrupted, again)
+    print(f"noise floor (relative, the same replayed run twice): {floor}")
 
+    log = tmp_path / "optimizer.jsonl"
+    cut = config(tmp_path / "cut", *replay, env={"STALEBENCH_OPTIMIZER_LOG": str(log)})
     run = GridDir.of(cut).run("grpo", 0, 0)
     outcome = {}
 
@@ -98,10 +116,6 @@ def test_a_resume_with_cpu_offloaded_adam_trains_the_uninterrupted_runs_numbers(
     assert "stop" in outcome, outcome
     stopped = int(run.engine_file("stopped").read_text()) + 1  # the step the stop's save holds
     assert SAVE_EVERY <= stopped <= STEPS - 2, f"stopped after step {stopped}: no two steps left to compare"
-    assert train(resolve_run_config(cut, "grpo", 0, 0), run.path) == "completed"
-
-    uninterrupted, resumed = rows(tmp_path / "whole" / "table1"), rows(tmp_path / "cut" / "table1")
-    assert sorted(resumed) == sorted(uninterrupted) == list(range(1, STEPS + 1))
-    for step in range(stopped + 1, STEPS + 1):
-        for key in ("loss", "grad_norm"):
-            assert math.isclose(resumed[step][key], uninterrupted[step][key], rel_tol=1e-4), (step, key)
+    resumed = completed(cut)
+    assert adam_problems(log) == [], log.read_text()
+    assert resume_problems(uninterrupted, resumed, floor, after=stopped) == []
