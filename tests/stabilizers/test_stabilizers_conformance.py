@@ -17,6 +17,9 @@ and commit:
   5b77c089fe79a4e24308bfb9a99aa6641960f613 (`TOPRPolicyLossFn.__call__`).
 - ESTR (no code published): its formula from the reading notes, written here independently of
   stabilizers/estr.py.
+- FlashREINFORCE (OpenRLHF PR #1339, NVIDIA labs-molt PR #116; their code not read): the formula of issue
+  62's summary, written here independently of stabilizers/flash_reinforce.py. The fixtures record
+  pi_old = mu, where its filter keeps everything; a test of its own gives it stale batches.
 
 The batches: random, near on-policy (every ratio within 1e-3 of 1, TOPR's taper edge), extreme
 ratios (log-ratios up to about +-12), a response with no active token, a batch with none, and the
@@ -34,7 +37,7 @@ import math
 import pytest
 import torch
 
-from stabilizers import PolicyBatch, SamplerDistribution, load_recipes
+from stabilizers import PolicyBatch, SamplerDistribution, get, load_recipes
 
 F64 = torch.float64
 RECIPES = load_recipes()
@@ -253,6 +256,14 @@ def estr_formula(batch, tau=1.0, entropy_eps=0.01, clip=0.2):
     return -(surrogate * keep * batch.mask).sum() / batch.mask.sum().clamp(min=1)
 
 
+def flash_reinforce_formula(batch, delta=5e-3):
+    p, q = batch.old_logp.exp(), batch.rollout_logp.exp()
+    kl = q * torch.log(q / p) + (1 - q) * torch.log((1 - q) / (1 - p))  # Bernoulli(q) against Bernoulli(p)
+    per_response = torch.where(batch.active, kl, 0.0).sum(-1) / batch.active.sum(-1).clamp(min=1)
+    kept = batch.active & (per_response <= delta)[:, None]
+    return -(batch.advantages * batch.logp)[kept].sum() / count(batch)
+
+
 # ---------------------------------------------------------------- the table
 # recipe -> (reference, what is compared); "gradient" alone where the loss value is documented to differ
 TABLE = {
@@ -269,6 +280,8 @@ TABLE = {
     "topr": (lambda b: authors_loss(b, seq_c=TOPR_POINT), "loss and gradient"),
     "topr_token": (trinity_topr, "loss and gradient"),
     "estr": (estr_formula, "loss and gradient"),
+    "flash_reinforce": (flash_reinforce_formula, "loss and gradient"),
+    "flash_reinforce_unfiltered": (lambda b: flash_reinforce_formula(b, math.inf), "loss and gradient"),
 }
 # Where the bench departs from the source by design (docs/stabilizers.md), the source's code with that one
 # change: the bench must equal it, and on the extreme batch it must differ from the literal port.
@@ -314,3 +327,23 @@ def test_the_fixtures_reach_the_edges_they_are_named_for():
     assert (torch.where(extreme.active, log_r, 0.0).sum(-1)[extreme.advantages[:, 0] < 0] < -20).any()
     _, near = make("near_on_policy")
     assert (near.logp - near.rollout_logp)[near.active].abs().max() < 1e-2
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_flash_reinforce_conforms_to_its_formula_where_its_filter_binds(seed):
+    """Stale batches (pi_old away from mu), delta between two responses' mean binary KLs: some dropped, some kept."""
+    logits, batch = make("random", seed)
+    g = torch.Generator().manual_seed(100 + seed)
+    old = batch.rollout_logp + 0.2 * torch.randn(batch.logp.shape, generator=g, dtype=F64)
+    stale = dataclasses.replace(batch, old_logp=old.clamp(max=-1e-3))
+    p, q = stale.old_logp.exp(), stale.rollout_logp.exp()
+    kl = q * torch.log(q / p) + (1 - q) * torch.log((1 - q) / (1 - p))
+    means = (torch.where(stale.active, kl, 0.0).sum(-1) / stale.active.sum(-1)).sort().values
+    delta = float(means[1:3].mean())  # two of the four responses kept, two dropped
+    ours = get("flash_reinforce")(stale, delta=delta).loss
+    ref = flash_reinforce_formula(stale, delta)
+    ours_grad, ref_grad = (torch.autograd.grad(x, logits, retain_graph=True)[0] for x in (ours, ref))
+    torch.testing.assert_close(ours, ref, **TOL)
+    torch.testing.assert_close(ours_grad, ref_grad, **TOL)
+    dropped = (ours_grad.abs().sum((-1, -2)) == 0) & stale.active.any(-1)
+    assert dropped.sum() == 2, dropped

@@ -214,9 +214,11 @@ def test_recipes_are_the_papers():
     autumn = {"ipo", "score_centering", "score_centering_tis", "score_centering_mis", "score_centering_top4", "estr",
               "topr"}  # issue 50 (tests/stabilizers/test_stabilizers_autumn.py)
     sources = {"ipo_pr3418", "ipo_score_centering", "topr_token", "icepop_prime", "grpo_seqmean_tis",
-               "grpo_mu_seq_mask3"}  # issue 62 (tests/stabilizers/test_stabilizers_conformance.py)
+               "grpo_mu_seq_mask3", "flash_reinforce", "flash_reinforce_unfiltered"}  # issue 62 (test_stabilizers_conformance.py)
     assert set(TABLE1) | controls | field | practice | rivals | autumn | sources == set(recipes)
-    assert [name for name, recipe in recipes.items() if not recipe.std_normalization] == ["grpo_dr"]
+    # FlashREINFORCE's baseline is a mean reward without the std division, the nearest the tiny engine has
+    assert [name for name, recipe in recipes.items() if not recipe.std_normalization] == [
+        "grpo_dr", "flash_reinforce", "flash_reinforce_unfiltered"]
     assert recipes["grpo_dr"].as_dict()["params"] == recipes["grpo_sum_norm"].as_dict()["params"]
     assert "std_normalization" not in recipes["grpo_sum_norm"].as_dict()  # on by default: old run keys unchanged
     for name in TABLE1:
@@ -254,6 +256,9 @@ def test_recipes_are_the_papers():
     assert recipes["grpo_seqmean_tis"].rollout_is == {**recipes["grpo_seq_tis"].rollout_is, "level": "geometric"}
     assert recipes["grpo_mu_seq_mask3"].params == recipes["grpo_mu"].params
     assert recipes["grpo_mu_seq_mask3"].rollout_is == {"level": "sequence", "lower": 0.0, "upper": 3.0, "reweight": False}
+    assert recipes["flash_reinforce"].params == {"delta": 5e-3}  # FlashREINFORCE's KL threshold
+    assert recipes["flash_reinforce_unfiltered"].as_dict() == {**recipes["flash_reinforce"].as_dict(),
+                                                               "params": {"delta": math.inf}}
     assert {recipes[f"score_centering{suffix}"].params["weight"] for suffix in ("", "_tis", "_mis")} == {"none", "tis", "mis"}
     for recipe in recipes.values():  # each one runs and gives a finite loss
         b = batch()

@@ -120,3 +120,21 @@ def test_the_autumn_field_trains_198_tuning_runs_then_110_at_the_first_look_and_
     claimed = {cell for claim in view.claims for cell in claim.read_cells(view.reference_lag)}
     most = len(view.first_look()) + sum(len(look_runs(view, sorted(claimed), look)) for look in (2, 3))
     assert len(claimed) == 12 and most == 12 * 12 + 10 * 5
+
+
+def test_the_autumn_rerun_is_the_fields_cells_of_its_recipes():
+    """workflow/presets/field_autumn_rerun.yaml (issue 62): every setting that makes a run the field's, so that a
+    run both grids hold has the same run key and reproduces the field's number; its recipes' tuning entries the
+    field's; no claims and no seed schedule (exploratory): 54 tuning runs, then 30 at seeds 0-4."""
+    field, rerun = (load(ROOT / "workflow" / "presets" / f"{name}.yaml") for name in ("field_autumn", "field_autumn_rerun"))
+    differ = {"grid", "recipes", "seeds", "seeding", "claims", "tuning"}
+    assert {key: value for key, value in rerun.items() if key not in differ} == \
+        {key: value for key, value in field.items() if key not in differ}
+    assert set(rerun["recipes"]) < set(field["recipes"]) and rerun["seeds"] == field["seeds"][:5]
+    assert {key: value for key, value in rerun["tuning"].items() if key != "recipes"} == \
+        {key: value for key, value in field["tuning"].items() if key != "recipes"}
+    assert rerun["tuning"]["recipes"] == {name: field["tuning"]["recipes"][name] for name in rerun["recipes"]}
+    model = Config.build(rerun)
+    view = model.confirmation({recipe: candidates.values[0] for recipe, candidates in model.tuning.candidates.items()})
+    assert model.claims == () and model.seeding is None
+    assert len(model.tuning.runs()) == 3 * 3 * 2 * 3 and len(view.first_look()) == 3 * 2 * 5

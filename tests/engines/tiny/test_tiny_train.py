@@ -244,7 +244,9 @@ AUTUMN_2026 = {"ipo": "ipo/masked_frac", "score_centering_mis": "score_centering
                "topr": "topr/tapered_frac",
                # and issue 62's: prime-rl's IPO with Score Centering, its IcePop, the per-token TOPR
                "ipo_score_centering": "ipo_score_centering/center_mass", "icepop_prime": "icepop_is/masked_frac",
-               "topr_token": "topr_token/tapered_frac"}
+               "topr_token": "topr_token/tapered_frac",
+               # FlashREINFORCE: its filter, on advantages without the group-std division (an engine switch)
+               "flash_reinforce": "flash_reinforce/dropped_frac"}
 
 
 def test_the_autumn_2026_recipes_train_with_the_sampler_they_need(base, tmp_path, monkeypatch):
