@@ -51,7 +51,7 @@ def contrast_panel(ax, claim: dict, words: str, recipes: list[str]) -> None:
     ax.set_xlim(-1, 1)
     ax.set_xticks([0], [textwrap.fill(words, 45)])
     ax.set(title=textwrap.fill(f"{claim['name']}: {claim['verdict']}", 45),
-           ylabel=f"contrast, {unit} ({claim['confidence']:.2%} interval, {claim['method']})")
+           ylabel=textwrap.fill(f"contrast, {unit} ({claim['confidence']:.2%} interval, {claim['method']})", 48))
     ax.grid(alpha=0.3, axis="y")
 
 
