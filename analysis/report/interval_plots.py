@@ -14,7 +14,6 @@ from analysis.report.plots import cost_panel, save_figure
 from grid.claims import KINDS, NOT_TESTED
 from grid.settings import Config
 
-
 # inches: an intervals card (tracking.layout.intervals_view) draws an image ~345 px wide at 1440x900, so 10-point text
 # reads at ~11 px there (at 5 inches it read at ~9.6 px; as MLflow's 256 px thumbnail, ~5 px)
 WIDTH = 4.2
