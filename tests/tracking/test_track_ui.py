@@ -163,11 +163,17 @@ INTERVAL_IMAGES = """(() => {
 
 
 def interval_image_sizes(link: str, screenshot: Path) -> list[dict] | None:
-    """The intervals view's images in a 1440x900 window, once loaded (None if they never are): the width each is
-    shown at and the width it is drawn at (its pixels); a screenshot of that window."""
+    """The intervals view's images in a 1440x900 window, once loaded and laid out (None if they never are): the width
+    each is shown at and the width it is drawn at (its pixels); a screenshot of that window."""
+    import time
     with Browser(1440, 900) as browser:
         page = browser.open(link)
         sizes = browser.wait_for(page, INTERVAL_IMAGES)
+        for _ in range(20):  # the hidden run list's panel folds after the images load: until two reads agree
+            time.sleep(1)
+            sizes, before = browser.evaluate(page, INTERVAL_IMAGES), sizes
+            if sizes == before:
+                break
         browser.screenshot(page, screenshot)
     return sizes
 
