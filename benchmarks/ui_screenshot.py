@@ -69,9 +69,9 @@ def main() -> int:
                 start = time.perf_counter()
                 doms.append(render(link, out / f"page{number}.png", width, height))
                 seconds.append(time.perf_counter() - start)
-                samples = re.findall(r'href="(/#/experiments/[^"]*/artifacts/samples.json)"', doms[0])
+                samples = re.findall(r'href="(#/experiments/[^"]*/artifacts/samples.json)"', doms[0])
                 if number == 1 and samples:
-                    links.insert(1, link.partition("/#/")[0] + html.unescape(samples[0]))
+                    links.insert(1, link.partition("/#/")[0] + "/" + html.unescape(samples[0]))
     shown = all(name in visible_text(doms[0]) for name in claims)
     print("\n".join(f"page{number}.png: loaded in {took:.1f} s: {link}"
                     for number, (link, took) in enumerate(zip(links, seconds), 1)))

@@ -9,19 +9,35 @@ from pathlib import Path
 _TEMP_SUFFIX = ".tmp"
 
 
-def write_text_atomic(path: str | Path, text: str) -> None:
+def _umask() -> int:
+    mask = os.umask(0o022)  # read it the only way there is (Python has no getter), then put it back
+    os.umask(mask)
+    return mask
+
+
+# what open() gives a new file (0644 under the usual umask 022): mkstemp's temp file is 0600, and an output renamed
+# from it would be hidden from the group and others (a shared results folder's readers, a web server)
+_FILE_MODE = 0o666 & ~_umask()
+
+
+def write_bytes_atomic(path: str | Path, data: bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=_TEMP_SUFFIX)
     try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), _FILE_MODE)
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    write_bytes_atomic(path, text.encode())
 
 
 def remove_temp_files(folder: str | Path) -> list[Path]:

@@ -238,15 +238,17 @@ def _chart(kind: str, section: str, metric: str) -> dict:
 
 def intervals_view(keys: list[str]) -> dict:
     """The shared view of the intervals' charts (tracking.store.intervals_link): the comparison experiment's run of
-    kind figure (tracking.runs.Tracker.sync_intervals), an image chart per image key, two a row in one section
-    (the UI renders only the cards in the window: so they all are on a first screen), each image naming its axes."""
+    kind figure (tracking.runs.Tracker.sync_intervals), an image chart per image key, two a row in one section,
+    each image naming its axes. The run list hidden (one run, no result), so that at 1440x900 beside the UI's
+    assistant each card draws its image ~345 px wide (analysis.report.interval_plots.WIDTH: its text ~10 px); the
+    height holds that square image, its run's name and the step slider."""
     section = {**_section("stalebench-intervals", "Intervals: each recipe's staleness cost per lag (95%), each claim's "
-                          "contrast (its level); the axes named in each chart", 420), "columns": 2}
+                          "contrast (its level); the axes named in each chart", 520), "columns": 2}
     cards = [{"uuid": f"stalebench-{key.replace('/', '-')}-chart", "type": "IMAGE", "metricSectionId": section["uuid"],
               "deleted": False, "isGenerated": False, "imageKeys": [key], "step": 0} for key in keys]
     return {"searchFilter": f"tags.\"{KIND}\" = 'figure'", "orderByKey": "tags.`mlflow.runName`", "orderByAsc": True,
-            "runsHiddenMode": "SHOW_ALL", "compareRunSections": [section], "compareRunCharts": cards,
-            "isAccordionReordered": True}
+            "runsHiddenMode": "SHOW_ALL", "runListHidden": True, "compareRunSections": [section],
+            "compareRunCharts": cards, "isAccordionReordered": True}
 
 
 def comparison_view(task: str, lag: int, band: str, labels: list[str]) -> dict:

@@ -31,6 +31,7 @@ from tracking.store import (
     comparison_link,
     dynamics_link,
     intervals_link,
+    page_link,
     parent_link,
     ui_link,
 )
@@ -206,14 +207,15 @@ class Tracker:
             self.writer.log(run_id, tags={SAMPLES_DIGEST: digest})
         return True
 
-    def sync_report(self, parent_id: str, summary: dict) -> None:
-        """The report page, the parent run's verdicts.md (parent.report_markdown), with links relative to the UI's
-        root (each view of tracking.store, the collapsed runs' samples tables), and the grid experiment's
-        description opening with a link to it, so that the UI's own navigation (its experiments list, then the
-        grid's page) reaches it. After every other part of a final sync: the views and runs it links exist."""
+    def sync_report(self, parent_id: str, summary: dict, images: list[tuple[str, str]]) -> None:
+        """The report page, the parent run's verdicts.md (parent.report_markdown), with links relative to the page
+        (each view of tracking.store, each interval chart of ``images``: sync_intervals', the collapsed runs' samples
+        tables), and the grid experiment's description opening with a link to it, so that the UI's own navigation
+        (its experiments list, then the grid's page) reaches it. After every other part of a final sync."""
         lags = summary["lags"]
         views = [("Intervals", [("each recipe's staleness cost, each claim's contrast",
                                  intervals_link("", self.comparison_experiment_id))]),
+                 ("Each interval chart", images),
                  ("Training dynamics", [(f"lag {lag}", dynamics_link("", self.experiment_id, lag)) for lag in lags]),
                  ("Test score per recipe", [(f"lag {lag}", comparison_link("", self.comparison_experiment_id, lag))
                                             for lag in lags]),
@@ -221,7 +223,7 @@ class Tracker:
         cells: dict[str, list] = {}
         for recipe, lag, seed, run_id in sorted(self.collapsed):
             cells.setdefault(f"{recipe}/lag{lag}", []).append(
-                (f"seed {seed}", f"/#/experiments/{self.experiment_id}/runs/{run_id}/artifacts/{SAMPLES_TABLE}"))
+                (f"seed {seed}", page_link("", f"experiments/{self.experiment_id}/runs/{run_id}/artifacts/{SAMPLES_TABLE}")))
         with tempfile.TemporaryDirectory(prefix="track_") as tmp:
             write_text_atomic(Path(tmp) / VERDICTS_ARTIFACT, report_markdown(
                 summary, views, list(cells.items()) if self.with_samples else None))
@@ -308,20 +310,22 @@ class Tracker:
             self.writer.log(drawn_id, metrics, tags=tags, params=missing_params(drawn, {"recipe": recipe, "lag": str(lag)}))
             self.writer.set_status(drawn_id, drawn, "FINISHED")
 
-    def sync_intervals(self, parent_id: str, summary: dict) -> None:
-        """The intervals' charts (analysis.report.interval_plots: each recipe's staleness cost per later lag, each
-        tested claim's contrast) as the images of one run of kind figure in the comparison experiment, where no
-        result list meets it, and the view that shows them (layout.intervals_view). After sync_cell."""
+    def sync_intervals(self, parent_id: str, summary: dict) -> list[tuple[str, str]]:
+        """The intervals' charts (analysis.report.interval_plots: each later lag's staleness costs, each tested claim's
+        contrast) as the images of one figure run in the comparison experiment, out of every result list, and their
+        view (layout.intervals_view). After sync_cell. Returns each chart's (label, link to its PNG): one click away."""
         metric = layout.staleness_cost_metric(summary["claims"])
         run_id, found = self.writer.run(f"intervals:{self.config.grid}", "figure", "intervals (drawn, not a result)",
                                         {"stalebench.grid_run": parent_id}, self.comparison_experiment_id, self.drawn)
         with tempfile.TemporaryDirectory(prefix="track_") as tmp:
             charts = interval_figures(self.config, summary, metric, Path(tmp))
-            self.writer.log_images(run_id, charts)
+            paths = self.writer.log_images(run_id, charts)
         self.writer.log(run_id, tags={"mlflow.note.content": "The intervals' charts of the comparison, images drawn "
                                       "from summary.json: drawing material, not a result. " + SCORE_UNITS})
         self.writer.set_status(run_id, found, "FINISHED")
         self.writer.share_view(self.comparison_experiment_id, INTERVALS_VIEW, layout.intervals_view([k for k, _ in charts]))
+        return [(key, page_link("", f"experiments/{self.comparison_experiment_id}/runs/{run_id}/artifacts/{path}"))
+                for (key, _), path in zip(charts, paths)]
 
     def _curve(self, found, tags: dict, summary: dict, cell: dict, part: str) -> list:
         """The cell curve's ``part`` as step metrics, unless the run already has it (its digest in ``tags``)."""

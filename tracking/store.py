@@ -133,6 +133,13 @@ def fast_sqlite_commits() -> None:
     _PRAGMA_SET = True
 
 
+def page_link(base_url: str, route: str) -> str:
+    """The UI's page at ``route`` (its hash route, "experiments/..."): under ``base_url``, or with base_url "" a link
+    relative to the page that holds it (``#/route``: a report or description rendered by the UI, which keeps the
+    server's address and any path prefix a proxy serves it under, where ``/#/`` would drop the prefix)."""
+    return f"{base_url.rstrip('/')}/#/{route}" if base_url else f"#/{route}"
+
+
 def _view_link(base_url: str, experiment_id: str, view_key: str) -> str:
     """The experiment's runs as charts in the shared view ``view_key`` (an experiment tag the sync
     stores). MLflow 3 opens its GenAI traces page unless the link names the classic ("machine learning")
@@ -140,7 +147,7 @@ def _view_link(base_url: str, experiment_id: str, view_key: str) -> str:
     orderByKey...): the view holds them."""
     query = urllib.parse.urlencode({"workflowType": "machine_learning", "compareRunsMode": "CHART",
                                     "viewStateShareKey": view_key})
-    return f"{base_url.rstrip('/')}/#/experiments/{experiment_id}/runs?{query}"
+    return page_link(base_url, f"experiments/{experiment_id}/runs?{query}")
 
 
 def ui_link(base_url: str, experiment_id: str, lag: int) -> str:
@@ -171,4 +178,4 @@ def parent_link(base_url: str, experiment_id: str, parent_run_id: str) -> str:
     """The grid's parent run at its verdicts table (an artifact, rendered by the UI as Markdown: every
     claim's name and verdict in full, where the run's tag chips cut long names); its other artifacts
     (table.md, the plots) one click away in the same tree."""
-    return f"{base_url.rstrip('/')}/#/experiments/{experiment_id}/runs/{parent_run_id}/artifacts/{VERDICTS_ARTIFACT}"
+    return page_link(base_url, f"experiments/{experiment_id}/runs/{parent_run_id}/artifacts/{VERDICTS_ARTIFACT}")

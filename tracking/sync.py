@@ -153,8 +153,7 @@ def sync(config: Config, progress: bool = True,
     for cell in summary["cells"] if final else []:
         tracker.sync_cell(parent_id, cell, summary)
     if final:
-        tracker.sync_intervals(parent_id, summary)
-        tracker.sync_report(parent_id, summary)
+        tracker.sync_report(parent_id, summary, tracker.sync_intervals(parent_id, summary))
     marker = {"tracking_uri": tracker.writer.uri, "experiment": config.grid,
               "experiment_id": tracker.experiment_id, "summary_experiment_id": tracker.summary_experiment_id,
               "comparison_experiment_id": tracker.comparison_experiment_id,

@@ -98,7 +98,7 @@ def links(base_url: str, uri: str, grid: str) -> str:
                       comparison_link(base_url, cells, lag)]
     for lag in viewed_lags(uri, seeds, DYNAMICS_VIEW):
         lines += [f"Training dynamics at lag {lag} (clip fraction, ratio spread, entropy, reward, off-policy "
-                  "diagnostics: per recipe its seeds' mean over their min-max band):", dynamics_link(base_url, seeds, lag)]
+                  "diagnostics, response length: per recipe its seeds' mean over their min-max band):", dynamics_link(base_url, seeds, lag)]
     for lag in viewed_lags(uri, seeds, SEED_RUNS_VIEW):
         lines += [f"Seed runs at lag {lag} (a line per recipe, the mean of its seeds over their min-max band):",
                   ui_link(base_url, seeds, lag)]

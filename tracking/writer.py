@@ -158,19 +158,21 @@ class Writer:
             self.log_artifacts(run_id, [path])
         self.log(run_id, tags={"mlflow.loggedArtifacts": json.dumps([{"path": name, "type": "table"}])})
 
-    def log_images(self, run_id: str, images: list[tuple[str, Path]]) -> None:
+    def log_images(self, run_id: str, images: list[tuple[str, Path]]) -> list[str]:
         """PNG files as the run's images, each under its key at step 0, as MlflowClient.log_image stores them (the
-        UI's image charts read them: images/<key, / as ~>+step+0+timestamp+<ms>+<id>.png and a +compressed.webp
-        thumbnail, the tag mlflow.loggedImages), under names fixed by the key, so that a re-sync overwrites them."""
+        UI's image charts read them: images/<key, / as ~>+step+0+timestamp+<ms>+<id>.png and a +compressed.webp, the
+        tag mlflow.loggedImages), under names fixed by the key, so that a re-sync overwrites them. The card draws the
+        webp: here the image at its own size (lossless), not log_image's 256 px thumbnail, whose axis text a card
+        shrinks to ~5 px or blurs up (issue 65). Returns each image's artifact path (its PNG), in order."""
         import PIL.Image
-        from mlflow.tracking.multimedia import compress_image_size
         with tempfile.TemporaryDirectory(prefix="track_images_") as tmp:
             written = []
             for key, png in images:
                 name = f"{key.replace('/', '~')}+step+0+timestamp+0+{hashlib.sha256(key.encode()).hexdigest()[:32]}"
                 shutil.copyfile(png, Path(tmp) / f"{name}.png")
                 with PIL.Image.open(png) as image:
-                    compress_image_size(image).save(Path(tmp) / f"{name}+compressed.webp")
+                    image.save(Path(tmp) / f"{name}+compressed.webp", lossless=True)
                 written += [Path(tmp) / f"{name}.png", Path(tmp) / f"{name}+compressed.webp"]
             self.log_artifacts(run_id, written, "images")
         self.log(run_id, tags={"mlflow.loggedImages": "true"})
+        return [f"images/{path.name}" for path in written[::2]]

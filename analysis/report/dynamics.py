@@ -18,7 +18,7 @@ from grid.settings import Config
 # (what it shows, the training metrics' keys that show it: a regular expression on the engine's row keys)
 GROUPS = (("clipping", r"clip/frac_.+"), ("ratio", r"ratio/(max|min|std)"), ("entropy", r"entropy"),
           ("reward", r"reward"), ("off-policy", r"offpolicy/(ess|k3_kl)|tv/mean|d/mean_abs"),
-          ("length", r"length/mean"))  # short names: a section's title in the UI shows about 26 characters at 1440 px
+          ("length", r"length/(mean|max)"))  # short names: a section's title in the UI shows about 26 characters at 1440 px
 BAND = "min-max"  # the band's method: MLflow's grouped band, the seeds' min and max; short: a section's title
 
 

@@ -14,6 +14,11 @@ from analysis.report.plots import cost_panel, save_figure
 from grid.claims import KINDS, NOT_TESTED
 from grid.settings import Config
 
+# inches: an intervals card (tracking.layout.intervals_view) draws an image ~345 px wide at 1440x900, so 10-point text
+# reads at ~11 px there (at 5 inches it read at ~9.6 px; as MLflow's 256 px thumbnail, ~5 px)
+WIDTH = 4.2
+SMALL = 8  # points: the smallest text (the claims under the cost chart, the delta's label), ~9 px in a card
+
 
 def cost_key(endpoint: str, lag: int) -> str:
     """The image key of the staleness cost chart at ``lag`` (MLflow: letters, digits, _ - . / and spaces)."""
@@ -41,11 +46,11 @@ def contrast_panel(ax, claim: dict, words: str, recipes: list[str]) -> None:
         for bound in (-delta, delta):
             ax.axhline(bound, color="grey", linewidth=0.8, linestyle="--")
         ax.annotate("+-delta (smallest effect)", (0.98, delta), xycoords=("axes fraction", "data"), ha="right",
-                    va="bottom", fontsize=7, color="grey")
+                    va="bottom", fontsize=SMALL, color="grey")
     ax.set_xlim(-1, 1)
     ax.set_xticks([0], [textwrap.fill(words, 45)])
-    ax.set(title=textwrap.fill(f"{claim['name']}: {claim['verdict']}", 60),
-           ylabel=f"contrast, {unit} ({claim['confidence']:.2%} interval, {claim['method']})")
+    ax.set(title=textwrap.fill(f"{claim['name']}: {claim['verdict']}", 45),
+           ylabel=textwrap.fill(f"contrast, {unit} ({claim['confidence']:.2%} interval, {claim['method']})", 48))
     ax.grid(alpha=0.3, axis="y")
 
 
@@ -55,13 +60,15 @@ def interval_figures(config: Config, summary: dict, endpoint: str, folder: Path)
     import matplotlib.pyplot as plt
     charts, recipes = [], summary["recipes"]
     for lag in [lag for lag in summary["lags"] if lag != summary["reference_lag"]]:
-        fig, ax = plt.subplots(figsize=(max(5.0, 0.8 * len(recipes)), 4.8))
+        fig, ax = plt.subplots(figsize=(max(WIDTH, 0.7 * len(recipes)), 4.0))
         cost_panel(ax, summary, endpoint, lag)
+        # the claims listed under the chart, larger than staleness.png's 7 points: wrapped to the narrower figure
+        ax.set_xlabel(textwrap.fill(" ".join(ax.get_xlabel().split()), 55), fontsize=SMALL)
         charts.append((cost_key(endpoint, lag), fig))
     words = {claim.name: claim.describe(summary["reference_lag"]) for claim in config.claims}
     for claim in summary["claims"]:
         if claim["verdict"] != NOT_TESTED and claim["estimate"] is not None:
-            fig, ax = plt.subplots(figsize=(5.0, 4.8))
+            fig, ax = plt.subplots(figsize=(WIDTH, 4.0))
             contrast_panel(ax, claim, words[claim["name"]], recipes)
             charts.append((claim_key(claim["name"]), fig))
     written = []

@@ -6,9 +6,8 @@ Each recipe is drawn in its chosen colour, the MLflow views' (analysis.report.co
 recipes share a colour, told apart by its marker (its place in the grid's recipe list)."""
 from __future__ import annotations
 
+import io
 import math
-import os
-import tempfile
 import textwrap
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from analysis.report.colors import MARKERS, recipe_colour
 from analysis.statistics.survival import kaplan_meier
 from grid.claims import KINDS
 from grid.settings import Config
+from harness.io import write_bytes_atomic
 
 QUANTILES = ("d/mean_abs", "d/p50", "d/p90", "d/p99")
 COLLAPSE_DASHES = ("-", "--", ":", "-.")  # collapse.png: a recipe's curve by its width and dash (plot_collapse)
@@ -289,14 +289,12 @@ def _marker(index: int) -> str:
 
 
 def save_figure(fig, path: Path) -> None:
-    """Render to a temp file beside the target, then rename (atomic like harness.io)."""
+    """Render the PNG in memory, then write it atomically (harness.io: a file's mode as open() gives it)."""
     import matplotlib.pyplot as plt
     fig.tight_layout()
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
-    os.close(fd)
+    png = io.BytesIO()
     try:
-        fig.savefig(tmp, dpi=110)
-        os.replace(tmp, path)
+        fig.savefig(png, dpi=110, format="png")
     finally:
         plt.close(fig)
-        Path(tmp).unlink(missing_ok=True)
+    write_bytes_atomic(path, png.getvalue())

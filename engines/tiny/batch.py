@@ -81,8 +81,15 @@ def as_floats(lists: dict[str, list[torch.Tensor]]) -> dict[str, list[float]]:
     return {key: [next(floats) for _ in values] for key, values in lists.items()}
 
 
+def response_lengths(mask: torch.Tensor) -> dict:
+    """The sampled responses' lengths in tokens to <eos> (the response mask's row sums), their mean and maximum: what
+    verl and TRL log per step. Read-only on the mask, so it changes no other number of the run."""
+    lengths = mask.sum(-1)
+    return {"length/mean": float(lengths.mean()), "length/max": float(lengths.max())}
+
+
 def step_metrics(batch: Rollout, recomputed: Recomputed, update: dict) -> dict:
-    """The step's metrics row (keys in docs/design.md): reward, entropy, the mismatch between
+    """The step's metrics row (keys in docs/design.md): reward, entropy, response length, the mismatch between
     the trainer's and the sampler's log-probabilities, routing, and the loss's own diagnostics."""
     mask, logmu, old_logp, logp_full = batch.mask, recomputed.logmu, recomputed.old_logp, recomputed.logp_full
     numbers, active = update["numbers"], batch.mask.bool()
@@ -95,6 +102,7 @@ def step_metrics(batch: Rollout, recomputed: Recomputed, update: dict) -> dict:
         "entropy": float(-(probs * logp_full).sum(-1)[active].mean()),
         "grad_norm": sum(numbers["grad_norm"]) / len(numbers["grad_norm"]),
         "loss": sum(numbers["loss"]) / len(numbers["loss"]),
+        **response_lengths(mask),
         **abs_d_stats(d.abs()[active]),
         "d/mean": float(d[active].mean()),
         "tv/mean": float(tv.mean()),

@@ -54,8 +54,12 @@ def test_every_cell_and_seed_present(grid):
     for cell in cells.values():
         assert cell["seeds"] == config["seeds"] and len(set(cell["run_keys"])) == 3
         assert all(len(v) == 3 for v in cell["per_seed"].values())
+    mask = os.umask(0o022)
+    os.umask(mask)
     for name in report_files(config["lag_mode"]):
         assert (out / name).stat().st_size > 0
+        # as open() leaves a file (0644 under umask 022), not mkstemp's 0600: readable in a shared results folder
+        assert (out / name).stat().st_mode & 0o777 == 0o666 & ~mask, name
     # not a queue grid: no placeholder image of a queue grid's plots, the sentence in table.md instead
     assert config["lag_mode"] != "queue" and not any((out / f"{name}.png").exists() for name in QUEUE_PLOTS)
     assert ("## Plots not drawn\n\npareto.png and lag_vs_length.png compare a queue grid's bounds at equal modelled "

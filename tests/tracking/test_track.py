@@ -133,6 +133,17 @@ def test_seed_runs_in_the_grid_experiment_summaries_in_their_own(synced):
     for view in ("stalebench-intervals", *(f"stalebench-{kind}-lag{lag}" for kind in ("dynamics", "cells", "seeds")
                                            for lag in config["lags"])):
         assert f"viewStateShareKey={view})" in links, view
+    # each interval chart one click from the report at its full size (its PNG's artifact page, a link relative to the
+    # page: it keeps a path prefix), and the card's webp is that image, not MLflow's 256 px thumbnail (issue 65)
+    import PIL.Image
+    (figure,) = [r for r in all_runs(client, first["comparison_experiment_id"]) if r.data.tags[KIND] == "figure"]
+    pngs = sorted((local_artifact_dir(config["results_dir"], figure.info.artifact_uri) / "images").glob("*.png"))
+    assert len(pngs) == links.count("/artifacts/images/") > 1
+    for png in pngs:
+        assert f"(#/experiments/{first['comparison_experiment_id']}/runs/{figure.info.run_id}/artifacts/images/" \
+               f"{png.name})" in links
+        with PIL.Image.open(png) as full, PIL.Image.open(png.with_name(f"{png.stem}+compressed.webp")) as card:
+            assert card.size == full.size and full.width > 400
 
 
 def test_a_collapsed_runs_samples_are_its_table_and_the_report_links_them(synced):
@@ -147,10 +158,10 @@ def test_a_collapsed_runs_samples_are_its_table_and_the_report_links_them(synced
     assert table["data"] == [[row[c] for c in table["columns"]] for row in rows]  # every row once, not twice
     parent = client.get_run(second["parent_run_id"])
     report = (local_artifact_dir(config["results_dir"], parent.info.artifact_uri) / VERDICTS_ARTIFACT).read_text()
-    link = f"/#/experiments/{first['experiment_id']}/runs/{run.info.run_id}/artifacts/samples.json"
+    link = f"#/experiments/{first['experiment_id']}/runs/{run.info.run_id}/artifacts/samples.json"
     assert f"grpo/lag{COLLAPSED[1]} [seed {COLLAPSED[2]}]({link})" in report
     description = client.get_experiment(first["experiment_id"]).tags["mlflow.note.content"]
-    assert description.startswith(f"**[The report: claims, intervals, dynamics, samples](/#/experiments/"
+    assert description.startswith(f"**[The report: claims, intervals, dynamics, samples](#/experiments/"
                                   f"{first['experiment_id']}/runs/{second['parent_run_id']}/artifacts/verdicts.md)**")
 
 

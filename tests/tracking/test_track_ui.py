@@ -138,16 +138,44 @@ def comparison_page(dom: str, config: dict, lag: int) -> list[str]:
     return missing + [f"no band run listed ({name})" for name in listed]
 
 
-def intervals_page(dom: str, config: dict) -> list[str]:
-    """The intervals' charts: each recipe's staleness cost at each lag but the reference and each tested claim's
-    contrast, an image chart each (drawn by analysis.report.interval_plots, categories named on its axis)."""
+def interval_keys(config: dict) -> list[str]:
+    """The intervals' charts' image keys: each recipe's staleness cost at each lag but the reference, each tested
+    claim's contrast."""
     summary = GridDir.of(config).read_summary()
     keys = [cost_key(staleness_cost_metric(config["claims"]), lag) for lag in summary["lags"]
             if lag != summary["reference_lag"]]
-    keys += [claim_key(claim["name"]) for claim in summary["claims"] if claim["verdict"] != NOT_TESTED]
+    return keys + [claim_key(claim["name"]) for claim in summary["claims"] if claim["verdict"] != NOT_TESTED]
+
+
+def intervals_page(dom: str, config: dict) -> list[str]:
+    """The intervals' charts: an image chart each (drawn by analysis.report.interval_plots, categories named on its
+    axis)."""
     images = re.findall(r'<img class="rc-image-img" src="get-artifact\?path=images%2F([^%]*)%2B', dom)
-    return [f"the chart {key} and its image" for key in keys
+    return [f"the chart {key} and its image" for key in interval_keys(config)
             if f'title="{key}"' not in dom or key.replace("/", "~") not in images]
+
+
+INTERVAL_IMAGES = """(() => {
+  const images = [...document.querySelectorAll('img.rc-image-img')];
+  if (images.length < 2 || !images.every(i => i.complete && i.naturalWidth > 0)) return null;
+  return images.map(i => ({shown: i.getBoundingClientRect().width, drawn: i.naturalWidth}));
+})()"""
+
+
+def interval_image_sizes(link: str, screenshot: Path) -> list[dict] | None:
+    """The intervals view's images in a 1440x900 window, once loaded and laid out (None if they never are): the width
+    each is shown at and the width it is drawn at (its pixels); a screenshot of that window."""
+    import time
+    with Browser(1440, 900) as browser:
+        page = browser.open(link)
+        sizes = browser.wait_for(page, INTERVAL_IMAGES)
+        for _ in range(20):  # the hidden run list's panel folds after the images load: until two reads agree
+            time.sleep(1)
+            sizes, before = browser.evaluate(page, INTERVAL_IMAGES), sizes
+            if sizes == before:
+                break
+        browser.screenshot(page, screenshot)
+    return sizes
 
 
 def parent_run_page(dom: str, config: dict) -> list[str]:
@@ -164,7 +192,11 @@ def parent_run_page(dom: str, config: dict) -> list[str]:
             f"{claim['verdict']} | {claim_text(claim)} | {replication_text(claim, with_range=True)}",) if part not in row]
     views = ["stalebench-intervals", *(f"stalebench-{kind}-lag{lag}" for kind in ("dynamics", "cells", "seeds")
                                        for lag in config["lags"])]
-    return missing + [f"a link to the view {view}" for view in views if f"viewStateShareKey={view}" not in dom]
+    missing += [f"a link to the view {view}" for view in views if f"viewStateShareKey={view}" not in dom]
+    # each interval chart at full size, its PNG's artifact page; relative links (#/...): they keep a path prefix
+    missing += [f"a link to the chart {key}'s image" for key in interval_keys(config)
+                if f"/artifacts/images/{key.replace('/', '~')}+" not in dom]
+    return missing + ["no link from the UI's root (/#/), which drops a path prefix"] * ('href="/#/' in dom)
 
 
 CLAIMS_TABLE_BOX = """(() => {
@@ -247,6 +279,11 @@ def test_printed_links_show_what_a_person_looks_for(tmp_path):
         for name in (f"comparison_lag{max(config['lags'])}", f"dynamics_lag{max(config['lags'])}"):
             shot = SCREENSHOTS / f"{name}_1440x900.png"
             assert cut_titles(links[[n for n, _ in pages(config)].index(name)], shot) == [], f"titles cut: {shot}"
+        # the interval charts read in place: each card shows its image >= 330 px wide in a 1440x900 window (its
+        # 10-point text at >= 10 px), drawn with at least as many pixels (not MLflow's 256 px thumbnail blown up)
+        shot = SCREENSHOTS / "intervals_1440x900.png"
+        sizes = interval_image_sizes(links[[n for n, _ in pages(config)].index("intervals")], shot)
+        assert sizes and all(330 <= size["shown"] <= size["drawn"] for size in sizes), f"{sizes}; screenshot: {shot}"
         # the report page fits a researcher's screen: the whole claims table in a 1440x900 window, no scrolling
         box = claims_table_fits(links[0], config, SCREENSHOTS / "report_1440x900.png")
         assert box and box["bottom"] <= box["height"] and box["right"] <= box["width"] and not box["cut"], \
