@@ -76,8 +76,8 @@ MUTANTS = [
            ("tests/harness/test_identity.py::test_the_workflow_refuses_a_changed_grid_before_any_job_without_snakemake_metadata",)),
     # issue 47's: a wrong number the suite could not tell from a right one
     Mutant("replication_from_the_standard_error", "analysis/claims/verdicts.py",
-           'contrast_agreement(decided["estimate"], decided["spread"], decided["se"]',
-           'contrast_agreement(decided["estimate"], decided["se"], decided["se"]',
+           "contrast_agreement(decided.estimate, decided.spread, decided.se",
+           "contrast_agreement(decided.estimate, decided.se, decided.se",
            ("tests/analysis/test_replication.py::test_the_replication_probability_of_a_fixed_design_by_hand",)),
     Mutant("replication_ignores_the_effects_uncertainty", "analysis/statistics/predictive.py",
            "return estimate + sigma / spread * se * rng.standard_normal(size), sigma",

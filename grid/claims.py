@@ -80,6 +80,11 @@ class Claim:
         """The claim of a checked config section, as its kind's class."""
         return KINDS[section["kind"]].from_section(section, tuple(grid_lags))
 
+    @staticmethod
+    def from_row(row: dict) -> "Claim":
+        """The claim a summary.json row holds (``row``: its ROW_FIELDS; no planning spread, which the row lacks)."""
+        return Claim.build({field: row[field] for field in ROW_FIELDS if row[field] is not None})
+
     @classmethod
     def from_section(cls, section: dict, grid_lags: tuple[int, ...]) -> "Claim":
         return cls(name=section["name"], recipe=section["recipe"], lag=section["lag"], expect=section["expect"],
@@ -120,13 +125,19 @@ class Claim:
 
 
 @dataclass(frozen=True)
-class StalenessCost(Claim):
+class _Cost(Claim):
+    """A staleness cost or a difference of them: marked in staleness.png, named on the cost-against-lag panel."""
+
+    is_cost: ClassVar[bool] = True
+    about_lag: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class StalenessCost(_Cost):
     """A recipe's score at ``lag`` minus at the reference lag (the grid's smallest)."""
 
     kind: ClassVar[str] = "staleness_cost"
     words: ClassVar[str] = "staleness cost of {recipe} (lag {lag} minus lag {reference_lag})"
-    is_cost: ClassVar[bool] = True
-    about_lag: ClassVar[bool] = True
 
     def cells(self, reference_lag: int) -> list[tuple[float, str, int]]:
         return self._cost(self.recipe, reference_lag)
@@ -144,13 +155,11 @@ class _Versus(Claim):
 
 
 @dataclass(frozen=True)
-class CostDifference(_Versus):
+class CostDifference(_Versus, _Cost):
     """The staleness cost of ``recipe`` minus that of ``versus``."""
 
     kind: ClassVar[str] = "cost_difference"
     words: ClassVar[str] = "staleness cost of {recipe} minus that of {versus} (lag {lag} minus lag {reference_lag})"
-    is_cost: ClassVar[bool] = True
-    about_lag: ClassVar[bool] = True
 
     def cells(self, reference_lag: int) -> list[tuple[float, str, int]]:
         return [*self._cost(self.recipe, reference_lag), *_negated(self._cost(self.versus, reference_lag))]

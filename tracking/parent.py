@@ -4,7 +4,14 @@ grid's pick (tuning.md)."""
 from __future__ import annotations
 
 from analysis.report.render import Section, Table, markdown
-from analysis.report.tables import claim_conclusions, claim_text, claims_section, family_text, replication_text
+from analysis.report.tables import (
+    claim_conclusions,
+    claim_text,
+    claims_section,
+    family_text,
+    replication_text,
+    verdict_counts,
+)
 from tracking.store import TUNING_SUFFIX
 
 
@@ -12,11 +19,10 @@ def claim_tags(summary: dict) -> dict[str, str]:
     """The claims' verdicts as the parent run's tags, and its description: the claims table of
     table.md (or why there is none)."""
     claims = summary["claims"]
-    tags = {f"claim.{c['name']}": c["verdict"] for c in claims}
-    tags.update({f"claim.{c['name']}.estimate": claim_text(c) for c in claims})
-    tags.update({f"claim.{c['name']}.replication": replication_text(c) for c in claims})
-    verdicts = [c["verdict"] for c in claims]
-    tags["claims"] = ", ".join(f"{verdicts.count(v)} {v}" for v in dict.fromkeys(verdicts)) or "none declared"
+    tags = {f"claim.{c.claim.name}": c.verdict for c in claims}
+    tags.update({f"claim.{c.claim.name}.estimate": claim_text(c) for c in claims})
+    tags.update({f"claim.{c.claim.name}.replication": replication_text(c) for c in claims})
+    tags["claims"] = verdict_counts(claims) or "none declared"
     section = claims_section(summary)
     tags["mlflow.note.content"] = "\n".join(markdown([section])) if section else claim_conclusions(summary)[0]
     return tags
@@ -47,7 +53,7 @@ def report_markdown(summary: dict, views: list[tuple[str, list[tuple[str, str]]]
     claims = summary["claims"]
     lines = [f"### Claims of grid {summary['grid']}", ""]  # one line: the table on the first screen
     if claims:
-        rows = [[c["name"], f"**{c['verdict']}**", claim_text(c), replication_text(c, with_range=True)] for c in claims]
+        rows = [[c.claim.name, f"**{c.verdict}**", claim_text(c), replication_text(c, with_range=True)] for c in claims]
         # short headers: a 1440 px window beside the UI's assistant shows four columns whole
         lines += markdown([Section.table("", ["claim", "outcome", "estimate [interval]", "P(rerun agrees)"], rows)])[2:]
     else:

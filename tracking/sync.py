@@ -62,6 +62,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from analysis.claims.summary_file import read_summary
 from grid.folder import GridDir
 from grid.loader import load_grid
 from grid.settings import Config
@@ -86,7 +87,7 @@ def grid_complete(config: Config) -> bool:
     if not grid.summary_path.exists():
         return False
     newest = grid.summary_path.stat().st_mtime
-    for recipe, lag, seed in summarized_runs(grid.read_summary()):
+    for recipe, lag, seed in summarized_runs(read_summary(grid.summary_path)):
         status = grid.run(recipe, lag, seed).status_path
         if not status.exists() or status.stat().st_mtime > newest:
             return False
@@ -131,7 +132,7 @@ def sync(config: Config, progress: bool = True,
     grid_path = check_grid(config, final)
     summary, numbers = None, {}
     if final:
-        summary = GridDir(grid_path).read_summary()
+        summary = read_summary(GridDir(grid_path).summary_path)
         for cell in summary["cells"]:
             for i, seed in enumerate(cell["seeds"]):
                 numbers[cell["recipe"], cell["lag"], seed] = {k: v[i] for k, v in cell["per_seed"].items()}

@@ -7,6 +7,7 @@ between cells (analysis.statistics.intervals, analysis.statistics.contrasts), an
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from analysis.cells.curves import RunSummary, read_run
 from analysis.cells.noise import summarize_noise
 from analysis.cells.pareto import summarize_pareto
 from analysis.cells.reference import load_reference, reference_for
+from analysis.claims.summary_file import json_safe
 from analysis.statistics.contrasts import contrast
 from analysis.statistics.intervals import (
     ALPHA,
@@ -236,19 +238,6 @@ def _adjust(cells: list[dict], baseline: str | None) -> None:
             stat["p_holm"] = adjusted
 
 
-def json_safe(obj):
-    """NaN -> None: summary.json is strict JSON."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [json_safe(v) for v in obj]
-    if isinstance(obj, np.generic):
-        return json_safe(obj.item())
-    return obj
-
-
 def under_recipe_names(summary: dict) -> dict:
     """``summary`` with each picked variant's cells and claims named by its recipe
     (grpo.eps_low_eps_high-0.3 -> grpo), so that a tuned grid compares cell by cell and claim by claim
@@ -265,9 +254,9 @@ def under_recipe_names(summary: dict) -> dict:
         return statement
 
     cells = [{**cell, "recipe": names.get(cell["recipe"], cell["recipe"])} for cell in summary["cells"]]
-    claims = [{**claim, "statement": renamed(claim["statement"]),
-               **{field: names[claim[field]] for field in CLAIM_RECIPE_FIELDS if claim.get(field) in names}}
-              for claim in summary["claims"]]
+    claims = [dataclasses.replace(verdict, statement=renamed(verdict.statement), claim=dataclasses.replace(
+        verdict.claim, **{field: names[getattr(verdict.claim, field)] for field in CLAIM_RECIPE_FIELDS
+                          if getattr(verdict.claim, field, None) in names})) for verdict in summary["claims"]]
     return {**summary, "cells": cells, "claims": claims, "recipes": [names.get(r, r) for r in summary["recipes"]]}
 
 

@@ -72,8 +72,8 @@ def gain_sources(config: Config, cells: dict) -> dict | None:
         for name, part in split.items():
             measured = measure(part, cells, 0, config.steps, seeds)
             low, high = interval(part, measured, level)
-            read[name] = {"estimate": measured["estimate"], "low": low, "high": high, "n": measured["n"],
-                          "method": measured["method"], "outcome": outcome(low, high, part.smallest_effect, "greater")}
+            read[name] = {"estimate": measured.estimate, "low": low, "high": high, "n": measured.n,
+                          "method": measured.method, "outcome": outcome(low, high, part.smallest_effect, "greater")}
         out.append({"recipe": recipe, "lag": largest, "confidence": 1 - level, **read,
                     "source": source(read["staleness"]["outcome"], read["mismatch"]["outcome"])})
     return {"baseline": asdict(section.baseline), "smallest_effect": section.smallest_effect, "recipes": out}

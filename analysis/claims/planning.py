@@ -20,12 +20,13 @@ from pathlib import Path
 
 import numpy as np
 
+from analysis.claims.summary_file import read_summary
+from analysis.claims.verdict import RateMeasured, ScoreMeasured
 from analysis.claims.verdicts import Schedule
 from analysis.statistics.decision import simulate_collapse, simulate_contrast
 from grid.config import ConfigError, load
 from grid.folder import GridDir
 from grid.settings import Config
-from harness.io import read_json
 
 
 def assumed_effects(grid: Path | None, assume: list) -> dict[str, tuple[float, ...]]:
@@ -37,13 +38,13 @@ def assumed_effects(grid: Path | None, assume: list) -> dict[str, tuple[float, .
 
 def assumptions_from(summary_path: Path) -> dict[str, tuple[float, ...]]:
     """Each claim's measured estimate, spread and seeds (collapse: rates) in a finished grid's summary.json."""
-    summary = read_json(summary_path)  # a damaged file is named
     out = {}
-    for claim in summary["claims"]:
-        if claim.get("rates"):
-            out[claim["name"]] = tuple(claim["rates"])
-        elif claim.get("spread") is not None and claim.get("estimate") is not None:
-            out[claim["name"]] = (claim["estimate"], claim["spread"], claim["n"])
+    for verdict in read_summary(summary_path)["claims"]:  # a damaged file is named
+        measured, name = verdict.measured, verdict.claim.name
+        if isinstance(measured, RateMeasured) and measured.rates:
+            out[name] = tuple(measured.rates)
+        elif isinstance(measured, ScoreMeasured) and measured.spread is not None and measured.estimate is not None:
+            out[name] = (measured.estimate, measured.spread, measured.n)
     return out
 
 

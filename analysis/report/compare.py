@@ -24,11 +24,12 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from analysis.cells.summary import ENDPOINT_NAMES, ENDPOINTS, cell_minus, json_safe, summary_cells, under_recipe_names
+from analysis.cells.summary import ENDPOINT_NAMES, ENDPOINTS, cell_minus, summary_cells, under_recipe_names
+from analysis.claims.summary_file import json_safe, read_summary
+from analysis.claims.verdict import Verdict
 from analysis.report.render import Bullets, Section, Table
-from analysis.report.tables import _comparison_text, _interval_text
+from analysis.report.tables import _comparison_text, _interval_text, verdict_interval_text
 from analysis.statistics.intervals import ALPHA, holm
-from grid.claims import KINDS
 from grid.folder import SUMMARY, GridDir
 from grid.settings import Config
 from harness.cli import run_stage
@@ -49,14 +50,7 @@ def load_summary(path: str | Path) -> tuple[Path, dict]:
     """A grid's summary.json, from its folder or the file; a missing or foreign file fails naming it."""
     path = Path(path)
     file = GridDir(path).summary_path if path.is_dir() else path
-    try:
-        summary = json.loads(file.read_text())
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{file}: not valid JSON ({error})") from None
-    missing = [key for key in REQUIRED if not isinstance(summary, dict) or key not in summary]
-    if missing:
-        raise ValueError(f"{file}: no key {missing[0]!r}: not a {SUMMARY} of python -m analysis.aggregate")
-    return file, summary
+    return file, read_summary(file, REQUIRED)
 
 
 def difference(metric: str, a: dict, b: dict) -> dict:
@@ -83,11 +77,11 @@ def compare(a: dict, b: dict) -> dict:
     for row, adjusted in zip(rows, holm([row["difference"]["p"] for row in rows])):
         row["difference"]["p_holm"] = adjusted
         row["differs"] = differs(row["difference"])
-    claims_a, claims_b = ({c["name"]: c for c in s["claims"]} for s in (a, b))
+    claims_a, claims_b = ({c.claim.name: c for c in s["claims"]} for s in (a, b))
     both = [name for name in claims_a if name in claims_b]
-    alike = [name for name in both if claims_a[name]["statement"] == claims_b[name]["statement"]]
-    claims = [{"name": name, "statement": claims_a[name]["statement"], "a": claims_a[name], "b": claims_b[name],
-               "same_verdict": claims_a[name]["verdict"] == claims_b[name]["verdict"]} for name in alike]
+    alike = [name for name in both if claims_a[name].statement == claims_b[name].statement]
+    claims = [{"name": name, "statement": claims_a[name].statement, "a": claims_a[name], "b": claims_b[name],
+               "same_verdict": claims_a[name].verdict == claims_b[name].verdict} for name in alike]
     return {"agree": not any(row["differs"] for row in rows) and all(c["same_verdict"] for c in claims),
             "tests": sum(row["difference"]["p_holm"] is not None for row in rows),
             "agreement": AGREEMENT, "cells": rows, "claims": claims,
@@ -104,16 +98,15 @@ def _cell_text(metric: str, cell: dict) -> str:
     return f"{_interval_text(cell['stats'][metric], None, 100, 1)} (n {cell['stats'][metric]['n']})"
 
 
-def _claim_text(claim: dict) -> str:
-    if "estimate" not in claim:  # not tested in this grid: a verdict without an interval
-        return f"**{claim['verdict']}**"
-    scale, digits = (1, 2) if KINDS[claim["kind"]].scale == "rate" else (100, 1)
-    return f"**{claim['verdict']}**: {_interval_text(claim, None, scale, digits, sign=True)} ({claim['method']})"
+def _claim_text(claim: Verdict) -> str:
+    if claim.measured is None:  # not tested in this grid: a verdict without an interval
+        return f"**{claim.verdict}**"
+    return f"**{claim.verdict}**: {verdict_interval_text(claim, unit=False)} ({claim.measured.method})"
 
 
 def _verdict_line(result: dict) -> str:
     shifted = [f"{r['recipe']} lag {r['lag']} {METRIC_NAMES[r['metric']]}" for r in result["cells"] if r["differs"]]
-    flipped = [f"{c['name']} ({c['a']['verdict']} in A, {c['b']['verdict']} in B)"
+    flipped = [f"{c['name']} ({c['a'].verdict} in A, {c['b'].verdict} in B)"
                for c in result["claims"] if not c["same_verdict"]]
     if result["agree"]:
         return (f"**The grids agree within their noise**: none of the {result['tests']} cell comparisons "
@@ -206,7 +199,7 @@ def beside_sections(summary: dict) -> list[Section]:
     table = Table.of(["claim", "this grid", label, "verdicts"],
                      [[f"{c['name']}: {c['statement']}", _claim_text(c["b"]), _claim_text(c["a"]),
                        "same" if c["same_verdict"] else "**differs**"] for c in side["claims"]])
-    differ = [f"{name} ({claims[name]['b']['verdict']} here, {claims[name]['a']['verdict']} there)"
+    differ = [f"{name} ({claims[name]['b'].verdict} here, {claims[name]['a'].verdict} there)"
               for name in side["verdict_differs"]]
     blocks = [intro, table,
               f"The verdict differs between this grid and {label} for {len(differ)} of the {len(claims)} "
@@ -232,7 +225,7 @@ def run(path_a: str, path_b: str, as_json: bool) -> dict:
     (file_a, a), (file_b, b) = load_summary(path_a), load_summary(path_b)
     check_same_settings(a, b, (file_a, file_b))
     result = compare(a, b)
-    print(json.dumps({"a": str(file_a), "b": str(file_b), **result}, indent=1) if as_json
+    print(json.dumps(json_safe({"a": str(file_a), "b": str(file_b), **result}), indent=1) if as_json
           else render_markdown(result, a, b, (file_a, file_b)), end="\n" if as_json else "")
     return result
 

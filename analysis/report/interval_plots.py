@@ -9,9 +9,9 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+from analysis.claims.verdict import Verdict
 from analysis.report.colors import recipe_colour
 from analysis.report.plots import cost_panel, save_figure
-from grid.claims import KINDS, NOT_TESTED
 from grid.settings import Config
 
 
@@ -25,27 +25,27 @@ def claim_key(name: str) -> str:
     return f"claim/{name}"
 
 
-def contrast_panel(ax, claim: dict, words: str, recipes: list[str]) -> None:
+def contrast_panel(ax, verdict: Verdict, words: str, recipes: list[str]) -> None:
     """A claim's contrast (summary.json's claims[]: estimate, low, high, smallest_effect) in points (a collapse
     claim: as a difference of rates), its interval at the claim's level, 0 and +-delta dashed, ``words`` naming the
     contrast on the x axis, its verdict in the title; drawn in the colour of the claim's recipe (of ``recipes``)."""
-    rate = KINDS[claim["kind"]].scale == "rate"
-    scale, unit = (1, "difference of collapse rates") if rate else (100, "points")
-    estimate = scale * claim["estimate"]
-    low, high = (estimate if claim[k] is None else scale * claim[k] for k in ("low", "high"))
+    claim, (scale, points, _) = verdict.claim, verdict.shown_as
+    unit = points.strip() or "difference of collapse rates"
+    estimate = scale * verdict.measured.estimate
+    low, high = (estimate if bound is None else scale * bound for bound in (verdict.low, verdict.high))
     ax.errorbar([0], [estimate], yerr=[[estimate - low], [high - estimate]], fmt="o", capsize=8, markersize=7,
-                color=recipe_colour(claim["recipe"], recipes))
+                color=recipe_colour(claim.recipe, recipes))
     ax.axhline(0, color="grey", linewidth=0.8)
-    if claim.get("smallest_effect"):
-        delta = scale * claim["smallest_effect"]
+    if claim.smallest_effect:
+        delta = scale * claim.smallest_effect
         for bound in (-delta, delta):
             ax.axhline(bound, color="grey", linewidth=0.8, linestyle="--")
         ax.annotate("+-delta (smallest effect)", (0.98, delta), xycoords=("axes fraction", "data"), ha="right",
                     va="bottom", fontsize=7, color="grey")
     ax.set_xlim(-1, 1)
     ax.set_xticks([0], [textwrap.fill(words, 45)])
-    ax.set(title=textwrap.fill(f"{claim['name']}: {claim['verdict']}", 60),
-           ylabel=f"contrast, {unit} ({claim['confidence']:.2%} interval, {claim['method']})")
+    ax.set(title=textwrap.fill(f"{claim.name}: {verdict.verdict}", 60),
+           ylabel=f"contrast, {unit} ({verdict.confidence:.2%} interval, {verdict.measured.method})")
     ax.grid(alpha=0.3, axis="y")
 
 
@@ -59,11 +59,11 @@ def interval_figures(config: Config, summary: dict, endpoint: str, folder: Path)
         cost_panel(ax, summary, endpoint, lag)
         charts.append((cost_key(endpoint, lag), fig))
     words = {claim.name: claim.describe(summary["reference_lag"]) for claim in config.claims}
-    for claim in summary["claims"]:
-        if claim["verdict"] != NOT_TESTED and claim["estimate"] is not None:
+    for verdict in summary["claims"]:
+        if verdict.tested and verdict.measured.estimate is not None:
             fig, ax = plt.subplots(figsize=(5.0, 4.8))
-            contrast_panel(ax, claim, words[claim["name"]], recipes)
-            charts.append((claim_key(claim["name"]), fig))
+            contrast_panel(ax, verdict, words[verdict.claim.name], recipes)
+            charts.append((claim_key(verdict.claim.name), fig))
     written = []
     for key, fig in charts:
         path = folder / (key.replace("/", "~") + ".png")

@@ -19,7 +19,6 @@ from analysis.cells.pareto import queue_models
 from analysis.cells.summary import ENDPOINT_NAMES, ENDPOINTS, RunResult, by_cell, score_curve, summary_cells
 from analysis.report.colors import MARKERS, recipe_colour
 from analysis.statistics.survival import kaplan_meier
-from grid.claims import KINDS
 from grid.settings import Config
 
 QUANTILES = ("d/mean_abs", "d/p50", "d/p90", "d/p99")
@@ -57,12 +56,7 @@ def plot_mismatch(config: Config, runs: list[RunResult], path: Path) -> None:
         for row, key in enumerate(QUANTILES):
             ax = axes[row][col]
             for recipe in config.recipes:
-                series: dict[int, list[float]] = {}
-                for run in cells.get((recipe, lag), []):
-                    for line in run.train:
-                        value = line.get(key)
-                        if value is not None and math.isfinite(value) and value > 0:
-                            series.setdefault(line["step"], []).append(value)
+                series = series_by_step(cells.get((recipe, lag), []), key, positive=True)  # on a log axis
                 steps = sorted(series)
                 ax.plot(steps, [np.mean(series[s]) for s in steps], label=recipe, linewidth=1,
                         color=recipe_colour(recipe, config.recipes))
@@ -71,6 +65,18 @@ def plot_mismatch(config: Config, runs: list[RunResult], path: Path) -> None:
             ax.grid(alpha=0.3)
     axes[0][-1].legend(fontsize=7)
     save_figure(fig, path)
+
+
+def series_by_step(runs: list[RunResult], key: str, positive: bool = False) -> dict[int, list[float]]:
+    """A training metric's finite values (``positive``: above 0) of the runs, by step: at a step the values of
+    the runs that logged it (one that stopped early drops out of later steps)."""
+    series: dict[int, list[float]] = {}
+    for run in runs:
+        for line in run.train:
+            value = line.get(key)
+            if isinstance(value, (int, float)) and math.isfinite(value) and (value > 0 or not positive):
+                series.setdefault(line["step"], []).append(value)
+    return series
 
 
 def plot_collapse(summary: dict, path: Path) -> None:
@@ -121,9 +127,8 @@ def cost_panel(ax, summary: dict, endpoint: str, lag: int) -> None:
     cost-difference claim at that lag marked (a filled square, the name in bold), the claims' verdicts under it.
     Also the MLflow comparison's chart of the cost at one lag (analysis.report.interval_plots)."""
     cells, recipes, reference_lag = summary_cells(summary), summary["recipes"], summary["reference_lag"]
-    claimed = [c for c in summary["claims"] if KINDS[c["kind"]].is_cost
-               and c["lag"] == lag and c["metric"] == endpoint]
-    marked = {c["recipe"] for c in claimed} | {c["versus"] for c in claimed if c["versus"]}
+    claimed = [c for c in summary["claims"] if c.claim.is_cost and c.claim.lag == lag and c.claim.metric == endpoint]
+    marked = {c.claim.recipe for c in claimed} | {c.claim.versus for c in claimed if getattr(c.claim, "versus", None)}
     for x, recipe in enumerate(recipes):
         stat = (cells[recipe, lag]["staleness_cost"] or {}).get(endpoint)
         if stat is None or stat["estimate"] is None:
@@ -142,7 +147,7 @@ def cost_panel(ax, summary: dict, endpoint: str, lag: int) -> None:
            ylabel="staleness cost (points, 95% CI)")
     ax.grid(alpha=0.3, axis="y")
     if claimed:
-        text = "claims (square markers, bold names): " + "; ".join(f"{c['name']}: {c['verdict']}" for c in claimed)
+        text = "claims (square markers, bold names): " + "; ".join(f"{c.claim.name}: {c.verdict}" for c in claimed)
         ax.set_xlabel(textwrap.fill(text, 70), fontsize=7)  # wrapped: a long list stays inside its panel
 
 
@@ -174,16 +179,16 @@ def plot_staleness_by_lag(summary: dict, path: Path) -> None:
             ax.errorbar(xs, ys, yerr=[below, above], marker=_marker(i), markersize=3, capsize=2, linewidth=1,
                         color=recipe_colour(recipe, recipes), label=recipe)
         ax.axhline(0, color="grey", linewidth=0.8)
-        thresholds = {c["threshold"] for c in summary["claims"] if c.get("threshold") and c["metric"] == endpoint}
+        thresholds = {c.claim.threshold for c in summary["claims"] if c.claim.threshold and c.claim.metric == endpoint}
         for threshold in sorted(thresholds):
             ax.axhline(-100 * threshold, color="grey", linewidth=0.8, linestyle="--")  # a trend's threshold lag
         ax.set_xticks(range(len(lags)), [str(lag) for lag in lags])
         ax.set(title=f"{ENDPOINT_NAMES[endpoint]}: cost against lag (minus lag {reference_lag})", xlabel="lag",
                ylabel="staleness cost (points, 95% CI)")
         ax.grid(alpha=0.3, axis="y")
-        claimed = [c for c in summary["claims"] if c["metric"] == endpoint and KINDS[c["kind"]].about_lag]
+        claimed = [c for c in summary["claims"] if c.claim.metric == endpoint and c.claim.about_lag]
         if claimed:
-            text = "claims: " + "; ".join(f"{c['name']}: {c['verdict']}" for c in claimed)
+            text = "claims: " + "; ".join(f"{c.claim.name}: {c.verdict}" for c in claimed)
             ax.set_xlabel("lag\n" + textwrap.fill(text, 80), fontsize=7)
     axes[0][-1].legend(fontsize=6, ncol=2 if len(recipes) > 8 else 1)
     save_figure(fig, path)

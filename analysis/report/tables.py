@@ -8,11 +8,11 @@ import io
 
 from analysis.cells.summary import ENDPOINT_NAMES, ENDPOINTS, MISMATCH, SCORES, seeds_text, summary_cells
 from analysis.claims.robustness import checks_text
+from analysis.claims.verdict import Verdict
 from analysis.claims.verdicts import replication_text
 from analysis.report.render import Bullets, Section, latex, markdown
 from analysis.statistics.decision import size_to_delta
 from analysis.statistics.intervals import ALPHA, BOOTSTRAP_MIN_SEEDS, smallest_p
-from grid.claims import KINDS, NOT_TESTED
 
 METHOD_NAMES = {"student-t": "Student t", "paired-t": "paired by seed (Student t of per-seed differences)",
                 "welch-satterthwaite": "Welch-Satterthwaite (seeds differ between cells)",
@@ -31,12 +31,23 @@ def _fmt(value, scale: float, digits: int, sign: bool = False) -> str:
 
 def _interval_text(stat: dict, values: list | None, scale: float, digits: int, sign: bool = False) -> str:
     """"mean [low, high] (per-seed values)"; no brackets when there is no interval."""
-    text = _fmt(stat["estimate"], scale, digits, sign)
-    if stat["low"] is not None:
-        text += f" [{_fmt(stat['low'], scale, digits, sign)}, {_fmt(stat['high'], scale, digits, sign)}]"
+    text = _bounds_text(stat["estimate"], stat["low"], stat["high"], scale, digits, sign)
     if values is not None:
         text += " (" + ", ".join(_fmt(v, scale, digits) for v in values) + ")"
     return text
+
+
+def _bounds_text(estimate, low, high, scale: float, digits: int, sign: bool) -> str:
+    text = _fmt(estimate, scale, digits, sign)
+    if low is not None:
+        text += f" [{_fmt(low, scale, digits, sign)}, {_fmt(high, scale, digits, sign)}]"
+    return text
+
+
+def verdict_interval_text(claim: Verdict, unit: bool = True) -> str:
+    """"+3.1 [-1.2, +7.4] points": a claim's estimate and interval, a rate as it is, a score in points."""
+    scale, points, digits = claim.shown_as
+    return _bounds_text(claim.measured.estimate, claim.low, claim.high, scale, digits, True) + (points if unit else "")
 
 
 def _p(value) -> str:
@@ -65,26 +76,24 @@ def _holm_note(stats: list[dict]) -> str:
     return f"exploratory, Holm-adjusted over the {sum(s['p_holm'] is not None for s in stats)} tests of this table"
 
 
-def claim_text(claim: dict) -> str:
+def claim_text(claim: Verdict) -> str:
     """"+3.1 [-1.2, +7.4] points (98.75%, paired-t, n 5)": the claim's estimate and its interval at
     the claim's level, with the method and n."""
-    if claim["verdict"] == NOT_TESTED:
+    if not claim.tested:
         return "–"
-    scale, unit, digits = (1, "", 2) if KINDS[claim["kind"]].scale == "rate" else (100, " points", 1)
-    return (f"{_interval_text(claim, None, scale, digits, sign=True)}{unit} ({claim['confidence']:.2%}, "
-            f"{claim['method']}, n {claim['n']})")
+    return f"{verdict_interval_text(claim)} ({claim.confidence:.2%}, {claim.measured.method}, n {claim.measured.n})"
 
 
-def size_text(claim: dict) -> str:
+def size_text(claim: Verdict) -> str:
     """" (-0.46 [-0.72, -0.19] x delta, inside +-delta)": how far the outcome's interval lies from 0 and delta."""
-    size = claim["verdict"] != NOT_TESTED and size_to_delta(*(claim[k] for k in ("estimate", "low", "high", "smallest_effect")))
+    size = claim.tested and size_to_delta(claim.measured.estimate, claim.low, claim.high, claim.claim.smallest_effect)
     return f" ({size})" if size else ""
 
 
 def family_text(summary: dict) -> str:
     """How the claims are read: the family, its level, the schedule."""
     claims = summary["claims"]
-    tested = sum(c["verdict"] != NOT_TESTED for c in claims)
+    tested = sum(c.tested for c in claims)
     seeding, declared = summary.get("seeding"), summary.get("seeding_declared")
     looks = (f"seed schedule {seeding['looks']} ({seeding['boundary']} spending)" if seeding
              else "a fixed design (every seed)")
@@ -99,7 +108,7 @@ def claims_section(summary: dict) -> Section | None:
     claims = summary["claims"]
     if not claims:
         return None
-    rows = [[c["name"], c["statement"], claim_text(c), f"**{c['verdict']}**{size_text(c)}: {c['why']}",
+    rows = [[c.claim.name, c.statement, claim_text(c), f"**{c.verdict}**{size_text(c)}: {c.why}",
              replication_text(c, with_range=True), checks_text(c)] for c in claims]
     title = f"Claims ({family_text(summary)}; every other table is exploratory)"
     return Section.table(title, ["claim", "statement", "estimate [interval] (level, method, n)", "outcome",
@@ -199,12 +208,16 @@ def claim_conclusions(summary: dict) -> list[str]:
     if not claims:
         return ["No claims declared (config key `claims`): nothing here is confirmatory; every comparison "
                 "below is exploratory, a lead for a claim to declare and test on a new grid."]
-    verdicts = [c["verdict"] for c in claims]
-    lines = [f"Claims ({family_text(summary)}): "
-             + ", ".join(f"{verdicts.count(v)} {v}" for v in dict.fromkeys(verdicts)) + "."]
-    lines += [f"{c['name']} ({c['statement']}): {c['verdict']}{size_text(c)}, {claim_text(c)}; {c['why']}; "
+    lines = [f"Claims ({family_text(summary)}): {verdict_counts(claims)}."]
+    lines += [f"{c.claim.name} ({c.statement}): {c.verdict}{size_text(c)}, {claim_text(c)}; {c.why}; "
               f"chance a rerun repeats this outcome {replication_text(c)}." for c in claims]
     return lines
+
+
+def verdict_counts(claims: list[Verdict]) -> str:
+    """"2 exceeds, 1 undecided": the claims' outcomes counted, in their first order."""
+    verdicts = [c.verdict for c in claims]
+    return ", ".join(f"{verdicts.count(v)} {v}" for v in dict.fromkeys(verdicts))
 
 
 def conclusions(summary: dict) -> list[str]:
@@ -315,8 +328,9 @@ def render_csv(summary: dict) -> str:
     cells = summary_cells(summary)
     header, rows = ["recipe", "claim"], []
     for claim in summary["claims"]:
-        rows.append({"recipe": claim["recipe"], "claim": claim["name"],
-                     **{f"claim_{field}": claim.get(field) for field in CLAIM_FIELDS}})
+        row = claim.row()
+        rows.append({"recipe": claim.claim.recipe, "claim": claim.claim.name,
+                     **{f"claim_{field}": row.get(field) for field in CLAIM_FIELDS}})
     for recipe in summary["recipes"]:
         row = {"recipe": recipe}
         for lag in summary["lags"]:

@@ -8,9 +8,10 @@ job_times.json (the jobs' wall times and the noise plans priced by them) and sum
 and summary.json also show another grid's claims beside this one's (analysis.report.compare)."""
 from __future__ import annotations
 
-from analysis.cells.summary import collect, json_safe, summarize_cells
+from analysis.cells.summary import collect, summarize_cells
 from analysis.claims.gain_sources import gain_sources
 from analysis.claims.robustness import checked
+from analysis.claims.summary_file import as_written, json_safe, write_summary
 from analysis.claims.verdicts import answer
 from analysis.report import machines as provenance
 from analysis.report.compare import beside, beside_sections, load_beside
@@ -47,8 +48,8 @@ def summarize(config: Config, runs: list) -> dict:
     claims declared, over the looks of the seed schedule) and where each recipe's gain comes from
     (``gain_sources``, analysis.claims.gain_sources). write_reports adds the generated conclusions."""
     summary, cells = summarize_cells(config, runs)
-    claims = json_safe(checked(config, cells, answer(config.claims, cells, config.reference_lag, config.steps,
-                                                     config.seeding, config.seeds)))
+    claims = as_written(checked(config, cells, answer(config.claims, cells, config.reference_lag, config.steps,
+                                                      config.seeding, config.seeds)))
     ahead = {key: value for key, value in summary.items() if key not in ("cells", "noise", "pareto")}
     # no P(every outcome again): the product of the claims' probabilities read 0.62 where reruns of the
     # design, whose claims share cells, gave every outcome again 0.84 of the time (issue 63), and a joint
@@ -110,5 +111,5 @@ def write_reports(config: Config, out: GridDir | None = None, progress: bool = T
     # what rests on the jobs' wall times in a file of its own: summary.json the same bytes for the same runs
     write_json_atomic(grid.job_times_path, {"job_costs": config.folder.job_costs(), "noise_plans": summary["noise"]["plans"]})
     untimed = {**summary, "noise": {key: value for key, value in summary["noise"].items() if key != "plans"}}
-    write_json_atomic(grid.summary_path, untimed)  # last: its presence means the reports are complete
+    write_summary(grid.summary_path, untimed)  # last: its presence means the reports are complete
     return summary

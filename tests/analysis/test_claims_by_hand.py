@@ -7,6 +7,7 @@ import math
 import pytest
 
 from analysis.claims import verdicts as claim_rules
+from analysis.claims.verdict import Verdict
 from analysis.statistics.contrasts import contrast, tost
 from grid.claims import Claim
 
@@ -75,7 +76,8 @@ def test_an_equivalence_claim_is_read_at_its_own_margin(margin, outcome):
     [-0.0397, +0.0597]. Inside +-0.10 (negligible), but past +0.05 (undecided)."""
     declared = Claim.build({"name": "c", "lag": 8, "metric": "auc", "smallest_effect": margin,
                             "kind": "staleness_cost", "recipe": "c", "expect": "equivalent"})
-    (row,) = claim_rules.answer((declared,), CELLS, reference_lag=1, budget=20)
+    (verdict,) = claim_rules.answer((declared,), CELLS, reference_lag=1, budget=20)
+    row = verdict.row()
     half = T2_975 * 0.02 / math.sqrt(3)
     assert (row["estimate"], row["low"], row["high"]) == (pytest.approx(0.01), pytest.approx(0.01 - half),
                                                           pytest.approx(0.01 + half))
@@ -86,8 +88,9 @@ def test_an_equivalence_claim_is_read_at_its_own_margin(margin, outcome):
 def test_an_opposite_outcome_inside_delta_says_so_in_its_own_words(low, high, inside):
     """Issue 64: "opposite" with its interval inside +-delta (0.05) is the other sign and also smaller than
     the smallest effect that matters; the row's words say both, so it is not read as a large reversal."""
-    decided = {"outcome": "opposite", "low": low, "high": high, "look": 1, "looks": 1, "confidence": 0.99,
-               "final": True, "seeds_needed": None}
-    text = claim_rules.why(claim(kind="recipes", recipe="a", versus="b", expect="greater"), decided)
+    decided = Verdict(claim=claim(kind="recipes", recipe="a", versus="b", expect="greater"), statement="",
+                      family_size=1, verdict="opposite", why="", final=True, low=low, high=high, look=1, looks=1,
+                      confidence=0.99)
+    text = claim_rules.why(decided)
     assert text.startswith("against the claim: the other sign")
     assert ("inside +-delta: smaller than the smallest effect that matters" in text) is inside

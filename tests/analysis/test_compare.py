@@ -9,6 +9,7 @@ import pytest
 from scipy import stats
 
 from analysis.cells.summary import collect
+from analysis.claims.summary_file import write_summary
 from analysis.report.compare import main
 from analysis.report.write import summarize
 from analysis.statistics.intervals import mean_ci
@@ -164,7 +165,7 @@ def grids(tmp_path_factory):
             config = validate({**grid_fixture.make_grid(root / name), "claims": CLAIMS})
         folders[name] = root / name / config["grid"]
         typed = Config.build(config)
-        write_json_atomic(folders[name] / "summary.json", summarize(typed, collect(typed, progress=False)))
+        write_summary(folders[name] / "summary.json", summarize(typed, collect(typed, progress=False)))
     return folders
 
 

@@ -7,7 +7,9 @@ import json
 import pytest
 
 from analysis.aggregate import main as aggregate
+from analysis.claims.verdict import Verdict
 from analysis.schedule import rerun
+from grid.claims import StalenessCost
 from grid.config import validate
 from grid.folder import GridDir
 from grid.settings import Config
@@ -92,7 +94,9 @@ def test_a_grid_that_has_not_aggregated_or_has_a_tuning_section_is_refused(first
 
 def test_only_claims_both_grids_tested_are_compared_and_the_prediction_is_the_sum_of_printed_probabilities():
     def claim(name, verdict, replication):
-        return {"name": name, "verdict": verdict, "look": 1, "replication": replication}
+        declared = StalenessCost(name=name, recipe="a", lag=8, expect="less", smallest_effect=0.1, metric="auc")
+        return Verdict(claim=declared, statement="", family_size=3, verdict=verdict, why="", final=True, look=1,
+                       replication=replication)
     first = {"seeds": [0, 1], "claims": [claim("a", "exceeds", 0.9), claim("b", "negligible", 0.6),
                                          claim("c", "not tested in this grid", None)]}
     second = {"seeds": [2, 3], "claims": [claim("a", "exceeds", 0.8), claim("b", "opposite", 0.5),

@@ -7,6 +7,7 @@ import shutil
 import pytest
 
 from analysis.cells.summary import collect
+from analysis.claims.summary_file import write_summary
 from analysis.claims.verdicts import replication_text
 from analysis.report.tables import claim_text, size_text
 from analysis.report.write import summarize, write_reports
@@ -58,7 +59,7 @@ def synced(tmp_path_factory):
                             [{"step": 21, "time": START_TIME + 42, "reward": 0.99, "d/mean_abs": 0.5}])
         config = {**config, "eval": {**config["eval"], "fixed_step": 10}}
         typed = Config.build(config)
-        write_json_atomic(grid_dir(config) / "summary.json", summarize(typed, collect(typed, progress=False)))
+        write_summary(grid_dir(config) / "summary.json", summarize(typed, collect(typed, progress=False)))
         second = track(config)
         yield config, client, first, first_count, second
     finally:
@@ -214,7 +215,7 @@ def test_training_curves_strided_and_stamped(synced):
     config, client, _, _, _ = synced
     other = make_grid(config["results_dir"], grid="strided")  # same store, its own experiment
     typed = Config.build(other)
-    write_json_atomic(grid_dir(other) / "summary.json", summarize(typed, collect(typed, progress=False)))
+    write_summary(grid_dir(other) / "summary.json", summarize(typed, collect(typed, progress=False)))
     marker = sync(typed, progress=False, max_train_points=5)  # 20 steps -> every 4th
     runs = {r.data.tags["run_key"]: r for r in all_runs(client, marker["experiment_id"])}
     expected = {("grpo", 1, 0): [1, 4, 8, 12, 16, 20], DIVERGED: [1, 4, 8, DIVERGE_STEP], EARLY_DIVERGED: [1, 3]}
