@@ -83,7 +83,7 @@ class Claim:
     @staticmethod
     def from_row(row: dict) -> "Claim":
         """The claim a summary.json row holds (``row``: its ROW_FIELDS; no planning spread, which the row lacks)."""
-        return Claim.build({field: row[field] for field in ROW_FIELDS if row[field] is not None})
+        return Claim.build({field: row[field] for field in ROW_FIELDS if row.get(field) is not None})
 
     @classmethod
     def from_section(cls, section: dict, grid_lags: tuple[int, ...]) -> "Claim":

@@ -39,7 +39,7 @@ def assumed_effects(grid: Path | None, assume: list) -> dict[str, tuple[float, .
 def assumptions_from(summary_path: Path) -> dict[str, tuple[float, ...]]:
     """Each claim's measured estimate, spread and seeds (collapse: rates) in a finished grid's summary.json."""
     out = {}
-    for verdict in read_summary(summary_path)["claims"]:  # a damaged file is named
+    for verdict in read_summary(summary_path).claims:  # a damaged file is named
         measured, name = verdict.measured, verdict.claim.name
         if isinstance(measured, RateMeasured) and measured.rates:
             out[name] = tuple(measured.rates)

@@ -110,7 +110,7 @@ class Verdict:
         measured = None
         if "estimate" in row:
             kind = MEASURED[claim.scale]
-            measured = kind(**{field.name: row[field.name] for field in dataclasses.fields(kind)})
+            measured = kind(**{field.name: row.get(field.name) for field in dataclasses.fields(kind)})
         own = {field.name: row.get(field.name) for field in dataclasses.fields(cls)
                if field.name not in ("claim", "measured")}
         return cls(claim=claim, measured=measured, **own)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+from analysis.claims.summary_file import Summary
 from analysis.claims.verdict import Verdict
 from analysis.report.colors import recipe_colour
 from analysis.report.plots import cost_panel, save_figure
@@ -49,17 +50,17 @@ def contrast_panel(ax, verdict: Verdict, words: str, recipes: list[str]) -> None
     ax.grid(alpha=0.3, axis="y")
 
 
-def interval_figures(config: Config, summary: dict, endpoint: str, folder: Path) -> list[tuple[str, Path]]:
+def interval_figures(config: Config, summary: Summary, endpoint: str, folder: Path) -> list[tuple[str, Path]]:
     """(image key, PNG written under ``folder``) of each chart: the staleness cost on ``endpoint`` at each lag other
     than the reference (cost_key), then each tested claim's contrast (claim_key), in the config's order."""
     import matplotlib.pyplot as plt
-    charts, recipes = [], summary["recipes"]
-    for lag in [lag for lag in summary["lags"] if lag != summary["reference_lag"]]:
+    charts, recipes = [], summary.recipes
+    for lag in [lag for lag in summary.lags if lag != summary.reference_lag]:
         fig, ax = plt.subplots(figsize=(max(5.0, 0.8 * len(recipes)), 4.8))
         cost_panel(ax, summary, endpoint, lag)
         charts.append((cost_key(endpoint, lag), fig))
-    words = {claim.name: claim.describe(summary["reference_lag"]) for claim in config.claims}
-    for verdict in summary["claims"]:
+    words = {claim.name: claim.describe(summary.reference_lag) for claim in config.claims}
+    for verdict in summary.claims:
         if verdict.tested and verdict.measured.estimate is not None:
             fig, ax = plt.subplots(figsize=(5.0, 4.8))
             contrast_panel(ax, verdict, words[verdict.claim.name], recipes)

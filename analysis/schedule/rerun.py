@@ -24,7 +24,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from analysis.claims.summary_file import read_summary
+from analysis.claims.summary_file import Summary, read_summary
 from grid.folder import GridDir
 from grid.loader import load_grid
 from grid.settings import Config
@@ -69,17 +69,17 @@ def command(first: Path, declared: dict, cores: int, extra: list[str]) -> list[s
             "-C", *overrides, *extra]
 
 
-def compare(first: dict, second: dict) -> dict:
+def compare(first: Summary, second: Summary) -> dict:
     """Each claim both grids tested: the two outcomes, the first run's printed probability, whether they
     agree; the count that agreed and the count the probabilities predict (their sum)."""
-    rerun = {c.claim.name: c for c in second["claims"] if c.tested}
+    rerun = {c.claim.name: c for c in second.claims if c.tested}
     rows = [{"name": c.claim.name, "first": c.verdict, "first_look": c.look, "replication": c.replication,
              "rerun": rerun[c.claim.name].verdict, "rerun_look": rerun[c.claim.name].look,
              "same": c.verdict == rerun[c.claim.name].verdict}
-            for c in first["claims"] if c.claim.name in rerun and c.tested]
+            for c in first.claims if c.claim.name in rerun and c.tested]
     printed = [r["replication"] for r in rows if r["replication"] is not None]
     return {"claims": rows, "same": sum(r["same"] for r in rows), "expected_same": sum(printed),
-            "compared": len(rows), "seeds": [first["seeds"], second["seeds"]]}
+            "compared": len(rows), "seeds": [first.seeds, second.seeds]}
 
 
 def render(result: dict, declared: dict) -> str:

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from analysis.aggregate import main as aggregate
+from analysis.claims.summary_file import Summary
 from analysis.claims.verdict import Verdict
 from analysis.schedule import rerun
 from grid.claims import StalenessCost
@@ -97,10 +98,10 @@ def test_only_claims_both_grids_tested_are_compared_and_the_prediction_is_the_su
         declared = StalenessCost(name=name, recipe="a", lag=8, expect="less", smallest_effect=0.1, metric="auc")
         return Verdict(claim=declared, statement="", family_size=3, verdict=verdict, why="", final=True, look=1,
                        replication=replication)
-    first = {"seeds": [0, 1], "claims": [claim("a", "exceeds", 0.9), claim("b", "negligible", 0.6),
-                                         claim("c", "not tested in this grid", None)]}
-    second = {"seeds": [2, 3], "claims": [claim("a", "exceeds", 0.8), claim("b", "opposite", 0.5),
-                                          claim("c", "not tested in this grid", None)]}
+    first = Summary(seeds=[0, 1], claims=[claim("a", "exceeds", 0.9), claim("b", "negligible", 0.6),
+                                          claim("c", "not tested in this grid", None)])
+    second = Summary(seeds=[2, 3], claims=[claim("a", "exceeds", 0.8), claim("b", "opposite", 0.5),
+                                           claim("c", "not tested in this grid", None)])
     result = rerun.compare(first, second)
     assert [(r["name"], r["same"]) for r in result["claims"]] == [("a", True), ("b", False)]
     assert (result["same"], result["compared"], result["expected_same"]) == (1, 2, pytest.approx(1.5))

@@ -6,6 +6,7 @@ import dataclasses
 import matplotlib
 
 import analysis.report.plots as plots
+from analysis.claims.summary_file import Summary
 from analysis.claims.verdict import ScoreMeasured, Verdict
 from analysis.report.colors import recipe_colour
 from analysis.report.interval_plots import contrast_panel
@@ -29,11 +30,11 @@ def cost(recipe: str, lag: int) -> dict:
                        "high": slope * lag * scale + 0.02} for endpoint, scale in (("auc", 1.0), ("fixed", 2.0))}
 
 
-SUMMARY = {"recipes": ["grpo", "sat_gspo"], "lags": LAGS, "reference_lag": 0,
-           "cells": [{"recipe": r, "lag": lag, "staleness_cost": None if lag == 0 else cost(r, lag)}
-                     for r in ("grpo", "sat_gspo") for lag in LAGS],
-           "claims": [verdict("supported", name="grpo_trend", kind="trend", threshold=0.1),
-                      verdict("inconclusive", name="a_recipes_claim", kind="recipes", versus="sat_gspo")]}
+SUMMARY = Summary(recipes=["grpo", "sat_gspo"], lags=LAGS, reference_lag=0,
+                  cells=[{"recipe": r, "lag": lag, "staleness_cost": None if lag == 0 else cost(r, lag)}
+                         for r in ("grpo", "sat_gspo") for lag in LAGS],
+                  claims=[verdict("supported", name="grpo_trend", kind="trend", threshold=0.1),
+                          verdict("inconclusive", name="a_recipes_claim", kind="recipes", versus="sat_gspo")])
 
 
 def test_the_cost_against_lag_per_recipe_with_intervals(tmp_path, monkeypatch):
@@ -66,12 +67,12 @@ def test_the_cost_against_lag_per_recipe_with_intervals(tmp_path, monkeypatch):
 def test_two_lags_keep_the_per_recipe_panels(tmp_path, monkeypatch):
     figures = []
     monkeypatch.setattr(plots, "save_figure", lambda fig, path: figures.append(fig))
-    two = {**SUMMARY, "lags": [0, 8], "cells": [c for c in SUMMARY["cells"] if c["lag"] in (0, 8)], "claims": []}
+    two = dataclasses.replace(SUMMARY, lags=[0, 8], cells=[c for c in SUMMARY.cells if c["lag"] in (0, 8)], claims=[])
     plots.plot_staleness(two, tmp_path / "staleness.png")
     assert len(figures[0].axes) == 2 and all(ax.get_title().endswith("lag 8 minus lag 0") for ax in figures[0].axes)
     for ax in figures[0].axes:  # the recipes named on the x axis, each drawn in its colour of the MLflow views
-        assert [t.get_text() for t in ax.get_xticklabels()] == two["recipes"]
-        colours = [recipe_colour(r, two["recipes"]) for r in two["recipes"]]
+        assert [t.get_text() for t in ax.get_xticklabels()] == two.recipes
+        colours = [recipe_colour(r, two.recipes) for r in two.recipes]
         assert [c.lines[0].get_color() for c in ax.containers] == colours
 
 
