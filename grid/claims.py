@@ -38,6 +38,20 @@ class Seeding:
         return cls(looks, section["boundary"]) if len(looks) > 1 else None
 
 
+@dataclass(frozen=True)
+class Family:
+    """The confirmatory family the claims room reads (analysis.claims.verdicts): the claims declared (the level is
+    alpha over all of them), the seed schedule they are read at (None: every seed at once), the grid's seeds in
+    their declared order (None: the cells'), its step budget (a collapse claim's horizon) and its reference lag
+    (the smallest: a staleness cost's base)."""
+
+    claims: tuple["Claim", ...]
+    steps: int
+    reference_lag: int
+    seeding: Seeding | None = None
+    seeds: tuple[int, ...] | None = None
+
+
 def seeding_errors(config: dict) -> list[str]:
     """A schedule whose looks do not increase."""
     looks = (config.get("seeding") or {}).get("looks", [])

@@ -17,12 +17,12 @@ import numpy as np
 from scipy import stats
 
 from analysis.claims.verdict import Verdict
-from analysis.claims.verdicts import _values, family
+from analysis.claims.verdicts import _values, read_at
 from analysis.statistics.contrasts import per_seed
 from analysis.statistics.crosscheck import adastop
 from analysis.statistics.predictive import contrast_agreement
 from analysis.statistics.skew import skew_check
-from grid.settings import Config
+from grid.claims import Family
 
 SPREAD_P = 0.05  # a measured spread this unlikely under the planned one is flagged
 
@@ -38,11 +38,11 @@ def sides(claim, cells: dict, reference_lag: int, seeds: set[int]) -> tuple[np.n
     return x, y
 
 
-def checked(config: Config, cells: dict, claims: list[Verdict]) -> list[Verdict]:
-    """Each answered claim (analysis.claims.verdicts.answer, same order) with ``skew`` and
+def checked(family: Family, cells: dict, claims: list[Verdict]) -> list[Verdict]:
+    """Each answered claim of ``family`` (analysis.claims.verdicts.answer, same order) with ``skew`` and
     ``crosscheck`` added: at the seeds of the look its outcome was read at and at that look's level."""
-    reference_lag = config.reference_lag
-    _, schedule = family(config.claims, cells, reference_lag, config.seeding, config.seeds)
+    reference_lag = family.reference_lag
+    _, schedule = read_at(family, cells)
     out = []
     for verdict in claims:
         claim, found = verdict.claim, None

@@ -34,7 +34,7 @@ from analysis.statistics.decision import (
 from analysis.statistics.intervals import ALPHA
 from analysis.statistics.predictive import collapse_agreement, contrast_agreement
 from analysis.statistics.survival import collapse_test, seeds_needed_collapse
-from grid.claims import NOT_TESTED, Claim, Seeding, StalenessCost
+from grid.claims import NOT_TESTED, Claim, Family, Seeding, StalenessCost
 
 METRIC_TEXT = {"auc": "AUC", "fixed": "fixed-step score", "best": "best-checkpoint score",
                "selected": "selected-checkpoint score"}
@@ -267,33 +267,32 @@ def why(decided: Verdict) -> str:
     return text
 
 
-def family(claims: tuple[Claim, ...], cells: dict, reference_lag: int, seeding: Seeding | None,
-           seeds=None) -> tuple[list[Claim], Schedule]:
+def read_at(family: Family, cells: dict) -> tuple[list[Claim], Schedule]:
     """The claims this grid tests and the schedule they are read at. The family is the config's: its
-    level is ALPHA over every claim declared (``claims``), so a grid narrowed after its runs reads the
+    level is ALPHA over every claim declared (``family.claims``), so a grid narrowed after its runs reads the
     claims it can test at the declared level, and one it cannot test keeps its share unspent."""
-    seeds = seeds if seeds is not None else sorted({s for cell in cells.values() for s in cell["seeds"]})
+    seeds = family.seeds if family.seeds is not None else sorted({s for cell in cells.values() for s in cell["seeds"]})
+    claims, seeding, reference_lag = family.claims, family.seeding, family.reference_lag
     tested = [claim for claim in claims if tested_in(claim, cells, reference_lag)]
     return tested, Schedule.build(seeding, seeds, len(claims))
 
 
-def open_cells(claims: tuple[Claim, ...], cells: dict, reference_lag: int, budget: int, seeding: Seeding,
-               seeds, look: int) -> list[tuple[str, int]]:
+def open_cells(family: Family, cells: dict, look: int) -> list[tuple[str, int]]:
     """The cells of the claims whose outcome is not final at ``look`` (1-based): they get the next
     look's seeds; in the order of ``cells``."""
-    tested, schedule = family(claims, cells, reference_lag, seeding, seeds)
+    tested, schedule = read_at(family, cells)
+    reference_lag, budget = family.reference_lag, family.steps
     wanted = {cell for claim in tested
               if not decide(claim, cells, reference_lag, budget, schedule.through(look)).final
               for cell in claim.read_cells(reference_lag)}
     return [cell for cell in cells if cell in wanted]
 
 
-def answer(claims: tuple[Claim, ...], cells: dict, reference_lag: int, budget: int,
-           seeding: Seeding | None = None, seeds=None) -> list[Verdict]:
-    """Every claim decided (summary.json's ``claims``): its statement, numbers, outcome (``verdict``),
-    what it says (``why``) and its replication probability. ``seeds``: the grid's seeds in their
-    declared order (default: the seeds of the cells)."""
-    tested, schedule = family(claims, cells, reference_lag, seeding, seeds)
+def answer(family: Family, cells: dict) -> list[Verdict]:
+    """Every claim of the family decided (summary.json's ``claims``): its statement, numbers, outcome
+    (``verdict``), what it says (``why``) and its replication probability."""
+    tested, schedule = read_at(family, cells)
+    claims, reference_lag, budget = family.claims, family.reference_lag, family.steps
     out = []
     for claim in claims:
         words = {"statement": statement(claim, reference_lag), "family_size": len(claims)}

@@ -50,8 +50,7 @@ def summarize(config: Config, runs: list) -> Summary:
     claims declared, over the looks of the seed schedule) and where each recipe's gain comes from
     (``gain_sources``, analysis.claims.gain_sources). write_reports adds the generated conclusions."""
     summary, cells = summarize_cells(config, runs)
-    claims = as_written(checked(config, cells, answer(config.claims, cells, config.reference_lag, config.steps,
-                                                      config.seeding, config.seeds)))
+    claims = as_written(checked(config.family, cells, answer(config.family, cells)))
     # no P(every outcome again): the product of the claims' probabilities read 0.62 where reruns of the
     # design, whose claims share cells, gave every outcome again 0.84 of the time (issue 63), and a joint
     # simulation is not calibrated yet

@@ -9,7 +9,7 @@ import pytest
 from analysis.claims import verdicts as claim_rules
 from analysis.claims.verdict import Verdict
 from analysis.statistics.contrasts import contrast, tost
-from grid.claims import Claim
+from grid.claims import Claim, Family
 
 SEEDS = [0, 1, 2]
 # per seed: recipe "a" loses 0.10, 0.07, 0.04 from lag 1 to lag 8; "b" loses 0.20, 0.18, 0.16;
@@ -76,7 +76,7 @@ def test_an_equivalence_claim_is_read_at_its_own_margin(margin, outcome):
     [-0.0397, +0.0597]. Inside +-0.10 (negligible), but past +0.05 (undecided)."""
     declared = Claim.build({"name": "c", "lag": 8, "metric": "auc", "smallest_effect": margin,
                             "kind": "staleness_cost", "recipe": "c", "expect": "equivalent"})
-    (verdict,) = claim_rules.answer((declared,), CELLS, reference_lag=1, budget=20)
+    (verdict,) = claim_rules.answer(Family((declared,), steps=20, reference_lag=1), CELLS)
     row = verdict.row()
     half = T2_975 * 0.02 / math.sqrt(3)
     assert (row["estimate"], row["low"], row["high"]) == (pytest.approx(0.01), pytest.approx(0.01 - half),

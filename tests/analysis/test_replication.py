@@ -11,7 +11,7 @@ from statsmodels.stats.proportion import confint_proportions_2indep
 
 from analysis.claims.verdicts import answer
 from analysis.statistics.predictive import _posterior, collapse_agreement, contrast_agreement
-from grid.claims import StalenessCost
+from grid.claims import Family, StalenessCost
 
 DELTA, LEVEL = 0.10, 0.05  # one claim: the family's level is alpha itself
 COSTS = [-0.33, -0.27, -0.21]  # per-seed staleness costs: mean -27 points, sd 6 points exactly, 3 seeds
@@ -21,7 +21,7 @@ def _claim_row() -> dict:
     claim = StalenessCost(name="cost", recipe="a", lag=8, expect="less", smallest_effect=DELTA, metric="auc")
     cells = {("a", 1): [0.6] * 3, ("a", 8): [0.6 + c for c in COSTS]}
     cells = {key: {"recipe": key[0], "lag": key[1], "seeds": [0, 1, 2], "per_seed": {"auc": v}} for key, v in cells.items()}
-    (verdict,) = answer((claim,), cells, 1, 100)
+    (verdict,) = answer(Family((claim,), steps=100, reference_lag=1), cells)
     return verdict.row()  # as summary.json holds it
 
 
