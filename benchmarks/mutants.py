@@ -42,8 +42,8 @@ class Mutant:
 
 MUTANTS = [
     Mutant("cost_difference_signs_flipped", "grid/claims.py",
-           "return [*self._cost(self.recipe, reference_lag), *_negated(self._cost(self.versus, reference_lag))]",
-           "return [*_negated(self._cost(self.recipe, reference_lag)), *self._cost(self.versus, reference_lag)]",
+           "return [*self._cost(self.recipe), *_negated(self._cost(self.versus))]",
+           "return [*_negated(self._cost(self.recipe)), *self._cost(self.versus)]",
            ("tests/analysis/test_claims_by_hand.py",)),
     Mutant("claim_tost_margin_doubled", "analysis/claims/verdicts.py",
            "name = outcome(low, high, claim.smallest_effect, claim.expect)",
@@ -87,8 +87,8 @@ MUTANTS = [
            'cases = {"exceeds": low >= delta,', 'cases = {"exceeds": low > delta,',
            ("tests/analysis/test_claims.py::test_the_outcome_is_where_the_interval_lies",)),
     Mutant("every_look_reads_look_one", "analysis/claims/verdicts.py",
-           "measured = measure(claim, cells, reference_lag, budget, set(schedule.seeds[:n]))",
-           "measured = measure(claim, cells, reference_lag, budget, set(schedule.seeds[:schedule.looks[0]]))",
+           "measured = measure(claim, cells, budget, set(schedule.seeds[:n]))",
+           "measured = measure(claim, cells, budget, set(schedule.seeds[:schedule.looks[0]]))",
            ("tests/analysis/test_claims.py::test_a_three_look_schedule_reads_each_look_on_its_own_seeds_and_level",)),
     Mutant("family_shrinks_with_the_grid", "analysis/claims/verdicts.py",
            "return tested, Schedule.build(seeding, seeds, len(claims))",

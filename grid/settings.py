@@ -288,9 +288,9 @@ class Config:
 
     @property
     def family(self) -> Family:
-        """The claims as the claims room reads them (analysis.claims.verdicts): with the seed schedule, seeds,
-        step budget and reference lag."""
-        return Family(self.claims, self.steps, self.reference_lag, self.seeding, tuple(self.seeds))
+        """The claims as the claims room reads them (analysis.claims.verdicts): with the seed schedule, seeds
+        and step budget."""
+        return Family(self.claims, self.steps, self.seeding, tuple(self.seeds))
 
     def first_look(self) -> list[Run]:
         """The runs of the seed schedule's first look: every cell at seeds[:looks[0]]; without a schedule,

@@ -27,11 +27,11 @@ from grid.claims import Family
 SPREAD_P = 0.05  # a measured spread this unlikely under the planned one is flagged
 
 
-def sides(claim, cells: dict, reference_lag: int, seeds: set[int]) -> tuple[np.ndarray, np.ndarray] | None:
+def sides(claim, cells: dict, seeds: set[int]) -> tuple[np.ndarray, np.ndarray] | None:
     """The claim's two sides per seed (x: its cells of positive weight, y: of negative weight, each
     sum |w| value), x - y its per-seed contrast; None where the cells do not share their seeds."""
     arms = [(weight, *_values(cells[recipe, lag], claim.metric, seeds))
-            for weight, recipe, lag in claim.cells(reference_lag)]
+            for weight, recipe, lag in claim.cells()]
     if len({tuple(s) for _, _, s in arms}) > 1:
         return None
     x, y = (per_seed([(abs(w) if (w > 0) == positive else 0.0, v, s) for w, v, s in arms]) for positive in (True, False))
@@ -41,14 +41,13 @@ def sides(claim, cells: dict, reference_lag: int, seeds: set[int]) -> tuple[np.n
 def checked(family: Family, cells: dict, claims: list[Verdict]) -> list[Verdict]:
     """Each answered claim of ``family`` (analysis.claims.verdicts.answer, same order) with ``skew`` and
     ``crosscheck`` added: at the seeds of the look its outcome was read at and at that look's level."""
-    reference_lag = family.reference_lag
     _, schedule = read_at(family, cells)
     out = []
     for verdict in claims:
         claim, found = verdict.claim, None
         if verdict.tested and claim.scale == "points":
             seeds = set(schedule.seeds[:schedule.looks[verdict.look - 1]])
-            found = sides(claim, cells, reference_lag, seeds)
+            found = sides(claim, cells, seeds)
         verdict = dataclasses.replace(verdict, spread_check=spread_check(verdict, schedule))
         if found is not None:
             x, y = found

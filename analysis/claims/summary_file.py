@@ -91,4 +91,5 @@ def read_summary(path: Path, required: tuple[str, ...] = ("claims",)) -> Summary
         raise ValueError(f"{path}: no key {missing[0]!r}: not a {SUMMARY} of python -m analysis.aggregate")
     known = {field.name for field in dataclasses.fields(Summary)}
     return Summary(**{**{key: value for key, value in summary.items() if key in known},
-                      "claims": [Verdict.from_row(row) for row in summary["claims"]]})
+                      "claims": [Verdict.from_row(row, reference_lag=summary.get("reference_lag", 0))
+                                 for row in summary["claims"]]})

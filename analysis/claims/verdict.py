@@ -104,9 +104,10 @@ class Verdict:
                 "replication_method": REPLICATION_METHOD, "boundary": self.boundary, **checks}
 
     @classmethod
-    def from_row(cls, row: dict, claim: Claim | None = None) -> "Verdict":
-        """The verdict a summary.json row holds (``claim``: the declared claim, default the row's)."""
-        claim = claim or Claim.from_row(row)
+    def from_row(cls, row: dict, claim: Claim | None = None, reference_lag: int = 0) -> "Verdict":
+        """The verdict a summary.json row holds (``claim``: the declared claim, default the row's at
+        ``reference_lag``, the grid's: the row does not hold it)."""
+        claim = claim or Claim.from_row(row, reference_lag)
         measured = None
         if "estimate" in row:
             kind = MEASURED[claim.scale]

@@ -62,9 +62,9 @@ class Schedule:
         return Schedule(self.looks[:look], self.levels[:look], self.seeds, self.boundary)
 
 
-def statement(claim: Claim, reference_lag: int) -> str:
+def statement(claim: Claim) -> str:
     """The claim in words: what is tested, its endpoint and its smallest effect (points or rate)."""
-    what = claim.describe(reference_lag)
+    what = claim.describe()
     effect, endpoint = RULES[claim.scale].effect_and_endpoint(claim)
     if claim.expect == "equivalent":
         return f"{what}, {endpoint}: within +-{effect} of 0"
@@ -72,9 +72,9 @@ def statement(claim: Claim, reference_lag: int) -> str:
     return f"{what}, {endpoint}: {sign} 0 by at least {effect}"
 
 
-def tested_in(claim: Claim, cells: dict, reference_lag: int) -> bool:
+def tested_in(claim: Claim, cells: dict) -> bool:
     """Whether the grid has every cell the claim reads."""
-    return all(cell in cells for cell in claim.read_cells(reference_lag))
+    return all(cell in cells for cell in claim.read_cells())
 
 
 def _values(cell: dict, key: str, seeds: set[int]) -> tuple[list, list]:
@@ -91,9 +91,9 @@ class ScoreRule:
         return f"{claim.smallest_effect * 100:.1f} points", METRIC_TEXT[claim.metric]
 
     @staticmethod
-    def measure(claim: Claim, cells: dict, reference_lag: int, budget: int, seeds: set[int]) -> ScoreMeasured:
+    def measure(claim: Claim, cells: dict, budget: int, seeds: set[int]) -> ScoreMeasured:
         result = contrast([(weight, *_values(cells[recipe, lag], claim.metric, seeds))
-                           for weight, recipe, lag in claim.cells(reference_lag)])
+                           for weight, recipe, lag in claim.cells()])
         return ScoreMeasured(estimate=result.estimate, n=result.n, method=result.method, test=result.method,
                              p=result.p, se=result.se, df=result.df, spread=result.spread)
 
@@ -133,9 +133,9 @@ class RateRule:
         return f"{claim.smallest_effect:.2f} in rate", "by the step budget"
 
     @staticmethod
-    def measure(claim: Claim, cells: dict, reference_lag: int, budget: int, seeds: set[int]) -> RateMeasured:
+    def measure(claim: Claim, cells: dict, budget: int, seeds: set[int]) -> RateMeasured:
         (x, seeds_x), (y, seeds_y) = (_values(cells[cell], "collapse_step", seeds)
-                                      for cell in claim.read_cells(reference_lag))
+                                      for cell in claim.read_cells())
         result = collapse_test(x, y, budget, strata=(seeds_x, seeds_y))
         return RateMeasured(estimate=result.estimate, n=min(result.n_x, result.n_y), method="newcombe",
                             test=result.method, p=result.p, z=result.z,
@@ -166,9 +166,9 @@ class RateRule:
 RULES = {"points": ScoreRule, "rate": RateRule}  # by Claim.scale
 
 
-def measure(claim: Claim, cells: dict, reference_lag: int, budget: int, seeds: set[int]) -> Measured:
+def measure(claim: Claim, cells: dict, budget: int, seeds: set[int]) -> Measured:
     """The claim's estimate and what its interval rests on, from the cells' runs of ``seeds``."""
-    return RULES[claim.scale].measure(claim, cells, reference_lag, budget, seeds)
+    return RULES[claim.scale].measure(claim, cells, budget, seeds)
 
 
 def interval(claim: Claim, measured: Measured, level: float) -> tuple[float, float]:
@@ -176,11 +176,11 @@ def interval(claim: Claim, measured: Measured, level: float) -> tuple[float, flo
     return RULES[claim.scale].interval(measured, level)
 
 
-def decide(claim: Claim, cells: dict, reference_lag: int, budget: int, schedule: Schedule) -> Verdict:
+def decide(claim: Claim, cells: dict, budget: int, schedule: Schedule) -> Verdict:
     """The claim read at each look of the schedule until its outcome is final (or the last look); its
     words (statement, why) and what rests on it are answer's."""
     for look, (n, level) in enumerate(zip(schedule.looks, schedule.levels)):
-        measured = measure(claim, cells, reference_lag, budget, set(schedule.seeds[:n]))
+        measured = measure(claim, cells, budget, set(schedule.seeds[:n]))
         low, high = interval(claim, measured, level)
         name = outcome(low, high, claim.smallest_effect, claim.expect)
         if is_final(name, claim.expect) or look == len(schedule.looks) - 1:
@@ -190,19 +190,20 @@ def decide(claim: Claim, cells: dict, reference_lag: int, budget: int, schedule:
     raise AssertionError("a schedule has at least one look")
 
 
-def threshold_lag(claim: Claim, cells: dict, reference_lag: int, budget: int, seeds: set[int], level: float) -> dict:
+def threshold_lag(claim: Claim, cells: dict, budget: int, seeds: set[int], level: float) -> dict:
     """The smallest of a trend's lags whose staleness cost (the lag minus the reference lag) passes
     ``claim.threshold``, with an interval. Each lag's cost interval is read at level / (the lags
     compared), so that all cover together with probability >= 1 - level (Bonferroni); then the true
     smallest lag lies between the first lag whose interval reaches past -threshold and the first whose
     interval lies wholly past it (None: none of the grid's lags)."""
-    lags = [lag for lag in sorted(claim.lags) if lag != reference_lag]
+    lags = [lag for lag in sorted(claim.lags) if lag != claim.reference_lag]
     each = level / len(lags)
     costs = []
     for lag in lags:
         cost = StalenessCost(name=claim.name, recipe=claim.recipe, lag=lag, expect=claim.expect,
-                             smallest_effect=claim.smallest_effect, metric=claim.metric)
-        measured = measure(cost, cells, reference_lag, budget, seeds)
+                             smallest_effect=claim.smallest_effect, metric=claim.metric,
+                             reference_lag=claim.reference_lag)
+        measured = measure(cost, cells, budget, seeds)
         low, high = interval(cost, measured, each)
         costs.append({"lag": lag, "estimate": measured.estimate, "low": low, "high": high})
 
@@ -272,8 +273,8 @@ def read_at(family: Family, cells: dict) -> tuple[list[Claim], Schedule]:
     level is ALPHA over every claim declared (``family.claims``), so a grid narrowed after its runs reads the
     claims it can test at the declared level, and one it cannot test keeps its share unspent."""
     seeds = family.seeds if family.seeds is not None else sorted({s for cell in cells.values() for s in cell["seeds"]})
-    claims, seeding, reference_lag = family.claims, family.seeding, family.reference_lag
-    tested = [claim for claim in claims if tested_in(claim, cells, reference_lag)]
+    claims, seeding = family.claims, family.seeding
+    tested = [claim for claim in claims if tested_in(claim, cells)]
     return tested, Schedule.build(seeding, seeds, len(claims))
 
 
@@ -281,10 +282,10 @@ def open_cells(family: Family, cells: dict, look: int) -> list[tuple[str, int]]:
     """The cells of the claims whose outcome is not final at ``look`` (1-based): they get the next
     look's seeds; in the order of ``cells``."""
     tested, schedule = read_at(family, cells)
-    reference_lag, budget = family.reference_lag, family.steps
+    budget = family.steps
     wanted = {cell for claim in tested
-              if not decide(claim, cells, reference_lag, budget, schedule.through(look)).final
-              for cell in claim.read_cells(reference_lag)}
+              if not decide(claim, cells, budget, schedule.through(look)).final
+              for cell in claim.read_cells()}
     return [cell for cell in cells if cell in wanted]
 
 
@@ -292,19 +293,19 @@ def answer(family: Family, cells: dict) -> list[Verdict]:
     """Every claim of the family decided (summary.json's ``claims``): its statement, numbers, outcome
     (``verdict``), what it says (``why``) and its replication probability."""
     tested, schedule = read_at(family, cells)
-    claims, reference_lag, budget = family.claims, family.reference_lag, family.steps
+    claims, budget = family.claims, family.steps
     out = []
     for claim in claims:
-        words = {"statement": statement(claim, reference_lag), "family_size": len(claims)}
+        words = {"statement": statement(claim), "family_size": len(claims)}
         if claim not in tested:
             out.append(Verdict(claim=claim, **words, verdict=NOT_TESTED, why="a cell it compares is not in this grid",
                                final=False))
             continue
-        decided = decide(claim, cells, reference_lag, budget, schedule)
+        decided = decide(claim, cells, budget, schedule)
         found = {"seeds_needed": plan_seeds(decided, schedule.levels[-1])}
         if claim.threshold is not None:  # at the seeds and the level the outcome was read at
             seeds_read = set(schedule.seeds[:schedule.looks[decided.look - 1]])
-            found["threshold_lag"] = threshold_lag(claim, cells, reference_lag, budget, seeds_read,
+            found["threshold_lag"] = threshold_lag(claim, cells, budget, seeds_read,
                                                    1 - decided.confidence)
         decided = dataclasses.replace(_finite(decided), measured=_finite(decided.measured), **words, **found)
         decided = dataclasses.replace(decided, why=why(decided), boundary=schedule.boundary)

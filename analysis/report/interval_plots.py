@@ -59,7 +59,7 @@ def interval_figures(config: Config, summary: Summary, endpoint: str, folder: Pa
         fig, ax = plt.subplots(figsize=(max(5.0, 0.8 * len(recipes)), 4.8))
         cost_panel(ax, summary, endpoint, lag)
         charts.append((cost_key(endpoint, lag), fig))
-    words = {claim.name: claim.describe(summary.reference_lag) for claim in config.claims}
+    words = {claim.name: claim.describe() for claim in config.claims}
     for verdict in summary.claims:
         if verdict.tested and verdict.measured.estimate is not None:
             fig, ax = plt.subplots(figsize=(5.0, 4.8))

@@ -28,11 +28,11 @@ T2_975 = math.sqrt(2 * 0.95 ** 2 / (1 - 0.95 ** 2))  # F(t) = 0.975 solved: 4.30
 
 
 def claim(**fields) -> Claim:
-    return Claim.build({"name": "c", "lag": 8, "metric": "auc", "smallest_effect": 0.05, **fields})
+    return Claim.build({"name": "c", "lag": 8, "metric": "auc", "smallest_effect": 0.05, **fields}, reference_lag=1)
 
 
 def arms(declared: Claim) -> list:
-    return [(weight, AUC[recipe, lag], SEEDS) for weight, recipe, lag in declared.cells(reference_lag=1)]
+    return [(weight, AUC[recipe, lag], SEEDS) for weight, recipe, lag in declared.cells()]
 
 
 def test_t2_closed_form_is_the_t_table():
@@ -75,8 +75,8 @@ def test_an_equivalence_claim_is_read_at_its_own_margin(margin, outcome):
     """c's cost, the family's only claim, read from its 95% interval: 0.01 +- 4.3027 x 0.02 / sqrt(3) =
     [-0.0397, +0.0597]. Inside +-0.10 (negligible), but past +0.05 (undecided)."""
     declared = Claim.build({"name": "c", "lag": 8, "metric": "auc", "smallest_effect": margin,
-                            "kind": "staleness_cost", "recipe": "c", "expect": "equivalent"})
-    (verdict,) = claim_rules.answer(Family((declared,), steps=20, reference_lag=1), CELLS)
+                            "kind": "staleness_cost", "recipe": "c", "expect": "equivalent"}, reference_lag=1)
+    (verdict,) = claim_rules.answer(Family((declared,), steps=20), CELLS)
     row = verdict.row()
     half = T2_975 * 0.02 / math.sqrt(3)
     assert (row["estimate"], row["low"], row["high"]) == (pytest.approx(0.01), pytest.approx(0.01 - half),

@@ -18,10 +18,11 @@ COSTS = [-0.33, -0.27, -0.21]  # per-seed staleness costs: mean -27 points, sd 6
 
 
 def _claim_row() -> dict:
-    claim = StalenessCost(name="cost", recipe="a", lag=8, expect="less", smallest_effect=DELTA, metric="auc")
+    claim = StalenessCost(name="cost", recipe="a", lag=8, expect="less", smallest_effect=DELTA, metric="auc",
+                          reference_lag=1)
     cells = {("a", 1): [0.6] * 3, ("a", 8): [0.6 + c for c in COSTS]}
     cells = {key: {"recipe": key[0], "lag": key[1], "seeds": [0, 1, 2], "per_seed": {"auc": v}} for key, v in cells.items()}
-    (verdict,) = answer(Family((claim,), steps=100, reference_lag=1), cells)
+    (verdict,) = answer(Family((claim,), steps=100), cells)
     return verdict.row()  # as summary.json holds it
 
 

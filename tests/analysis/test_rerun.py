@@ -95,7 +95,8 @@ def test_a_grid_that_has_not_aggregated_or_has_a_tuning_section_is_refused(first
 
 def test_only_claims_both_grids_tested_are_compared_and_the_prediction_is_the_sum_of_printed_probabilities():
     def claim(name, verdict, replication):
-        declared = StalenessCost(name=name, recipe="a", lag=8, expect="less", smallest_effect=0.1, metric="auc")
+        declared = StalenessCost(name=name, recipe="a", lag=8, expect="less", smallest_effect=0.1, metric="auc",
+                                 reference_lag=1)
         return Verdict(claim=declared, statement="", family_size=3, verdict=verdict, why="", final=True, look=1,
                        replication=replication)
     first = Summary(seeds=[0, 1], claims=[claim("a", "exceeds", 0.9), claim("b", "negligible", 0.6),

@@ -114,7 +114,7 @@ def test_a_tuned_grid_is_read_recipe_by_recipe_beside_the_same_grid_untuned(grid
     view = validate(confirmation_config(config, Tuning.of(config), {"grpo": 0.1, "sat_grpo": 0.8, "grpo_r3": 0.2}))
     variant = dict(zip(config["recipes"], view["recipes"]))
     assert variant["sat_grpo"] == "sat_grpo.alpha-0.8"
-    statements = {c.name: statement(c, there.reference_lag) for c in claims(view)}
+    statements = {c.name: statement(c) for c in claims(view)}
     tuned = dataclasses.replace(
         there, tuning={"recipes": {recipe: {"variant": name} for recipe, name in variant.items()}},
         recipes=view["recipes"], cells=[{**cell, "recipe": variant[cell["recipe"]]} for cell in there.cells],

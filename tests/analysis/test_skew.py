@@ -68,7 +68,8 @@ def test_the_flag_needs_both_a_real_skew_and_a_broken_level(monkeypatch, p, miss
 
 def verdict(claim=None, **fields) -> Verdict:
     """A decided claim with only ``fields`` set (a staleness cost by default)."""
-    claim = claim or StalenessCost(name="c", recipe="a", lag=8, expect="less", smallest_effect=0.1, metric="auc")
+    claim = claim or StalenessCost(name="c", recipe="a", lag=8, expect="less", smallest_effect=0.1, metric="auc",
+                                   reference_lag=1)
     return Verdict(**{"claim": claim, "statement": "", "family_size": 1, "verdict": "exceeds", "why": "",
                       "final": True, **fields})
 
@@ -119,7 +120,7 @@ def test_each_claim_row_carries_its_skew_and_adastop_on_the_seeds_it_was_read_at
     assert cost["skew"]["level"] == pytest.approx(1 - cost["confidence"])
     assert cost["crosscheck"]["decision"] == "no difference shown" and cost["crosscheck"]["n_x"] == 3
     claim = next(c for c in Config.build(validate(config)).claims if c.name == "sat_cost_below_grpo")
-    x, y = sides(claim, cells, 1, {0, 1, 2})
+    x, y = sides(claim, cells, {0, 1, 2})
     s8, s1 = (np.array(cells["sat_grpo", lag]["per_seed"]["auc"]) for lag in (8, 1))
     assert np.allclose(x - y, (s8 - s1) - (a8 - a1)) and np.allclose(x, s8 + a1)
     assert claims["grpo_collapses_at_lag8"]["skew"] is None and claims["grpo_collapses_at_lag8"]["crosscheck"] is None
@@ -142,7 +143,7 @@ def test_a_spread_far_below_the_planned_one_is_flagged_with_p_at_the_planned_sd(
     from grid.claims import CostDifference
 
     claim = CostDifference(name="c", recipe="sat_gspo", versus="gspo_mu", lag=8, expect="greater", smallest_effect=0.10,
-                           metric="auc", planning_spread=0.0417)
+                           metric="auc", planning_spread=0.0417, reference_lag=1)
     schedule = Schedule.build(None, list(range(5)), 4)
     measured = ScoreMeasured(estimate=-0.011, n=5, method="paired-t", test="paired-t", p=None, se=None, df=None,
                              spread=0.0073)
