@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from analysis.cells.summary import collect
-from analysis.claims.summary_file import write_summary
+from analysis.claims.summary_file import read_summary, write_summary
 from analysis.claims.verdicts import replication_text
 from analysis.report.tables import claim_text, size_text
 from analysis.report.write import summarize, write_reports
@@ -128,8 +128,8 @@ def test_seed_runs_in_the_grid_experiment_summaries_in_their_own(synced):
     report = (folder / VERDICTS_ARTIFACT).read_text().splitlines()
     rows = [line.split(" | ") for line in report[4:4 + len(summary_json["claims"])]]
     assert [(row[0].removeprefix("| "), row[1], row[2], row[3].removesuffix(" |")) for row in rows] == [
-        (c["name"], f"**{c['verdict']}**", claim_text(c), replication_text(c, with_range=True))
-        for c in summary_json["claims"]]
+        (c.claim.name, f"**{c.verdict}**", claim_text(c), replication_text(c, with_range=True))
+        for c in read_summary(grid_dir(config) / "summary.json").claims]
     links = "\n".join(report[4 + len(summary_json["claims"]):])
     for view in ("stalebench-intervals", *(f"stalebench-{kind}-lag{lag}" for kind in ("dynamics", "cells", "seeds")
                                            for lag in config["lags"])):
@@ -341,8 +341,8 @@ def test_summary_runs_chart_the_cell_curves_and_the_parent_carries_the_verdicts(
         assert all(tags[f"claim.{c['name']}.replication"] == f"{c['replication']:.2f}" for c in summary["claims"])
         description = tags["mlflow.note.content"]
         assert description.startswith("## Claims (confirmatory") and all(
-            f"| {c['name']} | {c['statement']} |" in description and f"**{c['verdict']}**{size_text(c)}: {c['why']}" in description
-            for c in summary["claims"])
+            f"| {c.claim.name} | {c.statement} |" in description and f"**{c.verdict}**{size_text(c)}: {c.why}" in description
+            for c in read_summary(grid_dir(config) / "summary.json").claims)
 
 
 def test_store_location(monkeypatch, tmp_path):

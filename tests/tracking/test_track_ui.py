@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from analysis.claims.summary_file import read_summary
 from analysis.claims.verdicts import replication_text
 from analysis.report.colors import recipe_colour
 from analysis.report.dynamics import BAND, dynamics_keys
@@ -158,10 +159,10 @@ def parent_run_page(dom: str, config: dict) -> list[str]:
             for row in dom.split('role="row"')[1:]]
     shown = {row[0]: " | ".join(row[1:]) for row in rows if len(row) > 1}
     missing = []
-    for claim in GridDir.of(config).read_summary()["claims"]:
-        row = shown.get(claim["name"], "")
-        missing += [f"claim {claim['name']}: {part}" for part in (
-            f"{claim['verdict']} | {claim_text(claim)} | {replication_text(claim, with_range=True)}",) if part not in row]
+    for claim in read_summary(GridDir.of(config).summary_path).claims:
+        row = shown.get(claim.claim.name, "")
+        missing += [f"claim {claim.claim.name}: {part}" for part in (
+            f"{claim.verdict} | {claim_text(claim)} | {replication_text(claim, with_range=True)}",) if part not in row]
     views = ["stalebench-intervals", *(f"stalebench-{kind}-lag{lag}" for kind in ("dynamics", "cells", "seeds")
                                        for lag in config["lags"])]
     return missing + [f"a link to the view {view}" for view in views if f"viewStateShareKey={view}" not in dom]
