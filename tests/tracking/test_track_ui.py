@@ -143,7 +143,8 @@ def intervals_page(dom: str, config: dict) -> list[str]:
     """The intervals' charts: each recipe's staleness cost at each lag but the reference and each tested claim's
     contrast, an image chart each (drawn by analysis.report.interval_plots, categories named on its axis)."""
     summary = GridDir.of(config).read_summary()
-    keys = [cost_key(staleness_cost_metric(config["claims"]), lag) for lag in summary["lags"]
+    keys = [cost_key(staleness_cost_metric(read_summary(GridDir.of(config).summary_path).claims), lag)
+            for lag in summary["lags"]
             if lag != summary["reference_lag"]]
     keys += [claim_key(claim["name"]) for claim in summary["claims"] if claim["verdict"] != NOT_TESTED]
     images = re.findall(r'<img class="rc-image-img" src="get-artifact\?path=images%2F([^%]*)%2B', dom)
