@@ -42,8 +42,8 @@ class Mutant:
 
 MUTANTS = [
     Mutant("cost_difference_signs_flipped", "grid/claims.py",
-           "return [*self._cost(self.recipe, reference_lag), *_negated(self._cost(self.versus, reference_lag))]",
-           "return [*_negated(self._cost(self.recipe, reference_lag)), *self._cost(self.versus, reference_lag)]",
+           "return [*self._cost(self.recipe), *_negated(self._cost(self.versus))]",
+           "return [*_negated(self._cost(self.recipe)), *self._cost(self.versus)]",
            ("tests/analysis/test_claims_by_hand.py",)),
     Mutant("claim_tost_margin_doubled", "analysis/claims/verdicts.py",
            "name = outcome(low, high, claim.smallest_effect, claim.expect)",
@@ -76,8 +76,8 @@ MUTANTS = [
            ("tests/harness/test_identity.py::test_the_workflow_refuses_a_changed_grid_before_any_job_without_snakemake_metadata",)),
     # issue 47's: a wrong number the suite could not tell from a right one
     Mutant("replication_from_the_standard_error", "analysis/claims/verdicts.py",
-           'contrast_agreement(decided["estimate"], decided["spread"], decided["se"]',
-           'contrast_agreement(decided["estimate"], decided["se"], decided["se"]',
+           "contrast_agreement(decided.estimate, decided.spread, decided.se",
+           "contrast_agreement(decided.estimate, decided.se, decided.se",
            ("tests/analysis/test_replication.py::test_the_replication_probability_of_a_fixed_design_by_hand",)),
     Mutant("replication_ignores_the_effects_uncertainty", "analysis/statistics/predictive.py",
            "return estimate + scale * rng.standard_normal(size), sigma",
@@ -87,8 +87,8 @@ MUTANTS = [
            'cases = {"exceeds": low >= delta,', 'cases = {"exceeds": low > delta,',
            ("tests/analysis/test_claims.py::test_the_outcome_is_where_the_interval_lies",)),
     Mutant("every_look_reads_look_one", "analysis/claims/verdicts.py",
-           "measured = measure(claim, cells, reference_lag, budget, set(schedule.seeds[:n]))",
-           "measured = measure(claim, cells, reference_lag, budget, set(schedule.seeds[:schedule.looks[0]]))",
+           "measured = measure(claim, cells, budget, set(schedule.seeds[:n]))",
+           "measured = measure(claim, cells, budget, set(schedule.seeds[:schedule.looks[0]]))",
            ("tests/analysis/test_claims.py::test_a_three_look_schedule_reads_each_look_on_its_own_seeds_and_level",)),
     Mutant("family_shrinks_with_the_grid", "analysis/claims/verdicts.py",
            "return tested, Schedule.build(seeding, seeds, len(claims))",

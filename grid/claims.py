@@ -38,6 +38,19 @@ class Seeding:
         return cls(looks, section["boundary"]) if len(looks) > 1 else None
 
 
+@dataclass(frozen=True)
+class Family:
+    """The confirmatory family the claims room reads (analysis.claims.verdicts): the claims declared (the level is
+    alpha over all of them; each knows its reference lag), the seed schedule they are read at (None: every seed at
+    once), the grid's seeds in their declared order (None: the cells') and its step budget (a collapse claim's
+    horizon)."""
+
+    claims: tuple["Claim", ...]
+    steps: int
+    seeding: Seeding | None = None
+    seeds: tuple[int, ...] | None = None
+
+
 def seeding_errors(config: dict) -> list[str]:
     """A schedule whose looks do not increase."""
     looks = (config.get("seeding") or {}).get("looks", [])
@@ -66,9 +79,11 @@ class Claim:
     # the per-seed sd of the contrast the design was planned at (a fraction of the score, e.g. the field's): a
     # spread far from it is flagged beside the outcome (analysis.claims.robustness); None: not declared
     planning_spread: float | None = dataclasses.field(default=None, kw_only=True)
+    # the grid's smallest lag, a staleness cost's base (build: the smallest of the grid's lags)
+    reference_lag: int = dataclasses.field(kw_only=True)
 
     kind: ClassVar[str]  # the config's ``kind``
-    words: ClassVar[str]  # the contrast in words, formatted with the claim's fields and reference_lag
+    words: ClassVar[str]  # the contrast in words, formatted with the claim's fields
     scale: ClassVar[str] = "points"  # points: a contrast of cell means of a score; rate: of collapse rates
     is_cost: ClassVar[bool] = False  # a staleness cost or a difference of them (marked in staleness.png)
     about_lag: ClassVar[bool] = False  # compares how scores change with lag (named on the cost-against-lag panel)
@@ -76,36 +91,45 @@ class Claim:
     threshold: ClassVar[float | None] = None  # a trend's cost threshold (Trend); no other kind has one
 
     @staticmethod
-    def build(section: dict, grid_lags=()) -> "Claim":
-        """The claim of a checked config section, as its kind's class."""
-        return KINDS[section["kind"]].from_section(section, tuple(grid_lags))
+    def build(section: dict, grid_lags=(), reference_lag: int | None = None) -> "Claim":
+        """The claim of a checked config section, as its kind's class; its reference lag the grid's smallest."""
+        reference = min(grid_lags) if reference_lag is None else reference_lag
+        return KINDS[section["kind"]].from_section(section, tuple(grid_lags), reference)
+
+    @staticmethod
+    def from_row(row: dict, reference_lag: int) -> "Claim":
+        """The claim a summary.json row holds (``row``: its ROW_FIELDS; no planning spread, which the row lacks)."""
+        return Claim.build({field: row[field] for field in ROW_FIELDS if row.get(field) is not None},
+                           reference_lag=reference_lag)
 
     @classmethod
-    def from_section(cls, section: dict, grid_lags: tuple[int, ...]) -> "Claim":
+    def from_section(cls, section: dict, grid_lags: tuple[int, ...], reference_lag: int) -> "Claim":
         return cls(name=section["name"], recipe=section["recipe"], lag=section["lag"], expect=section["expect"],
                    smallest_effect=float(section["smallest_effect"]), metric=section["metric"],
-                   planning_spread=section.get("planning_spread"), **cls._own(section, grid_lags))
+                   planning_spread=section.get("planning_spread"), reference_lag=reference_lag,
+                   **cls._own(section, grid_lags))
 
     @classmethod
     def _own(cls, section: dict, grid_lags: tuple[int, ...]) -> dict:
         """The kind's own fields from its config section."""
         return {}
 
-    def cells(self, reference_lag: int) -> list[tuple[float, str, int]]:
+    def cells(self) -> list[tuple[float, str, int]]:
         """(weight, recipe, lag) of the cells whose weighted seed means make the contrast."""
         raise NotImplementedError
 
-    def read_cells(self, reference_lag: int) -> list[tuple[str, int]]:
+    def read_cells(self) -> list[tuple[str, int]]:
         """The cells (recipe, lag) whose runs the claim reads."""
-        return [(recipe, lag) for _, recipe, lag in self.cells(reference_lag)]
+        return [(recipe, lag) for _, recipe, lag in self.cells()]
 
-    def describe(self, reference_lag: int) -> str:
+    def describe(self) -> str:
         """What the claim compares, in words (analysis.claims.verdicts.statement adds its endpoint and effect)."""
-        return self.words.format(reference_lag=reference_lag, **vars(self))
+        return self.words.format(**vars(self))
 
-    def errors(self, key: str, reference_lag: int) -> list[str]:
+    def errors(self, key: str) -> list[str]:
         """What a config check refuses of this kind (``key``: "config key 'claims[i]"): a staleness cost
         claimed at the reference lag, where it is 0 by definition."""
+        reference_lag = self.reference_lag
         if not self.is_cost or self.lag != reference_lag:
             return []
         return [f"{key}.lag' ({self.name}): a staleness cost is measured against lag {reference_lag}, the grid's "
@@ -115,21 +139,27 @@ class Claim:
         """The claim as summary.json's row holds it: every kind's fields (ROW_FIELDS), None where it has none."""
         return {field: getattr(self, field, None) for field in ROW_FIELDS}
 
-    def _cost(self, recipe: str, reference_lag: int) -> list[tuple[float, str, int]]:
-        return [(1.0, recipe, self.lag), (-1.0, recipe, reference_lag)]
+    def _cost(self, recipe: str) -> list[tuple[float, str, int]]:
+        return [(1.0, recipe, self.lag), (-1.0, recipe, self.reference_lag)]
 
 
 @dataclass(frozen=True)
-class StalenessCost(Claim):
+class _Cost(Claim):
+    """A staleness cost or a difference of them: marked in staleness.png, named on the cost-against-lag panel."""
+
+    is_cost: ClassVar[bool] = True
+    about_lag: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class StalenessCost(_Cost):
     """A recipe's score at ``lag`` minus at the reference lag (the grid's smallest)."""
 
     kind: ClassVar[str] = "staleness_cost"
     words: ClassVar[str] = "staleness cost of {recipe} (lag {lag} minus lag {reference_lag})"
-    is_cost: ClassVar[bool] = True
-    about_lag: ClassVar[bool] = True
 
-    def cells(self, reference_lag: int) -> list[tuple[float, str, int]]:
-        return self._cost(self.recipe, reference_lag)
+    def cells(self) -> list[tuple[float, str, int]]:
+        return self._cost(self.recipe)
 
 
 @dataclass(frozen=True)
@@ -144,16 +174,14 @@ class _Versus(Claim):
 
 
 @dataclass(frozen=True)
-class CostDifference(_Versus):
+class CostDifference(_Versus, _Cost):
     """The staleness cost of ``recipe`` minus that of ``versus``."""
 
     kind: ClassVar[str] = "cost_difference"
     words: ClassVar[str] = "staleness cost of {recipe} minus that of {versus} (lag {lag} minus lag {reference_lag})"
-    is_cost: ClassVar[bool] = True
-    about_lag: ClassVar[bool] = True
 
-    def cells(self, reference_lag: int) -> list[tuple[float, str, int]]:
-        return [*self._cost(self.recipe, reference_lag), *_negated(self._cost(self.versus, reference_lag))]
+    def cells(self) -> list[tuple[float, str, int]]:
+        return [*self._cost(self.recipe), *_negated(self._cost(self.versus))]
 
 
 @dataclass(frozen=True)
@@ -163,7 +191,7 @@ class Recipes(_Versus):
     kind: ClassVar[str] = "recipes"
     words: ClassVar[str] = "{recipe} minus {versus} at lag {lag}"
 
-    def cells(self, reference_lag: int) -> list[tuple[float, str, int]]:
+    def cells(self) -> list[tuple[float, str, int]]:
         return [(1.0, self.recipe, self.lag), (-1.0, self.versus, self.lag)]
 
 
@@ -180,7 +208,7 @@ class Collapse(_Versus):
     def _own(cls, section: dict, grid_lags: tuple[int, ...]) -> dict:
         return {**super()._own(section, grid_lags), "versus_lag": section.get("versus_lag", section["lag"])}
 
-    def cells(self, reference_lag: int) -> list[tuple[float, str, int]]:
+    def cells(self) -> list[tuple[float, str, int]]:
         return [(1.0, self.recipe, self.lag), (-1.0, self.versus, self.versus_lag)]
 
 
@@ -202,20 +230,20 @@ class Interaction(_Versus):
         return {**super()._own(section, grid_lags), "other_recipe": section["other_recipe"],
                 "other_versus": section["other_versus"], "of": section.get("of", "cost_difference")}
 
-    def cells(self, reference_lag: int) -> list[tuple[float, str, int]]:
+    def cells(self) -> list[tuple[float, str, int]]:
         # a difference of differences of differences when the comparison is a cost difference, of
         # differences when it is two recipes
         def inner(a: str, b: str) -> list[tuple[float, str, int]]:
             if self.of == "cost_difference":
-                return [*self._cost(a, reference_lag), *_negated(self._cost(b, reference_lag))]
+                return [*self._cost(a), *_negated(self._cost(b))]
             return [(1.0, a, self.lag), (-1.0, b, self.lag)]
         return [*inner(self.recipe, self.versus), *_negated(inner(self.other_recipe, self.other_versus))]
 
-    def errors(self, key: str, reference_lag: int) -> list[str]:
+    def errors(self, key: str) -> list[str]:
         messages = []
-        if self.of == "cost_difference" and self.lag == reference_lag:
+        if self.of == "cost_difference" and self.lag == self.reference_lag:
             messages.append(f"{key}.lag' ({self.name}): an interaction of staleness costs is measured against lag "
-                            f"{reference_lag}, the grid's smallest; claim it at a larger lag")
+                            f"{self.reference_lag}, the grid's smallest; claim it at a larger lag")
         if {self.recipe, self.versus} == {self.other_recipe, self.other_versus}:
             messages.append(f"{key}.other_recipe' ({self.name}): the other comparison must name other recipes")
         return messages
@@ -236,20 +264,20 @@ class Trend(Claim):
     about_lag: ClassVar[bool] = True
 
     @classmethod
-    def from_section(cls, section: dict, grid_lags: tuple[int, ...]) -> "Claim":
+    def from_section(cls, section: dict, grid_lags: tuple[int, ...], reference_lag: int) -> "Claim":
         lags = tuple(section.get("lags") or grid_lags)
-        return super().from_section({"lag": max(lags), **section}, grid_lags)  # its lag: the largest of its fit
+        return super().from_section({"lag": max(lags), **section}, grid_lags, reference_lag)  # its lag: the largest of its fit
 
     @classmethod
     def _own(cls, section: dict, grid_lags: tuple[int, ...]) -> dict:
         return {"versus": section.get("versus"), "lags": tuple(section.get("lags") or grid_lags),
                 "threshold": section.get("threshold")}
 
-    def cells(self, reference_lag: int) -> list[tuple[float, str, int]]:
+    def cells(self) -> list[tuple[float, str, int]]:
         slope = [(weight, self.recipe, lag) for weight, lag in slope_weights(self.lags)]
         return slope if self.versus is None else [*slope, *_negated([(w, self.versus, lag) for w, _, lag in slope])]
 
-    def errors(self, key: str, reference_lag: int) -> list[str]:
+    def errors(self, key: str) -> list[str]:
         messages = []
         if self.threshold is not None and self.versus is not None:
             messages.append(f"{key}.threshold' ({self.name}): a threshold lag is a cost of one recipe; drop versus "
@@ -290,7 +318,6 @@ def claim_errors(config: dict, recipes) -> list[str]:
     (the grid's smallest, where it is 0 by definition). A real recipe or lag that this grid leaves
     out (narrowed with -C recipes=... lags=...) is no error: the claim is reported as not tested."""
     messages, names = [], set()
-    reference_lag = min(config["lags"])
     for i, claim in enumerate(claims(config)):
         key, section = f"config key 'claims[{i}]", config["claims"][i]
         if claim.name in names:
@@ -308,7 +335,7 @@ def claim_errors(config: dict, recipes) -> list[str]:
                 messages.append(f"{key}.{field}' ({claim.name}): {value!r} is not a lag (an integer >= 0)")
         messages += [f"{key}.{field}' ({claim.name}): only a{'n' if kind[0] in 'aeiou' else ''} {kind} claim has it"
                      for field, kind in OWN_FIELD_KINDS.items() if field in section and claim.kind != kind]
-        messages += claim.errors(key, reference_lag)
+        messages += claim.errors(key)
         if "planning_spread" in section and claim.scale == "rate":
             messages.append(f"{key}.planning_spread' ({claim.name}): a spread of per-seed contrasts is a score's; "
                             "a collapse claim has none")

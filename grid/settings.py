@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
-from grid.claims import Claim, Seeding, claims
+from grid.claims import Claim, Family, Seeding, claims
 from grid.expand import expand, grid_dir, recipe_engine_params, resolve_run_config
 from grid.folder import GridDir
 from grid.tuning import Tuning, confirmation_config, trainable_config
@@ -291,6 +291,12 @@ class Config:
     def reference_lag(self) -> int:
         """The lag every staleness cost is measured against: the grid's smallest."""
         return min(self.lags)
+
+    @property
+    def family(self) -> Family:
+        """The claims as the claims room reads them (analysis.claims.verdicts): with the seed schedule, seeds
+        and step budget."""
+        return Family(self.claims, self.steps, self.seeding, tuple(self.seeds))
 
     def first_look(self) -> list[Run]:
         """The runs of the seed schedule's first look: every cell at seeds[:looks[0]]; without a schedule,

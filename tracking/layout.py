@@ -20,9 +20,9 @@ import math
 import re
 
 from analysis.cells.summary import SCORES
+from analysis.claims.verdict import Verdict
 from analysis.report.colors import SERIES_TAG
 from analysis.report.dynamics import BAND
-from grid.claims import KINDS
 from harness.run_config import PinnedRun
 from tracking.store import KIND, SEED_RUNS_FILTER
 
@@ -167,9 +167,9 @@ def curve_metrics(task: str, curve: list[dict], time_ms: int, part: str = "estim
 BAND_PARTS = ("low", "high")  # a cell's band runs, beside its mean run (tracking.runs.comparison_runs)
 
 
-def staleness_cost_metric(claims: list[dict]) -> str:
+def staleness_cost_metric(claims: list[Verdict]) -> str:
     """The score whose staleness cost the comparison charts: the staleness claims' metric (AUC by default)."""
-    return next((c["metric"] for c in claims if KINDS[c["kind"]].is_cost), "auc")
+    return next((c.claim.metric for c in claims if c.claim.is_cost), "auc")
 
 
 # Grouped by the recipe alone (its series tag), the lag being each view's filter: MLflow colours a group by a hash of

@@ -3,20 +3,27 @@ claims table), the report page (verdicts.md: the claims short, the views and sam
 grid's pick (tuning.md)."""
 from __future__ import annotations
 
+from analysis.claims.summary_file import Summary
 from analysis.report.render import Section, Table, markdown
-from analysis.report.tables import claim_conclusions, claim_text, claims_section, family_text, replication_text
+from analysis.report.tables import (
+    claim_conclusions,
+    claim_text,
+    claims_section,
+    family_text,
+    replication_text,
+    verdict_counts,
+)
 from tracking.store import TUNING_SUFFIX
 
 
-def claim_tags(summary: dict) -> dict[str, str]:
+def claim_tags(summary: Summary) -> dict[str, str]:
     """The claims' verdicts as the parent run's tags, and its description: the claims table of
     table.md (or why there is none)."""
-    claims = summary["claims"]
-    tags = {f"claim.{c['name']}": c["verdict"] for c in claims}
-    tags.update({f"claim.{c['name']}.estimate": claim_text(c) for c in claims})
-    tags.update({f"claim.{c['name']}.replication": replication_text(c) for c in claims})
-    verdicts = [c["verdict"] for c in claims]
-    tags["claims"] = ", ".join(f"{verdicts.count(v)} {v}" for v in dict.fromkeys(verdicts)) or "none declared"
+    claims = summary.claims
+    tags = {f"claim.{c.claim.name}": c.verdict for c in claims}
+    tags.update({f"claim.{c.claim.name}.estimate": claim_text(c) for c in claims})
+    tags.update({f"claim.{c.claim.name}.replication": replication_text(c) for c in claims})
+    tags["claims"] = verdict_counts(claims) or "none declared"
     section = claims_section(summary)
     tags["mlflow.note.content"] = "\n".join(markdown([section])) if section else claim_conclusions(summary)[0]
     return tags
@@ -37,17 +44,17 @@ def tuning_markdown(grid: str, pick: dict) -> str:
     return "\n".join(markdown([Section(f"Equal tuning budget of grid {grid}: the pick", (Table.of(header, rows), rule))]))
 
 
-def report_markdown(summary: dict, views: list[tuple[str, list[tuple[str, str]]]],
+def report_markdown(summary: Summary, views: list[tuple[str, list[tuple[str, str]]]],
                     samples: list[tuple[str, list[tuple[str, str]]]] | None) -> str:
     """The grid's report page (the parent run's verdicts.md, which the UI opens first): the claims table short enough
     for a 1440x900 screen, a row per claim with its outcome, its estimate with its interval and P(same outcome on a
     rerun) (the statements and what each outcome means: table.md, the run's description); then the views one click
     away, ``views``: (what, [(label, link)]), and the collapsed runs' sampled completions beside their cell,
     ``samples``: (cell, [(seed, link)]), None where no run keeps samples; without claims, why there are none."""
-    claims = summary["claims"]
-    lines = [f"### Claims of grid {summary['grid']}", ""]  # one line: the table on the first screen
+    claims = summary.claims
+    lines = [f"### Claims of grid {summary.grid}", ""]  # one line: the table on the first screen
     if claims:
-        rows = [[c["name"], f"**{c['verdict']}**", claim_text(c), replication_text(c, with_range=True)] for c in claims]
+        rows = [[c.claim.name, f"**{c.verdict}**", claim_text(c), replication_text(c, with_range=True)] for c in claims]
         # short headers: a 1440 px window beside the UI's assistant shows four columns whole
         lines += markdown([Section.table("", ["claim", "outcome", "estimate [interval]", "P(rerun agrees)"], rows)])[2:]
     else:

@@ -10,10 +10,11 @@ import os
 import tempfile
 from pathlib import Path
 
+from analysis.claims.summary_file import Summary
 from analysis.report.colors import SERIES_TAG, series_label
 from analysis.report.dynamics import dynamics_keys
 from analysis.report.interval_plots import interval_figures
-from analysis.report.tables import METHOD_NAMES
+from analysis.report.numbers import METHOD_NAMES
 from grid.folder import GridDir
 from grid.settings import Config, thawed
 from harness.io import write_json_atomic, write_text_atomic
@@ -92,7 +93,7 @@ class Tracker:
         """A run of the grid's experiment (found by key, or created)."""
         return self.writer.run(key, kind, name, tags, self.experiment_id, self.existing, start_ms)
 
-    def sync_parent(self, grid_path: Path, summary: dict | None, pick: dict | None = None, n_runs: int = 0) -> str:
+    def sync_parent(self, grid_path: Path, summary: Summary | None, pick: dict | None = None, n_runs: int = 0) -> str:
         """The grid's run; ``summary`` (final sync): its claims' verdicts as tags (``claim.<name>``,
         ``claim.<name>.estimate``, ``claims``) and as the run's description (the claims table of
         table.md), the report files as artifacts (the report page, verdicts.md: sync_report, once the views exist);
@@ -207,12 +208,11 @@ class Tracker:
             self.writer.log(run_id, tags={SAMPLES_DIGEST: digest})
         return True
 
-    def sync_report(self, parent_id: str, summary: dict, images: list[tuple[str, str]]) -> None:
-        """The report page, the parent run's verdicts.md (parent.report_markdown), with links relative to the page
-        (each view of tracking.store, each interval chart of ``images``: sync_intervals', the collapsed runs' samples
-        tables), and the grid experiment's description opening with a link to it, so that the UI's own navigation
-        (its experiments list, then the grid's page) reaches it. After every other part of a final sync."""
-        lags = summary["lags"]
+    def sync_report(self, parent_id: str, summary: Summary, images: list[tuple[str, str]]) -> None:
+        """The report page, the parent run's verdicts.md (parent.report_markdown), linking relative to the page each
+        view of tracking.store, each interval chart of ``images`` (sync_intervals') and the collapsed runs' samples;
+        the grid experiment's description links it, so the UI's own navigation reaches it. Last in a final sync."""
+        lags = summary.lags
         views = [("Intervals", [("each recipe's staleness cost, each claim's contrast",
                                  intervals_link("", self.comparison_experiment_id))]),
                  ("Each interval chart", images),
@@ -259,7 +259,7 @@ class Tracker:
             runs.append((variant, lag, seed, {} if final else None, (params, tags)))
         return runs
 
-    def sync_cell(self, parent_id: str, cell: dict, summary: dict) -> None:
+    def sync_cell(self, parent_id: str, cell: dict, summary: Summary) -> None:
         """A summary run in the "<grid> summary" experiment: every number of the cell (layout.cell_values),
         its mean test-score curve (layout.curve_metrics) and the baseline it is compared to; and what the
         comparison views draw of the cell, in the "<grid> comparison" experiment (comparison_runs)."""
@@ -269,12 +269,12 @@ class Tracker:
                 "means over seeds with their intervals and tests. " + SCORE_UNITS)
             self.comparison_experiment_id = self.writer.experiment(self.config.grid + COMPARISON_SUFFIX,
                                                                    DRAWN_NOTE.format(grid=self.config.grid))
-            for lag in summary["lags"]:
-                methods = {point["method"] for c in summary["cells"] if c["lag"] == lag for point in c["curve"]}
+            for lag in summary.lags:
+                methods = {point["method"] for c in summary.cells if c["lag"] == lag for point in c["curve"]}
                 band = ", ".join(METHOD_NAMES.get(method, method) for method in sorted(methods))
                 self.writer.share_view(self.comparison_experiment_id, COMPARISON_VIEW.format(lag=lag),
-                                       layout.comparison_view(summary["test_task"], lag, band, [
-                                           series_label(recipe, self.config.recipes) for recipe in summary["recipes"]]))
+                                       layout.comparison_view(summary.test_task, lag, band, [
+                                           series_label(recipe, self.config.recipes) for recipe in summary.recipes]))
             self.cells = self.writer.existing(self.summary_experiment_id)
             self.drawn = self.writer.existing(self.comparison_experiment_id)
         recipe, lag = cell["recipe"], cell["lag"]
@@ -283,7 +283,7 @@ class Tracker:
                                         self.summary_experiment_id, self.cells)
         values, tags = layout.cell_values(cell)
         tags.update({"seeds": json.dumps(cell["seeds"]), "run_keys": json.dumps(cell.get("run_keys", [])),
-                     "baseline": str(summary["baseline"]), "mlflow.note.content": baseline_note(summary, lag)})
+                     "baseline": str(summary.baseline), "mlflow.note.content": baseline_note(summary, lag)})
         params = {}  # the params its seeds share (from the first seed's config)
         first = self.config.folder.run(recipe, lag, cell["seeds"][0]) if cell["seeds"] else None
         if first is not None and first.config_path.exists():
@@ -294,7 +294,7 @@ class Tracker:
         self.writer.set_status(run_id, found, "FINISHED")
         self.comparison_runs(parent_id, cell, summary)
 
-    def comparison_runs(self, parent_id: str, cell: dict, summary: dict) -> None:
+    def comparison_runs(self, parent_id: str, cell: dict, summary: Summary) -> None:
         """The cell as the comparison views draw it, in the "<grid> comparison" experiment (DRAWN_NOTE), where no
         run list, Compare or search of the grid's results meets them: its mean curve and a run per bound of the
         curve's 95% interval (layout.BAND_PARTS). The staleness costs with their intervals: the intervals' charts."""
@@ -310,11 +310,11 @@ class Tracker:
             self.writer.log(drawn_id, metrics, tags=tags, params=missing_params(drawn, {"recipe": recipe, "lag": str(lag)}))
             self.writer.set_status(drawn_id, drawn, "FINISHED")
 
-    def sync_intervals(self, parent_id: str, summary: dict) -> list[tuple[str, str]]:
+    def sync_intervals(self, parent_id: str, summary: Summary) -> list[tuple[str, str]]:
         """The intervals' charts (analysis.report.interval_plots: each later lag's staleness costs, each tested claim's
         contrast) as the images of one figure run in the comparison experiment, out of every result list, and their
         view (layout.intervals_view). After sync_cell. Returns each chart's (label, link to its PNG): one click away."""
-        metric = layout.staleness_cost_metric(summary["claims"])
+        metric = layout.staleness_cost_metric(summary.claims)
         run_id, found = self.writer.run(f"intervals:{self.config.grid}", "figure", "intervals (drawn, not a result)",
                                         {"stalebench.grid_run": parent_id}, self.comparison_experiment_id, self.drawn)
         with tempfile.TemporaryDirectory(prefix="track_") as tmp:
@@ -327,12 +327,12 @@ class Tracker:
         return [(key, page_link("", f"experiments/{self.comparison_experiment_id}/runs/{run_id}/artifacts/{path}"))
                 for (key, _), path in zip(charts, paths)]
 
-    def _curve(self, found, tags: dict, summary: dict, cell: dict, part: str) -> list:
+    def _curve(self, found, tags: dict, summary: Summary, cell: dict, part: str) -> list:
         """The cell curve's ``part`` as step metrics, unless the run already has it (its digest in ``tags``)."""
         digest = hashlib.sha256(json.dumps([cell["curve"], part], sort_keys=True).encode()).hexdigest()[:16]
         unchanged = found is not None and found.data.tags.get(CURVE_DIGEST) == digest
         tags[CURVE_DIGEST] = digest
-        return [] if unchanged else layout.curve_metrics(summary["test_task"], cell["curve"], self.writer.now, part)
+        return [] if unchanged else layout.curve_metrics(summary.test_task, cell["curve"], self.writer.now, part)
 
 
 def missing_params(found, params: dict) -> dict:
@@ -342,9 +342,9 @@ def missing_params(found, params: dict) -> dict:
     return {k: v for k, v in params.items() if k not in have}
 
 
-def baseline_note(summary: dict, lag: int) -> str:
+def baseline_note(summary: Summary, lag: int) -> str:
     """A summary run's description: what its comparisons are measured against."""
-    if summary["baseline"] is None:
+    if summary.baseline is None:
         return "No baseline declared (config key `baseline`): no vs_baseline comparisons."
-    return (f"vs_baseline/* and improvement/*: this cell against the baseline {summary['baseline']} at lag {lag}; "
-            f"staleness_cost/*: against this recipe at lag {summary['reference_lag']}. " + SCORE_UNITS)
+    return (f"vs_baseline/* and improvement/*: this cell against the baseline {summary.baseline} at lag {lag}; "
+            f"staleness_cost/*: against this recipe at lag {summary.reference_lag}. " + SCORE_UNITS)

@@ -62,6 +62,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from analysis.claims.summary_file import Summary, read_summary
 from grid.folder import GridDir
 from grid.loader import load_grid
 from grid.settings import Config
@@ -74,9 +75,9 @@ from tracking.store import check_reachable, store_lock, tracking_uri, ui_link
 TRAIN_POINTS = 100  # training metrics logged at up to ~this many steps per run (0 = every step)
 
 
-def summarized_runs(summary: dict) -> list[tuple[str, int, int]]:
+def summarized_runs(summary: Summary) -> list[tuple[str, int, int]]:
     """The runs the aggregate read (a seed schedule runs only some of the grid's), cell by cell."""
-    return [(cell["recipe"], cell["lag"], seed) for cell in summary["cells"] for seed in cell["seeds"]]
+    return [(cell["recipe"], cell["lag"], seed) for cell in summary.cells for seed in cell["seeds"]]
 
 
 def grid_complete(config: Config) -> bool:
@@ -86,7 +87,7 @@ def grid_complete(config: Config) -> bool:
     if not grid.summary_path.exists():
         return False
     newest = grid.summary_path.stat().st_mtime
-    for recipe, lag, seed in summarized_runs(grid.read_summary()):
+    for recipe, lag, seed in summarized_runs(read_summary(grid.summary_path)):
         status = grid.run(recipe, lag, seed).status_path
         if not status.exists() or status.stat().st_mtime > newest:
             return False
@@ -131,8 +132,8 @@ def sync(config: Config, progress: bool = True,
     grid_path = check_grid(config, final)
     summary, numbers = None, {}
     if final:
-        summary = GridDir(grid_path).read_summary()
-        for cell in summary["cells"]:
+        summary = read_summary(GridDir(grid_path).summary_path)
+        for cell in summary.cells:
             for i, seed in enumerate(cell["seeds"]):
                 numbers[cell["recipe"], cell["lag"], seed] = {k: v[i] for k, v in cell["per_seed"].items()}
     pick = read_pick(config, grid_path, final)
@@ -150,7 +151,7 @@ def sync(config: Config, progress: bool = True,
         synced["runs" if candidate is None else "tuning_runs"] += tracker.sync_run(
             parent_id, recipe, lag, seed, run_numbers, candidate)
     tracker.share_dynamics()
-    for cell in summary["cells"] if final else []:
+    for cell in summary.cells if final else []:
         tracker.sync_cell(parent_id, cell, summary)
     if final:
         tracker.sync_report(parent_id, summary, tracker.sync_intervals(parent_id, summary))
@@ -158,7 +159,7 @@ def sync(config: Config, progress: bool = True,
               "experiment_id": tracker.experiment_id, "summary_experiment_id": tracker.summary_experiment_id,
               "comparison_experiment_id": tracker.comparison_experiment_id,
               "tuning_experiment_id": tracker.tuning_experiment_id,
-              "parent_run_id": parent_id, **synced, "cells": len(summary["cells"]) if final else 0,
+              "parent_run_id": parent_id, **synced, "cells": len(summary.cells) if final else 0,
               "created": tracker.writer.created, "updated": tracker.writer.updated}
     if final:
         write_json_atomic(GridDir(grid_path).mlflow_path, marker)

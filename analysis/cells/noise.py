@@ -77,7 +77,7 @@ def summarize_noise(config: Config, runs: list) -> dict:
     for claim in declared:
         if claim.scale == "rate":  # the noise parts are a score's
             continue
-        arms = [(w, parts_of.get((recipe, lag))) for w, recipe, lag in claim.cells(config.reference_lag)]
+        arms = [(w, parts_of.get((recipe, lag))) for w, recipe, lag in claim.cells()]
         equivalence = claim.expect == "equivalent"
         entry = {"claim": claim.name, "metric": "fixed", "smallest_effect": claim.smallest_effect, "alpha": level,
                  "rule": "TOST shows equivalence" if equivalence else "the t test detects the smallest effect"}

@@ -65,7 +65,7 @@ def pareto_front(points: list[tuple[float, float | None]]) -> list[bool]:
             for t, s in points]
 
 
-def summarize_pareto(config: Config, summary: dict) -> dict | None:
+def summarize_pareto(config: Config, cells: list[dict]) -> dict | None:
     """summary.json's "pareto" of a queue grid (None otherwise): per (recipe, bound) the drop rate,
     the throughput, the modelled time of the run (absolute and relative to the fastest), its AUC, the
     steps it reaches at equal time and its score there; whether it is on its recipe's front per
@@ -75,7 +75,7 @@ def summarize_pareto(config: Config, summary: dict) -> dict | None:
     steps, models = config.steps, queue_models(config)
     rates = {key: throughput(model) for key, model in models.items()}
     fastest = max(rates.values())
-    cells = {(c["recipe"], c["lag"]): c for c in summary["cells"]}
+    cells = {(c["recipe"], c["lag"]): c for c in cells}
     rows = []
     for (recipe, bound), model in models.items():
         cell, rate = cells[recipe, bound], rates[recipe, bound]

@@ -7,6 +7,7 @@ between cells (analysis.statistics.intervals, analysis.statistics.contrasts), an
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from analysis.cells.curves import RunSummary, read_run
 from analysis.cells.noise import summarize_noise
 from analysis.cells.pareto import summarize_pareto
 from analysis.cells.reference import load_reference, reference_for
+from analysis.claims.summary_file import Summary, json_safe
 from analysis.statistics.contrasts import contrast
 from analysis.statistics.intervals import (
     ALPHA,
@@ -80,9 +82,9 @@ def by_cell(runs: list[RunResult]) -> dict[tuple[str, int], list[RunResult]]:
     return cells
 
 
-def summary_cells(summary: dict) -> dict[tuple[str, int], dict]:
+def summary_cells(summary: Summary) -> dict[tuple[str, int], dict]:
     """summary.json's cells by (recipe, lag)."""
-    return {(cell["recipe"], cell["lag"]): cell for cell in summary["cells"]}
+    return {(cell["recipe"], cell["lag"]): cell for cell in summary.cells}
 
 
 def realized_lag_distribution(runs: list[RunResult]) -> dict:
@@ -136,7 +138,7 @@ def build_cells(config: Config, runs: list[RunResult]) -> dict[tuple[str, int], 
             for recipe in config.recipes for lag in config.lags}
 
 
-def summarize_cells(config: Config, runs: list[RunResult]) -> tuple[dict, dict]:
+def summarize_cells(config: Config, runs: list[RunResult]) -> tuple[Summary, dict]:
     """summary.json's cells and what is read from them alone (analysis.report.write.summarize adds the
     claims), and the cells by (recipe, lag): one entry per cell with per-seed values,
     mean + 95% CI per metric, collapse k/n with Wilson CI, and the exploratory comparisons:
@@ -172,29 +174,26 @@ def summarize_cells(config: Config, runs: list[RunResult]) -> tuple[dict, dict]:
                 cell["vs_baseline"] = minus(cell, base)
                 cell["collapse_vs_baseline"] = compare_collapse(cell, base)
     _adjust(list(cells.values()), baseline)
-    seeding = config.seeding
-    summary = {"grid": config.grid, "engine": config.engine.name, "engine_preset": config.engine_params.get("preset"),
-               "arithmetic_version": config.engine.arithmetic_version(dict(config.engine_params)),
-               "recipes": list(config.recipes),
-               "lags": list(config.lags), "lag_mode": config.lag_mode, "seeds": list(config.seeds),
-               "steps": config.steps,
-               "test_task": config.eval.test_task, "selection_task": config.eval.selection_task,
-               "fixed_step": config.eval.fixed_step, "baseline": baseline,
-               "collapse_fraction": config.collapse.fraction, "collapse_confirm": config.collapse.confirm,
-               "seeding": None if seeding is None else {"looks": list(seeding.looks), "boundary": seeding.boundary},
-               "seeding_declared": thawed(config.seeding_declared),
-               "reference_lag": reference_lag,
-               "comparisons": {"confidence": CONFIDENCE, "alpha": ALPHA, "power": POWER,
-                               "correction": "holm", "family": FAMILY, "endpoints": list(ENDPOINTS),
-                               "bootstrap_min_seeds": BOOTSTRAP_MIN_SEEDS,
-                               "claims": "confirmatory: each claim's interval at alpha / the claims declared "
-                                         "(Bonferroni), spent over the looks of the seed schedule"},
-               "cells": json_safe(list(cells.values()))}
-    # the split of each cell's noise into training seed and evaluation, and the plans of seeds vs k:
-    # a section of its own (analysis.cells.noise)
-    summary["noise"] = json_safe(summarize_noise(config, runs))
-    # a queue grid's bounds at equal modelled wall-clock and their Pareto front (analysis.cells.pareto); None otherwise
-    summary["pareto"] = json_safe(summarize_pareto(config, summary))
+    seeding, rows = config.seeding, json_safe(list(cells.values()))
+    summary = Summary(
+        grid=config.grid, engine=config.engine.name, engine_preset=config.engine_params.get("preset"),
+        arithmetic_version=config.engine.arithmetic_version(dict(config.engine_params)),
+        recipes=list(config.recipes), lags=list(config.lags), lag_mode=config.lag_mode, seeds=list(config.seeds),
+        steps=config.steps, test_task=config.eval.test_task, selection_task=config.eval.selection_task,
+        fixed_step=config.eval.fixed_step, baseline=baseline, collapse_fraction=config.collapse.fraction,
+        collapse_confirm=config.collapse.confirm,
+        seeding=None if seeding is None else {"looks": list(seeding.looks), "boundary": seeding.boundary},
+        seeding_declared=thawed(config.seeding_declared), reference_lag=reference_lag,
+        comparisons={"confidence": CONFIDENCE, "alpha": ALPHA, "power": POWER, "correction": "holm", "family": FAMILY,
+                     "endpoints": list(ENDPOINTS), "bootstrap_min_seeds": BOOTSTRAP_MIN_SEEDS,
+                     "claims": "confirmatory: each claim's interval at alpha / the claims declared "
+                               "(Bonferroni), spent over the looks of the seed schedule"},
+        cells=rows,
+        # the split of each cell's noise into training seed and evaluation, and the plans of seeds vs k:
+        # a section of its own (analysis.cells.noise)
+        noise=json_safe(summarize_noise(config, runs)),
+        # a queue grid's bounds at equal modelled wall-clock and their Pareto front (analysis.cells.pareto); None otherwise
+        pareto=json_safe(summarize_pareto(config, rows)))
     return summary, cells
 
 
@@ -236,25 +235,12 @@ def _adjust(cells: list[dict], baseline: str | None) -> None:
             stat["p_holm"] = adjusted
 
 
-def json_safe(obj):
-    """NaN -> None: summary.json is strict JSON."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [json_safe(v) for v in obj]
-    if isinstance(obj, np.generic):
-        return json_safe(obj.item())
-    return obj
-
-
-def under_recipe_names(summary: dict) -> dict:
+def under_recipe_names(summary: Summary) -> Summary:
     """``summary`` with each picked variant's cells and claims named by its recipe
     (grpo.eps_low_eps_high-0.3 -> grpo), so that a tuned grid compares cell by cell and claim by claim
     with the same grid untuned (config side_by_side: analysis.report.compare.beside); ``summary`` itself
     without a tuning section."""
-    tuning = summary.get("tuning")
+    tuning = summary.tuning
     if tuning is None:
         return summary
     names = {entry["variant"]: recipe for recipe, entry in tuning["recipes"].items()}
@@ -264,20 +250,20 @@ def under_recipe_names(summary: dict) -> dict:
             statement = statement.replace(variant, names[variant])
         return statement
 
-    cells = [{**cell, "recipe": names.get(cell["recipe"], cell["recipe"])} for cell in summary["cells"]]
-    claims = [{**claim, "statement": renamed(claim["statement"]),
-               **{field: names[claim[field]] for field in CLAIM_RECIPE_FIELDS if claim.get(field) in names}}
-              for claim in summary["claims"]]
-    return {**summary, "cells": cells, "claims": claims, "recipes": [names.get(r, r) for r in summary["recipes"]]}
+    cells = [{**cell, "recipe": names.get(cell["recipe"], cell["recipe"])} for cell in summary.cells]
+    claims = [dataclasses.replace(verdict, statement=renamed(verdict.statement), claim=dataclasses.replace(
+        verdict.claim, **{field: names[getattr(verdict.claim, field)] for field in CLAIM_RECIPE_FIELDS
+                          if getattr(verdict.claim, field, None) in names})) for verdict in summary.claims]
+    return dataclasses.replace(summary, cells=cells, claims=claims, recipes=[names.get(r, r) for r in summary.recipes])
 
 
-def seeds_text(summary: dict) -> str:
+def seeds_text(summary: Summary) -> str:
     """The seeds the cells hold: "3 seeds", or per recipe where they differ (a seed schedule): "seeds per
     cell: grpo 6, gspo 3-10"."""
     counts: dict[str, set[int]] = {}
-    for cell in summary["cells"]:
+    for cell in summary.cells:
         counts.setdefault(cell["recipe"], set()).add(len(cell["seeds"]))
     if len(set().union(*counts.values())) <= 1:
-        return f"{next(iter(set().union(*counts.values())), len(summary['seeds']))} seeds"
+        return f"{next(iter(set().union(*counts.values())), len(summary.seeds))} seeds"
     return "seeds per cell: " + ", ".join(f"{recipe} {min(n)}" + (f"-{max(n)}" if len(n) > 1 else "")
                                           for recipe, n in counts.items())

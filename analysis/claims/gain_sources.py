@@ -32,7 +32,7 @@ ABSENT = ("below effect", "negligible", "opposite")
 def parts(section: GainSources, recipe: str, largest_lag: int) -> dict[str, Claim]:
     """The two contrasts of ``recipe`` (a key of ``section.recipes``) as claims of the decision rule."""
     arms, base, effect = section.recipes[recipe], section.baseline, section.smallest_effect
-    common = {"expect": "greater", "smallest_effect": effect, "metric": "auc"}
+    common = {"expect": "greater", "smallest_effect": effect, "metric": "auc", "reference_lag": 0}
     return {"staleness": CostDifference(name=f"{recipe}.staleness", recipe=arms.without_mismatch,
                                         versus=base.without_mismatch, lag=largest_lag, **common),
             "mismatch": Interaction(name=f"{recipe}.mismatch", recipe=arms.with_mismatch, versus=base.with_mismatch,
@@ -66,14 +66,14 @@ def gain_sources(config: Config, cells: dict) -> dict | None:
     out = []
     for recipe in section.recipes:
         read, split = {}, parts(section, recipe, largest)
-        if not all(tested_in(part, cells, 0) for part in split.values()):
+        if not all(tested_in(part, cells) for part in split.values()):
             out.append({"recipe": recipe, "source": NOT_TESTED})
             continue
         for name, part in split.items():
-            measured = measure(part, cells, 0, config.steps, seeds)
+            measured = measure(part, cells, config.steps, seeds)
             low, high = interval(part, measured, level)
-            read[name] = {"estimate": measured["estimate"], "low": low, "high": high, "n": measured["n"],
-                          "method": measured["method"], "outcome": outcome(low, high, part.smallest_effect, "greater")}
+            read[name] = {"estimate": measured.estimate, "low": low, "high": high, "n": measured.n,
+                          "method": measured.method, "outcome": outcome(low, high, part.smallest_effect, "greater")}
         out.append({"recipe": recipe, "lag": largest, "confidence": 1 - level, **read,
                     "source": source(read["staleness"]["outcome"], read["mismatch"]["outcome"])})
     return {"baseline": asdict(section.baseline), "smallest_effect": section.smallest_effect, "recipes": out}

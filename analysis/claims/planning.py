@@ -20,12 +20,13 @@ from pathlib import Path
 
 import numpy as np
 
+from analysis.claims.summary_file import read_summary
+from analysis.claims.verdict import RateMeasured, ScoreMeasured
 from analysis.claims.verdicts import Schedule
 from analysis.statistics.decision import simulate_collapse, simulate_contrast
 from grid.config import ConfigError, load
 from grid.folder import GridDir
 from grid.settings import Config
-from harness.io import read_json
 
 
 def assumed_effects(grid: Path | None, assume: list) -> dict[str, tuple[float, ...]]:
@@ -37,13 +38,13 @@ def assumed_effects(grid: Path | None, assume: list) -> dict[str, tuple[float, .
 
 def assumptions_from(summary_path: Path) -> dict[str, tuple[float, ...]]:
     """Each claim's measured estimate, spread and seeds (collapse: rates) in a finished grid's summary.json."""
-    summary = read_json(summary_path)  # a damaged file is named
     out = {}
-    for claim in summary["claims"]:
-        if claim.get("rates"):
-            out[claim["name"]] = tuple(claim["rates"])
-        elif claim.get("spread") is not None and claim.get("estimate") is not None:
-            out[claim["name"]] = (claim["estimate"], claim["spread"], claim["n"])
+    for verdict in read_summary(summary_path).claims:  # a damaged file is named
+        measured, name = verdict.measured, verdict.claim.name
+        if isinstance(measured, RateMeasured) and measured.rates:
+            out[name] = tuple(measured.rates)
+        elif isinstance(measured, ScoreMeasured) and measured.spread is not None and measured.estimate is not None:
+            out[name] = (measured.estimate, measured.spread, measured.n)
     return out
 
 
@@ -52,8 +53,7 @@ def plan(config: Config, assumed: dict[str, tuple[float, float]], replicates: in
     expected runs under the schedule, the most and fewest it can take, and the tuning runs (config
     ``tuning``: a fixed number, trained before any of them)."""
     cells = {(recipe, lag) for recipe in config.recipes for lag in config.lags}
-    reference_lag = config.reference_lag
-    tested = [c for c in config.claims if set(c.read_cells(reference_lag)) <= cells]
+    tested = [c for c in config.claims if set(c.read_cells()) <= cells]
     schedule = Schedule.build(config.seeding, config.seeds, len(config.claims))  # the declared family
     missing = [c.name for c in tested if c.name not in assumed and c.scale == "rate"]
     if missing:
@@ -90,10 +90,10 @@ def plan(config: Config, assumed: dict[str, tuple[float, float]], replicates: in
 def runs_per_draw(config: Config, tested: list, stops: dict[str, np.ndarray], looks) -> np.ndarray:
     """The runs of each simulated grid: each cell runs the seeds of the last look any of the ``tested``
     claims reading it reached (``stops``: each claim's look index per draw); a cell no claim reads, the first look's."""
-    cells, reference_lag, looks = [(r, lag) for r in config.recipes for lag in config.lags], config.reference_lag, np.array(looks)
+    cells, looks = [(r, lag) for r in config.recipes for lag in config.lags], np.array(looks)
     draws = len(next(iter(stops.values()))) if stops else 1
-    return np.sum([looks[np.max([stops[c.name] for c in tested if cell in c.read_cells(reference_lag)], axis=0)]
-                   if any(cell in c.read_cells(reference_lag) for c in tested) else np.full(draws, looks[0])
+    return np.sum([looks[np.max([stops[c.name] for c in tested if cell in c.read_cells()], axis=0)]
+                   if any(cell in c.read_cells() for c in tested) else np.full(draws, looks[0])
                    for cell in cells], axis=0)
 
 

@@ -15,11 +15,13 @@ unspent.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 from scipy import stats
 
+from analysis.claims.verdict import Measured, RateMeasured, ScoreMeasured, Verdict
 from analysis.statistics.boundaries import look_levels
 from analysis.statistics.contrasts import contrast, seeds_needed, seeds_needed_equivalence
 from analysis.statistics.decision import (
@@ -32,12 +34,8 @@ from analysis.statistics.decision import (
 from analysis.statistics.intervals import ALPHA
 from analysis.statistics.predictive import collapse_agreement, contrast_agreement
 from analysis.statistics.survival import collapse_test, seeds_needed_collapse
-from grid.claims import NOT_TESTED, Claim, Seeding, StalenessCost
+from grid.claims import NOT_TESTED, Claim, Family, Seeding, StalenessCost
 
-REPLICATION_METHOD = ("posterior predictive: one rerun of the design (its looks and levels) per draw of 4000 "
-                      "from the posterior of the per-seed contrast's mean and sd (reference prior 1/sd; "
-                      "collapse: Jeffreys Beta posteriors of the rates, exact binomial reruns); the range: "
-                      "10th-90th percentiles over the posterior of the probability that a rerun agrees")
 METRIC_TEXT = {"auc": "AUC", "fixed": "fixed-step score", "best": "best-checkpoint score",
                "selected": "selected-checkpoint score"}
 
@@ -64,9 +62,9 @@ class Schedule:
         return Schedule(self.looks[:look], self.levels[:look], self.seeds, self.boundary)
 
 
-def statement(claim: Claim, reference_lag: int) -> str:
+def statement(claim: Claim) -> str:
     """The claim in words: what is tested, its endpoint and its smallest effect (points or rate)."""
-    what = claim.describe(reference_lag)
+    what = claim.describe()
     effect, endpoint = RULES[claim.scale].effect_and_endpoint(claim)
     if claim.expect == "equivalent":
         return f"{what}, {endpoint}: within +-{effect} of 0"
@@ -74,9 +72,9 @@ def statement(claim: Claim, reference_lag: int) -> str:
     return f"{what}, {endpoint}: {sign} 0 by at least {effect}"
 
 
-def tested_in(claim: Claim, cells: dict, reference_lag: int) -> bool:
+def tested_in(claim: Claim, cells: dict) -> bool:
     """Whether the grid has every cell the claim reads."""
-    return all(cell in cells for cell in claim.read_cells(reference_lag))
+    return all(cell in cells for cell in claim.read_cells())
 
 
 def _values(cell: dict, key: str, seeds: set[int]) -> tuple[list, list]:
@@ -93,31 +91,31 @@ class ScoreRule:
         return f"{claim.smallest_effect * 100:.1f} points", METRIC_TEXT[claim.metric]
 
     @staticmethod
-    def measure(claim: Claim, cells: dict, reference_lag: int, budget: int, seeds: set[int]) -> dict:
+    def measure(claim: Claim, cells: dict, budget: int, seeds: set[int]) -> ScoreMeasured:
         result = contrast([(weight, *_values(cells[recipe, lag], claim.metric, seeds))
-                           for weight, recipe, lag in claim.cells(reference_lag)])
-        return {"estimate": result.estimate, "n": result.n, "method": result.method, "test": result.method,
-                "p": result.p, "se": result.se, "df": result.df, "spread": result.spread}
+                           for weight, recipe, lag in claim.cells()])
+        return ScoreMeasured(estimate=result.estimate, n=result.n, method=result.method, test=result.method,
+                             p=result.p, se=result.se, df=result.df, spread=result.spread)
 
     @staticmethod
-    def interval(measured: dict, level: float) -> tuple[float, float]:
-        if measured["method"] == "degenerate":
-            return measured["estimate"], measured["estimate"]
-        if not math.isfinite(measured["se"]):
+    def interval(measured: ScoreMeasured, level: float) -> tuple[float, float]:
+        if measured.method == "degenerate":
+            return measured.estimate, measured.estimate
+        if not math.isfinite(measured.se):
             return math.nan, math.nan
-        low, high = t_bounds(measured["estimate"], measured["se"], measured["df"], level)
+        low, high = t_bounds(measured.estimate, measured.se, measured.df, level)
         return float(low), float(high)
 
     @staticmethod
-    def agreement(claim: Claim, decided: dict, args: tuple) -> tuple[float, float, float] | None:
-        if decided["method"] not in ("paired-t", "welch-satterthwaite"):
+    def agreement(decided: ScoreMeasured, args: tuple) -> tuple[float, float, float] | None:
+        if decided.method not in ("paired-t", "welch-satterthwaite"):
             return None
-        return contrast_agreement(decided["estimate"], decided["spread"], decided["se"], decided["df"], *args)
+        return contrast_agreement(decided.estimate, decided.spread, decided.se, decided.df, *args)
 
     @staticmethod
-    def seeds_to_decide(claim: Claim, decided: dict, level: float) -> int | None:
-        spread, n = decided.get("spread", math.nan), decided["n"]
-        if not (math.isfinite(spread) and n >= 2):
+    def seeds_to_decide(claim: Claim, decided: ScoreMeasured, level: float) -> int | None:
+        spread, n = decided.spread, decided.n
+        if not (spread is not None and math.isfinite(spread) and n >= 2):
             return None
         upper = spread * math.sqrt((n - 1) / stats.chi2.ppf(0.2, n - 1)) if spread > 0 else 0.0
         if claim.expect == "equivalent":
@@ -135,31 +133,32 @@ class RateRule:
         return f"{claim.smallest_effect:.2f} in rate", "by the step budget"
 
     @staticmethod
-    def measure(claim: Claim, cells: dict, reference_lag: int, budget: int, seeds: set[int]) -> dict:
+    def measure(claim: Claim, cells: dict, budget: int, seeds: set[int]) -> RateMeasured:
         (x, seeds_x), (y, seeds_y) = (_values(cells[cell], "collapse_step", seeds)
-                                      for cell in claim.read_cells(reference_lag))
+                                      for cell in claim.read_cells())
         result = collapse_test(x, y, budget, strata=(seeds_x, seeds_y))
-        return {"estimate": result.estimate, "n": min(result.n_x, result.n_y), "method": "newcombe",
-                "test": result.method, "p": result.p, "z": result.z,
-                "counts": [round(result.rate_x * result.n_x), result.n_x, round(result.rate_y * result.n_y), result.n_y],
-                "rates": [result.rate_x, result.rate_y]}
+        return RateMeasured(estimate=result.estimate, n=min(result.n_x, result.n_y), method="newcombe",
+                            test=result.method, p=result.p, z=result.z,
+                            counts=[round(result.rate_x * result.n_x), result.n_x,
+                                    round(result.rate_y * result.n_y), result.n_y],
+                            rates=[result.rate_x, result.rate_y])
 
     @staticmethod
-    def interval(measured: dict, level: float) -> tuple[float, float]:
-        if min(measured["counts"][1], measured["counts"][3]) == 0:
+    def interval(measured: RateMeasured, level: float) -> tuple[float, float]:
+        if min(measured.counts[1], measured.counts[3]) == 0:
             return math.nan, math.nan
-        low, high = newcombe_bounds(*measured["counts"], level)
+        low, high = newcombe_bounds(*measured.counts, level)
         return float(low), float(high)
 
     @staticmethod
-    def agreement(claim: Claim, decided: dict, args: tuple) -> tuple[float, float, float] | None:
-        if min(decided["counts"][1], decided["counts"][3]) == 0:
+    def agreement(decided: RateMeasured, args: tuple) -> tuple[float, float, float] | None:
+        if min(decided.counts[1], decided.counts[3]) == 0:
             return None
-        return collapse_agreement(decided["counts"], *args)
+        return collapse_agreement(decided.counts, *args)
 
     @staticmethod
-    def seeds_to_decide(claim: Claim, decided: dict, level: float) -> int | None:
-        counts = decided["counts"]
+    def seeds_to_decide(claim: Claim, decided: RateMeasured, level: float) -> int | None:
+        counts = decided.counts
         pooled = (counts[0] + counts[2]) / max(counts[1] + counts[3], 1)
         return seeds_needed_collapse(claim.smallest_effect, pooled, alpha=level)
 
@@ -167,43 +166,46 @@ class RateRule:
 RULES = {"points": ScoreRule, "rate": RateRule}  # by Claim.scale
 
 
-def measure(claim: Claim, cells: dict, reference_lag: int, budget: int, seeds: set[int]) -> dict:
+def measure(claim: Claim, cells: dict, budget: int, seeds: set[int]) -> Measured:
     """The claim's estimate and what its interval rests on, from the cells' runs of ``seeds``."""
-    return RULES[claim.scale].measure(claim, cells, reference_lag, budget, seeds)
+    return RULES[claim.scale].measure(claim, cells, budget, seeds)
 
 
-def interval(claim: Claim, measured: dict, level: float) -> tuple[float, float]:
+def interval(claim: Claim, measured: Measured, level: float) -> tuple[float, float]:
     """The claim's two-sided interval at ``level`` (NaN bounds: none)."""
     return RULES[claim.scale].interval(measured, level)
 
 
-def decide(claim: Claim, cells: dict, reference_lag: int, budget: int, schedule: Schedule) -> dict:
-    """The claim read at each look of the schedule until its outcome is final (or the last look)."""
+def decide(claim: Claim, cells: dict, budget: int, schedule: Schedule) -> Verdict:
+    """The claim read at each look of the schedule until its outcome is final (or the last look); its
+    words (statement, why) and what rests on it are answer's."""
     for look, (n, level) in enumerate(zip(schedule.looks, schedule.levels)):
-        measured = measure(claim, cells, reference_lag, budget, set(schedule.seeds[:n]))
+        measured = measure(claim, cells, budget, set(schedule.seeds[:n]))
         low, high = interval(claim, measured, level)
         name = outcome(low, high, claim.smallest_effect, claim.expect)
         if is_final(name, claim.expect) or look == len(schedule.looks) - 1:
-            return {**measured, "low": low, "high": high, "confidence": 1 - level, "look": look + 1,
-                    "looks": len(schedule.looks), "outcome": name, "final": bool(is_final(name, claim.expect))}
+            return Verdict(claim=claim, statement="", family_size=0, verdict=name, why="",
+                           final=bool(is_final(name, claim.expect)), measured=measured, low=low, high=high,
+                           confidence=1 - level, look=look + 1, looks=len(schedule.looks))
     raise AssertionError("a schedule has at least one look")
 
 
-def threshold_lag(claim: Claim, cells: dict, reference_lag: int, budget: int, seeds: set[int], level: float) -> dict:
+def threshold_lag(claim: Claim, cells: dict, budget: int, seeds: set[int], level: float) -> dict:
     """The smallest of a trend's lags whose staleness cost (the lag minus the reference lag) passes
     ``claim.threshold``, with an interval. Each lag's cost interval is read at level / (the lags
     compared), so that all cover together with probability >= 1 - level (Bonferroni); then the true
     smallest lag lies between the first lag whose interval reaches past -threshold and the first whose
     interval lies wholly past it (None: none of the grid's lags)."""
-    lags = [lag for lag in sorted(claim.lags) if lag != reference_lag]
+    lags = [lag for lag in sorted(claim.lags) if lag != claim.reference_lag]
     each = level / len(lags)
     costs = []
     for lag in lags:
         cost = StalenessCost(name=claim.name, recipe=claim.recipe, lag=lag, expect=claim.expect,
-                             smallest_effect=claim.smallest_effect, metric=claim.metric)
-        measured = measure(cost, cells, reference_lag, budget, seeds)
+                             smallest_effect=claim.smallest_effect, metric=claim.metric,
+                             reference_lag=claim.reference_lag)
+        measured = measure(cost, cells, budget, seeds)
         low, high = interval(cost, measured, each)
-        costs.append({"lag": lag, "estimate": measured["estimate"], "low": low, "high": high})
+        costs.append({"lag": lag, "estimate": measured.estimate, "low": low, "high": high})
 
     def first(passes) -> int | None:
         return next((c["lag"] for c in costs if passes(c)), None)
@@ -223,90 +225,97 @@ def threshold_text(found: dict, largest_lag: int) -> str:
             f"[{lag(found['low'])}, {lag(found['high'])}] ({found['confidence']:.2%} jointly over its lags)")
 
 
-def replication(claim: Claim, decided: dict, schedule: Schedule) -> dict:
+def replication(decided: Verdict, schedule: Schedule) -> tuple[float | None, float | None, float | None]:
     """P(an independent rerun of the declared design gives the same outcome) and its 80% range
-    (REPLICATION_METHOD); None where nothing was measured to simulate from."""
-    args = (schedule.looks, schedule.levels, claim.smallest_effect, claim.expect, decided["outcome"])
-    found = RULES[claim.scale].agreement(claim, decided, args)
-    return dict(zip(("replication", "replication_low", "replication_high"), found or (None, None, None)))
+    (analysis.claims.verdict.REPLICATION_METHOD); None where nothing was measured to simulate from."""
+    claim = decided.claim
+    args = (schedule.looks, schedule.levels, claim.smallest_effect, claim.expect, decided.verdict)
+    return RULES[claim.scale].agreement(decided.measured, args) or (None, None, None)
 
 
-def replication_text(claim: dict, with_range: bool = False) -> str:
+def replication_text(claim: Verdict, with_range: bool = False) -> str:
     """"0.81", with its 80% range "0.81 (0.55-1.00)"; "–" where there is none. Beside a skew that breaks the
     claim's level (analysis.claims.robustness) it says what the number rests on: "assumes normal contrasts"."""
-    if claim.get("replication") is None:
+    if claim.replication is None:
         return "–"
-    ends = f" ({claim['replication_low']:.2f}-{claim['replication_high']:.2f})" if with_range else ""
-    caveat = ", assumes normal contrasts" if (claim.get("skew") or {}).get("breaks") else ""
-    return f"{claim['replication']:.2f}{ends}{caveat}"
+    ends = f" ({claim.replication_low:.2f}-{claim.replication_high:.2f})" if with_range else ""
+    caveat = ", assumes normal contrasts" if (claim.skew or {}).get("breaks") else ""
+    return f"{claim.replication:.2f}{ends}{caveat}"
 
 
-def plan_seeds(claim: Claim, decided: dict, level: float) -> int | None:
+def plan_seeds(decided: Verdict, level: float) -> int | None:
     """Seeds per cell at which the claim would likely (POWER) leave its current, not final outcome:
     at a true contrast of the smallest effect (0 for an equivalence claim), at ``level``, from an
     80% upper confidence bound of the spread measured so far (never the observed effect)."""
-    if decided["final"]:
+    if decided.final:
         return None
-    return RULES[claim.scale].seeds_to_decide(claim, decided, level)
+    return RULES[decided.claim.scale].seeds_to_decide(decided.claim, decided.measured, level)
 
 
-def why(claim: Claim, decided: dict) -> str:
+def why(decided: Verdict) -> str:
     """The outcome in words: what it says of the claim, at which look and level."""
-    where = f"look {decided['look']} of {decided['looks']}, " if decided["looks"] > 1 else ""
-    text = f"{reading(decided['outcome'], claim.expect)} ({where}{decided['confidence']:.2%} interval)"
-    if claim.expect == "equivalent" and decided["low"] is not None and (decided["low"] > 0 or decided["high"] < 0):
-        text += f"; the contrast is not 0 either: {'above' if decided['low'] > 0 else 'below'} 0"
-    if decided["outcome"] == "opposite" and -claim.smallest_effect < decided["low"] and decided["high"] < claim.smallest_effect:
+    claim, low, high = decided.claim, decided.low, decided.high
+    where = f"look {decided.look} of {decided.looks}, " if decided.looks > 1 else ""
+    text = f"{reading(decided.verdict, claim.expect)} ({where}{decided.confidence:.2%} interval)"
+    if claim.expect == "equivalent" and low is not None and (low > 0 or high < 0):
+        text += f"; the contrast is not 0 either: {'above' if low > 0 else 'below'} 0"
+    if decided.verdict == "opposite" and -claim.smallest_effect < low and high < claim.smallest_effect:
         text += "; but inside +-delta: smaller than the smallest effect that matters"
-    if not decided["final"] and decided["seeds_needed"]:
-        text += f"; about {decided['seeds_needed']} seeds per cell would likely decide it"
-    if decided.get("threshold_lag"):
-        text += f"; {threshold_text(decided['threshold_lag'], max(claim.lags))}"
+    if not decided.final and decided.seeds_needed:
+        text += f"; about {decided.seeds_needed} seeds per cell would likely decide it"
+    if decided.threshold_lag:
+        text += f"; {threshold_text(decided.threshold_lag, max(claim.lags))}"
     return text
 
 
-def family(claims: tuple[Claim, ...], cells: dict, reference_lag: int, seeding: Seeding | None,
-           seeds=None) -> tuple[list[Claim], Schedule]:
+def read_at(family: Family, cells: dict) -> tuple[list[Claim], Schedule]:
     """The claims this grid tests and the schedule they are read at. The family is the config's: its
-    level is ALPHA over every claim declared (``claims``), so a grid narrowed after its runs reads the
+    level is ALPHA over every claim declared (``family.claims``), so a grid narrowed after its runs reads the
     claims it can test at the declared level, and one it cannot test keeps its share unspent."""
-    seeds = seeds if seeds is not None else sorted({s for cell in cells.values() for s in cell["seeds"]})
-    tested = [claim for claim in claims if tested_in(claim, cells, reference_lag)]
+    seeds = family.seeds if family.seeds is not None else sorted({s for cell in cells.values() for s in cell["seeds"]})
+    claims, seeding = family.claims, family.seeding
+    tested = [claim for claim in claims if tested_in(claim, cells)]
     return tested, Schedule.build(seeding, seeds, len(claims))
 
 
-def open_cells(claims: tuple[Claim, ...], cells: dict, reference_lag: int, budget: int, seeding: Seeding,
-               seeds, look: int) -> list[tuple[str, int]]:
+def open_cells(family: Family, cells: dict, look: int) -> list[tuple[str, int]]:
     """The cells of the claims whose outcome is not final at ``look`` (1-based): they get the next
     look's seeds; in the order of ``cells``."""
-    tested, schedule = family(claims, cells, reference_lag, seeding, seeds)
+    tested, schedule = read_at(family, cells)
+    budget = family.steps
     wanted = {cell for claim in tested
-              if not decide(claim, cells, reference_lag, budget, schedule.through(look))["final"]
-              for cell in claim.read_cells(reference_lag)}
+              if not decide(claim, cells, budget, schedule.through(look)).final
+              for cell in claim.read_cells()}
     return [cell for cell in cells if cell in wanted]
 
 
-def answer(claims: tuple[Claim, ...], cells: dict, reference_lag: int, budget: int,
-           seeding: Seeding | None = None, seeds=None) -> list[dict]:
-    """Every claim decided (summary.json's ``claims``): its statement, numbers, outcome (``verdict``),
-    what it says (``why``) and its replication probability. ``seeds``: the grid's seeds in their
-    declared order (default: the seeds of the cells)."""
-    tested, schedule = family(claims, cells, reference_lag, seeding, seeds)
+def answer(family: Family, cells: dict) -> list[Verdict]:
+    """Every claim of the family decided (summary.json's ``claims``): its statement, numbers, outcome
+    (``verdict``), what it says (``why``) and its replication probability."""
+    tested, schedule = read_at(family, cells)
+    claims, budget = family.claims, family.steps
     out = []
     for claim in claims:
-        row = {**claim.row(), "statement": statement(claim, reference_lag), "family_size": len(claims)}
+        words = {"statement": statement(claim), "family_size": len(claims)}
         if claim not in tested:
-            out.append({**row, "verdict": NOT_TESTED, "why": "a cell it compares is not in this grid",
-                        "final": False, "replication": None, "replication_low": None, "replication_high": None})
+            out.append(Verdict(claim=claim, **words, verdict=NOT_TESTED, why="a cell it compares is not in this grid",
+                               final=False))
             continue
-        decided = decide(claim, cells, reference_lag, budget, schedule)
-        decided["seeds_needed"] = plan_seeds(claim, decided, schedule.levels[-1])
+        decided = decide(claim, cells, budget, schedule)
+        found = {"seeds_needed": plan_seeds(decided, schedule.levels[-1])}
         if claim.threshold is not None:  # at the seeds and the level the outcome was read at
-            seeds_read = set(schedule.seeds[:schedule.looks[decided["look"] - 1]])
-            decided["threshold_lag"] = threshold_lag(claim, cells, reference_lag, budget, seeds_read,
-                                                     1 - decided["confidence"])
-        decided = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in decided.items()}
-        out.append({**row, **decided, "verdict": decided["outcome"], "why": why(claim, decided),
-                    **replication(claim, decided, schedule), "replication_method": REPLICATION_METHOD,
-                    "boundary": schedule.boundary})
+            seeds_read = set(schedule.seeds[:schedule.looks[decided.look - 1]])
+            found["threshold_lag"] = threshold_lag(claim, cells, budget, seeds_read,
+                                                   1 - decided.confidence)
+        decided = dataclasses.replace(_finite(decided), measured=_finite(decided.measured), **words, **found)
+        decided = dataclasses.replace(decided, why=why(decided), boundary=schedule.boundary)
+        point, low, high = replication(decided, schedule)
+        out.append(dataclasses.replace(decided, replication=point, replication_low=low, replication_high=high))
     return out
+
+
+def _finite(value):
+    """``value`` (a frozen dataclass) with its non-finite floats None: summary.json is strict JSON."""
+    return dataclasses.replace(value, **{field.name: None for field in dataclasses.fields(value)
+                                         if isinstance(getattr(value, field.name), float)
+                                         and not math.isfinite(getattr(value, field.name))})

@@ -24,11 +24,12 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from analysis.cells.summary import ENDPOINT_NAMES, ENDPOINTS, cell_minus, json_safe, summary_cells, under_recipe_names
+from analysis.cells.summary import ENDPOINT_NAMES, ENDPOINTS, cell_minus, summary_cells, under_recipe_names
+from analysis.claims.summary_file import Summary, json_safe, read_summary
+from analysis.claims.verdict import Verdict
+from analysis.report.numbers import comparison_text, interval_text, verdict_interval_text
 from analysis.report.render import Bullets, Section, Table
-from analysis.report.tables import _comparison_text, _interval_text
 from analysis.statistics.intervals import ALPHA, holm
-from grid.claims import KINDS
 from grid.folder import SUMMARY, GridDir
 from grid.settings import Config
 from harness.cli import run_stage
@@ -45,18 +46,11 @@ AGREEMENT = (f"the grids agree within their noise when no cell comparison (B min
              f"only large shifts are detected")
 
 
-def load_summary(path: str | Path) -> tuple[Path, dict]:
+def load_summary(path: str | Path) -> tuple[Path, Summary]:
     """A grid's summary.json, from its folder or the file; a missing or foreign file fails naming it."""
     path = Path(path)
     file = GridDir(path).summary_path if path.is_dir() else path
-    try:
-        summary = json.loads(file.read_text())
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{file}: not valid JSON ({error})") from None
-    missing = [key for key in REQUIRED if not isinstance(summary, dict) or key not in summary]
-    if missing:
-        raise ValueError(f"{file}: no key {missing[0]!r}: not a {SUMMARY} of python -m analysis.aggregate")
-    return file, summary
+    return file, read_summary(file, REQUIRED)
 
 
 def difference(metric: str, a: dict, b: dict) -> dict:
@@ -71,7 +65,7 @@ def differs(stat: dict) -> bool | None:
     return None if stat["p_holm"] is None else stat["p_holm"] < ALPHA
 
 
-def compare(a: dict, b: dict) -> dict:
+def compare(a: Summary, b: Summary) -> dict:
     """The comparison of two summaries (the --json output); ``agree`` per AGREEMENT."""
     cells_a, cells_b = summary_cells(a), summary_cells(b)
     shared = [cell for cell in cells_a if cell in cells_b]
@@ -83,11 +77,11 @@ def compare(a: dict, b: dict) -> dict:
     for row, adjusted in zip(rows, holm([row["difference"]["p"] for row in rows])):
         row["difference"]["p_holm"] = adjusted
         row["differs"] = differs(row["difference"])
-    claims_a, claims_b = ({c["name"]: c for c in s["claims"]} for s in (a, b))
+    claims_a, claims_b = ({c.claim.name: c for c in s.claims} for s in (a, b))
     both = [name for name in claims_a if name in claims_b]
-    alike = [name for name in both if claims_a[name]["statement"] == claims_b[name]["statement"]]
-    claims = [{"name": name, "statement": claims_a[name]["statement"], "a": claims_a[name], "b": claims_b[name],
-               "same_verdict": claims_a[name]["verdict"] == claims_b[name]["verdict"]} for name in alike]
+    alike = [name for name in both if claims_a[name].statement == claims_b[name].statement]
+    claims = [{"name": name, "statement": claims_a[name].statement, "a": claims_a[name], "b": claims_b[name],
+               "same_verdict": claims_a[name].verdict == claims_b[name].verdict} for name in alike]
     return {"agree": not any(row["differs"] for row in rows) and all(c["same_verdict"] for c in claims),
             "tests": sum(row["difference"]["p_holm"] is not None for row in rows),
             "agreement": AGREEMENT, "cells": rows, "claims": claims,
@@ -101,19 +95,18 @@ def compare(a: dict, b: dict) -> dict:
 def _cell_text(metric: str, cell: dict) -> str:
     if metric == "collapse":
         return f"{cell['collapse']['k']}/{cell['collapse']['n']}"
-    return f"{_interval_text(cell['stats'][metric], None, 100, 1)} (n {cell['stats'][metric]['n']})"
+    return f"{interval_text(cell['stats'][metric], None, 100, 1)} (n {cell['stats'][metric]['n']})"
 
 
-def _claim_text(claim: dict) -> str:
-    if "estimate" not in claim:  # not tested in this grid: a verdict without an interval
-        return f"**{claim['verdict']}**"
-    scale, digits = (1, 2) if KINDS[claim["kind"]].scale == "rate" else (100, 1)
-    return f"**{claim['verdict']}**: {_interval_text(claim, None, scale, digits, sign=True)} ({claim['method']})"
+def _claim_text(claim: Verdict) -> str:
+    if claim.measured is None:  # not tested in this grid: a verdict without an interval
+        return f"**{claim.verdict}**"
+    return f"**{claim.verdict}**: {verdict_interval_text(claim, unit=False)} ({claim.measured.method})"
 
 
 def _verdict_line(result: dict) -> str:
     shifted = [f"{r['recipe']} lag {r['lag']} {METRIC_NAMES[r['metric']]}" for r in result["cells"] if r["differs"]]
-    flipped = [f"{c['name']} ({c['a']['verdict']} in A, {c['b']['verdict']} in B)"
+    flipped = [f"{c['name']} ({c['a'].verdict} in A, {c['b'].verdict} in B)"
                for c in result["claims"] if not c["same_verdict"]]
     if result["agree"]:
         return (f"**The grids agree within their noise**: none of the {result['tests']} cell comparisons "
@@ -123,13 +116,13 @@ def _verdict_line(result: dict) -> str:
     return "**The grids do not agree within their noise**: " + ". ".join(reasons) + "."
 
 
-def render_markdown(result: dict, a: dict, b: dict, files: tuple[Path, Path]) -> str:
+def render_markdown(result: dict, a: Summary, b: Summary, files: tuple[Path, Path]) -> str:
     """The comparison as Markdown: the verdict line, the cells, the claims, what was not compared."""
     cells_a, cells_b = summary_cells(a), summary_cells(b)
     lines = ["# Comparing two grids: B minus A", ""]
     for label, summary, file in (("A", a, files[0]), ("B", b, files[1])):
-        lines.append(f"- {label}: `{file}` (grid {summary['grid']}, engine {summary['engine']}, "
-                     f"seeds {summary['seeds']})")
+        lines.append(f"- {label}: `{file}` (grid {summary.grid}, engine {summary.engine}, "
+                     f"seeds {summary.seeds})")
     lines += ["", _verdict_line(result), "", f"Agreement: {result['agreement']}.", "",
               "## Cells", "", "Scores in points, collapse as a rate; B minus A with its 95% interval "
               "(Welch-Satterthwaite for scores, Newcombe for collapse), p (Fisher's exact test for collapse) "
@@ -140,7 +133,7 @@ def render_markdown(result: dict, a: dict, b: dict, files: tuple[Path, Path]) ->
         scale, digits = (1, 2) if metric == "collapse" else (100, 1)
         verdict = {True: "**yes**", False: "no", None: "no test"}[row["differs"]]
         lines.append(f"| {key[0]} | {key[1]} | {METRIC_NAMES[metric]} | {_cell_text(metric, cells_a[key])} | "
-                     f"{_cell_text(metric, cells_b[key])} | {_comparison_text(row['difference'], scale, digits)} | "
+                     f"{_cell_text(metric, cells_b[key])} | {comparison_text(row['difference'], scale, digits)} | "
                      f"{verdict} |")
     if result["claims"]:
         lines += ["", "## Claims", "", "| claim | A | B | same verdict |", "|---|---|---|---|"]
@@ -163,7 +156,7 @@ def _not_compared(result: dict) -> list[str]:
     return missing
 
 
-def load_beside(config: Config) -> tuple[dict, Path, dict] | None:
+def load_beside(config: Config) -> tuple[dict, Path, Summary] | None:
     """The grid config side_by_side names (Config.beside_folder): its section (label filled in),
     summary.json file and summary; None without the key. Read before this grid's runs, so that a missing
     file fails at once, naming the key and the file."""
@@ -178,7 +171,7 @@ def load_beside(config: Config) -> tuple[dict, Path, dict] | None:
                          f"{section['grid']!r} first (its aggregate writes it)") from None
 
 
-def beside(summary: dict, other: tuple[dict, Path, dict]) -> dict:
+def beside(summary: Summary, other: tuple[dict, Path, Summary]) -> dict:
     """This grid's summary against the other grid's (load_beside), that grid as A and this one as B:
     the comparison (``compare``), with the grid, its label and file, and the claims whose verdict differs;
     a tuned grid's picked variants under their recipes' names."""
@@ -193,10 +186,10 @@ def beside(summary: dict, other: tuple[dict, Path, dict]) -> dict:
             "verdict_differs": [c["name"] for c in result["claims"] if not c["same_verdict"]], **result}
 
 
-def beside_sections(summary: dict) -> list[Section]:
+def beside_sections(summary: Summary) -> list[Section]:
     """summary.json's side_by_side: per claim both grids declare, both verdicts with their estimates and
     whether they differ; the claims whose verdict differs; the cells' agreement line."""
-    side = summary.get("side_by_side")
+    side = summary.side_by_side
     if side is None:
         return []
     label, claims = side["label"], {c["name"]: c for c in side["claims"]}
@@ -206,7 +199,7 @@ def beside_sections(summary: dict) -> list[Section]:
     table = Table.of(["claim", "this grid", label, "verdicts"],
                      [[f"{c['name']}: {c['statement']}", _claim_text(c["b"]), _claim_text(c["a"]),
                        "same" if c["same_verdict"] else "**differs**"] for c in side["claims"]])
-    differ = [f"{name} ({claims[name]['b']['verdict']} here, {claims[name]['a']['verdict']} there)"
+    differ = [f"{name} ({claims[name]['b'].verdict} here, {claims[name]['a'].verdict} there)"
               for name in side["verdict_differs"]]
     blocks = [intro, table,
               f"The verdict differs between this grid and {label} for {len(differ)} of the {len(claims)} "
@@ -219,11 +212,11 @@ def beside_sections(summary: dict) -> list[Section]:
     return [Section(f"Beside {label} (grid {side['grid']})", tuple(blocks))]
 
 
-def check_same_settings(a: dict, b: dict, names: tuple) -> None:
+def check_same_settings(a: Summary, b: Summary, names: tuple) -> None:
     """Refuse two grids whose cells measure different things (SAME_SETTINGS), naming the key and both grids."""
     for key in SAME_SETTINGS:
-        if a[key] != b[key]:
-            raise ValueError(f"{SUMMARY} key {key!r} is {a[key]!r} in {names[0]} but {b[key]!r} in {names[1]}: "
+        if getattr(a, key) != getattr(b, key):
+            raise ValueError(f"{SUMMARY} key {key!r} is {getattr(a, key)!r} in {names[0]} but {getattr(b, key)!r} in {names[1]}: "
                              f"the grids' cells measure different things")
 
 
@@ -232,7 +225,7 @@ def run(path_a: str, path_b: str, as_json: bool) -> dict:
     (file_a, a), (file_b, b) = load_summary(path_a), load_summary(path_b)
     check_same_settings(a, b, (file_a, file_b))
     result = compare(a, b)
-    print(json.dumps({"a": str(file_a), "b": str(file_b), **result}, indent=1) if as_json
+    print(json.dumps(json_safe({"a": str(file_a), "b": str(file_b), **result}), indent=1) if as_json
           else render_markdown(result, a, b, (file_a, file_b)), end="\n" if as_json else "")
     return result
 

@@ -5,7 +5,6 @@ step over the band from the seeds' minimum to their maximum (BAND), as MLflow's 
 colours (analysis.report.colors). Which metrics: those of GROUPS the runs log (an engine or a loss logs only some)."""
 from __future__ import annotations
 
-import math
 import re
 from pathlib import Path
 
@@ -33,7 +32,7 @@ def plot_dynamics(config: Config, runs: list[RunResult], path: Path) -> None:
     step (a run that stopped early drops out of later steps) over the band from their minimum to their maximum."""
     import matplotlib.pyplot as plt
 
-    from analysis.report.plots import save_figure
+    from analysis.report.plots import save_figure, series_by_step
     cells, lags = by_cell(runs), list(config.lags)
     keys = [key for _, group in dynamics_keys({k for run in runs for row in run.train for k in row}) for key in group]
     if not keys:
@@ -44,12 +43,7 @@ def plot_dynamics(config: Config, runs: list[RunResult], path: Path) -> None:
         for row, key in enumerate(keys):
             ax = axes[row][col]
             for recipe in config.recipes:
-                series: dict[int, list[float]] = {}
-                for run in cells.get((recipe, lag), []):
-                    for line in run.train:
-                        value = line.get(key)
-                        if isinstance(value, (int, float)) and math.isfinite(value):
-                            series.setdefault(line["step"], []).append(value)
+                series = series_by_step(cells.get((recipe, lag), []), key)
                 steps = sorted(series)
                 colour = recipe_colour(recipe, config.recipes)
                 ax.plot(steps, [np.mean(series[s]) for s in steps], label=recipe, linewidth=1, color=colour)

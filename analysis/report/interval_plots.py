@@ -9,9 +9,10 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+from analysis.claims.summary_file import Summary
+from analysis.claims.verdict import Verdict
 from analysis.report.colors import recipe_colour
 from analysis.report.plots import cost_panel, save_figure
-from grid.claims import KINDS, NOT_TESTED
 from grid.settings import Config
 
 # inches: an intervals card (tracking.layout.intervals_view) draws an image ~345 px wide at 1440x900, so 10-point text
@@ -30,47 +31,47 @@ def claim_key(name: str) -> str:
     return f"claim/{name}"
 
 
-def contrast_panel(ax, claim: dict, words: str, recipes: list[str]) -> None:
+def contrast_panel(ax, verdict: Verdict, words: str, recipes: list[str]) -> None:
     """A claim's contrast (summary.json's claims[]: estimate, low, high, smallest_effect) in points (a collapse
     claim: as a difference of rates), its interval at the claim's level, 0 and +-delta dashed, ``words`` naming the
     contrast on the x axis, its verdict in the title; drawn in the colour of the claim's recipe (of ``recipes``)."""
-    rate = KINDS[claim["kind"]].scale == "rate"
-    scale, unit = (1, "difference of collapse rates") if rate else (100, "points")
-    estimate = scale * claim["estimate"]
-    low, high = (estimate if claim[k] is None else scale * claim[k] for k in ("low", "high"))
+    claim, (scale, points, _) = verdict.claim, verdict.shown_as
+    unit = points.strip() or "difference of collapse rates"
+    estimate = scale * verdict.measured.estimate
+    low, high = (estimate if bound is None else scale * bound for bound in (verdict.low, verdict.high))
     ax.errorbar([0], [estimate], yerr=[[estimate - low], [high - estimate]], fmt="o", capsize=8, markersize=7,
-                color=recipe_colour(claim["recipe"], recipes))
+                color=recipe_colour(claim.recipe, recipes))
     ax.axhline(0, color="grey", linewidth=0.8)
-    if claim.get("smallest_effect"):
-        delta = scale * claim["smallest_effect"]
+    if claim.smallest_effect:
+        delta = scale * claim.smallest_effect
         for bound in (-delta, delta):
             ax.axhline(bound, color="grey", linewidth=0.8, linestyle="--")
         ax.annotate("+-delta (smallest effect)", (0.98, delta), xycoords=("axes fraction", "data"), ha="right",
                     va="bottom", fontsize=SMALL, color="grey")
     ax.set_xlim(-1, 1)
     ax.set_xticks([0], [textwrap.fill(words, 45)])
-    ax.set(title=textwrap.fill(f"{claim['name']}: {claim['verdict']}", 45),
-           ylabel=textwrap.fill(f"contrast, {unit} ({claim['confidence']:.2%} interval, {claim['method']})", 48))
+    ax.set(title=textwrap.fill(f"{claim.name}: {verdict.verdict}", 45),
+           ylabel=textwrap.fill(f"contrast, {unit} ({verdict.confidence:.2%} interval, {verdict.measured.method})", 48))
     ax.grid(alpha=0.3, axis="y")
 
 
-def interval_figures(config: Config, summary: dict, endpoint: str, folder: Path) -> list[tuple[str, Path]]:
+def interval_figures(config: Config, summary: Summary, endpoint: str, folder: Path) -> list[tuple[str, Path]]:
     """(image key, PNG written under ``folder``) of each chart: the staleness cost on ``endpoint`` at each lag other
     than the reference (cost_key), then each tested claim's contrast (claim_key), in the config's order."""
     import matplotlib.pyplot as plt
-    charts, recipes = [], summary["recipes"]
-    for lag in [lag for lag in summary["lags"] if lag != summary["reference_lag"]]:
+    charts, recipes = [], summary.recipes
+    for lag in [lag for lag in summary.lags if lag != summary.reference_lag]:
         fig, ax = plt.subplots(figsize=(max(WIDTH, 0.7 * len(recipes)), 4.0))
         cost_panel(ax, summary, endpoint, lag)
         # the claims listed under the chart, larger than staleness.png's 7 points: wrapped to the narrower figure
         ax.set_xlabel(textwrap.fill(" ".join(ax.get_xlabel().split()), 55), fontsize=SMALL)
         charts.append((cost_key(endpoint, lag), fig))
-    words = {claim.name: claim.describe(summary["reference_lag"]) for claim in config.claims}
-    for claim in summary["claims"]:
-        if claim["verdict"] != NOT_TESTED and claim["estimate"] is not None:
+    words = {claim.name: claim.describe() for claim in config.claims}
+    for verdict in summary.claims:
+        if verdict.tested and verdict.measured.estimate is not None:
             fig, ax = plt.subplots(figsize=(WIDTH, 4.0))
-            contrast_panel(ax, claim, words[claim["name"]], recipes)
-            charts.append((claim_key(claim["name"]), fig))
+            contrast_panel(ax, verdict, words[verdict.claim.name], recipes)
+            charts.append((claim_key(verdict.claim.name), fig))
     written = []
     for key, fig in charts:
         path = folder / (key.replace("/", "~") + ".png")

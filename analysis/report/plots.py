@@ -16,9 +16,9 @@ import numpy as np
 from analysis.cells.pareto import ENDPOINTS as PARETO_ENDPOINTS
 from analysis.cells.pareto import queue_models
 from analysis.cells.summary import ENDPOINT_NAMES, ENDPOINTS, RunResult, by_cell, score_curve, summary_cells
+from analysis.claims.summary_file import Summary
 from analysis.report.colors import MARKERS, recipe_colour
 from analysis.statistics.survival import kaplan_meier
-from grid.claims import KINDS
 from grid.settings import Config
 from harness.io import write_bytes_atomic
 
@@ -57,12 +57,7 @@ def plot_mismatch(config: Config, runs: list[RunResult], path: Path) -> None:
         for row, key in enumerate(QUANTILES):
             ax = axes[row][col]
             for recipe in config.recipes:
-                series: dict[int, list[float]] = {}
-                for run in cells.get((recipe, lag), []):
-                    for line in run.train:
-                        value = line.get(key)
-                        if value is not None and math.isfinite(value) and value > 0:
-                            series.setdefault(line["step"], []).append(value)
+                series = series_by_step(cells.get((recipe, lag), []), key, positive=True)  # on a log axis
                 steps = sorted(series)
                 ax.plot(steps, [np.mean(series[s]) for s in steps], label=recipe, linewidth=1,
                         color=recipe_colour(recipe, config.recipes))
@@ -73,18 +68,30 @@ def plot_mismatch(config: Config, runs: list[RunResult], path: Path) -> None:
     save_figure(fig, path)
 
 
-def plot_collapse(summary: dict, path: Path) -> None:
+def series_by_step(runs: list[RunResult], key: str, positive: bool = False) -> dict[int, list[float]]:
+    """A training metric's finite values (``positive``: above 0) of the runs, by step: at a step the values of
+    the runs that logged it (one that stopped early drops out of later steps)."""
+    series: dict[int, list[float]] = {}
+    for run in runs:
+        for line in run.train:
+            value = line.get(key)
+            if isinstance(value, (int, float)) and math.isfinite(value) and (value > 0 or not positive):
+                series.setdefault(line["step"], []).append(value)
+    return series
+
+
+def plot_collapse(summary: Summary, path: Path) -> None:
     """Kaplan-Meier curves of collapse, one panel per lag: the fraction of a recipe's runs not yet
     collapsed vs step, runs that never collapsed censored at the step budget."""
     import matplotlib.pyplot as plt
     cells = summary_cells(summary)
-    lags = summary["lags"]
+    lags = summary.lags
     fig, axes = plt.subplots(1, len(lags), figsize=(5 * len(lags), 4), squeeze=False, sharey=True)
-    recipes = summary["recipes"]
+    recipes = summary.recipes
     for ax, lag in zip(axes[0], lags):
         for i, recipe in enumerate(recipes):
             cell = cells[recipe, lag]
-            steps, alive = kaplan_meier(cell["per_seed"]["collapse_step"], summary["steps"])
+            steps, alive = kaplan_meier(cell["per_seed"]["collapse_step"], summary.steps)
             # curves that coincide (no collapse: all at 1) told apart where they are: each next recipe drawn
             # narrower and in its own dash on top of the ones before, never moved off its values
             ax.step(steps, alive, where="post", linewidth=1.2 + 2.4 * (len(recipes) - 1 - i) / max(len(recipes) - 1, 1),
@@ -97,16 +104,16 @@ def plot_collapse(summary: dict, path: Path) -> None:
     save_figure(fig, path)
 
 
-def plot_staleness(summary: dict, path: Path) -> None:
+def plot_staleness(summary: Summary, path: Path) -> None:
     """Staleness cost (lag L minus the reference lag) per recipe with its 95% interval, one panel
     per endpoint and later lag (cost_panel); a grid of more than two lags: the cost against lag instead
     (plot_staleness_by_lag)."""
-    if len(summary["lags"]) > 2:
+    if len(summary.lags) > 2:
         plot_staleness_by_lag(summary, path)
         return
     import matplotlib.pyplot as plt
-    recipes, reference_lag = summary["recipes"], summary["reference_lag"]
-    later = [lag for lag in summary["lags"] if lag != reference_lag] or [reference_lag]
+    recipes, reference_lag = summary.recipes, summary.reference_lag
+    later = [lag for lag in summary.lags if lag != reference_lag] or [reference_lag]
     panels = [(e, lag) for e in ENDPOINTS for lag in later]
     fig, axes = plt.subplots(1, len(panels), figsize=(max(5.0, 0.7 * len(recipes)) * len(panels), 4.8),
                              squeeze=False)
@@ -115,15 +122,14 @@ def plot_staleness(summary: dict, path: Path) -> None:
     save_figure(fig, path)
 
 
-def cost_panel(ax, summary: dict, endpoint: str, lag: int) -> None:
+def cost_panel(ax, summary: Summary, endpoint: str, lag: int) -> None:
     """One panel of staleness.png: each recipe's staleness cost at ``lag`` on ``endpoint`` (summary.json's cells)
     with its 95% interval, the recipes named on the x axis in their colours; the recipes of a staleness or
     cost-difference claim at that lag marked (a filled square, the name in bold), the claims' verdicts under it.
     Also the MLflow comparison's chart of the cost at one lag (analysis.report.interval_plots)."""
-    cells, recipes, reference_lag = summary_cells(summary), summary["recipes"], summary["reference_lag"]
-    claimed = [c for c in summary["claims"] if KINDS[c["kind"]].is_cost
-               and c["lag"] == lag and c["metric"] == endpoint]
-    marked = {c["recipe"] for c in claimed} | {c["versus"] for c in claimed if c["versus"]}
+    cells, recipes, reference_lag = summary_cells(summary), summary.recipes, summary.reference_lag
+    claimed = [c for c in summary.claims if c.claim.is_cost and c.claim.lag == lag and c.claim.metric == endpoint]
+    marked = {c.claim.recipe for c in claimed} | {c.claim.versus for c in claimed if getattr(c.claim, "versus", None)}
     for x, recipe in enumerate(recipes):
         stat = (cells[recipe, lag]["staleness_cost"] or {}).get(endpoint)
         if stat is None or stat["estimate"] is None:
@@ -142,11 +148,11 @@ def cost_panel(ax, summary: dict, endpoint: str, lag: int) -> None:
            ylabel="staleness cost (points, 95% CI)")
     ax.grid(alpha=0.3, axis="y")
     if claimed:
-        text = "claims (square markers, bold names): " + "; ".join(f"{c['name']}: {c['verdict']}" for c in claimed)
+        text = "claims (square markers, bold names): " + "; ".join(f"{c.claim.name}: {c.verdict}" for c in claimed)
         ax.set_xlabel(textwrap.fill(text, 70), fontsize=7)  # wrapped: a long list stays inside its panel
 
 
-def plot_staleness_by_lag(summary: dict, path: Path) -> None:
+def plot_staleness_by_lag(summary: Summary, path: Path) -> None:
     """Staleness cost against lag, one line per recipe with its 95% intervals (the cost is 0 by
     definition at the reference lag), one panel per endpoint; lags evenly spaced (they are often
     doubling). The verdicts of the claims on the panel's endpoint that read a cost against lag
@@ -154,7 +160,7 @@ def plot_staleness_by_lag(summary: dict, path: Path) -> None:
     (the cost whose smallest lag it reports) is a dashed line on its endpoint's panel."""
     import matplotlib.pyplot as plt
     cells = summary_cells(summary)
-    recipes, reference_lag, lags = summary["recipes"], summary["reference_lag"], sorted(summary["lags"])
+    recipes, reference_lag, lags = summary.recipes, summary.reference_lag, sorted(summary.lags)
     fig, axes = plt.subplots(1, len(ENDPOINTS), figsize=(6.5 * len(ENDPOINTS), 5.2), squeeze=False)
     width = 0.5 / max(len(recipes), 1)  # recipes side by side within a lag, so intervals do not overlap
     for ax, endpoint in zip(axes[0], ENDPOINTS):
@@ -174,35 +180,35 @@ def plot_staleness_by_lag(summary: dict, path: Path) -> None:
             ax.errorbar(xs, ys, yerr=[below, above], marker=_marker(i), markersize=3, capsize=2, linewidth=1,
                         color=recipe_colour(recipe, recipes), label=recipe)
         ax.axhline(0, color="grey", linewidth=0.8)
-        thresholds = {c["threshold"] for c in summary["claims"] if c.get("threshold") and c["metric"] == endpoint}
+        thresholds = {c.claim.threshold for c in summary.claims if c.claim.threshold and c.claim.metric == endpoint}
         for threshold in sorted(thresholds):
             ax.axhline(-100 * threshold, color="grey", linewidth=0.8, linestyle="--")  # a trend's threshold lag
         ax.set_xticks(range(len(lags)), [str(lag) for lag in lags])
         ax.set(title=f"{ENDPOINT_NAMES[endpoint]}: cost against lag (minus lag {reference_lag})", xlabel="lag",
                ylabel="staleness cost (points, 95% CI)")
         ax.grid(alpha=0.3, axis="y")
-        claimed = [c for c in summary["claims"] if c["metric"] == endpoint and KINDS[c["kind"]].about_lag]
+        claimed = [c for c in summary.claims if c.claim.metric == endpoint and c.claim.about_lag]
         if claimed:
-            text = "claims: " + "; ".join(f"{c['name']}: {c['verdict']}" for c in claimed)
+            text = "claims: " + "; ".join(f"{c.claim.name}: {c.verdict}" for c in claimed)
             ax.set_xlabel("lag\n" + textwrap.fill(text, 80), fontsize=7)
     axes[0][-1].legend(fontsize=6, ncol=2 if len(recipes) > 8 else 1)
     save_figure(fig, path)
 
 
-def plot_pareto(summary: dict, path: Path) -> None:
+def plot_pareto(summary: Summary, path: Path) -> None:
     """A queue grid's modelled time for the run (relative to the fastest (recipe, bound)) against its
     score with the 95% interval, one panel per endpoint (the AUC, the score at equal modelled time:
     analysis.cells.pareto), one marker series per recipe, each point labelled with its bound, the recipe's
     Pareto front a step line (the best score within each time)."""
-    pareto = summary.get("pareto")
+    pareto = summary.pareto
     if not pareto:
-        _not_a_queue_grid(summary["lag_mode"], path, "no modelled wall-clock (analysis.cells.pareto)")
+        _not_a_queue_grid(summary.lag_mode, path, "no modelled wall-clock (analysis.cells.pareto)")
         return
     import matplotlib.pyplot as plt
     titles = {"auc": "AUC over the run's steps", "equal_time": "score at equal modelled time"}
     fig, axes = plt.subplots(1, len(PARETO_ENDPOINTS), figsize=(6.5 * len(PARETO_ENDPOINTS), 5), squeeze=False)
     for ax, endpoint in zip(axes[0], PARETO_ENDPOINTS):
-        for i, recipe in enumerate(summary["recipes"]):
+        for i, recipe in enumerate(summary.recipes):
             rows = [row for row in pareto["cells"] if row["recipe"] == recipe
                     and row[endpoint] is not None and row[endpoint]["estimate"] is not None]
             if not rows:
@@ -214,7 +220,7 @@ def plot_pareto(summary: dict, path: Path) -> None:
             above = [100 * (row[endpoint]["high"] - row[endpoint]["estimate"]) if row[endpoint]["high"] is not None
                      else 0.0 for row in rows]
             bars = ax.errorbar(xs, ys, yerr=[below, above], fmt=_marker(i), markersize=4, capsize=2, label=recipe,
-                               color=recipe_colour(recipe, summary["recipes"]))
+                               color=recipe_colour(recipe, summary.recipes))
             for x, y, row in zip(xs, ys, rows):
                 ax.annotate(f"b{row['bound']}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
             front = sorted((x, y) for x, y, row in zip(xs, ys, rows) if row["front"][endpoint])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+from analysis.claims.summary_file import Summary
 from analysis.report.render import Bullets, Section, Table
 from grid.claims import NOT_TESTED
 
@@ -26,9 +27,9 @@ def sentences(found: dict) -> list[str]:
             f"exploratory; smallest effect {found['smallest_effect'] * 100:g} points." for row in found["recipes"]]
 
 
-def gain_sources_sections(summary: dict) -> list[Section]:
+def gain_sources_sections(summary: Summary) -> list[Section]:
     """Where each recipe's gain comes from (analysis.claims.gain_sources; none without it): a sentence per recipe."""
-    found = summary.get("gain_sources")
+    found = summary.gain_sources
     if not found:
         return []
     return [Section("Where each recipe's gain comes from (analysis.claims.gain_sources: staleness, mismatch, "
@@ -43,12 +44,12 @@ def _best(value: float | None) -> str:
     return "–" if value is None else _pct(value)
 
 
-def noise_sections(summary: dict) -> list[Section]:
+def noise_sections(summary: Summary) -> list[Section]:
     """The "noise: seed vs evaluation" tables of summary.json's noise (analysis.cells.noise)."""
-    noise = summary.get("noise")
+    noise = summary.noise
     if not noise:
         return []
-    best = {(c["recipe"], c["lag"]): c["stats"]["best"]["estimate"] for c in summary.get("cells", [])}
+    best = {(c["recipe"], c["lag"]): c["stats"]["best"]["estimate"] for c in summary.cells}
     rows = []
     for cell in noise["cells"]:
         if "parts" not in cell:
@@ -89,9 +90,9 @@ def noise_sections(summary: dict) -> list[Section]:
     return out
 
 
-def pareto_sections(summary: dict) -> list[Section]:
+def pareto_sections(summary: Summary) -> list[Section]:
     """The "at equal modelled wall-clock" table of a queue grid (analysis.cells.pareto)."""
-    pareto = summary.get("pareto")
+    pareto = summary.pareto
     if not pareto:
         return []
 
@@ -115,18 +116,18 @@ def pareto_sections(summary: dict) -> list[Section]:
              rows)]
 
 
-def tuning_sections(summary: dict) -> list[Section]:
+def tuning_sections(summary: Summary) -> list[Section]:
     """The equal tuning budget's pick (analysis.schedule.tune): per recipe the picked value and its
     confirmation-seed AUC at each lag with its 95% interval (summary.json's cells of the picked variants)."""
-    tuning = summary.get("tuning")
+    tuning = summary.tuning
     if tuning is None:
         return []
-    cells = {(cell["recipe"], cell["lag"]): cell for cell in summary["cells"]}
-    lags = summary["lags"]
+    cells = {(cell["recipe"], cell["lag"]): cell for cell in summary.cells}
+    lags = summary.lags
     text = (f"Each recipe's value picked on tuning seeds {tuning['seeds']} (never the seeds below) by the "
              f"{tuning['metric']} averaged over lags {tuning['lags']}: {tuning['rule']}. Every recipe had "
              f"{len(next(iter(tuning['recipes'].values()))['values'])} candidates. The AUC is the picked value's "
-             f"on the confirmation seeds {summary['seeds']} (mean [95% interval]); the tuning scores are the "
+             f"on the confirmation seeds {summary.seeds} (mean [95% interval]); the tuning scores are the "
             "pick's input (tuning.json), not results.")
     rows = [[recipe, ", ".join(entry["param"]), ", ".join(map(str, entry["values"])), str(entry["picked"]),
              *(_interval(cells.get((entry["variant"], lag))) for lag in lags)] for recipe, entry in tuning["recipes"].items()]

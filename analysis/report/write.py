@@ -8,9 +8,12 @@ job_times.json (the jobs' wall times and the noise plans priced by them) and sum
 and summary.json also show another grid's claims beside this one's (analysis.report.compare)."""
 from __future__ import annotations
 
-from analysis.cells.summary import collect, json_safe, summarize_cells
+import dataclasses
+
+from analysis.cells.summary import collect, summarize_cells
 from analysis.claims.gain_sources import gain_sources
 from analysis.claims.robustness import checked
+from analysis.claims.summary_file import Summary, as_written, json_safe, write_summary
 from analysis.claims.verdicts import answer
 from analysis.report import machines as provenance
 from analysis.report.compare import beside, beside_sections, load_beside
@@ -41,24 +44,20 @@ from grid.settings import Config
 from harness.io import write_json_atomic, write_text_atomic
 
 
-def summarize(config: Config, runs: list) -> dict:
+def summarize(config: Config, runs: list) -> Summary:
     """The machine-readable summary (summary.json): the cells (analysis.cells.summary), the claims'
     outcomes read from them (``claims``, analysis.claims.verdicts: each from its interval at alpha / the
     claims declared, over the looks of the seed schedule) and where each recipe's gain comes from
     (``gain_sources``, analysis.claims.gain_sources). write_reports adds the generated conclusions."""
     summary, cells = summarize_cells(config, runs)
-    claims = json_safe(checked(config, cells, answer(config.claims, cells, config.reference_lag, config.steps,
-                                                     config.seeding, config.seeds)))
-    ahead = {key: value for key, value in summary.items() if key not in ("cells", "noise", "pareto")}
+    claims = as_written(checked(config.family, cells, answer(config.family, cells)))
     # no P(every outcome again): the product of the claims' probabilities read 0.62 where reruns of the
     # design, whose claims share cells, gave every outcome again 0.84 of the time (issue 63), and a joint
     # simulation is not calibrated yet
-    return {**ahead, "claims": claims, "cells": summary["cells"],
-            "gain_sources": json_safe(gain_sources(config, cells)),
-            "noise": summary["noise"], "pareto": summary["pareto"]}
+    return dataclasses.replace(summary, claims=claims, gain_sources=json_safe(gain_sources(config, cells)))
 
 
-def report_sections(config: Config, summary: dict) -> list[Section]:
+def report_sections(config: Config, summary: Summary) -> list[Section]:
     """table.md's and table.tex's sections, in order: the claims and where each gain comes from, the cell
     tables, the exploratory noise and queue sections, the conclusions, the tuning pick, a grid beside this
     one, then what the runs ran on and what they cost."""
@@ -78,7 +77,7 @@ def queue_plots_sections(config: Config) -> list[Section]:
                     f"{config.lag_mode}.",))]
 
 
-def write_reports(config: Config, out: GridDir | None = None, progress: bool = True) -> dict:
+def write_reports(config: Config, out: GridDir | None = None, progress: bool = True) -> Summary:
     """Read the grid, write every report file into ``out`` (default: the grid's folder); returns the summary."""
     import matplotlib
     matplotlib.use("Agg")  # files only: no display on a cluster node or in CI
@@ -89,9 +88,9 @@ def write_reports(config: Config, out: GridDir | None = None, progress: bool = T
     config, summary_tuning = confirmation_view(config)
     runs = collect(config, progress=progress, which=scheduled_runs(config))
     summary = summarize(config, runs)
-    summary["tuning"] = summary_tuning
-    summary["side_by_side"] = None if other is None else beside(summary, other)
-    summary["conclusions"] = conclusions(summary)
+    summary = dataclasses.replace(summary, tuning=summary_tuning)
+    summary = dataclasses.replace(summary, side_by_side=None if other is None else beside(summary, other))
+    summary = dataclasses.replace(summary, conclusions=conclusions(summary))
     # then what the runs ran on and what they cost (analysis.report.machines)
     report = report_sections(config, summary)
     write_text_atomic(grid.table_path("md"), render_markdown(summary, report))
@@ -108,7 +107,7 @@ def write_reports(config: Config, out: GridDir | None = None, progress: bool = T
     for name in QUEUE_PLOTS if config.lag_mode != "queue" else ():
         grid.plot_path(name).unlink(missing_ok=True)  # an earlier aggregate's of this folder: not this grid's
     # what rests on the jobs' wall times in a file of its own: summary.json the same bytes for the same runs
-    write_json_atomic(grid.job_times_path, {"job_costs": config.folder.job_costs(), "noise_plans": summary["noise"]["plans"]})
-    untimed = {**summary, "noise": {key: value for key, value in summary["noise"].items() if key != "plans"}}
-    write_json_atomic(grid.summary_path, untimed)  # last: its presence means the reports are complete
+    write_json_atomic(grid.job_times_path, {"job_costs": config.folder.job_costs(), "noise_plans": summary.noise["plans"]})
+    untimed = dataclasses.replace(summary, noise={key: value for key, value in summary.noise.items() if key != "plans"})
+    write_summary(grid.summary_path, untimed)  # last: its presence means the reports are complete
     return summary

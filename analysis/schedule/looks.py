@@ -35,7 +35,7 @@ def look_runs(config: Config, cells: list[tuple[str, int]], look: int) -> list[R
 def after_look(config: Config, planned: list[Run], look: int) -> list[tuple[str, int]]:
     """The cells still open after reading ``look`` on the runs ``planned`` (all runs through it)."""
     cells = build_cells(config, collect(config, progress=False, which=planned))
-    return open_cells(config.claims, cells, config.reference_lag, config.steps, config.seeding, config.seeds, look)
+    return open_cells(config.family, cells, look)
 
 
 def scheduled_runs(config: Config, through: int | None = None) -> list[Run]:

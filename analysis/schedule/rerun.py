@@ -24,7 +24,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from grid.claims import NOT_TESTED
+from analysis.claims.summary_file import Summary, read_summary
 from grid.folder import GridDir
 from grid.loader import load_grid
 from grid.settings import Config
@@ -69,17 +69,17 @@ def command(first: Path, declared: dict, cores: int, extra: list[str]) -> list[s
             "-C", *overrides, *extra]
 
 
-def compare(first: dict, second: dict) -> dict:
+def compare(first: Summary, second: Summary) -> dict:
     """Each claim both grids tested: the two outcomes, the first run's printed probability, whether they
     agree; the count that agreed and the count the probabilities predict (their sum)."""
-    rerun = {c["name"]: c for c in second["claims"] if c["verdict"] != NOT_TESTED}
-    rows = [{"name": c["name"], "first": c["verdict"], "first_look": c.get("look"), "replication": c.get("replication"),
-             "rerun": rerun[c["name"]]["verdict"], "rerun_look": rerun[c["name"]].get("look"),
-             "same": c["verdict"] == rerun[c["name"]]["verdict"]}
-            for c in first["claims"] if c["name"] in rerun and c["verdict"] != NOT_TESTED]
+    rerun = {c.claim.name: c for c in second.claims if c.tested}
+    rows = [{"name": c.claim.name, "first": c.verdict, "first_look": c.look, "replication": c.replication,
+             "rerun": rerun[c.claim.name].verdict, "rerun_look": rerun[c.claim.name].look,
+             "same": c.verdict == rerun[c.claim.name].verdict}
+            for c in first.claims if c.claim.name in rerun and c.tested]
     printed = [r["replication"] for r in rows if r["replication"] is not None]
     return {"claims": rows, "same": sum(r["same"] for r in rows), "expected_same": sum(printed),
-            "compared": len(rows), "seeds": [first["seeds"], second["seeds"]]}
+            "compared": len(rows), "seeds": [first.seeds, second.seeds]}
 
 
 def render(result: dict, declared: dict) -> str:
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     config = load_grid(parser, args.grid)
     first = GridDir(args.grid)
     try:
-        summary = first.read_summary()  # the first run's outcomes: a grid that has not aggregated is refused here
+        summary = read_summary(first.summary_path)  # the first run's outcomes: a grid that has not aggregated is refused here
         declared = declare(config, first.path, args.out, args.kernel, write=not args.dry_run)
     except (ValueError, OSError) as error:
         print(f"analysis.schedule.rerun: error: {error}", file=sys.stderr)
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     if done.returncode != 0 or args.dry_run:
         return done.returncode
     second = GridDir(args.out)
-    result = compare(summary, second.read_summary())
+    result = compare(summary, read_summary(second.summary_path))
     write_json_atomic(second.rerun_path, {**declared, "comparison": result})
     print(render(result, declared))
     return 0

@@ -9,11 +9,12 @@ import pytest
 from scipy import stats
 from statsmodels.stats.proportion import confint_proportions_2indep
 
+from analysis.claims.verdict import Verdict
 from analysis.claims.verdicts import NOT_TESTED, answer, open_cells
 from analysis.statistics.boundaries import look_levels
 from analysis.statistics.decision import outcome, outcomes, true_of
 from analysis.statistics.survival import collapse_test
-from grid.claims import Recipes, Seeding, StalenessCost
+from grid.claims import Family, Recipes, Seeding, StalenessCost
 from grid.config import ConfigError, load
 from tests.support.aggregated_grid import aggregated_grid
 
@@ -106,12 +107,12 @@ def test_the_outcome_is_where_the_interval_lies(low, high, expect, expected):
 def test_a_grid_narrowed_to_one_of_two_claims_reads_it_at_the_declared_level():
     """One family per config: the claim the narrowed grid cannot test keeps its share unspent, so the
     other is read at alpha / 2 (the interval worked with scipy), not at alpha."""
-    claim = Recipes(name="c", recipe="a", lag=8, expect="greater", smallest_effect=0.05, metric="auc", versus="b")
-    other = StalenessCost(name="d", recipe="a", lag=8, expect="less", smallest_effect=0.05, metric="auc")
+    claim = Recipes(name="c", recipe="a", lag=8, expect="greater", smallest_effect=0.05, metric="auc", versus="b", reference_lag=1)
+    other = StalenessCost(name="d", recipe="a", lag=8, expect="less", smallest_effect=0.05, metric="auc", reference_lag=1)
     per_seed = {1: [0.6, 0.62, 0.61], 8: [0.3, 0.35, 0.31]}
     cells = {("a", lag): {"recipe": "a", "lag": lag, "seeds": [0, 1, 2], "per_seed": {"auc": values}}
              for lag, values in per_seed.items()}
-    rows = {row["name"]: row for row in answer((claim, other), cells, 1, 100)}
+    rows = {row["name"]: row for row in map(Verdict.row, answer(Family((claim, other), 100), cells))}
     assert rows["c"]["verdict"] == NOT_TESTED and rows["d"]["family_size"] == 2
     cost = np.subtract(per_seed[8], per_seed[1])
     low, high = stats.t.interval(1 - 0.05 / 2, 2, loc=cost.mean(), scale=stats.sem(cost))
@@ -120,20 +121,20 @@ def test_a_grid_narrowed_to_one_of_two_claims_reads_it_at_the_declared_level():
 
 
 def test_a_declared_schedule_stops_a_claim_at_its_first_final_look():
-    cost = StalenessCost(name="cost", recipe="a", lag=8, expect="less", smallest_effect=0.05, metric="auc")
-    same = Recipes(name="same", recipe="b", versus="a", lag=1, expect="greater", smallest_effect=0.05, metric="auc")
+    cost = StalenessCost(name="cost", recipe="a", lag=8, expect="less", smallest_effect=0.05, metric="auc", reference_lag=1)
+    same = Recipes(name="same", recipe="b", versus="a", lag=1, expect="greater", smallest_effect=0.05, metric="auc", reference_lag=1)
     seeds = [0, 1, 2, 3, 4]
     cells = {("a", 1): [0.60, 0.61, 0.59, 0.60, 0.62], ("a", 8): [0.20, 0.21, 0.19, 0.22, 0.20],
              ("b", 1): [0.50, 0.70, 0.55, 0.68, 0.61], ("b", 8): [0.3] * 5}
     cells = {key: {"recipe": key[0], "lag": key[1], "seeds": seeds, "per_seed": {"auc": v}} for key, v in cells.items()}
     seeding = Seeding(looks=(3, 5), boundary="pocock")
-    rows = {row["name"]: row for row in answer((cost, same), cells, 1, 100, seeding, seeds)}
+    rows = {row["name"]: row for row in map(Verdict.row, answer(Family((cost, same), 100, seeding, seeds), cells))}
     levels = look_levels((3, 5), 0.025, "pocock")
     # the cost (-40 points, sd ~1.5) exceeds 5 points at the first look; b - a at lag 1 is open there
     assert (rows["cost"]["verdict"], rows["cost"]["look"], rows["cost"]["n"]) == ("exceeds", 1, 3)
     assert rows["cost"]["confidence"] == pytest.approx(1 - levels[0])
     assert (rows["same"]["look"], rows["same"]["n"]) == (2, 5) and rows["same"]["confidence"] == pytest.approx(1 - levels[1])
-    assert open_cells((cost, same), cells, 1, 100, seeding, seeds, look=1) == [("a", 1), ("b", 1)]
+    assert open_cells(Family((cost, same), 100, seeding, seeds), cells, look=1) == [("a", 1), ("b", 1)]
 
 
 def test_a_three_look_schedule_reads_each_look_on_its_own_seeds_and_level():
@@ -147,9 +148,9 @@ def test_a_three_look_schedule_reads_each_look_on_its_own_seeds_and_level():
     for recipe, values in costs.items():
         cells[recipe, 1] = {"recipe": recipe, "lag": 1, "seeds": seeds, "per_seed": {"auc": [0.5] * 6}}
         cells[recipe, 8] = {"recipe": recipe, "lag": 8, "seeds": seeds, "per_seed": {"auc": [0.5 + v for v in values]}}
-    claims = tuple(StalenessCost(name=r, recipe=r, lag=8, expect="less", smallest_effect=0.05, metric="auc") for r in costs)
+    claims = tuple(StalenessCost(name=r, recipe=r, lag=8, expect="less", smallest_effect=0.05, metric="auc", reference_lag=1) for r in costs)
     seeding = Seeding(looks=(2, 4, 6), boundary="pocock")
-    rows = {row["name"]: row for row in answer(claims, cells, 1, 100, seeding, seeds)}
+    rows = {row["name"]: row for row in map(Verdict.row, answer(Family(claims, 100, seeding, seeds), cells))}
     levels = look_levels((2, 4, 6), 0.05 / 3, "pocock")
     expected = {"a": (1, "exceeds", True), "b": (2, "exceeds", True), "c": (3, "claimed sign", False)}
     for name, (look, verdict, final) in expected.items():
@@ -160,8 +161,8 @@ def test_a_three_look_schedule_reads_each_look_on_its_own_seeds_and_level():
         assert (row["look"], row["n"], row["verdict"], row["final"]) == (look, n, verdict, final)
         assert (row["low"], row["high"], row["confidence"]) == (pytest.approx(low), pytest.approx(high),
                                                                  pytest.approx(1 - level))
-    assert open_cells(claims, cells, 1, 100, seeding, seeds, look=1) == [("b", 1), ("b", 8), ("c", 1), ("c", 8)]
-    assert open_cells(claims, cells, 1, 100, seeding, seeds, look=2) == [("c", 1), ("c", 8)]
+    assert open_cells(Family(claims, 100, seeding, seeds), cells, look=1) == [("b", 1), ("b", 8), ("c", 1), ("c", 8)]
+    assert open_cells(Family(claims, 100, seeding, seeds), cells, look=2) == [("c", 1), ("c", 8)]
 
 
 def test_look_levels_hold_the_familywise_coverage_across_looks():

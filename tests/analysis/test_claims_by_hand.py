@@ -7,8 +7,9 @@ import math
 import pytest
 
 from analysis.claims import verdicts as claim_rules
+from analysis.claims.verdict import Verdict
 from analysis.statistics.contrasts import contrast, tost
-from grid.claims import Claim
+from grid.claims import Claim, Family
 
 SEEDS = [0, 1, 2]
 # per seed: recipe "a" loses 0.10, 0.07, 0.04 from lag 1 to lag 8; "b" loses 0.20, 0.18, 0.16;
@@ -27,11 +28,11 @@ T2_975 = math.sqrt(2 * 0.95 ** 2 / (1 - 0.95 ** 2))  # F(t) = 0.975 solved: 4.30
 
 
 def claim(**fields) -> Claim:
-    return Claim.build({"name": "c", "lag": 8, "metric": "auc", "smallest_effect": 0.05, **fields})
+    return Claim.build({"name": "c", "lag": 8, "metric": "auc", "smallest_effect": 0.05, **fields}, reference_lag=1)
 
 
 def arms(declared: Claim) -> list:
-    return [(weight, AUC[recipe, lag], SEEDS) for weight, recipe, lag in declared.cells(reference_lag=1)]
+    return [(weight, AUC[recipe, lag], SEEDS) for weight, recipe, lag in declared.cells()]
 
 
 def test_t2_closed_form_is_the_t_table():
@@ -74,8 +75,9 @@ def test_an_equivalence_claim_is_read_at_its_own_margin(margin, outcome):
     """c's cost, the family's only claim, read from its 95% interval: 0.01 +- 4.3027 x 0.02 / sqrt(3) =
     [-0.0397, +0.0597]. Inside +-0.10 (negligible), but past +0.05 (undecided)."""
     declared = Claim.build({"name": "c", "lag": 8, "metric": "auc", "smallest_effect": margin,
-                            "kind": "staleness_cost", "recipe": "c", "expect": "equivalent"})
-    (row,) = claim_rules.answer((declared,), CELLS, reference_lag=1, budget=20)
+                            "kind": "staleness_cost", "recipe": "c", "expect": "equivalent"}, reference_lag=1)
+    (verdict,) = claim_rules.answer(Family((declared,), steps=20), CELLS)
+    row = verdict.row()
     half = T2_975 * 0.02 / math.sqrt(3)
     assert (row["estimate"], row["low"], row["high"]) == (pytest.approx(0.01), pytest.approx(0.01 - half),
                                                           pytest.approx(0.01 + half))
@@ -86,8 +88,9 @@ def test_an_equivalence_claim_is_read_at_its_own_margin(margin, outcome):
 def test_an_opposite_outcome_inside_delta_says_so_in_its_own_words(low, high, inside):
     """Issue 64: "opposite" with its interval inside +-delta (0.05) is the other sign and also smaller than
     the smallest effect that matters; the row's words say both, so it is not read as a large reversal."""
-    decided = {"outcome": "opposite", "low": low, "high": high, "look": 1, "looks": 1, "confidence": 0.99,
-               "final": True, "seeds_needed": None}
-    text = claim_rules.why(claim(kind="recipes", recipe="a", versus="b", expect="greater"), decided)
+    decided = Verdict(claim=claim(kind="recipes", recipe="a", versus="b", expect="greater"), statement="",
+                      family_size=1, verdict="opposite", why="", final=True, low=low, high=high, look=1, looks=1,
+                      confidence=0.99)
+    text = claim_rules.why(decided)
     assert text.startswith("against the claim: the other sign")
     assert ("inside +-delta: smaller than the smallest effect that matters" in text) is inside

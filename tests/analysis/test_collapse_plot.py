@@ -4,14 +4,15 @@
 import matplotlib
 
 import analysis.report.plots as plots
+from analysis.claims.summary_file import Summary
 from analysis.report.colors import recipe_colour
 
 matplotlib.use("Agg")
 
 RECIPES = ["grpo", "gspo", "gspo_mu", "sat_gspo"]
-SUMMARY = {"recipes": RECIPES, "lags": [1], "steps": 200,
-           "cells": [{"recipe": r, "lag": 1, "per_seed": {"collapse_step": [None] * 10}, "collapse": {"k": 0, "n": 10}}
-                     for r in RECIPES]}
+SUMMARY = Summary(recipes=RECIPES, lags=[1], steps=200,
+                  cells=[{"recipe": r, "lag": 1, "per_seed": {"collapse_step": [None] * 10}, "collapse": {"k": 0, "n": 10}}
+                         for r in RECIPES])
 
 
 def test_coinciding_collapse_curves_keep_their_values_and_differ_in_width_and_dash(tmp_path, monkeypatch):

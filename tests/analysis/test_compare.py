@@ -9,6 +9,7 @@ import pytest
 from scipy import stats
 
 from analysis.cells.summary import collect
+from analysis.claims.summary_file import write_summary
 from analysis.report.compare import main
 from analysis.report.write import summarize
 from analysis.statistics.intervals import mean_ci
@@ -19,7 +20,8 @@ from tests.support import grid_fixture
 
 pytestmark = pytest.mark.slow  # two aggregated grids
 
-CLAIM = {"name": "a_cost", "kind": "staleness_cost", "statement": "staleness cost of a (lag 8 minus lag 1), AUC: < 0",
+CLAIM = {"name": "a_cost", "kind": "staleness_cost", "recipe": "a", "lag": 8, "expect": "less", "smallest_effect": 0.05,
+         "metric": "auc", "statement": "staleness cost of a (lag 8 minus lag 1), AUC: < 0",
          "verdict": "supported", "estimate": -0.1, "low": -0.15, "high": -0.05, "method": "paired-t"}
 
 
@@ -109,7 +111,8 @@ def test_a_flipped_verdict_does_not_agree(tmp_path, capsys):
 def test_a_claim_neither_narrowed_grid_tests_is_shown_without_an_interval(tmp_path, capsys):
     """A claim a narrowed grid cannot test has a verdict and no estimate (analysis.claims.verdicts): the
     Markdown shows the verdict, where it once stopped on the missing estimate."""
-    untested = {"name": "b_cost", "kind": "staleness_cost", "statement": "staleness cost of b (lag 8 minus lag 1)",
+    untested = {"name": "b_cost", "kind": "staleness_cost", "recipe": "b", "lag": 8, "expect": "less",
+                "smallest_effect": 0.05, "metric": "auc", "statement": "staleness cost of b (lag 8 minus lag 1)",
                 "verdict": "not tested in this grid"}
     claims = [CLAIM, untested]
     status = compare(tmp_path, {**noisy_grid(1), "claims": claims}, {**noisy_grid(1), "claims": claims})
@@ -164,7 +167,7 @@ def grids(tmp_path_factory):
             config = validate({**grid_fixture.make_grid(root / name), "claims": CLAIMS})
         folders[name] = root / name / config["grid"]
         typed = Config.build(config)
-        write_json_atomic(folders[name] / "summary.json", summarize(typed, collect(typed, progress=False)))
+        write_summary(folders[name] / "summary.json", summarize(typed, collect(typed, progress=False)))
     return folders
 
 

@@ -12,6 +12,7 @@ from scipy import stats
 
 from analysis.cells import noise
 from analysis.cells.summary import collect
+from analysis.claims.summary_file import Summary
 from analysis.report.sections import noise_sections
 from analysis.statistics.contrasts import seeds_needed, seeds_needed_equivalence
 from analysis.statistics.noise_parts import (
@@ -211,7 +212,7 @@ def test_the_noise_section_on_a_fabricated_grid(tmp_path):
     assert claim["smallest_effect"] == 0.1 and claim["seeds_now"] == 2 and claim["alpha"] == 0.05  # one claim
     assert (claim["train_cost"], claim["sample_cost"]) == (40.0, 0.5)
     assert claim["cheaper"] in {"reached", "more seeds", "larger k", "more seeds and a larger k", "out of range"}
-    (cells, plans) = noise_sections({"noise": out})
+    (cells, plans) = noise_sections(Summary(noise=out))
     assert cells.title.startswith("noise: seed vs evaluation") and len(cells.blocks[0].rows) == len(out["cells"])
     assert plans.blocks[0].rows[0][0] == "cost" and plans.blocks[0].rows[0][-1] == claim["cheaper"]
 

@@ -1,7 +1,6 @@
 """A queue grid at equal modelled wall-clock (analysis.cells.pareto): the time model, the step each cell
 reaches at equal time, the Pareto front, by hand; table.md's section, summary.json's "pareto" and the
 two queue figures through analysis.aggregate on a fabricated queue grid."""
-import json
 import math
 
 import matplotlib
@@ -10,6 +9,7 @@ import pytest
 import analysis.report.plots as plots
 from analysis.aggregate import main
 from analysis.cells.pareto import pareto_front, score_within, summarize_pareto, throughput
+from analysis.claims.summary_file import Summary, read_summary
 from grid.config import validate
 from grid.settings import Config
 from harness.queue_lag import QueueModel
@@ -46,10 +46,10 @@ def test_equal_time_by_hand(tmp_path):
            "lag_queue": {"utilization": 1.0, "concurrency": 2, "capacity": 1, "length_sigma": 0.0}}
     config = Config.build(validate(raw))
     scores = curve((20, 0.1), (40, 0.2), (60, 0.3), (80, 0.4), (100, 0.5))
-    summary = {"cells": [{"recipe": "grpo", "lag": lag, "curve": scores,
-                          "stats": {"auc": {"estimate": auc, "low": auc - 0.05, "high": auc + 0.05}}}
-                         for lag, auc in ((0, 0.9), (1, 0.4), (2, 0.3))]}
-    pareto = summarize_pareto(config, summary)
+    cells = [{"recipe": "grpo", "lag": lag, "curve": scores,
+              "stats": {"auc": {"estimate": auc, "low": auc - 0.05, "high": auc + 0.05}}}
+             for lag, auc in ((0, 0.9), (1, 0.4), (2, 0.3))]
+    pareto = summarize_pareto(config, cells)
     assert pareto["left_out"] == [0] and [row["bound"] for row in pareto["cells"]] == [1, 2]
     bound1, bound2 = pareto["cells"]
     # bound 2 is the fastest (1 step per unit): T = 100; bound 1 at 0.75 reaches 75 steps, evaluated last at 60
@@ -59,7 +59,7 @@ def test_equal_time_by_hand(tmp_path):
     assert (bound2["steps_reached"], bound2["equal_time"]["step"], bound2["equal_time"]["estimate"]) == (100, 100, 0.5)
     # AUC: the slower bound 1 scores higher, so both are on the front; at equal time bound 2 dominates
     assert bound1["front"] == {"auc": True, "equal_time": False} and bound2["front"] == {"auc": True, "equal_time": True}
-    assert summarize_pareto(Config.build(validate({**raw, "lag_mode": "interval"})), summary) is None
+    assert summarize_pareto(Config.build(validate({**raw, "lag_mode": "interval"})), cells) is None
 
 
 def test_score_within_skips_unscored_steps():
@@ -80,12 +80,12 @@ def queue_grid(tmp_path_factory):
     config = make_grid(root, grid="queue", lag_mode="queue")
     out = root / config["grid"]
     assert main(["--grid", written_grid(config)]) == 0
-    return config, out, json.loads((out / "summary.json").read_text())
+    return config, out, read_summary(out / "summary.json")
 
 
 def test_a_queue_grid_reports_its_equal_time_comparison(queue_grid):
     config, out, summary = queue_grid
-    pareto = summary["pareto"]
+    pareto = summary.pareto
     rows = {(row["recipe"], row["bound"]): row for row in pareto["cells"]}
     assert set(rows) == {(r, lag) for r in config["recipes"] for lag in config["lags"]}
     # the preset's system at batch 16 (the demo preset's prompts_per_step): bound 8 keeps 99.5%, bound 1 66.8%
@@ -110,9 +110,9 @@ def test_the_pareto_plot_draws_each_recipes_points_and_front(queue_grid, tmp_pat
     plots.plot_pareto(summary, tmp_path / "pareto.png")
     auc, equal_time = figures[0].axes
     for ax, endpoint in ((auc, "auc"), (equal_time, "equal_time")):
-        assert sorted(c.get_label() for c in ax.containers) == sorted(summary["recipes"])
+        assert sorted(c.get_label() for c in ax.containers) == sorted(summary.recipes)
         for container in ax.containers:
-            mine = [row for row in summary["pareto"]["cells"] if row["recipe"] == container.get_label()]
+            mine = [row for row in summary.pareto["cells"] if row["recipe"] == container.get_label()]
             line = container.lines[0]
             assert list(line.get_xdata()) == [row["relative_time"] for row in mine]
             assert list(line.get_ydata()) == pytest.approx([100 * row[endpoint]["estimate"] for row in mine])
@@ -126,7 +126,7 @@ def test_a_queue_grid_without_the_data_gets_a_text_panel(tmp_path, monkeypatch):
     """(Another grid's report draws neither plot: tests/analysis/test_report.py.)"""
     figures = []
     monkeypatch.setattr(plots, "save_figure", lambda fig, path: figures.append(fig))
-    plots.plot_pareto({"lag_mode": "queue", "pareto": None}, tmp_path / "pareto.png")
+    plots.plot_pareto(Summary(lag_mode="queue"), tmp_path / "pareto.png")
     plots.plot_queue_lags(Config.build(make_config(tmp_path, lag_mode="queue")), [], tmp_path / "lag_vs_length.png")
     assert len(figures) == 2
     for fig in figures:

@@ -11,18 +11,19 @@ from statsmodels.stats.proportion import confint_proportions_2indep
 
 from analysis.claims.verdicts import answer
 from analysis.statistics.predictive import _posterior, collapse_agreement, contrast_agreement
-from grid.claims import StalenessCost
+from grid.claims import Family, StalenessCost
 
 DELTA, LEVEL = 0.10, 0.05  # one claim: the family's level is alpha itself
 COSTS = [-0.33, -0.27, -0.21]  # per-seed staleness costs: mean -27 points, sd 6 points exactly, 3 seeds
 
 
 def _claim_row() -> dict:
-    claim = StalenessCost(name="cost", recipe="a", lag=8, expect="less", smallest_effect=DELTA, metric="auc")
+    claim = StalenessCost(name="cost", recipe="a", lag=8, expect="less", smallest_effect=DELTA, metric="auc",
+                          reference_lag=1)
     cells = {("a", 1): [0.6] * 3, ("a", 8): [0.6 + c for c in COSTS]}
     cells = {key: {"recipe": key[0], "lag": key[1], "seeds": [0, 1, 2], "per_seed": {"auc": v}} for key, v in cells.items()}
-    (row,) = answer((claim,), cells, 1, 100)
-    return row
+    (verdict,) = answer(Family((claim,), steps=100), cells)
+    return verdict.row()  # as summary.json holds it
 
 
 def _agreement_at(mu, sigma, n: int, critical: float):

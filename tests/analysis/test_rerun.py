@@ -7,7 +7,10 @@ import json
 import pytest
 
 from analysis.aggregate import main as aggregate
+from analysis.claims.summary_file import Summary
+from analysis.claims.verdict import Verdict
 from analysis.schedule import rerun
+from grid.claims import StalenessCost
 from grid.config import validate
 from grid.folder import GridDir
 from grid.settings import Config
@@ -92,11 +95,14 @@ def test_a_grid_that_has_not_aggregated_or_has_a_tuning_section_is_refused(first
 
 def test_only_claims_both_grids_tested_are_compared_and_the_prediction_is_the_sum_of_printed_probabilities():
     def claim(name, verdict, replication):
-        return {"name": name, "verdict": verdict, "look": 1, "replication": replication}
-    first = {"seeds": [0, 1], "claims": [claim("a", "exceeds", 0.9), claim("b", "negligible", 0.6),
-                                         claim("c", "not tested in this grid", None)]}
-    second = {"seeds": [2, 3], "claims": [claim("a", "exceeds", 0.8), claim("b", "opposite", 0.5),
-                                          claim("c", "not tested in this grid", None)]}
+        declared = StalenessCost(name=name, recipe="a", lag=8, expect="less", smallest_effect=0.1, metric="auc",
+                                 reference_lag=1)
+        return Verdict(claim=declared, statement="", family_size=3, verdict=verdict, why="", final=True, look=1,
+                       replication=replication)
+    first = Summary(seeds=[0, 1], claims=[claim("a", "exceeds", 0.9), claim("b", "negligible", 0.6),
+                                          claim("c", "not tested in this grid", None)])
+    second = Summary(seeds=[2, 3], claims=[claim("a", "exceeds", 0.8), claim("b", "opposite", 0.5),
+                                           claim("c", "not tested in this grid", None)])
     result = rerun.compare(first, second)
     assert [(r["name"], r["same"]) for r in result["claims"]] == [("a", True), ("b", False)]
     assert (result["same"], result["compared"], result["expected_same"]) == (1, 2, pytest.approx(1.5))

@@ -2,12 +2,13 @@
 analysis.aggregate on grids fabricated by tests/support/grid_fixture.py: "constant" at seeds 3-5 (no
 collapsed or diverged run), "interval" at seeds 0-2 (its grpo lag-8 cell has both). Their claims'
 verdicts are read from each grid's own summary, and the section is checked against them."""
-import json
+import dataclasses
 
 import pytest
 
 from analysis.aggregate import main
 from analysis.cells.summary import collect, under_recipe_names
+from analysis.claims.summary_file import Summary, read_summary, write_summary
 from analysis.claims.verdicts import statement
 from analysis.report.compare import beside, beside_sections, load_beside
 from analysis.report.render import markdown
@@ -17,7 +18,6 @@ from grid.config import validate
 from grid.folder import GridDir
 from grid.settings import Config
 from grid.tuning import Tuning, confirmation_config
-from harness.io import write_json_atomic
 from tests.support.grid_fixture import CLAIMS, make_config, make_grid, written_grid
 
 SIDE = {"grid": "constant", "label": "constant lag"}
@@ -30,26 +30,26 @@ def aggregate(config: dict) -> int:
 @pytest.fixture(scope="module")
 def grids(tmp_path_factory):
     """The "constant" grid's summary.json as analysis.cells.summary makes it (aggregate without the plots), then
-    the "interval" grid aggregated beside it: (interval's config, constant's summary, interval's summary)."""
+    the "interval" grid aggregated beside it: (interval's config, constant's summary, interval's summary read back)."""
     results = tmp_path_factory.mktemp("results")
     constant = validate({**make_grid(results, grid="constant", seeds=(3, 4, 5)), "claims": CLAIMS})
     typed = Config.build(constant)
     there = summarize(typed, collect(typed, progress=False))
-    write_json_atomic(GridDir.of(constant).summary_path, there)
+    write_summary(GridDir.of(constant).summary_path, there)
     config = {**make_grid(results, grid="interval"), "claims": CLAIMS, "side_by_side": SIDE}
     assert aggregate(config) == 0
-    return config, there, json.loads(GridDir.of(config).summary_path.read_text())
+    return config, there, read_summary(GridDir.of(config).summary_path)
 
 
 def test_the_table_shows_both_verdicts_and_names_the_claims_that_differ(grids):
     config, there, summary = grids
-    here = {c["name"]: c for c in summary["claims"]}
-    other = {c["name"]: c for c in there["claims"]}
-    differ = [name for name in here if here[name]["verdict"] != other[name]["verdict"]]
+    here = {c.claim.name: c for c in summary.claims}
+    other = {c.claim.name: c for c in there.claims}
+    differ = [name for name in here if here[name].verdict != other[name].verdict]
     # the fixture's numbers: sat_no_cost is negligible at seeds 3-5, undecided at 0-2; the rest undecided in both
-    assert differ == ["sat_no_cost"] and (here["sat_no_cost"]["verdict"], other["sat_no_cost"]["verdict"]) == (
+    assert differ == ["sat_no_cost"] and (here["sat_no_cost"].verdict, other["sat_no_cost"].verdict) == (
         "undecided", "negligible")
-    side = summary["side_by_side"]
+    side = summary.side_by_side
     assert (side["grid"], side["label"], side["verdict_differs"], side["agree"]) == (
         "constant", "constant lag", differ, False)
     assert side["file"] == str(GridDir(GridDir.of(config).path.parent / "constant").summary_path)
@@ -60,9 +60,9 @@ def test_the_table_shows_both_verdicts_and_names_the_claims_that_differ(grids):
     rows = {name: lines[0] for name, lines in rows.items()}
     for name in here:  # this grid's verdict first, then the other's, then whether they differ
         verdicts = [cell.split("**")[1] for cell in rows[name].split(" | ")[1:3]]
-        assert verdicts == [here[name]["verdict"], other[name]["verdict"]], rows[name]
+        assert verdicts == [here[name].verdict, other[name].verdict], rows[name]
         assert rows[name].endswith("| **differs** |" if name in differ else "| same |")
-    for estimate in (here["sat_no_cost"]["estimate"], other["sat_no_cost"]["estimate"]):
+    for estimate in (here["sat_no_cost"].measured.estimate, other["sat_no_cost"].measured.estimate):
         assert f"{100 * estimate:+.1f}" in rows["sat_no_cost"]  # points, as compare prints them
     assert ("The verdict differs between this grid and constant lag for 1 of the 5 claims: "
             "sat_no_cost (undecided here, negligible there).") in section
@@ -77,18 +77,18 @@ def test_no_verdict_differs_beside_the_same_runs_and_the_label_defaults_to_the_g
     assert other[0] == {"grid": "constant", "label": "constant"}
     side = beside(summary, (other[0], other[1], summary))  # this grid's own summary as the other's
     assert side["verdict_differs"] == [] and side["agree"] is True
-    text = "\n".join(markdown(beside_sections({"side_by_side": side})))
+    text = "\n".join(markdown(beside_sections(Summary(side_by_side=side))))
     assert text.startswith("## Beside constant (grid constant)\n")
     assert f"No claim's verdict differs between this grid and constant ({len(CLAIMS)} claims both declare)." in text
     assert "**The grids agree within their noise**" in text
-    assert beside_sections({"side_by_side": None}) == [] and load_beside(Config.build(make_config(config["results_dir"]))) is None
+    assert beside_sections(Summary()) == [] and load_beside(Config.build(make_config(config["results_dir"]))) is None
 
 
 def test_a_grid_of_another_step_budget_is_refused_naming_the_key_and_the_setting(grids):
     _, there, summary = grids
     with pytest.raises(ValueError, match=r"config key 'side_by_side' \(grid 'constant'\): summary.json key 'steps' "
                                          r"is 40 in constant.json but 20 in this grid"):
-        beside(summary, (SIDE, "constant.json", {**there, "steps": 40}))
+        beside(summary, (SIDE, "constant.json", dataclasses.replace(there, steps=40)))
 
 
 def test_a_missing_other_summary_fails_naming_the_key_and_the_file(tmp_path, capsys):
@@ -114,15 +114,15 @@ def test_a_tuned_grid_is_read_recipe_by_recipe_beside_the_same_grid_untuned(grid
     view = validate(confirmation_config(config, Tuning.of(config), {"grpo": 0.1, "sat_grpo": 0.8, "grpo_r3": 0.2}))
     variant = dict(zip(config["recipes"], view["recipes"]))
     assert variant["sat_grpo"] == "sat_grpo.alpha-0.8"
-    statements = {c.name: statement(c, there["reference_lag"]) for c in claims(view)}
-    tuned = {**there, "tuning": {"recipes": {recipe: {"variant": name} for recipe, name in variant.items()}},
-             "recipes": view["recipes"],
-             "cells": [{**cell, "recipe": variant[cell["recipe"]]} for cell in there["cells"]],
-             "claims": [{**claim, "statement": statements[claim["name"]],
-                         **{field: variant[claim[field]] for field in ("recipe", "versus") if claim.get(field)}}
-                        for claim in there["claims"]]}
-    assert "sat_grpo.alpha-0.8" in tuned["claims"][1]["statement"]
-    assert under_recipe_names(tuned) == {**there, "tuning": tuned["tuning"]}
+    statements = {c.name: statement(c) for c in claims(view)}
+    tuned = dataclasses.replace(
+        there, tuning={"recipes": {recipe: {"variant": name} for recipe, name in variant.items()}},
+        recipes=view["recipes"], cells=[{**cell, "recipe": variant[cell["recipe"]]} for cell in there.cells],
+        claims=[dataclasses.replace(verdict, statement=statements[verdict.claim.name], claim=dataclasses.replace(
+                 verdict.claim, **{field: variant[getattr(verdict.claim, field)] for field in ("recipe", "versus")
+                                   if getattr(verdict.claim, field, None)})) for verdict in there.claims])
+    assert "sat_grpo.alpha-0.8" in tuned.claims[1].statement
+    assert under_recipe_names(tuned) == dataclasses.replace(there, tuning=tuned.tuning)
     side = beside(tuned, (SIDE, "constant.json", there))
     assert side["agree"] is True and side["verdict_differs"] == [] and len(side["claims"]) == len(CLAIMS)
     assert side["cells_only_in"] == {"a": [], "b": []} and side["claims_defined_differently"] == []

@@ -4,15 +4,18 @@ outcome's size against delta (analysis.statistics.decision.size_to_delta) and th
 (analysis.claims.robustness)."""
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
 from scipy import stats
 
 from analysis.claims.robustness import checks_text, sides
+from analysis.claims.verdict import ScoreMeasured, Verdict
 from analysis.statistics.crosscheck import adastop, smallest_level
 from analysis.statistics.decision import size_to_delta
 from analysis.statistics.skew import skew_check, skewed_miss, skewness, standardized_draws
+from grid.claims import StalenessCost
 from grid.config import validate
 from grid.settings import Config
 from tests.support.aggregated_grid import aggregated_grid
@@ -63,11 +66,19 @@ def test_the_flag_needs_both_a_real_skew_and_a_broken_level(monkeypatch, p, miss
     assert skew_check([0.1, 0.2, 0.4, 0.9], 0.0125)["breaks"] is flagged
 
 
+def verdict(claim=None, **fields) -> Verdict:
+    """A decided claim with only ``fields`` set (a staleness cost by default)."""
+    claim = claim or StalenessCost(name="c", recipe="a", lag=8, expect="less", smallest_effect=0.1, metric="auc",
+                                   reference_lag=1)
+    return Verdict(**{"claim": claim, "statement": "", "family_size": 1, "verdict": "exceeds", "why": "",
+                      "final": True, **fields})
+
+
 def test_a_flagged_skew_says_beside_its_probability_that_it_assumes_normal_contrasts():
     from analysis.claims.verdicts import replication_text
-    row = {"replication": 0.94, "replication_low": 0.8, "replication_high": 1.0, "skew": {"breaks": True}}
+    row = verdict(replication=0.94, replication_low=0.8, replication_high=1.0, skew={"breaks": True})
     assert replication_text(row, with_range=True) == "0.94 (0.80-1.00), assumes normal contrasts"
-    assert replication_text({**row, "skew": {"breaks": False}}) == replication_text({**row, "skew": None}) == "0.94"
+    assert replication_text(replace(row, skew={"breaks": False})) == replication_text(replace(row, skew=None)) == "0.94"
 
 
 def test_adastop_decides_the_sign_or_says_it_cannot():
@@ -109,19 +120,19 @@ def test_each_claim_row_carries_its_skew_and_adastop_on_the_seeds_it_was_read_at
     assert cost["skew"]["level"] == pytest.approx(1 - cost["confidence"])
     assert cost["crosscheck"]["decision"] == "no difference shown" and cost["crosscheck"]["n_x"] == 3
     claim = next(c for c in Config.build(validate(config)).claims if c.name == "sat_cost_below_grpo")
-    x, y = sides(claim, cells, 1, {0, 1, 2})
+    x, y = sides(claim, cells, {0, 1, 2})
     s8, s1 = (np.array(cells["sat_grpo", lag]["per_seed"]["auc"]) for lag in (8, 1))
     assert np.allclose(x - y, (s8 - s1) - (a8 - a1)) and np.allclose(x, s8 + a1)
     assert claims["grpo_collapses_at_lag8"]["skew"] is None and claims["grpo_collapses_at_lag8"]["crosscheck"] is None
 
 
 def test_the_row_text_flags_a_breaking_skew_with_its_effect():
-    row = {"skew": skew_check([0.0] * 9 + [10.0], 0.0125),
-           "crosscheck": {"decision": "> 0", "level": 0.0125, "n_x": 10, "n_y": 10, "smallest_level": 1 / 184756}}
+    row = verdict(skew=skew_check([0.0] * 9 + [10.0], 0.0125),
+                  crosscheck={"decision": "> 0", "level": 0.0125, "n_x": 10, "n_y": 10, "smallest_level": 1 / 184756})
     text = checks_text(row)
-    assert text.startswith("**skewed**: skew +3.2") and f"misses {row['skew']['miss']:.3f}" in text
+    assert text.startswith("**skewed**: skew +3.2") and f"misses {row.skew['miss']:.3f}" in text
     assert "AdaStop 98.75%: > 0 (n 10 vs 10)" in text and "cannot reject" not in text
-    assert checks_text({"skew": None, "crosscheck": None}) == "–"
+    assert checks_text(verdict()) == "–"
 
 
 def test_a_spread_far_below_the_planned_one_is_flagged_with_p_at_the_planned_sd():
@@ -132,14 +143,16 @@ def test_a_spread_far_below_the_planned_one_is_flagged_with_p_at_the_planned_sd(
     from grid.claims import CostDifference
 
     claim = CostDifference(name="c", recipe="sat_gspo", versus="gspo_mu", lag=8, expect="greater", smallest_effect=0.10,
-                           metric="auc", planning_spread=0.0417)
+                           metric="auc", planning_spread=0.0417, reference_lag=1)
     schedule = Schedule.build(None, list(range(5)), 4)
-    row = {"method": "paired-t", "spread": 0.0073, "n": 5, "estimate": -0.011, "verdict": "negligible"}
-    found = spread_check(claim, row, schedule)
+    measured = ScoreMeasured(estimate=-0.011, n=5, method="paired-t", test="paired-t", p=None, se=None, df=None,
+                             spread=0.0073)
+    row = verdict(claim, verdict="negligible", measured=measured)
+    found = spread_check(row, schedule)
     sds = np.random.default_rng(3).normal(0, 0.0417, (400_000, 5)).std(axis=1, ddof=1)
     assert found["p"] == pytest.approx(2 * np.mean(sds <= 0.0073), rel=0.1) and found["p"] < 0.01 and found["flagged"]
     assert 0 <= found["replication_at_planned"] < 0.9  # at 4.17 points 5 seeds rarely pin "negligible" inside ±10
-    assert "**spread below plan**: sd 0.73 points against 4.17 planned" in checks_text({**row, "spread_check": found})
-    planned = spread_check(claim, {**row, "spread": 0.0417}, schedule)
+    assert "**spread below plan**: sd 0.73 points against 4.17 planned" in checks_text(replace(row, spread_check=found))
+    planned = spread_check(replace(row, measured=replace(measured, spread=0.0417)), schedule)
     assert not planned["flagged"] and planned["replication_at_planned"] is None and planned["p"] > 0.5
-    assert spread_check(claim, {**row, "method": "welch-satterthwaite"}, schedule) is None
+    assert spread_check(replace(row, measured=replace(measured, method="welch-satterthwaite")), schedule) is None

@@ -1,15 +1,26 @@
 """staleness.png of a grid of more than two lags (analysis.report.plots.plot_staleness_by_lag): the cost
 against lag per recipe, each point at its cell's estimate with its interval, the claims' verdicts
 under their endpoint's panel; each recipe in its colour of the MLflow views; a claim's contrast chart (interval_plots)."""
+import dataclasses
+
 import matplotlib
 
 import analysis.report.plots as plots
+from analysis.claims.summary_file import Summary
+from analysis.claims.verdict import ScoreMeasured, Verdict
 from analysis.report.colors import recipe_colour
 from analysis.report.interval_plots import contrast_panel
+from grid.claims import Claim
 
 matplotlib.use("Agg")
 
 LAGS = [0, 1, 2, 4, 8, 16]
+
+
+def verdict(outcome: str, **section) -> Verdict:
+    """A claim of the config section's fields (name, kind, recipe, ...) decided as ``outcome``."""
+    section = {"recipe": "grpo", "lag": 8, "expect": "less", "smallest_effect": 0.05, "metric": "auc", **section}
+    return Verdict(claim=Claim.build(section, LAGS), statement="", family_size=2, verdict=outcome, why="", final=True)
 
 
 def cost(recipe: str, lag: int) -> dict:
@@ -19,11 +30,11 @@ def cost(recipe: str, lag: int) -> dict:
                        "high": slope * lag * scale + 0.02} for endpoint, scale in (("auc", 1.0), ("fixed", 2.0))}
 
 
-SUMMARY = {"recipes": ["grpo", "sat_gspo"], "lags": LAGS, "reference_lag": 0,
-           "cells": [{"recipe": r, "lag": lag, "staleness_cost": None if lag == 0 else cost(r, lag)}
-                     for r in ("grpo", "sat_gspo") for lag in LAGS],
-           "claims": [{"name": "grpo_trend", "kind": "trend", "metric": "auc", "verdict": "supported", "threshold": 0.1},
-                      {"name": "a_recipes_claim", "kind": "recipes", "metric": "auc", "verdict": "inconclusive"}]}
+SUMMARY = Summary(recipes=["grpo", "sat_gspo"], lags=LAGS, reference_lag=0,
+                  cells=[{"recipe": r, "lag": lag, "staleness_cost": None if lag == 0 else cost(r, lag)}
+                         for r in ("grpo", "sat_gspo") for lag in LAGS],
+                  claims=[verdict("supported", name="grpo_trend", kind="trend", threshold=0.1),
+                          verdict("inconclusive", name="a_recipes_claim", kind="recipes", versus="sat_gspo")])
 
 
 def test_the_cost_against_lag_per_recipe_with_intervals(tmp_path, monkeypatch):
@@ -56,20 +67,21 @@ def test_the_cost_against_lag_per_recipe_with_intervals(tmp_path, monkeypatch):
 def test_two_lags_keep_the_per_recipe_panels(tmp_path, monkeypatch):
     figures = []
     monkeypatch.setattr(plots, "save_figure", lambda fig, path: figures.append(fig))
-    two = {**SUMMARY, "lags": [0, 8], "cells": [c for c in SUMMARY["cells"] if c["lag"] in (0, 8)], "claims": []}
+    two = dataclasses.replace(SUMMARY, lags=[0, 8], cells=[c for c in SUMMARY.cells if c["lag"] in (0, 8)], claims=[])
     plots.plot_staleness(two, tmp_path / "staleness.png")
     assert len(figures[0].axes) == 2 and all(ax.get_title().endswith("lag 8 minus lag 0") for ax in figures[0].axes)
     for ax in figures[0].axes:  # the recipes named on the x axis, each drawn in its colour of the MLflow views
-        assert [t.get_text() for t in ax.get_xticklabels()] == two["recipes"]
-        colours = [recipe_colour(r, two["recipes"]) for r in two["recipes"]]
+        assert [t.get_text() for t in ax.get_xticklabels()] == two.recipes
+        colours = [recipe_colour(r, two.recipes) for r in two.recipes]
         assert [c.lines[0].get_color() for c in ax.containers] == colours
 
 
 def test_a_claims_contrast_with_its_interval_named_on_the_axis():
     import matplotlib.pyplot as plt
-    claim = {"name": "sat_cheaper", "kind": "cost_difference", "recipe": "sat_gspo", "verdict": "undecided",
-             "estimate": 0.02, "low": -0.01, "high": 0.07, "smallest_effect": 0.05, "confidence": 0.99,
-             "method": "paired-t"}
+    measured = ScoreMeasured(estimate=0.02, n=3, method="paired-t", test="paired-t", p=None, se=None, df=None,
+                             spread=None)
+    claim = dataclasses.replace(verdict("undecided", name="sat_cheaper", kind="cost_difference", recipe="sat_gspo",
+                                        versus="grpo"), measured=measured, low=-0.01, high=0.07, confidence=0.99)
     fig, ax = plt.subplots()
     contrast_panel(ax, claim, "staleness cost of sat_gspo minus that of grpo", ["grpo", "sat_gspo"])
     ((line, _, (bars,)),) = [container.lines for container in ax.containers]

@@ -81,6 +81,35 @@ def test_analysis_and_tracking_read_the_typed_config_never_a_raw_dict():
     assert paths and [read for path in paths for read in _raw_config_reads(path)] == []
 
 
+SUMMARY_EDGE = "analysis/claims/summary_file.py"  # the one module that writes and reads summary.json
+FILE_CALLS = {"read_json", "write_json_atomic", "write_text_atomic", "loads", "read_text", "open"}
+
+
+def _untyped_results(path: Path) -> list[str]:
+    """A claim kind looked up again (``KINDS[...]``: a verdict carries its Claim), and summary.json read or
+    written past its edge (a file call on a ``summary_path``, or the grid folder's raw ``read_summary()``)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        where = f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', 0)}: {ast.unparse(node)}"
+        if isinstance(node, ast.Subscript) and getattr(node.value, "id", None) == "KINDS":
+            found.append(where)
+        if not isinstance(node, ast.Call) or str(path.relative_to(ROOT)) == SUMMARY_EDGE:
+            continue
+        name = getattr(node.func, "attr", getattr(node.func, "id", None))
+        touches = {getattr(n, "attr", getattr(n, "id", None)) for arg in [node.func, *node.args] for n in ast.walk(arg)}
+        if (name in FILE_CALLS and "summary_path" in touches) or (name == "read_summary" and not node.args):
+            found.append(where)
+    return found
+
+
+def test_results_are_typed_from_the_verdict_to_the_report():
+    """A claim after its verdict is an analysis.claims.verdict.Verdict carrying its Claim, so nothing in
+    analysis/ or tracking/ looks its kind up again; summary.json is written and read back at one edge
+    (analysis.claims.summary_file), whose reader gives the claims as verdicts again."""
+    paths = [*ROOT.glob("analysis/**/*.py"), *ROOT.glob("tracking/**/*.py")]
+    assert (ROOT / SUMMARY_EDGE).exists() and [hit for path in paths for hit in _untyped_results(path)] == []
+
+
 def _imports(path: Path) -> set[str]:
     modules = set()
     for node in ast.walk(ast.parse(path.read_text())):

@@ -21,14 +21,14 @@ def test_the_interaction_of_cost_differences_is_eight_cells_by_hand():
     c = claim(kind="interaction", recipe="x_bf16", versus="g_bf16", other_recipe="x_fp32", other_versus="g_fp32",
               lag=8)
     assert c.of == "cost_difference"
-    assert c.cells(0) == [(1.0, "x_bf16", 8), (-1.0, "x_bf16", 0), (-1.0, "g_bf16", 8), (1.0, "g_bf16", 0),
+    assert c.cells() == [(1.0, "x_bf16", 8), (-1.0, "x_bf16", 0), (-1.0, "g_bf16", 8), (1.0, "g_bf16", 0),
                           (-1.0, "x_fp32", 8), (1.0, "x_fp32", 0), (1.0, "g_fp32", 8), (-1.0, "g_fp32", 0)]
 
 
 def test_the_interaction_of_recipes_is_four_cells_by_hand():
     c = claim(kind="interaction", of="recipes", recipe="x_bf16", versus="g_bf16", other_recipe="x_fp32",
               other_versus="g_fp32", lag=1)
-    assert c.cells(0) == [(1.0, "x_bf16", 1), (-1.0, "g_bf16", 1), (-1.0, "x_fp32", 1), (1.0, "g_fp32", 1)]
+    assert c.cells() == [(1.0, "x_bf16", 1), (-1.0, "g_bf16", 1), (-1.0, "x_fp32", 1), (1.0, "g_fp32", 1)]
 
 
 def test_an_interaction_contrast_on_hand_made_values():
@@ -38,7 +38,7 @@ def test_an_interaction_contrast_on_hand_made_values():
     c = claim(kind="interaction", recipe="x", versus="g", other_recipe="x2", other_versus="g2", lag=8)
     values = {("x", 8): [0.50, 0.40], ("x", 0): [0.70, 0.60], ("g", 8): [0.20, 0.20], ("g", 0): [0.70, 0.60],
               ("x2", 8): [0.60, 0.50], ("x2", 0): [0.70, 0.60], ("g2", 8): [0.55, 0.50], ("g2", 0): [0.70, 0.60]}
-    result = contrast([(w, values[r, lag], [0, 1]) for w, r, lag in c.cells(0)])
+    result = contrast([(w, values[r, lag], [0, 1]) for w, r, lag in c.cells()])
     assert result.method == "paired-t" and result.n == 2
     assert result.estimate == pytest.approx(0.225)
     reference = stats.ttest_1samp([0.25, 0.20], 0.0)
@@ -62,7 +62,7 @@ def test_a_trend_is_the_per_seed_least_squares_slope():
     c = claim(kind="trend", recipe="grpo", expect="less", lags=lags)
     rng = np.random.default_rng(0)
     scores = {lag: list(0.7 - 0.01 * lag + rng.normal(0, 0.02, 4)) for lag in lags}
-    result = contrast([(w, scores[lag], [0, 1, 2, 3]) for w, _, lag in c.cells(0)])
+    result = contrast([(w, scores[lag], [0, 1, 2, 3]) for w, _, lag in c.cells()])
     slopes = [np.polyfit(lags, [scores[lag][s] for lag in lags], 1)[0] for s in range(4)]
     assert result.estimate == pytest.approx(np.mean(slopes))
     assert result.p == pytest.approx(stats.ttest_1samp(slopes, 0.0).pvalue)
@@ -70,7 +70,7 @@ def test_a_trend_is_the_per_seed_least_squares_slope():
 
 def test_a_trend_against_versus_is_the_difference_of_slopes():
     c = claim(kind="trend", recipe="a", versus="b", expect="greater", lags=[0, 8])
-    assert c.cells(0) == [(-1 / 8, "a", 0), (1 / 8, "a", 8), (1 / 8, "b", 0), (-1 / 8, "b", 8)]
+    assert c.cells() == [(-1 / 8, "a", 0), (1 / 8, "a", 8), (1 / 8, "b", 0), (-1 / 8, "b", 8)]
 
 
 GOOD = {"name": "ok", "kind": "staleness_cost", "recipe": "grpo", "lag": 8, "expect": "less", "smallest_effect": 0.05}
@@ -101,17 +101,17 @@ def test_good_interaction_and_trend_claims_pass():
          "other_versus": "grpo", "expect": "equivalent"},
         {"name": "t", "kind": "trend", "recipe": "grpo", "expect": "less", "smallest_effect": 0.01}]})
     interaction, trend = claims(config)
-    assert len(interaction.cells(1)) == 8 and trend.cells(1) == [(-1 / 7, "grpo", 1), (1 / 7, "grpo", 8)]
+    assert len(interaction.cells()) == 8 and trend.cells() == [(-1 / 7, "grpo", 1), (1 / 7, "grpo", 8)]
 
 
 def test_the_new_kinds_are_stated_in_words():
     from analysis.claims.verdicts import statement
     interaction = claim(kind="interaction", recipe="x_bf16", versus="g_bf16", other_recipe="x_fp32",
                         other_versus="g_fp32", lag=8, expect="equivalent")
-    assert statement(interaction, 0) == ("x_bf16 against g_bf16 minus x_fp32 against g_fp32 (cost_difference, lag 8), "
+    assert statement(interaction) == ("x_bf16 against g_bf16 minus x_fp32 against g_fp32 (cost_difference, lag 8), "
                                          "AUC: within +-5.0 points of 0")
     trend = claim(kind="trend", recipe="grpo", expect="less", smallest_effect=0.005)
-    assert statement(trend, 0).startswith("least-squares slope of grpo's score against lag over lags (0, 1, 8)")
+    assert statement(trend).startswith("least-squares slope of grpo's score against lag over lags (0, 1, 8)")
 
 
 @pytest.mark.slow  # the whole aggregate, plots included
@@ -154,7 +154,7 @@ def test_the_threshold_lag_by_hand():
     costs = {2: [-0.02, -0.04, -0.03, -0.03], 4: [-0.10, -0.12, -0.11, -0.11], 8: [-0.30, -0.32, -0.31, -0.31]}
     scores = {0: list(base), **{lag: list(base + cost) for lag, cost in costs.items()}}
     cells = {("g", lag): {"seeds": [0, 1, 2, 3], "per_seed": {"auc": values}} for lag, values in scores.items()}
-    found = threshold_lag(c, cells, 0, 200, {0, 1, 2, 3}, 0.05)
+    found = threshold_lag(c, cells, 200, {0, 1, 2, 3}, 0.05)
     each = stats.t.ppf(1 - 0.05 / 3 / 2, 3)
     for cost, per_seed in zip(found["costs"], costs.values()):
         half = each * np.std(per_seed, ddof=1) / 2
@@ -162,7 +162,7 @@ def test_the_threshold_lag_by_hand():
         assert cost["high"] == pytest.approx(np.mean(per_seed) + half)
     assert (found["estimate"], found["low"], found["high"]) == (4, 4, 8)
     assert threshold_text(found, 8) == "cost passes 10 points from lag 4 [4, 8] (95.00% jointly over its lags)"
-    never = threshold_lag(claim(kind="trend", recipe="g", expect="less", lags=[0, 2], threshold=0.10), cells, 0, 200,
+    never = threshold_lag(claim(kind="trend", recipe="g", expect="less", lags=[0, 2], threshold=0.10), cells, 200,
                           {0, 1, 2, 3}, 0.05)
     assert (never["estimate"], never["low"], never["high"]) == (None, None, None)
     assert threshold_text(never, 2).startswith("cost passes 10 points from lag > 2 [> 2, > 2]")

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from analysis.cells.summary import collect
+from analysis.claims.summary_file import write_summary
 from analysis.report.write import summarize
 from grid.folder import GridDir
 from grid.settings import Config
@@ -30,7 +31,7 @@ def grid_folder(tmp_path_factory):
     grid = GridDir.of(config)
     write_json_atomic(grid.config_path, config)
     typed = Config.build(config)
-    write_json_atomic(grid.summary_path, summarize(typed, collect(typed, progress=False)))
+    write_summary(grid.summary_path, summarize(typed, collect(typed, progress=False)))
     return config
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 
 from analysis.cells.summary import seeds_text
+from analysis.claims.summary_file import Summary
 from analysis.report.machines import provenance_section
 from analysis.report.render import markdown
 from analysis.report.tables import seed_order_text
@@ -43,15 +44,15 @@ def test_the_parent_run_counts_the_runs_there_are(tmp_path, monkeypatch):
 def test_the_header_names_each_recipes_seeds_where_they_differ():
     cells = [{"recipe": "grpo", "seeds": [0, 1, 2, 3, 4, 5]}, {"recipe": "grpo", "seeds": [0, 1, 2]},
              {"recipe": "gspo", "seeds": list(range(10))}, {"recipe": "gspo", "seeds": list(range(10))}]
-    assert seeds_text({"cells": cells, "seeds": list(range(10))}) == "seeds per cell: grpo 3-6, gspo 10"
-    assert seeds_text({"cells": cells[2:], "seeds": list(range(12))}) == "10 seeds"  # the cells', not the config's
+    assert seeds_text(Summary(cells=cells, seeds=list(range(10)))) == "seeds per cell: grpo 3-6, gspo 10"
+    assert seeds_text(Summary(cells=cells[2:], seeds=list(range(12)))) == "10 seeds"  # the cells', not the config's
 
 
 def test_the_seed_order_says_when_cells_hold_fewer_seeds_than_declared():
     cells = [{"recipe": "grpo", "seeds": [0, 1, 2]}, {"recipe": "gspo", "seeds": [0, 1, 2, 3, 4]}]
-    assert seed_order_text({"cells": cells, "seeds": [0, 1, 2, 3, 4]}) == (
+    assert seed_order_text(Summary(cells=cells, seeds=[0, 1, 2, 3, 4])) == (
         "in seed order [0, 1, 2, 3, 4]; a cell lists only the seeds its looks ran (counts in the heading)")
-    assert seed_order_text({"cells": cells[1:], "seeds": [0, 1, 2, 3, 4]}) == "in seed order [0, 1, 2, 3, 4]"
+    assert seed_order_text(Summary(cells=cells[1:], seeds=[0, 1, 2, 3, 4])) == "in seed order [0, 1, 2, 3, 4]"
 
 
 def test_a_score_differences_se_and_spread_are_in_points_as_its_estimate():

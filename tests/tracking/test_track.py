@@ -7,6 +7,7 @@ import shutil
 import pytest
 
 from analysis.cells.summary import collect
+from analysis.claims.summary_file import read_summary, write_summary
 from analysis.claims.verdicts import replication_text
 from analysis.report.tables import claim_text, size_text
 from analysis.report.write import summarize, write_reports
@@ -58,7 +59,7 @@ def synced(tmp_path_factory):
                             [{"step": 21, "time": START_TIME + 42, "reward": 0.99, "d/mean_abs": 0.5}])
         config = {**config, "eval": {**config["eval"], "fixed_step": 10}}
         typed = Config.build(config)
-        write_json_atomic(grid_dir(config) / "summary.json", summarize(typed, collect(typed, progress=False)))
+        write_summary(grid_dir(config) / "summary.json", summarize(typed, collect(typed, progress=False)))
         second = track(config)
         yield config, client, first, first_count, second
     finally:
@@ -127,8 +128,8 @@ def test_seed_runs_in_the_grid_experiment_summaries_in_their_own(synced):
     report = (folder / VERDICTS_ARTIFACT).read_text().splitlines()
     rows = [line.split(" | ") for line in report[4:4 + len(summary_json["claims"])]]
     assert [(row[0].removeprefix("| "), row[1], row[2], row[3].removesuffix(" |")) for row in rows] == [
-        (c["name"], f"**{c['verdict']}**", claim_text(c), replication_text(c, with_range=True))
-        for c in summary_json["claims"]]
+        (c.claim.name, f"**{c.verdict}**", claim_text(c), replication_text(c, with_range=True))
+        for c in read_summary(grid_dir(config) / "summary.json").claims]
     links = "\n".join(report[4 + len(summary_json["claims"]):])
     for view in ("stalebench-intervals", *(f"stalebench-{kind}-lag{lag}" for kind in ("dynamics", "cells", "seeds")
                                            for lag in config["lags"])):
@@ -225,7 +226,7 @@ def test_training_curves_strided_and_stamped(synced):
     config, client, _, _, _ = synced
     other = make_grid(config["results_dir"], grid="strided")  # same store, its own experiment
     typed = Config.build(other)
-    write_json_atomic(grid_dir(other) / "summary.json", summarize(typed, collect(typed, progress=False)))
+    write_summary(grid_dir(other) / "summary.json", summarize(typed, collect(typed, progress=False)))
     marker = sync(typed, progress=False, max_train_points=5)  # 20 steps -> every 4th
     runs = {r.data.tags["run_key"]: r for r in all_runs(client, marker["experiment_id"])}
     expected = {("grpo", 1, 0): [1, 4, 8, 12, 16, 20], DIVERGED: [1, 4, 8, DIVERGE_STEP], EARLY_DIVERGED: [1, 3]}
@@ -351,8 +352,8 @@ def test_summary_runs_chart_the_cell_curves_and_the_parent_carries_the_verdicts(
         assert all(tags[f"claim.{c['name']}.replication"] == f"{c['replication']:.2f}" for c in summary["claims"])
         description = tags["mlflow.note.content"]
         assert description.startswith("## Claims (confirmatory") and all(
-            f"| {c['name']} | {c['statement']} |" in description and f"**{c['verdict']}**{size_text(c)}: {c['why']}" in description
-            for c in summary["claims"])
+            f"| {c.claim.name} | {c.statement} |" in description and f"**{c.verdict}**{size_text(c)}: {c.why}" in description
+            for c in read_summary(grid_dir(config) / "summary.json").claims)
 
 
 def test_store_location(monkeypatch, tmp_path):

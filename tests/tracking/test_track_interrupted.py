@@ -14,6 +14,7 @@ import sys
 import pytest
 
 from analysis.cells.summary import collect
+from analysis.claims.summary_file import write_summary
 from analysis.report.write import summarize
 from grid.folder import GridDir
 from grid.settings import Config
@@ -72,7 +73,7 @@ def grids(tmp_path_factory):
                                  for step in range(STEPS + 1, LONG_STEPS + 1)])
         write_json_atomic(GridDir.of(config).config_path, config)
         typed = Config.build(config)
-        write_json_atomic(GridDir.of(config).summary_path, summarize(typed, collect(typed, progress=False)))
+        write_summary(GridDir.of(config).summary_path, summarize(typed, collect(typed, progress=False)))
         other = tmp_path_factory.mktemp("sync_killed") / "results"
         shutil.copytree(config["results_dir"], other)
         killed = {**config, "results_dir": str(other)}

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from analysis.cells.summary import collect
+from analysis.claims.summary_file import write_summary
 from analysis.report.write import summarize
 from grid.folder import GridDir
 from grid.settings import Config
@@ -37,7 +38,7 @@ def template(tmp_path_factory):
         config = make_grid(results, grid=name, seeds=(0,), recipes=("grpo",), lags=(1,))
         write_json_atomic(GridDir.of(config).config_path, config)
         typed = Config.build(config)
-        write_json_atomic(GridDir.of(config).summary_path, summarize(typed, collect(typed, progress=False)))
+        write_summary(GridDir.of(config).summary_path, summarize(typed, collect(typed, progress=False)))
     return results
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from analysis.claims.summary_file import read_summary
 from analysis.claims.verdicts import replication_text
 from analysis.report.colors import recipe_colour
 from analysis.report.dynamics import BAND, dynamics_keys
@@ -142,7 +143,8 @@ def interval_keys(config: dict) -> list[str]:
     """The intervals' charts' image keys: each recipe's staleness cost at each lag but the reference, each tested
     claim's contrast."""
     summary = GridDir.of(config).read_summary()
-    keys = [cost_key(staleness_cost_metric(config["claims"]), lag) for lag in summary["lags"]
+    keys = [cost_key(staleness_cost_metric(read_summary(GridDir.of(config).summary_path).claims), lag)
+            for lag in summary["lags"]
             if lag != summary["reference_lag"]]
     return keys + [claim_key(claim["name"]) for claim in summary["claims"] if claim["verdict"] != NOT_TESTED]
 
@@ -186,10 +188,10 @@ def parent_run_page(dom: str, config: dict) -> list[str]:
             for row in dom.split('role="row"')[1:]]
     shown = {row[0]: " | ".join(row[1:]) for row in rows if len(row) > 1}
     missing = []
-    for claim in GridDir.of(config).read_summary()["claims"]:
-        row = shown.get(claim["name"], "")
-        missing += [f"claim {claim['name']}: {part}" for part in (
-            f"{claim['verdict']} | {claim_text(claim)} | {replication_text(claim, with_range=True)}",) if part not in row]
+    for claim in read_summary(GridDir.of(config).summary_path).claims:
+        row = shown.get(claim.claim.name, "")
+        missing += [f"claim {claim.claim.name}: {part}" for part in (
+            f"{claim.verdict} | {claim_text(claim)} | {replication_text(claim, with_range=True)}",) if part not in row]
     views = ["stalebench-intervals", *(f"stalebench-{kind}-lag{lag}" for kind in ("dynamics", "cells", "seeds")
                                        for lag in config["lags"])]
     missing += [f"a link to the view {view}" for view in views if f"viewStateShareKey={view}" not in dom]

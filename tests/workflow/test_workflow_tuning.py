@@ -117,7 +117,7 @@ def test_the_autumn_field_trains_198_tuning_runs_then_110_at_the_first_look_and_
     view = model.confirmation({recipe: candidates.values[0] for recipe, candidates in model.tuning.candidates.items()})
     assert len(model.tuning.runs()) == 11 * 3 * 2 * 3 and len(view.first_look()) == 11 * 2 * 5
     # later looks add seeds only to the cells a claim reads: at most those to 12 seeds, the others at 5
-    claimed = {cell for claim in view.claims for cell in claim.read_cells(view.reference_lag)}
+    claimed = {cell for claim in view.claims for cell in claim.read_cells()}
     most = len(view.first_look()) + sum(len(look_runs(view, sorted(claimed), look)) for look in (2, 3))
     assert len(claimed) == 12 and most == 12 * 12 + 10 * 5
 
