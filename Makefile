@@ -23,9 +23,10 @@ $(VENV)/.installed: pyproject.toml requirements.lock envs/setup_venv.py
 demo: setup
 	$(BIN)/stalebench run -c$(CORES) $(if $(filter-out config.yaml,$(CONFIG)),--configfile $(CONFIG))
 
-# the tests on CORES pytest-xdist workers, side by side (tests/README.md: what runs apart)
+# the tests on CORES pytest-xdist workers, side by side (tests/README.md: what runs apart); the log ends with
+# the 25 slowest tests' times, so a CI run names what its wall time went to (tests/README.md, "The slowest tests")
 test: setup
-	$(BIN)/python -m pytest -q -n $(CORES)
+	$(BIN)/python -m pytest -q -n $(CORES) --durations=25
 
 test-quick: setup
 	$(BIN)/python -m pytest -q -n $(CORES) -m "not slow and not slurm and not browser"

@@ -7,7 +7,8 @@ file holds one entry per attempt (engines.train), oldest first:
     {"attempts": [{
         "started", "finished"        UTC ISO 8601 times; finished is null while running or after a kill
         "status"                     the engine's status at the end (completed | diverged | failed), or null
-        "engine_version"             the engine's arithmetic version (harness.engine.Engine.arithmetic_version)
+        "arithmetic_version"         the engine's arithmetic version (harness.engine.Engine.arithmetic_version;
+                                     attempts recorded before it had this name hold it as "engine_version")
         "git_commit", "git_dirty"    the checkout's HEAD and whether tracked or new files differ from it
                                      (null, null outside a git checkout)
         "stalebench", "python", "torch", "lm_eval"   versions (null if not installed)
@@ -112,12 +113,12 @@ def collect() -> dict:
     }
 
 
-def start_attempt(run: RunDir, engine_version: int = 1) -> None:
-    """Append this attempt (started now, not finished) to the run's provenance.json; ``engine_version``:
+def start_attempt(run: RunDir, arithmetic_version: int = 1) -> None:
+    """Append this attempt (started now, not finished) to the run's provenance.json; ``arithmetic_version``:
     the arithmetic the engine computes it with (harness.engine.Engine.arithmetic_version)."""
     record = run.read_provenance() or {"attempts": []}
-    record["attempts"].append({"started": now(), "finished": None, "status": None, "engine_version": engine_version,
-                               **collect()})
+    record["attempts"].append({"started": now(), "finished": None, "status": None,
+                               "arithmetic_version": arithmetic_version, **collect()})
     run.write_provenance(record)
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from harness.engine import Engine, register
 
-from .params import MODEL_KNOBS, NULL_CHECK_KNOBS, WARMSTART_KNOBS, engine_version, resolve_engine_params
+from .params import MODEL_KNOBS, NULL_CHECK_KNOBS, WARMSTART_KNOBS, arithmetic_version, resolve_engine_params
 
 
 def _train(run_config, run_dir) -> str:
@@ -64,6 +64,6 @@ ENGINE = register(Engine(
     },
     step_minutes=0.01,
     supplies=("sampler_logp", "sampler_entropy"),  # the rollout keeps the sampler's full log-probs (logmu_full)
-    arithmetic_version=engine_version,  # params.py: version 1 is the absence of the key (run keys unchanged)
+    arithmetic_version=arithmetic_version,  # params.py: version 1 is the absence of the key (run keys unchanged)
     packs_runs=True,  # runs of seconds: a process per run would spend ~15% of its CPU starting up
 ))

@@ -20,14 +20,14 @@ from .model import ModelConfig, TinyMoELM, TinyPolicy
 
 WEIGHTS, CONFIG = "model.safetensors", "config.json"
 RESUME_TENSORS, RESUME_META = "state.safetensors", "state.json"  # a trainer's resume state (engines.tiny.trainer)
-# replace_dir_atomic builds the new version in .<name>.tmp-*, moves the one it replaces to
+# replace_dir_atomic builds the new copy in .<name>.tmp-*, moves the one it replaces to
 # .<name>.old-*/x, then swaps the new one in
 _BUILDING, _ASIDE, _MOVED = ".tmp-", ".old-", "x"
 
 
 def replace_dir_atomic(directory: str | Path, fill) -> Path:
     """Build a directory with ``fill(tmp_path)`` in a temp dir beside ``directory``, then swap it in.
-    The swap is two renames (the old version aside, the new one in): a kill between them leaves no
+    The swap is two renames (the old copy aside, the new one in): a kill between them leaves no
     ``directory``, which recover_replaced_dir puts back."""
     directory = Path(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
@@ -49,8 +49,8 @@ def replace_dir_atomic(directory: str | Path, fill) -> Path:
 
 def recover_replaced_dir(directory: str | Path) -> None:
     """Undo a replace_dir_atomic that a kill interrupted: when ``directory`` is missing, the last
-    version moved aside (complete: it was in place) goes back; every leftover temp dir beside it
-    (an unfinished new version, or an old one not yet deleted) is removed."""
+    copy moved aside (complete: it was in place) goes back; every leftover temp dir beside it
+    (an unfinished new copy, or an old one not yet deleted) is removed."""
     directory = Path(directory)
     if not directory.parent.is_dir():
         return

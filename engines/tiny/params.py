@@ -7,7 +7,7 @@ demo        close to a single-file prototype (not in this repository): 16 prompt
             2 Adam minibatches per step, but lr 3e-4 (at the prototype's 5e-4 GRPO collapsed
             here even at lag 1). Fixed-clip GRPO loses ~0.14 greedy exact match at lag 8 vs 1.
 stress      demo at lr 7e-4 and engine version 2 (its calibration: docs/demo-calibration.md; C1 below was
-            version 1's), for the collapse statistics, with CONSTANT lag (workflow/presets/field.yaml:
+            engine version 1's), for the collapse statistics, with CONSTANT lag (workflow/presets/field.yaml:
             200 steps, eval on 64 problems x 4 samples). Calibrated on GRPO only, 10 seeds per cell, dev box:
             collapse lag 1 1/10, lag 2 0/10, lag 4 0/10, lag 8 6/10, lag 16 5/10 (target: lag 8 >= 1/3,
             lag 1 <= 1/10). With interval lag (realized lag cycling 1..lag) lag 8 collapsed only 1/10:
@@ -17,9 +17,11 @@ llm-regime  a lower-entropy policy (150 warm-start steps instead of 100: greedy 
             tail, like the paper's d-bar column, with SAT's quantile q far below log(1 + eps_high)
             so that its gate binds at both lags.
 
-version (any preset): the engine's arithmetic, 1 (default), 2 or 3. A run's resolved params carry it only
-when it is not 1, so every run key of the engine before versions existed is unchanged (a finished grid
-is not refused after an upgrade); provenance.json records it for every run. 1: the arithmetic all
+version (any preset): the engine's arithmetic version, 1 (default), 2 or 3 (in code `arithmetic`: in this
+engine a bare "version" is a policy version, the step of the weights a snapshot holds, harness.lag).
+A run's resolved params carry it only when it is not 1, so every run key of the engine before versions
+existed is unchanged (a finished grid is not refused after an upgrade); provenance.json records it for
+every attempt (`arithmetic_version`). 1: the arithmetic all
 results up to issue 48 were computed with, kept bit for bit. 2 (issue 48): a bfloat16 rollout samples with whichever arithmetic is fastest on the CPU at hand
 (rollout.py's fast_bf16_matmuls: bf16 kernels with AVX512-BF16, else the bf16 engine's arithmetic in
 float32, rollout_bf16.py), and the float32 sampler pass that only d/lag_mean_abs and d/impl_mean_abs
@@ -37,7 +39,7 @@ from __future__ import annotations
 
 # the rollout engine's weights and arithmetic (rollout.py; bfloat16_emulated: rollout_bf16.py)
 ROLLOUT_DTYPES = ("bfloat16", "float16", "float32", "bfloat16_emulated")
-ENGINE_VERSIONS = (1, 2, 3)  # the arithmetic (the module docstring); 1 = before versions existed
+ARITHMETIC_VERSIONS = (1, 2, 3)  # engine_params.version (the module docstring); 1 = before versions existed
 MODEL_KNOBS = ("width", "layers", "heads", "experts", "top_k", "expert_hidden")
 WARMSTART_KNOBS = ("warmstart_steps", "warmstart_lr", "warmstart_batch", "warmstart_seed")
 # what the lag-0 null check reads besides the base model (engines/tiny/null_ratios.py): the sampler
@@ -82,15 +84,15 @@ def resolve_engine_params(engine_params: dict | None) -> dict:
     return resolved
 
 
-def engine_version(params: dict) -> int:
+def arithmetic_version(params: dict) -> int:
     """The arithmetic version of resolved params (the module docstring)."""
     return params.get("version", 1)
 
 
 def _check(p: dict) -> None:
-    version = p.get("version", 1)
-    if isinstance(version, bool) or version not in ENGINE_VERSIONS:
-        raise ValueError(f"engine_params.version must be one of {list(ENGINE_VERSIONS)}, got {version!r}")
+    arithmetic = p.get("version", 1)
+    if isinstance(arithmetic, bool) or arithmetic not in ARITHMETIC_VERSIONS:
+        raise ValueError(f"engine_params.version must be one of {list(ARITHMETIC_VERSIONS)}, got {arithmetic!r}")
     positive_ints = MODEL_KNOBS + ("warmstart_steps", "warmstart_batch", "prompts_per_step",
                                    "samples_per_step", "minibatches", "progress_every")
     for key in positive_ints:

@@ -73,20 +73,20 @@ def response_mask(response: torch.Tensor) -> torch.Tensor:
 
 
 class RolloutEngine:
-    def __init__(self, config: ModelConfig, dtype: str, temperature: float, version: int = 1):
-        """``version``: the engine's arithmetic (params.py). Versions 2 and 3 sample a bfloat16 rollout with
+    def __init__(self, config: ModelConfig, dtype: str, temperature: float, arithmetic: int = 1):
+        """``arithmetic``: the engine's arithmetic version (params.py). Versions 2 and 3 sample a bfloat16 rollout with
         whichever arithmetic is fastest on this CPU: bf16 kernels where they are fast (fast_bf16_matmuls),
         else the bf16 engine's arithmetic in float32 (rollout_bf16.py: no bf16 matmul, the same mismatch,
         benchmarks/bench_rollout_mismatch.py). Deterministic per machine, not across kernel levels."""
-        self.emulated = dtype == EMULATED or (version >= 2 and dtype == "bfloat16" and not fast_bf16_matmuls())
-        # version 3: a prompt's forward once for all its samples (model.generate's repeats), grouped experts
-        self.shared_prompts = version >= 3
+        self.emulated = dtype == EMULATED or (arithmetic >= 2 and dtype == "bfloat16" and not fast_bf16_matmuls())
+        # arithmetic 3: a prompt's forward once for all its samples (model.generate's repeats), grouped experts
+        self.shared_prompts = arithmetic >= 3
         self.model = (EmulatedBF16LM(config) if self.emulated else TinyMoELM(config).to(DTYPES[dtype])).eval()
-        self.sampler_fp32 = TinyMoELM(config).eval()  # the same version in float32: pi_l
+        self.sampler_fp32 = TinyMoELM(config).eval()  # the same weights in float32: pi_l
         if self.shared_prompts:
             use_grouped_experts(self.model), use_grouped_experts(self.sampler_fp32)
         self.temperature = temperature
-        self.version: int | None = None
+        self.version: int | None = None  # the policy version of the weights it holds
 
     def broadcast(self, state: dict[str, torch.Tensor], version: int) -> None:
         """Receive trainer weights (cast to the engine's dtype by copy; rounded to bf16 if emulated)."""
@@ -101,7 +101,7 @@ class RolloutEngine:
     def rollout(self, step: int, problems: list[dict], samples: int, reward: str, seed: int,
                 sampler_pass: bool = True) -> Rollout:
         """``sampler_pass``: also the float32 pass of the engine's version (logp_sampler, which only
-        d/lag_mean_abs and d/impl_mean_abs read); without it logp_sampler is empty (engine version 2
+        d/lag_mean_abs and d/impl_mean_abs read); without it logp_sampler is empty (arithmetic version 2
         skips it for the rows that do not report them)."""
         prompts = torch.tensor([encode_prompt(p["prompt"]) for p in problems])
         answers = [p["answer"] for p in problems for _ in range(samples)]

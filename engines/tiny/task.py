@@ -15,7 +15,7 @@ SPLITS = ("train", "validation", "test")
 
 
 def split_of(digits: str) -> str:
-    """The split a digit string (e.g. "314159") belongs to; stable across processes and versions."""
+    """The split a digit string (e.g. "314159") belongs to; stable across processes and engine versions."""
     bucket = hashlib.blake2b(digits.encode(), digest_size=2).digest()[0] % 10
     return "validation" if bucket == 0 else "test" if bucket == 1 else "train"
 

@@ -48,7 +48,7 @@ from .checkpoint import (
     write_resume_state,
 )
 from .model import use_grouped_experts
-from .params import engine_version
+from .params import arithmetic_version
 from .prefix import forward_rows
 from .queue_rollout import generate_queued, group_record
 from .rollout import Rollout, RolloutEngine
@@ -71,17 +71,17 @@ class Trainer:
         self.progress = progress
         self.seconds = {"generate": 0.0, "train": 0.0}
 
-        base_dir, self.version = run_config.base_model, engine_version(self.params)  # the arithmetic (params.py)
+        base_dir, self.arithmetic = run_config.base_model, arithmetic_version(self.params)  # params.py
         self.base = load_model(base_dir).eval()
         for p in self.base.parameters():
             p.requires_grad_(False)
         self.model = load_model(base_dir)
-        if self.version >= 3:  # the MoE's grouped matmuls (model.use_grouped_experts)
+        if self.arithmetic >= 3:  # the MoE's grouped matmuls (model.use_grouped_experts)
             use_grouped_experts(self.base), use_grouped_experts(self.model)
         self.parameters = list(self.model.parameters())
         self.optimizer = Adam(self.model.parameters(), lr=self.params["lr"], betas=tuple(self.params["adam_betas"]))
         self.engine = RolloutEngine(self.model.config, self.params["rollout_dtype"], self.params["temperature"],
-                                    self.version)
+                                    self.arithmetic)
         self.snapshots: dict[int, dict[str, torch.Tensor]] = {0: self.state_copy()}
         self.step, self.canary_stop = 0, canary_stop
         self.in_flight: Rollout | None = None
@@ -102,9 +102,9 @@ class Trainer:
                                    seed=step_seed(self.seed, step, 1), sampler_pass=self.sampler_pass(step))
 
     def sampler_pass(self, step: int) -> bool:
-        """Whether the batch of ``step`` gets the float32 pass of d/lag_mean_abs, d/impl_mean_abs (version >= 2:
+        """Whether the batch of ``step`` gets the float32 pass of d/lag_mean_abs, d/impl_mean_abs (arithmetic >= 2:
         checkpoint steps)."""
-        return self.version == 1 or step % self.eval_every == 0 or step == self.steps
+        return self.arithmetic == 1 or step % self.eval_every == 0 or step == self.steps
 
     # ---------------------------------------------------------------- trainer side
     def train_on(self, batch: Rollout) -> dict:
@@ -123,8 +123,8 @@ class Trainer:
         return [slice(start, start + size) for start in range(0, rows, size)]
 
     def forward(self, model, inputs: torch.Tensor, rows: slice, replay: torch.Tensor | None, plen: int):
-        """``model``'s forward on the batch's ``rows`` (prefix.forward_rows: from version 3, prompts once per group)."""
-        return forward_rows(model, inputs, rows, replay, plen, self.params["samples_per_step"] if self.version >= 3 else 1)
+        """``model``'s forward on the batch's ``rows`` (prefix.forward_rows: from arithmetic 3, prompts once per group)."""
+        return forward_rows(model, inputs, rows, replay, plen, self.params["samples_per_step"] if self.arithmetic >= 3 else 1)
 
     def recompute(self, batch: Rollout) -> Recomputed:
         """The trainer's view of the batch before any update: old_logp with the current weights
@@ -218,7 +218,7 @@ class Trainer:
         checkpoint=False (a stop before the time limit): no checkpoint, so evaluation is unchanged."""
         self.run_dir.append_metrics(pending_rows)
         tensors = state_tensors(self.model, self.optimizer, self.snapshots, self.in_flight.tensors())
-        meta = {"step": self.step, "snapshots": sorted(self.snapshots), "engine_version": self.engine.version,
+        meta = {"step": self.step, "snapshots": sorted(self.snapshots), "rollout_policy_version": self.engine.version,
                 "batch": {"step": self.in_flight.step, "version": self.in_flight.version,
                           "group_versions": self.in_flight.group_versions},
                 "run_key": self.run_key, "checkpoint": checkpoint}
@@ -271,7 +271,7 @@ class Trainer:
         if previous and previous.get("status") in ("completed", "diverged"):
             return previous["status"]  # finished runs are not redone
         torch.set_num_threads(1)
-        # a kill inside a swap (replace_dir_atomic) leaves the previous version aside
+        # a kill inside a swap (replace_dir_atomic) leaves the previous copy aside
         recover_replaced_dirs(self.run_dir.train_dir)  # the resume state
         recover_replaced_dirs(self.run_dir.checkpoints_dir)
         if self.resume_dir.exists():

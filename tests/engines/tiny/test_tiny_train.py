@@ -149,6 +149,28 @@ def test_a_run_whose_resume_state_was_deleted_trains_again_to_the_same_bits(base
     assert_same_run(scratch / "run", reference, "resume state deleted")
 
 
+def test_a_resume_state_written_before_the_policy_version_was_named_apart_resumes_to_the_same_bits(
+        base, uninterrupted, scratch, monkeypatch):
+    """The resume meta names the rollout engine's weights by their policy version
+    (``rollout_policy_version``); a run folder from before (issue 60, item 3) holds it as
+    ``engine_version``, the name provenance.json gave the arithmetic. Such a folder resumes to the
+    uninterrupted run's bits."""
+    reference, _ = uninterrupted
+    cfg, folder = config(base, **KILLED), scratch / "old"
+    polls = iter(range(1, 100))  # the trainer polls once per step: "near" at step 7 stops it there
+    monkeypatch.setattr(engines.tiny.trainer, "time_limit_near", lambda: next(polls) == 7)
+    with pytest.raises(TimeLimitReached, match="after step 7"):
+        Trainer(RunConfig.check(cfg), RunDir(folder)).run()
+    monkeypatch.undo()
+    meta_path = folder / "train" / "resume" / "state.json"
+    meta = json.loads(meta_path.read_text())
+    assert meta["step"] == 7 and "engine_version" not in meta
+    meta["engine_version"] = meta.pop("rollout_policy_version")  # the key as the trainer wrote it before
+    meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+    assert run(cfg, folder) == "completed"
+    assert_same_run(folder, reference, "a resume state with the old key")
+
+
 def test_a_run_folder_outside_a_grids_layout_is_refused_by_name(base, scratch, capsys):
     """The workflow's run configs name the base model relative to the grid folder, which the run
     folder's place in the grid's layout gives: a folder elsewhere is an error saying so."""

@@ -14,7 +14,7 @@ from torch.profiler import ProfilerActivity, profile
 from engines.tiny import rollout as rollout_module
 from engines.tiny.checkpoint import load_model
 from engines.tiny.model import generate, use_grouped_experts
-from engines.tiny.params import engine_version, resolve_engine_params
+from engines.tiny.params import arithmetic_version, resolve_engine_params
 from engines.tiny.prefix import forward_rows
 from engines.tiny.trainer import Trainer
 from grid.config import validate
@@ -44,10 +44,10 @@ def test_the_run_keys_of_before_versions_come_back_with_version_1(preset, scratc
 
 def test_version_1_is_the_absence_of_the_key_and_version_2_a_new_run_key(base):
     assert resolve_engine_params({"version": 1}) == resolve_engine_params({})
-    assert "version" not in resolve_engine_params({}) and engine_version(resolve_engine_params({})) == 1
-    assert engine_version(resolve_engine_params({"preset": "stress", "version": 2})) == 2
+    assert "version" not in resolve_engine_params({}) and arithmetic_version(resolve_engine_params({})) == 1
+    assert arithmetic_version(resolve_engine_params({"preset": "stress", "version": 2})) == 2
     assert run_key(config(base, version=1)) == run_key(config(base)) != run_key(config(base, version=2))
-    assert engine_version(resolve_engine_params({"version": 3})) == 3
+    assert arithmetic_version(resolve_engine_params({"version": 3})) == 3
     assert run_key(config(base, version=3)) not in (run_key(config(base)), run_key(config(base, version=2)))
     for bad in (4, 0, True, "2"):
         with pytest.raises(ValueError, match="version"):
@@ -96,13 +96,13 @@ def test_version_2_without_fast_bf16_samples_emulated_and_resumes_bit_for_bit(ba
 
 
 
-def test_provenance_records_the_engine_version(base, scratch):
+def test_provenance_records_the_arithmetic_version(base, scratch):
     from engines.train import run
 
     for version in (1, 2, 3):
         assert run(config(base, steps=1, eval_every=1, version=version), scratch / f"v{version}") == "completed"
         attempts = read_json(scratch / f"v{version}" / "provenance.json")["attempts"]
-        assert attempts[-1]["engine_version"] == version and isinstance(attempts[-1]["onednn_bf16"], bool)
+        assert attempts[-1]["arithmetic_version"] == version and isinstance(attempts[-1]["onednn_bf16"], bool)
 
 
 @pytest.mark.parametrize("replayed", [False, True])
