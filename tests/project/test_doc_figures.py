@@ -38,3 +38,29 @@ def test_a_figure_changed_by_hand_is_seen(tmp_path):
     figures = json.loads((FIGURES / "replication.json").read_text())
     figures["wide"]["largest"] = round(figures["wide"]["largest"] + 0.01, 3)
     assert _flat(summary(figures)) not in _statistics()
+
+
+def _rows(text: str, heading: str) -> list[list[str]]:
+    """The body rows (past the header and its rule) of the first table from the line that starts with `heading`."""
+    lines = text[text.index(heading):].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    table = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        table.append([cell.strip() for cell in line.strip("|").split("|")])
+    return table[2:]
+
+
+def test_the_readmes_claim_table_is_the_demos():
+    """README's demo claims are docs/figures/demo_table.md's, which is `make demo`'s results/demo/table.md as
+    written (copied by `cp results/demo/table.md docs/figures/demo_table.md`): estimate and interval, outcome
+    and the chance a rerun repeats it, claim by claim in the declared order."""
+    demo = _rows((FIGURES / "demo_table.md").read_text(), "## Claims")
+    readme = _rows((ROOT / "README.md").read_text(), "| claim (smallest effect")
+    assert len(readme) == len(demo) == 4
+    for shown, written in zip(readme, demo):
+        estimate, outcome, repeats = shown[1], shown[2], shown[3]
+        assert written[2].startswith(estimate + " points"), (estimate, written[2])
+        assert written[3].startswith(f"**{outcome.split(',')[0]}**"), (outcome, written[3])
+        assert written[4].split()[0] == repeats, (repeats, written[4])
