@@ -9,12 +9,14 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from analysis.statistics.predictive import COLLAPSE_DRAWS, DRAWS, RERUNS
 from grid.claims import NOT_TESTED, Claim
 
-REPLICATION_METHOD = ("posterior predictive: one rerun of the design (its looks and levels) per draw of 4000 "
-                      "from the posterior of the per-seed contrast's mean and sd (reference prior 1/sd; "
-                      "collapse: Jeffreys Beta posteriors of the rates, exact binomial reruns); the range: "
-                      "10th-90th percentiles over the posterior of the probability that a rerun agrees")
+REPLICATION_METHOD = (f"posterior predictive: {DRAWS} draws from the posterior of the per-seed contrast's mean and "
+                      f"sd (reference prior 1/sd), each read against the same {RERUNS} reruns of the design (its "
+                      f"looks and levels); collapse: {COLLAPSE_DRAWS} draws from Jeffreys Beta posteriors of the "
+                      "rates, exact binomial reruns; the point: the mean over the draws of the probability that a "
+                      "rerun agrees, the range: its 10th-90th percentiles")
 
 
 @dataclass(frozen=True)
