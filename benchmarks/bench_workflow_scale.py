@@ -59,9 +59,9 @@ def fabricate(results: Path, runs: int, steps: int, eval_every: int, train_keys:
 
 def bench_mlflow(args) -> None:
     from analysis.cells.summary import collect
+    from analysis.claims.summary_file import write_summary
     from analysis.report.write import summarize
     from grid.settings import Config
-    from harness.io import write_json_atomic
     from tracking.sync import sync
     os.environ.pop("MLFLOW_TRACKING_URI", None)
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
@@ -74,7 +74,7 @@ def bench_mlflow(args) -> None:
         start = time.perf_counter()
         grid = GridDir.of(config)
         typed = Config.build(config)
-        write_json_atomic(grid.summary_path, summarize(typed, collect(typed, progress=False)))
+        write_summary(grid.summary_path, summarize(typed, collect(typed, progress=False)))
         print(f"aggregated (statistics only) in {time.perf_counter() - start:.1f} s", flush=True)
         logged_steps = min(args.steps, args.max_train_points or args.steps)
         n_metrics = n_runs * (logged_steps * args.train_keys + 2 * 3 * (args.steps // args.eval_every))
