@@ -1,7 +1,7 @@
 """Choose a grid's seed schedule by the declared rule (docs/statistics.md, "Choosing the seed schedule"):
 among designs whose every claim ends with a final outcome with predictive probability >= TARGET
-(averaged over the assumed effects' uncertainty) and whose every look can decide, the cheapest in
-expected runs.
+(averaged over the assumed effects' uncertainty) by at least MARGIN_SE Monte Carlo standard errors of
+the evaluation, and whose every look can decide, the cheapest in expected runs.
 
     python -m analysis.claims.design_search config.yaml --from results/field      # effects a grid measured
     python -m analysis.claims.design_search config.yaml --assume NAME=effect:spread:n ... [--max-seeds 14]
@@ -37,6 +37,9 @@ from grid.settings import Config
 from harness.io import write_json_atomic
 
 TARGET = 0.8  # each claim's predictive P(final outcome)
+# P(final) must clear TARGET by this many Monte Carlo se (binomial over the draws): a pick 0.1 se above it
+# (issue 63: 0.8005 at 4,000 draws) is rejected by a fresh evaluation about half the time; at 2 se, 2.3%.
+MARGIN_SE = 2.0
 DECIDE = 0.05  # at each look but the last, P(a claim open there stops there), pooled
 DRAWS = 4000
 SEED = 20261203
@@ -89,11 +92,16 @@ def evaluate(config: Config, design: Design, assumed: dict, draws: int = DRAWS, 
     decides = [float(np.mean(stopped[stopped >= k] == k)) if np.any(stopped >= k) else 1.0
                for k in range(len(design.looks) - 1)]
     runs = runs_per_draw(config, claims, stops, design.looks)
+    errors = {name: math.sqrt(p * (1 - p) / draws) for name, p in finals.items()}  # binomial, 1 se
     return {"design": str(design), "looks": list(design.looks), "boundary": design.boundary, "final": finals,
-            "final_error": {name: math.sqrt(p * (1 - p) / draws) for name, p in finals.items()},  # binomial, 1 se
-            "decides": decides, "expected_runs": float(runs.mean()), "runs_error": float(runs.std() / math.sqrt(draws)),
-            "most_runs": int(runs.max()),
-            "qualifies": min(finals.values()) >= TARGET and all(d >= DECIDE for d in decides)}
+            "final_error": errors, "decides": decides, "expected_runs": float(runs.mean()),
+            "runs_error": float(runs.std() / math.sqrt(draws)), "most_runs": int(runs.max()),
+            "qualifies": clears_target(finals, errors) and all(d >= DECIDE for d in decides)}
+
+
+def clears_target(finals: dict, errors: dict) -> bool:
+    """Whether every claim's P(final) is at least TARGET + MARGIN_SE of its Monte Carlo se."""
+    return all(p - MARGIN_SE * errors[name] >= TARGET for name, p in finals.items())
 
 
 def parse_design(text: str) -> Design:
@@ -140,7 +148,8 @@ def margin(rows: list[dict]) -> str:
 
 def render(rows: list[dict], declared: dict | None, top: int) -> str:
     names = list(rows[0]["final"]) if rows else []
-    lines = [f"target: every claim's predictive P(final) >= {TARGET}; every look but the last decides >= {DECIDE}",
+    lines = [f"target: every claim's predictive P(final) >= {TARGET} + {MARGIN_SE:g} Monte Carlo se; every look but "
+             f"the last decides >= {DECIDE}",
              "", "| rank | design | expected runs | most runs | " + " | ".join(f"P(final) {n}" for n in names)
              + " | P(stop) at each look before the last | qualifies |", "|---" * (len(names) + 6) + "|"]
     shown = [(str(i + 1), r) for i, r in enumerate(rows[:top])] + ([("declared", declared)] if declared else [])

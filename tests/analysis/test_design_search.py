@@ -55,8 +55,8 @@ def test_the_uncertain_effect_lowers_p_final_below_the_point_estimates():
 
 
 def test_the_search_ranks_the_qualifying_designs_cheapest_first_and_names_a_missing_assumption():
-    rows = ds.search(DEMO, FIELD, [ds.Design((12,), None), ds.Design((3,), None), ds.Design((10,), None)], draws=2000)
-    assert [(r["design"], r["qualifies"]) for r in rows] == [("10 (fixed)", True), ("12 (fixed)", True), ("3 (fixed)", False)]
+    rows = ds.search(DEMO, FIELD, [ds.Design((14,), None), ds.Design((3,), None), ds.Design((12,), None)], draws=2000)
+    assert [(r["design"], r["qualifies"]) for r in rows] == [("12 (fixed)", True), ("14 (fixed)", True), ("3 (fixed)", False)]
     with pytest.raises(ValueError, match="sat_gspo_cost_within_10_points"):
         ds.search(DEMO, {k: v for k, v in SURE.items() if k != "sat_gspo_cost_within_10_points"}, [], draws=10)
     assert parse_assumption("a=0.1:0.02:7") == ("a", (0.1, 0.02, 7)) and parse_assumption("a=0.1:0.02") == ("a", (0.1, 0.02))
@@ -99,6 +99,17 @@ def test_the_pick_is_printed_with_its_margin_against_the_monte_carlo_error():
     row = ds.evaluate(DEMO, ds.Design((5,), None), FIELD, draws=400)
     p = row["final"]["sat_gspo_cost_below_gspo"]
     assert row["final_error"]["sat_gspo_cost_below_gspo"] == pytest.approx((p * (1 - p) / 400) ** 0.5)
+
+
+def test_a_design_qualifies_only_clear_of_the_target_by_two_monte_carlo_se():
+    """Issue 63: the pick's 0.8005 at 4,000 draws (se 0.0063) is 0.1 se above the 0.8 target; the rule asks
+    for P(final) - 2 se >= 0.8, so it no longer qualifies, while 0.8127 (2.02 se above) does."""
+    assert ds.MARGIN_SE == 2.0
+    assert not ds.clears_target({"a": 1.0, "b": 0.8005}, {"a": 0.0, "b": 0.0063})
+    assert not ds.clears_target({"b": 0.812}, {"b": 0.0063})  # 1.9 se above
+    assert ds.clears_target({"a": 1.0, "b": 0.8127}, {"a": 0.0, "b": 0.0063})
+    row = ds.evaluate(DEMO, ds.Design((5,), None), SURE, draws=200)
+    assert row["qualifies"] and row["final_error"] == {name: 0.0 for name in SURE}  # every draw final: no error
 
 
 def test_named_designs_are_parsed_and_a_malformed_one_is_refused_naming_the_option():
