@@ -9,8 +9,8 @@ their smallest effect). Two distributions of truths (per-seed contrasts: mean, s
 docs/findings.md table it comes from; a staleness cost read as a "less" and as an "equivalent" claim, a
 difference of costs as a "greater" one), and **wide**, evenly spaced truths (directional every 2 points
 from -14 to +34, equivalence 0 to 22; sd 6), the boundaries 0 and +-delta among them. For each truth
-first runs of the design are simulated by this file's own code (numpy seeds, scipy's t, the outcome table
-written out again); each prints, from its own data at its stopping look, the project's posterior
+first runs of the design are simulated by the benches' own code (benchmarks/replication_truths.py: numpy
+seeds, scipy's t, the outcome table written out again); each prints, from its own data at its stopping look, the project's posterior
 predictive (analysis.statistics.predictive, flat prior), and on the field also under a normal prior fitted
 to the field's effects (empirical Bayes). The truth it is checked against: the chance that a rerun at the
 true effect gives that run's outcome (``--truth-reruns`` reruns). Per bin of the printed value: mean
@@ -23,7 +23,6 @@ is what docs/statistics.md quotes). Seeded: the same arguments print the same fi
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import sys
 import time
@@ -33,106 +32,37 @@ import numpy as np
 from scipy import stats
 from statsmodels.stats.proportion import confint_proportions_2indep
 
-from analysis.statistics.boundaries import look_levels
-from analysis.statistics.intervals import ALPHA
 from analysis.statistics.predictive import collapse_agreement, contrast_agreement
-from grid.config import load
-from grid.settings import Config
+from benchmarks.replication_truths import (
+    FIELD,
+    FIELD_SEED,
+    FINAL,
+    MIN_RUNS,
+    ROOT,
+    TARGET,
+    Design,
+    calibration,
+    classify,
+    field_truths,
+    first_runs,
+    shares,
+    verdict,
+)
 from harness.io import write_json_atomic, write_text_atomic
 
-ROOT = Path(__file__).resolve().parents[1]
-FIELD = ROOT / "benchmarks" / "data" / "field_contrasts.csv"
 WIDE_SD = 6.0
 WIDE = {"greater": tuple(range(-14, 35, 2)), "equivalent": tuple(range(0, 23, 2))}  # equivalence is symmetric
-FIELD_EXPECTS = {"cost": ("less", "equivalent"), "difference": ("greater",)}
 RATE_DELTA = 0.2
 RATE_TRUTHS = tuple((x, y) for x in (0.1, 0.3, 0.5, 0.7, 0.9) for y in (0.1, 0.3, 0.5, 0.7, 0.9))  # evenly spread
-BINS = (0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 0.97, 1.0001)
-TARGET, MIN_RUNS = 0.03, 30
 SPLIT = 0.2  # a truth "splits" where its second most common outcome has at least this share of runs
-DIRECTIONAL = ("exceeds", "below effect", "negligible", "opposite")
-FINAL = {"greater": DIRECTIONAL, "less": DIRECTIONAL, "equivalent": ("negligible", "exceeds")}
-
-
-class Design:
-    """The declared design of a config: looks, boundary, each claim's level and smallest effect (points)."""
-
-    def __init__(self, path: Path):
-        config = Config.build(load(path))
-        if config.seeding is None:
-            self.looks, self.boundary = (len(config.seeds),), None
-        else:
-            self.looks, self.boundary = tuple(config.seeding.looks), config.seeding.boundary
-        deltas = {claim.smallest_effect for claim in config.claims if claim.scale == "points"}
-        if len(deltas) != 1:
-            raise SystemExit(f"{path}: claims on a score with one smallest_effect needed, found {sorted(deltas)}")
-        self.delta = 100 * deltas.pop()
-        self.level = ALPHA / len(config.claims)
-        self.levels = look_levels(self.looks, self.level, self.boundary) if self.boundary else (self.level,)
-        self.name = " -> ".join(map(str, self.looks)) + f" {self.boundary or '(fixed)'}, {ALPHA:g} / {len(config.claims)}"
-
-
-def field_truths(path: Path = FIELD) -> tuple[list[tuple[str, str, float, float]], dict]:
-    """(label, expect, mean, per-seed sd) of each field contrast and claim kind (module docstring), and per
-    claim kind the field's spread of effects as a normal prior (mean, sd; points), empirical Bayes by moments:
-    the variance of the estimates less their mean squared standard error."""
-    lines = [line for line in path.read_text().splitlines() if not line.startswith("#")]
-    truths, kinds = [], {}
-    for row in csv.DictReader(lines):
-        n, low, high = int(row["n"]), float(row["low"]), float(row["high"])
-        sd = (high - low) / 2 / stats.t.isf(0.025, n - 1) * math.sqrt(n)
-        truths += [(row["contrast"], expect, float(row["estimate"]), sd) for expect in FIELD_EXPECTS[row["kind"]]]
-        kinds.setdefault(row["kind"], []).append((float(row["estimate"]), sd ** 2 / n))
-    priors = {}
-    for kind, rows in kinds.items():
-        estimates, variances = np.array(rows).T
-        width = math.sqrt(max(np.var(estimates, ddof=1) - variances.mean(), 1.0))
-        priors.update({expect: (float(estimates.mean()), width) for expect in FIELD_EXPECTS[kind]})
-    return truths, priors
-
-
-def classify(low, high, delta: float, expect: str) -> np.ndarray:
-    """The outcome table of docs/statistics.md, written out again (not analysis.statistics.decision)."""
-    out = np.full(np.shape(low), "undecided", dtype=object)
-    if expect == "less":  # the mirror of greater
-        low, high = -high, -low
-    if expect != "equivalent":
-        rows = [("negligible", (low > -delta) & (high < delta)), ("opposite", high < 0), ("claimed sign", low > 0),
-                ("below effect", (low > 0) & (high < delta)), ("exceeds", low >= delta)]
-    else:
-        rows = [("nonzero", (low > 0) | (high < 0)), ("exceeds", (low >= delta) | (high <= -delta)),
-                ("negligible", (low > -delta) & (high < delta))]
-    for name, where in rows:  # later rows win
-        out[where] = name
-    return out
-
-
-def read_design(seeds: np.ndarray, expect: str, design: Design):
-    """(outcome, mean, sd, n at the look it stopped) of each row of per-seed contrasts."""
-    runs, result = len(seeds), np.full(len(seeds), "", dtype=object)
-    mean, sd, n_at = np.zeros(runs), np.zeros(runs), np.zeros(runs, dtype=int)
-    for k, (n, level) in enumerate(zip(design.looks, design.levels)):
-        m, s = seeds[:, :n].mean(axis=1), seeds[:, :n].std(axis=1, ddof=1)
-        half = stats.t.isf(level / 2, n - 1) * s / math.sqrt(n)
-        names = classify(m - half, m + half, design.delta, expect)
-        stop = (result == "") & (np.isin(names, FINAL[expect]) | (k == len(design.looks) - 1))
-        result[stop], mean[stop], sd[stop], n_at[stop] = names[stop], m[stop], s[stop], n
-    return result, mean, sd, n_at
-
-
-def shares(names: np.ndarray) -> dict:
-    values, counts = np.unique(names, return_counts=True)
-    return dict(zip(values, counts / len(names)))
 
 
 def contrast_runs(truths, design: Design, runs: int, truth_reruns: int, seed: int, priors: dict | None = None):
     """Per truth: (label, expect, truth, its outcome shares, the first runs' shares, [(printed, true, range low,
     range high) per first run], the same printed under ``priors`` (per claim kind, points) or None)."""
-    rng = np.random.default_rng(seed)
     out = []
-    for label, expect, mean, sd in truths:
-        truth_share = shares(read_design(rng.normal(mean, sd, (truth_reruns, design.looks[-1])), expect, design)[0])
-        names, means, sds, n_at = read_design(rng.normal(mean, sd, (runs, design.looks[-1])), expect, design)
+    for label, expect, mean, _, truth_share, (names, means, sds, n_at) in first_runs(truths, design, runs,
+                                                                                     truth_reruns, seed):
         rows, prior_rows = [], []
         for name, m, s, n in zip(names, means, sds, n_at):
             args = (m / 100, s / 100, s / 100 / math.sqrt(n), n - 1, design.looks, design.levels, design.delta / 100,
@@ -144,37 +74,6 @@ def contrast_runs(truths, design: Design, runs: int, truth_reruns: int, seed: in
                 prior_rows.append((point, truth_share.get(name, 0.0), low, high))
         out.append((label, expect, mean, truth_share, shares(names), rows, prior_rows or None))
     return out
-
-
-def calibration(rows) -> tuple[list[str], list[dict]]:
-    """The per-bin table of (printed, true, range low, range high) rows, and its figures."""
-    data = np.array(rows)
-    lines = ["| printed | runs | mean printed | mean true | printed - true | Monte Carlo error (1 se) | "
-             f"within {TARGET} | true in the 80% range |", "|---" * 8 + "|"]
-    figures = []
-    for low, high in zip(BINS, BINS[1:]):
-        inside = (data[:, 0] >= low) & (data[:, 0] < high)
-        cells = [f"{low:.2f}-{min(high, 1):.2f}", str(int(inside.sum()))]
-        if inside.sum() < 2:
-            lines.append("| " + " | ".join(cells + ["–"] * 6) + " |")
-            continue
-        part = data[inside]
-        diff = part[:, 0].mean() - part[:, 1].mean()
-        error = float(np.std(part[:, 0] - part[:, 1], ddof=1) / math.sqrt(len(part)))
-        covered = float(np.mean((part[:, 2] <= part[:, 1]) & (part[:, 1] <= part[:, 3])))
-        counted = len(part) >= MIN_RUNS
-        met = ("yes" if abs(diff) <= TARGET else "**no**") if counted else f"(< {MIN_RUNS} runs)"
-        cells += [f"{part[:, 0].mean():.3f}", f"{part[:, 1].mean():.3f}", f"{diff:+.3f}", f"{error:.3f}", met,
-                  f"{covered:.2f}"]
-        lines.append("| " + " | ".join(cells) + " |")
-        figures.append({"bin": cells[0], "runs": len(part), "printed": round(float(part[:, 0].mean()), 3),
-                        "true": round(float(part[:, 1].mean()), 3), "difference": round(float(diff), 3),
-                        "error": round(error, 3), "counted": counted, "covered": round(covered, 2)})
-    covered = float(np.mean((data[:, 2] <= data[:, 1]) & (data[:, 1] <= data[:, 3])))
-    lines.append(f"| all | {len(data)} | {data[:, 0].mean():.3f} | {data[:, 1].mean():.3f} | "
-                 f"{data[:, 0].mean() - data[:, 1].mean():+.3f} | "
-                 f"{np.std(data[:, 0] - data[:, 1], ddof=1) / math.sqrt(len(data)):.3f} | | {covered:.2f} |")
-    return lines, figures
 
 
 def by_truth(results) -> tuple[list[str], dict]:
@@ -204,8 +103,7 @@ def by_truth(results) -> tuple[list[str], dict]:
 
 
 def collapse_table(design: Design, runs: int, truth_reruns: int) -> list:
-    rng = np.random.default_rng(48)
-    rows = []
+    rng, rows = np.random.default_rng(48), []
     for rate_x, rate_y in RATE_TRUTHS:
         truth_share = shares(collapse_runs(rate_x, rate_y, truth_reruns, design, rng)[0])
         names, counts = collapse_runs(rate_x, rate_y, runs, design, rng)
@@ -309,18 +207,14 @@ def main(argv: list[str] | None = None) -> None:
         f"{design.delta:g} points)", "")
     field, priors = field_truths(args.field)
     wide = [("wide", expect, float(truth), WIDE_SD) for expect, truths in WIDE.items() for truth in truths]
-    for name, truths, runs, seed in (("field", field, args.runs, 47), ("wide", wide, args.wide_runs, 52)):
+    for name, truths, runs, seed in (("field", field, args.runs, FIELD_SEED), ("wide", wide, args.wide_runs, 52)):
         results = contrast_runs(truths, design, runs, args.truth_reruns, seed, priors if name == "field" else None)
         for variant, index in (("flat", 5), ("field prior", 6)):
             if results[0][index] is None:
                 continue
             key = name if variant == "flat" else f"{name}, field prior"
             table, bins = calibration([row for result in results for row in result[index]])
-            counted = [b for b in bins if b["counted"]]
-            figures[key] = {"truths": len(truths), "runs_per_truth": runs, "bins": bins, "counted_bins": len(counted),
-                            "met": all(abs(b["difference"]) <= TARGET for b in counted), "largest": max(
-                                (abs(b["difference"]) for b in counted), default=None), "largest_error": max(
-                                (b["error"] for b in counted), default=None)}
+            figures[key] = {"truths": len(truths), "runs_per_truth": runs, **verdict(bins)}
             prior = "the printed value's flat prior" if variant == "flat" else "a normal prior over the field's effects " \
                 f"of the claim's kind (empirical Bayes): {', '.join(f'{e} {m:+.1f} sd {w:.1f}' for e, (m, w) in priors.items())}"
             say(f"## Claims on a score, {name} truths ({len(truths)} truths x {runs} first runs), {prior}: calibration",

@@ -72,13 +72,21 @@ def contrast_agreement(estimate: float, spread: float, se: float, df: float, loo
     """(P(a rerun gives ``observed``), its 80% range) for a contrast measured at ``estimate`` with
     per-seed sd ``spread``, standard error ``se`` and ``df`` degrees of freedom (module docstring);
     ``prior``: a normal prior on the effect (:func:`_posterior`), used by benchmarks/bench_replication.py."""
-    looks, levels = tuple(looks), tuple(levels)
     rng = np.random.default_rng(seed)
     mu, sigma = _posterior(estimate, spread, se, df, rng, DRAWS, prior)
-    bank = _rerun_bank(rng, RERUNS, looks)
-    each = np.mean(_agrees(mu[:, None], sigma[:, None], bank, looks, levels, delta, expect, observed), axis=1)
+    each = chances_at(mu, sigma, looks, levels, delta, expect, observed, rng)
     low, high = np.quantile(each, RANGE)
     return float(np.mean(each)), float(low), float(high)
+
+
+def chances_at(mu: np.ndarray, sigma: np.ndarray, looks, levels, delta: float, expect: str, observed: str,
+               rng: np.random.Generator) -> np.ndarray:
+    """The chance of agreement at each (mu, sigma) draw: the share of the same RERUNS reruns of the design
+    (drawn from ``rng``) that give ``observed``; benchmarks/bench_replication_cause.py reads it at draws of
+    its own (the effect or the spread known)."""
+    looks, levels = tuple(looks), tuple(levels)
+    bank = _rerun_bank(rng, RERUNS, looks)
+    return np.mean(_agrees(mu[:, None], sigma[:, None], bank, looks, levels, delta, expect, observed), axis=1)
 
 
 def _binomial(n: int, rates: np.ndarray) -> np.ndarray:
