@@ -47,8 +47,8 @@ from benchmarks.replication_truths import (
     first_runs,
     shares,
     verdict,
+    write_figures,
 )
-from harness.io import write_json_atomic, write_text_atomic
 
 WIDE_SD = 6.0
 WIDE = {"greater": tuple(range(-14, 35, 2)), "equivalent": tuple(range(0, 23, 2))}  # equivalence is symmetric
@@ -234,10 +234,7 @@ def main(argv: list[str] | None = None) -> None:
     figures.update(design=design.name, config=args.config.name, minutes=round(minutes, 1),
                    arguments=sys.argv[1:] if argv is None else argv)
     say(f"run time {minutes:.1f} min", "", summary(figures))
-    if args.write:
-        args.write.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(args.write / "replication.md", "\n".join(out) + "\n")
-        write_json_atomic(args.write / "replication.json", figures)
+    write_figures(args.write, "replication", out, figures)
 
 
 if __name__ == "__main__":

@@ -42,8 +42,8 @@ from benchmarks.replication_truths import (
     field_truths,
     first_runs,
     verdict,
+    write_figures,
 )
-from harness.io import write_json_atomic, write_text_atomic
 
 VARIANTS = ("printed", "spread known", "effect known", "both known", "spread prior")
 POOL = 8  # spread prior: the flat-prior sds drawn POOL x DRAWS, resampled by the prior's weight
@@ -111,10 +111,7 @@ def main(argv: list[str] | None = None) -> None:
     figures.update(minutes=round((time.monotonic() - started) / 60, 1), arguments=sys.argv[1:] if argv is None else argv)
     out += [f"run time {figures['minutes']:.1f} min", "", summary(figures)]
     print(*out, sep="\n")
-    if args.write:
-        args.write.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(args.write / "replication_cause.md", "\n".join(out) + "\n")
-        write_json_atomic(args.write / "replication_cause.json", figures)
+    write_figures(args.write, "replication_cause", out, figures)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from analysis.statistics.boundaries import look_levels
 from analysis.statistics.intervals import ALPHA
 from grid.config import load
 from grid.settings import Config
+from harness.io import write_json_atomic, write_text_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 FIELD = ROOT / "benchmarks" / "data" / "field_contrasts.csv"
@@ -143,3 +144,11 @@ def verdict(bins: list[dict]) -> dict:
     return {"bins": bins, "counted_bins": len(counted), "met": all(abs(b["difference"]) <= TARGET for b in counted),
             "largest": max((abs(b["difference"]) for b in counted), default=None),
             "largest_error": max((b["error"] for b in counted), default=None)}
+
+
+def write_figures(folder: Path | None, name: str, lines: list[str], figures: dict) -> None:
+    """FOLDER/NAME.md (the lines printed) and FOLDER/NAME.json (the figures); nothing without a folder."""
+    if folder:
+        folder.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(folder / f"{name}.md", "\n".join(lines) + "\n")
+        write_json_atomic(folder / f"{name}.json", figures)
