@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+from benchmarks import bench_replication_cause
 from benchmarks.bench_replication import summary
 from tests.support.paths import ROOT
 
@@ -32,6 +33,15 @@ def test_the_calibration_sentence_in_the_docs_is_the_benchs_output():
     assert {"field", "field, field prior", "wide", "collapse"} <= set(figures)
     assert _flat(summary(figures)) in _statistics()
     assert (FIGURES / "replication.md").read_text().startswith("# The replication probability on the declared design")
+
+
+def test_the_calibration_miss_cause_in_the_docs_is_the_benchs_output():
+    """Issue 63: the decomposition of the field's miss (spread known, effect known, both, a prior on the spread)."""
+    figures = json.loads((FIGURES / "replication_cause.json").read_text())
+    assert set(bench_replication_cause.VARIANTS) <= set(figures) and figures["runs_per_truth"] >= 30
+    assert _flat(bench_replication_cause.summary(figures)) in _statistics()
+    figures["spread known"]["largest"] = round(figures["spread known"]["largest"] + 0.01, 3)
+    assert _flat(bench_replication_cause.summary(figures)) not in _statistics()
 
 
 def test_a_figure_changed_by_hand_is_seen(tmp_path):
