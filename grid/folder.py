@@ -191,10 +191,6 @@ class GridDir:
         """config.json; FileNotFoundError or ValueError naming the file."""
         return read_json(self.config_path)
 
-    def read_summary(self) -> dict:
-        """summary.json; FileNotFoundError or ValueError naming the file."""
-        return read_json(self.summary_path)
-
     def read_tuning(self) -> dict:
         """tuning.json (the pick, analysis.schedule.tune.selection); FileNotFoundError or ValueError naming the file."""
         return read_json(self.tuning_path)

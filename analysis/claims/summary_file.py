@@ -28,7 +28,7 @@ class Summary:
     grid: str | None = None
     engine: str | None = None
     engine_preset: str | None = None
-    arithmetic_version: str | None = None
+    arithmetic_version: int | None = None
     recipes: list = dataclasses.field(default_factory=list)
     lags: list = dataclasses.field(default_factory=list)
     lag_mode: str | None = None

@@ -2,7 +2,7 @@
 collapse rates) and its outcome with what it says (``Verdict``), each carrying its grid.claims.Claim, so
 that a reader asks the claim (its scale, whether it is a cost) instead of looking its kind up again.
 summary.json holds a verdict as ``Verdict.row`` and a reader of that file gets it back by
-``Verdict.from_row`` (analysis.cells.summary_file: the one edge that writes and reads the file).
+``Verdict.from_row`` (analysis.claims.summary_file: the one edge that writes and reads the file).
 """
 from __future__ import annotations
 

@@ -17,6 +17,7 @@ from grid.claims import Seeding
 from grid.config import ConfigError, validate
 from grid.expand import resolve_run_config
 from grid.folder import GridDir
+from harness.io import read_json
 from grid.settings import Config
 from grid.tuning import Tuning, confirmation_config
 from stabilizers import load_recipes, parameters
@@ -148,7 +149,7 @@ def test_the_pick_on_disk_and_a_report_of_the_confirmation_seeds_only(tmp_path):
         write_run(config, model, (variant, lag, seed), confirmation_score[variant] + 0.01 * seed)
     assert selection(model) == picked  # aggregation replays the same pick
     assert aggregate(["--grid", str(grid.path)]) == 0
-    summary = grid.read_summary()
+    summary = read_json(grid.summary_path)
     assert summary["recipes"] == ["grpo.eps_low_eps_high-0.1", "sat_grpo.alpha-0.9"] and summary["seeds"] == [0, 1, 2]
     assert summary["claims"][0]["recipe"] == "sat_grpo.alpha-0.9"
     assert "tuning_scores" not in json.dumps(summary["tuning"])

@@ -87,7 +87,7 @@ FILE_CALLS = {"read_json", "write_json_atomic", "write_text_atomic", "loads", "r
 
 def _untyped_results(path: Path) -> list[str]:
     """A claim kind looked up again (``KINDS[...]``: a verdict carries its Claim), and summary.json read or
-    written past its edge (a file call on a ``summary_path``, or the grid folder's raw ``read_summary()``)."""
+    written past its edge (a file call on a ``summary_path``)."""
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
         where = f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', 0)}: {ast.unparse(node)}"
@@ -97,7 +97,7 @@ def _untyped_results(path: Path) -> list[str]:
             continue
         name = getattr(node.func, "attr", getattr(node.func, "id", None))
         touches = {getattr(n, "attr", getattr(n, "id", None)) for arg in [node.func, *node.args] for n in ast.walk(arg)}
-        if (name in FILE_CALLS and "summary_path" in touches) or (name == "read_summary" and not node.args):
+        if name in FILE_CALLS and "summary_path" in touches:
             found.append(where)
     return found
 

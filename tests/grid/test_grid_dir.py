@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from grid.folder import MLFLOW_MARKER, REPORT_FILES, RERUN, SUMMARY, TRACKING_LOCK, TUNING_PICK, GridDir
-from harness.io import write_json_atomic
 from harness.run import CONFIG as RUN_CONFIG
 from harness.run import ENGINE_FILES, FINGERPRINT, METRICS, PROVENANCE, STATUS, RunDir
 from tests.support.paths import ROOT
@@ -40,10 +39,8 @@ def test_an_unknown_report_file_is_refused_naming_the_known_ones():
         GridDir("/r/g").plot_path("bars")
 
 
-def test_reading_a_damaged_summary_names_the_file(tmp_path):
+def test_reading_a_damaged_config_names_the_file(tmp_path):
     grid = GridDir(tmp_path)
-    write_json_atomic(grid.summary_path, {"cells": []})
-    assert grid.read_summary() == {"cells": []}
     grid.config_path.write_text("{cut")
     with pytest.raises(ValueError, match=f"{grid.config_path}: not valid JSON"):
         grid.read_config()

@@ -22,6 +22,7 @@ from analysis.report.tables import claim_text
 from grid.claims import NOT_TESTED
 from grid.config import load
 from grid.folder import GridDir
+from harness.io import read_json
 from grid.settings import Config
 from tests.support.colour_distance import closest_pair
 from tests.support.grid_fixture import make_grid
@@ -142,7 +143,7 @@ def comparison_page(dom: str, config: dict, lag: int) -> list[str]:
 def interval_keys(config: dict) -> list[str]:
     """The intervals' charts' image keys: each recipe's staleness cost at each lag but the reference, each tested
     claim's contrast."""
-    summary = GridDir.of(config).read_summary()
+    summary = read_json(GridDir.of(config).summary_path)
     keys = [cost_key(staleness_cost_metric(read_summary(GridDir.of(config).summary_path).claims), lag)
             for lag in summary["lags"]
             if lag != summary["reference_lag"]]
@@ -236,7 +237,7 @@ def cut_titles(link: str, screenshot: Path) -> list[str] | None:
 def claims_table_fits(link: str, config: dict, screenshot: Path) -> dict:
     """Where the report page's claims table lies in a 1440x900 window, once drawn: its cells' lowest bottom and
     rightmost right edge, and the window's size (a screenshot of what shows without scrolling)."""
-    claims = GridDir.of(config).read_summary()["claims"]
+    claims = read_json(GridDir.of(config).summary_path)["claims"]
     with Browser(1440, 900) as browser:
         page = browser.open(link)
         box = browser.wait_for(page, CLAIMS_TABLE_BOX % (4 * (len(claims) + 1)))

@@ -14,6 +14,7 @@ from analysis.schedule.looks import look_runs
 from analysis.schedule.tune import pick, tuning_scores
 from grid.config import load
 from grid.folder import GridDir
+from harness.io import read_json
 from grid.settings import Config
 from grid.tuning import Tuning
 from tests.support.workflow_cli import ROOT, job_counts, planned_outputs, snakemake
@@ -77,7 +78,7 @@ def test_the_picked_values_run_the_declared_seed_schedule_look_by_look():
             recipe = next(name for name, picked_variant in variants.items() if picked_variant == variant)
             params = json.loads(grid.run(variant, lag, seed).config_path.read_text())["recipe"]["params"]
             assert params["eps_low"] == params["eps_high"] == picked[recipe]
-        summary = grid.read_summary()
+        summary = read_json(grid.summary_path)
         assert summary["recipes"] == list(view.recipes) and summary["seeding"] == {"looks": [2, 3], "boundary": "pocock"}
         claims = {claim["name"]: claim for claim in summary["claims"]}
         twin, fast = claims["twin_is_grpo"], claims["fast_beats_grpo"]
