@@ -48,7 +48,10 @@ class Design:
 def field_truths(path: Path = FIELD) -> tuple[list[tuple[str, str, float, float]], dict]:
     """(label, expect, mean, per-seed sd) of each field contrast and claim kind (module docstring), and per
     claim kind the field's spread of effects as a normal prior (mean, sd; points), empirical Bayes by moments:
-    the variance of the estimates less their mean squared standard error."""
+    the variance of the estimates less their mean squared standard error, floored at 1 point squared (two
+    kinds' estimates could otherwise give a negative or zero width). The csv's 10-seed rows of grpo's and
+    sat_gspo's costs share seeds 0-4 with their 5-seed rows: kept as the field printed both, they weigh those two
+    truths twice in the field's bins."""
     lines = [line for line in path.read_text().splitlines() if not line.startswith("#")]
     truths, kinds = [], {}
     for row in csv.DictReader(lines):
