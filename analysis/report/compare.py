@@ -29,6 +29,7 @@ from analysis.claims.summary_file import Summary, json_safe, read_summary
 from analysis.claims.verdict import Verdict
 from analysis.report.numbers import comparison_text, interval_text, verdict_interval_text
 from analysis.report.render import Bullets, Section, Table
+from analysis.statistics.cell_table import Cell, CellTable
 from analysis.statistics.intervals import ALPHA, holm
 from grid.folder import SUMMARY, GridDir
 from grid.settings import Config
@@ -53,9 +54,9 @@ def load_summary(path: str | Path) -> tuple[Path, Summary]:
     return file, read_summary(file, REQUIRED)
 
 
-def difference(metric: str, a: dict, b: dict) -> dict:
+def difference(metric: str, cell: Cell, a: CellTable, b: CellTable) -> dict:
     """B's cell minus A's: Welch-Satterthwaite for a score, Newcombe + Fisher for the collapse rate."""
-    return json_safe(cell_minus(b, a, metric, apart=True).as_dict())
+    return json_safe(cell_minus(b, cell, a, cell, metric, apart=True).as_dict())
 
 
 def differs(stat: dict) -> bool | None:
@@ -71,8 +72,9 @@ def compare(a: Summary, b: Summary) -> dict:
     shared = [cell for cell in cells_a if cell in cells_b]
     if not shared:
         raise ValueError("the grids share no cell (recipe x lag): nothing to compare")
+    table_a, table_b = CellTable.of_rows(a.cells), CellTable.of_rows(b.cells)
     rows = [{"recipe": recipe, "lag": lag, "metric": metric,
-             "difference": difference(metric, cells_a[recipe, lag], cells_b[recipe, lag])}
+             "difference": difference(metric, (recipe, lag), table_a, table_b)}
             for recipe, lag in shared for metric in METRICS]
     for row, adjusted in zip(rows, holm([row["difference"]["p"] for row in rows])):
         row["difference"]["p_holm"] = adjusted
