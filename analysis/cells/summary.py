@@ -20,6 +20,7 @@ from analysis.cells.noise import summarize_noise
 from analysis.cells.pareto import summarize_pareto
 from analysis.cells.reference import load_reference, reference_for
 from analysis.claims.summary_file import Summary, json_safe
+from analysis.statistics.cell_stats import CellStats, Stat
 from analysis.statistics.cell_table import Cell, CellTable
 from analysis.statistics.contrasts import contrast
 from analysis.statistics.intervals import (
@@ -83,9 +84,9 @@ def by_cell(runs: list[RunResult]) -> dict[tuple[str, int], list[RunResult]]:
     return cells
 
 
-def summary_cells(summary: Summary) -> dict[tuple[str, int], dict]:
+def summary_cells(summary: Summary) -> dict[tuple[str, int], CellStats]:
     """summary.json's cells by (recipe, lag)."""
-    return {(cell["recipe"], cell["lag"]): cell for cell in summary.cells}
+    return {cell.cell: cell for cell in summary.cells}
 
 
 def realized_lag_distribution(runs: list[RunResult]) -> dict:
@@ -108,12 +109,12 @@ def score_at_steps(run: RunResult, steps: list[int]) -> list[float]:
     return [scores.get(s, 0.0 if diverged and s > last else math.nan) for s in steps]
 
 
-def score_curve(runs: list[RunResult], budget: int) -> list[dict]:
+def score_curve(runs: list[RunResult], budget: int) -> list[Stat]:
     """A cell's test-score curve: at each step any of its runs was evaluated (and the budget's last
     step), the mean over its seeds with the 95% interval of mean_ci, as the cell's other scores."""
     steps = sorted({s for run in runs for s, _ in run.curve} | {budget})
     per_run = np.array([score_at_steps(run, steps) for run in runs]).reshape(len(runs), len(steps))
-    return [{"step": step, **mean_ci(per_run[:, i]).as_dict()} for i, step in enumerate(steps)]
+    return [Stat.from_row({"step": step, **mean_ci(per_run[:, i]).as_dict()}) for i, step in enumerate(steps)]
 
 
 # each run's values a cell keeps per seed (summary.json's per_seed)
@@ -181,7 +182,7 @@ def summarize_cells(config: Config, runs: list[RunResult]) -> tuple[Summary, Cel
                 cell["vs_baseline"] = minus((recipe, lag), base)
                 cell["collapse_vs_baseline"] = compare_collapse((recipe, lag), base)
     _adjust(list(cells.values()), baseline)
-    seeding, rows = config.seeding, json_safe(list(cells.values()))
+    seeding, rows = config.seeding, [CellStats.from_row(row) for row in json_safe(list(cells.values()))]
     summary = Summary(
         grid=config.grid, engine=config.engine.name, engine_preset=config.engine_params.get("preset"),
         arithmetic_version=config.engine.arithmetic_version(dict(config.engine_params)),
@@ -259,7 +260,7 @@ def under_recipe_names(summary: Summary) -> Summary:
             statement = statement.replace(variant, names[variant])
         return statement
 
-    cells = [{**cell, "recipe": names.get(cell["recipe"], cell["recipe"])} for cell in summary.cells]
+    cells = [dataclasses.replace(cell, recipe=names.get(cell.recipe, cell.recipe)) for cell in summary.cells]
     claims = [dataclasses.replace(verdict, statement=renamed(verdict.statement), claim=dataclasses.replace(
         verdict.claim, **{field: names[getattr(verdict.claim, field)] for field in CLAIM_RECIPE_FIELDS
                           if getattr(verdict.claim, field, None) in names})) for verdict in summary.claims]
@@ -271,7 +272,7 @@ def seeds_text(summary: Summary) -> str:
     cell: grpo 6, gspo 3-10"."""
     counts: dict[str, set[int]] = {}
     for cell in summary.cells:
-        counts.setdefault(cell["recipe"], set()).add(len(cell["seeds"]))
+        counts.setdefault(cell.recipe, set()).add(len(cell.seeds))
     if len(set().union(*counts.values())) <= 1:
         return f"{next(iter(set().union(*counts.values())), len(summary.seeds))} seeds"
     return "seeds per cell: " + ", ".join(f"{recipe} {min(n)}" + (f"-{max(n)}" if len(n) > 1 else "")

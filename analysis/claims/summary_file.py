@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from analysis.claims.verdict import Verdict
+from analysis.statistics.cell_stats import CellStats, Stat
 from grid.folder import SUMMARY
 from harness.io import read_json, write_json_atomic
 
@@ -45,7 +46,7 @@ class Summary:
     reference_lag: int | None = None
     comparisons: dict | None = None
     claims: list = dataclasses.field(default_factory=list)  # analysis.claims.verdict.Verdict
-    cells: list = dataclasses.field(default_factory=list)  # per (recipe, lag): analysis.cells.summary
+    cells: list = dataclasses.field(default_factory=list)  # analysis.statistics.cell_stats.CellStats per (recipe, lag)
     gain_sources: dict | None = None
     noise: dict | None = None
     pareto: dict | None = None
@@ -58,7 +59,7 @@ def json_safe(obj):
     """NaN -> None, numpy -> Python, a verdict -> its row, a summary -> its keys: summary.json is strict JSON."""
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
-    if isinstance(obj, Verdict):
+    if isinstance(obj, (Verdict, CellStats, Stat)):
         return json_safe(obj.row())
     if isinstance(obj, Summary):
         return json_safe({field.name: getattr(obj, field.name) for field in dataclasses.fields(obj)})
@@ -92,4 +93,5 @@ def read_summary(path: Path, required: tuple[str, ...] = ("claims",)) -> Summary
     known = {field.name for field in dataclasses.fields(Summary)}
     return Summary(**{**{key: value for key, value in summary.items() if key in known},
                       "claims": [Verdict.from_row(row, reference_lag=summary.get("reference_lag", 0))
-                                 for row in summary["claims"]]})
+                                 for row in summary["claims"]],
+                      "cells": [CellStats.from_row(row) for row in summary.get("cells", [])]})

@@ -29,6 +29,7 @@ from analysis.claims.summary_file import Summary, json_safe, read_summary
 from analysis.claims.verdict import Verdict
 from analysis.report.numbers import comparison_text, interval_text, verdict_interval_text
 from analysis.report.render import Bullets, Section, Table
+from analysis.statistics.cell_stats import CellStats, Stat
 from analysis.statistics.cell_table import Cell, CellTable
 from analysis.statistics.intervals import ALPHA, holm
 from grid.folder import SUMMARY, GridDir
@@ -54,16 +55,16 @@ def load_summary(path: str | Path) -> tuple[Path, Summary]:
     return file, read_summary(file, REQUIRED)
 
 
-def difference(metric: str, cell: Cell, a: CellTable, b: CellTable) -> dict:
+def difference(metric: str, cell: Cell, a: CellTable, b: CellTable) -> Stat:
     """B's cell minus A's: Welch-Satterthwaite for a score, Newcombe + Fisher for the collapse rate."""
-    return json_safe(cell_minus(b, cell, a, cell, metric, apart=True).as_dict())
+    return Stat.from_row(json_safe(cell_minus(b, cell, a, cell, metric, apart=True).as_dict()))
 
 
-def differs(stat: dict) -> bool | None:
+def differs(stat: Stat) -> bool | None:
     """Whether a comparison shows a difference (AGREEMENT); None where it has no test (under 2 seeds)."""
-    if stat["method"] == "degenerate":
-        return stat["estimate"] != 0
-    return None if stat["p_holm"] is None else stat["p_holm"] < ALPHA
+    if stat.method == "degenerate":
+        return stat.estimate != 0
+    return None if stat.p_holm is None else stat.p_holm < ALPHA
 
 
 def compare(a: Summary, b: Summary) -> dict:
@@ -72,12 +73,12 @@ def compare(a: Summary, b: Summary) -> dict:
     shared = [cell for cell in cells_a if cell in cells_b]
     if not shared:
         raise ValueError("the grids share no cell (recipe x lag): nothing to compare")
-    table_a, table_b = CellTable.of_rows(a.cells), CellTable.of_rows(b.cells)
+    table_a, table_b = CellTable.of_cells(a.cells), CellTable.of_cells(b.cells)
     rows = [{"recipe": recipe, "lag": lag, "metric": metric,
              "difference": difference(metric, (recipe, lag), table_a, table_b)}
             for recipe, lag in shared for metric in METRICS]
-    for row, adjusted in zip(rows, holm([row["difference"]["p"] for row in rows])):
-        row["difference"]["p_holm"] = adjusted
+    for row, adjusted in zip(rows, holm([row["difference"].p for row in rows])):
+        row["difference"] = row["difference"].adjusted(adjusted)
         row["differs"] = differs(row["difference"])
     claims_a, claims_b = ({c.claim.name: c for c in s.claims} for s in (a, b))
     both = [name for name in claims_a if name in claims_b]
@@ -85,7 +86,7 @@ def compare(a: Summary, b: Summary) -> dict:
     claims = [{"name": name, "statement": claims_a[name].statement, "a": claims_a[name], "b": claims_b[name],
                "same_verdict": claims_a[name].verdict == claims_b[name].verdict} for name in alike]
     return {"agree": not any(row["differs"] for row in rows) and all(c["same_verdict"] for c in claims),
-            "tests": sum(row["difference"]["p_holm"] is not None for row in rows),
+            "tests": sum(row["difference"].p_holm is not None for row in rows),
             "agreement": AGREEMENT, "cells": rows, "claims": claims,
             "cells_only_in": {"a": [list(c) for c in cells_a if c not in cells_b],
                               "b": [list(c) for c in cells_b if c not in cells_a]},
@@ -94,10 +95,10 @@ def compare(a: Summary, b: Summary) -> dict:
             "claims_defined_differently": [name for name in both if name not in alike]}
 
 
-def _cell_text(metric: str, cell: dict) -> str:
+def _cell_text(metric: str, cell: CellStats) -> str:
     if metric == "collapse":
-        return f"{cell['collapse']['k']}/{cell['collapse']['n']}"
-    return f"{interval_text(cell['stats'][metric], None, 100, 1)} (n {cell['stats'][metric]['n']})"
+        return f"{cell.collapse.k}/{cell.collapse.n}"
+    return f"{interval_text(cell.stats[metric], None, 100, 1)} (n {cell.stats[metric].n})"
 
 
 def _claim_text(claim: Verdict) -> str:

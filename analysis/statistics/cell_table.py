@@ -2,8 +2,8 @@
 
 A cell is the slice [recipe, lag] of every array; pairing two cells by seed is reading the same seed
 positions of both; a claim's estimate is its weights times the cell means. Built once where runs become
-cells (analysis.cells.summary.build_cells) or from summary.json's cell rows (``of_rows``: a grid read back,
-tests' cells); arrays in, no config.
+cells (analysis.cells.summary.build_cells) or from summary.json's cells (``of_cells``: a grid read back, the
+tracker's seed runs); arrays in, no config.
 """
 from __future__ import annotations
 
@@ -13,7 +13,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from analysis.statistics.cell_stats import CellStats
+
 Cell = tuple[str, int]  # (recipe, lag)
+
+
+def _python(value):
+    """A float array's element as JSON has it (NaN: None); an object array's as it is."""
+    if isinstance(value, np.floating):
+        return None if math.isnan(value) else float(value)
+    return value
 
 
 @dataclass(frozen=True)
@@ -51,12 +60,12 @@ class CellTable:
         return cls(recipes, lags, seeds, cells, ran, values)
 
     @classmethod
-    def of_rows(cls, rows: Iterable[Mapping]) -> "CellTable":
-        """From summary.json's cell rows (recipe, lag, seeds, per_seed: a value per seed per metric)."""
-        rows = list(rows)
-        runs = {(row["recipe"], row["lag"], seed): {metric: values[i] for metric, values in row["per_seed"].items()}
-                for row in rows for i, seed in enumerate(row["seeds"])}
-        return cls.build(((row["recipe"], row["lag"]) for row in rows), runs)
+    def of_cells(cls, cells: Iterable[CellStats]) -> "CellTable":
+        """From summary.json's cells (analysis.statistics.cell_stats.CellStats: seeds, a value per seed per metric)."""
+        cells = list(cells)
+        runs = {(cell.recipe, cell.lag, seed): {metric: values[i] for metric, values in cell.per_seed.items()}
+                for cell in cells for i, seed in enumerate(cell.seeds)}
+        return cls.build((cell.cell for cell in cells), runs)
 
     def has(self, cell: Cell) -> bool:
         return cell in self.cells
@@ -79,6 +88,15 @@ class CellTable:
     def arm(self, cell: Cell, metric: str, among: set[int] | None = None) -> tuple[list, list[int]]:
         """(values, seeds) of the cell: one arm of analysis.statistics.contrasts.contrast."""
         return self.column(cell, metric, among), self.seeds_of(cell, among)
+
+    def runs(self) -> list[tuple[str, int, int]]:
+        """Every run (recipe, lag, seed) the table holds, cell by cell."""
+        return [(*cell, seed) for cell in self.cells for seed in self.seeds_of(cell)]
+
+    def run(self, recipe: str, lag: int, seed: int) -> dict:
+        """The run's value of every metric (None where it has none)."""
+        at = (self.recipes.index(recipe), self.lags.index(lag), self.seeds.index(seed))
+        return {metric: _python(values[at]) for metric, values in self.values.items()}
 
     def count(self, cell: Cell) -> int:
         """How many runs the cell holds."""

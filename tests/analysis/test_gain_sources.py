@@ -8,6 +8,7 @@ from scipy import stats
 
 from analysis.claims.gain_sources import gain_sources, source
 from analysis.report.sections import sentences
+from analysis.statistics.cell_stats import CellStats
 from analysis.statistics.cell_table import CellTable
 from grid.config import ConfigError, load
 from grid.settings import GainSources
@@ -31,8 +32,8 @@ def grid(claims=()) -> SimpleNamespace:
 
 
 def cells(left_out: str | None = None) -> CellTable:
-    return CellTable.of_rows({"recipe": recipe, "lag": lag, "seeds": SEEDS, "per_seed": {"auc": values}}
-                             for (recipe, lag), values in AUC.items() if recipe != left_out)
+    return CellTable.of_cells(CellStats(recipe, lag, SEEDS, {"auc": values})
+                              for (recipe, lag), values in AUC.items() if recipe != left_out)
 
 
 def test_the_two_parts_by_hand():

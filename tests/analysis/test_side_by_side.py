@@ -117,7 +117,7 @@ def test_a_tuned_grid_is_read_recipe_by_recipe_beside_the_same_grid_untuned(grid
     statements = {c.name: statement(c) for c in claims(view)}
     tuned = dataclasses.replace(
         there, tuning={"recipes": {recipe: {"variant": name} for recipe, name in variant.items()}},
-        recipes=view["recipes"], cells=[{**cell, "recipe": variant[cell["recipe"]]} for cell in there.cells],
+        recipes=view["recipes"], cells=[dataclasses.replace(cell, recipe=variant[cell.recipe]) for cell in there.cells],
         claims=[dataclasses.replace(verdict, statement=statements[verdict.claim.name], claim=dataclasses.replace(
                  verdict.claim, **{field: variant[getattr(verdict.claim, field)] for field in ("recipe", "versus")
                                    if getattr(verdict.claim, field, None)})) for verdict in there.claims])
