@@ -51,17 +51,18 @@ class Summary:
     noise: dict | None = None
     pareto: dict | None = None
     tuning: dict | None = None
-    side_by_side: dict | None = None
+    side_by_side: object = None  # analysis.report.compare.Beside; read back, its JSON as it is
     conclusions: list | None = None
 
 
 def json_safe(obj):
-    """NaN -> None, numpy -> Python, a verdict -> its row, a summary -> its keys: summary.json is strict JSON."""
+    """NaN -> None, numpy -> Python, a verdict, cell or stat -> its row, any other dataclass (a summary) -> its
+    fields: summary.json is strict JSON."""
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     if isinstance(obj, (Verdict, CellStats, Stat)):
         return json_safe(obj.row())
-    if isinstance(obj, Summary):
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):  # a summary, a comparison of two grids: field by field
         return json_safe({field.name: getattr(obj, field.name) for field in dataclasses.fields(obj)})
     if isinstance(obj, dict):
         return {k: json_safe(v) for k, v in obj.items()}
