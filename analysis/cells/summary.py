@@ -123,10 +123,9 @@ PER_SEED = (*SCORES, *MISMATCH, "collapsed", "collapse_step", "best_step", "sele
 
 def build_cells(config: Config, runs: list[RunResult]) -> CellTable:
     """Every cell (recipe, lag) of the grid with its runs' values per seed: arrays over (recipe, lag, seed)."""
-    values = {}
-    for run in runs:
-        found = {metric: getattr(run.summary, metric) for metric in PER_SEED}
-        values[run.recipe, run.lag, run.seed] = {**found, "collapse_step": found["collapse_step"] if found["collapsed"] else None}
+    values = {(run.recipe, run.lag, run.seed): {
+        **{metric: getattr(run.summary, metric) for metric in PER_SEED},
+        "collapse_step": run.summary.collapse_step if run.summary.collapsed else None} for run in runs}
     return CellTable.build(((recipe, lag) for recipe in config.recipes for lag in config.lags), values)
 
 
