@@ -30,8 +30,8 @@ from analysis.claims.verdict import Verdict
 from analysis.report.numbers import comparison_text, interval_text, verdict_interval_text
 from analysis.report.render import Bullets, Section, Table
 from analysis.statistics.cell_stats import CellStats, Stat
-from analysis.statistics.cell_table import Cell, CellTable
-from analysis.statistics.intervals import ALPHA, holm
+from analysis.statistics.cell_table import CellTable
+from analysis.statistics.intervals import ALPHA, collapse_difference, holm
 from grid.folder import SUMMARY, GridDir
 from grid.settings import Config
 from harness.cli import run_stage
@@ -101,9 +101,14 @@ def load_summary(path: str | Path) -> tuple[Path, Summary]:
     return file, read_summary(file, REQUIRED)
 
 
-def difference(metric: str, cell: Cell, a: CellTable, b: CellTable) -> Stat:
-    """B's cell minus A's: Welch-Satterthwaite for a score, Newcombe + Fisher for the collapse rate."""
-    return Stat.from_row(json_safe(cell_minus(b, cell, a, cell, metric, apart=True).as_dict()))
+def difference(metric: str, a: CellStats, b: CellStats, tables: tuple[CellTable, CellTable]) -> Stat:
+    """B's cell minus A's: Welch-Satterthwaite for a score (the cells' seeds, ``tables``: A's and B's), Newcombe +
+    Fisher for the collapse rate (the cells' k of n: a published summary.json need not list its runs' flags)."""
+    if metric == "collapse":
+        found = collapse_difference(b.collapse.k, b.collapse.n, a.collapse.k, a.collapse.n)
+    else:
+        found = cell_minus(tables[1], b.cell, tables[0], a.cell, metric, apart=True)
+    return Stat.from_row(json_safe(found.as_dict()))
 
 
 def differs(stat: Stat) -> bool | None:
@@ -119,8 +124,8 @@ def compare(a: Summary, b: Summary) -> Comparison:
     shared = [cell for cell in cells_a if cell in cells_b]
     if not shared:
         raise ValueError("the grids share no cell (recipe x lag): nothing to compare")
-    table_a, table_b = CellTable.of_cells(a.cells), CellTable.of_cells(b.cells)
-    found = [(recipe, lag, metric, difference(metric, (recipe, lag), table_a, table_b))
+    tables = CellTable.of_cells(a.cells), CellTable.of_cells(b.cells)
+    found = [(recipe, lag, metric, difference(metric, cells_a[recipe, lag], cells_b[recipe, lag], tables))
              for recipe, lag in shared for metric in METRICS]
     adjusted = [stat.adjusted(p) for (*_, stat), p in zip(found, holm([stat.p for *_, stat in found]))]
     rows = [CellDifference(recipe, lag, metric, stat, differs(stat))
