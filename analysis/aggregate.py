@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
         return write_reports(config, out)
 
     return run_stage("analysis.aggregate", work, lambda summary, seconds: (
-        f"{len(summary.cells)} cells from {sum(len(c['seeds']) for c in summary.cells)} runs "
+        f"{len(summary.cells)} cells from {sum(len(c.seeds) for c in summary.cells)} runs "
         f"-> {out.path} in {seconds:.1f} s"))
 
 

@@ -15,6 +15,7 @@ their natural scale.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -23,6 +24,7 @@ from analysis.cells.summary import SCORES
 from analysis.claims.verdict import Verdict
 from analysis.report.colors import SERIES_TAG
 from analysis.report.dynamics import BAND
+from analysis.statistics.cell_stats import CellStats, Stat
 from harness.run_config import PinnedRun
 from tracking.store import KIND, SEED_RUNS_FILTER
 
@@ -110,7 +112,7 @@ def metric_name(parts: list[str]) -> str:
     return "/".join(parts)
 
 
-def cell_values(cell: dict) -> tuple[dict[str, float], dict[str, str]]:
+def cell_values(cell: CellStats) -> tuple[dict[str, float], dict[str, str]]:
     """Every aggregate number of a summary.json cell as a metric (scores in percent), every string
     (e.g. an interval's method) as a tag, the published reference numbers as ``paper.*`` tags.
     Generic: a key summary.json gains appears without a change here."""
@@ -126,10 +128,10 @@ def cell_values(cell: dict) -> tuple[dict[str, float], dict[str, str]]:
             metrics[metric_name(parts)] = percent(number(value)) if _is_score(parts) else number(value)
         # lists (per-seed values live on the seed runs) and nulls are not numbers of the cell
 
-    for section, value in cell.items():
+    for section, value in cell.row().items():
         if section not in CELL_SKIP:
             walk(value, [section])
-    tags.update({f"paper.{k}": param_text(v) for k, v in (cell.get("reference") or {}).items()})
+    tags.update({f"paper.{k}": param_text(v) for k, v in (cell.reference or {}).items()})
     return metrics, tags
 
 
@@ -153,15 +155,20 @@ def eval_metrics(rows: list[dict]) -> list[tuple[int, str, float]]:
             for key in EVAL_CURVE_KEYS if number(row.get(key)) is not None]
 
 
-def curve_metrics(task: str, curve: list[dict], time_ms: int, part: str = "estimate") -> list:
+def curve_metrics(task: str, curve: list[Stat], time_ms: int, part: str = "estimate") -> list:
     """One line of a cell's per-step test-score curve (summary.json's cell["curve"]) as step metrics in
     percent, named eval/<task>/score as on the seed runs: ``part`` "estimate" (the seed mean, on the
     cell's summary run and its mean run of the comparison) or a bound of its 95% interval, "low" or "high"
     (on the cell's band runs of the comparison, BAND_PARTS); a step without that bound (fewer than 2 seeds)
     is left out."""
     from mlflow.entities import Metric
-    return [Metric(f"eval/{task}/score", percent(point[part]), time_ms, int(point["step"]))
-            for point in curve if number(point[part]) is not None]
+    return [Metric(f"eval/{task}/score", percent(getattr(point, part)), time_ms, int(point.step))
+            for point in curve if number(getattr(point, part)) is not None]
+
+
+def curve_digest(curve: list[Stat], part: str) -> str:
+    """What a summary run's curve ``part`` was last logged from (its tag): the curve's rows as summary.json has them."""
+    return hashlib.sha256(json.dumps([[point.row() for point in curve], part], sort_keys=True).encode()).hexdigest()[:16]
 
 
 BAND_PARTS = ("low", "high")  # a cell's band runs, beside its mean run (tracking.runs.comparison_runs)

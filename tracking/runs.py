@@ -15,6 +15,7 @@ from analysis.report.colors import SERIES_TAG, series_label
 from analysis.report.dynamics import dynamics_keys
 from analysis.report.interval_plots import interval_figures
 from analysis.report.numbers import METHOD_NAMES
+from analysis.statistics.cell_stats import CellStats
 from grid.folder import GridDir
 from grid.settings import Config, thawed
 from harness.io import write_json_atomic, write_text_atomic
@@ -73,8 +74,7 @@ class Tracker:
         self.experiment_id = self.writer.experiment(config.grid, UNITS_NOTE.format(grid=config.grid))
         self.summary_experiment_id, self.cells = None, {}  # the summary experiment: final sync only
         self.comparison_experiment_id, self.drawn = None, {}  # the comparison views' experiment: final sync only
-        self.existing = self.writer.existing(self.experiment_id)
-        self.stride = stride
+        self.existing, self.stride = self.writer.existing(self.experiment_id), stride
         self.train_keys: set[str] = set()  # the training metrics the synced runs log (share_dynamics)
         self.collapsed: list[tuple[str, int, int, str]] = []  # (recipe, lag, seed, run id): a collapsed run's samples
         self.with_samples = False  # whether any synced run keeps samples (the report says where they are)
@@ -259,7 +259,7 @@ class Tracker:
             runs.append((variant, lag, seed, {} if final else None, (params, tags)))
         return runs
 
-    def sync_cell(self, parent_id: str, cell: dict, summary: Summary) -> None:
+    def sync_cell(self, parent_id: str, cell: CellStats, summary: Summary) -> None:
         """A summary run in the "<grid> summary" experiment: every number of the cell (layout.cell_values),
         its mean test-score curve (layout.curve_metrics) and the baseline it is compared to; and what the
         comparison views draw of the cell, in the "<grid> comparison" experiment (comparison_runs)."""
@@ -270,22 +270,22 @@ class Tracker:
             self.comparison_experiment_id = self.writer.experiment(self.config.grid + COMPARISON_SUFFIX,
                                                                    DRAWN_NOTE.format(grid=self.config.grid))
             for lag in summary.lags:
-                methods = {point["method"] for c in summary.cells if c["lag"] == lag for point in c["curve"]}
+                methods = {point.method for c in summary.cells if c.lag == lag for point in c.curve}
                 band = ", ".join(METHOD_NAMES.get(method, method) for method in sorted(methods))
                 self.writer.share_view(self.comparison_experiment_id, COMPARISON_VIEW.format(lag=lag),
                                        layout.comparison_view(summary.test_task, lag, band, [
                                            series_label(recipe, self.config.recipes) for recipe in summary.recipes]))
             self.cells = self.writer.existing(self.summary_experiment_id)
             self.drawn = self.writer.existing(self.comparison_experiment_id)
-        recipe, lag = cell["recipe"], cell["lag"]
+        recipe, lag = cell.cell
         key = f"cell:{self.config.grid}:{recipe}:lag{lag}"
         run_id, found = self.writer.run(key, "cell", f"summary {recipe}/lag{lag}", {"stalebench.grid_run": parent_id},
                                         self.summary_experiment_id, self.cells)
         values, tags = layout.cell_values(cell)
-        tags.update({"seeds": json.dumps(cell["seeds"]), "run_keys": json.dumps(cell.get("run_keys", [])),
+        tags.update({"seeds": json.dumps(cell.seeds), "run_keys": json.dumps(cell.run_keys),
                      "baseline": str(summary.baseline), "mlflow.note.content": baseline_note(summary, lag)})
         params = {}  # the params its seeds share (from the first seed's config)
-        first = self.config.folder.run(recipe, lag, cell["seeds"][0]) if cell["seeds"] else None
+        first = self.config.folder.run(recipe, lag, cell.seeds[0]) if cell.seeds else None
         if first is not None and first.config_path.exists():
             params = layout.cell_params(first.read_pinned())
         params.update({"recipe": recipe, "lag": str(lag)})
@@ -294,11 +294,11 @@ class Tracker:
         self.writer.set_status(run_id, found, "FINISHED")
         self.comparison_runs(parent_id, cell, summary)
 
-    def comparison_runs(self, parent_id: str, cell: dict, summary: Summary) -> None:
+    def comparison_runs(self, parent_id: str, cell: CellStats, summary: Summary) -> None:
         """The cell as the comparison views draw it, in the "<grid> comparison" experiment (DRAWN_NOTE), where no
         run list, Compare or search of the grid's results meets them: its mean curve and a run per bound of the
         curve's 95% interval (layout.BAND_PARTS). The staleness costs with their intervals: the intervals' charts."""
-        recipe, lag = cell["recipe"], cell["lag"]
+        recipe, lag = cell.cell
         for part, label in (("estimate", "mean"), *((part, part) for part in layout.BAND_PARTS)):
             drawn_id, drawn = self.writer.run(f"cell:{self.config.grid}:{recipe}:lag{lag}:{part}", "drawn",
                                               f"{recipe}/lag{lag} {label}", {"stalebench.grid_run": parent_id},
@@ -327,12 +327,12 @@ class Tracker:
         return [(key, page_link("", f"experiments/{self.comparison_experiment_id}/runs/{run_id}/artifacts/{path}"))
                 for (key, _), path in zip(charts, paths)]
 
-    def _curve(self, found, tags: dict, summary: Summary, cell: dict, part: str) -> list:
+    def _curve(self, found, tags: dict, summary: Summary, cell: CellStats, part: str) -> list:
         """The cell curve's ``part`` as step metrics, unless the run already has it (its digest in ``tags``)."""
-        digest = hashlib.sha256(json.dumps([cell["curve"], part], sort_keys=True).encode()).hexdigest()[:16]
+        digest = layout.curve_digest(cell.curve, part)
         unchanged = found is not None and found.data.tags.get(CURVE_DIGEST) == digest
         tags[CURVE_DIGEST] = digest
-        return [] if unchanged else layout.curve_metrics(summary.test_task, cell["curve"], self.writer.now, part)
+        return [] if unchanged else layout.curve_metrics(summary.test_task, cell.curve, self.writer.now, part)
 
 
 def missing_params(found, params: dict) -> dict:

@@ -63,6 +63,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from analysis.claims.summary_file import Summary, read_summary
+from analysis.statistics.cell_table import CellTable
 from grid.folder import GridDir
 from grid.loader import load_grid
 from grid.settings import Config
@@ -77,7 +78,7 @@ TRAIN_POINTS = 100  # training metrics logged at up to ~this many steps per run 
 
 def summarized_runs(summary: Summary) -> list[tuple[str, int, int]]:
     """The runs the aggregate read (a seed schedule runs only some of the grid's), cell by cell."""
-    return [(cell["recipe"], cell["lag"], seed) for cell in summary.cells for seed in cell["seeds"]]
+    return CellTable.of_cells(summary.cells).runs()
 
 
 def grid_complete(config: Config) -> bool:
@@ -133,9 +134,8 @@ def sync(config: Config, progress: bool = True,
     summary, numbers = None, {}
     if final:
         summary = read_summary(GridDir(grid_path).summary_path)
-        for cell in summary.cells:
-            for i, seed in enumerate(cell["seeds"]):
-                numbers[cell["recipe"], cell["lag"], seed] = {k: v[i] for k, v in cell["per_seed"].items()}
+        table = CellTable.of_cells(summary.cells)
+        numbers = {run: table.run(*run) for run in table.runs()}
     pick = read_pick(config, grid_path, final)
     tracker = Tracker(config, stride=math.ceil(config.steps / max_train_points) if max_train_points else 1)
     grid_runs = summarized_runs(summary) if final else live_runs(config, pick)

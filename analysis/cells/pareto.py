@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 
+from analysis.statistics.cell_stats import CellStats, Stat
 from grid.settings import Config
 from harness.queue_lag import QueueModel, queue_model
 
@@ -51,9 +52,9 @@ def throughput(model: QueueModel) -> float:
     return min(1.0, model.utilization * (1.0 - model.drop_rate()))
 
 
-def score_within(curve: list[dict], steps: int) -> dict | None:
+def score_within(curve: list[Stat], steps: int) -> Stat | None:
     """The curve's point (step, estimate, low, high) at its last evaluated step <= ``steps``, or None."""
-    points = [p for p in curve if p["step"] <= steps and p["estimate"] is not None]
+    points = [p for p in curve if p.step <= steps and p.estimate is not None]
     return points[-1] if points else None
 
 
@@ -65,7 +66,7 @@ def pareto_front(points: list[tuple[float, float | None]]) -> list[bool]:
             for t, s in points]
 
 
-def summarize_pareto(config: Config, cells: list[dict]) -> dict | None:
+def summarize_pareto(config: Config, cells: list[CellStats]) -> dict | None:
     """summary.json's "pareto" of a queue grid (None otherwise): per (recipe, bound) the drop rate,
     the throughput, the modelled time of the run (absolute and relative to the fastest), its AUC, the
     steps it reaches at equal time and its score there; whether it is on its recipe's front per
@@ -75,17 +76,16 @@ def summarize_pareto(config: Config, cells: list[dict]) -> dict | None:
     steps, models = config.steps, queue_models(config)
     rates = {key: throughput(model) for key, model in models.items()}
     fastest = max(rates.values())
-    cells = {(c["recipe"], c["lag"]): c for c in cells}
+    cells = {c.cell: c for c in cells}
     rows = []
     for (recipe, bound), model in models.items():
         cell, rate = cells[recipe, bound], rates[recipe, bound]
         reached = min(steps, math.floor(steps * rate / fastest + 1e-9))
-        point = score_within(cell["curve"], reached)
+        point = score_within(cell.curve, reached)
         rows.append({"recipe": recipe, "bound": bound, "batch": model.batch, "drop_rate": model.drop_rate(),
                      "throughput": rate, "time": steps / rate, "relative_time": fastest / rate,
-                     "auc": cell["stats"]["auc"], "steps_reached": reached,
-                     "equal_time": None if point is None else {
-                         "step": point["step"], **{k: point[k] for k in ("estimate", "low", "high", "n", "method")}},
+                     "auc": cell.stats["auc"].row(), "steps_reached": reached,
+                     "equal_time": None if point is None else point.row(),
                      "front": {}})
     for recipe in config.recipes:
         mine = [row for row in rows if row["recipe"] == recipe]

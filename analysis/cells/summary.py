@@ -20,6 +20,8 @@ from analysis.cells.noise import summarize_noise
 from analysis.cells.pareto import summarize_pareto
 from analysis.cells.reference import load_reference, reference_for
 from analysis.claims.summary_file import Summary, json_safe
+from analysis.statistics.cell_stats import CellStats, Stat
+from analysis.statistics.cell_table import Cell, CellTable
 from analysis.statistics.contrasts import contrast
 from analysis.statistics.intervals import (
     ALPHA,
@@ -82,9 +84,9 @@ def by_cell(runs: list[RunResult]) -> dict[tuple[str, int], list[RunResult]]:
     return cells
 
 
-def summary_cells(summary: Summary) -> dict[tuple[str, int], dict]:
+def summary_cells(summary: Summary) -> dict[tuple[str, int], CellStats]:
     """summary.json's cells by (recipe, lag)."""
-    return {(cell["recipe"], cell["lag"]): cell for cell in summary.cells}
+    return {cell.cell: cell for cell in summary.cells}
 
 
 def realized_lag_distribution(runs: list[RunResult]) -> dict:
@@ -107,23 +109,33 @@ def score_at_steps(run: RunResult, steps: list[int]) -> list[float]:
     return [scores.get(s, 0.0 if diverged and s > last else math.nan) for s in steps]
 
 
-def score_curve(runs: list[RunResult], budget: int) -> list[dict]:
+def score_curve(runs: list[RunResult], budget: int) -> list[Stat]:
     """A cell's test-score curve: at each step any of its runs was evaluated (and the budget's last
     step), the mean over its seeds with the 95% interval of mean_ci, as the cell's other scores."""
     steps = sorted({s for run in runs for s, _ in run.curve} | {budget})
     per_run = np.array([score_at_steps(run, steps) for run in runs]).reshape(len(runs), len(steps))
-    return [{"step": step, **mean_ci(per_run[:, i]).as_dict()} for i, step in enumerate(steps)]
+    return [Stat.from_row({"step": step, **mean_ci(per_run[:, i]).as_dict()}) for i, step in enumerate(steps)]
 
 
-def _cell(recipe: str, lag: int, runs: list[RunResult], reference: dict, budget: int) -> dict:
-    seeds = {m: [getattr(r.summary, m) for r in runs]
-             for m in (*SCORES, *MISMATCH, "collapsed", "collapse_step", "best_step", "selected_step", "status")}
-    seeds["collapse_step"] = [step if collapsed else None
-                              for step, collapsed in zip(seeds["collapse_step"], seeds["collapsed"])]
-    k = sum(seeds["collapsed"])
-    return {"recipe": recipe, "lag": lag, "seeds": [r.seed for r in runs],
-            "run_keys": [r.pinned.run_key for r in runs], "per_seed": seeds,
-            "stats": {m: mean_ci(seeds[m]).as_dict() for m in (*SCORES, *MISMATCH)},
+# each run's values a cell keeps per seed (summary.json's per_seed)
+PER_SEED = (*SCORES, *MISMATCH, "collapsed", "collapse_step", "best_step", "selected_step", "status")
+
+
+def build_cells(config: Config, runs: list[RunResult]) -> CellTable:
+    """Every cell (recipe, lag) of the grid with its runs' values per seed: arrays over (recipe, lag, seed)."""
+    values = {(run.recipe, run.lag, run.seed): {
+        **{metric: getattr(run.summary, metric) for metric in PER_SEED},
+        "collapse_step": run.summary.collapse_step if run.summary.collapsed else None} for run in runs}
+    return CellTable.build(((recipe, lag) for recipe in config.recipes for lag in config.lags), values)
+
+
+def _row(table: CellTable, cell: tuple[str, int], runs: list[RunResult], reference: dict, budget: int) -> dict:
+    """summary.json's row of a cell: its seeds and runs, per-seed values, statistics, curve and collapse rate."""
+    k = sum(table.column(cell, "collapsed"))
+    return {"recipe": cell[0], "lag": cell[1], "seeds": table.seeds_of(cell),
+            "run_keys": [r.pinned.run_key for r in runs],
+            "per_seed": {metric: table.column(cell, metric) for metric in PER_SEED},
+            "stats": {m: mean_ci(table.column(cell, m)).as_dict() for m in (*SCORES, *MISMATCH)},
             "curve": score_curve(runs, budget),
             "collapse": {"k": k, **collapse_rate(k, len(runs)).as_dict()},
             "realized_lag": realized_lag_distribution(runs),
@@ -131,14 +143,7 @@ def _cell(recipe: str, lag: int, runs: list[RunResult], reference: dict, budget:
             "reference": reference_for(runs[0].pinned, reference) if runs else None}
 
 
-def build_cells(config: Config, runs: list[RunResult]) -> dict[tuple[str, int], dict]:
-    """Every cell (recipe, lag) of the grid with its runs' per-seed values and statistics."""
-    reference, grouped = load_reference(), by_cell(runs)
-    return {(recipe, lag): _cell(recipe, lag, grouped.get((recipe, lag), []), reference, config.steps)
-            for recipe in config.recipes for lag in config.lags}
-
-
-def summarize_cells(config: Config, runs: list[RunResult]) -> tuple[Summary, dict]:
+def summarize_cells(config: Config, runs: list[RunResult]) -> tuple[Summary, CellTable]:
     """summary.json's cells and what is read from them alone (analysis.report.write.summarize adds the
     claims), and the cells by (recipe, lag): one entry per cell with per-seed values,
     mean + 95% CI per metric, collapse k/n with Wilson CI, and the exploratory comparisons:
@@ -152,29 +157,31 @@ def summarize_cells(config: Config, runs: list[RunResult]) -> tuple[Summary, dic
     if baseline is not None and baseline not in config.recipes:
         raise ValueError(f"baseline {baseline!r} is not one of the grid's recipes {list(config.recipes)}")
     reference_lag = config.reference_lag
-    cells = build_cells(config, runs)
+    table, reference, grouped = build_cells(config, runs), load_reference(), by_cell(runs)
 
     def minus(cell, other):
-        return {m: _comparison(cell_minus(cell, other, m)) for m in SCORES}
+        return {m: _comparison(cell_minus(table, cell, table, other, m)) for m in SCORES}
 
     def improvement(cell, other):
-        return {m: _comparison(prob_improvement(cell["per_seed"][m], other["per_seed"][m])) for m in SCORES}
+        return {m: _comparison(prob_improvement(table.column(cell, m), table.column(other, m))) for m in SCORES}
 
     def compare_collapse(cell, other):
-        return _comparison(cell_minus(cell, other, "collapse"))
+        return _comparison(cell_minus(table, cell, table, other, "collapse"))
 
-    for (recipe, lag), cell in cells.items():
-        first = cells[recipe, reference_lag]
-        cell["staleness_cost"] = None if lag == reference_lag else minus(cell, first)
-        cell["collapse_vs_reference_lag"] = None if lag == reference_lag else compare_collapse(cell, first)
+    cells = {}
+    for recipe, lag in table.cells:
+        cell = cells[recipe, lag] = _row(table, (recipe, lag), grouped.get((recipe, lag), []), reference, config.steps)
+        first = (recipe, reference_lag)
+        cell["staleness_cost"] = None if lag == reference_lag else minus((recipe, lag), first)
+        cell["collapse_vs_reference_lag"] = None if lag == reference_lag else compare_collapse((recipe, lag), first)
         if baseline is not None:
-            base = cells[baseline, lag]
-            cell["improvement"] = improvement(cell, base)
+            base = (baseline, lag)
+            cell["improvement"] = improvement((recipe, lag), base)
             if recipe != baseline:
-                cell["vs_baseline"] = minus(cell, base)
-                cell["collapse_vs_baseline"] = compare_collapse(cell, base)
+                cell["vs_baseline"] = minus((recipe, lag), base)
+                cell["collapse_vs_baseline"] = compare_collapse((recipe, lag), base)
     _adjust(list(cells.values()), baseline)
-    seeding, rows = config.seeding, json_safe(list(cells.values()))
+    seeding, rows = config.seeding, [CellStats.from_row(row) for row in json_safe(list(cells.values()))]
     summary = Summary(
         grid=config.grid, engine=config.engine.name, engine_preset=config.engine_params.get("preset"),
         arithmetic_version=config.engine.arithmetic_version(dict(config.engine_params)),
@@ -194,18 +201,20 @@ def summarize_cells(config: Config, runs: list[RunResult]) -> tuple[Summary, dic
         noise=json_safe(summarize_noise(config, runs)),
         # a queue grid's bounds at equal modelled wall-clock and their Pareto front (analysis.cells.pareto); None otherwise
         pareto=json_safe(summarize_pareto(config, rows)))
-    return summary, cells
+    return summary, table
 
 
-def cell_minus(cell: dict, other: dict, metric: str, apart: bool = False):
-    """``cell`` minus ``other``: a score by analysis.statistics.contrasts (paired by seed where the cells
-    share seeds; ``apart``: cells of two grids, whose equal seed numbers are different runs), the collapse
-    rate by Newcombe's interval and Fisher's test."""
+def cell_minus(table: CellTable, cell: Cell, other_table: CellTable, other: Cell, metric: str, apart: bool = False):
+    """``cell`` of ``table`` minus ``other`` of ``other_table``: a score by analysis.statistics.contrasts (paired
+    by seed where the cells share seeds; ``apart``: cells of two grids, whose equal seed numbers are different
+    runs), the collapse rate by Newcombe's interval and Fisher's test."""
     if metric == "collapse":
-        return collapse_difference(cell["collapse"]["k"], cell["collapse"]["n"], other["collapse"]["k"], other["collapse"]["n"])
-    seeds = (([("B", s) for s in cell["seeds"]], [("A", s) for s in other["seeds"]]) if apart
-             else (cell["seeds"], other["seeds"]))
-    return contrast([(1.0, cell["per_seed"][metric], seeds[0]), (-1.0, other["per_seed"][metric], seeds[1])])
+        return collapse_difference(sum(table.column(cell, "collapsed")), table.count(cell),
+                                   sum(other_table.column(other, "collapsed")), other_table.count(other))
+    (x, seeds_x), (y, seeds_y) = table.arm(cell, metric), other_table.arm(other, metric)
+    if apart:
+        seeds_x, seeds_y = [("B", s) for s in seeds_x], [("A", s) for s in seeds_y]
+    return contrast([(1.0, x, seeds_x), (-1.0, y, seeds_y)])
 
 
 def _comparison(comparison) -> dict:
@@ -250,7 +259,7 @@ def under_recipe_names(summary: Summary) -> Summary:
             statement = statement.replace(variant, names[variant])
         return statement
 
-    cells = [{**cell, "recipe": names.get(cell["recipe"], cell["recipe"])} for cell in summary.cells]
+    cells = [dataclasses.replace(cell, recipe=names.get(cell.recipe, cell.recipe)) for cell in summary.cells]
     claims = [dataclasses.replace(verdict, statement=renamed(verdict.statement), claim=dataclasses.replace(
         verdict.claim, **{field: names[getattr(verdict.claim, field)] for field in CLAIM_RECIPE_FIELDS
                           if getattr(verdict.claim, field, None) in names})) for verdict in summary.claims]
@@ -262,7 +271,7 @@ def seeds_text(summary: Summary) -> str:
     cell: grpo 6, gspo 3-10"."""
     counts: dict[str, set[int]] = {}
     for cell in summary.cells:
-        counts.setdefault(cell["recipe"], set()).add(len(cell["seeds"]))
+        counts.setdefault(cell.recipe, set()).add(len(cell.seeds))
     if len(set().union(*counts.values())) <= 1:
         return f"{next(iter(set().union(*counts.values())), len(summary.seeds))} seeds"
     return "seeds per cell: " + ", ".join(f"{recipe} {min(n)}" + (f"-{max(n)}" if len(n) > 1 else "")

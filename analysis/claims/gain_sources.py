@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from analysis.claims.verdicts import interval, measure, tested_in
+from analysis.statistics.cell_table import CellTable
 from analysis.statistics.decision import outcome
 from analysis.statistics.intervals import ALPHA
 from grid.claims import NOT_TESTED, Claim, CostDifference, Interaction
@@ -53,7 +54,7 @@ def source(staleness: str | None, mismatch: str | None) -> str:
     return "undecided"
 
 
-def gain_sources(config: Config, cells: dict) -> dict | None:
+def gain_sources(config: Config, cells: CellTable) -> dict | None:
     """The section's baseline and smallest effect, and each of its recipes: its two parts (estimate,
     interval, outcome) and its source; None without the section. Read at the level of the config's claims
     (ALPHA over the claims declared)."""
@@ -62,7 +63,7 @@ def gain_sources(config: Config, cells: dict) -> dict | None:
         return None
     level = ALPHA / max(len(config.claims), 1)  # the declared family's level, whatever this grid tests
     largest = max(config.lags)
-    seeds = {s for cell in cells.values() for s in cell["seeds"]}
+    seeds = set(cells.seeds)
     out = []
     for recipe in section.recipes:
         read, split = {}, parts(section, recipe, largest)

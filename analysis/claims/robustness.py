@@ -17,7 +17,8 @@ import numpy as np
 from scipy import stats
 
 from analysis.claims.verdict import Verdict
-from analysis.claims.verdicts import _values, read_at
+from analysis.claims.verdicts import read_at
+from analysis.statistics.cell_table import CellTable
 from analysis.statistics.contrasts import per_seed
 from analysis.statistics.crosscheck import adastop
 from analysis.statistics.predictive import contrast_agreement
@@ -27,10 +28,10 @@ from grid.claims import Family
 SPREAD_P = 0.05  # a measured spread this unlikely under the planned one is flagged
 
 
-def sides(claim, cells: dict, seeds: set[int]) -> tuple[np.ndarray, np.ndarray] | None:
+def sides(claim, cells: CellTable, seeds: set[int]) -> tuple[np.ndarray, np.ndarray] | None:
     """The claim's two sides per seed (x: its cells of positive weight, y: of negative weight, each
     sum |w| value), x - y its per-seed contrast; None where the cells do not share their seeds."""
-    arms = [(weight, *_values(cells[recipe, lag], claim.metric, seeds))
+    arms = [(weight, *cells.arm((recipe, lag), claim.metric, seeds))
             for weight, recipe, lag in claim.cells()]
     if len({tuple(s) for _, _, s in arms}) > 1:
         return None
@@ -38,7 +39,7 @@ def sides(claim, cells: dict, seeds: set[int]) -> tuple[np.ndarray, np.ndarray] 
     return x, y
 
 
-def checked(family: Family, cells: dict, claims: list[Verdict]) -> list[Verdict]:
+def checked(family: Family, cells: CellTable, claims: list[Verdict]) -> list[Verdict]:
     """Each answered claim of ``family`` (analysis.claims.verdicts.answer, same order) with ``skew`` and
     ``crosscheck`` added: at the seeds of the look its outcome was read at and at that look's level."""
     _, schedule = read_at(family, cells)

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from analysis.claims.verdict import Verdict
+from analysis.statistics.cell_stats import CellStats, Stat
 from grid.folder import SUMMARY
 from harness.io import read_json, write_json_atomic
 
@@ -45,22 +46,23 @@ class Summary:
     reference_lag: int | None = None
     comparisons: dict | None = None
     claims: list = dataclasses.field(default_factory=list)  # analysis.claims.verdict.Verdict
-    cells: list = dataclasses.field(default_factory=list)  # per (recipe, lag): analysis.cells.summary
+    cells: list = dataclasses.field(default_factory=list)  # analysis.statistics.cell_stats.CellStats per (recipe, lag)
     gain_sources: dict | None = None
     noise: dict | None = None
     pareto: dict | None = None
     tuning: dict | None = None
-    side_by_side: dict | None = None
+    side_by_side: object = None  # analysis.report.compare.Beside; read back, its JSON as it is
     conclusions: list | None = None
 
 
 def json_safe(obj):
-    """NaN -> None, numpy -> Python, a verdict -> its row, a summary -> its keys: summary.json is strict JSON."""
+    """NaN -> None, numpy -> Python, a verdict, cell or stat -> its row, any other dataclass (a summary) -> its
+    fields: summary.json is strict JSON."""
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
-    if isinstance(obj, Verdict):
+    if isinstance(obj, (Verdict, CellStats, Stat)):
         return json_safe(obj.row())
-    if isinstance(obj, Summary):
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):  # a summary, a comparison of two grids: field by field
         return json_safe({field.name: getattr(obj, field.name) for field in dataclasses.fields(obj)})
     if isinstance(obj, dict):
         return {k: json_safe(v) for k, v in obj.items()}
@@ -92,4 +94,5 @@ def read_summary(path: Path, required: tuple[str, ...] = ("claims",)) -> Summary
     known = {field.name for field in dataclasses.fields(Summary)}
     return Summary(**{**{key: value for key, value in summary.items() if key in known},
                       "claims": [Verdict.from_row(row, reference_lag=summary.get("reference_lag", 0))
-                                 for row in summary["claims"]]})
+                                 for row in summary["claims"]],
+                      "cells": [CellStats.from_row(row) for row in summary.get("cells", [])]})

@@ -23,6 +23,7 @@ from scipy import stats
 
 from analysis.claims.verdict import Measured, RateMeasured, ScoreMeasured, Verdict
 from analysis.statistics.boundaries import look_levels
+from analysis.statistics.cell_table import CellTable
 from analysis.statistics.contrasts import contrast, seeds_needed, seeds_needed_equivalence
 from analysis.statistics.decision import (
     is_final,
@@ -72,14 +73,9 @@ def statement(claim: Claim) -> str:
     return f"{what}, {endpoint}: {sign} 0 by at least {effect}"
 
 
-def tested_in(claim: Claim, cells: dict) -> bool:
+def tested_in(claim: Claim, cells: CellTable) -> bool:
     """Whether the grid has every cell the claim reads."""
-    return all(cell in cells for cell in claim.read_cells())
-
-
-def _values(cell: dict, key: str, seeds: set[int]) -> tuple[list, list]:
-    pairs = [(value, seed) for value, seed in zip(cell["per_seed"][key], cell["seeds"]) if seed in seeds]
-    return [v for v, _ in pairs], [s for _, s in pairs]
+    return all(cells.has(cell) for cell in claim.read_cells())
 
 
 class ScoreRule:
@@ -91,8 +87,8 @@ class ScoreRule:
         return f"{claim.smallest_effect * 100:.1f} points", METRIC_TEXT[claim.metric]
 
     @staticmethod
-    def measure(claim: Claim, cells: dict, budget: int, seeds: set[int]) -> ScoreMeasured:
-        result = contrast([(weight, *_values(cells[recipe, lag], claim.metric, seeds))
+    def measure(claim: Claim, cells: CellTable, budget: int, seeds: set[int]) -> ScoreMeasured:
+        result = contrast([(weight, *cells.arm((recipe, lag), claim.metric, seeds))
                            for weight, recipe, lag in claim.cells()])
         return ScoreMeasured(estimate=result.estimate, n=result.n, method=result.method, test=result.method,
                              p=result.p, se=result.se, df=result.df, spread=result.spread)
@@ -133,8 +129,8 @@ class RateRule:
         return f"{claim.smallest_effect:.2f} in rate", "by the step budget"
 
     @staticmethod
-    def measure(claim: Claim, cells: dict, budget: int, seeds: set[int]) -> RateMeasured:
-        (x, seeds_x), (y, seeds_y) = (_values(cells[cell], "collapse_step", seeds)
+    def measure(claim: Claim, cells: CellTable, budget: int, seeds: set[int]) -> RateMeasured:
+        (x, seeds_x), (y, seeds_y) = (cells.arm(cell, "collapse_step", seeds)
                                       for cell in claim.read_cells())
         result = collapse_test(x, y, budget, strata=(seeds_x, seeds_y))
         return RateMeasured(estimate=result.estimate, n=min(result.n_x, result.n_y), method="newcombe",
@@ -166,7 +162,7 @@ class RateRule:
 RULES = {"points": ScoreRule, "rate": RateRule}  # by Claim.scale
 
 
-def measure(claim: Claim, cells: dict, budget: int, seeds: set[int]) -> Measured:
+def measure(claim: Claim, cells: CellTable, budget: int, seeds: set[int]) -> Measured:
     """The claim's estimate and what its interval rests on, from the cells' runs of ``seeds``."""
     return RULES[claim.scale].measure(claim, cells, budget, seeds)
 
@@ -176,7 +172,7 @@ def interval(claim: Claim, measured: Measured, level: float) -> tuple[float, flo
     return RULES[claim.scale].interval(measured, level)
 
 
-def decide(claim: Claim, cells: dict, budget: int, schedule: Schedule) -> Verdict:
+def decide(claim: Claim, cells: CellTable, budget: int, schedule: Schedule) -> Verdict:
     """The claim read at each look of the schedule until its outcome is final (or the last look); its
     words (statement, why) and what rests on it are answer's."""
     for look, (n, level) in enumerate(zip(schedule.looks, schedule.levels)):
@@ -190,7 +186,7 @@ def decide(claim: Claim, cells: dict, budget: int, schedule: Schedule) -> Verdic
     raise AssertionError("a schedule has at least one look")
 
 
-def threshold_lag(claim: Claim, cells: dict, budget: int, seeds: set[int], level: float) -> dict:
+def threshold_lag(claim: Claim, cells: CellTable, budget: int, seeds: set[int], level: float) -> dict:
     """The smallest of a trend's lags whose staleness cost (the lag minus the reference lag) passes
     ``claim.threshold``, with an interval. Each lag's cost interval is read at level / (the lags
     compared), so that all cover together with probability >= 1 - level (Bonferroni); then the true
@@ -268,17 +264,17 @@ def why(decided: Verdict) -> str:
     return text
 
 
-def read_at(family: Family, cells: dict) -> tuple[list[Claim], Schedule]:
+def read_at(family: Family, cells: CellTable) -> tuple[list[Claim], Schedule]:
     """The claims this grid tests and the schedule they are read at. The family is the config's: its
     level is ALPHA over every claim declared (``family.claims``), so a grid narrowed after its runs reads the
     claims it can test at the declared level, and one it cannot test keeps its share unspent."""
-    seeds = family.seeds if family.seeds is not None else sorted({s for cell in cells.values() for s in cell["seeds"]})
+    seeds = family.seeds if family.seeds is not None else sorted(cells.seeds)
     claims, seeding = family.claims, family.seeding
     tested = [claim for claim in claims if tested_in(claim, cells)]
     return tested, Schedule.build(seeding, seeds, len(claims))
 
 
-def open_cells(family: Family, cells: dict, look: int) -> list[tuple[str, int]]:
+def open_cells(family: Family, cells: CellTable, look: int) -> list[tuple[str, int]]:
     """The cells of the claims whose outcome is not final at ``look`` (1-based): they get the next
     look's seeds; in the order of ``cells``."""
     tested, schedule = read_at(family, cells)
@@ -286,10 +282,10 @@ def open_cells(family: Family, cells: dict, look: int) -> list[tuple[str, int]]:
     wanted = {cell for claim in tested
               if not decide(claim, cells, budget, schedule.through(look)).final
               for cell in claim.read_cells()}
-    return [cell for cell in cells if cell in wanted]
+    return [cell for cell in cells.cells if cell in wanted]
 
 
-def answer(family: Family, cells: dict) -> list[Verdict]:
+def answer(family: Family, cells: CellTable) -> list[Verdict]:
     """Every claim of the family decided (summary.json's ``claims``): its statement, numbers, outcome
     (``verdict``), what it says (``why``) and its replication probability."""
     tested, schedule = read_at(family, cells)

@@ -4,6 +4,7 @@ and the MLflow texts print a number alike."""
 from __future__ import annotations
 
 from analysis.claims.verdict import Verdict
+from analysis.statistics.cell_stats import Stat
 from analysis.statistics.intervals import BOOTSTRAP_MIN_SEEDS
 
 METHOD_NAMES = {"student-t": "Student t", "paired-t": "paired by seed (Student t of per-seed differences)",
@@ -18,9 +19,9 @@ def fmt(value, scale: float, digits: int, sign: bool = False) -> str:
     return "–" if value is None else f"{value * scale:{'+' if sign else ''}.{digits}f}"
 
 
-def interval_text(stat: dict, values: list | None, scale: float, digits: int, sign: bool = False) -> str:
+def interval_text(stat: Stat, values: list | None, scale: float, digits: int, sign: bool = False) -> str:
     """"mean [low, high] (per-seed values)"; no brackets when there is no interval."""
-    text = bounds_text(stat["estimate"], stat["low"], stat["high"], scale, digits, sign)
+    text = bounds_text(stat.estimate, stat.low, stat.high, scale, digits, sign)
     if values is not None:
         text += " (" + ", ".join(fmt(v, scale, digits) for v in values) + ")"
     return text
@@ -43,23 +44,23 @@ def p_text(value) -> str:
     return "–" if value is None else "<0.001" if value < 0.001 else f"{value:.3f}"
 
 
-def n_text(stat: dict) -> str:
-    return f"n {stat['n']}" if "n" in stat else f"n {stat['n_x']} vs {stat['n_y']}"
+def n_text(stat: Stat) -> str:
+    return f"n {stat.n}" if stat.n is not None else f"n {stat.n_x} vs {stat.n_y}"
 
 
-def comparison_text(stat: dict, scale: float, digits: int, sign: bool = True) -> str:
+def comparison_text(stat: Stat, scale: float, digits: int, sign: bool = True) -> str:
     """"+d [low, high] (n 3), p 0.012 (Holm 0.048)"; parts without a value are left out."""
     text = f"{interval_text(stat, None, scale, digits, sign)} ({n_text(stat)})"
-    if stat["p"] is not None:
-        text += f", p {p_text(stat['p'])} (Holm {p_text(stat['p_holm'])})"
+    if stat.tested:
+        text += f", p {p_text(stat.p)} (Holm {p_text(stat.p_holm)})"
     return text
 
 
-def methods_text(stats: list[dict]) -> str:
+def methods_text(stats: list[Stat]) -> str:
     """The interval methods used in one table, in METHOD_NAMES order."""
-    used = {s["method"] for s in stats}
+    used = {s.method for s in stats}
     return "; ".join(name for method, name in METHOD_NAMES.items() if method in used)
 
 
-def holm_note(stats: list[dict]) -> str:
-    return f"exploratory, Holm-adjusted over the {sum(s['p_holm'] is not None for s in stats)} tests of this table"
+def holm_note(stats: list[Stat]) -> str:
+    return f"exploratory, Holm-adjusted over the {sum(s.p_holm is not None for s in stats)} tests of this table"

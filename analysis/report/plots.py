@@ -18,6 +18,7 @@ from analysis.cells.pareto import queue_models
 from analysis.cells.summary import ENDPOINT_NAMES, ENDPOINTS, RunResult, by_cell, score_curve, summary_cells
 from analysis.claims.summary_file import Summary
 from analysis.report.colors import MARKERS, recipe_colour
+from analysis.statistics.cell_stats import CellStats
 from analysis.statistics.survival import kaplan_meier
 from grid.settings import Config
 from harness.io import write_bytes_atomic
@@ -35,10 +36,10 @@ def plot_curves(config: Config, runs: list[RunResult], path: Path) -> None:
     for ax, lag in zip(axes[0], lags):
         for i, recipe in enumerate(config.recipes):
             curve = score_curve(cells.get((recipe, lag), []), config.steps)
-            steps = [point["step"] for point in curve]
-            ax.plot(steps, [100 * point["estimate"] for point in curve], marker=_marker(i), markersize=3,
+            steps = [point.step for point in curve]
+            ax.plot(steps, [100 * point.estimate for point in curve], marker=_marker(i), markersize=3,
                     color=recipe_colour(recipe, config.recipes), label=recipe)
-            ax.fill_between(steps, [100 * point["low"] for point in curve], [100 * point["high"] for point in curve],
+            ax.fill_between(steps, [100 * point.low for point in curve], [100 * point.high for point in curve],
                             color=recipe_colour(recipe, config.recipes), alpha=0.2, linewidth=0)
         ax.set(title=f"lag {lag}", xlabel="step", ylabel="test score (%, avg@k)")
         ax.grid(alpha=0.3)
@@ -91,12 +92,12 @@ def plot_collapse(summary: Summary, path: Path) -> None:
     for ax, lag in zip(axes[0], lags):
         for i, recipe in enumerate(recipes):
             cell = cells[recipe, lag]
-            steps, alive = kaplan_meier(cell["per_seed"]["collapse_step"], summary.steps)
+            steps, alive = kaplan_meier(cell.per_seed["collapse_step"], summary.steps)
             # curves that coincide (no collapse: all at 1) told apart where they are: each next recipe drawn
             # narrower and in its own dash on top of the ones before, never moved off its values
             ax.step(steps, alive, where="post", linewidth=1.2 + 2.4 * (len(recipes) - 1 - i) / max(len(recipes) - 1, 1),
                     linestyle=COLLAPSE_DASHES[i % len(COLLAPSE_DASHES)], color=recipe_colour(recipe, recipes),
-                    label=f"{recipe} ({cell['collapse']['k']}/{cell['collapse']['n']})")
+                    label=f"{recipe} ({cell.collapse.k}/{cell.collapse.n})")
         ax.set(title=f"lag {lag}: runs not yet collapsed (Kaplan-Meier)", xlabel="step",
                ylabel="fraction of runs", ylim=(-0.05, 1.05))
         ax.grid(alpha=0.3)
@@ -122,6 +123,17 @@ def plot_staleness(summary: Summary, path: Path) -> None:
     save_figure(fig, path)
 
 
+def cost_bars(cell: CellStats, endpoint: str) -> tuple[float, float, float] | None:
+    """The cell's staleness cost on ``endpoint`` in points and how far its 95% interval reaches below and above
+    it (0 without one); None where it has none (the reference lag, no value)."""
+    stat = (cell.staleness_cost or {}).get(endpoint)
+    if stat is None or stat.estimate is None:
+        return None
+    low = stat.estimate if stat.low is None else stat.low
+    high = stat.estimate if stat.high is None else stat.high
+    return 100 * stat.estimate, 100 * (stat.estimate - low), 100 * (high - stat.estimate)
+
+
 def cost_panel(ax, summary: Summary, endpoint: str, lag: int) -> None:
     """One panel of staleness.png: each recipe's staleness cost at ``lag`` on ``endpoint`` (summary.json's cells)
     with its 95% interval, the recipes named on the x axis in their colours; the recipes of a staleness or
@@ -131,13 +143,11 @@ def cost_panel(ax, summary: Summary, endpoint: str, lag: int) -> None:
     claimed = [c for c in summary.claims if c.claim.is_cost and c.claim.lag == lag and c.claim.metric == endpoint]
     marked = {c.claim.recipe for c in claimed} | {c.claim.versus for c in claimed if getattr(c.claim, "versus", None)}
     for x, recipe in enumerate(recipes):
-        stat = (cells[recipe, lag]["staleness_cost"] or {}).get(endpoint)
-        if stat is None or stat["estimate"] is None:
+        bars = cost_bars(cells[recipe, lag], endpoint)
+        if bars is None:
             continue
-        low = stat["estimate"] if stat["low"] is None else stat["low"]
-        high = stat["estimate"] if stat["high"] is None else stat["high"]
-        ax.errorbar(x, 100 * stat["estimate"], yerr=[[100 * (stat["estimate"] - low)],
-                                                     [100 * (high - stat["estimate"])]],
+        estimate, below, above = bars
+        ax.errorbar(x, estimate, yerr=[[below], [above]],
                     fmt="s" if recipe in marked else "o", color=recipe_colour(recipe, recipes), capsize=3,
                     markerfacecolor=recipe_colour(recipe, recipes) if recipe in marked else "white")
     ax.axhline(0, color="grey", linewidth=0.8)
@@ -167,16 +177,13 @@ def plot_staleness_by_lag(summary: Summary, path: Path) -> None:
         for i, recipe in enumerate(recipes):
             xs, ys, below, above = [], [], [], []
             for x, lag in enumerate(lags):
-                stat = {"estimate": 0.0, "low": 0.0, "high": 0.0} if lag == reference_lag else \
-                    (cells[recipe, lag]["staleness_cost"] or {}).get(endpoint)
-                if stat is None or stat["estimate"] is None:
+                bars = (0.0, 0.0, 0.0) if lag == reference_lag else cost_bars(cells[recipe, lag], endpoint)
+                if bars is None:
                     continue
-                low = stat["estimate"] if stat["low"] is None else stat["low"]
-                high = stat["estimate"] if stat["high"] is None else stat["high"]
                 xs.append(x + (i - (len(recipes) - 1) / 2) * width)
-                ys.append(100 * stat["estimate"])
-                below.append(100 * (stat["estimate"] - low))
-                above.append(100 * (high - stat["estimate"]))
+                ys.append(bars[0])
+                below.append(bars[1])
+                above.append(bars[2])
             ax.errorbar(xs, ys, yerr=[below, above], marker=_marker(i), markersize=3, capsize=2, linewidth=1,
                         color=recipe_colour(recipe, recipes), label=recipe)
         ax.axhline(0, color="grey", linewidth=0.8)

@@ -8,6 +8,7 @@ import math
 
 from analysis.claims.summary_file import Summary
 from analysis.report.render import Bullets, Section, Table
+from analysis.statistics.cell_stats import CellStats
 from grid.claims import NOT_TESTED
 
 
@@ -49,7 +50,7 @@ def noise_sections(summary: Summary) -> list[Section]:
     noise = summary.noise
     if not noise:
         return []
-    best = {(c["recipe"], c["lag"]): c["stats"]["best"]["estimate"] for c in summary.cells}
+    best = {c.cell: c.stats["best"].estimate for c in summary.cells}
     rows = []
     for cell in noise["cells"]:
         if "parts" not in cell:
@@ -122,7 +123,7 @@ def tuning_sections(summary: Summary) -> list[Section]:
     tuning = summary.tuning
     if tuning is None:
         return []
-    cells = {(cell["recipe"], cell["lag"]): cell for cell in summary.cells}
+    cells = {cell.cell: cell for cell in summary.cells}
     lags = summary.lags
     text = (f"Each recipe's value picked on tuning seeds {tuning['seeds']} (never the seeds below) by the "
              f"{tuning['metric']} averaged over lags {tuning['lags']}: {tuning['rule']}. Every recipe had "
@@ -135,10 +136,10 @@ def tuning_sections(summary: Summary) -> list[Section]:
     return [Section("Equal tuning budget", (text, Table.of(header, rows)))]
 
 
-def _interval(cell: dict | None) -> str:
-    stat = (cell or {}).get("stats", {}).get("auc") or {}
-    if stat.get("estimate") is None:
+def _interval(cell: CellStats | None) -> str:
+    stat = None if cell is None else cell.stats.get("auc")
+    if stat is None or stat.estimate is None:
         return "-"
-    low, high = stat.get("low"), stat.get("high")  # None (JSON's NaN) with fewer than 2 seeds
+    low, high = stat.low, stat.high  # None (JSON's NaN) with fewer than 2 seeds
     bounds = f" [{100 * low:.1f}, {100 * high:.1f}]" if low is not None and high is not None else " [no interval]"
-    return f"{100 * stat['estimate']:.1f}{bounds} (n {stat['n']})"
+    return f"{100 * stat.estimate:.1f}{bounds} (n {stat.n})"

@@ -21,6 +21,7 @@ from analysis.report.numbers import (
     verdict_interval_text,
 )
 from analysis.report.render import Bullets, Section, latex, markdown
+from analysis.statistics.cell_stats import CellStats
 from analysis.statistics.decision import size_to_delta
 from analysis.statistics.intervals import ALPHA, smallest_p
 
@@ -69,12 +70,12 @@ def claims_section(summary: Summary) -> Section | None:
                                  "skew of the per-seed contrasts; AdaStop (exploratory: does not govern the outcome)"], rows)
 
 
-def realized_lag_text(cell: dict) -> str:
+def realized_lag_text(cell: CellStats) -> str:
     """e.g. "1..8 (mean 4.5)"; "–" for a cell without training rows."""
-    lags = cell.get("realized_lag") or {}
-    if lags.get("min") is None:
+    lags = cell.realized_lag
+    if lags is None or lags.min is None:
         return "–"
-    return f"{lags['min']}..{lags['max']} (mean {lags['mean']:.2f})"
+    return f"{lags.min}..{lags.max} (mean {lags.mean:.2f})"
 
 
 def cell_sections(summary: Summary) -> list[Section]:
@@ -97,8 +98,8 @@ def cell_sections(summary: Summary) -> list[Section]:
         return [get(cells[recipe, lag]) for recipe in recipes for lag in lags]
 
     def paper_value(key, scale=1.0, digits=2):
-        return lambda c: ("–" if c["reference"] is None or c["reference"][key] is None
-                          else f"{c['reference'][key] * scale:.{digits}f}")
+        return lambda c: ("–" if c.reference is None or c.reference[key] is None
+                          else f"{c.reference[key] * scale:.{digits}f}")
 
     fixed = summary.fixed_step if summary.fixed_step is not None else "last evaluated"
     for metric, title in SCORES.items():
@@ -106,51 +107,51 @@ def cell_sections(summary: Summary) -> list[Section]:
             continue
         if metric == "fixed":
             title += f" (step {fixed})"
-        columns = [("", lambda c, m=metric: interval_text(c["stats"][m], c["per_seed"][m], 100, 1))]
+        columns = [("", lambda c, m=metric: interval_text(c.stats[m], c.per_seed[m], 100, 1))]
         if metric != "auc":  # the paper's number is a best observed score: no counterpart for an area
             columns.append(("paper best ", paper_value("aime24")))
-        table(f"{title}, % (mean [95% CI: {methods_text(shown(lambda c, m=metric: c['stats'][m]))}] (per seed))",
+        table(f"{title}, % (mean [95% CI: {methods_text(shown(lambda c, m=metric: c.stats[m]))}] (per seed))",
               columns)
     table("Collapsed runs k/n [95% Wilson CI] (per seed: 1 = collapsed)",
-          [("", lambda c: (f"{c['collapse']['k']}/{c['collapse']['n']} [{fmt(c['collapse']['low'], 1, 2)}, "
-                           f"{fmt(c['collapse']['high'], 1, 2)}] "
-                           f"({', '.join(str(int(v)) for v in c['per_seed']['collapsed'])})")),
-           ("paper collapsed ", lambda c: "–" if c["reference"] is None else
-            ("yes" if c["reference"]["collapsed"] else "no"))])
+          [("", lambda c: (f"{c.collapse.k}/{c.collapse.n} [{fmt(c.collapse.low, 1, 2)}, "
+                           f"{fmt(c.collapse.high, 1, 2)}] "
+                           f"({', '.join(str(int(v)) for v in c.per_seed['collapsed'])})")),
+           ("paper collapsed ", lambda c: "–" if c.reference is None else
+            ("yes" if c.reference["collapsed"] else "no"))])
     for endpoint in ENDPOINTS:
         name = ENDPOINT_NAMES[endpoint]
         if baseline is not None and others:
-            stats = shown(lambda c, e=endpoint: c["vs_baseline"][e], others)
+            stats = shown(lambda c, e=endpoint: c.vs_baseline[e], others)
             table(f"Difference to {baseline} at the same lag, {name}, points (mean difference "
                   f"[95% CI: {methods_text(stats)}] (n), t test p, {holm_note(stats)})",
-                  [("", lambda c, e=endpoint: comparison_text(c["vs_baseline"][e], 100, 1))], recipes=others)
-            stats = shown(lambda c, e=endpoint: c["improvement"][e], others)
+                  [("", lambda c, e=endpoint: comparison_text(c.vs_baseline[e], 100, 1))], recipes=others)
+            stats = shown(lambda c, e=endpoint: c.improvement[e], others)
             table(f"P(improvement) over {baseline} at the same lag, {name} ([95% CI: {methods_text(stats)}] (n), "
                   f"two-sided Mann-Whitney p, {holm_note(stats)})",
-                  [("", lambda c, e=endpoint: comparison_text(c["improvement"][e], 1, 2, sign=False))],
+                  [("", lambda c, e=endpoint: comparison_text(c.improvement[e], 1, 2, sign=False))],
                   recipes=others)
         if later:
-            stats = shown(lambda c, e=endpoint: c["staleness_cost"][e], lags=later)
+            stats = shown(lambda c, e=endpoint: c.staleness_cost[e], lags=later)
             table(f"Staleness cost: {name} at this lag minus lag {reference_lag}, points (mean difference "
                   f"[95% CI: {methods_text(stats)}] (n), t test p, {holm_note(stats)})",
-                  [("", lambda c, e=endpoint: comparison_text(c["staleness_cost"][e], 100, 1))], lags=later)
+                  [("", lambda c, e=endpoint: comparison_text(c.staleness_cost[e], 100, 1))], lags=later)
     if later:
-        stats = shown(lambda c: c["collapse_vs_reference_lag"], lags=later)
+        stats = shown(lambda c: c.collapse_vs_reference_lag, lags=later)
         table(f"Collapse rate at this lag minus lag {reference_lag} ([95% CI: Newcombe], Fisher exact p, "
-              f"{holm_note(stats)})", [("", lambda c: comparison_text(c["collapse_vs_reference_lag"], 1, 2))],
+              f"{holm_note(stats)})", [("", lambda c: comparison_text(c.collapse_vs_reference_lag, 1, 2))],
               lags=later)
     if baseline is not None and others:
-        stats = shown(lambda c: c["collapse_vs_baseline"], others)
+        stats = shown(lambda c: c.collapse_vs_baseline, others)
         table(f"Collapse rate minus {baseline}'s at the same lag ([95% CI: Newcombe], Fisher exact p, "
-              f"{holm_note(stats)})", [("", lambda c: comparison_text(c["collapse_vs_baseline"], 1, 2))],
+              f"{holm_note(stats)})", [("", lambda c: comparison_text(c.collapse_vs_baseline, 1, 2))],
               recipes=others)
     table(f"Realized lag ({summary.lag_mode} mode): lowest..highest over every trained step "
           "of every seed (mean)", [("", realized_lag_text)])
     for metric, title in MISMATCH.items():
-        columns = [("", lambda c, m=metric: interval_text(c["stats"][m], c["per_seed"][m], 1, 4))]
+        columns = [("", lambda c, m=metric: interval_text(c.stats[m], c.per_seed[m], 1, 4))]
         if metric == "dbar":
             columns.append(("paper ", paper_value("dbar", 1, 4)))
-        table(f"{title} (mean [95% CI: {methods_text(shown(lambda c, m=metric: c['stats'][m]))}] (per seed))",
+        table(f"{title} (mean [95% CI: {methods_text(shown(lambda c, m=metric: c.stats[m]))}] (per seed))",
               columns)
     return out
 
@@ -186,16 +187,16 @@ def conclusions(summary: Summary) -> list[str]:
 
     def sort(what, stats, null, text, smallest=None):
         """Sort one table's comparisons into evidence / suggestive / not distinguishable / untested."""
-        tested = [(c, s) for c, s in stats if s["p"] is not None]
+        tested = [(c, s) for c, s in stats if s.tested]
         groups = {"evidence": [], "suggestive": [], "inside": []}
         for c, s in tested:
-            excludes = s["low"] is not None and not s["low"] <= null <= s["high"]
-            kind = "evidence" if s["p_holm"] < ALPHA else "suggestive" if excludes else "inside"
-            groups[kind].append(f"{c['recipe']} at lag {c['lag']}: {text(s)}")
+            excludes = s.low is not None and not s.low <= null <= s.high
+            kind = "evidence" if s.p_holm < ALPHA else "suggestive" if excludes else "inside"
+            groups[kind].append(f"{c.recipe} at lag {c.lag}: {text(s)}")
         if smallest is not None and tested:
             best = min((s for _, s in tested), key=smallest)
             if smallest(best) >= ALPHA:
-                lines.append(f"{what.capitalize()}: with {best['n_x']} vs {best['n_y']} seeds even complete "
+                lines.append(f"{what.capitalize()}: with {best.n_x} vs {best.n_y} seeds even complete "
                              f"separation gives p = {smallest(best):.3f} >= {ALPHA:g}, so no comparison in "
                              "this table can be significant: its values are descriptive.")
         titles = {"evidence": f"Evidence of a {what} (exploratory, Holm p < {ALPHA:g})",
@@ -213,21 +214,21 @@ def conclusions(summary: Summary) -> list[str]:
         return f"{interval_text(stat, None, 100, 1, sign=True)} points ({n_text(stat)})"
 
     def separation(s):
-        return smallest_p(s["test"], s["n_x"], s["n_y"])
+        return smallest_p(s.test, s.n_x, s.n_y)
 
     for endpoint in ENDPOINTS:
         name = ENDPOINT_NAMES[endpoint]
         if baseline is not None:
             sort(f"difference to {baseline} in the {name}",
-                 [(c, c["vs_baseline"][endpoint]) for c in cells if c["vs_baseline"] is not None], 0.0, points)
+                 [(c, c.vs_baseline[endpoint]) for c in cells if c.vs_baseline is not None], 0.0, points)
             sort(f"P(improvement) over {baseline} in the {name}",
-                 [(c, c["improvement"][endpoint]) for c in cells if c["recipe"] != baseline], 0.5,
+                 [(c, c.improvement[endpoint]) for c in cells if c.recipe != baseline], 0.5,
                  lambda s: interval_text(s, None, 1, 2), separation)
         sort(f"staleness cost (lag L minus lag {reference_lag}) in the {name}",
-             [(c, c["staleness_cost"][endpoint]) for c in cells if c["staleness_cost"] is not None], 0.0, points)
-    for key, what in (("collapse_vs_reference_lag", f"collapse-rate change from lag {reference_lag}"),
-                      ("collapse_vs_baseline", f"collapse-rate difference to {baseline}")):
-        sort(what, [(c, c[key]) for c in cells if c[key] is not None], 0.0,
+             [(c, c.staleness_cost[endpoint]) for c in cells if c.staleness_cost is not None], 0.0, points)
+    for get, what in ((lambda c: c.collapse_vs_reference_lag, f"collapse-rate change from lag {reference_lag}"),
+                      (lambda c: c.collapse_vs_baseline, f"collapse-rate difference to {baseline}")):
+        sort(what, [(c, get(c)) for c in cells if get(c) is not None], 0.0,
              lambda s: interval_text(s, None, 1, 2, sign=True), separation)
     return lines
 
@@ -240,7 +241,7 @@ def seed_order_text(summary: Summary) -> str:
     """The order of the per-seed values; where cells hold fewer seeds than the grid declares (a seed
     schedule that stopped them early) each lists only the seeds it ran."""
     order = f"in seed order {summary.seeds}"
-    if all(len(cell["seeds"]) == len(summary.seeds) for cell in summary.cells):
+    if all(len(cell.seeds) == len(summary.seeds) for cell in summary.cells):
         return order
     return order + "; a cell lists only the seeds its looks ran (counts in the heading)"
 
@@ -288,23 +289,22 @@ def render_csv(summary: Summary) -> str:
         row = {"recipe": recipe}
         for lag in summary.lags:
             c = cells[recipe, lag]
-            for metric, stat in c["stats"].items():
-                row.update({f"{metric}_lag{lag}_{part}": stat[part] for part in ("estimate", "low", "high", "method")})
-                row[f"{metric}_lag{lag}_per_seed"] = ";".join("" if v is None else repr(v)
-                                                             for v in c["per_seed"][metric])
-            row.update({f"collapse_lag{lag}_{part}": c["collapse"][part] for part in ("k", "n", "low", "high")})
-            for key, name in (("vs_baseline", "diff_baseline"), ("staleness_cost", "staleness"),
-                              ("improvement", "p_improve")):
-                for endpoint in ENDPOINTS if c[key] is not None else ():
-                    stat = c[key][endpoint]
-                    row.update({f"{name}_{endpoint}_lag{lag}_{part}": stat.get(part) for part in
+            for metric, stat in c.stats.items():
+                row.update({f"{metric}_lag{lag}_{part}": getattr(stat, part)
+                            for part in ("estimate", "low", "high", "method")})
+                row[f"{metric}_lag{lag}_per_seed"] = ";".join("" if v is None else repr(v) for v in c.per_seed[metric])
+            row.update({f"collapse_lag{lag}_{part}": getattr(c.collapse, part) for part in ("k", "n", "low", "high")})
+            for stats, name in ((c.vs_baseline, "diff_baseline"), (c.staleness_cost, "staleness"),
+                                (c.improvement, "p_improve")):
+                for endpoint in ENDPOINTS if stats is not None else ():
+                    row.update({f"{name}_{endpoint}_lag{lag}_{part}": getattr(stats[endpoint], part) for part in
                                 ("estimate", "low", "high", "method", "n", "p", "p_holm")})
-            for key, name in (("collapse_vs_baseline", "collapse_diff_baseline"),
-                              ("collapse_vs_reference_lag", f"collapse_diff_lag{summary.reference_lag}")):
-                if c[key] is not None:
-                    row.update({f"{name}_lag{lag}_{part}": c[key][part] for part in
+            for stat, name in ((c.collapse_vs_baseline, "collapse_diff_baseline"),
+                               (c.collapse_vs_reference_lag, f"collapse_diff_lag{summary.reference_lag}")):
+                if stat is not None:
+                    row.update({f"{name}_lag{lag}_{part}": getattr(stat, part) for part in
                                 ("estimate", "low", "high", "p", "p_holm")})
-            ref = c["reference"] or {}
+            ref = c.reference or {}
             row.update({f"paper_{key}_lag{lag}": ref.get(key) for key in ("aime24", "collapsed", "dbar")})
         rows.append(row)
     for row in rows:

@@ -12,6 +12,8 @@ from statsmodels.stats.proportion import confint_proportions_2indep
 from analysis.claims.verdict import Verdict
 from analysis.claims.verdicts import NOT_TESTED, answer, open_cells
 from analysis.statistics.boundaries import look_levels
+from analysis.statistics.cell_stats import CellStats
+from analysis.statistics.cell_table import CellTable
 from analysis.statistics.decision import outcome, outcomes, true_of
 from analysis.statistics.survival import collapse_test
 from grid.claims import Family, Recipes, Seeding, StalenessCost
@@ -110,8 +112,7 @@ def test_a_grid_narrowed_to_one_of_two_claims_reads_it_at_the_declared_level():
     claim = Recipes(name="c", recipe="a", lag=8, expect="greater", smallest_effect=0.05, metric="auc", versus="b", reference_lag=1)
     other = StalenessCost(name="d", recipe="a", lag=8, expect="less", smallest_effect=0.05, metric="auc", reference_lag=1)
     per_seed = {1: [0.6, 0.62, 0.61], 8: [0.3, 0.35, 0.31]}
-    cells = {("a", lag): {"recipe": "a", "lag": lag, "seeds": [0, 1, 2], "per_seed": {"auc": values}}
-             for lag, values in per_seed.items()}
+    cells = CellTable.of_cells(CellStats("a", lag, [0, 1, 2], {"auc": values}) for lag, values in per_seed.items())
     rows = {row["name"]: row for row in map(Verdict.row, answer(Family((claim, other), 100), cells))}
     assert rows["c"]["verdict"] == NOT_TESTED and rows["d"]["family_size"] == 2
     cost = np.subtract(per_seed[8], per_seed[1])
@@ -126,7 +127,7 @@ def test_a_declared_schedule_stops_a_claim_at_its_first_final_look():
     seeds = [0, 1, 2, 3, 4]
     cells = {("a", 1): [0.60, 0.61, 0.59, 0.60, 0.62], ("a", 8): [0.20, 0.21, 0.19, 0.22, 0.20],
              ("b", 1): [0.50, 0.70, 0.55, 0.68, 0.61], ("b", 8): [0.3] * 5}
-    cells = {key: {"recipe": key[0], "lag": key[1], "seeds": seeds, "per_seed": {"auc": v}} for key, v in cells.items()}
+    cells = CellTable.of_cells(CellStats(*key, seeds, {"auc": v}) for key, v in cells.items())
     seeding = Seeding(looks=(3, 5), boundary="pocock")
     rows = {row["name"]: row for row in map(Verdict.row, answer(Family((cost, same), 100, seeding, seeds), cells))}
     levels = look_levels((3, 5), 0.025, "pocock")
@@ -144,10 +145,9 @@ def test_a_three_look_schedule_reads_each_look_on_its_own_seeds_and_level():
     costs = {"a": [-0.40, -0.4001, -0.40, -0.40, -0.40, -0.40], "b": [-0.30, -0.20, -0.28, -0.22, -0.25, -0.25],
              "c": [-0.30, -0.10, -0.30, -0.10, -0.20, -0.20]}
     seeds = list(range(6))
-    cells = {}
-    for recipe, values in costs.items():
-        cells[recipe, 1] = {"recipe": recipe, "lag": 1, "seeds": seeds, "per_seed": {"auc": [0.5] * 6}}
-        cells[recipe, 8] = {"recipe": recipe, "lag": 8, "seeds": seeds, "per_seed": {"auc": [0.5 + v for v in values]}}
+    cells = CellTable.of_cells(cell for recipe, values in costs.items() for cell in (
+        CellStats(recipe, 1, seeds, {"auc": [0.5] * 6}),
+        CellStats(recipe, 8, seeds, {"auc": [0.5 + v for v in values]})))
     claims = tuple(StalenessCost(name=r, recipe=r, lag=8, expect="less", smallest_effect=0.05, metric="auc", reference_lag=1) for r in costs)
     seeding = Seeding(looks=(2, 4, 6), boundary="pocock")
     rows = {row["name"]: row for row in map(Verdict.row, answer(Family(claims, 100, seeding, seeds), cells))}

@@ -8,6 +8,8 @@ import pytest
 
 from analysis.claims import verdicts as claim_rules
 from analysis.claims.verdict import Verdict
+from analysis.statistics.cell_stats import CellStats
+from analysis.statistics.cell_table import CellTable
 from analysis.statistics.contrasts import contrast, tost
 from grid.claims import Claim, Family
 
@@ -17,7 +19,7 @@ SEEDS = [0, 1, 2]
 AUC = {("a", 8): [0.30, 0.34, 0.38], ("a", 1): [0.40, 0.41, 0.42],
        ("b", 8): [0.20, 0.22, 0.24], ("b", 1): [0.40, 0.40, 0.40],
        ("c", 8): [0.41, 0.39, 0.43], ("c", 1): [0.40, 0.40, 0.40]}
-CELLS = {cell: {"per_seed": {"auc": values}, "seeds": SEEDS} for cell, values in AUC.items()}
+CELLS = CellTable.of_cells(CellStats(*cell, SEEDS, {"auc": values}) for cell, values in AUC.items())
 
 
 def t2_cdf(t: float) -> float:

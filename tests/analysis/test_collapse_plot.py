@@ -6,12 +6,13 @@ import matplotlib
 import analysis.report.plots as plots
 from analysis.claims.summary_file import Summary
 from analysis.report.colors import recipe_colour
+from analysis.statistics.cell_stats import CellStats, Stat
 
 matplotlib.use("Agg")
 
 RECIPES = ["grpo", "gspo", "gspo_mu", "sat_gspo"]
 SUMMARY = Summary(recipes=RECIPES, lags=[1], steps=200,
-                  cells=[{"recipe": r, "lag": 1, "per_seed": {"collapse_step": [None] * 10}, "collapse": {"k": 0, "n": 10}}
+                  cells=[CellStats(r, 1, list(range(10)), {"collapse_step": [None] * 10}, collapse=Stat(k=0, n=10))
                          for r in RECIPES])
 
 

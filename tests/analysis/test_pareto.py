@@ -10,6 +10,7 @@ import analysis.report.plots as plots
 from analysis.aggregate import main
 from analysis.cells.pareto import pareto_front, score_within, summarize_pareto, throughput
 from analysis.claims.summary_file import Summary, read_summary
+from analysis.statistics.cell_stats import CellStats, Stat
 from grid.config import validate
 from grid.settings import Config
 from harness.queue_lag import QueueModel
@@ -36,8 +37,8 @@ def test_the_time_model_by_hand():
 
 
 def curve(*points):
-    return [{"step": s, "estimate": e, "low": None if e is None else e - 0.1, "high": None if e is None else e + 0.1,
-             "n": 3, "method": "student-t"} for s, e in points]
+    return [Stat.from_row({"step": s, "estimate": e, "low": None if e is None else e - 0.1,
+                           "high": None if e is None else e + 0.1, "n": 3, "method": "student-t"}) for s, e in points]
 
 
 def test_equal_time_by_hand(tmp_path):
@@ -46,8 +47,8 @@ def test_equal_time_by_hand(tmp_path):
            "lag_queue": {"utilization": 1.0, "concurrency": 2, "capacity": 1, "length_sigma": 0.0}}
     config = Config.build(validate(raw))
     scores = curve((20, 0.1), (40, 0.2), (60, 0.3), (80, 0.4), (100, 0.5))
-    cells = [{"recipe": "grpo", "lag": lag, "curve": scores,
-              "stats": {"auc": {"estimate": auc, "low": auc - 0.05, "high": auc + 0.05}}}
+    cells = [CellStats(recipe="grpo", lag=lag, seeds=[], per_seed={}, curve=scores,
+                       stats={"auc": Stat.from_row({"estimate": auc, "low": auc - 0.05, "high": auc + 0.05})})
              for lag, auc in ((0, 0.9), (1, 0.4), (2, 0.3))]
     pareto = summarize_pareto(config, cells)
     assert pareto["left_out"] == [0] and [row["bound"] for row in pareto["cells"]] == [1, 2]
@@ -64,8 +65,8 @@ def test_equal_time_by_hand(tmp_path):
 
 def test_score_within_skips_unscored_steps():
     points = curve((5, 0.1), (10, 0.2), (20, None))
-    assert score_within(points, 20)["step"] == 10  # the budget's step, scored by no run
-    assert score_within(points, 9)["step"] == 5 and score_within(points, 4) is None
+    assert score_within(points, 20).step == 10  # the budget's step, scored by no run
+    assert score_within(points, 9).step == 5 and score_within(points, 4) is None
 
 
 def test_the_pareto_front_by_hand():

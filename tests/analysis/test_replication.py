@@ -10,6 +10,8 @@ from scipy import stats
 from statsmodels.stats.proportion import confint_proportions_2indep
 
 from analysis.claims.verdicts import answer
+from analysis.statistics.cell_stats import CellStats
+from analysis.statistics.cell_table import CellTable
 from analysis.statistics.predictive import _posterior, chances_at, collapse_agreement, contrast_agreement
 from grid.claims import Family, StalenessCost
 
@@ -21,7 +23,7 @@ def _claim_row() -> dict:
     claim = StalenessCost(name="cost", recipe="a", lag=8, expect="less", smallest_effect=DELTA, metric="auc",
                           reference_lag=1)
     cells = {("a", 1): [0.6] * 3, ("a", 8): [0.6 + c for c in COSTS]}
-    cells = {key: {"recipe": key[0], "lag": key[1], "seeds": [0, 1, 2], "per_seed": {"auc": v}} for key, v in cells.items()}
+    cells = CellTable.of_cells(CellStats(*key, [0, 1, 2], {"auc": v}) for key, v in cells.items())
     (verdict,) = answer(Family((claim,), steps=100), cells)
     return verdict.row()  # as summary.json holds it
 

@@ -76,7 +76,7 @@ def test_no_verdict_differs_beside_the_same_runs_and_the_label_defaults_to_the_g
     other = load_beside(Config.build(validate({**config, "side_by_side": {"grid": "constant"}})))
     assert other[0] == {"grid": "constant", "label": "constant"}
     side = beside(summary, (other[0], other[1], summary))  # this grid's own summary as the other's
-    assert side["verdict_differs"] == [] and side["agree"] is True
+    assert side.verdict_differs == [] and side.agree is True
     text = "\n".join(markdown(beside_sections(Summary(side_by_side=side))))
     assert text.startswith("## Beside constant (grid constant)\n")
     assert f"No claim's verdict differs between this grid and constant ({len(CLAIMS)} claims both declare)." in text
@@ -117,12 +117,12 @@ def test_a_tuned_grid_is_read_recipe_by_recipe_beside_the_same_grid_untuned(grid
     statements = {c.name: statement(c) for c in claims(view)}
     tuned = dataclasses.replace(
         there, tuning={"recipes": {recipe: {"variant": name} for recipe, name in variant.items()}},
-        recipes=view["recipes"], cells=[{**cell, "recipe": variant[cell["recipe"]]} for cell in there.cells],
+        recipes=view["recipes"], cells=[dataclasses.replace(cell, recipe=variant[cell.recipe]) for cell in there.cells],
         claims=[dataclasses.replace(verdict, statement=statements[verdict.claim.name], claim=dataclasses.replace(
                  verdict.claim, **{field: variant[getattr(verdict.claim, field)] for field in ("recipe", "versus")
                                    if getattr(verdict.claim, field, None)})) for verdict in there.claims])
     assert "sat_grpo.alpha-0.8" in tuned.claims[1].statement
     assert under_recipe_names(tuned) == dataclasses.replace(there, tuning=tuned.tuning)
     side = beside(tuned, (SIDE, "constant.json", there))
-    assert side["agree"] is True and side["verdict_differs"] == [] and len(side["claims"]) == len(CLAIMS)
-    assert side["cells_only_in"] == {"a": [], "b": []} and side["claims_defined_differently"] == []
+    assert side.agree is True and side.verdict_differs == [] and len(side.claims) == len(CLAIMS)
+    assert side.cells_only_in == {"a": [], "b": []} and side.claims_defined_differently == []

@@ -12,6 +12,8 @@ from scipy import stats
 
 from analysis.claims.robustness import checks_text, sides
 from analysis.claims.verdict import ScoreMeasured, Verdict
+from analysis.statistics.cell_stats import CellStats
+from analysis.statistics.cell_table import CellTable
 from analysis.statistics.crosscheck import adastop, smallest_level
 from analysis.statistics.decision import size_to_delta
 from analysis.statistics.skew import skew_check, skewed_miss, skewness, standardized_draws
@@ -120,7 +122,7 @@ def test_each_claim_row_carries_its_skew_and_adastop_on_the_seeds_it_was_read_at
     assert cost["skew"]["level"] == pytest.approx(1 - cost["confidence"])
     assert cost["crosscheck"]["decision"] == "no difference shown" and cost["crosscheck"]["n_x"] == 3
     claim = next(c for c in Config.build(validate(config)).claims if c.name == "sat_cost_below_grpo")
-    x, y = sides(claim, cells, {0, 1, 2})
+    x, y = sides(claim, CellTable.of_cells(map(CellStats.from_row, summary["cells"])), {0, 1, 2})
     s8, s1 = (np.array(cells["sat_grpo", lag]["per_seed"]["auc"]) for lag in (8, 1))
     assert np.allclose(x - y, (s8 - s1) - (a8 - a1)) and np.allclose(x, s8 + a1)
     assert claims["grpo_collapses_at_lag8"]["skew"] is None and claims["grpo_collapses_at_lag8"]["crosscheck"] is None

@@ -10,6 +10,7 @@ from analysis.claims.summary_file import Summary
 from analysis.claims.verdict import ScoreMeasured, Verdict
 from analysis.report.colors import recipe_colour
 from analysis.report.interval_plots import contrast_panel
+from analysis.statistics.cell_stats import CellStats, Stat
 from grid.claims import Claim
 
 matplotlib.use("Agg")
@@ -23,15 +24,15 @@ def verdict(outcome: str, **section) -> Verdict:
     return Verdict(claim=Claim.build(section, LAGS), statement="", family_size=2, verdict=outcome, why="", final=True)
 
 
-def cost(recipe: str, lag: int) -> dict:
+def cost(recipe: str, lag: int) -> dict[str, Stat]:
     """A made-up cost (fraction of the score) and interval, different per recipe, lag and endpoint."""
     slope = {"grpo": -0.02, "sat_gspo": -0.005}[recipe]
-    return {endpoint: {"estimate": slope * lag * scale, "low": slope * lag * scale - 0.01,
-                       "high": slope * lag * scale + 0.02} for endpoint, scale in (("auc", 1.0), ("fixed", 2.0))}
+    return {endpoint: Stat(estimate=slope * lag * scale, low=slope * lag * scale - 0.01,
+                           high=slope * lag * scale + 0.02) for endpoint, scale in (("auc", 1.0), ("fixed", 2.0))}
 
 
 SUMMARY = Summary(recipes=["grpo", "sat_gspo"], lags=LAGS, reference_lag=0,
-                  cells=[{"recipe": r, "lag": lag, "staleness_cost": None if lag == 0 else cost(r, lag)}
+                  cells=[CellStats(r, lag, [], {}, staleness_cost=None if lag == 0 else cost(r, lag))
                          for r in ("grpo", "sat_gspo") for lag in LAGS],
                   claims=[verdict("supported", name="grpo_trend", kind="trend", threshold=0.1),
                           verdict("inconclusive", name="a_recipes_claim", kind="recipes", versus="sat_gspo")])
@@ -48,7 +49,7 @@ def test_the_cost_against_lag_per_recipe_with_intervals(tmp_path, monkeypatch):
         assert sorted(recipes) == ["grpo", "sat_gspo"]
         for recipe, container in recipes.items():
             line, _, (bars,) = container.lines
-            expected = [0.0] + [100 * cost(recipe, lag)[endpoint]["estimate"] for lag in LAGS[1:]]
+            expected = [0.0] + [100 * cost(recipe, lag)[endpoint].estimate for lag in LAGS[1:]]
             assert [round(y, 9) for y in line.get_ydata()] == [round(y, 9) for y in expected]
             assert [float(x) for x in line.get_xdata()] != list(range(len(LAGS)))  # offset within a lag
             assert [round(x) for x in line.get_xdata()] == list(range(len(LAGS)))  # lags evenly spaced
@@ -67,7 +68,7 @@ def test_the_cost_against_lag_per_recipe_with_intervals(tmp_path, monkeypatch):
 def test_two_lags_keep_the_per_recipe_panels(tmp_path, monkeypatch):
     figures = []
     monkeypatch.setattr(plots, "save_figure", lambda fig, path: figures.append(fig))
-    two = dataclasses.replace(SUMMARY, lags=[0, 8], cells=[c for c in SUMMARY.cells if c["lag"] in (0, 8)], claims=[])
+    two = dataclasses.replace(SUMMARY, lags=[0, 8], cells=[c for c in SUMMARY.cells if c.lag in (0, 8)], claims=[])
     plots.plot_staleness(two, tmp_path / "staleness.png")
     assert len(figures[0].axes) == 2 and all(ax.get_title().endswith("lag 8 minus lag 0") for ax in figures[0].axes)
     for ax in figures[0].axes:  # the recipes named on the x axis, each drawn in its colour of the MLflow views

@@ -110,6 +110,52 @@ def test_results_are_typed_from_the_verdict_to_the_report():
     assert (ROOT / SUMMARY_EDGE).exists() and [hit for path in paths for hit in _untyped_results(path)] == []
 
 
+# String-key reads (x["k"], x.get("k")) per module of analysis/ and tracking/, at most these; every other module 0.
+# Cells are typed (analysis.statistics.cell_stats, cell_table), so none reads a cell row; what is left reads JSON at
+# its own edge (run files, tuning.json, the look-levels cache, MLflow's), or a section summary.json still holds as
+# a dict (noise, pareto, gain sources, tuning) and the planner's rows. A module under
+# its ceiling lowers it; none goes over (issue 60: 878 reads, 617, now 373).
+KEY_READ_CEILINGS = {
+    "analysis/cells/curves.py": 6, "analysis/cells/noise.py": 6, "analysis/cells/pareto.py": 6,
+    "analysis/cells/reference.py": 8, "analysis/cells/summary.py": 6, "analysis/claims/design_search.py": 21,
+    "analysis/claims/gain_sources.py": 4, "analysis/claims/planning.py": 15, "analysis/claims/robustness.py": 24,
+    "analysis/claims/summary_file.py": 3, "analysis/claims/verdicts.py": 12, "analysis/report/compare.py": 4,
+    "analysis/report/machines.py": 17, "analysis/report/plots.py": 18, "analysis/report/sections.py": 102,
+    "analysis/report/tables.py": 9, "analysis/report/write.py": 1, "analysis/schedule/levels_cache.py": 6,
+    "analysis/schedule/looks.py": 2, "analysis/schedule/rerun.py": 24, "analysis/schedule/tune.py": 6,
+    "analysis/statistics/boundaries.py": 7, "analysis/statistics/noise_parts.py": 5, "tracking/layout.py": 12,
+    "tracking/parent.py": 9, "tracking/runs.py": 20, "tracking/store.py": 3, "tracking/sync.py": 16,
+    "tracking/ui.py": 1,
+}
+
+
+def _key_reads(path: Path) -> list[tuple[int, str]]:
+    """(line, key) of each string-key read of the module: ``x["k"]`` read (not written), ``x.get("k")``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
+            key = node.slice
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" and node.args:
+            key = node.args[0]
+        else:
+            continue
+        if isinstance(key, ast.Constant) and isinstance(key.value, str):
+            found.append((node.lineno, key.value))
+    return found
+
+
+def test_results_read_no_string_keys_past_their_edges():
+    """No module of analysis/ or tracking/ reads more string keys than its ceiling (KEY_READ_CEILINGS), and none
+    reads a cell as a dict: a cell row is written and read at summary.json's edge only (CellStats)."""
+    reads = {str(path.relative_to(ROOT)): _key_reads(path)
+             for path in [*ROOT.glob("analysis/**/*.py"), *ROOT.glob("tracking/**/*.py")]}
+    over = {module: (len(found), KEY_READ_CEILINGS.get(module, 0)) for module, found in reads.items()
+            if len(found) > KEY_READ_CEILINGS.get(module, 0)}
+    assert over == {}, f"string-key reads over the ceiling (reads, ceiling): {over}"
+    cell_keys = {"per_seed", "stats", "curve", "run_keys", "staleness_cost", "vs_baseline", "collapse_vs_baseline"}
+    assert [f"{module}:{line} [{key!r}]" for module, found in reads.items() for line, key in found if key in cell_keys] == []
+
+
 def _imports(path: Path) -> set[str]:
     modules = set()
     for node in ast.walk(ast.parse(path.read_text())):

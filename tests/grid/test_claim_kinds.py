@@ -4,6 +4,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from analysis.statistics.cell_stats import CellStats
+from analysis.statistics.cell_table import CellTable
 from analysis.statistics.contrasts import contrast
 from grid.claims import Claim, claims, slope_weights
 from grid.config import ConfigError, load
@@ -153,7 +155,7 @@ def test_the_threshold_lag_by_hand():
     base = np.array([0.70, 0.60, 0.65, 0.55])
     costs = {2: [-0.02, -0.04, -0.03, -0.03], 4: [-0.10, -0.12, -0.11, -0.11], 8: [-0.30, -0.32, -0.31, -0.31]}
     scores = {0: list(base), **{lag: list(base + cost) for lag, cost in costs.items()}}
-    cells = {("g", lag): {"seeds": [0, 1, 2, 3], "per_seed": {"auc": values}} for lag, values in scores.items()}
+    cells = CellTable.of_cells(CellStats("g", lag, [0, 1, 2, 3], {"auc": values}) for lag, values in scores.items())
     found = threshold_lag(c, cells, 200, {0, 1, 2, 3}, 0.05)
     each = stats.t.ppf(1 - 0.05 / 3 / 2, 3)
     for cost, per_seed in zip(found["costs"], costs.values()):

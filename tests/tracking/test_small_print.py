@@ -10,6 +10,7 @@ from analysis.claims.summary_file import Summary
 from analysis.report.machines import provenance_section
 from analysis.report.render import markdown
 from analysis.report.tables import seed_order_text
+from analysis.statistics.cell_stats import CellStats
 from grid.expand import expand
 from grid.settings import Config
 from tests.support.grid_fixture import make_grid
@@ -42,14 +43,14 @@ def test_the_parent_run_counts_the_runs_there_are(tmp_path, monkeypatch):
 
 
 def test_the_header_names_each_recipes_seeds_where_they_differ():
-    cells = [{"recipe": "grpo", "seeds": [0, 1, 2, 3, 4, 5]}, {"recipe": "grpo", "seeds": [0, 1, 2]},
-             {"recipe": "gspo", "seeds": list(range(10))}, {"recipe": "gspo", "seeds": list(range(10))}]
+    cells = [CellStats("grpo", 1, [0, 1, 2, 3, 4, 5], {}), CellStats("grpo", 8, [0, 1, 2], {}),
+             CellStats("gspo", 1, list(range(10)), {}), CellStats("gspo", 8, list(range(10)), {})]
     assert seeds_text(Summary(cells=cells, seeds=list(range(10)))) == "seeds per cell: grpo 3-6, gspo 10"
     assert seeds_text(Summary(cells=cells[2:], seeds=list(range(12)))) == "10 seeds"  # the cells', not the config's
 
 
 def test_the_seed_order_says_when_cells_hold_fewer_seeds_than_declared():
-    cells = [{"recipe": "grpo", "seeds": [0, 1, 2]}, {"recipe": "gspo", "seeds": [0, 1, 2, 3, 4]}]
+    cells = [CellStats("grpo", 1, [0, 1, 2], {}), CellStats("gspo", 1, [0, 1, 2, 3, 4], {})]
     assert seed_order_text(Summary(cells=cells, seeds=[0, 1, 2, 3, 4])) == (
         "in seed order [0, 1, 2, 3, 4]; a cell lists only the seeds its looks ran (counts in the heading)")
     assert seed_order_text(Summary(cells=cells[1:], seeds=[0, 1, 2, 3, 4])) == "in seed order [0, 1, 2, 3, 4]"
@@ -57,6 +58,7 @@ def test_the_seed_order_says_when_cells_hold_fewer_seeds_than_declared():
 
 def test_a_score_differences_se_and_spread_are_in_points_as_its_estimate():
     cost = {"estimate": -0.2825, "low": -0.35, "high": -0.2, "se": 0.0105, "spread": 0.03, "p": 0.01, "n": 5}
-    metrics, _ = cell_values({"recipe": "grpo", "lag": 8, "staleness_cost": {"auc": cost}})
+    metrics, _ = cell_values(CellStats.from_row({"recipe": "grpo", "lag": 8, "seeds": [], "per_seed": {},
+                                                 "staleness_cost": {"auc": cost}}))
     assert {key: metrics[f"staleness_cost/auc{key}"] for key in ("", "/low", "/se", "/spread", "/p", "/n")} == {
         "": -28.25, "/low": -35.0, "/se": 1.05, "/spread": 3.0, "/p": 0.01, "/n": 5.0}

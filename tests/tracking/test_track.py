@@ -11,6 +11,7 @@ from analysis.claims.summary_file import read_summary, write_summary
 from analysis.claims.verdicts import replication_text
 from analysis.report.tables import claim_text, size_text
 from analysis.report.write import summarize, write_reports
+from analysis.statistics.cell_stats import CellStats
 from grid.config import validate
 from grid.expand import expand, grid_dir
 from grid.folder import GridDir, report_files
@@ -253,16 +254,16 @@ def test_summary_keys_are_logged_generically_with_score_units():
                       "dbar": {"estimate": 0.02, "low": 0.01, "high": 0.03, "method": "t"}},
             "collapse": {"k": 1, "n": 2, "estimate": 0.5, "low": 0.1, "high": 0.9},
             "improvement": {"fixed": {"estimate": 0.75, "low": 0.5, "high": 1.0}},
-            # keys summary.json may gain: a score difference with a test, seeds needed
+            # a score difference with a test: its p logged beside its bounds
             "staleness_cost": {"fixed": {"estimate": -0.05, "low": -0.08, "high": -0.02, "p": 0.01}},
-            "seeds_needed": {"fixed": 12, "auc": None}, "reference": {"aime24": 53.1}}
-    metrics, tags = layout.cell_values(cell)
+            "reference": {"aime24": 53.1}}
+    metrics, tags = layout.cell_values(CellStats.from_row(cell))
     assert metrics == {"fixed": 55.0, "fixed/low": 50.0, "fixed/high": 60.0, "dbar": 0.02, "dbar/low": 0.01,
                        "dbar/high": 0.03, "collapsed/k": 1.0, "collapsed/n": 2.0, "collapsed": 0.5,
                        "collapsed/low": 0.1, "collapsed/high": 0.9, "improvement/fixed": 0.75,
                        "improvement/fixed/low": 0.5, "improvement/fixed/high": 1.0, "staleness_cost/fixed": -5.0,
                        "staleness_cost/fixed/low": -8.0, "staleness_cost/fixed/high": -2.0,
-                       "staleness_cost/fixed/p": 0.01, "seeds_needed/fixed": 12.0}
+                       "staleness_cost/fixed/p": 0.01}
     assert tags == {"fixed/method": "t", "dbar/method": "t", "paper.aime24": "53.1"}
     assert layout.seed_values({"fixed": 0.4074, "collapsed": True, "best_step": 15, "status": "completed"}) == {
         "fixed": 40.74, "collapsed": 1.0, "best_step": 15.0}
