@@ -147,9 +147,9 @@ NEW_RECIPE_CONTROLS = {"ipo_pr3418": "ipo", "icepop_prime": "ipo", "ipo_score_ce
 
 
 def test_the_autumn_new_grid_is_the_fields_settings_with_each_new_recipe_beside_its_control():
-    """workflow/presets/field_autumn_new.yaml (issue 62): the field's settings, so that ipo's runs have
-    field_autumn_rerun's run keys and reproduce its numbers; every new recipe beside its one-difference control
-    (a cut drops both); ipo's tuning entry the field's; no claims and no seed schedule (exploratory)."""
+    """workflow/presets/field_autumn_new.yaml (issue 62): the field's settings, so that ipo's run configurations
+    are field_autumn_rerun's but for the grid's name and reproduce its numbers; every new recipe beside its
+    one-difference control (a cut drops both); ipo's tuning entry the field's; no claims, no seed schedule."""
     field, new = (load(ROOT / "workflow" / "presets" / f"{name}.yaml") for name in ("field_autumn", "field_autumn_new"))
     differ = {"grid", "recipes", "seeds", "seeding", "claims", "tuning", "baseline"}
     assert {key: value for key, value in new.items() if key not in differ} == \
