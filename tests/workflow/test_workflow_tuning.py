@@ -168,17 +168,17 @@ def test_the_autumn_new_grid_is_the_fields_settings_with_each_new_recipe_beside_
     assert len(model.tuning.runs()) == count * 3 * 2 * 3 and len(view.first_look()) == count * 2 * 5
 
 
-def test_the_flash_pair_grid_is_field_autumn_news_settings_with_the_control_as_baseline():
-    """workflow/presets/field_autumn_new_flash.yaml: the first pair field_autumn_new cut, in a grid of its own at
-    the same settings; its control the baseline; 36 tuning runs, then 20."""
-    new, flash = (load(ROOT / "workflow" / "presets" / f"{name}.yaml") for name in ("field_autumn_new", "field_autumn_new_flash"))
+@pytest.mark.parametrize("preset, recipe", [("field_autumn_new_flash", "flash_reinforce"), ("field_autumn_new_topr", "topr_token")])
+def test_a_cut_pairs_grid_is_field_autumn_news_settings_with_the_control_as_baseline(preset, recipe):
+    """workflow/presets/field_autumn_new_flash.yaml and _topr.yaml: a pair field_autumn_new cut, in a grid of its
+    own at the same settings; its control the baseline; 36 tuning runs, then 20."""
+    new, flash = (load(ROOT / "workflow" / "presets" / f"{name}.yaml") for name in ("field_autumn_new", preset))
     differ = {"grid", "recipes", "baseline", "tuning"}
     assert {key: value for key, value in flash.items() if key not in differ} == \
         {key: value for key, value in new.items() if key not in differ}
     assert {key: value for key, value in flash["tuning"].items() if key != "recipes"} == \
         {key: value for key, value in new["tuning"].items() if key != "recipes"}
-    assert flash["recipes"] == ["flash_reinforce", "flash_reinforce_unfiltered"]
-    assert flash["baseline"] == NEW_RECIPE_CONTROLS["flash_reinforce"]
+    assert flash["recipes"] == [recipe, NEW_RECIPE_CONTROLS[recipe]] and flash["baseline"] == NEW_RECIPE_CONTROLS[recipe]
     model = Config.build(flash)
     view = model.confirmation({recipe: candidates.values[0] for recipe, candidates in model.tuning.candidates.items()})
     assert len(model.tuning.runs()) == 2 * 3 * 2 * 3 and len(view.first_look()) == 2 * 2 * 5
