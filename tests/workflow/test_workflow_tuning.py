@@ -139,3 +139,47 @@ def test_the_autumn_rerun_is_the_fields_cells_of_its_recipes():
     view = model.confirmation({recipe: candidates.values[0] for recipe, candidates in model.tuning.candidates.items()})
     assert model.claims == () and model.seeding is None
     assert len(model.tuning.runs()) == 3 * 3 * 2 * 3 and len(view.first_look()) == 3 * 2 * 5
+
+
+# issue 62's new recipes -> each one's one-difference control (stabilizers/recipes.yaml's comments)
+NEW_RECIPE_CONTROLS = {"ipo_pr3418": "ipo", "icepop_prime": "ipo", "ipo_score_centering": "ipo",
+                       "flash_reinforce": "flash_reinforce_unfiltered", "topr_token": "topr",
+                       "grpo_seqmean_tis": "grpo_seq_tis", "grpo_mu_seq_mask3": "grpo_mu"}
+
+
+def test_the_autumn_new_grid_is_the_fields_settings_with_each_new_recipe_beside_its_control():
+    """workflow/presets/field_autumn_new.yaml (issue 62): the field's settings, so that ipo's run configurations
+    are field_autumn_rerun's but for the grid's name and reproduce its numbers; every new recipe beside its
+    one-difference control (a cut drops both); ipo's tuning entry the field's; no claims, no seed schedule."""
+    field, new = (load(ROOT / "workflow" / "presets" / f"{name}.yaml") for name in ("field_autumn", "field_autumn_new"))
+    differ = {"grid", "recipes", "seeds", "seeding", "claims", "tuning", "baseline"}
+    assert {key: value for key, value in new.items() if key not in differ} == \
+        {key: value for key, value in field.items() if key not in differ}
+    assert new["seeds"] == field["seeds"][:5] and new["baseline"] == "ipo"
+    assert {key: value for key, value in new["tuning"].items() if key != "recipes"} == \
+        {key: value for key, value in field["tuning"].items() if key != "recipes"}
+    assert new["tuning"]["recipes"]["ipo"] == field["tuning"]["recipes"]["ipo"]
+    news = [recipe for recipe in new["recipes"] if recipe in NEW_RECIPE_CONTROLS]
+    assert news and all(NEW_RECIPE_CONTROLS[recipe] in new["recipes"] for recipe in news)
+    assert set(new["recipes"]) == set(news) | {NEW_RECIPE_CONTROLS[recipe] for recipe in news}
+    model = Config.build(new)
+    view = model.confirmation({recipe: candidates.values[0] for recipe, candidates in model.tuning.candidates.items()})
+    assert model.claims == () and model.seeding is None
+    count = len(new["recipes"])
+    assert len(model.tuning.runs()) == count * 3 * 2 * 3 and len(view.first_look()) == count * 2 * 5
+
+
+@pytest.mark.parametrize("preset, recipe", [("field_autumn_new_flash", "flash_reinforce"), ("field_autumn_new_topr", "topr_token")])
+def test_a_cut_pairs_grid_is_field_autumn_news_settings_with_the_control_as_baseline(preset, recipe):
+    """workflow/presets/field_autumn_new_flash.yaml and _topr.yaml: a pair field_autumn_new cut, in a grid of its
+    own at the same settings; its control the baseline; 36 tuning runs, then 20."""
+    new, flash = (load(ROOT / "workflow" / "presets" / f"{name}.yaml") for name in ("field_autumn_new", preset))
+    differ = {"grid", "recipes", "baseline", "tuning"}
+    assert {key: value for key, value in flash.items() if key not in differ} == \
+        {key: value for key, value in new.items() if key not in differ}
+    assert {key: value for key, value in flash["tuning"].items() if key != "recipes"} == \
+        {key: value for key, value in new["tuning"].items() if key != "recipes"}
+    assert flash["recipes"] == [recipe, NEW_RECIPE_CONTROLS[recipe]] and flash["baseline"] == NEW_RECIPE_CONTROLS[recipe]
+    model = Config.build(flash)
+    view = model.confirmation({recipe: candidates.values[0] for recipe, candidates in model.tuning.candidates.items()})
+    assert len(model.tuning.runs()) == 2 * 3 * 2 * 3 and len(view.first_look()) == 2 * 2 * 5
