@@ -169,9 +169,11 @@ def test_the_autumn_new_grid_is_the_fields_settings_with_each_new_recipe_beside_
     assert len(model.tuning.runs()) == count * 3 * 2 * 3 and len(view.first_look()) == count * 2 * 5
 
 
-@pytest.mark.parametrize("preset, recipe", [("field_autumn_new_flash", "flash_reinforce"), ("field_autumn_new_topr", "topr_token")])
+@pytest.mark.parametrize("preset, recipe", [("field_autumn_new_flash", "flash_reinforce"), ("field_autumn_new_topr", "topr_token"),
+                                            ("field_autumn_new_seqmean", "grpo_seqmean_tis"),
+                                            ("field_autumn_new_mask", "grpo_mu_seq_mask3")])
 def test_a_cut_pairs_grid_is_field_autumn_news_settings_with_the_control_as_baseline(preset, recipe):
-    """workflow/presets/field_autumn_new_flash.yaml and _topr.yaml: a pair field_autumn_new cut, in a grid of its
+    """workflow/presets/field_autumn_new_{flash,topr,seqmean,mask}.yaml: a pair field_autumn_new cut, in a grid of its
     own at the same settings; its control the baseline; 36 tuning runs, then 20."""
     new, flash = (load(ROOT / "workflow" / "presets" / f"{name}.yaml") for name in ("field_autumn_new", preset))
     differ = {"grid", "recipes", "baseline", "tuning"}
